@@ -1,0 +1,154 @@
+// Command-line parsing and dispatch. Every subcommand's work lives in lib/; this file maps flags
+// to options and exceptions to exit codes.
+#include "cli.h"
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "bitcheck/build_info.h"
+#include "bitcheck/contract.h"
+#include "bitcheck/error.h"
+#include "bitcheck/layout.h"
+#include "bitcheck/op.h"
+#include "bitcheck/sweep.h"
+
+namespace bitcheck::cli {
+namespace {
+
+void print_list(const Registry& registry, const Contract& contract, bool as_json) {
+  nlohmann::json j;
+  for (const OpDef* op : registry.ops()) {
+    nlohmann::json op_json = {{"name", op->name}, {"summary", op->summary}, {"dims", op->dim_names},
+                              {"has_backward", op->has_backward}, {"impls", nlohmann::json::array()}};
+    for (Impl* impl : registry.impls(op->name)) {
+      op_json["impls"].push_back({{"name", impl->name()},
+                                  {"backend", impl->backend()},
+                                  {"claims_invariance", impl->claims_invariance()},
+                                  {"description", impl->description()}});
+    }
+    j["ops"].push_back(op_json);
+  }
+  for (const auto& [dtype, status] : contract.dtypes) j["dtypes"][dtype] = to_string(status);
+  for (const auto& backend : registry.backends()) {
+    j["backends"][backend] = {{"available", registry.backend_available(backend)},
+                              {"reason", registry.backend_reason(backend)}};
+  }
+  j["layouts"] = known_layouts();
+  if (as_json) {
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << "ops and impls (* = control, expected to drift):\n";
+  for (const auto& op : j["ops"]) {
+    std::cout << "  " << op["name"].get<std::string>() << "  " << op["summary"].get<std::string>() << "\n";
+    for (const auto& impl : op["impls"]) {
+      std::cout << "    " << (impl["claims_invariance"].get<bool>() ? " " : "*") << " "
+                << op["name"].get<std::string>() << "/" << impl["name"].get<std::string>() << " ["
+                << impl["backend"].get<std::string>() << "] " << impl["description"].get<std::string>() << "\n";
+    }
+  }
+  std::cout << "dtypes:";
+  for (const auto& [dtype, status] : j["dtypes"].items()) std::cout << " " << dtype << " (" << status.get<std::string>() << ")";
+  std::cout << "\nbackends:";
+  for (const auto& [name, backend] : j["backends"].items()) {
+    std::cout << " " << name << (backend["available"].get<bool>() ? " (available)" : " (unavailable: " + backend["reason"].get<std::string>() + ")");
+  }
+  std::cout << "\nlayouts:";
+  for (const auto& layout : j["layouts"]) std::cout << " " << layout.get<std::string>();
+  std::cout << "\n";
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  CLI::App app{"bitcheck: proves GPU kernels batch-invariant, bit for bit, forward and backward"};
+  app.set_version_flag("--version", std::string("bitcheck ") + version_string() + " (" + git_revision() + ")");
+  app.require_subcommand(1);
+
+  SweepOptions sweep;
+  for (int i = 0; i < argc; ++i) sweep.argv.emplace_back(argv[i]);
+  std::vector<std::string> seeds;
+  int repeats = 0;
+  bool no_progress = false;
+  auto* sweep_cmd = app.add_subcommand("sweep", "Run a sweep (the embedded default spec unless --spec is given) and write a report");
+  sweep_cmd->add_option("--spec", sweep.spec_path, "Sweep spec JSON (default: embedded sweeps/default.json)");
+  sweep_cmd->add_option("--contract", sweep.contract_path, "Contract JSON (default: embedded contract/contract.json)");
+  sweep_cmd->add_option("--op", sweep.overrides.ops, "Ops to run: all, or names (comma-separated)")->delimiter(',');
+  sweep_cmd->add_option("--impl", sweep.overrides.impls, "Only these impls (comma-separated)")->delimiter(',');
+  sweep_cmd->add_option("--dtype", sweep.overrides.dtypes, "Override the dtypes (comma-separated)")->delimiter(',');
+  sweep_cmd->add_option("--pass", sweep.overrides.passes, "forward and/or backward")->delimiter(',');
+  sweep_cmd->add_option("--layout", sweep.overrides.layouts, "Override the layouts (comma-separated)")->delimiter(',');
+  sweep_cmd->add_option("--batch", sweep.overrides.batches, "Override the batch sizes M (comma-separated)")->delimiter(',');
+  sweep_cmd->add_option("--seed", seeds, "Override the seeds (comma-separated)")->delimiter(',');
+  sweep_cmd->add_option("--repeats", repeats, "Canonical runs for the determinism check (>= 2)");
+  sweep_cmd->add_option("--backend", sweep.overrides.backend, "auto (every available backend), cpu or cuda");
+  sweep_cmd->add_option("--out", sweep.out_dir, "Directory for the report (default: out)");
+  sweep_cmd->add_flag("--no-progress", no_progress, "No progress line");
+
+  bool list_json = false;
+  std::string list_contract;
+  auto* list_cmd = app.add_subcommand("list", "List ops, impls, dtypes, backends and layouts");
+  list_cmd->add_flag("--json", list_json, "Machine-readable output");
+
+  std::string contract_path;
+  auto* contract_cmd = app.add_subcommand("contract", "Show or check the numerical contract");
+  contract_cmd->require_subcommand(1);
+  auto* show_cmd = contract_cmd->add_subcommand("show", "Print the contract as bitcheck reads it");
+  auto* check_cmd = contract_cmd->add_subcommand("check", "Validate the contract; exit 2 if it is invalid");
+  for (auto* cmd : {show_cmd, check_cmd}) {
+    cmd->add_option("--contract", contract_path, "Contract JSON (default: embedded contract/contract.json)");
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    int code = app.exit(error);
+    return code == 0 ? 0 : exit_bad_input;
+  }
+
+  try {
+    Registry registry;
+    register_all(registry);
+    if (*sweep_cmd) {
+      for (const auto& seed : seeds) {
+        try {
+          std::size_t used = 0;
+          unsigned long long value = std::stoull(seed, &used);
+          if (used != seed.size() || seed[0] == '-') throw std::invalid_argument(seed);
+          sweep.overrides.seeds.push_back(value);
+        } catch (const std::exception&) {
+          throw BadInput("command line", "--seed", "a non-negative integer, got \"" + seed + "\"");
+        }
+      }
+      if (repeats) sweep.overrides.repeats = repeats;
+      sweep.progress = !no_progress;
+      return run_sweep(sweep, registry);
+    }
+    if (*list_cmd) {
+      print_list(registry, load_embedded_contract(registry), list_json);
+      return exit_pass;
+    }
+    if (*contract_cmd) {
+      Contract contract = load_contract_or_embedded(contract_path, registry);
+      if (*show_cmd) {
+        std::cout << contract.to_json().dump(2) << "\n";
+      } else {
+        std::size_t rows = 0;
+        for (const auto& [key, per_dtype] : contract.thresholds) rows += per_dtype.size();
+        std::cout << "contract OK: " << contract.source << " (" << contract.dtypes.size() << " dtypes, "
+                  << rows << " threshold rows, TF32 for fp32 GEMM: "
+                  << (contract.fp32_gemm_allows_tf32 ? "allowed" : "off") << ")\n";
+      }
+      return exit_pass;
+    }
+  } catch (const BadInput& error) {
+    std::cerr << "bitcheck: error: " << error.what() << "\n";
+    return exit_bad_input;
+  } catch (const std::exception& error) {
+    std::cerr << "bitcheck: internal error: " << error.what() << "\n";
+    return exit_internal;
+  }
+  return exit_internal;
+}
+
+}  // namespace bitcheck::cli

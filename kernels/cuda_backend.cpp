@@ -1,0 +1,32 @@
+// The CUDA backend's registration: device facts for the report, and the CUDA impls of every op.
+// Impls are registered even without a device so their cases are skipped with the reason.
+#include "bitcheck/backends.h"
+#include "bitcheck/op.h"
+#include "runtime.h"
+
+namespace bitcheck {
+
+void register_cuda_backend(Registry& registry) {
+  cuda::DeviceInfo device = cuda::query_device();
+  registry.set_backend_status("cuda", device.available, device.unavailable_reason);
+}
+
+nlohmann::json cuda_backend_meta() {
+  cuda::DeviceInfo device = cuda::query_device();
+  nlohmann::json meta = {{"cuda_backend_built", true}, {"device_available", device.available}};
+  if (!device.available) {
+    meta["unavailable_reason"] = device.unavailable_reason;
+    return meta;
+  }
+  meta["gpu_name"] = device.name;
+  meta["sm_count"] = device.sm_count;
+  meta["compute_capability"] = device.arch();
+  meta["total_memory_bytes"] = device.total_memory_bytes;
+  meta["l2_cache_bytes"] = device.l2_cache_bytes;
+  meta["driver_version"] = device.driver_version;
+  meta["cuda_runtime_version"] = device.runtime_version;
+  meta["cublaslt_version"] = device.cublaslt_version;
+  return meta;
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,46 @@
+// matmul/fixed-order: batch-invariant GEMM launchers (forward Y = X·Wᵀ and a token-sequential dW
+// accumulation). Plain C++ header, no CUDA headers; the kernels live in fixed_order_gemm.cu.
+//
+// Layouts are row-major. Accumulation is fp32; outputs are rounded once, round-to-nearest-even.
+// fp32 inputs use plain fp32 FMA (never TF32). Every output element is produced by the same
+// sequence of floating-point operations whatever M is, whichever row it sits in and whatever
+// rows surround it (padding included): see the comment at the top of fixed_order_gemm.cu.
+#pragma once
+#include <cstdint>
+
+struct CUstream_st;  // cudaStream_t without CUDA headers; nullptr is the default stream.
+
+namespace bitcheck::cuda {
+
+enum class GemmDType { bf16, fp16, fp32 };
+
+// Y[M,N] = X[M,K] · W[N,K]ᵀ, all three in `dtype`, fp32 accumulation, one rounding to `dtype`.
+// Requires M >= 1, N >= 1, K >= 1 with N and K multiples of 8, and 16-byte aligned pointers.
+// bf16/fp16 on an sm_90 GPU take the wgmma + TMA path; every other case (fp32, other GPUs) takes a
+// portable fp32-FMA path. The path depends on (dtype, device) only, never on M, N or K; on the
+// wgmma path M picks only the tile height (64 or 128 rows), which does not change any bit.
+void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, int64_t M, int64_t N,
+                      int64_t K, CUstream_st* stream);
+
+// dW[N,K] (fp32, in/out) += Σ_t dY[t,n] · X[t,k], t = 0..T-1 in order, one fp32 FMA per token into
+// the running value of dW[n,k]. dy is [T,N], x is [T,K], both in `dtype`. Splitting the tokens into
+// consecutive micro-batches and calling this once per micro-batch gives identical bits.
+void fixed_order_gemm_dw_accumulate(GemmDType dtype, const void* dy, const void* x, float* dw,
+                                    int64_t T, int64_t N, int64_t K, CUstream_st* stream);
+
+// Which forward path fixed_order_gemm takes for `dtype` on the current device
+// ("wgmma-tma-m64n256k16" or "portable-fma"), for reports and probes.
+const char* fixed_order_gemm_path(GemmDType dtype);
+
+namespace detail {
+// The portable path on any GPU (it is what non-sm_90 devices and fp32 get), so probes and tests can
+// check it on a Hopper machine too. Same contract as fixed_order_gemm.
+void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, void* y, int64_t M,
+                               int64_t N, int64_t K, CUstream_st* stream);
+// The wgmma path with a forced tile height (64 or 128 rows) instead of the per-launch choice, so
+// probes can prove both heights give identical bits. bf16/fp16 on sm_90 only.
+void fixed_order_gemm_tile_rows(GemmDType dtype, int tile_rows, const void* x, const void* w,
+                                void* y, int64_t M, int64_t N, int64_t K, CUstream_st* stream);
+}  // namespace detail
+
+}  // namespace bitcheck::cuda

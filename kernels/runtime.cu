@@ -1,0 +1,160 @@
+// CUDA runtime seam: device queries, buffers and event timers behind kernels/runtime.h.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cuda_check.cuh"
+#include "runtime.h"
+
+namespace bitcheck::cuda {
+namespace detail {
+
+static bool is_sticky(cudaError_t status) {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  std::string name = cudaGetErrorName(status);
+  throw CudaError(name + " (" + cudaGetErrorString(status) + ") in " + call + " at " + file + ":" +
+                      std::to_string(line),
+                  name, is_sticky(status));
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  std::string name = cublasLtGetStatusName(status);
+  throw CudaError(name + " (" + cublasLtGetStatusString(status) + ") in " + call + " at " + file +
+                      ":" + std::to_string(line),
+                  name, false);
+}
+
+}  // namespace detail
+
+DeviceInfo query_device(int device_index) {
+  DeviceInfo info;
+  info.device_index = device_index;
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    info.unavailable_reason = std::string("no CUDA device: ") + cudaGetErrorString(status);
+    cudaGetLastError();
+    return info;
+  }
+  if (device_index >= count) {
+    info.unavailable_reason = "no CUDA device with index " + std::to_string(device_index) + " (" +
+                              std::to_string(count) + " present)";
+    return info;
+  }
+  cudaDeviceProp props{};
+  if (cudaGetDeviceProperties(&props, device_index) != cudaSuccess) {
+    info.unavailable_reason = "cudaGetDeviceProperties failed";
+    cudaGetLastError();
+    return info;
+  }
+  info.available = true;
+  info.name = props.name;
+  info.sm_count = props.multiProcessorCount;
+  info.compute_capability_major = props.major;
+  info.compute_capability_minor = props.minor;
+  info.total_memory_bytes = props.totalGlobalMem;
+  info.l2_cache_bytes = static_cast<std::size_t>(props.l2CacheSize);
+  cudaDriverGetVersion(&info.driver_version);
+  cudaRuntimeGetVersion(&info.runtime_version);
+  info.cublaslt_version = cublasLtGetVersion();
+  return info;
+}
+
+void set_device(int device_index) { BITCHECK_CUDA_CALL(cudaSetDevice(device_index)); }
+void synchronize() { BITCHECK_CUDA_CALL(cudaDeviceSynchronize()); }
+
+std::size_t free_device_memory() {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  BITCHECK_CUDA_CALL(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return free_bytes;
+}
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) BITCHECK_CUDA_CALL(cudaMalloc(&pointer_, bytes));
+}
+DeviceBuffer::~DeviceBuffer() {
+  if (pointer_) BITCHECK_CUDA_CALL_NOEXCEPT(cudaFree(pointer_));
+}
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : pointer_(other.pointer_), bytes_(other.bytes_) {
+  other.pointer_ = nullptr;
+  other.bytes_ = 0;
+}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (pointer_) BITCHECK_CUDA_CALL_NOEXCEPT(cudaFree(pointer_));
+    pointer_ = other.pointer_;
+    bytes_ = other.bytes_;
+    other.pointer_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+void DeviceBuffer::upload(const void* host, std::size_t bytes) {
+  if (bytes > bytes_) throw std::invalid_argument("DeviceBuffer::upload: more bytes than allocated");
+  if (bytes) BITCHECK_CUDA_CALL(cudaMemcpy(pointer_, host, bytes, cudaMemcpyHostToDevice));
+}
+void DeviceBuffer::download(void* host, std::size_t bytes) const {
+  if (bytes > bytes_) throw std::invalid_argument("DeviceBuffer::download: more bytes than allocated");
+  if (bytes) BITCHECK_CUDA_CALL(cudaMemcpy(host, pointer_, bytes, cudaMemcpyDeviceToHost));
+}
+void DeviceBuffer::fill_bytes(int byte_value) {
+  if (bytes_) BITCHECK_CUDA_CALL(cudaMemset(pointer_, byte_value, bytes_));
+}
+
+EventTimer::EventTimer() {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  BITCHECK_CUDA_CALL(cudaEventCreate(&start));
+  BITCHECK_CUDA_CALL(cudaEventCreate(&stop));
+  start_event_ = start;
+  stop_event_ = stop;
+}
+EventTimer::~EventTimer() {
+  BITCHECK_CUDA_CALL_NOEXCEPT(cudaEventDestroy(static_cast<cudaEvent_t>(start_event_)));
+  BITCHECK_CUDA_CALL_NOEXCEPT(cudaEventDestroy(static_cast<cudaEvent_t>(stop_event_)));
+}
+void EventTimer::start() { BITCHECK_CUDA_CALL(cudaEventRecord(static_cast<cudaEvent_t>(start_event_))); }
+float EventTimer::stop_ms() {
+  auto stop = static_cast<cudaEvent_t>(stop_event_);
+  BITCHECK_CUDA_CALL(cudaEventRecord(stop));
+  BITCHECK_CUDA_CALL(cudaEventSynchronize(stop));
+  float ms = 0.f;
+  BITCHECK_CUDA_CALL(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_event_), stop));
+  return ms;
+}
+
+double measure_copy_bandwidth_gbps(std::size_t bytes, int repeats) {
+  DeviceBuffer source(bytes), destination(bytes);
+  source.fill_bytes(0x3C);
+  BITCHECK_CUDA_CALL(cudaMemcpy(destination.get(), source.get(), bytes, cudaMemcpyDeviceToDevice));
+  EventTimer timer;
+  std::vector<float> times;
+  for (int i = 0; i < repeats; ++i) {
+    timer.start();
+    BITCHECK_CUDA_CALL(
+        cudaMemcpyAsync(destination.get(), source.get(), bytes, cudaMemcpyDeviceToDevice));
+    times.push_back(timer.stop_ms());
+  }
+  std::sort(times.begin(), times.end());
+  double median_ms = times[times.size() / 2];
+  return 2.0 * static_cast<double>(bytes) / (median_ms * 1e6);
+}
+
+}  // namespace bitcheck::cuda

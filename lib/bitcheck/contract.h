@@ -1,0 +1,48 @@
+// The numerical contract (contract/contract.json): dtype scope, accumulation policy, the TF32
+// decision and per-op, per-dtype accuracy thresholds. The harness refuses an invalid contract.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace bitcheck {
+
+class Registry;
+
+enum class DTypeStatus { mandatory, reference, optional, out_of_scope };
+std::string to_string(DTypeStatus status);
+
+struct Threshold {
+  double atol = 0.0;
+  double rtol = 0.0;
+  std::string derivation;
+};
+
+struct Contract {
+  std::string source;  // file path, or "embedded:contract/contract.json"
+  int schema_version = 0;
+  std::map<std::string, DTypeStatus> dtypes;
+  std::map<std::string, std::string> dtype_notes;
+  std::map<std::string, std::string> accumulation;  // input dtype -> accumulator dtype
+  bool fp32_gemm_allows_tf32 = false;
+  std::string tf32_reason;
+  std::map<std::string, std::map<std::string, Threshold>> thresholds;  // key -> dtype -> row
+
+  bool knows_dtype(const std::string& dtype) const { return dtypes.count(dtype) > 0; }
+  // Why a case in this dtype must not run (out of scope), or nullopt.
+  std::optional<std::string> dtype_skip_reason(const std::string& dtype) const;
+  const Threshold& threshold(const std::string& key, const std::string& dtype) const;
+  nlohmann::json to_json() const;
+};
+
+// Parses and validates against the registered ops; BadInput (exit 2) on any problem.
+Contract parse_contract(const nlohmann::json& document, const std::string& file,
+                        const Registry& registry);
+Contract load_contract(const std::string& path, const Registry& registry);
+// The copy of contract/contract.json compiled into the binary (used when no --contract is given).
+Contract load_embedded_contract(const Registry& registry);
+const char* embedded_contract_json();
+
+}  // namespace bitcheck

@@ -1,0 +1,26 @@
+// Error types that map to bitcheck's exit codes: BadInput -> 2 (names file, JSON path, expected),
+// everything else that escapes a case -> 3.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace bitcheck {
+
+enum ExitCode : int { exit_pass = 0, exit_findings = 1, exit_bad_input = 2, exit_internal = 3 };
+
+class BadInput : public std::runtime_error {
+ public:
+  BadInput(std::string file, std::string json_path, std::string expected)
+      : std::runtime_error(file + ": " + json_path + ": expected " + expected),
+        file_(std::move(file)),
+        json_path_(std::move(json_path)),
+        expected_(std::move(expected)) {}
+  const std::string& file() const { return file_; }
+  const std::string& json_path() const { return json_path_; }
+  const std::string& expected() const { return expected_; }
+
+ private:
+  std::string file_, json_path_, expected_;
+};
+
+}  // namespace bitcheck

@@ -1,0 +1,28 @@
+// Layouts: the same logical rows presented as different physical batches (alone, in a batch at
+// every position, shuffled, padded left/right/ragged with NaN pad slots, split into micro-batches).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bitcheck/op.h"
+
+namespace bitcheck {
+
+// The canonical layout for row outputs: each selected row computed alone (batch of 1).
+inline const char* const canonical_layout = "alone";
+// The canonical layout for reduction outputs: all tokens in one batch, in order.
+inline const char* const canonical_reduction_layout = "batch";
+
+const std::vector<std::string>& known_layouts();
+bool is_known_layout(const std::string& name);
+
+// Rows computed alone: all rows when rows <= alone_rows, else the first, the last and a
+// seed-determined sample, sorted.
+std::vector<std::int64_t> select_alone_rows(const CaseSpec& spec);
+
+// Builds a layout by name. `token_granularity` aligns micro-batch boundaries for token reductions.
+Layout make_layout(const std::string& name, const CaseSpec& spec,
+                   const std::vector<std::int64_t>& alone_rows, std::int64_t token_granularity);
+
+}  // namespace bitcheck

@@ -1,0 +1,171 @@
+// The op / impl / case model. An OpDef names its tensors and owns the FP32 reference; an Impl
+// computes the op on one backend for one physical batch (an Invocation of a layout). Ops and impls
+// are registered explicitly through register_all() in registry.cpp.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bitcheck/dtype.h"
+#include "bitcheck/tensor.h"
+
+namespace bitcheck {
+
+enum class Pass { forward, backward };
+std::string to_string(Pass pass);
+std::optional<Pass> parse_pass(const std::string& name);
+
+using Dims = std::map<std::string, std::int64_t>;
+std::string dims_string(const Dims& dims);  // "K=128,N=64"
+
+// One case: op x impl x dtype x pass x shape x batch x seed, run under a set of layouts.
+struct CaseSpec {
+  std::string op;
+  std::string impl;
+  std::string dtype_name;  // as written in the spec; may be out of scope (e.g. fp8)
+  DType dtype = DType::fp32;
+  Pass pass = Pass::forward;
+  Dims dims;              // op dimensions other than the batch (e.g. N, K)
+  std::int64_t rows = 1;  // logical rows (tokens) in the case: the batch size M
+  std::uint64_t seed = 1;
+  std::vector<std::string> layouts;
+  int repeats = 2;              // canonical runs for the determinism check (>= 2)
+  std::int64_t alone_rows = 64;  // rows computed alone (batch 1); all rows when rows <= this
+  std::string id() const;        // stable: "op/impl/dtype/pass/dims/M=rows/seed=s"
+  std::int64_t dim(const std::string& name) const;
+};
+
+enum class TensorRole {
+  row_input,         // one row per token; placed in slots by the layout; pad slots hold NaN
+  parameter,         // shared by all rows (weights, gains); identical in every layout
+  row_output,        // one row per token; compared per logical row across layouts
+  reduction_output,  // reduced over tokens (dW, dweight): fp32 accumulator, compared whole
+};
+std::string to_string(TensorRole role);
+
+enum class Generator {
+  uniform,  // counter_uniform(...) * scale, rounded to the tensor dtype
+  index,    // integer in [0, index_bound)
+};
+
+struct TensorDecl {
+  std::string name;
+  TensorRole role = TensorRole::row_input;
+  DType dtype = DType::fp32;
+  std::vector<std::int64_t> shape;  // row tensors: the shape of ONE row; others: the full shape
+  Generator generator = Generator::uniform;
+  float scale = 1.0f;
+  std::int64_t index_bound = 0;
+};
+
+// One physical batch presented to an impl: slot s holds logical row slot_rows[s] (-1 = padding).
+struct Invocation {
+  std::vector<std::int64_t> slot_rows;
+  std::int64_t slots() const { return static_cast<std::int64_t>(slot_rows.size()); }
+  std::int64_t valid_rows() const;
+};
+
+// A layout: the same logical rows presented as a sequence of invocations.
+struct Layout {
+  std::string name;
+  std::vector<Invocation> invocations;
+  // True when every logical row appears exactly once, in increasing order, across invocations:
+  // then reduction outputs (dW, dweight) must equal the canonical ones bit for bit.
+  bool covers_all_rows_in_order = false;
+};
+
+// The tensors of one invocation. Row tensors have `slots` rows; reduction outputs are fp32
+// accumulators that persist across the invocations of a layout (zero before the first).
+struct Batch {
+  const CaseSpec* spec = nullptr;
+  const Invocation* invocation = nullptr;
+  std::int64_t invocation_index = 0;
+  // Inputs are shared and immutable. `input_ids` gives each a process-unique id for its content
+  // (parameters keep theirs across invocations and cases), so a device impl can cache uploads.
+  std::map<std::string, std::shared_ptr<const Tensor>> inputs;
+  std::map<std::string, std::uint64_t> input_ids;
+  std::map<std::string, Tensor> outputs;
+  nlohmann::json impl_config;  // an impl records the configuration it used (e.g. a cuBLASLt pin)
+
+  const Tensor& in(const std::string& name) const;
+  Tensor& out(const std::string& name);
+  std::int64_t slots() const { return invocation->slots(); }
+  bool is_pad(std::int64_t slot) const { return invocation->slot_rows[slot] < 0; }
+};
+
+class Impl {
+ public:
+  virtual ~Impl() = default;
+  virtual std::string name() const = 0;
+  virtual std::string backend() const = 0;  // "cpu" or "cuda"
+  // false for a control: an impl that exists to prove the harness sees drift.
+  virtual bool claims_invariance() const = 0;
+  // For a control: the real failure it models. For an invariant impl: what fixes its order.
+  virtual std::string description() const = 0;
+  virtual bool supports(Pass pass) const = 0;
+  // A reason to skip the case (dtype or shape the impl does not handle), or nullopt to run it.
+  virtual std::optional<std::string> skip_reason(const CaseSpec&) const { return std::nullopt; }
+  // Micro-batch boundaries for token reductions fall on multiples of this many tokens.
+  virtual std::int64_t token_granularity() const { return 1; }
+  // For a control: whether it is expected to drift in this pass (a backward-only failure model
+  // keeps an invariant forward). Every (control, dtype, pass) group so marked must drift somewhere.
+  virtual bool expected_to_drift(Pass) const { return !claims_invariance(); }
+  // Computes the outputs of one invocation. Throws on failure (the case becomes `error`).
+  virtual void run(Batch& batch) = 0;
+};
+
+// Reference outputs for a subset of rows: row outputs for `rows` (in that order), reduction
+// outputs for the reduction tensor's rows listed in `reduction_rows`, all as fp32.
+struct ReferenceRequest {
+  std::vector<std::int64_t> rows;
+  std::vector<std::int64_t> reduction_rows;
+};
+
+struct OpDef {
+  std::string name;
+  std::string summary;
+  std::vector<std::string> dim_names;  // required shape dims in the spec, besides the batch
+  bool has_backward = true;
+  std::string tolerance_key;  // contract threshold row; defaults to name
+  // Tensors of a case (inputs and outputs) for its pass and dtype.
+  std::function<std::vector<TensorDecl>(const CaseSpec&)> tensors;
+  // Validates dims beyond presence (e.g. even head dim); returns a reason when invalid.
+  std::function<std::optional<std::string>(const CaseSpec&)> shape_problem;
+  // FP32 Eigen reference on the logical (dtype-rounded) inputs: `inputs` row tensors hold all
+  // logical rows in order. Fills `outputs` with one fp32 tensor per output, rows as requested.
+  std::function<void(const CaseSpec&, const std::map<std::string, Tensor>& inputs,
+                     const ReferenceRequest&, std::map<std::string, Tensor>& outputs)>
+      reference;
+};
+
+class Registry {
+ public:
+  void add_op(OpDef op);
+  void add_impl(const std::string& op, std::unique_ptr<Impl> impl);
+  // A backend that is compiled out or has no device: its impls' cases are skipped with the reason.
+  void set_backend_status(const std::string& backend, bool available, std::string reason);
+
+  const OpDef* find_op(const std::string& name) const;
+  Impl* find_impl(const std::string& op, const std::string& impl) const;
+  std::vector<const OpDef*> ops() const;  // registration order
+  std::vector<Impl*> impls(const std::string& op) const;
+  bool backend_available(const std::string& backend) const;
+  std::string backend_reason(const std::string& backend) const;
+  std::vector<std::string> backends() const;
+
+ private:
+  std::vector<OpDef> ops_;
+  std::map<std::string, std::vector<std::unique_ptr<Impl>>> impls_;
+  std::map<std::string, std::pair<bool, std::string>> backends_;
+};
+
+// The manifest: registers every op, the CPU backend and (when built) the CUDA backend.
+void register_all(Registry& registry);
+
+}  // namespace bitcheck

@@ -1,0 +1,62 @@
+// Sweep specs (sweeps/*.json): which ops, impls, dtypes, passes, shapes, batch sizes, layouts and
+// seeds to run, with defaults and per-op overrides; command-line filters; expansion into cases.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bitcheck/contract.h"
+#include "bitcheck/op.h"
+
+namespace bitcheck {
+
+struct OpSweep {
+  std::string op;
+  std::vector<std::string> impls;  // empty = every registered impl of the op
+  std::vector<std::string> dtypes;
+  std::vector<std::string> passes;
+  std::vector<std::string> layouts;
+  std::vector<std::uint64_t> seeds;
+  std::vector<std::int64_t> batches;
+  std::vector<Dims> shapes;
+  int repeats = 2;
+  std::int64_t alone_rows = 64;
+};
+
+struct SweepSpec {
+  std::string source;
+  std::string description;
+  std::vector<OpSweep> ops;
+};
+
+// Command-line filters and overrides; empty means "as the spec says".
+struct SweepOverrides {
+  std::vector<std::string> ops;  // "all" or names
+  std::vector<std::string> impls;
+  std::vector<std::string> dtypes;
+  std::vector<std::string> passes;
+  std::vector<std::string> layouts;
+  std::vector<std::int64_t> batches;
+  std::vector<std::uint64_t> seeds;
+  std::string backend = "auto";  // auto | cpu | cuda
+  std::optional<int> repeats;
+};
+
+SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& file,
+                           const Registry& registry, const Contract& contract);
+SweepSpec load_sweep_spec(const std::string& path, const Registry& registry,
+                          const Contract& contract);
+SweepSpec load_embedded_sweep_spec(const Registry& registry, const Contract& contract);
+const char* embedded_sweep_spec_json();
+
+// Validates overrides (BadInput naming the flag) and applies them.
+SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
+                          const Registry& registry, const Contract& contract);
+
+// The cartesian product, in spec order. Impls of an unavailable backend still yield cases (to be
+// skipped with the backend's reason) unless the backend was filtered out explicitly.
+std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& registry,
+                                   const SweepOverrides& overrides);
+
+}  // namespace bitcheck

@@ -1,0 +1,173 @@
+// Contract parsing and validation.
+#include "bitcheck/contract.h"
+
+#include <stdexcept>
+
+#include "bitcheck/error.h"
+#include "bitcheck/json_input.h"
+#include "bitcheck/op.h"
+
+namespace bitcheck {
+namespace {
+
+const char* const embedded_contract_label = "embedded:contract/contract.json";
+
+DTypeStatus parse_status(const JsonCursor& cursor) {
+  std::string text = cursor.as_string();
+  if (text == "mandatory") return DTypeStatus::mandatory;
+  if (text == "reference") return DTypeStatus::reference;
+  if (text == "optional") return DTypeStatus::optional;
+  if (text == "out_of_scope") return DTypeStatus::out_of_scope;
+  cursor.fail("one of mandatory, reference, optional, out_of_scope, got \"" + text + "\"");
+}
+
+void parse_dtypes(const JsonCursor& root, Contract& contract) {
+  JsonCursor dtypes = root.at("dtypes");
+  dtypes.expect_object();
+  for (const auto& name : dtypes.keys()) {
+    JsonCursor entry = dtypes.at(name);
+    entry.allow_only({"status", "note"});
+    if (name != "fp8" && !parse_dtype(name)) {
+      entry.fail("a dtype bitcheck knows (bf16, fp16, fp32, fp8)");
+    }
+    contract.dtypes[name] = parse_status(entry.at("status"));
+    contract.dtype_notes[name] = entry.at("note").as_string();
+    if (name == "fp8" && contract.dtypes[name] != DTypeStatus::out_of_scope) {
+      entry.at("status").fail("out_of_scope: fp8 has no impls in bitcheck");
+    }
+  }
+  auto status = [&](const std::string& dtype) {
+    auto it = contract.dtypes.find(dtype);
+    return it == contract.dtypes.end() ? std::optional<DTypeStatus>() : it->second;
+  };
+  if (status("bf16") != DTypeStatus::mandatory) {
+    throw BadInput(root.file(), "$.dtypes.bf16.status", "mandatory (bf16 is the training dtype)");
+  }
+  if (status("fp32") != DTypeStatus::reference) {
+    throw BadInput(root.file(), "$.dtypes.fp32.status", "reference (fp32 is the reference path)");
+  }
+}
+
+void parse_accumulation(const JsonCursor& root, Contract& contract) {
+  JsonCursor accumulation = root.at("accumulation");
+  for (const auto& dtype : accumulation.keys()) {
+    if (!contract.knows_dtype(dtype)) accumulation.at(dtype).fail("a dtype listed under $.dtypes");
+    contract.accumulation[dtype] = accumulation.at(dtype).as_string();
+  }
+  for (const char* narrow : {"bf16", "fp16"}) {
+    if (!contract.knows_dtype(narrow) || contract.dtypes[narrow] == DTypeStatus::out_of_scope) continue;
+    auto it = contract.accumulation.find(narrow);
+    if (it == contract.accumulation.end() || it->second != "fp32") {
+      throw BadInput(root.file(), std::string("$.accumulation.") + narrow,
+                     "\"fp32\" (bf16/fp16 inputs accumulate in fp32)");
+    }
+  }
+}
+
+void parse_thresholds(const JsonCursor& root, const Registry& registry, Contract& contract) {
+  JsonCursor thresholds = root.at("thresholds");
+  for (const auto& key : thresholds.keys()) {
+    JsonCursor per_dtype = thresholds.at(key);
+    bool known_key = false;
+    for (const OpDef* op : registry.ops()) known_key = known_key || op->tolerance_key == key;
+    if (!known_key) per_dtype.fail("a registered op's tolerance key (see `bitcheck list`)");
+    for (const auto& dtype : per_dtype.keys()) {
+      JsonCursor row = per_dtype.at(dtype);
+      row.allow_only({"atol", "rtol", "derivation"});
+      if (!contract.knows_dtype(dtype)) row.fail("a dtype listed under $.dtypes");
+      Threshold threshold;
+      threshold.atol = row.at("atol").as_number();
+      threshold.rtol = row.at("rtol").as_number();
+      if (threshold.atol < 0) row.at("atol").fail("a non-negative number");
+      if (threshold.rtol < 0) row.at("rtol").fail("a non-negative number");
+      threshold.derivation = row.at("derivation").as_string();
+      if (threshold.derivation.empty()) row.at("derivation").fail("a non-empty explanation");
+      contract.thresholds[key][dtype] = threshold;
+    }
+  }
+  // Every op needs a row for every dtype in scope: a missing row is a contract hole.
+  for (const OpDef* op : registry.ops()) {
+    for (const auto& [dtype, status] : contract.dtypes) {
+      if (status == DTypeStatus::out_of_scope) continue;
+      auto op_rows = contract.thresholds.find(op->tolerance_key);
+      if (op_rows == contract.thresholds.end() || !op_rows->second.count(dtype)) {
+        throw BadInput(root.file(), "$.thresholds." + op->tolerance_key + "." + dtype,
+                       "a threshold row {atol, rtol, derivation} (every op needs one per in-scope dtype)");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::string to_string(DTypeStatus status) {
+  switch (status) {
+    case DTypeStatus::mandatory: return "mandatory";
+    case DTypeStatus::reference: return "reference";
+    case DTypeStatus::optional: return "optional";
+    case DTypeStatus::out_of_scope: return "out_of_scope";
+  }
+  return "unknown";
+}
+
+std::optional<std::string> Contract::dtype_skip_reason(const std::string& dtype) const {
+  auto it = dtypes.find(dtype);
+  if (it == dtypes.end()) return "dtype " + dtype + " is not in the contract";
+  if (it->second != DTypeStatus::out_of_scope) return std::nullopt;
+  return "dtype " + dtype + " is out of scope in the contract (" + dtype_notes.at(dtype) + ")";
+}
+
+const Threshold& Contract::threshold(const std::string& key, const std::string& dtype) const {
+  auto rows = thresholds.find(key);
+  if (rows == thresholds.end() || !rows->second.count(dtype)) {
+    throw std::logic_error("contract has no threshold for " + key + "/" + dtype);
+  }
+  return rows->second.at(dtype);
+}
+
+nlohmann::json Contract::to_json() const {
+  nlohmann::json document;
+  document["source"] = source;
+  document["schema_version"] = schema_version;
+  for (const auto& [dtype, status] : dtypes) {
+    document["dtypes"][dtype] = {{"status", to_string(status)}, {"note", dtype_notes.at(dtype)}};
+  }
+  document["accumulation"] = accumulation;
+  document["tf32"] = {{"fp32_gemm_allows_tf32", fp32_gemm_allows_tf32}, {"reason", tf32_reason}};
+  for (const auto& [key, rows] : thresholds) {
+    for (const auto& [dtype, row] : rows) {
+      document["thresholds"][key][dtype] = {
+          {"atol", row.atol}, {"rtol", row.rtol}, {"derivation", row.derivation}};
+    }
+  }
+  return document;
+}
+
+Contract parse_contract(const nlohmann::json& document, const std::string& file,
+                        const Registry& registry) {
+  JsonCursor root(document, file);
+  root.expect_object();
+  root.allow_only({"schema_version", "description", "dtypes", "accumulation", "tf32", "thresholds"});
+  Contract contract;
+  contract.source = file;
+  contract.schema_version = static_cast<int>(root.at("schema_version").as_int(1, 1));
+  parse_dtypes(root, contract);
+  parse_accumulation(root, contract);
+  JsonCursor tf32 = root.at("tf32");
+  tf32.allow_only({"fp32_gemm_allows_tf32", "reason"});
+  contract.fp32_gemm_allows_tf32 = tf32.at("fp32_gemm_allows_tf32").as_bool();
+  contract.tf32_reason = tf32.at("reason").as_string();
+  parse_thresholds(root, registry, contract);
+  return contract;
+}
+
+Contract load_contract(const std::string& path, const Registry& registry) {
+  return parse_contract(load_json_file(path), path, registry);
+}
+
+Contract load_embedded_contract(const Registry& registry) {
+  return parse_contract(parse_json_text(embedded_contract_json(), embedded_contract_label),
+                        embedded_contract_label, registry);
+}
+
+}  // namespace bitcheck

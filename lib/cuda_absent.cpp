@@ -1,0 +1,15 @@
+// Stand-in for the CUDA backend in a CPU-only build: CUDA cases are skipped with this reason.
+#include "bitcheck/backends.h"
+#include "bitcheck/op.h"
+
+namespace bitcheck {
+
+void register_cuda_backend(Registry& registry) {
+  registry.set_backend_status("cuda", false, "bitcheck was built without the CUDA backend (no nvcc at configure time)");
+}
+
+nlohmann::json cuda_backend_meta() {
+  return {{"cuda_backend_built", false}};
+}
+
+}  // namespace bitcheck

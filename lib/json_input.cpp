@@ -1,0 +1,126 @@
+// Strict JSON input: BadInput with file, JSON path and expectation on any deviation.
+#include "bitcheck/json_input.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "bitcheck/error.h"
+
+namespace bitcheck {
+
+nlohmann::json load_json_file(const std::string& path) {
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) throw BadInput(path, "$", "a readable file (cannot open it)");
+  std::stringstream buffer;
+  buffer << stream.rdbuf();
+  if (stream.bad()) throw BadInput(path, "$", "a readable file (read failed)");
+  return parse_json_text(buffer.str(), path);
+}
+
+nlohmann::json parse_json_text(const std::string& text, const std::string& file_label) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& error) {
+    std::string message = error.what();
+    auto colon = message.find("parse error");
+    throw BadInput(file_label, "$",
+                   "valid JSON (" + (colon == std::string::npos ? message : message.substr(colon)) + ")");
+  }
+}
+
+std::string json_type_name(const nlohmann::json& node) {
+  if (node.is_number_integer()) return "integer";
+  if (node.is_number_float()) return "number";
+  return node.type_name();
+}
+
+void JsonCursor::fail(const std::string& expected) const { throw BadInput(file_, path_, expected); }
+
+void JsonCursor::expect_object() const {
+  if (!node_->is_object()) fail("an object, got " + json_type_name(*node_));
+}
+
+void JsonCursor::expect_array(bool allow_empty) const {
+  if (!node_->is_array()) fail("an array, got " + json_type_name(*node_));
+  if (!allow_empty && node_->empty()) fail("a non-empty array");
+}
+
+JsonCursor JsonCursor::at(const std::string& key) const {
+  expect_object();
+  auto it = node_->find(key);
+  if (it == node_->end()) throw BadInput(file_, path_ + "." + key, "a value (the field is missing)");
+  return JsonCursor(*it, file_, path_ + "." + key);
+}
+
+std::optional<JsonCursor> JsonCursor::find(const std::string& key) const {
+  expect_object();
+  auto it = node_->find(key);
+  if (it == node_->end()) return std::nullopt;
+  return JsonCursor(*it, file_, path_ + "." + key);
+}
+
+std::vector<JsonCursor> JsonCursor::items() const {
+  expect_array(true);
+  std::vector<JsonCursor> result;
+  for (std::size_t i = 0; i < node_->size(); ++i) {
+    result.emplace_back((*node_)[i], file_, path_ + "[" + std::to_string(i) + "]");
+  }
+  return result;
+}
+
+std::vector<std::string> JsonCursor::keys() const {
+  expect_object();
+  std::vector<std::string> result;
+  for (auto it = node_->begin(); it != node_->end(); ++it) result.push_back(it.key());
+  return result;
+}
+
+void JsonCursor::allow_only(std::initializer_list<const char*> allowed) const {
+  for (const auto& key : keys()) {
+    bool known = false;
+    for (const char* name : allowed) known = known || key == name;
+    if (known) continue;
+    std::string list;
+    for (const char* name : allowed) list += (list.empty() ? "" : ", ") + std::string(name);
+    throw BadInput(file_, path_ + "." + key, "no such field (allowed here: " + list + ")");
+  }
+}
+
+std::string JsonCursor::as_string() const {
+  if (!node_->is_string()) fail("a string, got " + json_type_name(*node_));
+  return node_->get<std::string>();
+}
+
+bool JsonCursor::as_bool() const {
+  if (!node_->is_boolean()) fail("true or false, got " + json_type_name(*node_));
+  return node_->get<bool>();
+}
+
+double JsonCursor::as_number() const {
+  if (!node_->is_number()) fail("a number, got " + json_type_name(*node_));
+  double value = node_->get<double>();
+  if (!std::isfinite(value)) fail("a finite number");
+  return value;
+}
+
+std::int64_t JsonCursor::as_int(std::int64_t minimum, std::int64_t maximum) const {
+  std::string range = "an integer in [" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]";
+  if (!node_->is_number_integer()) fail(range + ", got " + json_type_name(*node_));
+  std::int64_t value = node_->is_number_unsigned()
+                           ? static_cast<std::int64_t>(std::min<std::uint64_t>(
+                                 node_->get<std::uint64_t>(), static_cast<std::uint64_t>(INT64_MAX)))
+                           : node_->get<std::int64_t>();
+  if (value < minimum || value > maximum) fail(range + ", got " + std::to_string(value));
+  return value;
+}
+
+std::vector<std::string> JsonCursor::as_string_list() const {
+  if (node_->is_string()) return {node_->get<std::string>()};
+  expect_array();
+  std::vector<std::string> result;
+  for (const auto& item : items()) result.push_back(item.as_string());
+  return result;
+}
+
+}  // namespace bitcheck

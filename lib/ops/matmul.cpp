@@ -1,0 +1,51 @@
+// matmul: Y[M,N] = X[M,K] · W[N,K]^T (the QKV / MLP / LM-head projection). Backward: dX = dY · W
+// per row, dW = dY^T · X reduced over tokens (fp32 accumulator).
+#include <cmath>
+
+#include "ops/eigen_view.h"
+#include "ops/ops.h"
+
+namespace bitcheck {
+
+void register_matmul_op(Registry& registry) {
+  OpDef op;
+  op.name = "matmul";
+  op.summary = "Y = X·W^T; backward dX = dY·W (per row) and dW = dY^T·X (over tokens)";
+  op.dim_names = {"N", "K"};
+  op.tensors = [](const CaseSpec& spec) {
+    const std::int64_t n = spec.dim("N"), k = spec.dim("K");
+    // Weights scaled by 1/sqrt(K) keep outputs O(1) at every K, so one threshold row fits all K.
+    const float weight_scale = 1.0f / std::sqrt(static_cast<float>(k));
+    std::vector<TensorDecl> decls = {
+        {"x", TensorRole::row_input, spec.dtype, {k}},
+        {"w", TensorRole::parameter, spec.dtype, {n, k}, Generator::uniform, weight_scale},
+    };
+    if (spec.pass == Pass::forward) {
+      decls.push_back({"y", TensorRole::row_output, spec.dtype, {n}});
+    } else {
+      decls.push_back({"dy", TensorRole::row_input, spec.dtype, {n}});
+      decls.push_back({"dx", TensorRole::row_output, spec.dtype, {k}});
+      decls.push_back({"dw", TensorRole::reduction_output, DType::fp32, {n, k}});
+    }
+    return decls;
+  };
+  op.reference = [](const CaseSpec& spec, const std::map<std::string, Tensor>& inputs,
+                    const ReferenceRequest& request, std::map<std::string, Tensor>& outputs) {
+    MatrixF w = to_matrix(inputs.at("w"));
+    if (spec.pass == Pass::forward) {
+      outputs["y"] = from_matrix(to_matrix(inputs.at("x"), request.rows) * w.transpose());
+      return;
+    }
+    outputs["dx"] = from_matrix(to_matrix(inputs.at("dy"), request.rows) * w);
+    MatrixF dy = to_matrix(inputs.at("dy"));
+    MatrixF x = to_matrix(inputs.at("x"));
+    MatrixF dw(static_cast<Eigen::Index>(request.reduction_rows.size()), x.cols());
+    for (std::size_t i = 0; i < request.reduction_rows.size(); ++i) {
+      dw.row(static_cast<Eigen::Index>(i)) = dy.col(request.reduction_rows[i]).transpose() * x;
+    }
+    outputs["dw"] = from_matrix(dw);
+  };
+  registry.add_op(std::move(op));
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,21 @@
+// The manifest: every op and impl is registered here, explicitly, in a fixed order (the order the
+// status matrix and "first failing op" use).
+#include "bitcheck/backends.h"
+#include "bitcheck/op.h"
+#include "cpu/cpu_impls.h"
+#include "ops/ops.h"
+
+namespace bitcheck {
+
+void register_all(Registry& registry) {
+  register_matmul_op(registry);
+  register_rmsnorm_op(registry);
+
+  registry.set_backend_status("cpu", true, "");
+  register_matmul_cpu(registry);
+  register_rmsnorm_cpu(registry);
+
+  register_cuda_backend(registry);
+}
+
+}  // namespace bitcheck

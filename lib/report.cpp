@@ -1,0 +1,299 @@
+// Report construction, status matrix, summary, atomic writes and the terminal rendering.
+#include "bitcheck/report.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "bitcheck/dtype.h"
+
+namespace bitcheck {
+namespace {
+
+nlohmann::json mismatch_to_json(const Mismatch& mismatch, DType dtype) {
+  return {{"row", mismatch.row},
+          {"column", mismatch.column},
+          {"expected", mismatch.expected},
+          {"actual", mismatch.actual},
+          {"expected_bits", hex_bits(dtype, mismatch.expected_bits)},
+          {"actual_bits", hex_bits(dtype, mismatch.actual_bits)}};
+}
+
+// JSON has no Inf/NaN: a non-finite magnitude is written as a string.
+nlohmann::json number(double value) {
+  if (std::isfinite(value)) return value;
+  return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
+}
+
+}  // namespace
+
+nlohmann::json drift_to_json(const DriftMetrics& metrics) {
+  nlohmann::json j = {{"layout", metrics.layout},
+                      {"reference_layout", metrics.reference_layout},
+                      {"tensor", metrics.tensor},
+                      {"dtype", to_string(metrics.dtype)},
+                      {"compared", metrics.compared},
+                      {"mismatch_count", metrics.mismatch_count},
+                      {"rows_differing", metrics.rows_differing},
+                      {"differing_rows", metrics.differing_rows},
+                      {"max_abs_diff", number(metrics.max_abs_diff)},
+                      {"max_rel_diff", number(metrics.max_rel_diff)},
+                      {"max_ulp_distance", metrics.max_ulp_distance}};
+  if (metrics.first_mismatch) j["first_mismatch"] = mismatch_to_json(*metrics.first_mismatch, metrics.dtype);
+  return j;
+}
+
+nlohmann::json case_to_json(const CaseResult& result) {
+  const CaseSpec& spec = result.spec;
+  nlohmann::json j = {{"id", spec.id()},
+                      {"op", spec.op},
+                      {"impl", spec.impl},
+                      {"backend", result.backend},
+                      {"control", result.is_control},
+                      {"dtype", spec.dtype_name},
+                      {"pass", to_string(spec.pass)},
+                      {"dims", spec.dims},
+                      {"rows", spec.rows},
+                      {"seed", spec.seed},
+                      {"repeats", spec.repeats},
+                      {"alone_rows", spec.alone_rows},
+                      {"layouts", spec.layouts},
+                      {"verdict", to_string(result.verdict)}};
+  if (!result.reason.empty()) j["reason"] = result.reason;
+  if (result.verdict == Verdict::skipped) return j;
+  if (result.is_control) j["expected_to_drift"] = result.expected_to_drift;
+  j["layouts_run"] = result.layouts_run;
+  j["layout_comparisons"] = result.layout_comparisons;
+  j["drift"] = nlohmann::json::array();
+  for (const auto& d : result.drift) j["drift"].push_back(drift_to_json(d));
+  j["nondeterminism"] = nlohmann::json::array();
+  for (const auto& d : result.nondeterminism) j["nondeterminism"].push_back(drift_to_json(d));
+  j["accuracy"] = nlohmann::json::array();
+  for (const auto& a : result.accuracy) {
+    nlohmann::json aj = {{"tensor", a.tensor},       {"compared", a.compared},
+                         {"violations", a.violations}, {"nan_count", a.nan_count},
+                         {"max_abs_error", number(a.max_abs_error)},
+                         {"max_rel_error", number(a.max_rel_error)},
+                         {"atol", a.atol},           {"rtol", a.rtol},
+                         {"passed", a.passed()}};
+    if (a.worst) {
+      aj["worst"] = {{"row", a.worst->row}, {"column", a.worst->column},
+                     {"reference", a.worst->expected}, {"actual", a.worst->actual}};
+    }
+    j["accuracy"].push_back(aj);
+  }
+  if (!result.fingerprint.empty()) j["fingerprint"] = result.fingerprint;
+  if (!result.impl_config.is_null()) j["impl_config"] = result.impl_config;
+  j["timings"] = {{"impl_seconds", result.timings.impl_seconds},
+                  {"reference_seconds", result.timings.reference_seconds},
+                  {"compare_seconds", result.timings.compare_seconds},
+                  {"inputs_seconds", result.timings.inputs_seconds},
+                  {"total_seconds", result.timings.total_seconds}};
+  return j;
+}
+
+StatusMatrix build_matrix(const std::vector<CaseResult>& results, const std::vector<std::string>& op_order) {
+  StatusMatrix matrix;
+  std::set<std::string> ops_seen, dtypes_seen;
+  for (const auto& r : results) {
+    if (r.is_control) continue;
+    ops_seen.insert(r.spec.op);
+    dtypes_seen.insert(r.spec.dtype_name);
+    MatrixCell& cell = matrix.cells[r.spec.op][r.spec.dtype_name][to_string(r.spec.pass)];
+    cell.counts[to_string(r.verdict)]++;
+    if (cell.status.empty() || severity(r.verdict) > severity(*parse_verdict(cell.status))) {
+      cell.status = to_string(r.verdict);
+    }
+  }
+  for (const auto& op : op_order) {
+    if (ops_seen.count(op)) matrix.ops.push_back(op);
+  }
+  for (const char* dtype : {"bf16", "fp32", "fp16", "fp8"}) {
+    if (dtypes_seen.count(dtype)) matrix.dtypes.push_back(dtype);
+  }
+  return matrix;
+}
+
+nlohmann::json matrix_to_json(const StatusMatrix& matrix) {
+  nlohmann::json j = {{"ops", matrix.ops}, {"dtypes", matrix.dtypes}, {"passes", {"forward", "backward"}}};
+  j["cells"] = nlohmann::json::object();
+  for (const auto& [op, by_dtype] : matrix.cells) {
+    for (const auto& [dtype, by_pass] : by_dtype) {
+      for (const auto& [pass, cell] : by_pass) {
+        j["cells"][op][dtype][pass] = {{"status", cell.status}, {"counts", cell.counts}};
+      }
+    }
+  }
+  return j;
+}
+
+Summary summarize(const std::vector<CaseResult>& results, const std::vector<std::string>& op_order) {
+  Summary summary;
+  summary.cases = static_cast<std::int64_t>(results.size());
+  std::map<std::string, ControlGroup> groups;
+  bool any_error = false, any_finding = false;
+  for (const auto& r : results) {
+    if (r.is_control) {
+      if (!r.expected_to_drift || r.verdict == Verdict::skipped) continue;
+      std::string key = r.spec.op + "/" + r.spec.impl + "/" + r.spec.dtype_name + "/" + to_string(r.spec.pass);
+      ControlGroup& group = groups[key];
+      group.op = r.spec.op;
+      group.impl = r.spec.impl;
+      group.dtype = r.spec.dtype_name;
+      group.pass = to_string(r.spec.pass);
+      group.cases++;
+      if (r.verdict == Verdict::drift || r.verdict == Verdict::nondeterministic) group.drifted++;
+      if (r.verdict == Verdict::error) any_error = true;
+      continue;
+    }
+    summary.verdicts[to_string(r.verdict)]++;
+    any_error = any_error || r.verdict == Verdict::error;
+    any_finding = any_finding || (is_failure(r.verdict) && r.verdict != Verdict::error);
+  }
+  for (const auto& op : op_order) {
+    for (const auto& r : results) {
+      if (r.is_control || r.spec.op != op || !is_failure(r.verdict)) continue;
+      summary.first_failing_op = op;
+      summary.first_failing_case = r.spec.id();
+      break;
+    }
+    if (summary.first_failing_op) break;
+  }
+  for (const auto& [key, group] : groups) {
+    summary.controls.push_back(group);
+    if (group.lost_sight()) {
+      summary.harness_failures.push_back("control " + group.op + "/" + group.impl + " " + group.dtype + " " +
+                                         group.pass + " did not drift in any of its " +
+                                         std::to_string(group.cases) + " cases: the harness lost its sight");
+    }
+  }
+  summary.exit_code = any_error ? 3 : (any_finding || !summary.harness_failures.empty()) ? 1 : 0;
+  return summary;
+}
+
+nlohmann::json summary_to_json(const Summary& summary) {
+  nlohmann::json j = {{"cases", summary.cases}, {"verdicts", summary.verdicts}, {"exit_code", summary.exit_code}};
+  j["first_failing_op"] = summary.first_failing_op ? nlohmann::json(*summary.first_failing_op) : nlohmann::json();
+  j["first_failing_case"] = summary.first_failing_case ? nlohmann::json(*summary.first_failing_case) : nlohmann::json();
+  j["harness_failures"] = summary.harness_failures;
+  j["controls"] = nlohmann::json::array();
+  for (const auto& g : summary.controls) {
+    j["controls"].push_back({{"op", g.op}, {"impl", g.impl}, {"dtype", g.dtype}, {"pass", g.pass},
+                             {"cases", g.cases}, {"drifted", g.drifted}, {"lost_sight", g.lost_sight()}});
+  }
+  return j;
+}
+
+nlohmann::json build_report(const RunMeta& meta, const nlohmann::json& environment,
+                            const std::vector<CaseResult>& results, const std::vector<std::string>& op_order) {
+  nlohmann::json report;
+  report["schema_version"] = report_schema_version;
+  report["tool"] = "bitcheck";
+  nlohmann::json meta_json = environment;
+  meta_json["argv"] = meta.argv;
+  meta_json["command_line"] = [&] {
+    std::string line;
+    for (const auto& arg : meta.argv) line += (line.empty() ? "" : " ") + arg;
+    return line;
+  }();
+  meta_json["spec"] = meta.spec_source;
+  meta_json["contract"] = meta.contract_source;
+  meta_json["started_at"] = meta.started_at;
+  meta_json["wall_seconds"] = meta.wall_seconds;
+  meta_json["interrupted"] = meta.interrupted;
+  report["meta"] = meta_json;
+  report["results"] = nlohmann::json::array();
+  for (const auto& r : results) report["results"].push_back(case_to_json(r));
+  Summary summary = summarize(results, op_order);
+  report["summary"] = summary_to_json(summary);
+  report["first_failing_op"] = report["summary"]["first_failing_op"];
+  report["status_matrix"] = matrix_to_json(build_matrix(results, op_order));
+  return report;
+}
+
+void write_file_atomically(const std::string& path, const std::string& contents) {
+  std::filesystem::path target(path);
+  std::filesystem::path temporary = target;
+  temporary += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
+    if (!stream) throw std::runtime_error("cannot write " + temporary.string());
+    stream << contents;
+    stream.flush();
+    if (!stream) {
+      stream.close();
+      std::filesystem::remove(temporary);
+      throw std::runtime_error("write failed: " + temporary.string());
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, target, error);
+  if (error) {
+    std::filesystem::remove(temporary);
+    throw std::runtime_error("cannot rename " + temporary.string() + " to " + path + ": " + error.message());
+  }
+}
+
+std::string render_terminal_summary(const nlohmann::json& report) {
+  std::ostringstream out;
+  const auto& matrix = report["status_matrix"];
+  out << "status matrix (invariant impls; cells: forward / backward)\n";
+  out << "  " << std::string(12, ' ');
+  for (const auto& dtype : matrix["dtypes"]) {
+    char cell[40];
+    std::snprintf(cell, sizeof cell, "%-34s", dtype.get<std::string>().c_str());
+    out << cell;
+  }
+  out << "\n";
+  for (const auto& op : matrix["ops"]) {
+    char name[20];
+    std::snprintf(name, sizeof name, "  %-12s", op.get<std::string>().c_str());
+    out << name;
+    for (const auto& dtype : matrix["dtypes"]) {
+      std::string text;
+      for (const char* pass : {"forward", "backward"}) {
+        const auto* cell = matrix["cells"].contains(op.get<std::string>()) &&
+                                   matrix["cells"][op.get<std::string>()].contains(dtype.get<std::string>()) &&
+                                   matrix["cells"][op.get<std::string>()][dtype.get<std::string>()].contains(pass)
+                               ? &matrix["cells"][op.get<std::string>()][dtype.get<std::string>()][pass]
+                               : nullptr;
+        std::string status = cell ? (*cell)["status"].get<std::string>() : "-";
+        std::int64_t count = 0;
+        if (cell) {
+          for (const auto& [verdict, n] : (*cell)["counts"].items()) count += n.get<std::int64_t>();
+        }
+        text += (text.empty() ? "" : " / ") + status + (cell ? "(" + std::to_string(count) + ")" : "");
+      }
+      char cell_text[40];
+      std::snprintf(cell_text, sizeof cell_text, "%-34s", text.c_str());
+      out << cell_text;
+    }
+    out << "\n";
+  }
+  const auto& summary = report["summary"];
+  std::int64_t groups = 0, drifted = 0;
+  for (const auto& g : summary["controls"]) {
+    ++groups;
+    if (!g["lost_sight"].get<bool>()) ++drifted;
+  }
+  out << "controls: " << drifted << "/" << groups << " (control x dtype x pass) groups drifted as expected\n";
+  for (const auto& failure : summary["harness_failures"]) out << "HARNESS FAILURE: " << failure.get<std::string>() << "\n";
+  out << "verdicts:";
+  for (const auto& [verdict, n] : summary["verdicts"].items()) out << " " << verdict << "=" << n.get<std::int64_t>();
+  out << "\n";
+  if (summary["first_failing_op"].is_null()) {
+    out << "first failing op: none\n";
+  } else {
+    out << "first failing op: " << summary["first_failing_op"].get<std::string>() << " (case "
+        << summary["first_failing_case"].get<std::string>() << ")\n";
+  }
+  return out.str();
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,257 @@
+// Sweep-spec parsing, override validation and case expansion.
+#include "bitcheck/spec.h"
+
+#include <algorithm>
+#include <set>
+
+#include "bitcheck/error.h"
+#include "bitcheck/json_input.h"
+#include "bitcheck/layout.h"
+
+namespace bitcheck {
+namespace {
+
+const char* const embedded_spec_label = "embedded:sweeps/default.json";
+const char* const command_line = "command line";
+constexpr std::int64_t max_batch = 1 << 20;
+constexpr std::int64_t max_dim = 1 << 24;
+
+bool contains(const std::vector<std::string>& list, const std::string& value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+void check_dtype(const Contract& contract, const std::string& dtype, const JsonCursor& at) {
+  if (!contract.knows_dtype(dtype)) {
+    at.fail("a dtype named in the contract (bf16, fp16, fp32, fp8), got \"" + dtype + "\"");
+  }
+}
+
+std::vector<std::string> parse_names(const JsonCursor& cursor,
+                                     const std::function<void(const std::string&, const JsonCursor&)>& check) {
+  std::vector<std::string> names;
+  if (cursor.node().is_string()) {
+    names.push_back(cursor.as_string());
+    check(names.back(), cursor);
+    return names;
+  }
+  for (const auto& item : cursor.items()) {
+    names.push_back(item.as_string());
+    check(names.back(), item);
+  }
+  if (names.empty()) cursor.fail("a non-empty list");
+  return names;
+}
+
+// Reads the fields shared by "defaults" and each op entry into `sweep`.
+void parse_common(const JsonCursor& node, const Registry& registry, const Contract& contract,
+                  const OpDef* op, OpSweep& sweep) {
+  if (auto impls = node.find("impls")) {
+    if (impls->node().is_string() && impls->as_string() == "all") {
+      sweep.impls.clear();
+    } else {
+      sweep.impls = parse_names(*impls, [&](const std::string& name, const JsonCursor& at) {
+        if (op && !registry.find_impl(op->name, name)) {
+          std::string known;
+          for (Impl* impl : registry.impls(op->name)) known += (known.empty() ? "" : ", ") + impl->name();
+          at.fail("an impl of " + op->name + " (" + known + "), got \"" + name + "\"");
+        }
+      });
+    }
+  }
+  if (auto dtypes = node.find("dtypes")) {
+    sweep.dtypes = parse_names(*dtypes, [&](const std::string& name, const JsonCursor& at) {
+      check_dtype(contract, name, at);
+    });
+  }
+  if (auto passes = node.find("passes")) {
+    sweep.passes = parse_names(*passes, [](const std::string& name, const JsonCursor& at) {
+      if (!parse_pass(name)) at.fail("\"forward\" or \"backward\", got \"" + name + "\"");
+    });
+  }
+  if (auto layouts = node.find("layouts")) {
+    sweep.layouts = parse_names(*layouts, [](const std::string& name, const JsonCursor& at) {
+      if (!is_known_layout(name)) at.fail("a layout (alone, batch, shuffled, pad_right, pad_left, ragged, microbatch), got \"" + name + "\"");
+    });
+  }
+  if (auto seeds = node.find("seeds")) {
+    sweep.seeds.clear();
+    for (const auto& item : seeds->items()) {
+      sweep.seeds.push_back(static_cast<std::uint64_t>(item.as_int(0, INT64_MAX)));
+    }
+    if (sweep.seeds.empty()) seeds->fail("a non-empty list of seeds");
+  }
+  if (auto batches = node.find("batches")) {
+    sweep.batches.clear();
+    for (const auto& item : batches->items()) sweep.batches.push_back(item.as_int(1, max_batch));
+    if (sweep.batches.empty()) batches->fail("a non-empty list of batch sizes");
+  }
+  if (auto repeats = node.find("repeats")) sweep.repeats = static_cast<int>(repeats->as_int(2, 100));
+  if (auto alone = node.find("alone_rows")) sweep.alone_rows = alone->as_int(1, max_batch);
+}
+
+std::vector<Dims> parse_shapes(const JsonCursor& shapes, const OpDef& op) {
+  std::vector<Dims> result;
+  for (const auto& shape : shapes.items()) {
+    shape.expect_object();
+    Dims dims;
+    for (const auto& key : shape.keys()) {
+      if (!contains(op.dim_names, key)) {
+        std::string names;
+        for (const auto& name : op.dim_names) names += (names.empty() ? "" : ", ") + name;
+        shape.at(key).fail("no such dim for " + op.name + " (its dims: " + names + ")");
+      }
+      dims[key] = shape.at(key).as_int(1, max_dim);
+    }
+    for (const auto& name : op.dim_names) {
+      if (!dims.count(name)) shape.at(name);  // throws: missing field
+    }
+    result.push_back(dims);
+  }
+  if (result.empty()) shapes.fail("a non-empty list of shapes");
+  return result;
+}
+
+}  // namespace
+
+SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& file,
+                           const Registry& registry, const Contract& contract) {
+  JsonCursor root(document, file);
+  root.expect_object();
+  root.allow_only({"schema_version", "description", "defaults", "ops"});
+  root.at("schema_version").as_int(1, 1);
+  SweepSpec spec;
+  spec.source = file;
+  if (auto description = root.find("description")) spec.description = description->as_string();
+
+  OpSweep defaults;
+  defaults.dtypes = {"bf16", "fp32", "fp16"};
+  defaults.passes = {"forward", "backward"};
+  defaults.layouts = known_layouts();
+  defaults.seeds = {1};
+  defaults.batches = {1, 2, 3, 7, 16, 33};
+  if (auto node = root.find("defaults")) {
+    node->allow_only({"impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats", "alone_rows"});
+    parse_common(*node, registry, contract, nullptr, defaults);
+  }
+
+  JsonCursor ops = root.at("ops");
+  ops.expect_object();
+  if (ops.keys().empty()) ops.fail("at least one op");
+  for (const auto& name : ops.keys()) {
+    JsonCursor entry = ops.at(name);
+    const OpDef* op = registry.find_op(name);
+    if (!op) {
+      std::string known;
+      for (const OpDef* candidate : registry.ops()) known += (known.empty() ? "" : ", ") + candidate->name;
+      entry.fail("a registered op (" + known + "), got \"" + name + "\"");
+    }
+    entry.allow_only({"impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats",
+                      "alone_rows", "shapes"});
+    OpSweep sweep = defaults;
+    sweep.op = name;
+    parse_common(entry, registry, contract, op, sweep);
+    sweep.shapes = parse_shapes(entry.at("shapes"), *op);
+    spec.ops.push_back(sweep);
+  }
+  return spec;
+}
+
+SweepSpec load_sweep_spec(const std::string& path, const Registry& registry,
+                          const Contract& contract) {
+  return parse_sweep_spec(load_json_file(path), path, registry, contract);
+}
+
+SweepSpec load_embedded_sweep_spec(const Registry& registry, const Contract& contract) {
+  return parse_sweep_spec(parse_json_text(embedded_sweep_spec_json(), embedded_spec_label),
+                          embedded_spec_label, registry, contract);
+}
+
+SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
+                          const Registry& registry, const Contract& contract) {
+  auto fail = [](const std::string& flag, const std::string& expected) {
+    throw BadInput(command_line, flag, expected);
+  };
+  for (const auto& op : overrides.ops) {
+    if (op != "all" && !registry.find_op(op)) fail("--op", "\"all\" or a registered op (see `bitcheck list`), got \"" + op + "\"");
+  }
+  for (const auto& impl : overrides.impls) {
+    bool found = false;
+    for (const OpDef* op : registry.ops()) found = found || registry.find_impl(op->name, impl);
+    if (!found) fail("--impl", "an impl name (see `bitcheck list`), got \"" + impl + "\"");
+  }
+  for (const auto& dtype : overrides.dtypes) {
+    if (!contract.knows_dtype(dtype)) fail("--dtype", "a dtype named in the contract (bf16, fp16, fp32, fp8), got \"" + dtype + "\"");
+  }
+  for (const auto& pass : overrides.passes) {
+    if (!parse_pass(pass)) fail("--pass", "forward or backward, got \"" + pass + "\"");
+  }
+  for (const auto& layout : overrides.layouts) {
+    if (!is_known_layout(layout)) fail("--layout", "a layout name, got \"" + layout + "\"");
+  }
+  for (std::int64_t batch : overrides.batches) {
+    if (batch <= 0 || batch > max_batch) fail("--batch", "a batch size in [1, " + std::to_string(max_batch) + "], got " + std::to_string(batch));
+  }
+  if (overrides.backend != "auto" && overrides.backend != "cpu" && overrides.backend != "cuda") {
+    fail("--backend", "auto, cpu or cuda, got \"" + overrides.backend + "\"");
+  }
+  if (overrides.repeats && *overrides.repeats < 2) fail("--repeats", "at least 2 (the determinism check compares two runs)");
+
+  bool all_ops = overrides.ops.empty() || contains(overrides.ops, "all");
+  std::vector<OpSweep> kept;
+  for (auto& sweep : spec.ops) {
+    if (!all_ops && !contains(overrides.ops, sweep.op)) continue;
+    if (!overrides.dtypes.empty()) sweep.dtypes = overrides.dtypes;
+    if (!overrides.passes.empty()) sweep.passes = overrides.passes;
+    if (!overrides.layouts.empty()) sweep.layouts = overrides.layouts;
+    if (!overrides.batches.empty()) sweep.batches = overrides.batches;
+    if (!overrides.seeds.empty()) sweep.seeds = overrides.seeds;
+    if (overrides.repeats) sweep.repeats = *overrides.repeats;
+    kept.push_back(sweep);
+  }
+  if (kept.empty()) fail("--op", "an op that the sweep spec " + spec.source + " lists");
+  spec.ops = kept;
+  return spec;
+}
+
+std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& registry,
+                                   const SweepOverrides& overrides) {
+  std::vector<CaseSpec> cases;
+  for (const auto& sweep : spec.ops) {
+    std::vector<Impl*> impls;
+    if (sweep.impls.empty()) {
+      impls = registry.impls(sweep.op);
+    } else {
+      for (const auto& name : sweep.impls) impls.push_back(registry.find_impl(sweep.op, name));
+    }
+    for (Impl* impl : impls) {
+      if (!overrides.impls.empty() && !contains(overrides.impls, impl->name())) continue;
+      if (overrides.backend != "auto" && impl->backend() != overrides.backend) continue;
+      for (const auto& dtype_name : sweep.dtypes) {
+        for (const auto& pass_name : sweep.passes) {
+          for (const auto& dims : sweep.shapes) {
+            for (std::int64_t rows : sweep.batches) {
+              for (std::uint64_t seed : sweep.seeds) {
+                CaseSpec c;
+                c.op = sweep.op;
+                c.impl = impl->name();
+                c.dtype_name = dtype_name;
+                c.dtype = parse_dtype(dtype_name).value_or(DType::fp32);
+                c.pass = *parse_pass(pass_name);
+                c.dims = dims;
+                c.rows = rows;
+                c.seed = seed;
+                c.layouts = sweep.layouts;
+                c.repeats = sweep.repeats;
+                c.alone_rows = sweep.alone_rows;
+                cases.push_back(c);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,83 @@
+// `bitcheck sweep`: loads the contract and spec, expands cases, runs them with a progress line,
+// writes the report atomically and prints the status matrix and the first failing op.
+#include "bitcheck/sweep.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include "bitcheck/backends.h"
+#include "bitcheck/build_info.h"
+#include "bitcheck/error.h"
+#include "bitcheck/report.h"
+#include "bitcheck/runner.h"
+
+namespace bitcheck {
+
+std::string utc_timestamp() {
+  std::time_t now = std::time(nullptr);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return buffer;
+}
+
+nlohmann::json environment_meta() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  nlohmann::json meta = {{"bitcheck_version", version_string()},
+                         {"git_revision", git_revision()},
+                         {"host", host},
+                         {"compile_flags", compile_flags()}};
+  meta["cuda"] = cuda_backend_meta();
+  return meta;
+}
+
+Contract load_contract_or_embedded(const std::string& path, const Registry& registry) {
+  return path.empty() ? load_embedded_contract(registry) : load_contract(path, registry);
+}
+
+int run_sweep(const SweepOptions& options, const Registry& registry) {
+  auto start = std::chrono::steady_clock::now();
+  Contract contract = load_contract_or_embedded(options.contract_path, registry);
+  SweepSpec spec = options.spec_path.empty() ? load_embedded_sweep_spec(registry, contract)
+                                             : load_sweep_spec(options.spec_path, registry, contract);
+  spec = apply_overrides(spec, options.overrides, registry, contract);
+  std::vector<CaseSpec> cases = expand_cases(spec, registry, options.overrides);
+  if (cases.empty()) throw BadInput("command line", "--impl/--backend", "filters that leave at least one case");
+
+  std::filesystem::create_directories(options.out_dir);
+  RunMeta meta;
+  meta.argv = options.argv;
+  meta.spec_source = spec.source;
+  meta.contract_source = contract.source;
+  meta.started_at = utc_timestamp();
+
+  const bool show_progress = options.progress && isatty(STDERR_FILENO);
+  Runner runner(registry, contract);
+  std::vector<CaseResult> results;
+  results.reserve(cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    if (show_progress) {
+      std::cerr << "\r\033[K[" << (i + 1) << "/" << cases.size() << "] " << cases[i].id() << std::flush;
+    }
+    results.push_back(runner.run_case(cases[i]));
+  }
+  if (show_progress) std::cerr << "\r\033[K";
+
+  std::vector<std::string> op_order;
+  for (const OpDef* op : registry.ops()) op_order.push_back(op->name);
+  meta.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  nlohmann::json report = build_report(meta, environment_meta(), results, op_order);
+  std::string path = (std::filesystem::path(options.out_dir) / options.report_name).string();
+  write_file_atomically(path, report.dump(1) + "\n");
+
+  std::cout << render_terminal_summary(report);
+  std::cout << "report: " << path << " (" << cases.size() << " cases, "
+            << static_cast<int>(meta.wall_seconds + 0.5) << " s)\n";
+  return report["summary"]["exit_code"].get<int>();
+}
+
+}  // namespace bitcheck
