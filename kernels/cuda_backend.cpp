@@ -2,6 +2,8 @@
 // Impls are registered even without a device so their cases are skipped with the reason.
 #include "bitcheck/backends.h"
 #include "bitcheck/op.h"
+#include "cuda_impls.h"
+#include "matmul/pin_table.h"
 #include "runtime.h"
 
 namespace bitcheck {
@@ -9,6 +11,16 @@ namespace bitcheck {
 void register_cuda_backend(Registry& registry) {
   cuda::DeviceInfo device = cuda::query_device();
   registry.set_backend_status("cuda", device.available, device.unavailable_reason);
+  register_matmul_cuda(registry);
+  register_rmsnorm_cuda(registry);
+  register_add_rmsnorm_cuda(registry);
+  register_elementwise_cuda(registry);
+  register_rope_cuda(registry);
+  register_embedding_cuda(registry);
+  register_lm_head_cuda(registry);
+  register_logprob_cuda(registry);
+  register_lm_head_logprob_cuda(registry);
+  register_attention_cuda(registry);
 }
 
 nlohmann::json cuda_backend_meta() {
@@ -27,6 +39,21 @@ nlohmann::json cuda_backend_meta() {
   meta["cuda_runtime_version"] = device.runtime_version;
   meta["cublaslt_version"] = device.cublaslt_version;
   return meta;
+}
+
+void configure_cuda_backend(const CudaBackendOptions& options) {
+  cuda::PinTable::instance().configure(options.pin_file, options.write_pins);
+}
+
+std::string finish_cuda_backend() {
+  cuda::PinTable& pins = cuda::PinTable::instance();
+  pins.write_back_if_requested();
+  return "";
+}
+
+double cuda_copy_bandwidth_gbps() {
+  if (!cuda::query_device().available) return -1.0;
+  return cuda::measure_copy_bandwidth_gbps(std::size_t(1) << 30, 20);
 }
 
 }  // namespace bitcheck

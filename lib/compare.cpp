@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 namespace bitcheck {
@@ -26,11 +27,18 @@ void DriftComparator::compare_row(std::int64_t logical_row, const Tensor& expect
                                   std::int64_t expected_row, const Tensor& actual,
                                   std::int64_t actual_row) {
   const std::int64_t width = expected.row_size();
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(expected.dtype());
+  metrics_.compared += width;
+  // Fast path: identical rows (the common case) are one memcmp.
+  if (std::memcmp(static_cast<const std::byte*>(expected.data()) + row_bytes * static_cast<std::size_t>(expected_row),
+                  static_cast<const std::byte*>(actual.data()) + row_bytes * static_cast<std::size_t>(actual_row),
+                  row_bytes) == 0) {
+    return;
+  }
   bool row_differs = false;
   for (std::int64_t column = 0; column < width; ++column) {
     std::uint32_t e_bits = expected.bits(expected_row * width + column);
     std::uint32_t a_bits = actual.bits(actual_row * width + column);
-    ++metrics_.compared;
     if (e_bits == a_bits) continue;
     row_differs = true;
     ++metrics_.mismatch_count;
@@ -57,17 +65,20 @@ void DriftComparator::compare_row(std::int64_t logical_row, const Tensor& expect
 AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
                                const std::vector<std::int64_t>& actual_rows,
                                const Tensor& reference, const std::vector<std::int64_t>& row_ids,
-                               double atol, double rtol) {
+                               double atol, double rtol, const std::vector<std::int64_t>& columns) {
   AccuracyMetrics metrics;
   metrics.tensor = tensor;
   metrics.atol = atol;
   metrics.rtol = rtol;
   const std::int64_t width = actual.row_size();
+  const bool sampled = !columns.empty() && reference.row_size() == static_cast<std::int64_t>(columns.size());
+  const std::int64_t reference_width = reference.row_size();
   double worst_excess = -1.0;
   for (std::size_t i = 0; i < actual_rows.size(); ++i) {
-    for (std::int64_t column = 0; column < width; ++column) {
+    for (std::int64_t j = 0; j < reference_width; ++j) {
+      std::int64_t column = sampled ? columns[static_cast<std::size_t>(j)] : j;
       std::int64_t a_index = actual_rows[i] * width + column;
-      std::int64_t r_index = static_cast<std::int64_t>(i) * width + column;
+      std::int64_t r_index = static_cast<std::int64_t>(i) * reference_width + j;
       double a = actual.get(a_index), r = reference.get(r_index);
       ++metrics.compared;
       if (std::isnan(a) || std::isnan(r)) {

@@ -12,4 +12,8 @@ nlohmann::json cuda_backend_meta() {
   return {{"cuda_backend_built", false}};
 }
 
+void configure_cuda_backend(const CudaBackendOptions&) {}
+std::string finish_cuda_backend() { return ""; }
+double cuda_copy_bandwidth_gbps() { return -1.0; }
+
 }  // namespace bitcheck

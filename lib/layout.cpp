@@ -87,12 +87,14 @@ bool is_known_layout(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-std::vector<std::int64_t> select_alone_rows(const CaseSpec& spec) {
-  if (spec.rows <= spec.alone_rows) return all_rows(spec.rows);
-  std::set<std::int64_t> chosen = {0, spec.rows - 1};
+std::vector<std::int64_t> select_alone_rows(const CaseSpec& spec) { return select_alone_rows(spec, spec.rows); }
+
+std::vector<std::int64_t> select_alone_rows(const CaseSpec& spec, std::int64_t logical_rows) {
+  if (logical_rows <= spec.alone_rows) return all_rows(logical_rows);
+  std::set<std::int64_t> chosen = {0, logical_rows - 1};
   LayoutRandom random(spec.seed ^ hash_name("alone_rows"));
   while (static_cast<std::int64_t>(chosen.size()) < spec.alone_rows) {
-    chosen.insert(random.uniform_int(0, spec.rows - 1));
+    chosen.insert(random.uniform_int(0, logical_rows - 1));
   }
   return {chosen.begin(), chosen.end()};
 }

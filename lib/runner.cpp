@@ -16,6 +16,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t max_reference_reduction_rows = 256;
+// Row outputs wider than this get their accuracy checked on this many sampled columns.
+constexpr std::size_t max_reference_columns = 1024;
 constexpr std::size_t parameter_cache_entries = 6;
 
 double seconds_since(Clock::time_point start) {
@@ -102,14 +104,15 @@ struct Runner::State {
     return parameters.back().second;
   }
 
-  LayoutResult execute(const Layout& layout, Impl& impl, const CaseSpec& spec,
+  LayoutResult execute(const Layout& layout, Impl& impl, const CaseSpec& spec, std::int64_t rows,
                        const std::vector<TensorDecl>& decls, const Inputs& inputs,
                        nlohmann::json& impl_config, double& impl_seconds) {
     LayoutResult result;
-    result.present.assign(static_cast<std::size_t>(spec.rows), false);
+    result.present.assign(static_cast<std::size_t>(rows), false);
+    std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
     for (const auto& decl : decls) {
       if (decl.role == TensorRole::row_output) {
-        result.rows.emplace(decl.name, Tensor(decl.dtype, full_shape(decl, spec.rows)));
+        result.rows.emplace(decl.name, Tensor(decl.dtype, full_shape(decl, rows)));
         result.rows[decl.name].fill_nan();
       } else if (decl.role == TensorRole::reduction_output) {
         result.reductions.emplace(decl.name, Tensor(decl.dtype, decl.shape));
@@ -121,7 +124,8 @@ struct Runner::State {
       batch.spec = &spec;
       batch.invocation = &invocation;
       batch.invocation_index = static_cast<std::int64_t>(i);
-      bool identity = invocation.slots() == spec.rows;
+      batch.layout_state = layout_state;
+      bool identity = invocation.slots() == rows;
       for (std::int64_t s = 0; identity && s < invocation.slots(); ++s) {
         identity = invocation.slot_rows[static_cast<std::size_t>(s)] == s;
       }
@@ -150,6 +154,7 @@ struct Runner::State {
       auto start = Clock::now();
       impl.run(batch);
       impl_seconds += seconds_since(start);
+      layout_state = batch.layout_state;
       if (!batch.impl_config.is_null()) impl_config = batch.impl_config;
       for (const auto& decl : decls) {
         if (!is_output(decl)) continue;
@@ -196,15 +201,17 @@ std::optional<std::string> skip_reason(const Registry& registry, const Contract&
   return impl.skip_reason(spec);
 }
 
-std::vector<std::int64_t> reduction_sample(std::int64_t rows, std::uint64_t seed) {
+// All of [0, rows) when small, else `limit` indices including the first and last.
+std::vector<std::int64_t> reduction_sample(std::int64_t rows, std::uint64_t seed,
+                                           std::size_t limit = max_reference_reduction_rows) {
   std::vector<std::int64_t> all;
-  if (static_cast<std::size_t>(rows) <= max_reference_reduction_rows) {
+  if (static_cast<std::size_t>(rows) <= limit) {
     for (std::int64_t r = 0; r < rows; ++r) all.push_back(r);
     return all;
   }
   std::set<std::int64_t> chosen = {0, rows - 1};
   LayoutRandom random(seed ^ hash_name("reduction_sample"));
-  while (chosen.size() < max_reference_reduction_rows) chosen.insert(random.uniform_int(0, rows - 1));
+  while (chosen.size() < limit) chosen.insert(random.uniform_int(0, rows - 1));
   return {chosen.begin(), chosen.end()};
 }
 
@@ -282,6 +289,7 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
       has_reductions = has_reductions || decl.role == TensorRole::reduction_output;
     }
 
+    const std::int64_t rows = op->logical_rows ? op->logical_rows(spec) : spec.rows;
     auto inputs_start = Clock::now();
     Inputs inputs;
     for (const auto& decl : decls) {
@@ -290,30 +298,40 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
         inputs.tensors[decl.name] = tensor;
         inputs.ids[decl.name] = id;
       } else if (decl.role == TensorRole::row_input) {
-        inputs.tensors[decl.name] = std::make_shared<const Tensor>(generate(decl, full_shape(decl, spec.rows), spec.seed));
+        inputs.tensors[decl.name] = std::make_shared<const Tensor>(generate(decl, full_shape(decl, rows), spec.seed));
         inputs.ids[decl.name] = state_->next_id++;
       }
     }
     result.timings.inputs_seconds = seconds_since(inputs_start);
 
-    std::vector<std::int64_t> alone_rows = select_alone_rows(spec);
+    std::vector<std::int64_t> alone_rows = select_alone_rows(spec, rows);
+    const std::string canonical_rows_layout = op->make_layout ? op->canonical_layout : canonical_layout;
+    // nullopt: the layout does not apply to this op or case (an op's own layout names and the
+    // generic ones are disjoint), so it is not run.
+    auto build_layout = [&](const std::string& name) -> std::optional<Layout> {
+      if (op->make_layout) return op->make_layout(name, spec);
+      if (!is_known_layout(name)) return std::nullopt;
+      return make_layout(name, spec, alone_rows, impl->token_granularity());
+    };
     std::vector<std::string> layout_names = spec.layouts;
-    auto ensure = [&](const char* name) {
+    auto ensure = [&](const std::string& name) {
       if (std::find(layout_names.begin(), layout_names.end(), name) == layout_names.end()) {
         layout_names.insert(layout_names.begin(), name);
       }
     };
     if (has_reductions) ensure(canonical_reduction_layout);
-    if (has_rows) ensure(canonical_layout);
+    if (has_rows) ensure(canonical_rows_layout);
 
     std::map<std::string, LayoutResult> results;
     for (const auto& name : layout_names) {
-      Layout layout = make_layout(name, spec, alone_rows, impl->token_granularity());
-      bool canonical = (name == canonical_layout && has_rows) ||
+      std::optional<Layout> built = build_layout(name);
+      if (!built) continue;
+      const Layout& layout = *built;
+      bool canonical = (name == canonical_rows_layout && has_rows) ||
                        (name == canonical_reduction_layout && has_reductions);
       int runs = canonical ? spec.repeats : 1;
       for (int repeat = 0; repeat < runs; ++repeat) {
-        LayoutResult run = state_->execute(layout, *impl, spec, decls, inputs, result.impl_config,
+        LayoutResult run = state_->execute(layout, *impl, spec, rows, decls, inputs, result.impl_config,
                                            result.timings.impl_seconds);
         if (repeat == 0) {
           results.emplace(name, std::move(run));
@@ -336,29 +354,27 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
 
     // Invariance: every layout against the canonical one, bit for bit.
     auto compare_start = Clock::now();
-    std::set<std::int64_t> alone_set(alone_rows.begin(), alone_rows.end());
-    const LayoutResult* alone = has_rows ? &results.at(canonical_layout) : nullptr;
+    const LayoutResult* alone = has_rows ? &results.at(canonical_rows_layout) : nullptr;
     const LayoutResult* packed = results.count(canonical_reduction_layout) ? &results.at(canonical_reduction_layout) : nullptr;
     for (const auto& [name, layout_result] : results) {
       for (const auto& decl : decls) {
-        if (decl.role == TensorRole::row_output && name != canonical_layout) {
+        if (decl.role == TensorRole::row_output && name != canonical_rows_layout) {
           std::vector<std::int64_t> against_alone, against_batch;
-          for (std::int64_t row = 0; row < spec.rows; ++row) {
+          for (std::int64_t row = 0; row < rows; ++row) {
             if (!layout_result.present[static_cast<std::size_t>(row)]) continue;
-            if (alone_set.count(row)) {
+            if (alone->present[static_cast<std::size_t>(row)]) {
               against_alone.push_back(row);
             } else if (packed && name != canonical_reduction_layout) {
               against_batch.push_back(row);  // rows outside the alone sample: against the batch
             }
           }
-          compare_rows(name, canonical_layout, decl, *alone, layout_result, against_alone, result);
+          compare_rows(name, canonical_rows_layout, decl, *alone, layout_result, against_alone, result);
           if (!against_batch.empty()) {
             compare_rows(name, canonical_reduction_layout, decl, *packed, layout_result, against_batch, result);
           }
         }
         if (decl.role == TensorRole::reduction_output && name != canonical_reduction_layout) {
-          Layout layout = make_layout(name, spec, alone_rows, impl->token_granularity());
-          if (!layout.covers_all_rows_in_order) continue;
+          if (!build_layout(name)->covers_all_rows_in_order) continue;
           ++result.layout_comparisons;
           DriftMetrics metrics = compare_whole(name, canonical_reduction_layout, decl,
                                                packed->reductions.at(decl.name),
@@ -371,11 +387,15 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
 
     // Accuracy: the canonical outputs against the FP32 reference on the same rounded inputs.
     auto reference_start = Clock::now();
-    ReferenceRequest request{alone_rows, {}};
+    ReferenceRequest request{alone_rows, {}, {}};
     for (const auto& decl : decls) {
-      if (decl.role == TensorRole::reduction_output) {
+      if (decl.role == TensorRole::reduction_output && request.reduction_rows.empty()) {
         request.reduction_rows = reduction_sample(decl.shape.empty() ? 1 : decl.shape[0], spec.seed);
-        break;
+      }
+      std::int64_t width = 1;
+      for (std::int64_t extent : decl.shape) width *= extent;
+      if (decl.role == TensorRole::row_output && width > static_cast<std::int64_t>(max_reference_columns)) {
+        request.columns[decl.name] = reduction_sample(width, spec.seed ^ hash_name(decl.name), max_reference_columns);
       }
     }
     std::map<std::string, Tensor> logical_inputs;
@@ -390,9 +410,11 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
       if (!is_output(decl)) continue;
       if (!reference.count(decl.name)) throw std::logic_error("reference of " + op->name + " did not produce " + decl.name);
       if (decl.role == TensorRole::row_output) {
+        auto columns = request.columns.find(decl.name);
         result.accuracy.push_back(check_accuracy(decl.name, alone->rows.at(decl.name), alone_rows,
                                                  reference.at(decl.name), alone_rows,
-                                                 threshold.atol, threshold.rtol));
+                                                 threshold.atol, threshold.rtol,
+                                                 columns == request.columns.end() ? std::vector<std::int64_t>{} : columns->second));
       } else {
         result.accuracy.push_back(check_accuracy(decl.name, packed->reductions.at(decl.name),
                                                  request.reduction_rows, reference.at(decl.name),

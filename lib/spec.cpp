@@ -20,6 +20,15 @@ bool contains(const std::vector<std::string>& list, const std::string& value) {
   return std::find(list.begin(), list.end(), value) != list.end();
 }
 
+// A generic layout, or one of the op's own (any op's, where the op is not known yet: defaults).
+bool is_accepted_layout(const Registry& registry, const OpDef* op, const std::string& name) {
+  if (is_known_layout(name)) return true;
+  for (const OpDef* candidate : registry.ops()) {
+    if ((!op || candidate == op) && contains(candidate->layout_names, name)) return true;
+  }
+  return false;
+}
+
 void check_dtype(const Contract& contract, const std::string& dtype, const JsonCursor& at) {
   if (!contract.knows_dtype(dtype)) {
     at.fail("a dtype named in the contract (bf16, fp16, fp32, fp8), got \"" + dtype + "\"");
@@ -69,8 +78,8 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
     });
   }
   if (auto layouts = node.find("layouts")) {
-    sweep.layouts = parse_names(*layouts, [](const std::string& name, const JsonCursor& at) {
-      if (!is_known_layout(name)) at.fail("a layout (alone, batch, shuffled, pad_right, pad_left, ragged, microbatch), got \"" + name + "\"");
+    sweep.layouts = parse_names(*layouts, [&](const std::string& name, const JsonCursor& at) {
+      if (!is_accepted_layout(registry, op, name)) at.fail("a layout (alone, batch, shuffled, pad_right, pad_left, ragged, microbatch, or one of the op's own), got \"" + name + "\"");
     });
   }
   if (auto seeds = node.find("seeds")) {
@@ -86,7 +95,8 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
     if (sweep.batches.empty()) batches->fail("a non-empty list of batch sizes");
   }
   if (auto repeats = node.find("repeats")) sweep.repeats = static_cast<int>(repeats->as_int(2, 100));
-  if (auto alone = node.find("alone_rows")) sweep.alone_rows = alone->as_int(1, max_batch);
+  // At least 2: the alone sample always holds the first and the last row.
+  if (auto alone = node.find("alone_rows")) sweep.alone_rows = alone->as_int(2, max_batch);
 }
 
 std::vector<Dims> parse_shapes(const JsonCursor& shapes, const OpDef& op) {
@@ -139,17 +149,29 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
   if (ops.keys().empty()) ops.fail("at least one op");
   for (const auto& name : ops.keys()) {
     JsonCursor entry = ops.at(name);
-    const OpDef* op = registry.find_op(name);
+    // An entry is keyed by its op's name, or by a label with the op named in "op" (so one op can
+    // have several grids, e.g. a forward grid and a smaller backward grid).
+    std::string op_name = name;
+    if (auto field = entry.find("op")) op_name = field->as_string();
+    const OpDef* op = registry.find_op(op_name);
     if (!op) {
       std::string known;
       for (const OpDef* candidate : registry.ops()) known += (known.empty() ? "" : ", ") + candidate->name;
-      entry.fail("a registered op (" + known + "), got \"" + name + "\"");
+      (entry.find("op") ? entry.at("op") : entry).fail("a registered op (" + known + "), got \"" + op_name + "\"");
     }
-    entry.allow_only({"impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats",
+    entry.allow_only({"op", "impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats",
                       "alone_rows", "shapes"});
     OpSweep sweep = defaults;
-    sweep.op = name;
+    sweep.op = op_name;
     parse_common(entry, registry, contract, op, sweep);
+    if (!entry.find("impls")) {
+      // Impls inherited from the defaults must exist for this op too.
+      for (std::size_t i = 0; i < sweep.impls.size(); ++i) {
+        if (registry.find_impl(op_name, sweep.impls[i])) continue;
+        throw BadInput(file, "$.defaults.impls[" + std::to_string(i) + "]",
+                       "an impl of every op the spec lists (" + op_name + " has no impl \"" + sweep.impls[i] + "\")");
+      }
+    }
     sweep.shapes = parse_shapes(entry.at("shapes"), *op);
     spec.ops.push_back(sweep);
   }
@@ -186,7 +208,7 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
     if (!parse_pass(pass)) fail("--pass", "forward or backward, got \"" + pass + "\"");
   }
   for (const auto& layout : overrides.layouts) {
-    if (!is_known_layout(layout)) fail("--layout", "a layout name, got \"" + layout + "\"");
+    if (!is_accepted_layout(registry, nullptr, layout)) fail("--layout", "a layout name, got \"" + layout + "\"");
   }
   for (std::int64_t batch : overrides.batches) {
     if (batch <= 0 || batch > max_batch) fail("--batch", "a batch size in [1, " + std::to_string(max_batch) + "], got " + std::to_string(batch));

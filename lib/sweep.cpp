@@ -41,6 +41,7 @@ Contract load_contract_or_embedded(const std::string& path, const Registry& regi
 
 int run_sweep(const SweepOptions& options, const Registry& registry) {
   auto start = std::chrono::steady_clock::now();
+  configure_cuda_backend(options.cuda);
   Contract contract = load_contract_or_embedded(options.contract_path, registry);
   SweepSpec spec = options.spec_path.empty() ? load_embedded_sweep_spec(registry, contract)
                                              : load_sweep_spec(options.spec_path, registry, contract);
@@ -74,6 +75,7 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   std::string path = (std::filesystem::path(options.out_dir) / options.report_name).string();
   write_file_atomically(path, report.dump(1) + "\n");
 
+  finish_cuda_backend();
   std::cout << render_terminal_summary(report);
   std::cout << "report: " << path << " (" << cases.size() << " cases, "
             << static_cast<int>(meta.wall_seconds + 0.5) << " s)\n";

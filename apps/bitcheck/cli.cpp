@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "bitcheck/bench.h"
 #include "bitcheck/build_info.h"
 #include "bitcheck/contract.h"
 #include "bitcheck/error.h"
@@ -80,10 +81,27 @@ int run(int argc, char** argv) {
   sweep_cmd->add_option("--layout", sweep.overrides.layouts, "Override the layouts (comma-separated)")->delimiter(',');
   sweep_cmd->add_option("--batch", sweep.overrides.batches, "Override the batch sizes M (comma-separated)")->delimiter(',');
   sweep_cmd->add_option("--seed", seeds, "Override the seeds (comma-separated)")->delimiter(',');
-  sweep_cmd->add_option("--repeats", repeats, "Canonical runs for the determinism check (>= 2)");
+  auto* repeats_option = sweep_cmd->add_option("--repeats", repeats, "Canonical runs for the determinism check (>= 2)");
   sweep_cmd->add_option("--backend", sweep.overrides.backend, "auto (every available backend), cpu or cuda");
   sweep_cmd->add_option("--out", sweep.out_dir, "Directory for the report (default: out)");
   sweep_cmd->add_flag("--no-progress", no_progress, "No progress line");
+  sweep_cmd->add_option("--pins", sweep.cuda.pin_file, "cuBLASLt pin table (default: contract/cublaslt-pins.json)");
+  sweep_cmd->add_flag("--write-pins", sweep.cuda.write_pins, "Write pins derived in this run back to the pin table");
+
+  BenchOptions bench;
+  for (int i = 0; i < argc; ++i) bench.argv.emplace_back(argv[i]);
+  auto* bench_cmd = app.add_subcommand("bench", "Time device impls against the library default (or copy bandwidth) in one run");
+  bench_cmd->add_option("--spec", bench.spec_path, "Sweep spec whose shapes and batches to time (default: embedded)");
+  bench_cmd->add_option("--op", bench.overrides.ops, "Ops (comma-separated, or all)")->delimiter(',');
+  bench_cmd->add_option("--impl", bench.overrides.impls, "Only these impls (comma-separated)")->delimiter(',');
+  bench_cmd->add_option("--dtype", bench.overrides.dtypes, "dtypes (comma-separated)")->delimiter(',');
+  bench_cmd->add_option("--pass", bench.overrides.passes, "forward (default) and/or backward")->delimiter(',');
+  bench_cmd->add_option("--batch", bench.overrides.batches, "Batch sizes M (comma-separated)")->delimiter(',');
+  bench_cmd->add_option("--repeats", bench.repeats, "Timed launches per measurement (median)");
+  bench_cmd->add_option("--rounds", bench.rounds, "Interleaved rounds per point (fastest median kept)");
+  bench_cmd->add_option("--out", bench.out_dir, "Directory for bench.json and bench.md");
+  std::string bench_pins = "contract/cublaslt-pins.json";
+  bench_cmd->add_option("--pins", bench_pins, "cuBLASLt pin table");
 
   bool list_json = false;
   std::string list_contract;
@@ -120,9 +138,13 @@ int run(int argc, char** argv) {
           throw BadInput("command line", "--seed", "a non-negative integer, got \"" + seed + "\"");
         }
       }
-      if (repeats) sweep.overrides.repeats = repeats;
+      if (repeats_option->count()) sweep.overrides.repeats = repeats;
       sweep.progress = !no_progress;
       return run_sweep(sweep, registry);
+    }
+    if (*bench_cmd) {
+      configure_cuda_backend({bench_pins, false});
+      return run_bench(bench, registry);
     }
     if (*list_cmd) {
       print_list(registry, load_embedded_contract(registry), list_json);

@@ -8,11 +8,11 @@
 #pragma once
 #include <cstdint>
 
+#include "gemm_dtype.h"  // GemmDType { bf16, fp16, fp32 }
+
 struct CUstream_st;  // cudaStream_t without CUDA headers; nullptr is the default stream.
 
 namespace bitcheck::cuda {
-
-enum class GemmDType { bf16, fp16, fp32 };
 
 // Y[M,N] = X[M,K] · W[N,K]ᵀ, all three in `dtype`, fp32 accumulation, one rounding to `dtype`.
 // Requires M >= 1, N >= 1, K >= 1 with N and K multiples of 8, and 16-byte aligned pointers.

@@ -1,6 +1,7 @@
-// Input dtype of the GEMM kernels (cuBLASLt and fixed-order); plain C++, shared by both headers.
+// Element type of the GEMM kernels: the backend-wide device dtype.
 #pragma once
+#include "../device_dtype.h"
 
 namespace bitcheck::cuda {
-enum class GemmDType { bf16, fp16, fp32 };
+using GemmDType = DeviceDType;
 }  // namespace bitcheck::cuda

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../cuda_check.cuh"
@@ -320,22 +321,33 @@ void run_lt(Lt& lt, const LtPlan& plan, const void* x, const void* w, void* y) {
                                     lt.workspace.bytes(), nullptr));
 }
 
-template <typename F>
-double median_ms(F&& call, int sets, int repeats) {
-  for (int i = 0; i < 3; ++i) call(i % sets);
-  std::vector<cudaEvent_t> events(repeats + 1);
+// Median per-call times of two callables timed alternately (A, B, A, B, ...), so clock and
+// thermal drift during the run weigh on both alike. Calls rotate over `sets` buffer sets.
+template <typename A, typename B>
+std::pair<double, double> median_ms_interleaved(A&& first, B&& second, int sets, int repeats) {
+  for (int i = 0; i < 3; ++i) {
+    first(i % sets);
+    second(i % sets);
+  }
+  std::vector<cudaEvent_t> events(2 * repeats + 1);
   for (auto& e : events) BITCHECK_CUDA_CALL(cudaEventCreate(&e));
   BITCHECK_CUDA_CALL(cudaEventRecord(events[0]));
   for (int i = 0; i < repeats; ++i) {
-    call(i % sets);
-    BITCHECK_CUDA_CALL(cudaEventRecord(events[i + 1]));
+    first(i % sets);
+    BITCHECK_CUDA_CALL(cudaEventRecord(events[2 * i + 1]));
+    second(i % sets);
+    BITCHECK_CUDA_CALL(cudaEventRecord(events[2 * i + 2]));
   }
-  BITCHECK_CUDA_CALL(cudaEventSynchronize(events[repeats]));
-  std::vector<float> times(repeats);
-  for (int i = 0; i < repeats; ++i) BITCHECK_CUDA_CALL(cudaEventElapsedTime(&times[i], events[i], events[i + 1]));
+  BITCHECK_CUDA_CALL(cudaEventSynchronize(events[2 * repeats]));
+  std::vector<float> times_first(repeats), times_second(repeats);
+  for (int i = 0; i < repeats; ++i) {
+    BITCHECK_CUDA_CALL(cudaEventElapsedTime(&times_first[i], events[2 * i], events[2 * i + 1]));
+    BITCHECK_CUDA_CALL(cudaEventElapsedTime(&times_second[i], events[2 * i + 1], events[2 * i + 2]));
+  }
   for (auto& e : events) cudaEventDestroy(e);
-  std::nth_element(times.begin(), times.begin() + repeats / 2, times.end());
-  return times[repeats / 2];
+  std::nth_element(times_first.begin(), times_first.begin() + repeats / 2, times_first.end());
+  std::nth_element(times_second.begin(), times_second.begin() + repeats / 2, times_second.end());
+  return {times_first[repeats / 2], times_second[repeats / 2]};
 }
 
 int sets_for(size_t bytes) {
@@ -346,7 +358,7 @@ int sets_for(size_t bytes) {
 struct BenchRow {
   int64_t N, K, M;
   int chosen_rows;
-  double mine_tflops, tile64_tflops, tile128_tflops, lt_tflops;
+  double mine_tflops, lt_tflops;
   bool invariant;
 };
 
@@ -402,28 +414,22 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
     }
     if (!invariant) ++failures;
     const double flops = 2.0 * double(m) * double(N) * double(K);
-    const int repeats = flops > 2e12 ? 20 : 30;
-    auto time_gemm = [&](GemmFunction gemm) {
-      return median_ms(
-          [&](int i) {
-            gemm(t, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m, N, K, nullptr);
-          },
-          sets, repeats);
-    };
-    const double mine = time_gemm(bc::fixed_order_gemm);
-    const double tile64 = time_gemm(gemm_tile64);
-    const double tile128 = time_gemm(gemm_tile128);
+    const int repeats = flops > 2e12 ? 21 : 31;
     LtPlan plan;
     make_plan(lt, plan, m, N, K);
-    const double theirs = median_ms(
+    const auto [mine, theirs] = median_ms_interleaved(
+        [&](int i) {
+          bc::fixed_order_gemm(t, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m,
+                               N, K, nullptr);
+        },
         [&](int i) { run_lt(lt, plan, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get()); },
         sets, repeats);
     table.push_back({N, K, m, chosen_tile_rows(m, N, sm_count), flops / mine * 1e-9,
-                     flops / tile64 * 1e-9, flops / tile128 * 1e-9, flops / theirs * 1e-9, invariant});
-    std::printf("  N=%-6lld K=%-5lld M=%-5lld fixed_order %7.1f (t64 %7.1f t128 %7.1f) cuBLASLt %7.1f TFLOP/s ratio %.3f bits %s\n",
+                     flops / theirs * 1e-9, invariant});
+    std::printf("  N=%-6lld K=%-5lld M=%-5lld fixed_order %7.1f cuBLASLt %7.1f TFLOP/s ratio %.3f bits %s\n",
                 (long long)N, (long long)K, (long long)m, table.back().mine_tflops,
-                table.back().tile64_tflops, table.back().tile128_tflops, table.back().lt_tflops,
-                table.back().mine_tflops / table.back().lt_tflops, invariant ? "same" : "DIFFER");
+                table.back().lt_tflops, table.back().mine_tflops / table.back().lt_tflops,
+                invariant ? "same" : "DIFFER");
     std::fflush(stdout);
   }
 }
@@ -477,12 +483,11 @@ int run(int argc, char** argv) {
     const std::vector<int64_t> ms = {1, 16, 64, 256, 512, 1024, 2048, 4096, 8192};
     const int64_t shapes[][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
     for (const auto& s : shapes) bench_shape(lt, device.sm_count, s[0], s[1], s[0] == 128256 ? std::vector<int64_t>{1, 16, 64, 256, 512, 1024, 2048, 4096} : ms, table);
-    std::printf("\n| N | K | M | tile rows | fixed-order TFLOP/s | tile64 | tile128 | cuBLASLt TFLOP/s | ratio | bits vs M=64 |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| N | K | M | tile rows | fixed-order TFLOP/s | cuBLASLt TFLOP/s | ratio | bits vs M=64 (auto, t64, t128) |\n|---|---|---|---|---|---|---|---|\n");
     for (const auto& r : table)
-      std::printf("| %lld | %lld | %lld | %d | %.1f | %.1f | %.1f | %.1f | %.3f | %s |\n", (long long)r.N,
-                  (long long)r.K, (long long)r.M, r.chosen_rows, r.mine_tflops, r.tile64_tflops,
-                  r.tile128_tflops, r.lt_tflops, r.mine_tflops / r.lt_tflops,
-                  r.invariant ? "same" : "DIFFER");
+      std::printf("| %lld | %lld | %lld | %d | %.1f | %.1f | %.3f | %s |\n", (long long)r.N,
+                  (long long)r.K, (long long)r.M, r.chosen_rows, r.mine_tflops, r.lt_tflops,
+                  r.mine_tflops / r.lt_tflops, r.invariant ? "same" : "DIFFER");
   }
   std::printf("\n%s (%d failing checks)\n", failures == 0 ? "ALL PASS" : "FAILURES", failures);
   return failures == 0 ? 0 : 1;

@@ -60,10 +60,13 @@ struct AccuracyMetrics {
 };
 
 // |actual - reference| <= atol + rtol * |reference| for every element, rows paired in order.
+// `columns`: when the reference holds only these columns of each row (its width equals their
+// count), element j of a reference row is column columns[j] of the output row.
 AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
                                const std::vector<std::int64_t>& actual_rows,
                                const Tensor& reference, const std::vector<std::int64_t>& row_ids,
-                               double atol, double rtol);
+                               double atol, double rtol,
+                               const std::vector<std::int64_t>& columns = {});
 
 // 64-bit FNV-1a over the raw bytes: equal fingerprints <=> (almost surely) equal bits.
 std::uint64_t fingerprint_bytes(const void* data, std::size_t bytes, std::uint64_t seed = 0);

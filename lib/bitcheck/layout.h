@@ -20,6 +20,8 @@ bool is_known_layout(const std::string& name);
 // Rows computed alone: all rows when rows <= alone_rows, else the first, the last and a
 // seed-determined sample, sorted.
 std::vector<std::int64_t> select_alone_rows(const CaseSpec& spec);
+// The same over `logical_rows` rows, for ops whose logical rows are not spec.rows (attention).
+std::vector<std::int64_t> select_alone_rows(const CaseSpec& spec, std::int64_t logical_rows);
 
 // Builds a layout by name. `token_granularity` aligns micro-batch boundaries for token reductions.
 Layout make_layout(const std::string& name, const CaseSpec& spec,

@@ -64,9 +64,20 @@ struct TensorDecl {
   std::int64_t index_bound = 0;
 };
 
+// Ops over sequences (attention): a run of consecutive slots holding consecutive tokens of one
+// sequence. Tokens 0 .. start_position-1 of the sequence came in earlier invocations of the layout
+// (they are in the KV cache); the segment's tokens are at positions start_position + i.
+struct Segment {
+  std::int64_t sequence = 0;
+  std::int64_t first_slot = 0;
+  std::int64_t length = 0;
+  std::int64_t start_position = 0;
+};
+
 // One physical batch presented to an impl: slot s holds logical row slot_rows[s] (-1 = padding).
 struct Invocation {
   std::vector<std::int64_t> slot_rows;
+  std::vector<Segment> segments;  // empty for ops whose rows are independent tokens
   std::int64_t slots() const { return static_cast<std::int64_t>(slot_rows.size()); }
   std::int64_t valid_rows() const;
 };
@@ -92,11 +103,29 @@ struct Batch {
   std::map<std::string, std::uint64_t> input_ids;
   std::map<std::string, Tensor> outputs;
   nlohmann::json impl_config;  // an impl records the configuration it used (e.g. a cuBLASLt pin)
+  // State an impl keeps across the invocations of one layout execution (e.g. a KV cache): empty
+  // before the first invocation, dropped after the last.
+  std::shared_ptr<void> layout_state;
 
   const Tensor& in(const std::string& name) const;
   Tensor& out(const std::string& name);
   std::int64_t slots() const { return invocation->slots(); }
   bool is_pad(std::int64_t slot) const { return invocation->slot_rows[slot] < 0; }
+};
+
+// Settings and result of timing one impl on one case's shape (device-resident buffers, warm-up,
+// median of repeats, inputs rotated through at least `rotate_bytes` so caches are not measured).
+struct BenchSettings {
+  int warmup = 5;
+  int repeats = 30;
+  std::size_t rotate_bytes = std::size_t(256) << 20;
+};
+struct BenchMeasurement {
+  double median_ms = 0;
+  double min_ms = 0;
+  double flops = 0;        // useful floating-point operations of one run (0 if memory-bound)
+  double bytes_moved = 0;  // each input read once, each output written once
+  nlohmann::json config;   // e.g. the cuBLASLt configuration that was timed
 };
 
 class Impl {
@@ -118,6 +147,11 @@ class Impl {
   virtual bool expected_to_drift(Pass) const { return !claims_invariance(); }
   // Computes the outputs of one invocation. Throws on failure (the case becomes `error`).
   virtual void run(Batch& batch) = 0;
+  // Times the impl on the case's shape (batch = spec.rows) entirely on the device; nullopt when
+  // the impl has no benchmark (CPU impls). Throws on failure.
+  virtual std::optional<BenchMeasurement> benchmark(const CaseSpec&, const BenchSettings&) {
+    return std::nullopt;
+  }
 };
 
 // Reference outputs for a subset of rows: row outputs for `rows` (in that order), reduction
@@ -125,6 +159,9 @@ class Impl {
 struct ReferenceRequest {
   std::vector<std::int64_t> rows;
   std::vector<std::int64_t> reduction_rows;
+  // Wide row outputs: the columns to compute, per output (absent = all). A reference may ignore
+  // it and return every column; the accuracy check compares whatever it returns.
+  std::map<std::string, std::vector<std::int64_t>> columns;
 };
 
 struct OpDef {
@@ -133,6 +170,9 @@ struct OpDef {
   std::vector<std::string> dim_names;  // required shape dims in the spec, besides the batch
   bool has_backward = true;
   std::string tolerance_key;  // contract threshold row; defaults to name
+  // `bitcheck bench` baseline: the impl that is the library default (e.g. cublaslt-heuristic);
+  // empty for memory-bound ops, which are measured against the device copy bandwidth.
+  std::string bench_baseline;
   // Tensors of a case (inputs and outputs) for its pass and dtype.
   std::function<std::vector<TensorDecl>(const CaseSpec&)> tensors;
   // Validates dims beyond presence (e.g. even head dim); returns a reason when invalid.
@@ -142,6 +182,14 @@ struct OpDef {
   std::function<void(const CaseSpec&, const std::map<std::string, Tensor>& inputs,
                      const ReferenceRequest&, std::map<std::string, Tensor>& outputs)>
       reference;
+  // Ops over sequences (attention) bring their own layouts; unset, the generic ones apply. Logical
+  // rows of a case (default: spec.rows), the layout names the op accepts, its canonical layout for
+  // row outputs (which must present every logical row), and the builder: nullopt when a layout
+  // does not apply to the case (e.g. decode in a backward pass, or a generic layout name).
+  std::function<std::int64_t(const CaseSpec&)> logical_rows;
+  std::vector<std::string> layout_names;
+  std::string canonical_layout;
+  std::function<std::optional<Layout>(const std::string& name, const CaseSpec&)> make_layout;
 };
 
 class Registry {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bitcheck/backends.h"
 #include "bitcheck/spec.h"
 
 namespace bitcheck {
@@ -18,6 +19,7 @@ struct SweepOptions {
   std::string report_name = "report.json";
   std::vector<std::string> argv;
   bool progress = true;  // a progress line on stderr when it is a terminal
+  CudaBackendOptions cuda;
 };
 
 // Host, git revision, compile flags, CUDA device and library versions.

@@ -14,6 +14,18 @@ MatrixF to_matrix(const Tensor& tensor, const std::vector<std::int64_t>& rows) {
   return matrix;
 }
 
+MatrixF to_matrix_columns(const Tensor& tensor, const std::vector<std::int64_t>& columns) {
+  if (columns.empty()) return to_matrix(tensor);
+  const std::int64_t width = tensor.row_size();
+  MatrixF matrix(tensor.rows(), static_cast<Eigen::Index>(columns.size()));
+  for (std::int64_t r = 0; r < tensor.rows(); ++r) {
+    for (std::size_t j = 0; j < columns.size(); ++j) {
+      matrix(r, static_cast<Eigen::Index>(j)) = tensor.get(r * width + columns[j]);
+    }
+  }
+  return matrix;
+}
+
 Tensor from_matrix(const MatrixF& matrix) {
   Tensor tensor(DType::fp32, {matrix.rows(), matrix.cols()});
   for (Eigen::Index r = 0; r < matrix.rows(); ++r) {

@@ -12,6 +12,8 @@ using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowM
 
 // Rows `rows` of `tensor` (all rows when empty) as a [rows, row_size] float matrix.
 MatrixF to_matrix(const Tensor& tensor, const std::vector<std::int64_t>& rows = {});
+// All rows of `tensor`, only `columns` of each (all columns when empty).
+MatrixF to_matrix_columns(const Tensor& tensor, const std::vector<std::int64_t>& columns);
 Tensor from_matrix(const MatrixF& matrix);  // fp32 tensor [rows, cols]
 
 }  // namespace bitcheck

@@ -1,0 +1,575 @@
+// attention kernels and launchers (see attention_kernels.h).
+//
+// What makes the fixed-order reduction independent of batch, position in the batch, padding,
+// chunking and decode: every query row reduces its keys in KV blocks of a fixed size aligned to
+// position 0 of its sequence, blocks visited from 0 upward, each key read from the KV cache that
+// the invocation wrote before attending. Which other queries share the CTA (the tile) never
+// changes a row's arithmetic: the tensor-core mma computes each output element from its own row
+// and column only, the softmax row max/sum use the same quad shuffle pattern for every row, and
+// blocks past a row's position are fully masked (p = 0, rescale factor exactly 1), so they leave
+// the row's state bit-identical. No split-KV in the fixed-order path. The backward is per query
+// (dq over keys in order) and per key (dk, dv over queries in order), one warp each, no atomics;
+// only the named control (dq_atomic_scratch) uses atomicAdd.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "../cuda_check.cuh"
+#include "attention_kernels.h"
+
+namespace bitcheck::cuda {
+namespace {
+
+constexpr int warp_size = 32;
+constexpr int simt_warps = 4;   // warps per CTA in the SIMT kernels
+constexpr int simt_max_dim = 128;
+constexpr int simt_dims_per_lane = simt_max_dim / warp_size;
+constexpr float log2_e = 1.4426950408889634f;
+constexpr float ln_2 = 0.6931471805599453f;
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// Butterfly reductions: every lane ends with the same bits (a + b == b + a), in a fixed pattern.
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV cache write: one CTA per slot.
+template <typename T>
+__global__ void write_cache_kernel(const T* k, const T* v, T* k_cache, T* v_cache, const int* cache_rows, int row_width) {
+  const int row = cache_rows[blockIdx.x];
+  if (row < 0) return;
+  for (int c = threadIdx.x; c < row_width; c += blockDim.x) {
+    k_cache[static_cast<std::int64_t>(row) * row_width + c] = k[static_cast<std::int64_t>(blockIdx.x) * row_width + c];
+    v_cache[static_cast<std::int64_t>(row) * row_width + c] = v[static_cast<std::int64_t>(blockIdx.x) * row_width + c];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core forward: a CTA of 4 warps takes 64 queries of one segment and one head; each warp
+// owns 16 query rows. S = Q·Kᵀ and O += P·V with mma.sync m16n8k16 (fp32 accumulate); P is
+// rounded to the input dtype for P·V, as flash-attention does.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ std::uint32_t pack_pair(float lo, float hi) {
+  std::uint32_t bits;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    bits = *reinterpret_cast<std::uint32_t*>(&pair);
+  } else {
+    __half2 pair = __floats2half2_rn(lo, hi);
+    bits = *reinterpret_cast<std::uint32_t*>(&pair);
+  }
+  return bits;
+}
+
+__device__ __forceinline__ std::uint32_t load_u32(const void* p) { return *reinterpret_cast<const std::uint32_t*>(p); }
+
+// B fragment (k = key, n = dim) of P·V from V stored [key][dim] in shared memory, transposed by
+// ldmatrix: lanes 0-15 give the addresses of the 16 key rows.
+__device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t& b0, std::uint32_t& b1, const void* row_address) {
+  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(address));
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(128) forward_mma_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse,
+                                                          const AttentionTile* tiles, AttentionShape shape) {
+  constexpr int BM = attention_mma_tile_queries, BN = attention_mma_kv_block, stride = D + 8, chunks = D / 8;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  T* q_s = reinterpret_cast<T*>(shared_raw);
+  T* k_s = q_s + BM * stride;
+  T* v_s = k_s + BN * stride;
+  const AttentionTile tile = tiles[blockIdx.x];
+  const int h = blockIdx.y, kv_head = h / (shape.heads / shape.kv_heads);
+  const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size, g = lane >> 2, t = lane & 3;
+  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D, kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+
+  for (int c = threadIdx.x; c < BM * chunks; c += blockDim.x) {
+    const int r = c / chunks, col = (c % chunks) * 8;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (r < tile.count) value = *reinterpret_cast<const uint4*>(q + (tile.first_slot + r) * q_stride + h * D + col);
+    *reinterpret_cast<uint4*>(q_s + r * stride + col) = value;
+  }
+  __syncthreads();
+  const int r0 = warp * 16;
+  std::uint32_t qa[D / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    qa[kc][0] = load_u32(q_s + (r0 + g) * stride + kc * 16 + 2 * t);
+    qa[kc][1] = load_u32(q_s + (r0 + g + 8) * stride + kc * 16 + 2 * t);
+    qa[kc][2] = load_u32(q_s + (r0 + g) * stride + kc * 16 + 8 + 2 * t);
+    qa[kc][3] = load_u32(q_s + (r0 + g + 8) * stride + kc * 16 + 8 + 2 * t);
+  }
+  float acc[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int position[2] = {tile.start_position + r0 + g, tile.start_position + r0 + g + 8};
+  const int last_position = tile.start_position + tile.count - 1;
+  const float scale_log2 = shape.scale * log2_e;
+
+  for (int block = 0; block <= last_position / BN; ++block) {
+    __syncthreads();  // the previous block's K and V are no longer read
+    for (int c = threadIdx.x; c < BN * chunks; c += blockDim.x) {
+      const int r = c / chunks, col = (c % chunks) * 8, key = block * BN + r;
+      uint4 key_value = make_uint4(0, 0, 0, 0), value_value = make_uint4(0, 0, 0, 0);
+      if (key <= last_position) {  // keys past the tile's last query: zeros, never uninitialized cache
+        const std::int64_t offset = (tile.cache_base + key) * kv_stride + kv_head * D + col;
+        key_value = *reinterpret_cast<const uint4*>(k_cache + offset);
+        value_value = *reinterpret_cast<const uint4*>(v_cache + offset);
+      }
+      *reinterpret_cast<uint4*>(k_s + r * stride + col) = key_value;
+      *reinterpret_cast<uint4*>(v_s + r * stride + col) = value_value;
+    }
+    __syncthreads();
+
+    float s[BN / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc) {
+        const T* key_row = k_s + (nt * 8 + g) * stride + kc * 16 + 2 * t;
+        mma_16816<T>(s[nt], qa[kc], load_u32(key_row), load_u32(key_row + 8));
+      }
+    }
+    float block_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = block * BN + nt * 8 + 2 * t + (e & 1);
+        s[nt][e] = key <= position[e >> 1] ? s[nt][e] * scale_log2 : -INFINITY;
+        block_max[e >> 1] = fmaxf(block_max[e >> 1], s[nt][e]);
+      }
+    }
+    float alpha[2], row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      block_max[r] = fmaxf(block_max[r], __shfl_xor_sync(0xffffffffu, block_max[r], 1));
+      block_max[r] = fmaxf(block_max[r], __shfl_xor_sync(0xffffffffu, block_max[r], 2));
+      const float m_new = fmaxf(m[r], block_max[r]);
+      alpha[r] = exp2f(m[r] - m_new);  // exactly 1 when the block does not raise the max
+      m[r] = m_new;
+    }
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = exp2f(s[nt][e] - m[e >> 1]);
+        row_sum[e >> 1] += s[nt][e];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+      l[r] = l[r] * alpha[r] + row_sum[r];
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      acc[dt][0] *= alpha[0];
+      acc[dt][1] *= alpha[0];
+      acc[dt][2] *= alpha[1];
+      acc[dt][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kc = 0; kc < BN / 16; ++kc) {
+      const std::uint32_t pa[4] = {pack_pair<T>(s[2 * kc][0], s[2 * kc][1]), pack_pair<T>(s[2 * kc][2], s[2 * kc][3]),
+                                   pack_pair<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                                   pack_pair<T>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        std::uint32_t b0, b1;
+        ldmatrix_x2_trans(b0, b1, v_s + (kc * 16 + (lane & 15)) * stride + dt * 8);
+        mma_16816<T>(acc[dt], pa, b0, b1);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r0 + g + 8 * r;
+    if (row >= tile.count) continue;
+    const std::int64_t slot = tile.first_slot + row;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      T* out = o + slot * q_stride + h * D + dt * 8 + 2 * t;
+      out[0] = from_float<T>(acc[dt][2 * r] / l[r]);
+      out[1] = from_float<T>(acc[dt][2 * r + 1] / l[r]);
+    }
+    if (t == 0) lse[slot * shape.heads + h] = (m[r] + log2f(l[r])) * ln_2;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SIMT forward: one warp per (query, head, split). Lane j of a 32-key step owns key j's score (a
+// sequential dot product); the value update walks the step's keys in order, each lane owning
+// dims lane, lane + 32, ... The online-softmax rescale happens once per kv_block keys.
+template <typename T>
+__global__ void forward_simt_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse,
+                                    const AttentionToken* tokens, int token_count, AttentionShape shape, int kv_block,
+                                    int splits, float* scratch) {
+  __shared__ float q_shared[simt_warps][simt_max_dim];
+  const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size;
+  const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * simt_warps + warp;
+  if (item >= static_cast<std::int64_t>(token_count) * shape.heads * splits) return;
+  const int split = static_cast<int>(item % splits), h = static_cast<int>((item / splits) % shape.heads);
+  const AttentionToken token = tokens[item / splits / shape.heads];
+  const int D = shape.dim, kv_head = h / (shape.heads / shape.kv_heads);
+  const std::int64_t kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+  const T* q_row = q + (static_cast<std::int64_t>(token.slot) * shape.heads + h) * D;
+  for (int d = lane; d < D; d += warp_size) q_shared[warp][d] = to_float(q_row[d]);
+  __syncwarp();
+  const int blocks = token.position / kv_block + 1, per_split = (blocks + splits - 1) / splits;
+  const int first_block = split * per_split, end_block = min(blocks, first_block + per_split);
+  float m = -INFINITY, l = 0.0f, acc[simt_dims_per_lane] = {};
+  for (int block = first_block; block < end_block; ++block) {
+    float p[simt_max_dim / warp_size];
+    float block_max = -INFINITY;
+    for (int step = 0; step < kv_block / warp_size; ++step) {
+      const int key = block * kv_block + step * warp_size + lane;
+      float score = -INFINITY;
+      if (key <= token.position) {
+        const T* key_row = k_cache + (token.cache_base + key) * kv_stride + kv_head * D;
+        float dot = 0.0f;
+        for (int d = 0; d < D; ++d) dot += q_shared[warp][d] * to_float(key_row[d]);
+        score = dot * shape.scale;
+      }
+      p[step] = score;
+      block_max = fmaxf(block_max, score);
+    }
+    block_max = warp_max(block_max);
+    const float m_new = fmaxf(m, block_max), alpha = expf(m - m_new);
+    float lane_sum = 0.0f;
+    for (int step = 0; step < kv_block / warp_size; ++step) {
+      p[step] = expf(p[step] - m_new);
+      lane_sum += p[step];
+    }
+    l = l * alpha + warp_sum(lane_sum);
+    m = m_new;
+    for (int i = 0; i < simt_dims_per_lane; ++i) acc[i] *= alpha;
+    for (int step = 0; step < kv_block / warp_size; ++step) {
+      for (int j = 0; j < warp_size; ++j) {
+        const int key = block * kv_block + step * warp_size + j;
+        const float pj = __shfl_sync(0xffffffffu, p[step], j);
+        if (key > token.position) break;
+        const T* value_row = v_cache + (token.cache_base + key) * kv_stride + kv_head * D;
+        for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) acc[i] += pj * to_float(value_row[lane + i * warp_size]);
+      }
+    }
+  }
+  const std::int64_t row = static_cast<std::int64_t>(token.slot) * shape.heads + h;
+  if (splits == 1) {
+    for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) o[row * D + lane + i * warp_size] = from_float<T>(acc[i] / l);
+    if (lane == 0) lse[row] = m + logf(l);
+    return;
+  }
+  float* partial = scratch + (item / splits * splits + split) * (D + 2);
+  for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) partial[lane + i * warp_size] = acc[i];
+  if (lane == 0) {
+    partial[D] = m;
+    partial[D + 1] = l;
+  }
+}
+
+// Split-KV combine: one warp per (query, head), splits in order, rescaled to the largest max.
+template <typename T>
+__global__ void combine_kernel(const float* scratch, T* o, float* lse, const AttentionToken* tokens, int token_count,
+                               AttentionShape shape, int splits) {
+  const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size;
+  const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * simt_warps + warp;
+  if (item >= static_cast<std::int64_t>(token_count) * shape.heads) return;
+  const int D = shape.dim, h = static_cast<int>(item % shape.heads);
+  const AttentionToken token = tokens[item / shape.heads];
+  const float* partial = scratch + item * splits * (D + 2);
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, partial[s * (D + 2) + D]);
+  float l = 0.0f, acc[simt_dims_per_lane] = {};
+  for (int s = 0; s < splits; ++s) {
+    const float* part = partial + s * (D + 2);
+    const float weight = expf(part[D] - m);
+    l += part[D + 1] * weight;
+    for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) acc[i] += part[lane + i * warp_size] * weight;
+  }
+  const std::int64_t row = static_cast<std::int64_t>(token.slot) * shape.heads + h;
+  for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) o[row * D + lane + i * warp_size] = from_float<T>(acc[i] / l);
+  if (lane == 0) lse[row] = m + logf(l);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward (whole sequences; a token's sequence starts at slot cache_base).
+// delta[slot, h] = sum_d do * o, lanes over dims then a butterfly sum.
+template <typename T>
+__global__ void delta_kernel(const T* o, const T* dout, float* delta, const AttentionToken* tokens, int token_count,
+                             AttentionShape shape) {
+  const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size;
+  const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * simt_warps + warp;
+  if (item >= static_cast<std::int64_t>(token_count) * shape.heads) return;
+  const int h = static_cast<int>(item % shape.heads);
+  const std::int64_t row = static_cast<std::int64_t>(tokens[item / shape.heads].slot) * shape.heads + h;
+  float sum = 0.0f;
+  for (int d = lane; d < shape.dim; d += warp_size) sum += to_float(dout[row * shape.dim + d]) * to_float(o[row * shape.dim + d]);
+  sum = warp_sum(sum);
+  if (lane == 0) delta[row] = sum;
+}
+
+// p and ds of query row (q, do, lse, delta) against key row (k, v): sequential dot products.
+struct ScoreGrad {
+  float p, ds;
+};
+template <typename Q, typename T>
+__device__ __forceinline__ ScoreGrad score_grad(const Q* q, const Q* dout, const T* k, const T* v, int D,
+                                                float scale, float lse, float delta) {
+  float dot = 0.0f, dp = 0.0f;
+  for (int d = 0; d < D; ++d) {
+    dot += to_float(q[d]) * to_float(k[d]);
+    dp += to_float(dout[d]) * to_float(v[d]);
+  }
+  const float p = expf(dot * scale - lse);
+  return {p, p * (dp - delta)};
+}
+
+// dq: one warp per (query, head); keys 0..position in order, 32 per step (lane j scores key j),
+// dq += ds_j k_j walked in key order. With `atomic_scratch`: the control, one warp per (query,
+// head, 64-key block) adding its block's partial with atomicAdd, in whatever order warps finish.
+template <typename T>
+__global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dq,
+                          const AttentionToken* tokens, int token_count, AttentionShape shape, int blocks_per_query,
+                          float* atomic_scratch) {
+  __shared__ float q_shared[simt_warps][simt_max_dim], do_shared[simt_warps][simt_max_dim];
+  const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size;
+  const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * simt_warps + warp;
+  if (item >= static_cast<std::int64_t>(token_count) * shape.heads * blocks_per_query) return;
+  const int kv_block = static_cast<int>(item % blocks_per_query), h = static_cast<int>((item / blocks_per_query) % shape.heads);
+  const AttentionToken token = tokens[item / blocks_per_query / shape.heads];
+  const int D = shape.dim, kv_head = h / (shape.heads / shape.kv_heads);
+  const std::int64_t row = static_cast<std::int64_t>(token.slot) * shape.heads + h, kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+  int first_key = 0, last_key = token.position;
+  if (atomic_scratch) {
+    first_key = kv_block * attention_mma_kv_block;
+    last_key = min(token.position, first_key + attention_mma_kv_block - 1);
+    if (first_key > token.position) return;
+  }
+  for (int d = lane; d < D; d += warp_size) {
+    q_shared[warp][d] = to_float(q[row * D + d]);
+    do_shared[warp][d] = to_float(dout[row * D + d]);
+  }
+  __syncwarp();
+  const float row_lse = lse[row], row_delta = delta[row];
+  float acc[simt_dims_per_lane] = {};
+  for (int base = first_key; base <= last_key; base += warp_size) {
+    const int key = base + lane;
+    float ds = 0.0f;
+    if (key <= last_key) {
+      const std::int64_t key_row = (token.cache_base + key) * kv_stride + kv_head * D;
+      ds = score_grad(q_shared[warp], do_shared[warp], k + key_row, v + key_row, D, shape.scale, row_lse, row_delta).ds;
+    }
+    for (int j = 0; j < warp_size && base + j <= last_key; ++j) {
+      const float ds_j = __shfl_sync(0xffffffffu, ds, j);
+      const T* key_row = k + (token.cache_base + base + j) * kv_stride + kv_head * D;
+      for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) acc[i] += ds_j * to_float(key_row[lane + i * warp_size]);
+    }
+  }
+  for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) {
+    const int d = lane + i * warp_size;
+    if (atomic_scratch) {
+      atomicAdd(&atomic_scratch[row * D + d], acc[i] * shape.scale);
+    } else {
+      dq[row * D + d] = from_float<T>(acc[i] * shape.scale);
+    }
+  }
+}
+
+template <typename T>
+__global__ void round_dq_kernel(const float* scratch, T* dq, const AttentionToken* tokens, int token_count, AttentionShape shape) {
+  const std::int64_t per_token = static_cast<std::int64_t>(shape.heads) * shape.dim;
+  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= token_count * per_token) return;
+  const std::int64_t at = static_cast<std::int64_t>(tokens[index / per_token].slot) * per_token + index % per_token;
+  dq[at] = from_float<T>(scratch[at]);
+}
+
+// dk, dv: one warp per (key, kv head); for each head of the group in order, queries from the key's
+// position to the end of the sequence in order (lane i scores query i of a 32-query step).
+template <typename T>
+__global__ void dkdv_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dk,
+                            T* dv, const AttentionToken* tokens, int token_count, AttentionShape shape) {
+  const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size;
+  const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * simt_warps + warp;
+  if (item >= static_cast<std::int64_t>(token_count) * shape.kv_heads) return;
+  const int kv_head = static_cast<int>(item % shape.kv_heads), group = shape.heads / shape.kv_heads, D = shape.dim;
+  const AttentionToken token = tokens[item / shape.kv_heads];
+  const std::int64_t kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+  const std::int64_t key_row = static_cast<std::int64_t>(token.slot) * kv_stride + kv_head * D;
+  float dk_acc[simt_dims_per_lane] = {}, dv_acc[simt_dims_per_lane] = {};
+  for (int member = 0; member < group; ++member) {
+    const int h = kv_head * group + member;
+    for (int base = token.position; base < token.sequence_length; base += warp_size) {
+      const int query = base + lane;
+      ScoreGrad grad{0.0f, 0.0f};
+      if (query < token.sequence_length) {
+        const std::int64_t row = static_cast<std::int64_t>(token.cache_base + query) * shape.heads + h;
+        grad = score_grad(q + row * D, dout + row * D, k + key_row, v + key_row, D, shape.scale, lse[row], delta[row]);
+      }
+      for (int j = 0; j < warp_size && base + j < token.sequence_length; ++j) {
+        const float p_j = __shfl_sync(0xffffffffu, grad.p, j), ds_j = __shfl_sync(0xffffffffu, grad.ds, j);
+        const std::int64_t row = static_cast<std::int64_t>(token.cache_base + base + j) * shape.heads + h;
+        for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) {
+          dv_acc[i] += p_j * to_float(dout[row * D + lane + i * warp_size]);
+          dk_acc[i] += ds_j * to_float(q[row * D + lane + i * warp_size]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) {
+    dk[key_row + lane + i * warp_size] = from_float<T>(dk_acc[i] * shape.scale);
+    dv[key_row + lane + i * warp_size] = from_float<T>(dv_acc[i]);
+  }
+}
+
+unsigned warp_grid(std::int64_t items) {
+  return static_cast<unsigned>((items + simt_warps - 1) / simt_warps);
+}
+
+template <typename F>
+void dispatch(DeviceDType dtype, F&& body) {
+  switch (dtype) {
+    case DeviceDType::bf16: body(__nv_bfloat16{}); return;
+    case DeviceDType::fp16: body(__half{}); return;
+    case DeviceDType::fp32: body(float{}); return;
+  }
+}
+
+template <typename T, int D>
+void launch_mma(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
+                int tile_count, AttentionShape shape, CUstream_st* stream) {
+  constexpr int shared_bytes = (attention_mma_tile_queries + 2 * attention_mma_kv_block) * (D + 8) * static_cast<int>(sizeof(T));
+  static bool configured = false;
+  if (!configured) {
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
+    configured = true;
+  }
+  dim3 grid(static_cast<unsigned>(tile_count), static_cast<unsigned>(shape.heads));
+  forward_mma_kernel<T, D><<<grid, 128, shared_bytes, stream>>>(static_cast<const T*>(q), static_cast<const T*>(k_cache),
+                                                                 static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape);
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void* k_cache, void* v_cache,
+                           const int* cache_rows, int slots, int row_width, CUstream_st* stream) {
+  if (slots <= 0) return;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    write_cache_kernel<T><<<slots, 128, 0, stream>>>(static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(k_cache),
+                                                     static_cast<T*>(v_cache), cache_rows, row_width);
+  });
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache, const void* v_cache, void* o, float* lse,
+                           const AttentionTile* tiles, int tile_count, AttentionShape shape, CUstream_st* stream) {
+  if (tile_count <= 0) return;
+  if (dtype == DeviceDType::fp32 || (shape.dim != 64 && shape.dim != 128)) {
+    throw std::invalid_argument("attention_forward_mma: bf16/fp16 with head dim 64 or 128 only");
+  }
+  if (dtype == DeviceDType::bf16) {
+    shape.dim == 64 ? launch_mma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream)
+                    : launch_mma<__nv_bfloat16, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+  } else {
+    shape.dim == 64 ? launch_mma<__half, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream)
+                    : launch_mma<__half, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+  }
+}
+
+void attention_forward_simt(DeviceDType dtype, const void* q, const void* k_cache, const void* v_cache, void* o, float* lse,
+                            const AttentionToken* tokens, int token_count, AttentionShape shape, int kv_block, int splits,
+                            float* scratch, CUstream_st* stream) {
+  if (token_count <= 0) return;
+  if (shape.dim > simt_max_dim || kv_block % warp_size || kv_block > simt_max_dim || splits < 1 || (splits > 1 && !scratch)) {
+    throw std::invalid_argument("attention_forward_simt: dim <= 128, kv_block a multiple of 32 up to 128, scratch for splits");
+  }
+  const std::int64_t items = static_cast<std::int64_t>(token_count) * shape.heads;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_simt_kernel<T><<<warp_grid(items * splits), simt_warps * warp_size, 0, stream>>>(
+        static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse,
+        tokens, token_count, shape, kv_block, splits, scratch);
+    BITCHECK_CUDA_LAUNCH_CHECK();
+    if (splits > 1) {
+      combine_kernel<T><<<warp_grid(items), simt_warps * warp_size, 0, stream>>>(scratch, static_cast<T*>(o), lse, tokens,
+                                                                                  token_count, shape, splits);
+      BITCHECK_CUDA_LAUNCH_CHECK();
+    }
+  });
+}
+
+void attention_backward(DeviceDType dtype, const void* q, const void* k, const void* v, const void* o, const float* lse,
+                        const void* dout, float* delta, void* dq, void* dk, void* dv, const AttentionToken* tokens,
+                        int token_count, int max_position, AttentionShape shape, float* dq_atomic_scratch,
+                        CUstream_st* stream) {
+  if (token_count <= 0) return;
+  if (shape.dim > simt_max_dim) throw std::invalid_argument("attention_backward: dim <= 128");
+  const std::int64_t items = static_cast<std::int64_t>(token_count) * shape.heads;
+  const int blocks_per_query = dq_atomic_scratch ? max_position / attention_mma_kv_block + 1 : 1;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *q_t = static_cast<const T*>(q), *k_t = static_cast<const T*>(k), *v_t = static_cast<const T*>(v);
+    const T* do_t = static_cast<const T*>(dout);
+    delta_kernel<T><<<warp_grid(items), simt_warps * warp_size, 0, stream>>>(static_cast<const T*>(o), do_t, delta, tokens,
+                                                                              token_count, shape);
+    BITCHECK_CUDA_LAUNCH_CHECK();
+    dq_kernel<T><<<warp_grid(items * blocks_per_query), simt_warps * warp_size, 0, stream>>>(
+        q_t, k_t, v_t, do_t, lse, delta, static_cast<T*>(dq), tokens, token_count, shape, blocks_per_query, dq_atomic_scratch);
+    BITCHECK_CUDA_LAUNCH_CHECK();
+    if (dq_atomic_scratch) {
+      const std::int64_t elements = items * shape.dim;
+      round_dq_kernel<T><<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(dq_atomic_scratch, static_cast<T*>(dq),
+                                                                                            tokens, token_count, shape);
+      BITCHECK_CUDA_LAUNCH_CHECK();
+    }
+    dkdv_kernel<T><<<warp_grid(static_cast<std::int64_t>(token_count) * shape.kv_heads), simt_warps * warp_size, 0, stream>>>(
+        q_t, k_t, v_t, do_t, lse, delta, static_cast<T*>(dk), static_cast<T*>(dv), tokens, token_count, shape);
+    BITCHECK_CUDA_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace bitcheck::cuda

@@ -1,0 +1,69 @@
+// attention launchers: KV-cache write, fixed-order causal GQA forward (tensor-core flash kernel
+// for bf16/fp16, a SIMT kernel for fp32 and the controls), split-KV combine, and the fixed-order
+// SIMT backward (dq per query, dk/dv per key) plus the atomicAdd-dq control. Plain C++ header.
+//
+// Tensors are row-major by slot: q, o, do, dq [slots, H, D]; k, v, dk, dv [slots, KVH, D];
+// lse and delta [slots, H] fp32. The KV cache is [tokens, KVH, D] in the element dtype, addressed
+// by a token's cache row = its sequence's cache base + position.
+#pragma once
+#include <cstdint>
+
+#include "device_dtype.h"
+
+struct CUstream_st;  // cudaStream_t without CUDA headers; nullptr is the default stream.
+
+namespace bitcheck::cuda {
+
+struct AttentionShape {
+  int heads;
+  int kv_heads;
+  int dim;
+  float scale;  // softmax scale, 1/sqrt(dim)
+};
+
+// One query (or key) token. Forward: keys of positions 0..position at rows cache_base + j of the
+// cache. Backward: whole sequences, keys and queries at slots cache_base + j of the inputs.
+struct AttentionToken {
+  int slot;
+  int position;
+  int cache_base;
+  int sequence_length;  // backward only: tokens of the sequence
+};
+
+// Up to 64 consecutive query tokens of one segment, for the tensor-core forward kernel.
+struct AttentionTile {
+  int first_slot;
+  int count;
+  int start_position;
+  int cache_base;
+};
+
+constexpr int attention_mma_tile_queries = 64;
+constexpr int attention_mma_kv_block = 64;
+
+// Copies k, v rows of every real slot into the cache: cache_rows[slot] (-1: pad slot, skipped).
+void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void* k_cache, void* v_cache,
+                           const int* cache_rows, int slots, int row_width, CUstream_st* stream);
+
+// Tensor-core forward (bf16/fp16, dim 64 or 128): o and lse of every query of every tile.
+void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache, const void* v_cache, void* o,
+                           float* lse, const AttentionTile* tiles, int tile_count, AttentionShape shape,
+                           CUstream_st* stream);
+
+// SIMT forward (any dtype, dim <= 128, kv_block a multiple of 32 up to 128): keys in blocks of
+// kv_block from position 0; with splits > 1 each query's blocks are cut into `splits` contiguous
+// ranges whose partials (scratch: tokens * heads * splits * (dim + 2) floats) are then combined.
+void attention_forward_simt(DeviceDType dtype, const void* q, const void* k_cache, const void* v_cache, void* o,
+                            float* lse, const AttentionToken* tokens, int token_count, AttentionShape shape,
+                            int kv_block, int splits, float* scratch, CUstream_st* stream);
+
+// Backward over whole sequences (o, lse from the forward): delta = rowsum(do * o), then dq per
+// query over keys in order and dk, dv per key over queries in order (heads of a group in order).
+// dq_atomic_scratch != nullptr selects the control: dq from per-64-key-block partials added with
+// atomicAdd into that fp32 scratch (tokens * heads * dim floats), then rounded.
+void attention_backward(DeviceDType dtype, const void* q, const void* k, const void* v, const void* o,
+                        const float* lse, const void* dout, float* delta, void* dq, void* dk, void* dv,
+                        const AttentionToken* tokens, int token_count, int max_position, AttentionShape shape,
+                        float* dq_atomic_scratch, CUstream_st* stream);
+
+}  // namespace bitcheck::cuda

@@ -1,0 +1,48 @@
+// norm/*: launchers of the RMSNorm and fused residual-add + RMSNorm kernels (forward rows,
+// backward rows) and of the token-ordered column accumulation behind dweight and dscale.
+// Plain C++ header, no CUDA headers.
+#pragma once
+#include <cstdint>
+
+#include "../device_dtype.h"
+
+struct CUstream_st;
+
+namespace bitcheck::cuda {
+
+// One launch over the real slots `tokens[0..token_count)` of a [slots, width] batch. With
+// `residual` set, the normalized row is h = dtype(x + residual) (fused add) and forward also
+// writes h to `h_out`; backward adds `dh` to the row gradient and writes it to dx and dresidual.
+struct RmsnormLaunch {
+  DeviceDType dtype = DeviceDType::bf16;
+  const void* x = nullptr;
+  const void* residual = nullptr;
+  const void* weight = nullptr;
+  void* y = nullptr;      // forward
+  void* h_out = nullptr;  // forward, fused add
+  const void* dy = nullptr;
+  const void* dh = nullptr;  // backward, fused add
+  void* dx = nullptr;
+  void* dresidual = nullptr;
+  float* inverse_rms = nullptr;  // backward: written per slot, for the dweight accumulation
+  const int32_t* tokens = nullptr;
+  int64_t token_count = 0;
+  int64_t width = 0;
+  // Threads per row. The fixed-order impl always passes fixed_block_threads; the control picks it
+  // from the token count, which changes the order of the row reductions.
+  int block_threads = 256;
+};
+constexpr int rmsnorm_fixed_block_threads = 256;
+
+void rmsnorm_forward(const RmsnormLaunch& launch, CUstream_st* stream);
+void rmsnorm_backward_rows(const RmsnormLaunch& launch, CUstream_st* stream);
+
+// accumulator[c] (fp32, in/out) += dy[t, c] * v[t, c] * (inverse_rms ? inverse_rms[t] : 1) for
+// t = tokens[0], tokens[1], ... in order, one fp32 add per token into the running value, where v
+// is x, or dtype(x + residual) when residual is set. The running value lives in `accumulator`
+// between calls, so splitting the tokens into consecutive calls gives identical bits.
+void token_column_accumulate(DeviceDType dtype, const void* dy, const void* x, const void* residual,
+                             const float* inverse_rms, const int32_t* tokens, int64_t token_count,
+                             int64_t width, float* accumulator, CUstream_st* stream);
+
+}  // namespace bitcheck::cuda

@@ -1,0 +1,51 @@
+// lm_head: logits[V] = h[H] · tableᵀ, the vocabulary projection with the embedding table as the
+// (tied) weight. Backward: dh = dlogits · table per row, dtable = dlogitsᵀ · h over tokens (fp32).
+#include <cmath>
+
+#include "ops/ops.h"
+#include "ops/vocab_ops.h"
+
+namespace bitcheck {
+
+void register_lm_head_op(Registry& registry) {
+  OpDef op;
+  op.name = "lm_head";
+  op.summary = "logits = h·tableᵀ (tied to the embedding table); backward dh = dlogits·table, dtable = dlogitsᵀ·h";
+  op.dim_names = {"V", "H"};
+  op.tensors = [](const CaseSpec& spec) {
+    const std::int64_t v = spec.dim("V"), h = spec.dim("H");
+    std::vector<TensorDecl> decls = {
+        {"h", TensorRole::row_input, spec.dtype, {h}},
+        embedding_table_decl(spec),
+    };
+    if (spec.pass == Pass::forward) {
+      decls.push_back({"logits", TensorRole::row_output, spec.dtype, {v}});
+    } else {
+      // Upstream gradients scaled by 1/sqrt(V) keep dh O(1) at every vocabulary size.
+      const float dlogits_scale = 1.0f / std::sqrt(static_cast<float>(v));
+      decls.push_back({"dlogits", TensorRole::row_input, spec.dtype, {v}, Generator::uniform, dlogits_scale});
+      decls.push_back({"dh", TensorRole::row_output, spec.dtype, {h}});
+      decls.push_back({"dtable", TensorRole::reduction_output, DType::fp32, {v, h}});
+    }
+    return decls;
+  };
+  op.reference = [](const CaseSpec& spec, const std::map<std::string, Tensor>& inputs,
+                    const ReferenceRequest& request, std::map<std::string, Tensor>& outputs) {
+    MatrixF table = to_matrix(inputs.at("table"));
+    if (spec.pass == Pass::forward) {
+      outputs["logits"] = from_matrix(to_matrix(inputs.at("h"), request.rows) * table.transpose());
+      return;
+    }
+    outputs["dh"] = from_matrix(to_matrix(inputs.at("dlogits"), request.rows) * table);
+    MatrixF dlogits = to_matrix(inputs.at("dlogits"));
+    MatrixF h = to_matrix(inputs.at("h"));
+    MatrixF dtable(static_cast<Eigen::Index>(request.reduction_rows.size()), h.cols());
+    for (std::size_t i = 0; i < request.reduction_rows.size(); ++i) {
+      dtable.row(static_cast<Eigen::Index>(i)) = dlogits.col(request.reduction_rows[i]).transpose() * h;
+    }
+    outputs["dtable"] = from_matrix(dtable);
+  };
+  registry.add_op(std::move(op));
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+# PyTorch SDPA (causal, GQA) TFLOP/s for the shapes `bitcheck bench --op attention` times, as the
+# baseline for the fixed-order kernel. Same flop count: forward 2*2*S*S/2*H*D per sequence,
+# backward 2.5x forward. Usage: bench-attention-sdpa.py [--batch B] [--seqs 1024,2048,...] [--dims 64,128]
+import argparse
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+def time_ms(fn, warmup, repeats):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--kv-heads", type=int, default=8)
+    parser.add_argument("--seqs", default="1024,2048,4096,8192")
+    parser.add_argument("--dims", default="128,64")
+    parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return 3
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  dtype {args.dtype}")
+    print("dim  seq    batch  fwd_ms    fwd_TFLOP/s  fwd+bwd_ms  bwd_TFLOP/s")
+    for dim in [int(d) for d in args.dims.split(",")]:
+        for seq in [int(s) for s in args.seqs.split(",")]:
+            shape_q = (args.batch, args.heads, seq, dim)
+            shape_kv = (args.batch, args.kv_heads, seq, dim)
+            q = torch.randn(shape_q, device="cuda", dtype=dtype, requires_grad=True)
+            k = torch.randn(shape_kv, device="cuda", dtype=dtype, requires_grad=True)
+            v = torch.randn(shape_kv, device="cuda", dtype=dtype, requires_grad=True)
+            try:
+                F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                attend = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            except TypeError:  # older torch: expand the kv heads (outside the timed region)
+                group = args.heads // args.kv_heads
+                k2 = k.detach().repeat_interleave(group, dim=1).requires_grad_()
+                v2 = v.detach().repeat_interleave(group, dim=1).requires_grad_()
+                attend = lambda: F.scaled_dot_product_attention(q, k2, v2, is_causal=True)
+            grad = torch.randn(shape_q, device="cuda", dtype=dtype)
+            flops = 4.0 * args.batch * seq * seq / 2 * args.heads * dim
+            with torch.no_grad():
+                forward_ms = time_ms(attend, args.warmup, args.repeats)
+            both_ms = time_ms(lambda: attend().backward(grad), args.warmup, args.repeats)
+            print(f"{dim:<4} {seq:<6} {args.batch:<6} {forward_ms:<9.3f} {flops / forward_ms / 1e9:<12.1f} "
+                  f"{both_ms:<11.3f} {2.5 * flops / max(both_ms - forward_ms, 1e-6) / 1e9:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

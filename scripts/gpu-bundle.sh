@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds bitcheck here (a machine with nvcc, no GPU needed) for sm_90a and packs a self-sufficient
+# bundle for the GPU machine, which has the CUDA driver and cuBLASLt but none of CLI11, json,
+# spdlog, fmt, Eigen or Catch2: the binaries plus the non-system shared libraries they link,
+# found through an $ORIGIN rpath.
+#   scripts/gpu-bundle.sh [BUNDLE_DIR]   (default: .gpu-bundle, git-ignored)
+# Then on the GPU machine: BUNDLE_DIR/bin/bitcheck ..., or scripts/gpu-check.sh BUNDLE_DIR OUT_DIR.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bundle=${1:-$root/.gpu-bundle}
+build=${BITCHECK_GPU_BUILD_DIR:-$root/build-gpu}
+
+"$root/scripts/setup.sh" --deps-only
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES="90a-real;80-virtual" -DBITCHECK_WITH_CUDA=ON >/dev/null
+cmake --build "$build" --parallel
+
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/tests"
+cp "$build/apps/bitcheck" "$bundle/bin/"
+for test_binary in "$build"/tests/bitcheck_*_tests; do
+  [ -x "$test_binary" ] && cp "$test_binary" "$bundle/tests/"
+done
+for probe in "$build"/kernels/*_probe; do
+  [ -x "$probe" ] && cp "$probe" "$bundle/bin/"
+done
+# Libraries the GPU machine lacks: everything resolved outside the system and CUDA directories
+# except the C/C++ runtime, which the GPU machine has in a newer version.
+for binary in "$bundle"/bin/* "$bundle"/tests/*; do
+  { ldd "$binary" | awk '/=> \//{print $3}' | grep -E 'libfmt|libspdlog|libCatch' || true; } | while read -r lib; do
+    cp -L "$lib" "$bundle/lib/"
+  done
+done
+# Test binaries live one level down too: give them the same rpath target.
+for binary in "$bundle"/bin/* "$bundle"/tests/*; do
+  if command -v patchelf >/dev/null; then patchelf --set-rpath '$ORIGIN/../lib' "$binary"; fi
+done
+cp -r "$root/sweeps" "$root/contract" "$bundle/"
+git -C "$root" rev-parse --short=12 HEAD > "$bundle/REVISION" 2>/dev/null || echo unknown > "$bundle/REVISION"
+du -sh "$bundle" | awk '{print "bundle: " $2 " (" $1 ")"}'

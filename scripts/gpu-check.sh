@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from a bundle made by scripts/gpu-bundle.sh: the GPU tests, the GPU
+# sweep (sweeps/gpu.json, CUDA backend) and the benchmark, writing reports and logs to OUT_DIR.
+#   scripts/gpu-check.sh BUNDLE_DIR OUT_DIR [--ops a,b] [--skip-bench] [--skip-tests] [--skip-sweep]
+# The GPU machine needs only the CUDA driver and cuBLASLt (no package registry there); from a
+# development machine, through the device tool:
+#   scripts/gpu-bundle.sh .gpu-bundle && run "scripts/gpu-check.sh .gpu-bundle \$OUT" (carry .gpu-bundle)
+set -uo pipefail
+bundle=$(cd "${1:?bundle dir}" && pwd)
+out=${2:?output dir}
+shift 2
+ops=all bench=1 tests=1 sweep=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ops) ops=$2; shift 2 ;;
+    --skip-bench) bench=0; shift ;;
+    --skip-tests) tests=0; shift ;;
+    --skip-sweep) sweep=0; shift ;;
+    *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+cd "$bundle"
+status=0
+{
+  echo "revision: $(cat REVISION)"
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
+} | tee "$out/device.txt"
+
+if [ $tests = 1 ] && [ -x tests/bitcheck_gpu_tests ]; then
+  echo "== GPU tests"
+  tests/bitcheck_gpu_tests --reporter compact > "$out/gpu-tests.log" 2>&1
+  rc=$?; tail -n 3 "$out/gpu-tests.log"; [ $rc = 0 ] || status=1
+fi
+if [ $sweep = 1 ]; then
+  echo "== GPU sweep"
+  start=$(date +%s)
+  bin/bitcheck sweep --spec sweeps/gpu.json --backend cuda --op "$ops" --out "$out" --no-progress \
+    --pins contract/cublaslt-pins.json > "$out/sweep.log" 2>&1
+  rc=$?; cat "$out/sweep.log"; echo "sweep: exit $rc in $(( $(date +%s) - start )) s"
+  [ $rc = 0 ] || status=1
+fi
+if [ $bench = 1 ]; then
+  echo "== bench"
+  bin/bitcheck bench --spec sweeps/gpu.json --op "$ops" --dtype bf16 --out "$out" \
+    --pins contract/cublaslt-pins.json > "$out/bench.log" 2>&1
+  rc=$?; tail -n 5 "$out/bench.log"; [ $rc = 0 ] || status=1
+fi
+exit $status

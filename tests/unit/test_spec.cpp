@@ -1,0 +1,267 @@
+// Sweep specs: the embedded default parses; every bad spec or command-line override is BadInput
+// with file, JSON path and expectation; expansion is the cartesian product; an out-of-scope dtype
+// expands to cases the runner skips with the contract's reason.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <string>
+
+#include "bitcheck/contract.h"
+#include "bitcheck/error.h"
+#include "bitcheck/json_input.h"
+#include "bitcheck/runner.h"
+#include "bitcheck/spec.h"
+
+using namespace bitcheck;
+
+namespace {
+
+const std::string data_dir = std::string(BITCHECK_SOURCE_DIR) + "/tests/data/";
+
+struct World {
+  Registry registry;
+  Contract contract;
+  World() {
+    register_all(registry);
+    contract = load_embedded_contract(registry);
+  }
+};
+
+struct BadSpec {
+  const char* file;
+  const char* json_path;
+  const char* expected;
+};
+
+}  // namespace
+
+TEST_CASE("the embedded default spec parses and names every registered op", "[spec]") {
+  World world;
+  SweepSpec spec = load_embedded_sweep_spec(world.registry, world.contract);
+  CHECK(spec.source == "embedded:sweeps/default.json");
+  REQUIRE_FALSE(spec.ops.empty());
+  std::set<std::string> ops;
+  for (const auto& sweep : spec.ops) {
+    ops.insert(sweep.op);
+    CHECK_FALSE(sweep.shapes.empty());
+    CHECK_FALSE(sweep.batches.empty());
+    CHECK(sweep.repeats >= 2);
+  }
+  for (const OpDef* op : world.registry.ops()) CHECK(ops.count(op->name) == 1);
+
+  // The on-disk copy is the same spec.
+  SweepSpec on_disk = load_sweep_spec(std::string(BITCHECK_SOURCE_DIR) + "/sweeps/default.json",
+                                      world.registry, world.contract);
+  REQUIRE(on_disk.ops.size() == spec.ops.size());
+  for (std::size_t i = 0; i < spec.ops.size(); ++i) {
+    CHECK(on_disk.ops[i].op == spec.ops[i].op);
+    CHECK(on_disk.ops[i].shapes == spec.ops[i].shapes);
+    CHECK(on_disk.ops[i].batches == spec.ops[i].batches);
+  }
+}
+
+TEST_CASE("a spec expands to the cartesian product of its axes", "[spec]") {
+  World world;
+  SweepSpec spec = load_sweep_spec(data_dir + "spec_small.json", world.registry, world.contract);
+  REQUIRE(spec.ops.size() == 2);
+  const OpSweep& matmul = spec.ops[0];
+  const OpSweep& rmsnorm = spec.ops[1];
+  CHECK(matmul.op == "matmul");
+  CHECK(matmul.dtypes == std::vector<std::string>{"bf16"});  // from defaults
+  CHECK(rmsnorm.dtypes == std::vector<std::string>{"fp32", "bf16"});  // per-op override
+  CHECK(rmsnorm.layouts == std::vector<std::string>{"alone", "batch", "pad_left"});
+  CHECK(matmul.layouts.size() == 7);  // default: every layout
+  CHECK(matmul.seeds == std::vector<std::uint64_t>{1, 2});
+
+  SweepOverrides overrides;
+  overrides.backend = "cpu";
+  std::vector<CaseSpec> cases = expand_cases(spec, world.registry, overrides);
+  std::size_t cpu_rmsnorm_impls = 0;
+  for (Impl* impl : world.registry.impls("rmsnorm")) cpu_rmsnorm_impls += impl->backend() == "cpu" ? 1 : 0;
+  // matmul: 1 impl x 1 dtype x 2 passes x 1 shape x 2 batches x 2 seeds
+  // rmsnorm: impls x 2 dtypes x 2 passes x 2 shapes x 2 batches x 2 seeds
+  CHECK(cases.size() == 8 + cpu_rmsnorm_impls * 32);
+  std::set<std::string> ids;
+  for (const auto& c : cases) {
+    CHECK(ids.insert(c.id()).second);  // every case distinct
+    CHECK(c.repeats == 2);
+    CHECK(world.registry.find_impl(c.op, c.impl)->backend() == "cpu");
+  }
+  CHECK(cases.front().id() == "matmul/cpu-fixed-order/bf16/forward/K=16,N=8/M=1/seed=1");
+
+  SweepOverrides only_backward = overrides;
+  only_backward.passes = {"backward"};
+  only_backward.batches = {4};
+  only_backward.ops = {"rmsnorm"};
+  SweepSpec filtered = apply_overrides(spec, only_backward, world.registry, world.contract);
+  REQUIRE(filtered.ops.size() == 1);
+  for (const auto& c : expand_cases(filtered, world.registry, only_backward)) {
+    CHECK(c.op == "rmsnorm");
+    CHECK(c.pass == Pass::backward);
+    CHECK(c.rows == 4);
+  }
+}
+
+TEST_CASE("every bad spec is BadInput naming file, JSON path and expectation", "[spec]") {
+  World world;
+  const std::vector<BadSpec> cases = {
+      {"spec_invalid_json.json", "$", "valid JSON"},
+      {"spec_unknown_op.json", "$.ops.nope", "a registered op"},
+      {"spec_unknown_impl.json", "$.ops.matmul.impls[1]", "an impl of matmul"},
+      {"spec_unknown_dtype.json", "$.ops.matmul.dtypes[1]", "a dtype named in the contract"},
+      {"spec_zero_batch.json", "$.ops.matmul.batches[1]", "an integer in [1, 1048576], got 0"},
+      {"spec_negative_batch.json", "$.defaults.batches[0]", "got -3"},
+      {"spec_missing_shapes.json", "$.ops.matmul.shapes", "missing"},
+      {"spec_batches_string.json", "$.defaults.batches", "an array, got string"},
+      {"spec_unknown_field.json", "$.ops.matmul.batch", "no such field"},
+      {"spec_unknown_layout.json", "$.ops.rmsnorm.layouts[1]", "a layout"},
+      {"spec_missing_dim.json", "$.ops.matmul.shapes[1].K", "missing"},
+  };
+  for (const auto& bad : cases) {
+    const std::string path = data_dir + bad.file;
+    INFO(bad.file);
+    try {
+      load_sweep_spec(path, world.registry, world.contract);
+      FAIL_CHECK("spec accepted: " << bad.file);
+    } catch (const BadInput& error) {
+      CHECK(error.file() == path);
+      CHECK(error.json_path() == bad.json_path);
+      CHECK_THAT(error.expected(), Catch::Contains(bad.expected));
+      CHECK_THAT(error.what(), Catch::Contains(path) && Catch::Contains(bad.json_path));
+    }
+  }
+}
+
+TEST_CASE("spec documents with bad structure are BadInput at the right path", "[spec]") {
+  World world;
+  struct Case {
+    const char* text;
+    const char* json_path;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {R"([1, 2])", "$", "an object"},
+      {R"({"ops": {"matmul": {"shapes": [{"N": 8, "K": 16}]}}})", "$.schema_version", "missing"},
+      {R"({"schema_version": 1, "ops": {}})", "$.ops", "at least one op"},
+      {R"({"schema_version": 1, "ops": {"matmul": {"shapes": []}}})", "$.ops.matmul.shapes", "non-empty"},
+      {R"({"schema_version": 1, "ops": {"matmul": {"shapes": [{"N": 8, "K": 16, "H": 4}]}}})",
+       "$.ops.matmul.shapes[0].H", "no such dim"},
+      {R"({"schema_version": 1, "ops": {"matmul": {"shapes": [{"N": 0, "K": 16}]}}})",
+       "$.ops.matmul.shapes[0].N", "an integer in [1,"},
+      {R"({"schema_version": 1, "ops": {"matmul": {"shapes": [{"N": 8, "K": 16}], "repeats": 1}}})",
+       "$.ops.matmul.repeats", "an integer in [2, 100]"},
+      {R"({"schema_version": 1, "ops": {"matmul": {"shapes": [{"N": 8, "K": 16}], "passes": ["sideways"]}}})",
+       "$.ops.matmul.passes[0]", "\"forward\" or \"backward\""},
+      {R"({"schema_version": 1, "ops": {"matmul": {"shapes": [{"N": 8, "K": 16}], "seeds": [-1]}}})",
+       "$.ops.matmul.seeds[0]", "an integer in [0,"},
+      {R"({"schema_version": 1, "defaults": {"dtypes": "fp64"}, "ops": {"matmul": {"shapes": [{"N": 8, "K": 16}]}}})",
+       "$.defaults.dtypes", "a dtype named in the contract"},
+      {R"({"schema_version": 1, "defaults": {"shapes": [{"N": 8}]}, "ops": {"matmul": {"shapes": [{"N": 8, "K": 16}]}}})",
+       "$.defaults.shapes", "no such field"},
+  };
+  for (const auto& bad : cases) {
+    INFO(bad.text);
+    try {
+      parse_sweep_spec(nlohmann::json::parse(bad.text), "inline.json", world.registry, world.contract);
+      FAIL_CHECK("spec accepted");
+    } catch (const BadInput& error) {
+      CHECK(error.file() == "inline.json");
+      CHECK(error.json_path() == bad.json_path);
+      CHECK_THAT(error.expected(), Catch::Contains(bad.expected));
+    }
+  }
+}
+
+TEST_CASE("an unreadable spec path is BadInput naming the path", "[spec]") {
+  World world;
+  try {
+    load_sweep_spec("/nonexistent.json", world.registry, world.contract);
+    FAIL("a missing spec loaded");
+  } catch (const BadInput& error) {
+    CHECK(error.file() == "/nonexistent.json");
+    CHECK(error.json_path() == "$");
+    CHECK_THAT(error.expected(), Catch::Contains("readable file"));
+  }
+}
+
+// Defaults apply to every op, so an impl named there must exist for the ops that inherit it;
+// otherwise expand_cases would dereference an impl that is not registered.
+TEST_CASE("an unknown impl in the spec defaults is BadInput", "[spec]") {
+  World world;
+  const std::string path = data_dir + "spec_unknown_default_impl.json";
+  try {
+    load_sweep_spec(path, world.registry, world.contract);
+    FAIL("spec with an unknown default impl accepted");
+  } catch (const BadInput& error) {
+    CHECK(error.file() == path);
+    CHECK_THAT(error.json_path(), Catch::StartsWith("$.defaults.impls") || Catch::StartsWith("$.ops.matmul"));
+  }
+}
+
+TEST_CASE("bad command-line overrides are BadInput naming the flag", "[spec]") {
+  World world;
+  SweepSpec spec = load_embedded_sweep_spec(world.registry, world.contract);
+  struct Case {
+    const char* flag;
+    std::function<void(SweepOverrides&)> set;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {"--batch", [](SweepOverrides& o) { o.batches = {0}; }, "got 0"},
+      {"--batch", [](SweepOverrides& o) { o.batches = {1, -3}; }, "got -3"},
+      {"--batch", [](SweepOverrides& o) { o.batches = {(1 << 20) + 1}; }, "a batch size in [1, 1048576]"},
+      {"--dtype", [](SweepOverrides& o) { o.dtypes = {"fp64"}; }, "got \"fp64\""},
+      {"--op", [](SweepOverrides& o) { o.ops = {"nope"}; }, "got \"nope\""},
+      {"--impl", [](SweepOverrides& o) { o.impls = {"nope"}; }, "got \"nope\""},
+      {"--backend", [](SweepOverrides& o) { o.backend = "gpu"; }, "auto, cpu or cuda"},
+      {"--pass", [](SweepOverrides& o) { o.passes = {"sideways"}; }, "forward or backward"},
+      {"--layout", [](SweepOverrides& o) { o.layouts = {"zigzag"}; }, "got \"zigzag\""},
+      {"--repeats", [](SweepOverrides& o) { o.repeats = 1; }, "at least 2"},
+  };
+  for (const auto& bad : cases) {
+    SweepOverrides overrides;
+    bad.set(overrides);
+    INFO(bad.flag << " expecting " << bad.expected);
+    try {
+      apply_overrides(spec, overrides, world.registry, world.contract);
+      FAIL_CHECK("override accepted");
+    } catch (const BadInput& error) {
+      CHECK(error.file() == "command line");
+      CHECK(error.json_path() == bad.flag);
+      CHECK_THAT(error.expected(), Catch::Contains(bad.expected));
+    }
+  }
+}
+
+TEST_CASE("an out-of-scope dtype expands to cases skipped with the contract's reason", "[spec][runner]") {
+  World world;
+  SweepSpec spec = load_sweep_spec(data_dir + "spec_fp8.json", world.registry, world.contract);
+  std::vector<CaseSpec> cases = expand_cases(spec, world.registry, SweepOverrides{});
+  REQUIRE(cases.size() == 2);
+  Runner runner(world.registry, world.contract);
+  bool saw_fp8 = false;
+  for (const auto& c : cases) {
+    CaseResult result = runner.run_case(c);
+    INFO(c.id() << ": " << result.reason);
+    if (c.dtype_name == "fp8") {
+      saw_fp8 = true;
+      CHECK(result.verdict == Verdict::skipped);
+      CHECK(result.reason == *world.contract.dtype_skip_reason("fp8"));
+      CHECK(result.layouts_run.empty());  // never run under another dtype
+      CHECK(result.fingerprint.empty());
+    } else {
+      CHECK(result.verdict == Verdict::pass);
+    }
+  }
+  CHECK(saw_fp8);
+
+  // The same holds for an fp8 override on the command line.
+  SweepOverrides overrides;
+  overrides.dtypes = {"fp8"};
+  SweepSpec fp8_only = apply_overrides(spec, overrides, world.registry, world.contract);
+  for (const auto& c : expand_cases(fp8_only, world.registry, overrides)) {
+    CHECK(runner.run_case(c).verdict == Verdict::skipped);
+  }
+}
