@@ -60,9 +60,15 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   Runner runner(registry, contract);
   std::vector<CaseResult> results;
   results.reserve(cases.size());
+  auto last_note = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < cases.size(); ++i) {
     if (show_progress) {
       std::cerr << "\r\033[K[" << (i + 1) << "/" << cases.size() << "] " << cases[i].id() << std::flush;
+    } else if (options.progress && std::chrono::steady_clock::now() - last_note > std::chrono::seconds(15)) {
+      // Not a terminal (a log): a plain line every 15 s, so a cut-off run shows how far it got.
+      last_note = std::chrono::steady_clock::now();
+      std::cerr << "[" << (i + 1) << "/" << cases.size() << "] "
+                << static_cast<int>(std::chrono::duration<double>(last_note - start).count()) << " s " << cases[i].id() << "\n";
     }
     results.push_back(runner.run_case(cases[i]));
   }

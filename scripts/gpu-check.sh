@@ -36,7 +36,7 @@ fi
 if [ $sweep = 1 ]; then
   echo "== GPU sweep"
   start=$(date +%s)
-  bin/bitcheck sweep --spec sweeps/gpu.json --backend cuda --op "$ops" --out "$out" --no-progress \
+  bin/bitcheck sweep --spec sweeps/gpu.json --backend cuda --op "$ops" --out "$out" \
     --pins contract/cublaslt-pins.json > "$out/sweep.log" 2>&1
   rc=$?; cat "$out/sweep.log"; echo "sweep: exit $rc in $(( $(date +%s) - start )) s"
   [ $rc = 0 ] || status=1
