@@ -410,7 +410,7 @@ __global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, con
   for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) {
     const int d = lane + i * warp_size;
     if (atomic_scratch) {
-      atomicAdd(&atomic_scratch[row * D + d], acc[i] * shape.scale);
+      atomicAdd(&atomic_scratch[row * D + d], acc[i] * shape.scale);  // bitcheck-control: atomic-dq
     } else {
       dq[row * D + d] = from_float<T>(acc[i] * shape.scale);
     }

@@ -21,15 +21,26 @@ namespace {
 
 constexpr int kThreads = 256;
 
-cudaStream_t as_stream(CUstream_st* stream) { return reinterpret_cast<cudaStream_t>(stream); }
+cudaStream_t as_stream(CUstream_st* stream) {
+  return reinterpret_cast<cudaStream_t>(stream);
+}
 
-std::int64_t element_bytes(DeviceDType dtype) { return dtype == DeviceDType::fp32 ? 4 : 2; }
+std::int64_t element_bytes(DeviceDType dtype) {
+  return dtype == DeviceDType::fp32 ? 4 : 2;
+}
 
-__device__ inline float to_float(const __nv_bfloat16* p, std::int64_t i) { return __bfloat162float(p[i]); }
-__device__ inline float to_float(const __half* p, std::int64_t i) { return __half2float(p[i]); }
-__device__ inline float to_float(const float* p, std::int64_t i) { return p[i]; }
+__device__ inline float to_float(const __nv_bfloat16* p, std::int64_t i) {
+  return __bfloat162float(p[i]);
+}
+__device__ inline float to_float(const __half* p, std::int64_t i) {
+  return __half2float(p[i]);
+}
+__device__ inline float to_float(const float* p, std::int64_t i) {
+  return p[i];
+}
 
-__device__ inline void record_error(std::uint64_t* error_record, std::int64_t slot, std::int32_t id) {
+__device__ inline void record_error(std::uint64_t* error_record, std::int64_t slot,
+                                    std::int32_t id) {
   // One 64-bit store names the slot and the id together; any racing writer also names a bad id.
   *error_record = (static_cast<std::uint64_t>(slot) << 32) | static_cast<std::uint32_t>(id);
 }
@@ -37,8 +48,8 @@ __device__ inline void record_error(std::uint64_t* error_record, std::int64_t sl
 // Unit = 16, 8, 4 or 2 bytes: the widest that divides the row, so a row is whole units.
 template <typename Unit>
 __global__ void gather_kernel(const std::int32_t* ids, const std::int32_t* slots, std::int64_t rows,
-                              const Unit* table, std::int64_t vocab, std::int64_t units_per_row, Unit* out,
-                              std::uint64_t* error_record) {
+                              const Unit* table, std::int64_t vocab, std::int64_t units_per_row,
+                              Unit* out, std::uint64_t* error_record) {
   const std::int64_t total = rows * units_per_row;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -54,8 +65,10 @@ __global__ void gather_kernel(const std::int32_t* ids, const std::int32_t* slots
 }
 
 template <typename T>
-__global__ void segments_kernel(const T* dout, std::int64_t hidden, const std::int32_t* sorted_slots,
-                                const std::int32_t* segment_starts, const std::int32_t* segment_ids, float* dtable) {
+__global__ void segments_kernel(const T* dout, std::int64_t hidden,
+                                const std::int32_t* sorted_slots,
+                                const std::int32_t* segment_starts, const std::int32_t* segment_ids,
+                                float* dtable) {
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (c >= hidden) return;
   const std::int64_t g = blockIdx.y;
@@ -68,9 +81,10 @@ __global__ void segments_kernel(const T* dout, std::int64_t hidden, const std::i
 }
 
 template <typename T>
-__global__ void atomic_scatter_kernel(const T* dout, std::int64_t hidden, const std::int32_t* ids,
-                                      const std::int32_t* slots, std::int64_t rows, std::int64_t vocab, float* dtable,
-                                      std::uint64_t* error_record) {
+__global__ void atomic_scatter_control_kernel(const T* dout, std::int64_t hidden,
+                                              const std::int32_t* ids, const std::int32_t* slots,
+                                              std::int64_t rows, std::int64_t vocab, float* dtable,
+                                              std::uint64_t* error_record) {
   const std::int64_t total = rows * hidden;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -81,7 +95,8 @@ __global__ void atomic_scatter_kernel(const T* dout, std::int64_t hidden, const 
       if (c == 0) record_error(error_record, slot, id);
       continue;
     }
-    atomicAdd(dtable + static_cast<std::int64_t>(id) * hidden + c, to_float(dout, slot * hidden + c));  // the control's race
+    float* element = dtable + static_cast<std::int64_t>(id) * hidden + c;
+    atomicAdd(element, to_float(dout, slot * hidden + c));  // bitcheck-control: the modelled race
   }
 }
 
@@ -91,30 +106,34 @@ unsigned grid_for(std::int64_t total) {
 }
 
 template <typename Unit>
-void launch_gather(const std::int32_t* ids, const std::int32_t* slots, std::int64_t rows, const void* table,
-                   std::int64_t vocab, std::int64_t row_bytes, void* out, std::uint64_t* error_record, cudaStream_t s) {
+void launch_gather(const std::int32_t* ids, const std::int32_t* slots, std::int64_t rows,
+                   const void* table, std::int64_t vocab, std::int64_t row_bytes, void* out,
+                   std::uint64_t* error_record, cudaStream_t s) {
   const std::int64_t units = row_bytes / static_cast<std::int64_t>(sizeof(Unit));
-  gather_kernel<Unit><<<grid_for(rows * units), kThreads, 0, s>>>(ids, slots, rows, static_cast<const Unit*>(table), vocab,
-                                                                   units, static_cast<Unit*>(out), error_record);
+  gather_kernel<Unit><<<grid_for(rows * units), kThreads, 0, s>>>(
+      ids, slots, rows, static_cast<const Unit*>(table), vocab, units, static_cast<Unit*>(out),
+      error_record);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
-void launch_segments(DeviceDType dtype, const void* dout, std::int64_t hidden, const std::int32_t* sorted_slots,
-                     const std::int32_t* segment_starts, const std::int32_t* segment_ids, std::int64_t segments,
-                     float* dtable, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((hidden + kThreads - 1) / kThreads), static_cast<unsigned>(segments));
+void launch_segments(DeviceDType dtype, const void* dout, std::int64_t hidden,
+                     const std::int32_t* sorted_slots, const std::int32_t* segment_starts,
+                     const std::int32_t* segment_ids, std::int64_t segments, float* dtable,
+                     cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((hidden + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(segments));
   switch (dtype) {
     case DeviceDType::bf16:
-      segments_kernel<<<grid, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(dout), hidden, sorted_slots,
-                                                segment_starts, segment_ids, dtable);
+      segments_kernel<<<grid, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(dout), hidden,
+                                                sorted_slots, segment_starts, segment_ids, dtable);
       break;
     case DeviceDType::fp16:
-      segments_kernel<<<grid, kThreads, 0, s>>>(static_cast<const __half*>(dout), hidden, sorted_slots, segment_starts,
-                                                segment_ids, dtable);
+      segments_kernel<<<grid, kThreads, 0, s>>>(static_cast<const __half*>(dout), hidden,
+                                                sorted_slots, segment_starts, segment_ids, dtable);
       break;
     case DeviceDType::fp32:
-      segments_kernel<<<grid, kThreads, 0, s>>>(static_cast<const float*>(dout), hidden, sorted_slots, segment_starts,
-                                                segment_ids, dtable);
+      segments_kernel<<<grid, kThreads, 0, s>>>(static_cast<const float*>(dout), hidden,
+                                                sorted_slots, segment_starts, segment_ids, dtable);
       break;
   }
   BITCHECK_CUDA_LAUNCH_CHECK();
@@ -122,51 +141,61 @@ void launch_segments(DeviceDType dtype, const void* dout, std::int64_t hidden, c
 
 }  // namespace
 
-void embedding_gather(DeviceDType dtype, const std::int32_t* ids, const std::int32_t* slots, std::int64_t rows,
-                      const void* table, std::int64_t vocab, std::int64_t hidden, void* out,
-                      std::uint64_t* error_record, CUstream_st* stream) {
-  if (rows < 0 || vocab < 1 || hidden < 1) throw std::invalid_argument("embedding_gather: bad shape");
+void embedding_gather(DeviceDType dtype, const std::int32_t* ids, const std::int32_t* slots,
+                      std::int64_t rows, const void* table, std::int64_t vocab, std::int64_t hidden,
+                      void* out, std::uint64_t* error_record, CUstream_st* stream) {
+  if (rows < 0 || vocab < 1 || hidden < 1)
+    throw std::invalid_argument("embedding_gather: bad shape");
   if (rows == 0) return;
   const std::int64_t row_bytes = hidden * element_bytes(dtype);
   const cudaStream_t s = as_stream(stream);
   // cudaMalloc'd buffers are 256-byte aligned, so a row-divisible unit is also aligned.
-  if (row_bytes % 16 == 0) return launch_gather<uint4>(ids, slots, rows, table, vocab, row_bytes, out, error_record, s);
-  if (row_bytes % 8 == 0) return launch_gather<uint2>(ids, slots, rows, table, vocab, row_bytes, out, error_record, s);
-  if (row_bytes % 4 == 0) return launch_gather<unsigned>(ids, slots, rows, table, vocab, row_bytes, out, error_record, s);
+  if (row_bytes % 16 == 0)
+    return launch_gather<uint4>(ids, slots, rows, table, vocab, row_bytes, out, error_record, s);
+  if (row_bytes % 8 == 0)
+    return launch_gather<uint2>(ids, slots, rows, table, vocab, row_bytes, out, error_record, s);
+  if (row_bytes % 4 == 0)
+    return launch_gather<unsigned>(ids, slots, rows, table, vocab, row_bytes, out, error_record, s);
   launch_gather<unsigned short>(ids, slots, rows, table, vocab, row_bytes, out, error_record, s);
 }
 
 void embedding_backward_segments(DeviceDType dtype, const void* dout, std::int64_t hidden,
-                                 const std::int32_t* sorted_slots, const std::int32_t* segment_starts,
-                                 const std::int32_t* segment_ids, std::int64_t segments, float* dtable,
-                                 CUstream_st* stream) {
-  if (segments < 0 || hidden < 1) throw std::invalid_argument("embedding_backward_segments: bad shape");
+                                 const std::int32_t* sorted_slots,
+                                 const std::int32_t* segment_starts,
+                                 const std::int32_t* segment_ids, std::int64_t segments,
+                                 float* dtable, CUstream_st* stream) {
+  if (segments < 0 || hidden < 1)
+    throw std::invalid_argument("embedding_backward_segments: bad shape");
   const cudaStream_t s = as_stream(stream);
-  // Segments touch disjoint dtable rows, so launching them in groups (grid.y <= 65535) changes nothing.
+  // Segments touch disjoint dtable rows, so launching them in groups (grid.y <= 65535) changes
+  // nothing.
   for (std::int64_t first = 0; first < segments; first += 65535) {
     const std::int64_t count = segments - first < 65535 ? segments - first : 65535;
-    launch_segments(dtype, dout, hidden, sorted_slots, segment_starts + first, segment_ids + first, count, dtable, s);
+    launch_segments(dtype, dout, hidden, sorted_slots, segment_starts + first, segment_ids + first,
+                    count, dtable, s);
   }
 }
 
-void embedding_backward_atomic(DeviceDType dtype, const void* dout, std::int64_t hidden, const std::int32_t* ids,
-                               const std::int32_t* slots, std::int64_t rows, std::int64_t vocab, float* dtable,
+void embedding_backward_atomic(DeviceDType dtype, const void* dout, std::int64_t hidden,
+                               const std::int32_t* ids, const std::int32_t* slots,
+                               std::int64_t rows, std::int64_t vocab, float* dtable,
                                std::uint64_t* error_record, CUstream_st* stream) {
   if (rows == 0) return;
   const unsigned grid = grid_for(rows * hidden);
   const cudaStream_t s = as_stream(stream);
   switch (dtype) {
     case DeviceDType::bf16:
-      atomic_scatter_kernel<<<grid, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(dout), hidden, ids, slots, rows,
-                                                      vocab, dtable, error_record);
+      atomic_scatter_control_kernel<<<grid, kThreads, 0, s>>>(
+          static_cast<const __nv_bfloat16*>(dout), hidden, ids, slots, rows, vocab, dtable,
+          error_record);
       break;
     case DeviceDType::fp16:
-      atomic_scatter_kernel<<<grid, kThreads, 0, s>>>(static_cast<const __half*>(dout), hidden, ids, slots, rows, vocab,
-                                                      dtable, error_record);
+      atomic_scatter_control_kernel<<<grid, kThreads, 0, s>>>(
+          static_cast<const __half*>(dout), hidden, ids, slots, rows, vocab, dtable, error_record);
       break;
     case DeviceDType::fp32:
-      atomic_scatter_kernel<<<grid, kThreads, 0, s>>>(static_cast<const float*>(dout), hidden, ids, slots, rows, vocab,
-                                                      dtable, error_record);
+      atomic_scatter_control_kernel<<<grid, kThreads, 0, s>>>(
+          static_cast<const float*>(dout), hidden, ids, slots, rows, vocab, dtable, error_record);
       break;
   }
   BITCHECK_CUDA_LAUNCH_CHECK();

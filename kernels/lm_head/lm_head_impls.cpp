@@ -23,18 +23,18 @@ namespace vd = vocab_device;
 using cuda::DeviceBuffer;
 using cuda::LtConfig;
 
-// cuBLASLt dtable chunks: tokens reduced in chunks of exactly this many (zero-padded), summed in
-// order; micro-batch boundaries on multiples of it keep every chunk, and so every bit, the same.
-constexpr std::int64_t lt_table_chunk_tokens = 256;
 constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
 
 enum class GemmPath { fixed_order, cublaslt_pinned, cublaslt_heuristic };
 
 const char* path_name(GemmPath path) {
   switch (path) {
-    case GemmPath::fixed_order: return "fixed-order";
-    case GemmPath::cublaslt_pinned: return "cublaslt-pinned";
-    case GemmPath::cublaslt_heuristic: return "cublaslt-heuristic";
+    case GemmPath::fixed_order:
+      return "fixed-order";
+    case GemmPath::cublaslt_pinned:
+      return "cublaslt-pinned";
+    case GemmPath::cublaslt_heuristic:
+      return "cublaslt-heuristic";
   }
   return "";
 }
@@ -54,9 +54,12 @@ class LmHeadGemms {
       record(batch, "forward", {{"path", cuda::fixed_order_gemm_path(dtype)}});
       return;
     }
-    LtConfig config = path_ == GemmPath::cublaslt_pinned ? pinned(batch, "forward", 0)
-                                                         : heuristic(batch, "forward", cuda::lt_heuristic_config(dtype, m, v, hidden), m);
-    cuda::lt_gemm(config, dtype, h, table, logits, m, v, hidden, workspace(), lt_workspace_bytes, nullptr);
+    LtConfig config =
+        path_ == GemmPath::cublaslt_pinned
+            ? pinned(batch, "forward")
+            : heuristic(batch, "forward", cuda::lt_heuristic_config(dtype, m, v, hidden), m);
+    cuda::lt_gemm(config, dtype, h, table, logits, m, v, hidden, workspace(), lt_workspace_bytes,
+                  nullptr);
   }
 
   // dh[M,H] = dlogits[M,V] · table[V,H]
@@ -70,54 +73,39 @@ class LmHeadGemms {
       return;
     }
     auto table = vd::shared_parameter(batch, "table");
-    LtConfig config = path_ == GemmPath::cublaslt_pinned
-                          ? pinned(batch, "input_grad", 0)
-                          : heuristic(batch, "input_grad", cuda::lt_heuristic_config_nn(dtype, m, v, hidden), m);
-    cuda::lt_gemm_nn(config, dtype, dlogits, table->get(), dh, m, v, hidden, workspace(), lt_workspace_bytes, nullptr);
+    LtConfig config =
+        path_ == GemmPath::cublaslt_pinned
+            ? pinned(batch, "input_grad")
+            : heuristic(batch, "input_grad", cuda::lt_heuristic_config_nn(dtype, m, v, hidden), m);
+    cuda::lt_gemm_nn(config, dtype, dlogits, table->get(), dh, m, v, hidden, workspace(),
+                     lt_workspace_bytes, nullptr);
   }
 
   // dtable[V,H] += dlogits[T,V]ᵀ · h[T,H] over T real tokens (packed, token order).
   void table_grad(Batch& batch, const Tensor& dlogits, const Tensor& h, DeviceBuffer& dtable) {
     const std::int64_t tokens = dlogits.rows();
     if (tokens == 0) return;
-    if (path_ != GemmPath::cublaslt_pinned) {
-      DeviceBuffer dlogits_device = vd::upload(dlogits), h_device = vd::upload(h);
-      table_grad_device(batch, dlogits_device.get(), h_device.get(), tokens, dtable);
-      return;
-    }
-    const std::int64_t v = batch.spec->dim("V"), hidden = batch.spec->dim("H");
-    const cuda::GemmDType dtype = vd::device_dtype(batch.spec->dtype);
-    LtConfig config = pinned(batch, "weight_grad", lt_table_chunk_tokens);
-    const std::int64_t chunks = (tokens + lt_table_chunk_tokens - 1) / lt_table_chunk_tokens;
-    Tensor dlogits_chunked(dlogits.dtype(), {chunks * lt_table_chunk_tokens, v});
-    Tensor h_chunked(h.dtype(), {chunks * lt_table_chunk_tokens, hidden});
-    for (std::int64_t t = 0; t < tokens; ++t) {
-      dlogits_chunked.copy_row_from(dlogits, t, t);
-      h_chunked.copy_row_from(h, t, t);
-    }
-    DeviceBuffer dlogits_device = vd::upload(dlogits_chunked), h_device = vd::upload(h_chunked);
-    const std::size_t element = dtype_size(dlogits.dtype());
-    for (std::int64_t c = 0; c < chunks; ++c) {
-      const std::size_t first = static_cast<std::size_t>(c * lt_table_chunk_tokens);
-      cuda::lt_gemm_dw_chunk(config, dtype, static_cast<const char*>(dlogits_device.get()) + first * static_cast<std::size_t>(v) * element,
-                             static_cast<const char*>(h_device.get()) + first * static_cast<std::size_t>(hidden) * element,
-                             dtable.as<float>(), lt_table_chunk_tokens, v, hidden, true, workspace(), lt_workspace_bytes,
-                             nullptr);
-    }
+    DeviceBuffer dlogits_device = vd::upload(dlogits), h_device = vd::upload(h);
+    table_grad_device(batch, dlogits_device.get(), h_device.get(), tokens, dtable);
   }
 
   // The same on device-resident packed rows (fixed-order and heuristic paths only).
-  void table_grad_device(Batch& batch, const void* dlogits, const void* h, std::int64_t tokens, DeviceBuffer& dtable) {
+  void table_grad_device(Batch& batch, const void* dlogits, const void* h, std::int64_t tokens,
+                         DeviceBuffer& dtable) {
     const std::int64_t v = batch.spec->dim("V"), hidden = batch.spec->dim("H");
     const cuda::GemmDType dtype = vd::device_dtype(batch.spec->dtype);
-    if (path_ == GemmPath::fixed_order) {
-      cuda::fixed_order_gemm_dw_accumulate(dtype, dlogits, h, dtable.as<float>(), tokens, v, hidden, nullptr);
+    if (path_ != GemmPath::cublaslt_heuristic) {
+      // Both invariant paths: one FMA per token into the running dtable value, in token order, so
+      // any split of the tokens into invocations (down to one token each) gives the same bits.
+      cuda::fixed_order_gemm_dw_accumulate(dtype, dlogits, h, dtable.as<float>(), tokens, v, hidden,
+                                           nullptr);
+      record(batch, "weight_grad", {{"path", "fixed-order token-sequential dw"}});
       return;
     }
-    if (path_ != GemmPath::cublaslt_heuristic) throw std::logic_error("table_grad_device: pinned dtable needs token chunks");
-    LtConfig config = heuristic(batch, "weight_grad", cuda::lt_heuristic_config_dw(dtype, v, hidden, tokens), tokens);
-    cuda::lt_gemm_dw_chunk(config, dtype, dlogits, h, dtable.as<float>(), tokens, v, hidden, true, workspace(),
-                           lt_workspace_bytes, nullptr);
+    LtConfig config = heuristic(batch, "weight_grad",
+                                cuda::lt_heuristic_config_dw(dtype, v, hidden, tokens), tokens);
+    cuda::lt_gemm_dw_chunk(config, dtype, dlogits, h, dtable.as<float>(), tokens, v, hidden, true,
+                           workspace(), lt_workspace_bytes, nullptr);
   }
 
   void* workspace() {
@@ -125,19 +113,20 @@ class LmHeadGemms {
     return workspace_.get();
   }
 
-  LtConfig pinned(Batch& batch, const std::string& form, std::int64_t chunk) {
-    return pinned_config(batch.spec->dtype, form, batch.spec->dim("V"), batch.spec->dim("H"), chunk, &batch);
+  LtConfig pinned(Batch& batch, const std::string& form) {
+    return pinned_config(batch.spec->dtype, form, batch.spec->dim("V"), batch.spec->dim("H"),
+                         &batch);
   }
 
-  static LtConfig pinned_config(DType host_dtype, const std::string& form, std::int64_t v, std::int64_t hidden,
-                                std::int64_t chunk, Batch* batch) {
+  static LtConfig pinned_config(DType host_dtype, const std::string& form, std::int64_t v,
+                                std::int64_t hidden, Batch* batch) {
     const cuda::GemmDType dtype = vd::device_dtype(host_dtype);
     cuda::DeviceInfo device = cuda::query_device();
-    cuda::PinKey key{device.arch(), device.cublaslt_version, to_string(host_dtype), form, v, hidden, chunk};
+    cuda::PinKey key{
+        device.arch(), device.cublaslt_version, to_string(host_dtype), form, v, hidden, 0};
     cuda::PinEntry entry = cuda::PinTable::instance().lookup(key, [&] {
-      if (form == "forward") return cuda::lt_derive_pinned_config(dtype, v, hidden);
-      if (form == "input_grad") return cuda::lt_derive_pinned_config_nn(dtype, v, hidden);
-      return cuda::lt_derive_pinned_config_dw(dtype, v, hidden, chunk);
+      return form == "forward" ? cuda::lt_derive_pinned_config(dtype, v, hidden)
+                               : cuda::lt_derive_pinned_config_nn(dtype, v, hidden);
     });
     if (batch) {
       nlohmann::json j = cuda::lt_config_to_json(entry.config);
@@ -148,7 +137,8 @@ class LmHeadGemms {
   }
 
  private:
-  static LtConfig heuristic(Batch& batch, const std::string& form, const LtConfig& config, std::int64_t m) {
+  static LtConfig heuristic(Batch& batch, const std::string& form, const LtConfig& config,
+                            std::int64_t m) {
     nlohmann::json j = cuda::lt_config_to_json(config);
     j["source"] = "heuristic at M=" + std::to_string(m);
     record(batch, form, j);
@@ -167,11 +157,16 @@ class LmHeadGemms {
 std::string gemm_description(GemmPath path) {
   switch (path) {
     case GemmPath::fixed_order:
-      return "matmul's fixed-order GEMM: logits and dh sum H (resp. V) in a fixed block order with no split-K, dtable one FMA per token in token order";
+      return "matmul's fixed-order GEMM: logits and dh sum H (resp. V) in a fixed block order with "
+             "no split-K, dtable one FMA per token in token order";
     case GemmPath::cublaslt_pinned:
-      return "cuBLASLt with a pinned split-K-1 configuration per (dtype, V, H) from the pin table; dtable in fixed 256-token chunks summed in order";
+      return "cuBLASLt with a pinned split-K-1 configuration per (dtype, V, H) from the pin table "
+             "for logits and dh; dtable by the token-sequential fixed-order kernel (a GEMM over a "
+             "chunk of tokens cannot match one token at a time, and the alone layout splits the "
+             "tokens one by one)";
     case GemmPath::cublaslt_heuristic:
-      return "control: cuBLASLt heuristic per shape (split-K chosen per M); at vocabulary shapes it keeps split-K 1 for logits but splits dh's V-long sum when rows are few";
+      return "control: cuBLASLt heuristic per shape (split-K chosen per M); at vocabulary shapes "
+             "it keeps split-K 1 for logits but splits dh's V-long sum when rows are few";
   }
   return "";
 }
@@ -183,14 +178,16 @@ void check_gemm_shape(const CaseSpec& spec, GemmPath path, std::optional<std::st
 }
 
 // Times logits = h · tableᵀ on the device (the forward product both ops start with).
-BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec, const BenchSettings& settings) {
+BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec,
+                                  const BenchSettings& settings) {
   const std::int64_t m = spec.rows, v = spec.dim("V"), hidden = spec.dim("H");
   const cuda::GemmDType dtype = vd::device_dtype(spec.dtype);
   const std::size_t element = dtype_size(spec.dtype);
   const std::size_t table_bytes = static_cast<std::size_t>(v * hidden) * element;
   const std::size_t set_bytes = static_cast<std::size_t>(m * hidden + m * v) * element;
   // The table (>= 256 MiB at Llama vocabularies) is read whole each launch; h and logits rotate.
-  const std::size_t sets = vd::rotation_sets(set_bytes + (table_bytes >= (std::size_t(256) << 20) ? 0 : table_bytes), settings);
+  const std::size_t sets = vd::rotation_sets(
+      set_bytes + (table_bytes >= (std::size_t(256) << 20) ? 0 : table_bytes), settings);
   DeviceBuffer table(table_bytes);
   table.fill_bytes(0x3b);
   std::vector<DeviceBuffer> hs, outs;
@@ -200,23 +197,28 @@ BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec, cons
     outs.emplace_back(static_cast<std::size_t>(m * v) * element);
   }
   LtConfig config;
-  if (gemms.path() == GemmPath::cublaslt_pinned) config = LmHeadGemms::pinned_config(spec.dtype, "forward", v, hidden, 0, nullptr);
-  if (gemms.path() == GemmPath::cublaslt_heuristic) config = cuda::lt_heuristic_config(dtype, m, v, hidden);
+  if (gemms.path() == GemmPath::cublaslt_pinned)
+    config = LmHeadGemms::pinned_config(spec.dtype, "forward", v, hidden, nullptr);
+  if (gemms.path() == GemmPath::cublaslt_heuristic)
+    config = cuda::lt_heuristic_config(dtype, m, v, hidden);
   BenchMeasurement measurement;
   vd::time_launches(
       [&](std::size_t i) {
         if (gemms.path() == GemmPath::fixed_order) {
-          cuda::fixed_order_gemm(dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden, nullptr);
+          cuda::fixed_order_gemm(dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden,
+                                 nullptr);
         } else {
-          cuda::lt_gemm(config, dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden, gemms.workspace(),
-                        lt_workspace_bytes, nullptr);
+          cuda::lt_gemm(config, dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden,
+                        gemms.workspace(), lt_workspace_bytes, nullptr);
         }
       },
       sets, settings, measurement);
-  measurement.flops = 2.0 * static_cast<double>(m) * static_cast<double>(v) * static_cast<double>(hidden);
+  measurement.flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(v) * static_cast<double>(hidden);
   measurement.bytes_moved = static_cast<double>(set_bytes + table_bytes);
-  measurement.config = gemms.path() == GemmPath::fixed_order ? nlohmann::json{{"path", cuda::fixed_order_gemm_path(dtype)}}
-                                                             : cuda::lt_config_to_json(config);
+  measurement.config = gemms.path() == GemmPath::fixed_order
+                           ? nlohmann::json{{"path", cuda::fixed_order_gemm_path(dtype)}}
+                           : cuda::lt_config_to_json(config);
   measurement.config["rotation_sets"] = sets;
   return measurement;
 }
@@ -230,12 +232,11 @@ class CudaLmHead : public Impl {
   bool claims_invariance() const override { return gemms_.path() != GemmPath::cublaslt_heuristic; }
   // Measured on H200 / cuBLASLt 13.1 (kernels/matmul/NOTES-cublaslt.md): at vocabulary shapes the
   // heuristic picks split-K 1 for every M in the forward product, so only dh's V-long sum drifts.
-  bool expected_to_drift(Pass pass) const override { return !claims_invariance() && pass == Pass::backward; }
+  bool expected_to_drift(Pass pass) const override {
+    return !claims_invariance() && pass == Pass::backward;
+  }
   std::string description() const override { return gemm_description(gemms_.path()); }
   bool supports(Pass) const override { return true; }
-  std::int64_t token_granularity() const override {
-    return gemms_.path() == GemmPath::cublaslt_pinned ? lt_table_chunk_tokens : 1;
-  }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     std::optional<std::string> reason;
     check_gemm_shape(spec, gemms_.path(), reason);
@@ -260,13 +261,15 @@ class CudaLmHead : public Impl {
     vd::download(dh_device, dh);
     std::vector<std::int32_t> slots = vd::real_slots(batch);
     Tensor& dtable = batch.out("dtable");
-    DeviceBuffer dtable_device = vd::upload(dtable);  // the accumulator carried across micro-batches
-    gemms_.table_grad(batch, vd::compact_rows(batch.in("dlogits"), slots), vd::compact_rows(batch.in("h"), slots),
-                      dtable_device);
+    DeviceBuffer dtable_device =
+        vd::upload(dtable);  // the accumulator carried across micro-batches
+    gemms_.table_grad(batch, vd::compact_rows(batch.in("dlogits"), slots),
+                      vd::compact_rows(batch.in("h"), slots), dtable_device);
     vd::download(dtable_device, dtable);
   }
 
-  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec, const BenchSettings& settings) override {
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
     if (spec.pass != Pass::forward) return std::nullopt;
     return benchmark_logits(gemms_, spec, settings);
   }
@@ -282,9 +285,12 @@ class CudaLmHeadLogprob : public Impl {
   std::string name() const override { return path_name(gemms_.path()); }
   std::string backend() const override { return "cuda"; }
   bool claims_invariance() const override { return gemms_.path() != GemmPath::cublaslt_heuristic; }
-  bool expected_to_drift(Pass pass) const override { return !claims_invariance() && pass == Pass::backward; }
+  bool expected_to_drift(Pass pass) const override {
+    return !claims_invariance() && pass == Pass::backward;
+  }
   std::string description() const override {
-    return gemm_description(gemms_.path()) + "; logits stored in the case dtype feed the fixed 4096-entry-piece logprob kernels";
+    return gemm_description(gemms_.path()) +
+           "; logits stored in the case dtype feed the fixed 4096-entry-piece logprob kernels";
   }
   bool supports(Pass) const override { return true; }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
@@ -300,19 +306,21 @@ class CudaLmHeadLogprob : public Impl {
     auto table = vd::shared_parameter(batch, "table");
     std::vector<std::int32_t> slots = vd::real_slots(batch);
     const auto rows = static_cast<std::int64_t>(slots.size());
-    DeviceBuffer h = vd::upload(batch.in("h")), targets = vd::upload(batch.in("target")), slot_list = vd::upload(slots);
+    DeviceBuffer h = vd::upload(batch.in("h")), targets = vd::upload(batch.in("target")),
+                 slot_list = vd::upload(slots);
     DeviceBuffer logits(static_cast<std::size_t>(m * v) * dtype_size(spec.dtype));
     gemms_.logits(batch, h.get(), table->get(), logits.get(), m);
     const cuda::LogprobSplit split{};
-    DeviceBuffer workspace(std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, v, split)));
+    DeviceBuffer workspace(
+        std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, v, split)));
     vd::ErrorRecord error;
     if (spec.pass == Pass::forward) {
       Tensor& logprob = batch.out("logprob");
       DeviceBuffer out(logprob.bytes());
       out.fill_bytes(0xFF);
-      cuda::logprob_forward(dtype, logits.get(), targets.as<std::int32_t>(), slot_list.as<std::int32_t>(),
-                            slot_list.as<std::int32_t>(), rows, v, out.as<float>(), split, workspace.get(), error.get(),
-                            nullptr);
+      cuda::logprob_forward(dtype, logits.get(), targets.as<std::int32_t>(),
+                            slot_list.as<std::int32_t>(), slot_list.as<std::int32_t>(), rows, v,
+                            out.as<float>(), split, workspace.get(), error.get(), nullptr);
       error.check("lm_head_logprob", v);
       vd::download(out, logprob);
       return;
@@ -321,10 +329,11 @@ class CudaLmHeadLogprob : public Impl {
     std::vector<std::int32_t> packed(slots.size());
     std::iota(packed.begin(), packed.end(), 0);
     DeviceBuffer packed_list = vd::upload(packed), dlogprob = vd::upload(batch.in("dlogprob"));
-    DeviceBuffer dlogits(std::max<std::size_t>(16, static_cast<std::size_t>(rows * v) * dtype_size(spec.dtype)));
+    DeviceBuffer dlogits(
+        std::max<std::size_t>(16, static_cast<std::size_t>(rows * v) * dtype_size(spec.dtype)));
     cuda::logprob_backward(dtype, logits.get(), targets.as<std::int32_t>(), dlogprob.as<float>(),
-                           slot_list.as<std::int32_t>(), packed_list.as<std::int32_t>(), rows, v, dlogits.get(), split,
-                           workspace.get(), error.get(), nullptr);
+                           slot_list.as<std::int32_t>(), packed_list.as<std::int32_t>(), rows, v,
+                           dlogits.get(), split, workspace.get(), error.get(), nullptr);
     error.check("lm_head_logprob", v);
     Tensor& dh = batch.out("dh");
     Tensor dh_packed(spec.dtype, {rows, hidden});
@@ -337,13 +346,16 @@ class CudaLmHeadLogprob : public Impl {
       gemms_.table_grad_device(batch, dlogits.get(), h_packed.get(), rows, dtable_device);
     }
     vd::download(dh_device, dh_packed);
-    for (std::int64_t r = 0; r < rows; ++r) dh.copy_row_from(dh_packed, r, slots[static_cast<std::size_t>(r)]);
+    for (std::int64_t r = 0; r < rows; ++r)
+      dh.copy_row_from(dh_packed, r, slots[static_cast<std::size_t>(r)]);
     vd::download(dtable_device, dtable);
   }
 
-  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec, const BenchSettings& settings) override {
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
     if (spec.pass != Pass::forward) return std::nullopt;
-    return benchmark_logits(gemms_, spec, settings);  // the GEMM dominates; logprob has its own benchmark
+    return benchmark_logits(gemms_, spec,
+                            settings);  // the GEMM dominates; logprob has its own benchmark
   }
 
  private:
@@ -360,7 +372,8 @@ void register_lm_head_cuda(Registry& registry) {
 
 void register_lm_head_logprob_cuda(Registry& registry) {
   registry.add_impl("lm_head_logprob", std::make_unique<CudaLmHeadLogprob>(GemmPath::fixed_order));
-  registry.add_impl("lm_head_logprob", std::make_unique<CudaLmHeadLogprob>(GemmPath::cublaslt_heuristic));
+  registry.add_impl("lm_head_logprob",
+                    std::make_unique<CudaLmHeadLogprob>(GemmPath::cublaslt_heuristic));
 }
 
 }  // namespace bitcheck

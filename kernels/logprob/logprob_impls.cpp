@@ -19,14 +19,18 @@ class CudaLogprob : public Impl {
  public:
   explicit CudaLogprob(bool split_by_rows) : split_by_rows_(split_by_rows) {}
 
-  std::string name() const override { return split_by_rows_ ? "split-vocab-by-rows" : "fixed-order"; }
+  std::string name() const override {
+    return split_by_rows_ ? "split-vocab-by-rows" : "fixed-order";
+  }
   std::string backend() const override { return "cuda"; }
   bool claims_invariance() const override { return !split_by_rows_; }
   std::string description() const override {
     if (!split_by_rows_) {
-      return "one block per 4096-entry vocabulary piece (fixed lane order and butterfly), pieces merged in order by one thread per row; targets checked on the device";
+      return "one block per 4096-entry vocabulary piece (fixed lane order and butterfly), pieces "
+             "merged in order by one thread per row; targets checked on the device";
     }
-    return "control: pieces sized so rows x pieces fills the GPU (more pieces when rows are few), merged last to first";
+    return "control: pieces sized so rows x pieces fills the GPU (more pieces when rows are few), "
+           "merged last to first";
   }
   bool supports(Pass) const override { return true; }
 
@@ -37,18 +41,20 @@ class CudaLogprob : public Impl {
     std::vector<std::int32_t> slots = vd::real_slots(batch);
     const auto rows = static_cast<std::int64_t>(slots.size());
     const cuda::LogprobSplit split = split_for(rows, vocab);
-    cuda::DeviceBuffer logits = vd::upload(batch.in("logits")), targets = vd::upload(batch.in("target"));
+    cuda::DeviceBuffer logits = vd::upload(batch.in("logits")),
+                       targets = vd::upload(batch.in("target"));
     cuda::DeviceBuffer slot_list = vd::upload(slots);
-    cuda::DeviceBuffer workspace(std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, vocab, split)));
+    cuda::DeviceBuffer workspace(
+        std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, vocab, split)));
     vd::ErrorRecord error;
     batch.impl_config = {{"piece", split.piece}, {"reverse_merge", split.reverse_merge}};
     if (spec.pass == Pass::forward) {
       Tensor& logprob = batch.out("logprob");
       cuda::DeviceBuffer out(logprob.bytes());
       out.fill_bytes(0xFF);
-      cuda::logprob_forward(dtype, logits.get(), targets.as<std::int32_t>(), slot_list.as<std::int32_t>(),
-                            slot_list.as<std::int32_t>(), rows, vocab, out.as<float>(), split, workspace.get(),
-                            error.get(), nullptr);
+      cuda::logprob_forward(dtype, logits.get(), targets.as<std::int32_t>(),
+                            slot_list.as<std::int32_t>(), slot_list.as<std::int32_t>(), rows, vocab,
+                            out.as<float>(), split, workspace.get(), error.get(), nullptr);
       error.check("logprob", vocab);
       vd::download(out, logprob);
       return;
@@ -58,13 +64,14 @@ class CudaLogprob : public Impl {
     cuda::DeviceBuffer out(dlogits.bytes());
     out.fill_bytes(0xFF);
     cuda::logprob_backward(dtype, logits.get(), targets.as<std::int32_t>(), dlogprob.as<float>(),
-                           slot_list.as<std::int32_t>(), slot_list.as<std::int32_t>(), rows, vocab, out.get(), split,
-                           workspace.get(), error.get(), nullptr);
+                           slot_list.as<std::int32_t>(), slot_list.as<std::int32_t>(), rows, vocab,
+                           out.get(), split, workspace.get(), error.get(), nullptr);
     error.check("logprob", vocab);
     vd::download(out, dlogits);
   }
 
-  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec, const BenchSettings& settings) override;
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override;
 
  private:
   cuda::LogprobSplit split_for(std::int64_t rows, std::int64_t vocab) const {
@@ -75,18 +82,22 @@ class CudaLogprob : public Impl {
   bool split_by_rows_;
 };
 
-std::optional<BenchMeasurement> CudaLogprob::benchmark(const CaseSpec& spec, const BenchSettings& settings) {
+std::optional<BenchMeasurement> CudaLogprob::benchmark(const CaseSpec& spec,
+                                                       const BenchSettings& settings) {
   const std::int64_t rows = spec.rows, vocab = spec.dim("V");
   const std::size_t logits_bytes = static_cast<std::size_t>(rows * vocab) * dtype_size(spec.dtype);
   const bool forward = spec.pass == Pass::forward;
-  // Forward reads logits and targets, writes logprob; backward also reads dlogprob and writes dlogits.
+  // Forward reads logits and targets, writes logprob; backward also reads dlogprob and writes
+  // dlogits.
   const std::size_t set_bytes = forward ? logits_bytes + static_cast<std::size_t>(rows) * 8
                                         : 2 * logits_bytes + static_cast<std::size_t>(rows) * 8;
   const std::size_t sets = vd::rotation_sets(set_bytes, settings);
   const cuda::LogprobSplit split = split_for(rows, vocab);
-  std::vector<std::int32_t> slot_list(static_cast<std::size_t>(rows)), target_list(static_cast<std::size_t>(rows));
+  std::vector<std::int32_t> slot_list(static_cast<std::size_t>(rows)),
+      target_list(static_cast<std::size_t>(rows));
   std::iota(slot_list.begin(), slot_list.end(), 0);
-  for (std::size_t i = 0; i < target_list.size(); ++i) target_list[i] = static_cast<std::int32_t>((i * 7919) % static_cast<std::size_t>(vocab));
+  for (std::size_t i = 0; i < target_list.size(); ++i)
+    target_list[i] = static_cast<std::int32_t>((i * 7919) % static_cast<std::size_t>(vocab));
   cuda::DeviceBuffer slots = vd::upload(slot_list), targets = vd::upload(target_list);
   std::vector<float> ones(static_cast<std::size_t>(rows), 1.0f);
   cuda::DeviceBuffer dlogprob = vd::upload(ones);
@@ -96,26 +107,29 @@ std::optional<BenchMeasurement> CudaLogprob::benchmark(const CaseSpec& spec, con
     logits.back().fill_bytes(0x3c);  // finite, non-zero
     outs.emplace_back(forward ? static_cast<std::size_t>(rows) * sizeof(float) : logits_bytes);
   }
-  cuda::DeviceBuffer workspace(std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, vocab, split)));
+  cuda::DeviceBuffer workspace(
+      std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, vocab, split)));
   vd::ErrorRecord error;
   const cuda::DeviceDType dtype = vd::device_dtype(spec.dtype);
   BenchMeasurement measurement;
   vd::time_launches(
       [&](std::size_t i) {
         if (forward) {
-          cuda::logprob_forward(dtype, logits[i].get(), targets.as<std::int32_t>(), slots.as<std::int32_t>(),
-                                slots.as<std::int32_t>(), rows, vocab, outs[i].as<float>(), split, workspace.get(),
-                                error.get(), nullptr);
+          cuda::logprob_forward(dtype, logits[i].get(), targets.as<std::int32_t>(),
+                                slots.as<std::int32_t>(), slots.as<std::int32_t>(), rows, vocab,
+                                outs[i].as<float>(), split, workspace.get(), error.get(), nullptr);
         } else {
-          cuda::logprob_backward(dtype, logits[i].get(), targets.as<std::int32_t>(), dlogprob.as<float>(),
-                                 slots.as<std::int32_t>(), slots.as<std::int32_t>(), rows, vocab, outs[i].get(), split,
+          cuda::logprob_backward(dtype, logits[i].get(), targets.as<std::int32_t>(),
+                                 dlogprob.as<float>(), slots.as<std::int32_t>(),
+                                 slots.as<std::int32_t>(), rows, vocab, outs[i].get(), split,
                                  workspace.get(), error.get(), nullptr);
         }
       },
       sets, settings, measurement);
   error.check("logprob benchmark", vocab);
   measurement.bytes_moved = static_cast<double>(set_bytes);
-  measurement.config = {{"rotation_sets", sets}, {"piece", split.piece}, {"reverse_merge", split.reverse_merge}};
+  measurement.config = {
+      {"rotation_sets", sets}, {"piece", split.piece}, {"reverse_merge", split.reverse_merge}};
   return measurement;
 }
 

@@ -29,18 +29,21 @@ LogprobSplit logprob_split_by_rows(std::int64_t rows, std::int64_t vocab, int sm
 
 // Bytes of fp32 workspace the kernels need for `rows` rows: (max, sum) per (row, piece) plus
 // the log-sum-exp per row.
-std::size_t logprob_workspace_bytes(std::int64_t rows, std::int64_t vocab, const LogprobSplit& split);
+std::size_t logprob_workspace_bytes(std::int64_t rows, std::int64_t vocab,
+                                    const LogprobSplit& split);
 
 // logprob[out_rows[r]] = logits[in_rows[r], target] - logsumexp(logits[in_rows[r], :]), fp32.
-void logprob_forward(DeviceDType dtype, const void* logits, const std::int32_t* targets, const std::int32_t* in_rows,
-                     const std::int32_t* out_rows, std::int64_t rows, std::int64_t vocab, float* logprob,
-                     const LogprobSplit& split, void* workspace, std::uint64_t* error_record, CUstream_st* stream);
+void logprob_forward(DeviceDType dtype, const void* logits, const std::int32_t* targets,
+                     const std::int32_t* in_rows, const std::int32_t* out_rows, std::int64_t rows,
+                     std::int64_t vocab, float* logprob, const LogprobSplit& split, void* workspace,
+                     std::uint64_t* error_record, CUstream_st* stream);
 
 // dlogits[out_rows[r], v] = dlogprob[in_rows[r]] * ((v == target) - softmax(logits[in_rows[r]])_v),
 // rounded once to `dtype`.
-void logprob_backward(DeviceDType dtype, const void* logits, const std::int32_t* targets, const float* dlogprob,
-                      const std::int32_t* in_rows, const std::int32_t* out_rows, std::int64_t rows, std::int64_t vocab,
-                      void* dlogits, const LogprobSplit& split, void* workspace, std::uint64_t* error_record,
-                      CUstream_st* stream);
+void logprob_backward(DeviceDType dtype, const void* logits, const std::int32_t* targets,
+                      const float* dlogprob, const std::int32_t* in_rows,
+                      const std::int32_t* out_rows, std::int64_t rows, std::int64_t vocab,
+                      void* dlogits, const LogprobSplit& split, void* workspace,
+                      std::uint64_t* error_record, CUstream_st* stream);
 
 }  // namespace bitcheck::cuda

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -20,10 +19,14 @@ namespace bitcheck::vocab_device {
 
 inline cuda::DeviceDType device_dtype(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return cuda::DeviceDType::bf16;
-    case DType::fp16: return cuda::DeviceDType::fp16;
-    case DType::fp32: return cuda::DeviceDType::fp32;
-    default: throw std::invalid_argument("no device dtype for " + to_string(dtype));
+    case DType::bf16:
+      return cuda::DeviceDType::bf16;
+    case DType::fp16:
+      return cuda::DeviceDType::fp16;
+    case DType::fp32:
+      return cuda::DeviceDType::fp32;
+    default:
+      throw std::invalid_argument("no device dtype for " + to_string(dtype));
   }
 }
 
@@ -32,12 +35,16 @@ inline cuda::DeviceBuffer upload_bytes(const void* data, std::size_t bytes) {
   if (bytes) buffer.upload(data, bytes);
   return buffer;
 }
-inline cuda::DeviceBuffer upload(const Tensor& tensor) { return upload_bytes(tensor.data(), tensor.bytes()); }
+inline cuda::DeviceBuffer upload(const Tensor& tensor) {
+  return upload_bytes(tensor.data(), tensor.bytes());
+}
 template <typename T>
 cuda::DeviceBuffer upload(const std::vector<T>& values) {
   return upload_bytes(values.data(), values.size() * sizeof(T));
 }
-inline void download(const cuda::DeviceBuffer& buffer, Tensor& tensor) { buffer.download(tensor.data(), tensor.bytes()); }
+inline void download(const cuda::DeviceBuffer& buffer, Tensor& tensor) {
+  buffer.download(tensor.data(), tensor.bytes());
+}
 
 // Slots of the real rows, in slot order (the index lists the kernels take).
 inline std::vector<std::int32_t> real_slots(const Batch& batch) {
@@ -53,7 +60,8 @@ inline Tensor compact_rows(const Tensor& tensor, const std::vector<std::int32_t>
   std::vector<std::int64_t> shape = tensor.shape();
   shape[0] = static_cast<std::int64_t>(slots.size());
   Tensor packed(tensor.dtype(), shape);
-  for (std::size_t i = 0; i < slots.size(); ++i) packed.copy_row_from(tensor, slots[i], static_cast<std::int64_t>(i));
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    packed.copy_row_from(tensor, slots[i], static_cast<std::int64_t>(i));
   return packed;
 }
 
@@ -69,30 +77,41 @@ class ErrorRecord {
     if (record == ~std::uint64_t(0)) return;
     const auto id = static_cast<std::int32_t>(static_cast<std::uint32_t>(record & 0xFFFFFFFFu));
     const auto slot = static_cast<std::int64_t>(record >> 32);
-    throw std::out_of_range(what + ": token id " + std::to_string(id) + " at slot " + std::to_string(slot) +
-                            " is out of range [0, " + std::to_string(vocab) + ") (reported by the device)");
+    throw std::out_of_range(what + ": token id " + std::to_string(id) + " at slot " +
+                            std::to_string(slot) + " is out of range [0, " + std::to_string(vocab) +
+                            ") (reported by the device)");
   }
 
  private:
   cuda::DeviceBuffer buffer_;
 };
 
-// Parameters stay on the device across invocations, cases and ops, keyed by the runner's input id
-// (and whether a transposed copy is wanted). The embedding and the LM head of one model declare
-// the same table and get the same id, so the tied LM head reads the very buffer the embedding
-// gathers from.
-// Held as shared pointers: evicting an entry never frees a buffer a caller still uses.
+// Parameters stay on the device across invocations, cases and ops. An entry is keyed by the host
+// tensor itself (the runner hands out immutable shared tensors) and holds a reference to it, so its
+// address cannot be reused by another tensor while the entry lives: pointer identity is content
+// identity. (Input ids alone are not enough: they are unique within one Runner only.) The runner
+// gives the embedding and the LM head of one case set the very same table tensor, so the tied LM
+// head reads the buffer the embedding gathers from. Entries are shared pointers: evicting one never
+// frees a buffer a caller still uses.
 inline std::shared_ptr<const cuda::DeviceBuffer> shared_parameter(
-    const Batch& batch, const std::string& name, const std::function<Tensor(const Tensor&)>& transform = nullptr,
+    const Batch& batch, const std::string& name,
+    const std::function<Tensor(const Tensor&)>& transform = nullptr,
     const std::string& variant = "") {
-  static std::map<std::string, std::shared_ptr<const cuda::DeviceBuffer>> cache;
-  const std::string key = name + "#" + std::to_string(batch.input_ids.at(name)) + variant;
-  auto found = cache.find(key);
-  if (found != cache.end()) return found->second;
-  if (cache.size() >= 4) cache.clear();
-  const Tensor& host = batch.in(name);
-  auto buffer = std::make_shared<const cuda::DeviceBuffer>(transform ? upload(transform(host)) : upload(host));
-  return cache.emplace(key, std::move(buffer)).first->second;
+  struct Entry {
+    std::shared_ptr<const Tensor> host;
+    std::string variant;
+    std::shared_ptr<const cuda::DeviceBuffer> device;
+  };
+  static std::vector<Entry> cache;
+  const std::shared_ptr<const Tensor>& host = batch.inputs.at(name);
+  for (const Entry& entry : cache) {
+    if (entry.host == host && entry.variant == variant) return entry.device;
+  }
+  if (cache.size() >= 4) cache.erase(cache.begin());
+  auto device = std::make_shared<const cuda::DeviceBuffer>(transform ? upload(transform(*host))
+                                                                     : upload(*host));
+  cache.push_back({host, variant, device});
+  return device;
 }
 
 // [rows, cols] -> [cols, rows], bits copied.
@@ -100,7 +119,8 @@ inline Tensor transposed(const Tensor& matrix) {
   const std::int64_t rows = matrix.shape()[0], cols = matrix.shape()[1];
   Tensor result(matrix.dtype(), {cols, rows});
   for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c) result.set_bits(c * rows + r, matrix.bits(r * cols + c));
+    for (std::int64_t c = 0; c < cols; ++c)
+      result.set_bits(c * rows + r, matrix.bits(r * cols + c));
   }
   return result;
 }
@@ -108,13 +128,15 @@ inline Tensor transposed(const Tensor& matrix) {
 // How many input sets to rotate through so the working set exceeds the caches, within memory.
 inline std::size_t rotation_sets(std::size_t set_bytes, const BenchSettings& settings) {
   set_bytes = std::max<std::size_t>(set_bytes, 1);
-  std::size_t sets = std::clamp<std::size_t>((settings.rotate_bytes + set_bytes - 1) / set_bytes, 1, 64);
-  return std::min<std::size_t>(sets, std::max<std::size_t>(1, cuda::free_device_memory() / 2 / set_bytes));
+  std::size_t sets =
+      std::clamp<std::size_t>((settings.rotate_bytes + set_bytes - 1) / set_bytes, 1, 64);
+  return std::min<std::size_t>(
+      sets, std::max<std::size_t>(1, cuda::free_device_memory() / 2 / set_bytes));
 }
 
 // Warm-up, then `repeats` timed launches (rotating through `sets`); median and minimum in ms.
-inline void time_launches(const std::function<void(std::size_t)>& launch, std::size_t sets, const BenchSettings& settings,
-                          BenchMeasurement& measurement) {
+inline void time_launches(const std::function<void(std::size_t)>& launch, std::size_t sets,
+                          const BenchSettings& settings, BenchMeasurement& measurement) {
   for (int i = 0; i < settings.warmup; ++i) launch(static_cast<std::size_t>(i) % sets);
   cuda::synchronize();
   cuda::EventTimer timer;

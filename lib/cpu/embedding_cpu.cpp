@@ -28,8 +28,9 @@ std::vector<TokenId> checked_ids(const Batch& batch, std::int64_t vocab) {
   for (std::int64_t s : real_slots(batch)) {
     std::int32_t id = ids.get_int(s);
     if (id < 0 || id >= vocab) {
-      throw std::out_of_range("embedding: token id " + std::to_string(id) + " at slot " + std::to_string(s) +
-                              " is out of range [0, " + std::to_string(vocab) + ")");
+      throw std::out_of_range("embedding: token id " + std::to_string(id) + " at slot " +
+                              std::to_string(s) + " is out of range [0, " + std::to_string(vocab) +
+                              ")");
     }
     tokens.push_back({s, id});
   }
@@ -51,9 +52,11 @@ class EmbeddingCpu : public Impl {
   }
   std::string description() const override {
     if (kind_ == Kind::fixed_order) {
-      return "forward copies table rows; dtable: stable sort of (id, token order), then one running fp32 sum per id in token order started from the accumulator";
+      return "forward copies table rows; dtable: stable sort of (id, token order), then one "
+             "running fp32 sum per id in token order started from the accumulator";
     }
-    return "control: dtable scattered token by token in reverse slot order when the batch holds pad slots (a scatter whose order follows the physical layout)";
+    return "control: dtable scattered token by token in reverse slot order when the batch holds "
+           "pad slots (a scatter whose order follows the physical layout)";
   }
   bool supports(Pass) const override { return true; }
 
@@ -65,8 +68,11 @@ class EmbeddingCpu : public Impl {
       Tensor& out = batch.out("out");
       const std::size_t row_bytes = static_cast<std::size_t>(hidden) * dtype_size(table.dtype());
       for (const TokenId& token : tokens) {
-        std::memcpy(static_cast<std::byte*>(out.data()) + static_cast<std::size_t>(token.slot) * row_bytes,
-                    static_cast<const std::byte*>(table.data()) + static_cast<std::size_t>(token.id) * row_bytes, row_bytes);
+        std::memcpy(
+            static_cast<std::byte*>(out.data()) + static_cast<std::size_t>(token.slot) * row_bytes,
+            static_cast<const std::byte*>(table.data()) +
+                static_cast<std::size_t>(token.id) * row_bytes,
+            row_bytes);
       }
       return;
     }
@@ -74,11 +80,13 @@ class EmbeddingCpu : public Impl {
     Tensor& dtable = batch.out("dtable");
     std::vector<float> accumulator = load_accumulator(dtable);
     if (kind_ == Kind::fixed_order) {
-      std::stable_sort(tokens.begin(), tokens.end(), [](const TokenId& a, const TokenId& b) { return a.id < b.id; });
+      std::stable_sort(tokens.begin(), tokens.end(),
+                       [](const TokenId& a, const TokenId& b) { return a.id < b.id; });
     } else if (tokens.size() != static_cast<std::size_t>(batch.slots())) {
       std::reverse(tokens.begin(), tokens.end());
     }
-    for (const TokenId& token : tokens) {  // fixed order: a segment per id, tokens in order inside it
+    for (const TokenId& token :
+         tokens) {  // fixed order: a segment per id, tokens in order inside it
       float* row = accumulator.data() + token.id * hidden;
       for (std::int64_t c = 0; c < hidden; ++c) row[c] += dout.get(token.slot * hidden + c);
     }
@@ -93,7 +101,8 @@ class EmbeddingCpu : public Impl {
 
 void register_embedding_cpu(Registry& registry) {
   registry.add_impl("embedding", std::make_unique<EmbeddingCpu>(EmbeddingCpu::Kind::fixed_order));
-  registry.add_impl("embedding", std::make_unique<EmbeddingCpu>(EmbeddingCpu::Kind::reverse_when_padded));
+  registry.add_impl("embedding",
+                    std::make_unique<EmbeddingCpu>(EmbeddingCpu::Kind::reverse_when_padded));
 }
 
 }  // namespace bitcheck

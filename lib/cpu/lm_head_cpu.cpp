@@ -15,14 +15,18 @@ class LmHeadCpu : public Impl {
  public:
   explicit LmHeadCpu(bool split_k_by_rows) : split_k_by_rows_(split_k_by_rows) {}
 
-  std::string name() const override { return split_k_by_rows_ ? "cpu-split-k-by-rows" : "cpu-fixed-order"; }
+  std::string name() const override {
+    return split_k_by_rows_ ? "cpu-split-k-by-rows" : "cpu-fixed-order";
+  }
   std::string backend() const override { return "cpu"; }
   bool claims_invariance() const override { return !split_k_by_rows_; }
   std::string description() const override {
     if (!split_k_by_rows_) {
-      return "logits summed over H in index order, dh over V in index order, dtable over tokens in token order";
+      return "logits summed over H in index order, dh over V in index order, dtable over tokens in "
+             "token order";
     }
-    return "control: with fewer than 4 rows the H (and, for dh, V) sums split into 4 partials reduced in the output dtype, like a heuristic choosing split-K for small M";
+    return "control: with fewer than 4 rows the H (and, for dh, V) sums split into 4 partials "
+           "reduced in the output dtype, like a heuristic choosing split-K for small M";
   }
   bool supports(Pass) const override { return true; }
 

@@ -13,14 +13,18 @@ class LmHeadLogprobCpu : public Impl {
  public:
   explicit LmHeadLogprobCpu(bool split_k_by_rows) : split_k_by_rows_(split_k_by_rows) {}
 
-  std::string name() const override { return split_k_by_rows_ ? "cpu-split-k-by-rows" : "cpu-fixed-order"; }
+  std::string name() const override {
+    return split_k_by_rows_ ? "cpu-split-k-by-rows" : "cpu-fixed-order";
+  }
   std::string backend() const override { return "cpu"; }
   bool claims_invariance() const override { return !split_k_by_rows_; }
   std::string description() const override {
     if (!split_k_by_rows_) {
-      return "lm_head cpu-fixed-order into logits in the case dtype, then logprob cpu-fixed-order (4096-entry chunks in order); backward through both";
+      return "lm_head cpu-fixed-order into logits in the case dtype, then logprob cpu-fixed-order "
+             "(4096-entry chunks in order); backward through both";
     }
-    return "control: the LM head (logits and dh) splits its sums into 4 partials reduced in the output dtype when the batch holds fewer than 4 rows";
+    return "control: the LM head (logits and dh) splits its sums into 4 partials reduced in the "
+           "output dtype when the batch holds fewer than 4 rows";
   }
   bool supports(Pass) const override { return true; }
 

@@ -12,7 +12,8 @@
 
 namespace bitcheck {
 
-void logprob_rows(const Batch& batch, const Tensor& logits, std::int64_t parts, Tensor* logprob, Tensor* dlogits) {
+void logprob_rows(const Batch& batch, const Tensor& logits, std::int64_t parts, Tensor* logprob,
+                  Tensor* dlogits) {
   const std::int64_t vocab = logits.row_size();
   const Tensor& targets = batch.in("target");
   for (std::int64_t s : real_slots(batch)) {
@@ -24,7 +25,8 @@ void logprob_rows(const Batch& batch, const Tensor& logits, std::int64_t parts, 
     const float upstream = batch.in("dlogprob").get(s);
     for (std::int64_t v = 0; v < vocab; ++v) {
       const float onehot = v == target ? 1.0f : 0.0f;
-      dlogits->set(s * vocab + v, upstream * (onehot - std::exp(x[static_cast<std::size_t>(v)] - lse)));
+      dlogits->set(s * vocab + v,
+                   upstream * (onehot - std::exp(x[static_cast<std::size_t>(v)] - lse)));
     }
   }
 }
@@ -35,17 +37,23 @@ class LogprobCpu : public Impl {
  public:
   explicit LogprobCpu(bool split_by_rows) : split_by_rows_(split_by_rows) {}
 
-  std::string name() const override { return split_by_rows_ ? "cpu-split-vocab-by-rows" : "cpu-fixed-order"; }
+  std::string name() const override {
+    return split_by_rows_ ? "cpu-split-vocab-by-rows" : "cpu-fixed-order";
+  }
   std::string backend() const override { return "cpu"; }
   bool claims_invariance() const override { return !split_by_rows_; }
   std::string description() const override {
-    if (!split_by_rows_) return "log-sum-exp in fixed chunks of 4096 vocabulary entries (index order inside), merged in chunk order";
-    return "control: with fewer than 4 rows the vocabulary is split in 4 parts merged last to first (a split count chosen from the batch size)";
+    if (!split_by_rows_)
+      return "log-sum-exp in fixed chunks of 4096 vocabulary entries (index order inside), merged "
+             "in chunk order";
+    return "control: with fewer than 4 rows the vocabulary is split in 4 parts merged last to "
+           "first (a split count chosen from the batch size)";
   }
   bool supports(Pass) const override { return true; }
 
   void run(Batch& batch) override {
-    const std::int64_t parts = split_by_rows_ && batch.invocation->valid_rows() < split_below_rows ? split_parts : 0;
+    const std::int64_t parts =
+        split_by_rows_ && batch.invocation->valid_rows() < split_below_rows ? split_parts : 0;
     if (batch.spec->pass == Pass::forward) {
       logprob_rows(batch, batch.in("logits"), parts, &batch.out("logprob"), nullptr);
     } else {

@@ -40,19 +40,22 @@ inline constexpr std::int64_t split_parts = 4;
 
 // sum_i a[i] * b[i * b_stride], i = 0..length-1 in order, or (split) in split_parts partials each
 // rounded to `partial_dtype` and added in order in that dtype.
-float lm_head_dot(const float* a, const float* b, std::int64_t b_stride, std::int64_t length, bool split,
-                  DType partial_dtype);
+float lm_head_dot(const float* a, const float* b, std::int64_t b_stride, std::int64_t length,
+                  bool split, DType partial_dtype);
 
 // The LM head on one batch: logits[s] = h[s]·tableᵀ (forward) for every real slot; dh[s] =
 // dlogits[s]·table, and dtable += dlogitsᵀ·h in token order (backward). `split` selects the
 // K-split control.
-void lm_head_forward(const Batch& batch, const Tensor& h, const Tensor& table, Tensor& logits, bool split);
-void lm_head_input_grad(const Batch& batch, const Tensor& dlogits, const Tensor& table, Tensor& dh, bool split);
+void lm_head_forward(const Batch& batch, const Tensor& h, const Tensor& table, Tensor& logits,
+                     bool split);
+void lm_head_input_grad(const Batch& batch, const Tensor& dlogits, const Tensor& table, Tensor& dh,
+                        bool split);
 void lm_head_table_grad(const Batch& batch, const Tensor& dlogits, const Tensor& h, Tensor& dtable);
 
 // Log-softmax of each real slot's row of `logits` [slots, V] against the batch input "target":
 // writes logprob[s] (fp32) and/or dlogits[s] = dlogprob[s] * (onehot - softmax) rounded to the
 // dlogits dtype (with the batch input "dlogprob"). `parts` as in log_sum_exp.
-void logprob_rows(const Batch& batch, const Tensor& logits, std::int64_t parts, Tensor* logprob, Tensor* dlogits);
+void logprob_rows(const Batch& batch, const Tensor& logits, std::int64_t parts, Tensor* logprob,
+                  Tensor* dlogits);
 
 }  // namespace bitcheck

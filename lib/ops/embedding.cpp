@@ -14,7 +14,12 @@ TensorDecl embedding_table_decl(const CaseSpec& spec) {
   // Scaled by 1/sqrt(H) like every projection weight, so the same table can serve as the tied
   // LM-head weight (lm_head declares this exact tensor: the runner then hands both ops one table).
   const float scale = 1.0f / std::sqrt(static_cast<float>(spec.dim("H")));
-  return {"table", TensorRole::parameter, spec.dtype, {spec.dim("V"), spec.dim("H")}, Generator::uniform, scale};
+  return {"table",
+          TensorRole::parameter,
+          spec.dtype,
+          {spec.dim("V"), spec.dim("H")},
+          Generator::uniform,
+          scale};
 }
 
 void register_embedding_op(Registry& registry) {
@@ -43,19 +48,18 @@ void register_embedding_op(Registry& registry) {
   op.reference = [](const CaseSpec& spec, const std::map<std::string, Tensor>& inputs,
                     const ReferenceRequest& request, std::map<std::string, Tensor>& outputs) {
     const Tensor& ids = inputs.at("ids");
-    const std::int64_t v = spec.dim("V"), h = spec.dim("H");
+    const std::int64_t v = spec.dim("V");
     auto id_of = [&](std::int64_t row) {
       std::int32_t id = ids.get_int(row);
-      if (id < 0 || id >= v) throw std::out_of_range("embedding reference: token id " + std::to_string(id) + " out of range");
+      if (id < 0 || id >= v)
+        throw std::out_of_range("embedding reference: token id " + std::to_string(id) +
+                                " out of range");
       return static_cast<std::int64_t>(id);
     };
     if (spec.pass == Pass::forward) {
-      MatrixF table = to_matrix(inputs.at("table"));
-      MatrixF out(static_cast<Eigen::Index>(request.rows.size()), h);
-      for (std::size_t i = 0; i < request.rows.size(); ++i) {
-        out.row(static_cast<Eigen::Index>(i)) = table.row(id_of(request.rows[i]));
-      }
-      outputs["out"] = from_matrix(out);
+      std::vector<std::int64_t> table_rows;  // decode only the gathered rows of a large table
+      for (std::int64_t row : request.rows) table_rows.push_back(id_of(row));
+      outputs["out"] = from_matrix(to_matrix(inputs.at("table"), table_rows));
       return;
     }
     MatrixF dout = to_matrix(inputs.at("dout"));
@@ -63,7 +67,8 @@ void register_embedding_op(Registry& registry) {
     for (std::size_t i = 0; i < request.reduction_rows.size(); ++i) {
       wanted[request.reduction_rows[i]] = static_cast<Eigen::Index>(i);
     }
-    MatrixF dtable = MatrixF::Zero(static_cast<Eigen::Index>(request.reduction_rows.size()), h);
+    MatrixF dtable =
+        MatrixF::Zero(static_cast<Eigen::Index>(request.reduction_rows.size()), dout.cols());
     for (std::int64_t t = 0; t < dout.rows(); ++t) {
       auto found = wanted.find(id_of(t));
       if (found != wanted.end()) dtable.row(found->second) += dout.row(t);

@@ -10,7 +10,9 @@ namespace bitcheck {
 void register_lm_head_op(Registry& registry) {
   OpDef op;
   op.name = "lm_head";
-  op.summary = "logits = h·tableᵀ (tied to the embedding table); backward dh = dlogits·table, dtable = dlogitsᵀ·h";
+  op.summary =
+      "logits = h·tableᵀ (tied to the embedding table); backward dh = dlogits·table, dtable = "
+      "dlogitsᵀ·h";
   op.dim_names = {"V", "H"};
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t v = spec.dim("V"), h = spec.dim("H");
@@ -23,7 +25,8 @@ void register_lm_head_op(Registry& registry) {
     } else {
       // Upstream gradients scaled by 1/sqrt(V) keep dh O(1) at every vocabulary size.
       const float dlogits_scale = 1.0f / std::sqrt(static_cast<float>(v));
-      decls.push_back({"dlogits", TensorRole::row_input, spec.dtype, {v}, Generator::uniform, dlogits_scale});
+      decls.push_back(
+          {"dlogits", TensorRole::row_input, spec.dtype, {v}, Generator::uniform, dlogits_scale});
       decls.push_back({"dh", TensorRole::row_output, spec.dtype, {h}});
       decls.push_back({"dtable", TensorRole::reduction_output, DType::fp32, {v, h}});
     }
@@ -41,7 +44,8 @@ void register_lm_head_op(Registry& registry) {
     MatrixF h = to_matrix(inputs.at("h"));
     MatrixF dtable(static_cast<Eigen::Index>(request.reduction_rows.size()), h.cols());
     for (std::size_t i = 0; i < request.reduction_rows.size(); ++i) {
-      dtable.row(static_cast<Eigen::Index>(i)) = dlogits.col(request.reduction_rows[i]).transpose() * h;
+      dtable.row(static_cast<Eigen::Index>(i)) =
+          dlogits.col(request.reduction_rows[i]).transpose() * h;
     }
     outputs["dtable"] = from_matrix(dtable);
   };

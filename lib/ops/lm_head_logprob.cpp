@@ -1,14 +1,15 @@
 // lm_head_logprob: the LM-head -> logprob handoff as one op: logits = h·tableᵀ rounded to the case
-// dtype (where they materialize between the two kernels), then logprob = log_softmax(logits)[target]
-// in fp32. Backward: dlogits (case dtype) = dlogprob * (onehot - softmax), dh = dlogits·table per
-// row, dtable = dlogitsᵀ·h over tokens (fp32).
+// dtype (where they materialize between the two kernels), then logprob =
+// log_softmax(logits)[target] in fp32. Backward: dlogits (case dtype) = dlogprob * (onehot -
+// softmax), dh = dlogits·table per row, dtable = dlogitsᵀ·h over tokens (fp32).
 #include "ops/ops.h"
 #include "ops/vocab_ops.h"
 
 namespace bitcheck {
 namespace {
 
-// Logits of `rows` (all rows when empty), rounded to the case dtype as the composed impls store them.
+// Logits of `rows` (all rows when empty), rounded to the case dtype as the composed impls store
+// them.
 MatrixF rounded_logits(const CaseSpec& spec, const std::map<std::string, Tensor>& inputs,
                        const std::vector<std::int64_t>& rows, const MatrixF& table) {
   MatrixF logits = to_matrix(inputs.at("h"), rows) * table.transpose();
@@ -20,7 +21,9 @@ MatrixF rounded_logits(const CaseSpec& spec, const std::map<std::string, Tensor>
 void register_lm_head_logprob_op(Registry& registry) {
   OpDef op;
   op.name = "lm_head_logprob";
-  op.summary = "logprob = log_softmax(h·tableᵀ)[target] through the dtype-rounded logits; backward dh, dtable";
+  op.summary =
+      "logprob = log_softmax(h·tableᵀ)[target] through the dtype-rounded logits; backward dh, "
+      "dtable";
   op.dim_names = {"V", "H"};
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t v = spec.dim("V"), h = spec.dim("H");
@@ -48,7 +51,8 @@ void register_lm_head_logprob_op(Registry& registry) {
       MatrixF logprob(logits.rows(), 1);
       for (Eigen::Index i = 0; i < logits.rows(); ++i) {
         std::int64_t row = request.rows[static_cast<std::size_t>(i)];
-        logprob(i, 0) = reference_logprob(logits.row(i), checked_target(targets, row, v, "lm_head_logprob reference"));
+        logprob(i, 0) = reference_logprob(
+            logits.row(i), checked_target(targets, row, v, "lm_head_logprob reference"));
       }
       outputs["logprob"] = from_matrix(logprob);
       return;
@@ -58,7 +62,8 @@ void register_lm_head_logprob_op(Registry& registry) {
     MatrixF logits = rounded_logits(spec, inputs, {}, table);
     MatrixF dlogits(logits.rows(), v);
     for (Eigen::Index t = 0; t < logits.rows(); ++t) {
-      dlogits.row(t) = reference_dlogits(logits.row(t), checked_target(targets, t, v, "lm_head_logprob reference"),
+      dlogits.row(t) = reference_dlogits(logits.row(t),
+                                         checked_target(targets, t, v, "lm_head_logprob reference"),
                                          dlogprob.get(t))
                            .unaryExpr([&](float value) { return round_to(spec.dtype, value); });
     }
@@ -70,7 +75,8 @@ void register_lm_head_logprob_op(Registry& registry) {
     MatrixF h = to_matrix(inputs.at("h"));
     MatrixF dtable(static_cast<Eigen::Index>(request.reduction_rows.size()), h.cols());
     for (std::size_t i = 0; i < request.reduction_rows.size(); ++i) {
-      dtable.row(static_cast<Eigen::Index>(i)) = dlogits.col(request.reduction_rows[i]).transpose() * h;
+      dtable.row(static_cast<Eigen::Index>(i)) =
+          dlogits.col(request.reduction_rows[i]).transpose() * h;
     }
     outputs["dtable"] = from_matrix(dtable);
   };

@@ -9,10 +9,12 @@
 
 namespace bitcheck {
 
-std::int64_t checked_target(const Tensor& targets, std::int64_t row, std::int64_t vocab, const std::string& what) {
+std::int64_t checked_target(const Tensor& targets, std::int64_t row, std::int64_t vocab,
+                            const std::string& what) {
   std::int32_t id = targets.get_int(row);
   if (id < 0 || id >= vocab) {
-    throw std::out_of_range(what + ": token id " + std::to_string(id) + " out of range [0, " + std::to_string(vocab) + ")");
+    throw std::out_of_range(what + ": token id " + std::to_string(id) + " out of range [0, " +
+                            std::to_string(vocab) + ")");
   }
   return id;
 }
@@ -28,7 +30,8 @@ float reference_logprob(const Eigen::RowVectorXf& logits, std::int64_t target) {
   return logits(static_cast<Eigen::Index>(target)) - log_sum_exp(logits);
 }
 
-Eigen::RowVectorXf reference_dlogits(const Eigen::RowVectorXf& logits, std::int64_t target, float dlogprob) {
+Eigen::RowVectorXf reference_dlogits(const Eigen::RowVectorXf& logits, std::int64_t target,
+                                     float dlogprob) {
   Eigen::RowVectorXf dlogits = -dlogprob * (logits.array() - log_sum_exp(logits)).exp().matrix();
   dlogits(static_cast<Eigen::Index>(target)) += dlogprob;
   return dlogits;
@@ -37,7 +40,9 @@ Eigen::RowVectorXf reference_dlogits(const Eigen::RowVectorXf& logits, std::int6
 void register_logprob_op(Registry& registry) {
   OpDef op;
   op.name = "logprob";
-  op.summary = "logprob = log_softmax(logits)[target] (fp32 out); backward dlogits = dlogprob * (onehot - softmax)";
+  op.summary =
+      "logprob = log_softmax(logits)[target] (fp32 out); backward dlogits = dlogprob * (onehot - "
+      "softmax)";
   op.dim_names = {"V"};
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t v = spec.dim("V");
@@ -67,7 +72,9 @@ void register_logprob_op(Registry& registry) {
     if (spec.pass == Pass::forward) {
       MatrixF logprob(count, 1);
       for (Eigen::Index i = 0; i < count; ++i) {
-        logprob(i, 0) = reference_logprob(logits.row(i), checked_target(targets, request.rows[static_cast<std::size_t>(i)], v, "logprob reference"));
+        logprob(i, 0) = reference_logprob(
+            logits.row(i), checked_target(targets, request.rows[static_cast<std::size_t>(i)], v,
+                                          "logprob reference"));
       }
       outputs["logprob"] = from_matrix(logprob);
       return;
@@ -76,7 +83,8 @@ void register_logprob_op(Registry& registry) {
     MatrixF dlogits(count, v);
     for (Eigen::Index i = 0; i < count; ++i) {
       std::int64_t row = request.rows[static_cast<std::size_t>(i)];
-      dlogits.row(i) = reference_dlogits(logits.row(i), checked_target(targets, row, v, "logprob reference"), dlogprob.get(row));
+      dlogits.row(i) = reference_dlogits(
+          logits.row(i), checked_target(targets, row, v, "logprob reference"), dlogprob.get(row));
     }
     outputs["dlogits"] = from_matrix(dlogits);
   };

@@ -13,11 +13,13 @@ namespace bitcheck {
 TensorDecl embedding_table_decl(const CaseSpec& spec);
 
 // The target id of a logical row, checked against the vocabulary (throws naming the id).
-std::int64_t checked_target(const Tensor& targets, std::int64_t row, std::int64_t vocab, const std::string& what);
+std::int64_t checked_target(const Tensor& targets, std::int64_t row, std::int64_t vocab,
+                            const std::string& what);
 
 // FP32 log-softmax reference for one row of logits: log p[target], and optionally
 // dlogits = dlogprob * (onehot(target) - softmax) (fp32, not rounded).
 float reference_logprob(const Eigen::RowVectorXf& logits, std::int64_t target);
-Eigen::RowVectorXf reference_dlogits(const Eigen::RowVectorXf& logits, std::int64_t target, float dlogprob);
+Eigen::RowVectorXf reference_dlogits(const Eigen::RowVectorXf& logits, std::int64_t target,
+                                     float dlogprob);
 
 }  // namespace bitcheck

@@ -2,7 +2,6 @@
 // K-split control drifts, and the tied table (the embedding's own tensor) gives the same bits as an
 // untied copy in another buffer.
 #include <catch2/catch.hpp>
-
 #include <memory>
 
 #include "unit/vocab_case.h"
@@ -16,7 +15,8 @@ using vocab_test::world;
 TEST_CASE("lm_head cpu-fixed-order passes every layout, forward and backward", "[lm_head]") {
   for (DType dtype : {DType::bf16, DType::fp16, DType::fp32}) {
     for (Pass pass : {Pass::forward, Pass::backward}) {
-      CaseResult result = run(make_case("lm_head", "cpu-fixed-order", dtype, pass, {{"V", 96}, {"H", 40}}, 9));
+      CaseResult result =
+          run(make_case("lm_head", "cpu-fixed-order", dtype, pass, {{"V", 96}, {"H", 40}}, 9));
       INFO(to_string(dtype) << " " << to_string(pass) << ": " << describe(result));
       CHECK(result.verdict == Verdict::pass);
     }
@@ -25,14 +25,16 @@ TEST_CASE("lm_head cpu-fixed-order passes every layout, forward and backward", "
 
 TEST_CASE("lm_head cpu-split-k-by-rows drifts forward and backward", "[lm_head][control]") {
   for (Pass pass : {Pass::forward, Pass::backward}) {
-    CaseResult result = run(make_case("lm_head", "cpu-split-k-by-rows", DType::bf16, pass, {{"V", 96}, {"H", 40}}, 9));
+    CaseResult result = run(
+        make_case("lm_head", "cpu-split-k-by-rows", DType::bf16, pass, {{"V", 96}, {"H", 40}}, 9));
     INFO(to_string(pass) << ": " << describe(result));
     CHECK(result.verdict == Verdict::drift);
   }
 }
 
 TEST_CASE("lm_head and embedding declare one table: tied weights", "[lm_head][tied]") {
-  CaseSpec spec = make_case("lm_head", "cpu-fixed-order", DType::bf16, Pass::forward, {{"V", 64}, {"H", 32}}, 4);
+  CaseSpec spec = make_case("lm_head", "cpu-fixed-order", DType::bf16, Pass::forward,
+                            {{"V", 64}, {"H", 32}}, 4);
   const OpDef* lm_head = world().registry.find_op("lm_head");
   const OpDef* embedding = world().registry.find_op("embedding");
   auto find = [](const std::vector<TensorDecl>& decls) {
@@ -51,15 +53,18 @@ TEST_CASE("lm_head and embedding declare one table: tied weights", "[lm_head][ti
 
 TEST_CASE("lm_head gives identical bits for a tied table and an untied copy", "[lm_head][tied]") {
   for (DType dtype : {DType::bf16, DType::fp32}) {
-    CaseSpec spec = make_case("lm_head", "cpu-fixed-order", dtype, Pass::forward, {{"V", 64}, {"H", 32}}, 3);
+    CaseSpec spec =
+        make_case("lm_head", "cpu-fixed-order", dtype, Pass::forward, {{"V", 64}, {"H", 32}}, 3);
     Impl* impl = world().registry.find_impl("lm_head", "cpu-fixed-order");
     Invocation invocation;
     invocation.slot_rows = {0, -1, 1, 2};
     Tensor table(dtype, {64, 32}), h(dtype, {4, 32});
-    for (std::int64_t i = 0; i < table.numel(); ++i) table.set(i, static_cast<float>((i * 37) % 101 - 50) / 173.0f);
+    for (std::int64_t i = 0; i < table.numel(); ++i)
+      table.set(i, static_cast<float>((i * 37) % 101 - 50) / 173.0f);
     h.fill_nan();
     for (std::int64_t i = 0; i < 32; ++i) {
-      for (std::int64_t s : {0, 2, 3}) h.set(s * 32 + i, static_cast<float>((i * 13 + s * 7) % 29 - 14) / 9.0f);
+      for (std::int64_t s : {0, 2, 3})
+        h.set(s * 32 + i, static_cast<float>((i * 13 + s * 7) % 29 - 14) / 9.0f);
     }
     auto tied = std::make_shared<const Tensor>(table);
     auto copy = std::make_shared<const Tensor>(Tensor(table));  // same values, another buffer

@@ -23,8 +23,9 @@ inline World& world() {
   return instance;
 }
 
-inline bitcheck::CaseSpec make_case(const std::string& op, const std::string& impl, bitcheck::DType dtype,
-                                    bitcheck::Pass pass, bitcheck::Dims dims, std::int64_t rows) {
+inline bitcheck::CaseSpec make_case(const std::string& op, const std::string& impl,
+                                    bitcheck::DType dtype, bitcheck::Pass pass, bitcheck::Dims dims,
+                                    std::int64_t rows) {
   bitcheck::CaseSpec spec;
   spec.op = op;
   spec.impl = impl;
@@ -38,7 +39,8 @@ inline bitcheck::CaseSpec make_case(const std::string& op, const std::string& im
   return spec;
 }
 
-inline bitcheck::CaseResult run(const bitcheck::CaseSpec& spec, const bitcheck::Registry& registry = world().registry) {
+inline bitcheck::CaseResult run(const bitcheck::CaseSpec& spec,
+                                const bitcheck::Registry& registry = world().registry) {
   bitcheck::Runner runner(registry, world().contract);
   return runner.run_case(spec);
 }
@@ -54,7 +56,8 @@ inline std::string describe(const bitcheck::CaseResult& result) {
 
 // A registry holding `op` with its target/ids input drawn from [0, 2V) instead of [0, V), so
 // some ids are out of range: the impls must refuse them with an error naming the id.
-inline bitcheck::Registry out_of_range_registry(const std::string& op, void (*register_impls)(bitcheck::Registry&),
+inline bitcheck::Registry out_of_range_registry(const std::string& op,
+                                                void (*register_impls)(bitcheck::Registry&),
                                                 const std::string& backend) {
   bitcheck::Registry registry;
   bitcheck::OpDef def = *world().registry.find_op(op);
@@ -67,7 +70,8 @@ inline bitcheck::Registry out_of_range_registry(const std::string& op, void (*re
     return decls;
   };
   registry.add_op(std::move(def));
-  registry.set_backend_status(backend, world().registry.backend_available(backend), world().registry.backend_reason(backend));
+  registry.set_backend_status(backend, world().registry.backend_available(backend),
+                              world().registry.backend_reason(backend));
   register_impls(registry);
   return registry;
 }
