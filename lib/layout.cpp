@@ -103,7 +103,9 @@ Layout make_layout(const std::string& name, const CaseSpec& spec,
                    const std::vector<std::int64_t>& alone_rows, std::int64_t token_granularity) {
   LayoutRandom random(spec.seed ^ hash_name(name) ^ static_cast<std::uint64_t>(spec.rows));
   if (name == "alone") {
-    Layout layout{"alone", {}, static_cast<std::int64_t>(alone_rows.size()) == spec.rows};
+    // Alone is a micro-batch of one token per invocation: a token reduction may be compared with
+    // the batch only when every row is present and the impl reduces token by token.
+    Layout layout{"alone", {}, static_cast<std::int64_t>(alone_rows.size()) == spec.rows && token_granularity == 1};
     for (std::int64_t row : alone_rows) layout.invocations.push_back(one_invocation({row}));
     return layout;
   }

@@ -3,6 +3,7 @@
 #include "bitcheck/runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <set>
 #include <stdexcept>
@@ -85,7 +86,11 @@ struct Inputs {
 struct Runner::State {
   const Registry& registry;
   const Contract& contract;
-  std::uint64_t next_id = 1;
+  // Input ids are unique in the process (not per Runner): device impls cache uploads by id.
+  static std::uint64_t next_input_id() {
+    static std::atomic<std::uint64_t> counter{1};
+    return counter++;
+  }
   std::vector<std::pair<std::string, std::pair<std::shared_ptr<const Tensor>, std::uint64_t>>> parameters;
 
   State(const Registry& r, const Contract& c) : registry(r), contract(c) {}
@@ -100,7 +105,7 @@ struct Runner::State {
     }
     auto tensor = std::make_shared<const Tensor>(generate(decl, decl.shape, seed));
     if (parameters.size() >= parameter_cache_entries) parameters.erase(parameters.begin());
-    parameters.push_back({key, {tensor, next_id++}});
+    parameters.push_back({key, {tensor, next_input_id()}});
     return parameters.back().second;
   }
 
@@ -110,8 +115,18 @@ struct Runner::State {
     LayoutResult result;
     result.present.assign(static_cast<std::size_t>(rows), false);
     std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
+    auto is_identity = [&](const Invocation& invocation) {
+      bool identity = invocation.slots() == rows;
+      for (std::int64_t s = 0; identity && s < invocation.slots(); ++s) {
+        identity = invocation.slot_rows[static_cast<std::size_t>(s)] == s;
+      }
+      return identity;
+    };
+    // One invocation holding every row in order (the batch layout): its outputs are the logical
+    // outputs, taken over without a copy.
+    const bool whole = layout.invocations.size() == 1 && is_identity(layout.invocations[0]);
     for (const auto& decl : decls) {
-      if (decl.role == TensorRole::row_output) {
+      if (decl.role == TensorRole::row_output && !whole) {
         result.rows.emplace(decl.name, Tensor(decl.dtype, full_shape(decl, rows)));
         result.rows[decl.name].fill_nan();
       } else if (decl.role == TensorRole::reduction_output) {
@@ -125,10 +140,7 @@ struct Runner::State {
       batch.invocation = &invocation;
       batch.invocation_index = static_cast<std::int64_t>(i);
       batch.layout_state = layout_state;
-      bool identity = invocation.slots() == rows;
-      for (std::int64_t s = 0; identity && s < invocation.slots(); ++s) {
-        identity = invocation.slot_rows[static_cast<std::size_t>(s)] == s;
-      }
+      const bool identity = is_identity(invocation);
       for (const auto& decl : decls) {
         if (decl.role == TensorRole::parameter || (decl.role == TensorRole::row_input && identity)) {
           batch.inputs[decl.name] = inputs.tensors.at(decl.name);
@@ -142,7 +154,7 @@ struct Runner::State {
             if (row >= 0) physical.copy_row_from(logical, row, s);
           }
           batch.inputs[decl.name] = std::make_shared<const Tensor>(std::move(physical));
-          batch.input_ids[decl.name] = next_id++;
+          batch.input_ids[decl.name] = next_input_id();
         } else if (decl.role == TensorRole::row_output) {
           Tensor output(decl.dtype, full_shape(decl, invocation.slots()));
           output.fill_nan();  // poison: an unwritten element shows up as NaN
@@ -167,6 +179,11 @@ struct Runner::State {
         }
         if (decl.role == TensorRole::reduction_output) {
           result.reductions[decl.name] = std::move(output);
+          continue;
+        }
+        if (whole) {
+          result.rows[decl.name] = std::move(output);
+          result.present.assign(static_cast<std::size_t>(rows), true);
           continue;
         }
         for (std::int64_t s = 0; s < invocation.slots(); ++s) {
@@ -299,7 +316,7 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
         inputs.ids[decl.name] = id;
       } else if (decl.role == TensorRole::row_input) {
         inputs.tensors[decl.name] = std::make_shared<const Tensor>(generate(decl, full_shape(decl, rows), spec.seed));
-        inputs.ids[decl.name] = state_->next_id++;
+        inputs.ids[decl.name] = State::next_input_id();
       }
     }
     result.timings.inputs_seconds = seconds_since(inputs_start);
@@ -319,44 +336,28 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
         layout_names.insert(layout_names.begin(), name);
       }
     };
-    if (has_reductions) ensure(canonical_reduction_layout);
+    // The batch layout is the reference for token reductions and for rows outside the alone
+    // sample, so it runs whenever either exists.
+    if (has_reductions || (has_rows && static_cast<std::int64_t>(alone_rows.size()) < rows)) {
+      ensure(canonical_reduction_layout);
+    }
     if (has_rows) ensure(canonical_rows_layout);
 
+    // Canonical layouts first, so every other layout is compared as soon as it has run and its
+    // outputs (gigabytes for GPU-sized cases) are dropped right away.
+    auto reference_rank = [&](const std::string& name) {
+      if (name == canonical_rows_layout && has_rows) return 0;
+      if (name == canonical_reduction_layout) return 1;
+      return 2;
+    };
+    std::stable_sort(layout_names.begin(), layout_names.end(), [&](const std::string& a, const std::string& b) {
+      return reference_rank(a) < reference_rank(b);
+    });
     std::map<std::string, LayoutResult> results;
-    for (const auto& name : layout_names) {
-      std::optional<Layout> built = build_layout(name);
-      if (!built) continue;
-      const Layout& layout = *built;
-      bool canonical = (name == canonical_rows_layout && has_rows) ||
-                       (name == canonical_reduction_layout && has_reductions);
-      int runs = canonical ? spec.repeats : 1;
-      for (int repeat = 0; repeat < runs; ++repeat) {
-        LayoutResult run = state_->execute(layout, *impl, spec, rows, decls, inputs, result.impl_config,
-                                           result.timings.impl_seconds);
-        if (repeat == 0) {
-          results.emplace(name, std::move(run));
-          continue;
-        }
-        // Determinism: the canonical layout run again must give identical bits.
-        auto compare_start = Clock::now();
-        const LayoutResult& first = results.at(name);
-        for (const auto& decl : decls) {
-          if (!is_output(decl)) continue;
-          const Tensor& a = decl.role == TensorRole::row_output ? first.rows.at(decl.name) : first.reductions.at(decl.name);
-          const Tensor& b = decl.role == TensorRole::row_output ? run.rows.at(decl.name) : run.reductions.at(decl.name);
-          DriftMetrics metrics = compare_whole(name + " repeat " + std::to_string(repeat + 1), name, decl, a, b);
-          if (metrics.drifted()) result.nondeterminism.push_back(metrics);
-        }
-        result.timings.compare_seconds += seconds_since(compare_start);
-      }
-      result.layouts_run.push_back(name);
-    }
-
-    // Invariance: every layout against the canonical one, bit for bit.
-    auto compare_start = Clock::now();
-    const LayoutResult* alone = has_rows ? &results.at(canonical_rows_layout) : nullptr;
-    const LayoutResult* packed = results.count(canonical_reduction_layout) ? &results.at(canonical_reduction_layout) : nullptr;
-    for (const auto& [name, layout_result] : results) {
+    const LayoutResult* alone = nullptr;
+    const LayoutResult* packed = nullptr;
+    auto compare_layout = [&](const std::string& name, const LayoutResult& layout_result) {
+      auto compare_start = Clock::now();
       for (const auto& decl : decls) {
         if (decl.role == TensorRole::row_output && name != canonical_rows_layout) {
           std::vector<std::int64_t> against_alone, against_batch;
@@ -382,8 +383,46 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
           if (metrics.drifted()) result.drift.push_back(metrics);
         }
       }
+      result.timings.compare_seconds += seconds_since(compare_start);
+    };
+    for (const auto& name : layout_names) {
+      std::optional<Layout> built = build_layout(name);
+      if (!built) continue;
+      const Layout& layout = *built;
+      bool canonical = (name == canonical_rows_layout && has_rows) ||
+                       (name == canonical_reduction_layout && has_reductions);
+      int runs = canonical ? spec.repeats : 1;
+      for (int repeat = 0; repeat < runs; ++repeat) {
+        LayoutResult run = state_->execute(layout, *impl, spec, rows, decls, inputs, result.impl_config,
+                                           result.timings.impl_seconds);
+        if (repeat == 0) {
+          if (reference_rank(name) < 2) {
+            results.emplace(name, std::move(run));
+            if (reference_rank(name) == 0) alone = &results.at(name);
+            if (reference_rank(name) == 1) {
+              packed = &results.at(name);
+              if (alone) compare_layout(name, *packed);  // the batch is checked against alone too
+            }
+          } else {
+            compare_layout(name, run);
+            if (artifacts) results.emplace(name, std::move(run));
+          }
+          continue;
+        }
+        // Determinism: the canonical layout run again must give identical bits.
+        auto compare_start = Clock::now();
+        const LayoutResult& first = results.at(name);
+        for (const auto& decl : decls) {
+          if (!is_output(decl)) continue;
+          const Tensor& a = decl.role == TensorRole::row_output ? first.rows.at(decl.name) : first.reductions.at(decl.name);
+          const Tensor& b = decl.role == TensorRole::row_output ? run.rows.at(decl.name) : run.reductions.at(decl.name);
+          DriftMetrics metrics = compare_whole(name + " repeat " + std::to_string(repeat + 1), name, decl, a, b);
+          if (metrics.drifted()) result.nondeterminism.push_back(metrics);
+        }
+        result.timings.compare_seconds += seconds_since(compare_start);
+      }
+      result.layouts_run.push_back(name);
     }
-    result.timings.compare_seconds += seconds_since(compare_start);
 
     // Accuracy: the canonical outputs against the FP32 reference on the same rounded inputs.
     auto reference_start = Clock::now();
@@ -404,7 +443,7 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
     op->reference(spec, logical_inputs, request, reference);
     result.timings.reference_seconds = seconds_since(reference_start);
 
-    compare_start = Clock::now();
+    auto compare_start = Clock::now();
     const Threshold& threshold = state_->contract.threshold(op->tolerance_key, spec.dtype_name);
     for (const auto& decl : decls) {
       if (!is_output(decl)) continue;
