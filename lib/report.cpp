@@ -52,6 +52,7 @@ nlohmann::json drift_to_json(const DriftMetrics& metrics) {
 nlohmann::json case_to_json(const CaseResult& result) {
   const CaseSpec& spec = result.spec;
   nlohmann::json j = {{"id", spec.id()},
+                      {"case_index", spec.index},
                       {"op", spec.op},
                       {"impl", spec.impl},
                       {"backend", result.backend},
@@ -98,14 +99,14 @@ nlohmann::json case_to_json(const CaseResult& result) {
   return j;
 }
 
-StatusMatrix build_matrix(const std::vector<CaseResult>& results, const std::vector<std::string>& op_order) {
+StatusMatrix build_matrix(const std::vector<CaseOutcome>& results, const std::vector<std::string>& op_order) {
   StatusMatrix matrix;
   std::set<std::string> ops_seen, dtypes_seen;
   for (const auto& r : results) {
-    if (r.is_control) continue;
-    ops_seen.insert(r.spec.op);
-    dtypes_seen.insert(r.spec.dtype_name);
-    MatrixCell& cell = matrix.cells[r.spec.op][r.spec.dtype_name][to_string(r.spec.pass)];
+    if (r.control) continue;
+    ops_seen.insert(r.op);
+    dtypes_seen.insert(r.dtype);
+    MatrixCell& cell = matrix.cells[r.op][r.dtype][r.pass];
     cell.counts[to_string(r.verdict)]++;
     if (cell.status.empty() || severity(r.verdict) > severity(*parse_verdict(cell.status))) {
       cell.status = to_string(r.verdict);
@@ -133,20 +134,20 @@ nlohmann::json matrix_to_json(const StatusMatrix& matrix) {
   return j;
 }
 
-Summary summarize(const std::vector<CaseResult>& results, const std::vector<std::string>& op_order) {
+Summary summarize(const std::vector<CaseOutcome>& results, const std::vector<std::string>& op_order) {
   Summary summary;
   summary.cases = static_cast<std::int64_t>(results.size());
   std::map<std::string, ControlGroup> groups;
   bool any_error = false, any_finding = false;
   for (const auto& r : results) {
-    if (r.is_control) {
+    if (r.control) {
       if (!r.expected_to_drift || r.verdict == Verdict::skipped) continue;
-      std::string key = r.spec.op + "/" + r.spec.impl + "/" + r.spec.dtype_name + "/" + to_string(r.spec.pass);
+      std::string key = r.op + "/" + r.impl + "/" + r.dtype + "/" + r.pass;
       ControlGroup& group = groups[key];
-      group.op = r.spec.op;
-      group.impl = r.spec.impl;
-      group.dtype = r.spec.dtype_name;
-      group.pass = to_string(r.spec.pass);
+      group.op = r.op;
+      group.impl = r.impl;
+      group.dtype = r.dtype;
+      group.pass = r.pass;
       group.cases++;
       if (r.verdict == Verdict::drift || r.verdict == Verdict::nondeterministic) group.drifted++;
       if (r.verdict == Verdict::error) any_error = true;
@@ -158,9 +159,9 @@ Summary summarize(const std::vector<CaseResult>& results, const std::vector<std:
   }
   for (const auto& op : op_order) {
     for (const auto& r : results) {
-      if (r.is_control || r.spec.op != op || !is_failure(r.verdict)) continue;
+      if (r.control || r.op != op || !is_failure(r.verdict)) continue;
       summary.first_failing_op = op;
-      summary.first_failing_case = r.spec.id();
+      summary.first_failing_case = r.id;
       break;
     }
     if (summary.first_failing_op) break;
@@ -175,6 +176,85 @@ Summary summarize(const std::vector<CaseResult>& results, const std::vector<std:
   }
   summary.exit_code = any_error ? 3 : (any_finding || !summary.harness_failures.empty()) ? 1 : 0;
   return summary;
+}
+
+namespace {
+std::vector<CaseOutcome> outcomes_of(const std::vector<CaseResult>& results) {
+  std::vector<CaseOutcome> outcomes;
+  for (const auto& r : results) outcomes.push_back(outcome_of(r));
+  return outcomes;
+}
+}  // namespace
+
+CaseOutcome outcome_of(const CaseResult& r) {
+  return {r.spec.id(), r.spec.op, r.spec.impl, r.spec.dtype_name, to_string(r.spec.pass), r.verdict, r.is_control,
+          r.expected_to_drift};
+}
+
+CaseOutcome outcome_from_json(const nlohmann::json& c) {
+  CaseOutcome o;
+  o.id = c.at("id").get<std::string>();
+  o.op = c.at("op").get<std::string>();
+  o.impl = c.at("impl").get<std::string>();
+  o.dtype = c.at("dtype").get<std::string>();
+  o.pass = c.at("pass").get<std::string>();
+  o.verdict = parse_verdict(c.at("verdict").get<std::string>()).value_or(Verdict::error);
+  o.control = c.value("control", false);
+  o.expected_to_drift = c.value("expected_to_drift", false);
+  return o;
+}
+
+Summary summarize(const std::vector<CaseResult>& results, const std::vector<std::string>& op_order) {
+  return summarize(outcomes_of(results), op_order);
+}
+
+StatusMatrix build_matrix(const std::vector<CaseResult>& results, const std::vector<std::string>& op_order) {
+  return build_matrix(outcomes_of(results), op_order);
+}
+
+void refresh_report_summary(nlohmann::json& report, const std::vector<std::string>& op_order) {
+  std::vector<CaseOutcome> outcomes;
+  for (const auto& c : report.at("results")) outcomes.push_back(outcome_from_json(c));
+  report["summary"] = summary_to_json(summarize(outcomes, op_order));
+  report["first_failing_op"] = report["summary"]["first_failing_op"];
+  report["status_matrix"] = matrix_to_json(build_matrix(outcomes, op_order));
+}
+
+nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports, const std::vector<std::string>& sources,
+                             const std::vector<std::string>& op_order) {
+  if (reports.empty()) throw std::invalid_argument("merge needs at least one report");
+  nlohmann::json merged = reports.front();
+  merged["results"] = nlohmann::json::array();
+  merged["meta"]["shards"] = nlohmann::json::array();
+  std::set<std::string> ids;
+  double wall = 0;
+  bool interrupted = false;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const auto& report = reports[i];
+    if (report.value("schema_version", 0) != report_schema_version) {
+      throw std::invalid_argument(sources[i] + ": report schema_version " + std::to_string(report.value("schema_version", 0)) +
+                                  ", expected " + std::to_string(report_schema_version));
+    }
+    for (const auto& c : report.at("results")) {
+      std::string id = c.at("id").get<std::string>();
+      if (!ids.insert(id).second) throw std::invalid_argument(sources[i] + ": case " + id + " is in two shards");
+      merged["results"].push_back(c);
+    }
+    merged["meta"]["shards"].push_back({{"source", sources[i]},
+                                        {"command_line", report["meta"].value("command_line", "")},
+                                        {"host", report["meta"].value("host", "")},
+                                        {"wall_seconds", report["meta"].value("wall_seconds", 0.0)}});
+    wall = std::max(wall, report["meta"].value("wall_seconds", 0.0));
+    interrupted = interrupted || report["meta"].value("interrupted", false);
+  }
+  merged["meta"]["wall_seconds"] = wall;
+  merged["meta"]["interrupted"] = interrupted;
+  // Shards of one sweep: restore the spec's case order so merged equals unsharded.
+  auto order_key = [](const nlohmann::json& c) { return c.value("case_index", std::int64_t(0)); };
+  std::stable_sort(merged["results"].begin(), merged["results"].end(),
+                   [&](const nlohmann::json& a, const nlohmann::json& b) { return order_key(a) < order_key(b); });
+  refresh_report_summary(merged, op_order);
+  return merged;
 }
 
 nlohmann::json summary_to_json(const Summary& summary) {
@@ -210,10 +290,7 @@ nlohmann::json build_report(const RunMeta& meta, const nlohmann::json& environme
   report["meta"] = meta_json;
   report["results"] = nlohmann::json::array();
   for (const auto& r : results) report["results"].push_back(case_to_json(r));
-  Summary summary = summarize(results, op_order);
-  report["summary"] = summary_to_json(summary);
-  report["first_failing_op"] = report["summary"]["first_failing_op"];
-  report["status_matrix"] = matrix_to_json(build_matrix(results, op_order));
+  refresh_report_summary(report, op_order);
   return report;
 }
 

@@ -217,6 +217,9 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
     fail("--backend", "auto, cpu or cuda, got \"" + overrides.backend + "\"");
   }
   if (overrides.repeats && *overrides.repeats < 2) fail("--repeats", "at least 2 (the determinism check compares two runs)");
+  if (overrides.shard_count < 1 || overrides.shard_index < 0 || overrides.shard_index >= overrides.shard_count) {
+    fail("--shard", "i/n with 0 <= i < n");
+  }
 
   bool all_ops = overrides.ops.empty() || contains(overrides.ops, "all");
   std::vector<OpSweep> kept;
@@ -238,6 +241,7 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
 std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& registry,
                                    const SweepOverrides& overrides) {
   std::vector<CaseSpec> cases;
+  std::int64_t next_index = 0;
   for (const auto& sweep : spec.ops) {
     std::vector<Impl*> impls;
     if (sweep.impls.empty()) {
@@ -265,7 +269,9 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
                 c.layouts = sweep.layouts;
                 c.repeats = sweep.repeats;
                 c.alone_rows = sweep.alone_rows;
-                cases.push_back(c);
+                c.index = next_index++;
+                // Interleaved shards: neighbouring (similar-cost) cases land on different shards.
+                if (c.index % overrides.shard_count == overrides.shard_index) cases.push_back(c);
               }
             }
           }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from a bundle made by scripts/gpu-bundle.sh: the GPU tests, the GPU
 # sweep (sweeps/gpu.json, CUDA backend) and the benchmark, writing reports and logs to OUT_DIR.
-#   scripts/gpu-check.sh BUNDLE_DIR OUT_DIR [--ops a,b] [--skip-bench] [--skip-tests] [--skip-sweep]
+#   scripts/gpu-check.sh BUNDLE_DIR OUT_DIR [--ops a,b] [--dtype d] [--jobs N] [--skip-bench] [--skip-tests] [--skip-sweep]
 # The GPU machine needs only the CUDA driver and cuBLASLt (no package registry there); from a
 # development machine, through the device tool:
 #   scripts/gpu-bundle.sh .gpu-bundle && run "scripts/gpu-check.sh .gpu-bundle \$OUT" (carry .gpu-bundle)
@@ -9,10 +9,12 @@ set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=${2:?output dir}
 shift 2
-ops=all bench=1 tests=1 sweep=1
+ops=all bench=1 tests=1 sweep=1 jobs=4 dtypes=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --ops) ops=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --dtype) dtypes="--dtype $2"; shift 2 ;;
     --skip-bench) bench=0; shift ;;
     --skip-tests) tests=0; shift ;;
     --skip-sweep) sweep=0; shift ;;
@@ -34,11 +36,26 @@ if [ $tests = 1 ] && [ -x tests/bitcheck_gpu_tests ]; then
   rc=$?; tail -n 3 "$out/gpu-tests.log"; [ $rc = 0 ] || status=1
 fi
 if [ $sweep = 1 ]; then
-  echo "== GPU sweep"
+  # Host-side checking (layouts, bitwise comparison, references) dominates GPU-sized cases, so
+  # the sweep runs as $jobs interleaved shards on the one GPU, then merges into report.json.
+  echo "== GPU sweep ($jobs shards)"
   start=$(date +%s)
-  bin/bitcheck sweep --spec sweeps/gpu.json --backend cuda --op "$ops" --out "$out" \
-    --pins contract/cublaslt-pins.json > "$out/sweep.log" 2>&1
-  rc=$?; cat "$out/sweep.log"; echo "sweep: exit $rc in $(( $(date +%s) - start )) s"
+  for ((i = 0; i < jobs; i++)); do
+    bin/bitcheck sweep --spec sweeps/gpu.json --backend cuda --op "$ops" $dtypes --out "$out" \
+      --report-name "shard$i.json" --shard "$i/$jobs" --pins contract/cublaslt-pins.json \
+      > "$out/sweep-shard$i.log" 2>&1 &
+  done
+  wait
+  shards=()
+  for ((i = 0; i < jobs; i++)); do [ -f "$out/shard$i.json" ] && shards+=("$out/shard$i.json"); done
+  if [ ${#shards[@]} -eq "$jobs" ]; then
+    bin/bitcheck merge --out "$out/report.json" "${shards[@]}" > "$out/sweep.log" 2>&1
+    rc=$?
+    rm -f "${shards[@]}"
+  else
+    echo "a shard wrote no report; see sweep-shard*.log" > "$out/sweep.log"; rc=3
+  fi
+  cat "$out/sweep.log"; echo "sweep: exit $rc in $(( $(date +%s) - start )) s"
   [ $rc = 0 ] || status=1
 fi
 if [ $bench = 1 ]; then

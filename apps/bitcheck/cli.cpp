@@ -9,6 +9,8 @@
 #include "bitcheck/build_info.h"
 #include "bitcheck/contract.h"
 #include "bitcheck/error.h"
+#include "bitcheck/json_input.h"
+#include "bitcheck/report.h"
 #include "bitcheck/layout.h"
 #include "bitcheck/op.h"
 #include "bitcheck/sweep.h"
@@ -85,6 +87,15 @@ int run(int argc, char** argv) {
   sweep_cmd->add_option("--backend", sweep.overrides.backend, "auto (every available backend), cpu or cuda");
   sweep_cmd->add_option("--out", sweep.out_dir, "Directory for the report (default: out)");
   sweep_cmd->add_flag("--no-progress", no_progress, "No progress line");
+  std::string shard;
+  sweep_cmd->add_option("--shard", shard, "Run shard i of n (i/n, 0-based): the cases whose index is i modulo n");
+  sweep_cmd->add_option("--report-name", sweep.report_name, "File name of the report in --out (default report.json)");
+
+  std::vector<std::string> merge_inputs;
+  std::string merge_output;
+  auto* merge_cmd = app.add_subcommand("merge", "Combine shard reports into one report");
+  merge_cmd->add_option("--out", merge_output, "Merged report file")->required();
+  merge_cmd->add_option("reports", merge_inputs, "Shard reports")->required()->check(CLI::ExistingFile);
   sweep_cmd->add_option("--pins", sweep.cuda.pin_file, "cuBLASLt pin table (default: contract/cublaslt-pins.json)");
   sweep_cmd->add_flag("--write-pins", sweep.cuda.write_pins, "Write pins derived in this run back to the pin table");
 
@@ -139,8 +150,40 @@ int run(int argc, char** argv) {
         }
       }
       if (repeats_option->count()) sweep.overrides.repeats = repeats;
+      if (!shard.empty()) {
+        auto slash = shard.find('/');
+        try {
+          if (slash == std::string::npos) throw std::invalid_argument(shard);
+          sweep.overrides.shard_index = std::stoi(shard.substr(0, slash));
+          sweep.overrides.shard_count = std::stoi(shard.substr(slash + 1));
+        } catch (const std::exception&) {
+          throw BadInput("command line", "--shard", "i/n, e.g. 0/4, got \"" + shard + "\"");
+        }
+      }
       sweep.progress = !no_progress;
       return run_sweep(sweep, registry);
+    }
+    if (*merge_cmd) {
+      std::vector<nlohmann::json> reports;
+      for (const auto& path : merge_inputs) {
+        nlohmann::json report = load_json_file(path);
+        JsonCursor root(report, path);
+        root.at("results").expect_array(true);
+        root.at("meta").expect_object();
+        reports.push_back(std::move(report));
+      }
+      std::vector<std::string> op_order;
+      for (const OpDef* op : registry.ops()) op_order.push_back(op->name);
+      nlohmann::json merged;
+      try {
+        merged = merge_reports(reports, merge_inputs, op_order);
+      } catch (const std::invalid_argument& error) {
+        throw BadInput(merge_inputs.front(), "$.results", std::string("shards of one sweep (") + error.what() + ")");
+      }
+      write_file_atomically(merge_output, merged.dump(1) + "\n");
+      std::cout << render_terminal_summary(merged) << "merged " << merge_inputs.size() << " reports ("
+                << merged["results"].size() << " cases) into " << merge_output << "\n";
+      return merged["summary"]["exit_code"].get<int>();
     }
     if (*bench_cmd) {
       configure_cuda_backend({bench_pins, false});

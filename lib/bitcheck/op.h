@@ -37,6 +37,7 @@ struct CaseSpec {
   std::vector<std::string> layouts;
   int repeats = 2;              // canonical runs for the determinism check (>= 2)
   std::int64_t alone_rows = 64;  // rows computed alone (batch 1); all rows when rows <= this
+  std::int64_t index = 0;        // position in the sweep's full case list (shards keep it)
   std::string id() const;        // stable: "op/impl/dtype/pass/dims/M=rows/seed=s"
   std::int64_t dim(const std::string& name) const;
 };

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bitcheck/runner.h"
+#include "bitcheck/verdict.h"
 
 namespace bitcheck {
 
@@ -54,8 +55,27 @@ struct Summary {
   int exit_code = 0;
 };
 
+// What summaries and matrices need of a case, from a live result or from a report's JSON (so
+// merged shards and re-read reports summarize exactly like a live run).
+struct CaseOutcome {
+  std::string id, op, impl, dtype, pass;
+  Verdict verdict = Verdict::skipped;
+  bool control = false;
+  bool expected_to_drift = false;
+};
+CaseOutcome outcome_of(const CaseResult& result);
+CaseOutcome outcome_from_json(const nlohmann::json& case_json);
+
+Summary summarize(const std::vector<CaseOutcome>& results, const std::vector<std::string>& op_order);
+StatusMatrix build_matrix(const std::vector<CaseOutcome>& results, const std::vector<std::string>& op_order);
 Summary summarize(const std::vector<CaseResult>& results, const std::vector<std::string>& op_order);
 StatusMatrix build_matrix(const std::vector<CaseResult>& results, const std::vector<std::string>& op_order);
+
+// Recomputes summary, first failing op and status matrix of a report from its results.
+void refresh_report_summary(nlohmann::json& report, const std::vector<std::string>& op_order);
+// Combines shard reports into one (results concatenated, duplicates refused, summary recomputed).
+nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports, const std::vector<std::string>& sources,
+                             const std::vector<std::string>& op_order);
 nlohmann::json matrix_to_json(const StatusMatrix& matrix);
 nlohmann::json summary_to_json(const Summary& summary);
 

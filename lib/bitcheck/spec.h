@@ -41,6 +41,8 @@ struct SweepOverrides {
   std::vector<std::uint64_t> seeds;
   std::string backend = "auto";  // auto | cpu | cuda
   std::optional<int> repeats;
+  int shard_index = 0;  // --shard i/n: run the cases whose index is i modulo n
+  int shard_count = 1;
 };
 
 SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& file,
