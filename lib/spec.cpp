@@ -270,8 +270,7 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
                 c.repeats = sweep.repeats;
                 c.alone_rows = sweep.alone_rows;
                 c.index = next_index++;
-                // Interleaved shards: neighbouring (similar-cost) cases land on different shards.
-                if (c.index % overrides.shard_count == overrides.shard_index) cases.push_back(c);
+                cases.push_back(c);
               }
             }
           }
@@ -279,7 +278,29 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
       }
     }
   }
-  return cases;
+  if (overrides.shard_count <= 1) return cases;
+  // Shards balanced by estimated cost (rows x the product of the dims): the most expensive case
+  // goes to the least-loaded shard first. Deterministic, so every shard computes the same plan.
+  std::vector<std::size_t> order(cases.size());
+  std::vector<double> cost(cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    order[i] = i;
+    cost[i] = static_cast<double>(cases[i].rows);
+    for (const auto& [name, extent] : cases[i].dims) cost[i] *= static_cast<double>(extent);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
+  std::vector<double> load(static_cast<std::size_t>(overrides.shard_count), 0.0);
+  std::vector<bool> mine(cases.size(), false);
+  for (std::size_t i : order) {
+    auto lightest = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[lightest] += cost[i];
+    mine[i] = static_cast<int>(lightest) == overrides.shard_index;
+  }
+  std::vector<CaseSpec> shard;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    if (mine[i]) shard.push_back(cases[i]);  // spec order within the shard
+  }
+  return shard;
 }
 
 }  // namespace bitcheck

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from a bundle made by scripts/gpu-bundle.sh: the GPU tests, the GPU
 # sweep (sweeps/gpu.json, CUDA backend) and the benchmark, writing reports and logs to OUT_DIR.
-#   scripts/gpu-check.sh BUNDLE_DIR OUT_DIR [--ops a,b] [--dtype d] [--jobs N] [--skip-bench] [--skip-tests] [--skip-sweep]
+#   scripts/gpu-check.sh BUNDLE_DIR OUT_DIR [--ops a,b] [--dtype d] [--batch m,..] [--jobs N] [--skip-bench] [--skip-tests] [--skip-sweep]
 # The GPU machine needs only the CUDA driver and cuBLASLt (no package registry there); from a
 # development machine, through the device tool:
 #   scripts/gpu-bundle.sh .gpu-bundle && run "scripts/gpu-check.sh .gpu-bundle \$OUT" (carry .gpu-bundle)
@@ -14,7 +14,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --ops) ops=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    --dtype) dtypes="--dtype $2"; shift 2 ;;
+    --dtype) dtypes="$dtypes --dtype $2"; shift 2 ;;
+    --batch) dtypes="$dtypes --batch $2"; shift 2 ;;
     --skip-bench) bench=0; shift ;;
     --skip-tests) tests=0; shift ;;
     --skip-sweep) sweep=0; shift ;;

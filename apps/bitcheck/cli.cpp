@@ -10,6 +10,7 @@
 #include "bitcheck/contract.h"
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
+#include "bitcheck/matrix_render.h"
 #include "bitcheck/report.h"
 #include "bitcheck/layout.h"
 #include "bitcheck/op.h"
@@ -91,6 +92,12 @@ int run(int argc, char** argv) {
   sweep_cmd->add_option("--shard", shard, "Run shard i of n (i/n, 0-based): the cases whose index is i modulo n");
   sweep_cmd->add_option("--report-name", sweep.report_name, "File name of the report in --out (default report.json)");
 
+  std::string matrix_report, matrix_format = "md", matrix_output;
+  auto* matrix_cmd = app.add_subcommand("matrix", "Render a report's status matrix as markdown, HTML or JUnit XML");
+  matrix_cmd->add_option("report", matrix_report, "Report JSON")->required()->check(CLI::ExistingFile);
+  matrix_cmd->add_option("--format", matrix_format, "md, html or junit")->check(CLI::IsMember({"md", "html", "junit"}));
+  matrix_cmd->add_option("--out", matrix_output, "Output file (default: standard output)");
+
   std::vector<std::string> merge_inputs;
   std::string merge_output;
   auto* merge_cmd = app.add_subcommand("merge", "Combine shard reports into one report");
@@ -162,6 +169,20 @@ int run(int argc, char** argv) {
       }
       sweep.progress = !no_progress;
       return run_sweep(sweep, registry);
+    }
+    if (*matrix_cmd) {
+      nlohmann::json report = load_json_file(matrix_report);
+      JsonCursor root(report, matrix_report);
+      for (const char* field : {"results", "summary", "status_matrix", "meta"}) root.at(field);
+      std::string text = matrix_format == "html"    ? render_matrix_html(report)
+                         : matrix_format == "junit" ? render_junit(report)
+                                                    : render_matrix_markdown(report);
+      if (matrix_output.empty()) {
+        std::cout << text;
+      } else {
+        write_file_atomically(matrix_output, text);
+      }
+      return exit_pass;
     }
     if (*merge_cmd) {
       std::vector<nlohmann::json> reports;
