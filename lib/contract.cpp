@@ -64,6 +64,17 @@ void parse_accumulation(const JsonCursor& root, Contract& contract) {
   }
 }
 
+Threshold parse_threshold(const JsonCursor& row) {
+  Threshold threshold;
+  threshold.atol = row.at("atol").as_number();
+  threshold.rtol = row.at("rtol").as_number();
+  if (threshold.atol < 0) row.at("atol").fail("a non-negative number");
+  if (threshold.rtol < 0) row.at("rtol").fail("a non-negative number");
+  threshold.derivation = row.at("derivation").as_string();
+  if (threshold.derivation.empty()) row.at("derivation").fail("a non-empty explanation");
+  return threshold;
+}
+
 void parse_thresholds(const JsonCursor& root, const Registry& registry, Contract& contract) {
   JsonCursor thresholds = root.at("thresholds");
   for (const auto& key : thresholds.keys()) {
@@ -73,15 +84,16 @@ void parse_thresholds(const JsonCursor& root, const Registry& registry, Contract
     if (!known_key) per_dtype.fail("a registered op's tolerance key (see `bitcheck list`)");
     for (const auto& dtype : per_dtype.keys()) {
       JsonCursor row = per_dtype.at(dtype);
-      row.allow_only({"atol", "rtol", "derivation"});
+      row.allow_only({"atol", "rtol", "derivation", "tensors"});
       if (!contract.knows_dtype(dtype)) row.fail("a dtype listed under $.dtypes");
-      Threshold threshold;
-      threshold.atol = row.at("atol").as_number();
-      threshold.rtol = row.at("rtol").as_number();
-      if (threshold.atol < 0) row.at("atol").fail("a non-negative number");
-      if (threshold.rtol < 0) row.at("rtol").fail("a non-negative number");
-      threshold.derivation = row.at("derivation").as_string();
-      if (threshold.derivation.empty()) row.at("derivation").fail("a non-empty explanation");
+      Threshold threshold = parse_threshold(row);
+      if (auto tensors = row.find("tensors")) {
+        for (const auto& tensor : tensors->keys()) {
+          JsonCursor override_row = tensors->at(tensor);
+          override_row.allow_only({"atol", "rtol", "derivation"});
+          threshold.tensors[tensor] = parse_threshold(override_row);
+        }
+      }
       contract.thresholds[key][dtype] = threshold;
     }
   }
@@ -117,12 +129,15 @@ std::optional<std::string> Contract::dtype_skip_reason(const std::string& dtype)
   return "dtype " + dtype + " is out of scope in the contract (" + dtype_notes.at(dtype) + ")";
 }
 
-const Threshold& Contract::threshold(const std::string& key, const std::string& dtype) const {
+const Threshold& Contract::threshold(const std::string& key, const std::string& dtype,
+                                     const std::string& tensor) const {
   auto rows = thresholds.find(key);
   if (rows == thresholds.end() || !rows->second.count(dtype)) {
     throw std::logic_error("contract has no threshold for " + key + "/" + dtype);
   }
-  return rows->second.at(dtype);
+  const Threshold& row = rows->second.at(dtype);
+  auto override_row = row.tensors.find(tensor);
+  return override_row == row.tensors.end() ? row : override_row->second;
 }
 
 nlohmann::json Contract::to_json() const {
@@ -138,6 +153,10 @@ nlohmann::json Contract::to_json() const {
     for (const auto& [dtype, row] : rows) {
       document["thresholds"][key][dtype] = {
           {"atol", row.atol}, {"rtol", row.rtol}, {"derivation", row.derivation}};
+      for (const auto& [tensor, t] : row.tensors) {
+        document["thresholds"][key][dtype]["tensors"][tensor] = {
+            {"atol", t.atol}, {"rtol", t.rtol}, {"derivation", t.derivation}};
+      }
     }
   }
   return document;

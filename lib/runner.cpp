@@ -444,9 +444,9 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
     result.timings.reference_seconds = seconds_since(reference_start);
 
     auto compare_start = Clock::now();
-    const Threshold& threshold = state_->contract.threshold(op->tolerance_key, spec.dtype_name);
     for (const auto& decl : decls) {
       if (!is_output(decl)) continue;
+      const Threshold& threshold = state_->contract.threshold(op->tolerance_key, spec.dtype_name, decl.name);
       if (!reference.count(decl.name)) throw std::logic_error("reference of " + op->name + " did not produce " + decl.name);
       if (decl.role == TensorRole::row_output) {
         auto columns = request.columns.find(decl.name);

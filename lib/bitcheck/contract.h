@@ -18,6 +18,8 @@ struct Threshold {
   double atol = 0.0;
   double rtol = 0.0;
   std::string derivation;
+  // Per-output overrides, e.g. a token reduction (dW) whose fp32 error grows with the token count.
+  std::map<std::string, Threshold> tensors;
 };
 
 struct Contract {
@@ -33,7 +35,9 @@ struct Contract {
   bool knows_dtype(const std::string& dtype) const { return dtypes.count(dtype) > 0; }
   // Why a case in this dtype must not run (out of scope), or nullopt.
   std::optional<std::string> dtype_skip_reason(const std::string& dtype) const;
-  const Threshold& threshold(const std::string& key, const std::string& dtype) const;
+  // The row for `key`/`dtype`, or its override for `tensor` when the row has one.
+  const Threshold& threshold(const std::string& key, const std::string& dtype,
+                             const std::string& tensor = "") const;
   nlohmann::json to_json() const;
 };
 

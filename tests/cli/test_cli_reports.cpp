@@ -1,0 +1,77 @@
+// Report tooling through the binary: shards merged equal the unsharded sweep, and `matrix`
+// renders markdown, HTML and JUnit from a report.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_support.h"
+
+using nlohmann::json;
+
+namespace {
+
+json results_without_timings(const json& report) {
+  json results = json::array();
+  for (auto c : report["results"]) {
+    c.erase("timings");
+    results.push_back(c);
+  }
+  return results;
+}
+
+}  // namespace
+
+TEST_CASE("three shards merged give the unsharded report", "[cli][shard]") {
+  TempDir dir;
+  const std::string sweep = "sweep --op matmul,rmsnorm --backend cpu --batch 1,3,7 --no-progress --out " + quote(dir.path());
+  REQUIRE(run_bitcheck(dir, sweep).exit_code == 0);
+  std::string shards;
+  for (int i = 0; i < 3; ++i) {
+    std::string name = "shard" + std::to_string(i) + ".json";
+    Run shard = run_bitcheck(dir, sweep + " --shard " + std::to_string(i) + "/3 --report-name " + name);
+    REQUIRE(shard.exit_code == 0);
+    json part = json::parse(read_file(dir / name));
+    CHECK(part["results"].size() > 0);  // balanced: every shard has work
+    shards += " " + quote(dir / name);
+  }
+  Run merge = run_bitcheck(dir, "merge --out " + quote(dir / "merged.json") + shards);
+  REQUIRE(merge.exit_code == 0);
+  json whole = json::parse(read_file(dir / "report.json"));
+  json merged = json::parse(read_file(dir / "merged.json"));
+  CHECK(results_without_timings(merged) == results_without_timings(whole));
+  CHECK(merged["summary"] == whole["summary"]);
+  CHECK(merged["status_matrix"] == whole["status_matrix"]);
+  CHECK(merged["meta"]["shards"].size() == 3);
+}
+
+TEST_CASE("merging a shard twice is refused", "[cli][shard]") {
+  TempDir dir;
+  REQUIRE(run_bitcheck(dir, "sweep --op rmsnorm --backend cpu --batch 2,7 --no-progress --out " + quote(dir.path())).exit_code == 0);
+  Run merge = run_bitcheck(dir, "merge --out " + quote(dir / "m.json") + " " + quote(dir / "report.json") + " " + quote(dir / "report.json"));
+  CHECK(merge.exit_code == 2);
+  CHECK(merge.err.find("in two shards") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "m.json"));
+}
+
+TEST_CASE("matrix renders markdown, HTML and JUnit from a report", "[cli][matrix]") {
+  TempDir dir;
+  REQUIRE(run_bitcheck(dir, "sweep --op matmul --backend cpu --batch 1,7 --dtype bf16 --no-progress --out " + quote(dir.path())).exit_code == 0);
+  const std::string report = quote(dir / "report.json");
+
+  Run markdown = run_bitcheck(dir, "matrix " + report);
+  REQUIRE(markdown.exit_code == 0);
+  CHECK(markdown.out.find("| matmul | pass") != std::string::npos);
+  CHECK(markdown.out.find("cpu-split-k-by-rows") != std::string::npos);  // the controls table
+
+  REQUIRE(run_bitcheck(dir, "matrix " + report + " --format html --out " + quote(dir / "m.html")).exit_code == 0);
+  std::string html = read_file(dir / "m.html");
+  CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(html.find("<td class=\"pass\"") != std::string::npos);
+  CHECK(html.find("</html>") != std::string::npos);
+
+  Run junit = run_bitcheck(dir, "matrix " + report + " --format junit");
+  REQUIRE(junit.exit_code == 0);
+  CHECK(junit.out.find("<testsuite name=\"matmul\"") != std::string::npos);
+  CHECK(junit.out.find("failures=\"0\"") != std::string::npos);
+  CHECK(junit.out.find("control: drift (expected drift)") != std::string::npos);
+}
