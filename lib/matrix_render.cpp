@@ -84,8 +84,12 @@ std::string render_matrix_markdown(const nlohmann::json& report) {
   const auto& meta = report["meta"];
   std::ostringstream out;
   out << "# bitcheck status matrix\n\n";
-  out << "- command: `" << meta.value("command_line", "") << "`\n";
-  if (meta.contains("shards")) out << "- merged from " << meta["shards"].size() << " shards\n";
+  if (meta.contains("shards")) {
+    out << "- merged from " << meta["shards"].size() << " shards; shard 0 ran `" << meta.value("command_line", "")
+        << "` (the others differ only in --shard and --report-name)\n";
+  } else {
+    out << "- command: `" << meta.value("command_line", "") << "`\n";
+  }
   out << "- started: " << meta.value("started_at", "") << ", git " << meta.value("git_revision", "") << "\n";
   if (meta.contains("cuda") && meta["cuda"].value("device_available", false)) {
     const auto& cuda = meta["cuda"];
