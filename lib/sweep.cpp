@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -39,6 +40,16 @@ Contract load_contract_or_embedded(const std::string& path, const Registry& regi
   return path.empty() ? load_embedded_contract(registry) : load_contract(path, registry);
 }
 
+namespace {
+// Set by SIGINT/SIGTERM: the sweep stops after the case in flight and writes a partial report
+// marked interrupted. A second signal ends the process at once (the handler resets itself).
+volatile std::sig_atomic_t interrupt_signal = 0;
+extern "C" void on_interrupt(int signal_number) {
+  interrupt_signal = signal_number;
+  std::signal(signal_number, SIG_DFL);
+}
+}  // namespace
+
 int run_sweep(const SweepOptions& options, const Registry& registry) {
   auto start = std::chrono::steady_clock::now();
   configure_cuda_backend(options.cuda);
@@ -48,6 +59,13 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   spec = apply_overrides(spec, options.overrides, registry, contract);
   std::vector<CaseSpec> cases = expand_cases(spec, registry, options.overrides);
   if (cases.empty()) throw BadInput("command line", "--impl/--backend", "filters that leave at least one case");
+  if (cases.size() > options.max_cases && !options.confirmed) {
+    throw BadInput(spec.source, "$.ops", "at most " + std::to_string(options.max_cases) + " cases without --yes (this sweep expands to " +
+                                            std::to_string(cases.size()) + "; narrow it with --op/--dtype/--batch or pass --yes)");
+  }
+  interrupt_signal = 0;
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
 
   std::filesystem::create_directories(options.out_dir);
   RunMeta meta;
@@ -62,6 +80,10 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   results.reserve(cases.size());
   auto last_note = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < cases.size(); ++i) {
+    if (interrupt_signal) {
+      meta.interrupted = true;
+      break;
+    }
     if (show_progress) {
       std::cerr << "\r\033[K[" << (i + 1) << "/" << cases.size() << "] " << cases[i].id() << std::flush;
     } else if (options.progress && std::chrono::steady_clock::now() - last_note > std::chrono::seconds(15)) {
@@ -83,8 +105,15 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
 
   finish_cuda_backend();
   std::cout << render_terminal_summary(report);
-  std::cout << "report: " << path << " (" << cases.size() << " cases, "
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  std::cout << "report: " << path << " (" << results.size() << " of " << cases.size() << " cases, "
             << static_cast<int>(meta.wall_seconds + 0.5) << " s)\n";
+  if (meta.interrupted) {
+    std::cerr << "bitcheck: interrupted by signal " << interrupt_signal << " after " << results.size() << " of "
+              << cases.size() << " cases; the report holds those and is marked interrupted\n";
+    return exit_internal;
+  }
   return report["summary"]["exit_code"].get<int>();
 }
 

@@ -91,6 +91,8 @@ int run(int argc, char** argv) {
   std::string shard;
   sweep_cmd->add_option("--shard", shard, "Run shard i of n (i/n, 0-based): the cases whose index is i modulo n");
   sweep_cmd->add_option("--report-name", sweep.report_name, "File name of the report in --out (default report.json)");
+  sweep_cmd->add_flag("--yes", sweep.confirmed, "Run even when the spec expands to more than --max-cases cases");
+  sweep_cmd->add_option("--max-cases", sweep.max_cases, "Case count above which --yes is required (default 20000)");
 
   std::string matrix_report, matrix_format = "md", matrix_output;
   auto* matrix_cmd = app.add_subcommand("matrix", "Render a report's status matrix as markdown, HTML or JUnit XML");

@@ -20,6 +20,8 @@ struct SweepOptions {
   std::vector<std::string> argv;
   bool progress = true;  // a progress line on stderr when it is a terminal
   CudaBackendOptions cuda;
+  std::size_t max_cases = 20000;  // a spec expanding to more is refused unless confirmed
+  bool confirmed = false;         // --yes
 };
 
 // Host, git revision, compile flags, CUDA device and library versions.
