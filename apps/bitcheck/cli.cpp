@@ -12,6 +12,7 @@
 #include "bitcheck/json_input.h"
 #include "bitcheck/matrix_render.h"
 #include "bitcheck/report.h"
+#include "bitcheck/report_diff.h"
 #include "bitcheck/layout.h"
 #include "bitcheck/op.h"
 #include "bitcheck/sweep.h"
@@ -100,6 +101,12 @@ int run(int argc, char** argv) {
   matrix_cmd->add_option("--format", matrix_format, "md, html or junit")->check(CLI::IsMember({"md", "html", "junit"}));
   matrix_cmd->add_option("--out", matrix_output, "Output file (default: standard output)");
 
+  std::string diff_old, diff_new, diff_json;
+  auto* diff_cmd = app.add_subcommand("diff", "Compare two reports: regressions, fixes, verdict and fingerprint changes (exit 1 on regression)");
+  diff_cmd->add_option("old", diff_old, "Earlier report")->required()->check(CLI::ExistingFile);
+  diff_cmd->add_option("new", diff_new, "Later report")->required()->check(CLI::ExistingFile);
+  diff_cmd->add_option("--json", diff_json, "Also write the diff as JSON to this file");
+
   std::vector<std::string> merge_inputs;
   std::string merge_output;
   auto* merge_cmd = app.add_subcommand("merge", "Combine shard reports into one report");
@@ -185,6 +192,22 @@ int run(int argc, char** argv) {
         write_file_atomically(matrix_output, text);
       }
       return exit_pass;
+    }
+    if (*diff_cmd) {
+      nlohmann::json reports[2];
+      const std::string paths[2] = {diff_old, diff_new};
+      for (int i = 0; i < 2; ++i) {
+        reports[i] = load_json_file(paths[i]);
+        JsonCursor root(reports[i], paths[i]);
+        for (const auto& c : root.at("results").items()) {
+          for (const char* field : {"id", "verdict"}) c.at(field).as_string();
+        }
+        root.at("meta").expect_object();
+      }
+      ReportDiff diff = diff_reports(reports[0], reports[1]);
+      if (!diff_json.empty()) write_file_atomically(diff_json, diff.document.dump(1) + "\n");
+      std::cout << render_diff(diff);
+      return diff.regression ? exit_findings : exit_pass;
     }
     if (*merge_cmd) {
       std::vector<nlohmann::json> reports;

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Fuzzes the sweep-spec and contract loaders with libFuzzer (clang, ASan + UBSan), each target for
+# SECONDS (default 600), seeded from sweeps/ and contract/. Prints executions, time and findings;
+# a crash, hang or sanitizer report fails the run and leaves the reproducer in build-fuzz/.
+#   scripts/fuzz.sh [SECONDS]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+seconds=${1:-600}
+build=${BITCHECK_FUZZ_BUILD_DIR:-$root/build-fuzz}
+command -v clang++ >/dev/null || { echo "fuzz: clang++ is needed (apt-get install clang)"; exit 2; }
+"$root/scripts/setup.sh" --deps-only
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DBITCHECK_WITH_CUDA=OFF -DBITCHECK_SANITIZE=ON -DBITCHECK_FUZZ=ON -DBITCHECK_WERROR=OFF >/dev/null
+cmake --build "$build" --parallel --target fuzz_spec fuzz_contract
+status=0
+for target in spec contract; do
+  corpus="$build/corpus-$target"
+  mkdir -p "$corpus"
+  if [ "$target" = spec ]; then cp "$root"/sweeps/*.json "$root"/tests/data/*.json "$corpus/" 2>/dev/null || true;
+  else cp "$root"/contract/contract.json "$corpus/"; fi
+  log="$build/fuzz-$target.log"
+  (cd "$build" && ./fuzz_$target "$corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+     -print_final_stats=1 > "$log" 2>&1) || status=1
+  execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
+  echo "fuzz_$target: ${execs:-?} executions in ${seconds} s, $(grep -c -E 'ERROR|SUMMARY|crash-|timeout-' "$log") findings (log: $log)"
+done
+exit $status

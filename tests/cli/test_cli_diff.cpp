@@ -1,0 +1,86 @@
+// `bitcheck diff`: a planted regression exits 1 and is named, a planted fix exits 0 and is named,
+// a changed fingerprint on a passing case is reported without failing, a control that stops
+// drifting is a regression.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_support.h"
+
+using nlohmann::json;
+
+namespace {
+
+json sweep_report(const TempDir& dir) {
+  Run run = run_bitcheck(dir, "sweep --op matmul --backend cpu --batch 1,7 --dtype bf16 --no-progress --out " + quote(dir.path()));
+  REQUIRE(run.exit_code == 0);
+  return json::parse(read_file(dir / "report.json"));
+}
+
+json& first_case(json& report, bool control) {
+  for (auto& c : report["results"]) {
+    if (c["control"] == control && c["verdict"] == (control ? "drift" : "pass")) return c;
+  }
+  FAIL("no such case");
+  return report;
+}
+
+void write(const std::string& path, const json& report) { std::ofstream(path) << report.dump(); }
+
+}  // namespace
+
+TEST_CASE("diff names a planted regression and exits 1, a planted fix and exits 0", "[cli][diff]") {
+  TempDir dir;
+  json base = sweep_report(dir);
+  json broken = base;
+  json& victim = first_case(broken, false);
+  const std::string id = victim["id"];
+  victim["verdict"] = "drift";
+  write(dir / "old.json", base);
+  write(dir / "new.json", broken);
+
+  Run regression = run_bitcheck(dir, "diff " + quote(dir / "old.json") + " " + quote(dir / "new.json") + " --json " + quote(dir / "d.json"));
+  CHECK(regression.exit_code == 1);
+  CHECK(regression.out.find("newly failing: 1") != std::string::npos);
+  CHECK(regression.out.find(id) != std::string::npos);
+  json document = json::parse(read_file(dir / "d.json"));
+  CHECK(document["newly_failing"][0]["id"] == id);
+  CHECK(document["regression"] == true);
+
+  Run fix = run_bitcheck(dir, "diff " + quote(dir / "new.json") + " " + quote(dir / "old.json"));
+  CHECK(fix.exit_code == 0);
+  CHECK(fix.out.find("fixed: 1") != std::string::npos);
+  CHECK(fix.out.find("no regression") != std::string::npos);
+}
+
+TEST_CASE("diff reports a changed fingerprint on a passing case without failing", "[cli][diff]") {
+  TempDir dir;
+  json base = sweep_report(dir);
+  json changed = base;
+  first_case(changed, false)["fingerprint"] = "0000000000000000";
+  write(dir / "old.json", base);
+  write(dir / "new.json", changed);
+  Run run = run_bitcheck(dir, "diff " + quote(dir / "old.json") + " " + quote(dir / "new.json"));
+  CHECK(run.exit_code == 0);
+  CHECK(run.out.find("fingerprint changed: 1") != std::string::npos);
+}
+
+TEST_CASE("diff treats a control that stopped drifting as a regression", "[cli][diff]") {
+  TempDir dir;
+  json base = sweep_report(dir);
+  json blind = base;
+  first_case(blind, true)["verdict"] = "pass";
+  write(dir / "old.json", base);
+  write(dir / "new.json", blind);
+  Run run = run_bitcheck(dir, "diff " + quote(dir / "old.json") + " " + quote(dir / "new.json"));
+  CHECK(run.exit_code == 1);
+  CHECK(run.out.find("controls that lost their drift: 1") != std::string::npos);
+}
+
+TEST_CASE("diff of a report that is not a report exits 2", "[cli][diff][bad-input]") {
+  TempDir dir;
+  std::ofstream(dir / "bad.json") << R"({"results": [{"id": 3}]})";
+  Run run = run_bitcheck(dir, "diff " + quote(dir / "bad.json") + " " + quote(dir / "bad.json"));
+  CHECK(run.exit_code == 2);
+  CHECK(run.err.find("$.results[0].id") != std::string::npos);
+}
