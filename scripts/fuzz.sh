@@ -12,16 +12,21 @@ command -v clang++ >/dev/null || { echo "fuzz: clang++ is needed (apt-get instal
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DBITCHECK_WITH_CUDA=OFF -DBITCHECK_SANITIZE=ON -DBITCHECK_FUZZ=ON -DBITCHECK_WERROR=OFF >/dev/null
 cmake --build "$build" --parallel --target fuzz_spec fuzz_contract
-status=0
+# Both targets run at once (one core each), for the same wall time.
 for target in spec contract; do
   corpus="$build/corpus-$target"
   mkdir -p "$corpus"
   if [ "$target" = spec ]; then cp "$root"/sweeps/*.json "$root"/tests/data/*.json "$corpus/" 2>/dev/null || true;
   else cp "$root"/contract/contract.json "$corpus/"; fi
-  log="$build/fuzz-$target.log"
   (cd "$build" && ./fuzz_$target "$corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
-     -print_final_stats=1 > "$log" 2>&1) || status=1
+     -print_final_stats=1 > "$build/fuzz-$target.log" 2>&1; echo $? > "$build/fuzz-$target.rc") &
+done
+wait
+status=0
+for target in spec contract; do
+  log="$build/fuzz-$target.log"
+  [ "$(cat "$build/fuzz-$target.rc")" = 0 ] || status=1
   execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
-  echo "fuzz_$target: ${execs:-?} executions in ${seconds} s, $(grep -c -E 'ERROR|SUMMARY|crash-|timeout-' "$log") findings (log: $log)"
+  echo "fuzz_$target: ${execs:-?} executions in ${seconds} s, exit $(cat "$build/fuzz-$target.rc"), $(grep -c -E '^==[0-9]+==ERROR|runtime error|deadly signal' "$log") sanitizer/crash reports (log: $log)"
 done
 exit $status
