@@ -245,6 +245,11 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports, const s
                                         {"host", report["meta"].value("host", "")},
                                         {"wall_seconds", report["meta"].value("wall_seconds", 0.0)}});
     wall = std::max(wall, report["meta"].value("wall_seconds", 0.0));
+    if (i > 0 && report["meta"].contains("time_split")) {  // shard 0's split is the starting value
+      for (const auto& [part, seconds] : report["meta"]["time_split"].items()) {
+        merged["meta"]["time_split"][part] = merged["meta"]["time_split"].value(part, 0.0) + seconds.get<double>();
+      }
+    }
     interrupted = interrupted || report["meta"].value("interrupted", false);
   }
   merged["meta"]["wall_seconds"] = wall;
@@ -291,6 +296,16 @@ nlohmann::json build_report(const RunMeta& meta, const nlohmann::json& environme
   report["results"] = nlohmann::json::array();
   for (const auto& r : results) report["results"].push_back(case_to_json(r));
   refresh_report_summary(report, op_order);
+  // Where the sweep's time went, summed over cases: the impls (device work and transfers), the FP32
+  // references, the bitwise and accuracy comparisons, input generation.
+  nlohmann::json split = {{"impl_seconds", 0.0}, {"reference_seconds", 0.0}, {"compare_seconds", 0.0}, {"inputs_seconds", 0.0}};
+  for (const auto& r : results) {
+    split["impl_seconds"] = split["impl_seconds"].get<double>() + r.timings.impl_seconds;
+    split["reference_seconds"] = split["reference_seconds"].get<double>() + r.timings.reference_seconds;
+    split["compare_seconds"] = split["compare_seconds"].get<double>() + r.timings.compare_seconds;
+    split["inputs_seconds"] = split["inputs_seconds"].get<double>() + r.timings.inputs_seconds;
+  }
+  report["meta"]["time_split"] = split;
   return report;
 }
 
@@ -361,6 +376,14 @@ std::string render_terminal_summary(const nlohmann::json& report) {
   }
   out << "controls: " << drifted << "/" << groups << " (control x dtype x pass) groups drifted as expected\n";
   for (const auto& failure : summary["harness_failures"]) out << "HARNESS FAILURE: " << failure.get<std::string>() << "\n";
+  if (report["meta"].contains("time_split")) {
+    const auto& split = report["meta"]["time_split"];
+    char line[200];
+    std::snprintf(line, sizeof line, "time: impls %.1f s, references %.1f s, comparisons %.1f s, inputs %.1f s\n",
+                  split["impl_seconds"].get<double>(), split["reference_seconds"].get<double>(),
+                  split["compare_seconds"].get<double>(), split["inputs_seconds"].get<double>());
+    out << line;
+  }
   out << "verdicts:";
   for (const auto& [verdict, n] : summary["verdicts"].items()) out << " " << verdict << "=" << n.get<std::int64_t>();
   out << "\n";

@@ -42,6 +42,15 @@ TEST_CASE("three shards merged give the unsharded report", "[cli][shard]") {
   CHECK(merged["summary"] == whole["summary"]);
   CHECK(merged["status_matrix"] == whole["status_matrix"]);
   CHECK(merged["meta"]["shards"].size() == 3);
+  for (const char* part : {"impl_seconds", "reference_seconds", "compare_seconds", "inputs_seconds"}) {
+    CHECK(whole["meta"]["time_split"][part].get<double>() >= 0.0);
+  }
+  CHECK(whole["meta"]["time_split"]["impl_seconds"].get<double>() > 0.0);
+  double shard_sum = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    shard_sum += json::parse(read_file(dir / ("shard" + std::to_string(i) + ".json")))["meta"]["time_split"]["impl_seconds"].get<double>();
+  }
+  CHECK(merged["meta"]["time_split"]["impl_seconds"].get<double>() == Approx(shard_sum));
 }
 
 TEST_CASE("merging a shard twice is refused", "[cli][shard]") {
