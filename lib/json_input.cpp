@@ -26,6 +26,12 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& file_
     auto colon = message.find("parse error");
     throw BadInput(file_label, "$",
                    "valid JSON (" + (colon == std::string::npos ? message : message.substr(colon)) + ")");
+  } catch (const nlohmann::json::exception& error) {
+    // Not a syntax error but still unreadable, e.g. a number beyond double range (found by fuzzing).
+    std::string message = error.what();
+    auto bracket = message.find("] ");
+    throw BadInput(file_label, "$",
+                   "valid JSON (" + (bracket == std::string::npos ? message : message.substr(bracket + 2)) + ")");
   }
 }
 

@@ -18,8 +18,8 @@ for target in spec contract; do
   mkdir -p "$corpus"
   if [ "$target" = spec ]; then cp "$root"/sweeps/*.json "$root"/tests/data/*.json "$corpus/" 2>/dev/null || true;
   else cp "$root"/contract/contract.json "$corpus/"; fi
-  (cd "$build" && ./fuzz_$target "$corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
-     -print_final_stats=1 > "$build/fuzz-$target.log" 2>&1; echo $? > "$build/fuzz-$target.rc") &
+  (set +e; cd "$build"; "$build/tests/fuzz_$target" "$corpus" -max_total_time="$seconds" -timeout=10 \
+     -rss_limit_mb=4096 -print_final_stats=1 > "$build/fuzz-$target.log" 2>&1; echo $? > "$build/fuzz-$target.rc") &
 done
 wait
 status=0
