@@ -79,6 +79,11 @@ std::string finding_text(const nlohmann::json& c) {
 
 }  // namespace
 
+std::string matrix_cell_text(const nlohmann::json& matrix, const std::string& op, const std::string& dtype,
+                             const std::string& pass) {
+  return cell_text(cell_of(matrix, op, dtype, pass));
+}
+
 std::string render_matrix_markdown(const nlohmann::json& report) {
   const auto& matrix = report["status_matrix"];
   const auto& meta = report["meta"];

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <stdexcept>
 
 #include "bitcheck/dtype.h"
+#include "bitcheck/matrix_render.h"
 
 namespace bitcheck {
 namespace {
@@ -335,38 +337,26 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 std::string render_terminal_summary(const nlohmann::json& report) {
   std::ostringstream out;
   const auto& matrix = report["status_matrix"];
-  out << "status matrix (invariant impls; cells: forward / backward)\n";
-  out << "  " << std::string(12, ' ');
-  for (const auto& dtype : matrix["dtypes"]) {
-    char cell[40];
-    std::snprintf(cell, sizeof cell, "%-34s", dtype.get<std::string>().c_str());
-    out << cell;
-  }
+  std::size_t name_width = 4;
+  for (const auto& op : matrix["ops"]) name_width = std::max(name_width, op.get<std::string>().size());
+  auto padded = [](const std::string& text, std::size_t width) {
+    return text + std::string(width > text.size() ? width - text.size() : 1, ' ');
+  };
+  constexpr std::size_t cell_width = 26;
+  out << "status matrix (invariant impls; cases that ran, + skipped)\n  " << padded("op", name_width + 2)
+      << padded("pass", 10);
+  for (const auto& dtype : matrix["dtypes"]) out << padded(dtype.get<std::string>(), cell_width);
   out << "\n";
   for (const auto& op : matrix["ops"]) {
-    char name[20];
-    std::snprintf(name, sizeof name, "  %-12s", op.get<std::string>().c_str());
-    out << name;
-    for (const auto& dtype : matrix["dtypes"]) {
-      std::string text;
-      for (const char* pass : {"forward", "backward"}) {
-        const auto* cell = matrix["cells"].contains(op.get<std::string>()) &&
-                                   matrix["cells"][op.get<std::string>()].contains(dtype.get<std::string>()) &&
-                                   matrix["cells"][op.get<std::string>()][dtype.get<std::string>()].contains(pass)
-                               ? &matrix["cells"][op.get<std::string>()][dtype.get<std::string>()][pass]
-                               : nullptr;
-        std::string status = cell ? (*cell)["status"].get<std::string>() : "-";
-        std::int64_t count = 0;
-        if (cell) {
-          for (const auto& [verdict, n] : (*cell)["counts"].items()) count += n.get<std::int64_t>();
-        }
-        text += (text.empty() ? "" : " / ") + status + (cell ? "(" + std::to_string(count) + ")" : "");
+    for (const char* pass : {"forward", "backward"}) {
+      std::string line = "  " + padded(std::string(pass) == "forward" ? op.get<std::string>() : "", name_width + 2) +
+                         padded(pass, 10);
+      for (const auto& dtype : matrix["dtypes"]) {
+        line += padded(matrix_cell_text(matrix, op.get<std::string>(), dtype.get<std::string>(), pass), cell_width);
       }
-      char cell_text[40];
-      std::snprintf(cell_text, sizeof cell_text, "%-34s", text.c_str());
-      out << cell_text;
+      line.erase(line.find_last_not_of(' ') + 1);
+      out << line << "\n";
     }
-    out << "\n";
   }
   const auto& summary = report["summary"];
   std::int64_t groups = 0, drifted = 0;

@@ -7,6 +7,10 @@
 
 namespace bitcheck {
 
+// One cell of a report's status matrix as text: "pass 36", "drift 3 of 36 (+2 skipped)", "-".
+std::string matrix_cell_text(const nlohmann::json& matrix, const std::string& op, const std::string& dtype,
+                             const std::string& pass);
+
 std::string render_matrix_markdown(const nlohmann::json& report);
 std::string render_matrix_html(const nlohmann::json& report);
 std::string render_junit(const nlohmann::json& report);
