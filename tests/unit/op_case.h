@@ -11,50 +11,18 @@
 #include "bitcheck/contract.h"
 #include "bitcheck/layout.h"
 #include "bitcheck/runner.h"
+#include "unit/case_support.h"
 
 namespace op_test {
 
-struct World {
-  bitcheck::Registry registry;
-  bitcheck::Contract contract;
-  World() {
-    bitcheck::register_all(registry);
-    contract = bitcheck::load_embedded_contract(registry);
-  }
-};
+using case_support::describe;
+using case_support::run;
+using case_support::world;
 
-inline World& world() {
-  static World instance;
-  return instance;
-}
-
+// This family's cases use seed 3.
 inline bitcheck::CaseSpec make_case(const std::string& op, const std::string& impl, bitcheck::DType dtype,
                                     bitcheck::Pass pass, bitcheck::Dims dims, std::int64_t rows) {
-  bitcheck::CaseSpec spec;
-  spec.op = op;
-  spec.impl = impl;
-  spec.dtype = dtype;
-  spec.dtype_name = bitcheck::to_string(dtype);
-  spec.pass = pass;
-  spec.dims = std::move(dims);
-  spec.rows = rows;
-  spec.seed = 3;
-  spec.layouts = bitcheck::known_layouts();
-  return spec;
-}
-
-inline bitcheck::CaseResult run(const bitcheck::CaseSpec& spec) {
-  bitcheck::Runner runner(world().registry, world().contract);
-  return runner.run_case(spec);
-}
-
-inline std::string describe(const bitcheck::CaseResult& result) {
-  std::string text = bitcheck::to_string(result.verdict) + " " + result.reason;
-  for (const auto& drift : result.drift) text += " [" + drift.layout + " " + drift.tensor + "]";
-  for (const auto& accuracy : result.accuracy) {
-    text += " {" + accuracy.tensor + " max_abs " + std::to_string(accuracy.max_abs_error) + "}";
-  }
-  return text;
+  return case_support::make_case(op, impl, dtype, pass, std::move(dims), rows, 3);
 }
 
 // The impl passes all three checks in every dtype and both passes, for each batch size.
