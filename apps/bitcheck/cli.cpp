@@ -13,6 +13,7 @@
 #include "bitcheck/matrix_render.h"
 #include "bitcheck/report.h"
 #include "bitcheck/report_diff.h"
+#include "bitcheck/repro.h"
 #include "bitcheck/layout.h"
 #include "bitcheck/op.h"
 #include "bitcheck/sweep.h"
@@ -100,6 +101,14 @@ int run(int argc, char** argv) {
   matrix_cmd->add_option("report", matrix_report, "Report JSON")->required()->check(CLI::ExistingFile);
   matrix_cmd->add_option("--format", matrix_format, "md, html or junit")->check(CLI::IsMember({"md", "html", "junit"}));
   matrix_cmd->add_option("--out", matrix_output, "Output file (default: standard output)");
+
+  ReproOptions repro;
+  repro.binary = argv[0];
+  auto* repro_cmd = app.add_subcommand("repro", "Re-run one case of a report exactly; --dump writes its tensors as .npy");
+  repro_cmd->add_option("report", repro.report_path, "Report JSON")->required()->check(CLI::ExistingFile);
+  repro_cmd->add_option("--case", repro.case_id, "Case id (the report's results[].id)")->required();
+  repro_cmd->add_option("--dump", repro.dump_dir, "Write inputs, every layout's outputs and the reference as .npy + index.json");
+  repro_cmd->add_option("--contract", repro.contract_path, "Contract JSON (default: embedded)");
 
   std::string diff_old, diff_new, diff_json;
   auto* diff_cmd = app.add_subcommand("diff", "Compare two reports: regressions, fixes, verdict and fingerprint changes (exit 1 on regression)");
@@ -193,6 +202,7 @@ int run(int argc, char** argv) {
       }
       return exit_pass;
     }
+    if (*repro_cmd) return run_repro(repro, registry);
     if (*diff_cmd) {
       nlohmann::json reports[2];
       const std::string paths[2] = {diff_old, diff_new};

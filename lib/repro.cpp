@@ -1,0 +1,124 @@
+// Exact re-run of one report case, with an optional .npy dump of inputs, outputs and reference.
+#include "bitcheck/repro.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "bitcheck/contract.h"
+#include "bitcheck/error.h"
+#include "bitcheck/json_input.h"
+#include "bitcheck/report.h"
+#include "bitcheck/runner.h"
+#include "bitcheck/sweep.h"
+
+namespace bitcheck {
+namespace {
+
+CaseSpec spec_from_case(const JsonCursor& c) {
+  CaseSpec spec;
+  spec.op = c.at("op").as_string();
+  spec.impl = c.at("impl").as_string();
+  spec.dtype_name = c.at("dtype").as_string();
+  spec.dtype = parse_dtype(spec.dtype_name).value_or(DType::fp32);
+  auto pass = parse_pass(c.at("pass").as_string());
+  if (!pass) c.at("pass").fail("forward or backward");
+  spec.pass = *pass;
+  JsonCursor dims = c.at("dims");
+  for (const auto& name : dims.keys()) spec.dims[name] = dims.at(name).as_int(1, INT64_MAX);
+  spec.rows = c.at("rows").as_int(1, INT64_MAX);
+  spec.seed = static_cast<std::uint64_t>(c.at("seed").as_int(0, INT64_MAX));
+  spec.layouts = c.at("layouts").as_string_list();
+  spec.repeats = static_cast<int>(c.at("repeats").as_int(2, 100));
+  spec.alone_rows = c.at("alone_rows").as_int(1, INT64_MAX);
+  if (auto index = c.find("case_index")) spec.index = index->as_int(0, INT64_MAX);
+  return spec;
+}
+
+std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char ch : text) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return quoted + "'";
+}
+
+void dump(const std::string& dir, const CaseArtifacts& artifacts, const CaseResult& result) {
+  std::filesystem::create_directories(dir);
+  nlohmann::json index = {{"case", result.spec.id()}, {"verdict", to_string(result.verdict)}, {"tensors", nlohmann::json::array()}};
+  auto add = [&](const std::string& file, const std::string& role, const std::string& layout, const Tensor& tensor) {
+    write_npy((std::filesystem::path(dir) / file).string(), tensor);
+    index["tensors"].push_back({{"file", file}, {"role", role}, {"layout", layout}, {"dtype", to_string(tensor.dtype())},
+                                {"shape", tensor.shape()}});
+  };
+  for (const auto& [name, tensor] : artifacts.inputs) add("input." + name + ".npy", "input (logical rows)", "", tensor);
+  for (const auto& [layout, outputs] : artifacts.layout_outputs) {
+    for (const auto& [name, tensor] : outputs) add("output." + layout + "." + name + ".npy", "output (logical rows)", layout, tensor);
+  }
+  for (const auto& [name, tensor] : artifacts.reference) add("reference." + name + ".npy", "fp32 reference", "", tensor);
+  index["reference_rows"] = artifacts.reference_rows;
+  std::ofstream(std::filesystem::path(dir) / "index.json") << index.dump(2) << "\n";
+}
+
+}  // namespace
+
+void write_npy(const std::string& path, const Tensor& tensor) {
+  std::string shape;
+  for (std::int64_t extent : tensor.shape()) shape += std::to_string(extent) + ",";
+  if (tensor.shape().size() > 1) shape.pop_back();
+  std::string header = std::string("{'descr': '") + (tensor.dtype() == DType::i32 ? "<i4" : "<f4") +
+                       "', 'fortran_order': False, 'shape': (" + shape + "), }";
+  // Magic, version 1.0, header length; the header is padded with spaces to 64-byte alignment.
+  std::size_t total = 10 + header.size() + 1;
+  header += std::string((64 - total % 64) % 64, ' ') + "\n";
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out.write("\x93NUMPY\x01\x00", 8);
+  auto length = static_cast<std::uint16_t>(header.size());
+  out.put(static_cast<char>(length & 0xff));
+  out.put(static_cast<char>(length >> 8));
+  out << header;
+  for (std::int64_t i = 0; i < tensor.numel(); ++i) {
+    if (tensor.dtype() == DType::i32) {
+      std::int32_t value = tensor.get_int(i);
+      out.write(reinterpret_cast<const char*>(&value), 4);
+    } else {
+      float value = tensor.get(i);
+      out.write(reinterpret_cast<const char*>(&value), 4);
+    }
+  }
+}
+
+int run_repro(const ReproOptions& options, const Registry& registry) {
+  nlohmann::json report = load_json_file(options.report_path);
+  JsonCursor root(report, options.report_path);
+  std::optional<JsonCursor> found;
+  for (const auto& c : root.at("results").items()) {
+    if (c.at("id").as_string() == options.case_id) found = c;
+  }
+  if (!found) throw BadInput(options.report_path, "$.results[*].id", "a case with id \"" + options.case_id + "\"");
+  CaseSpec spec = spec_from_case(*found);
+  if (!registry.find_impl(spec.op, spec.impl)) found->at("impl").fail("an impl this bitcheck build has");
+  const std::string recorded_verdict = found->at("verdict").as_string();
+  const std::string recorded_fingerprint = found->find("fingerprint") ? found->at("fingerprint").as_string() : "";
+
+  Contract contract = load_contract_or_embedded(options.contract_path, registry);
+  Runner runner(registry, contract);
+  CaseArtifacts artifacts;
+  CaseResult result = runner.run_case(spec, options.dump_dir.empty() ? nullptr : &artifacts);
+
+  std::cout << "case: " << spec.id() << "\n";
+  std::cout << "replay: " << options.binary << " repro " << shell_quote(options.report_path) << " --case "
+            << shell_quote(spec.id()) << "\n";
+  std::cout << "verdict: " << to_string(result.verdict) << " (report: " << recorded_verdict << ")\n";
+  for (const auto& drift : result.drift) std::cout << "  " << drift_to_json(drift).dump() << "\n";
+  if (!result.reason.empty()) std::cout << "  reason: " << result.reason << "\n";
+  bool same_bits = recorded_fingerprint.empty() || recorded_fingerprint == result.fingerprint;
+  std::cout << "fingerprint: " << result.fingerprint << " (report: " << (recorded_fingerprint.empty() ? "none" : recorded_fingerprint)
+            << ") -> " << (same_bits ? "same bits" : "DIFFERENT BITS") << "\n";
+  if (!options.dump_dir.empty()) {
+    dump(options.dump_dir, artifacts, result);
+    std::cout << "tensors: " << options.dump_dir << "/index.json\n";
+  }
+  return same_bits && to_string(result.verdict) == recorded_verdict ? exit_pass : exit_findings;
+}
+
+}  // namespace bitcheck
