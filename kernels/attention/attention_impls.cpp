@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention_kernels.h"
+#include "bench_support.h"
 #include "bitcheck/op.h"
 #include "cuda_impls.h"
 #include "ops/attention.h"
@@ -282,19 +283,8 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec, c
                                shape, nullptr, nullptr);
     }
   };
-  for (int i = 0; i < settings.warmup; ++i) run_once();
-  cuda::synchronize();
-  std::vector<double> times;
-  cuda::EventTimer timer;
-  for (int i = 0; i < settings.repeats; ++i) {
-    timer.start();
-    run_once();
-    times.push_back(timer.stop_ms());
-  }
-  std::sort(times.begin(), times.end());
-  BenchMeasurement measurement;
-  measurement.median_ms = times[times.size() / 2];
-  measurement.min_ms = times.front();
+  // One input set: attention is compute-bound at these lengths (see the config note).
+  BenchMeasurement measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) { run_once(); });
   const double forward_flops = 4.0 * sequences * (static_cast<double>(length) * length / 2.0) * shape.heads * shape.dim;
   measurement.flops = spec.pass == Pass::forward ? forward_flops : forward_flops * 3.5;  // recompute + 2.5x backward
   measurement.bytes_moved = static_cast<double>(3 * q_bytes + 2 * kv_bytes);

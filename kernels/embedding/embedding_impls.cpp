@@ -144,13 +144,12 @@ std::optional<BenchMeasurement> CudaEmbedding::benchmark(const CaseSpec& spec,
   }
   vd::ErrorRecord error;
   const cuda::DeviceDType dtype = vd::device_dtype(spec.dtype);
-  BenchMeasurement measurement;
-  vd::time_launches(
+  BenchMeasurement measurement = vd::time_rotated(
+      settings, sets,
       [&](std::size_t i) {
         cuda::embedding_gather(dtype, ids[i].as<std::int32_t>(), slots.as<std::int32_t>(), rows,
                                table.get(), vocab, hidden, outs[i].get(), error.get(), nullptr);
-      },
-      sets, settings, measurement);
+      });
   error.check("embedding benchmark", vocab);
   measurement.bytes_moved = static_cast<double>(set_bytes);
   measurement.config = {{"rotation_sets", sets}, {"kernel", "embedding_gather"}};

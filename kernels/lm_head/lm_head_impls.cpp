@@ -201,8 +201,8 @@ BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec,
     config = LmHeadGemms::pinned_config(spec.dtype, "forward", v, hidden, nullptr);
   if (gemms.path() == GemmPath::cublaslt_heuristic)
     config = cuda::lt_heuristic_config(dtype, m, v, hidden);
-  BenchMeasurement measurement;
-  vd::time_launches(
+  BenchMeasurement measurement = vd::time_rotated(
+      settings, sets,
       [&](std::size_t i) {
         if (gemms.path() == GemmPath::fixed_order) {
           cuda::fixed_order_gemm(dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden,
@@ -211,8 +211,7 @@ BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec,
           cuda::lt_gemm(config, dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden,
                         gemms.workspace(), lt_workspace_bytes, nullptr);
         }
-      },
-      sets, settings, measurement);
+      });
   measurement.flops =
       2.0 * static_cast<double>(m) * static_cast<double>(v) * static_cast<double>(hidden);
   measurement.bytes_moved = static_cast<double>(set_bytes + table_bytes);

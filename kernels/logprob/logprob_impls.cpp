@@ -111,8 +111,8 @@ std::optional<BenchMeasurement> CudaLogprob::benchmark(const CaseSpec& spec,
       std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, vocab, split)));
   vd::ErrorRecord error;
   const cuda::DeviceDType dtype = vd::device_dtype(spec.dtype);
-  BenchMeasurement measurement;
-  vd::time_launches(
+  BenchMeasurement measurement = vd::time_rotated(
+      settings, sets,
       [&](std::size_t i) {
         if (forward) {
           cuda::logprob_forward(dtype, logits[i].get(), targets.as<std::int32_t>(),
@@ -124,8 +124,7 @@ std::optional<BenchMeasurement> CudaLogprob::benchmark(const CaseSpec& spec,
                                  slots.as<std::int32_t>(), rows, vocab, outs[i].get(), split,
                                  workspace.get(), error.get(), nullptr);
         }
-      },
-      sets, settings, measurement);
+      });
   error.check("logprob benchmark", vocab);
   measurement.bytes_moved = static_cast<double>(set_bytes);
   measurement.config = {

@@ -9,6 +9,7 @@
 #include "bitcheck/op.h"
 #include "cublaslt_gemm.h"
 #include "cuda_impls.h"
+#include "bench_support.h"
 #include "fixed_order_gemm.h"
 #include "pin_table.h"
 #include "runtime.h"
@@ -247,8 +248,7 @@ std::optional<BenchMeasurement> CudaMatmul::benchmark(const CaseSpec& spec, cons
   const std::size_t element = dtype_size(spec.dtype);
   const std::size_t set_bytes = static_cast<std::size_t>(m * k + n * k + m * n) * element;
   // Rotate through enough input sets that the working set exceeds the caches, within memory.
-  std::size_t sets = std::clamp<std::size_t>((settings.rotate_bytes + set_bytes - 1) / set_bytes, 1, 8);
-  sets = std::min<std::size_t>(sets, std::max<std::size_t>(1, cuda::free_device_memory() / 2 / set_bytes));
+  const std::size_t sets = cuda_bench::rotation_sets(set_bytes, settings);
   std::vector<DeviceBuffer> xs, ws, ys;
   std::vector<std::uint16_t> pattern;
   for (std::size_t i = 0; i < sets; ++i) {
@@ -271,18 +271,7 @@ std::optional<BenchMeasurement> CudaMatmul::benchmark(const CaseSpec& spec, cons
                     lt_workspace_bytes, nullptr);
     }
   };
-  for (int i = 0; i < settings.warmup; ++i) launch(static_cast<std::size_t>(i) % sets);
-  cuda::synchronize();
-  cuda::EventTimer timer;
-  std::vector<double> times;
-  for (int i = 0; i < settings.repeats; ++i) {
-    timer.start();
-    launch(static_cast<std::size_t>(i) % sets);
-    times.push_back(timer.stop_ms());
-  }
-  std::sort(times.begin(), times.end());
-  measurement.median_ms = times[times.size() / 2];
-  measurement.min_ms = times.front();
+  measurement = cuda_bench::time_rotated(settings, sets, launch);
   measurement.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   measurement.bytes_moved = static_cast<double>(set_bytes);
   if (kind_ == Kind::fixed_order) {

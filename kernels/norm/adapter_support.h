@@ -10,6 +10,7 @@
 
 #include "bitcheck/op.h"
 #include "device_dtype.h"
+#include "bench_support.h"
 #include "runtime.h"
 
 namespace bitcheck::cuda_support {
@@ -62,32 +63,8 @@ class ParameterCache {
   std::map<std::string, cuda::DeviceBuffer> buffers_;
 };
 
-// How many copies of a working set of `set_bytes` to rotate through so the total exceeds
-// `rotate_bytes` (caches see each byte once per pass), bounded by free device memory.
-inline std::size_t rotation_sets(std::size_t set_bytes, const BenchSettings& settings) {
-  set_bytes = std::max<std::size_t>(set_bytes, 1);
-  std::size_t sets = std::max<std::size_t>(1, (settings.rotate_bytes + set_bytes - 1) / set_bytes + 1);
-  return std::min<std::size_t>(sets, std::max<std::size_t>(1, cuda::free_device_memory() / 2 / set_bytes));
-}
-
-// Warm-up, then the median and minimum of `repeats` timed launches, set i % sets each time.
-template <typename Launch>
-BenchMeasurement time_rotated(const BenchSettings& settings, std::size_t sets, Launch&& launch) {
-  for (int i = 0; i < settings.warmup; ++i) launch(static_cast<std::size_t>(i) % sets);
-  cuda::synchronize();
-  cuda::EventTimer timer;
-  std::vector<double> times;
-  for (int i = 0; i < settings.repeats; ++i) {
-    timer.start();
-    launch(static_cast<std::size_t>(i) % sets);
-    times.push_back(timer.stop_ms());
-  }
-  std::sort(times.begin(), times.end());
-  BenchMeasurement measurement;
-  measurement.median_ms = times[times.size() / 2];
-  measurement.min_ms = times.front();
-  return measurement;
-}
+using cuda_bench::rotation_sets;
+using cuda_bench::time_rotated;
 
 // A device buffer of `bytes` filled with a finite, non-zero pattern (0x3c: bf16 ~0.0115, fp16
 // ~1.0e-3 pairs, fp32 ~0.0115), never zeros.

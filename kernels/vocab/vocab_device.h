@@ -13,6 +13,7 @@
 
 #include "bitcheck/op.h"
 #include "device_dtype.h"
+#include "bench_support.h"
 #include "runtime.h"
 
 namespace bitcheck::vocab_device {
@@ -125,30 +126,7 @@ inline Tensor transposed(const Tensor& matrix) {
   return result;
 }
 
-// How many input sets to rotate through so the working set exceeds the caches, within memory.
-inline std::size_t rotation_sets(std::size_t set_bytes, const BenchSettings& settings) {
-  set_bytes = std::max<std::size_t>(set_bytes, 1);
-  std::size_t sets =
-      std::clamp<std::size_t>((settings.rotate_bytes + set_bytes - 1) / set_bytes, 1, 64);
-  return std::min<std::size_t>(
-      sets, std::max<std::size_t>(1, cuda::free_device_memory() / 2 / set_bytes));
-}
-
-// Warm-up, then `repeats` timed launches (rotating through `sets`); median and minimum in ms.
-inline void time_launches(const std::function<void(std::size_t)>& launch, std::size_t sets,
-                          const BenchSettings& settings, BenchMeasurement& measurement) {
-  for (int i = 0; i < settings.warmup; ++i) launch(static_cast<std::size_t>(i) % sets);
-  cuda::synchronize();
-  cuda::EventTimer timer;
-  std::vector<double> times;
-  for (int i = 0; i < settings.repeats; ++i) {
-    timer.start();
-    launch(static_cast<std::size_t>(i) % sets);
-    times.push_back(timer.stop_ms());
-  }
-  std::sort(times.begin(), times.end());
-  measurement.median_ms = times[times.size() / 2];
-  measurement.min_ms = times.front();
-}
+using cuda_bench::rotation_sets;
+using cuda_bench::time_rotated;
 
 }  // namespace bitcheck::vocab_device
