@@ -437,8 +437,17 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
         request.columns[decl.name] = reduction_sample(width, spec.seed ^ hash_name(decl.name), max_reference_columns);
       }
     }
+    // Row inputs are owned by this case alone once every layout has run: moved, not copied
+    // (gigabytes for vocab-sized backward cases). Cached parameters are shared, so copied.
     std::map<std::string, Tensor> logical_inputs;
-    for (const auto& [name, tensor] : inputs.tensors) logical_inputs.emplace(name, *tensor);
+    for (auto& [name, tensor] : inputs.tensors) {
+      if (tensor.use_count() == 1) {
+        logical_inputs.emplace(name, std::move(*std::const_pointer_cast<Tensor>(tensor)));
+        tensor.reset();
+      } else {
+        logical_inputs.emplace(name, *tensor);
+      }
+    }
     std::map<std::string, Tensor> reference;
     op->reference(spec, logical_inputs, request, reference);
     result.timings.reference_seconds = seconds_since(reference_start);
