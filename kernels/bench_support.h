@@ -39,4 +39,24 @@ BenchMeasurement time_rotated(const BenchSettings& settings, std::size_t sets, L
   return measurement;
 }
 
+// The yardstick of a memory-bound impl: a device-to-device copy moving the same bytes (half read,
+// half written), timed by the same method (rotated sets larger than L2, warm-up, event-timed
+// median). bytes_moved is what the impl's measurement reports.
+inline BenchMeasurement time_same_bytes_copy(double bytes_moved, const BenchSettings& settings) {
+  const std::size_t copy_bytes = std::max<std::size_t>(static_cast<std::size_t>(bytes_moved / 2), 16);
+  const std::size_t sets = rotation_sets(2 * copy_bytes, settings);
+  std::vector<cuda::DeviceBuffer> sources, destinations;
+  for (std::size_t s = 0; s < sets; ++s) {
+    sources.emplace_back(copy_bytes);
+    sources.back().fill_bytes(0x3c);
+    destinations.emplace_back(copy_bytes);
+  }
+  BenchMeasurement measurement = time_rotated(settings, sets, [&](std::size_t s) {
+    cuda::copy_device_to_device(destinations[s].get(), sources[s].get(), copy_bytes);
+  });
+  measurement.bytes_moved = 2.0 * static_cast<double>(copy_bytes);
+  measurement.config = {{"rotated_sets", sets}};
+  return measurement;
+}
+
 }  // namespace bitcheck::cuda_bench

@@ -2,6 +2,7 @@
 // Impls are registered even without a device so their cases are skipped with the reason.
 #include "bitcheck/backends.h"
 #include "bitcheck/op.h"
+#include "bench_support.h"
 #include "cuda_impls.h"
 #include "matmul/pin_table.h"
 #include "runtime.h"
@@ -11,6 +12,7 @@ namespace bitcheck {
 void register_cuda_backend(Registry& registry) {
   cuda::DeviceInfo device = cuda::query_device();
   registry.set_backend_status("cuda", device.available, device.unavailable_reason);
+  register_fault_cuda(registry);  // only with BITCHECK_TEST_IMPLS=1; first, so a sweep meets the faults before the normal cases
   register_matmul_cuda(registry);
   register_rmsnorm_cuda(registry);
   register_add_rmsnorm_cuda(registry);
@@ -51,9 +53,35 @@ std::string finish_cuda_backend() {
   return "";
 }
 
+std::optional<std::size_t> cuda_free_memory_bytes() {
+  static const bool available = cuda::query_device().available;
+  if (!available) return std::nullopt;
+  try {
+    return cuda::free_device_memory();
+  } catch (const cuda::CudaError&) {
+    return std::nullopt;  // a poisoned context: the case runs and fails with the CUDA error itself
+  }
+}
+
+std::optional<std::string> cuda_context_fault() {
+  std::string fault = cuda::sticky_error_after_sync();
+  if (fault.empty()) return std::nullopt;
+  return fault;
+}
+
 double cuda_copy_bandwidth_gbps() {
   if (!cuda::query_device().available) return -1.0;
   return cuda::measure_copy_bandwidth_gbps(std::size_t(1) << 30, 20);
+}
+
+double cuda_copy_bandwidth_gbps(double bytes_moved, int warmup, int repeats, std::size_t rotate_bytes) {
+  if (!cuda::query_device().available) return -1.0;
+  BenchSettings settings;
+  settings.warmup = warmup;
+  settings.repeats = repeats;
+  settings.rotate_bytes = rotate_bytes;
+  const BenchMeasurement copy = cuda_bench::time_same_bytes_copy(bytes_moved, settings);
+  return copy.bytes_moved / (copy.median_ms * 1e6);
 }
 
 }  // namespace bitcheck

@@ -14,4 +14,6 @@ void register_lm_head_cuda(Registry& registry);
 void register_logprob_cuda(Registry& registry);
 void register_lm_head_logprob_cuda(Registry& registry);
 void register_attention_cuda(Registry& registry);
+// Test-only impls that fault on purpose (BITCHECK_TEST_IMPLS=1; see bitcheck/test_impls.h).
+void register_fault_cuda(Registry& registry);
 }  // namespace bitcheck

@@ -28,6 +28,9 @@ static bool is_sticky(cudaError_t status) {
 }
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  // A non-sticky error (e.g. an out-of-memory cudaMalloc) stays the runtime's "last error" until
+  // read: cleared here, or the next case's launch check would report this case's failure.
+  if (!is_sticky(status)) cudaGetLastError();
   std::string name = cudaGetErrorName(status);
   throw CudaError(name + " (" + cudaGetErrorString(status) + ") in " + call + " at " + file + ":" +
                       std::to_string(line),
@@ -86,6 +89,14 @@ std::size_t free_device_memory() {
   return free_bytes;
 }
 
+std::string sticky_error_after_sync() {
+  cudaError_t status = cudaDeviceSynchronize();
+  cudaError_t last = cudaGetLastError();
+  if (status == cudaSuccess) status = last;
+  if (status == cudaSuccess || !detail::is_sticky(status)) return "";
+  return std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ")";
+}
+
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
   if (bytes > 0) BITCHECK_CUDA_CALL(cudaMalloc(&pointer_, bytes));
 }
@@ -138,6 +149,10 @@ float EventTimer::stop_ms() {
   float ms = 0.f;
   BITCHECK_CUDA_CALL(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_event_), stop));
   return ms;
+}
+
+void copy_device_to_device(void* destination, const void* source, std::size_t bytes) {
+  if (bytes) BITCHECK_CUDA_CALL(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice));
 }
 
 double measure_copy_bandwidth_gbps(std::size_t bytes, int repeats) {

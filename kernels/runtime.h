@@ -46,6 +46,9 @@ DeviceInfo query_device(int device_index = 0);
 void set_device(int device_index);
 void synchronize();
 std::size_t free_device_memory();
+// Synchronizes the device and returns the text of a sticky error that poisoned the context ("" when
+// none); clears a non-sticky error left behind. Never throws.
+std::string sticky_error_after_sync();
 
 // Owning device allocation. Moves only.
 class DeviceBuffer {
@@ -87,6 +90,9 @@ class EventTimer {
   void* start_event_ = nullptr;
   void* stop_event_ = nullptr;
 };
+
+// Asynchronous device-to-device copy on the default stream (what the copy benchmarks time).
+void copy_device_to_device(void* destination, const void* source, std::size_t bytes);
 
 // Device-to-device copy bandwidth in GB/s (bytes read + bytes written), measured now.
 double measure_copy_bandwidth_gbps(std::size_t bytes, int repeats);

@@ -3,6 +3,7 @@
 #include "bitcheck/bench.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -23,6 +24,7 @@ struct Row {
   bool claims_invariance = false;
   std::optional<BenchMeasurement> measurement;
   std::string error;
+  double same_bytes_copy_gbps = -1;  // memory-bound ops: a copy of the bytes the impl moves
 };
 
 std::string format(const char* pattern, double value) {
@@ -43,6 +45,84 @@ void measure(Impl& impl, const CaseSpec& spec, const BenchSettings& settings, Ro
 }
 
 }  // namespace
+
+nlohmann::json cost_of_invariance(const nlohmann::json& results) {
+  // Group by (op, dtype, pass, shape, impl), keeping the order of first appearance.
+  std::vector<std::string> order;
+  std::map<std::string, nlohmann::json> groups;
+  for (const auto& row : results) {
+    if (!row.value("claims_invariance", false) || !row.contains("median_ms")) continue;
+    double cost = 0;
+    std::string versus;
+    if (row.contains("ratio_to_baseline") && row["ratio_to_baseline"].get<double>() > 0) {
+      cost = 1.0 / row["ratio_to_baseline"].get<double>();
+      versus = row.value("baseline", std::string("library default"));
+    } else if (row.contains("fraction_of_same_bytes_copy") && row["fraction_of_same_bytes_copy"].get<double>() > 0) {
+      cost = 1.0 / row["fraction_of_same_bytes_copy"].get<double>();
+      versus = "copy of the same bytes";
+    } else if (row.contains("fraction_of_copy_bandwidth") && row["fraction_of_copy_bandwidth"].get<double>() > 0) {
+      cost = 1.0 / row["fraction_of_copy_bandwidth"].get<double>();
+      versus = "copy at full bandwidth";
+    } else {
+      continue;
+    }
+    const std::string key = row["op"].get<std::string>() + "|" + row["dtype"].get<std::string>() + "|" +
+                            row["pass"].get<std::string>() + "|" + row["dims"].dump() + "|" +
+                            row["impl"].get<std::string>() + "|" + versus;
+    if (!groups.count(key)) {
+      order.push_back(key);
+      groups[key] = {{"op", row["op"]},     {"dtype", row["dtype"]},  {"pass", row["pass"]},
+                     {"dims", row["dims"]}, {"impl", row["impl"]},    {"versus", versus},
+                     {"per_rows", nlohmann::json::array()}};
+    }
+    groups[key]["per_rows"].push_back({{"rows", row["rows"]}, {"cost", cost}});
+  }
+  nlohmann::json table = nlohmann::json::array();
+  for (const auto& key : order) {
+    nlohmann::json entry = groups[key];
+    double log_sum = 0, worst = 0, best = 0;
+    std::int64_t worst_rows = 0;
+    for (const auto& point : entry["per_rows"]) {
+      const double cost = point["cost"].get<double>();
+      log_sum += std::log(cost);
+      if (cost > worst) {
+        worst = cost;
+        worst_rows = point["rows"].get<std::int64_t>();
+      }
+      best = best == 0 ? cost : std::min(best, cost);
+    }
+    entry["geomean_cost"] = std::exp(log_sum / static_cast<double>(entry["per_rows"].size()));
+    entry["worst_cost"] = worst;
+    entry["worst_rows"] = worst_rows;
+    entry["best_cost"] = best;
+    table.push_back(entry);
+  }
+  return table;
+}
+
+std::string render_cost_of_invariance_markdown(const nlohmann::json& cost) {
+  std::ostringstream md;
+  md << "## Cost of invariance\n\nTime of each invariant impl over the library default's at the same M (matmul: "
+        "cublaslt-heuristic) or, for memory-bound ops, over a device copy of the same bytes: 1.00x = free, "
+        "2.00x = twice the time.\n\n";
+  md << "| op | dtype | pass | shape | impl | versus | geomean | worst (M) | best | per M |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& entry : cost) {
+    Dims dims = entry["dims"].get<Dims>();
+    md << "| " << entry["op"].get<std::string>() << " | " << entry["dtype"].get<std::string>() << " | "
+       << entry["pass"].get<std::string>() << " | " << dims_string(dims) << " | " << entry["impl"].get<std::string>()
+       << " | " << entry["versus"].get<std::string>() << " | " << format("%.2fx", entry["geomean_cost"].get<double>())
+       << " | " << format("%.2fx", entry["worst_cost"].get<double>()) << " ("
+       << entry["worst_rows"].get<std::int64_t>() << ") | " << format("%.2fx", entry["best_cost"].get<double>()) << " | ";
+    bool first = true;
+    for (const auto& point : entry["per_rows"]) {
+      md << (first ? "" : " ") << point["rows"].get<std::int64_t>() << ":" << format("%.2f", point["cost"].get<double>());
+      first = false;
+    }
+    md << " |\n";
+  }
+  return md.str();
+}
 
 int run_bench(const BenchOptions& options, const Registry& registry) {
   Contract contract = load_contract_or_embedded(options.contract_path, registry);
@@ -85,6 +165,15 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
     }
     for (int round = 0; round < options.rounds; ++round) {
       for (auto& row : group_rows) measure(*registry.find_impl(row.spec.op, row.impl), row.spec, settings, row);
+    }
+    // Memory-bound ops: the yardstick is a device copy of the same bytes, timed alike, in this run.
+    for (auto& row : group_rows) {
+      if (!row.measurement || !registry.find_op(row.spec.op)->bench_baseline.empty()) continue;
+      for (int round = 0; round < options.rounds; ++round) {
+        row.same_bytes_copy_gbps = std::max(row.same_bytes_copy_gbps,
+                                            cuda_copy_bandwidth_gbps(row.measurement->bytes_moved, settings.warmup,
+                                                                     settings.repeats, settings.rotate_bytes));
+      }
     }
     for (auto& row : group_rows) {
       if (!row.error.empty()) ++failures;
@@ -129,9 +218,15 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
           versus = format("%.3fx", ratio);
         }
       }
-    } else if (copy_gbps > 0) {
-      j["fraction_of_copy_bandwidth"] = gbps / copy_gbps;
-      versus = format("%.0f%% of copy", 100.0 * gbps / copy_gbps);
+    } else {
+      if (copy_gbps > 0) j["fraction_of_copy_bandwidth"] = gbps / copy_gbps;
+      if (row.same_bytes_copy_gbps > 0) {
+        j["same_bytes_copy_gbps"] = row.same_bytes_copy_gbps;
+        j["fraction_of_same_bytes_copy"] = gbps / row.same_bytes_copy_gbps;
+        versus = format("%.0f%% of same-bytes copy", 100.0 * gbps / row.same_bytes_copy_gbps) + " (" +
+                 format("%.0f GB/s)", row.same_bytes_copy_gbps);
+      }
+      if (copy_gbps > 0) versus += (versus.empty() ? "" : "; ") + format("%.0f%% of 1 GiB copy", 100.0 * gbps / copy_gbps);
     }
     table.push_back(j);
     std::string config = m.config.contains("describe") ? m.config["describe"].get<std::string>()
@@ -151,18 +246,22 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
   report["meta"]["method"] = "CUDA events around each launch after " + std::to_string(options.warmup) +
                              " warm-up launches; median of " + std::to_string(options.repeats) +
                              " launches, inputs rotated over sets larger than L2; " +
-                             std::to_string(options.rounds) + " interleaved rounds per point, fastest median kept";
+                             std::to_string(options.rounds) + " interleaved rounds per point, fastest median kept; " +
+                             "memory-bound ops against a device-to-device copy of the same bytes timed the same way";
   report["results"] = table;
+  report["cost_of_invariance"] = cost_of_invariance(table);
+  const std::string cost_markdown = render_cost_of_invariance_markdown(report["cost_of_invariance"]);
   std::filesystem::create_directories(options.out_dir);
   write_file_atomically((std::filesystem::path(options.out_dir) / "bench.json").string(), report.dump(1) + "\n");
   std::ostringstream header;
   header << "# bitcheck bench\n\n- device: " << report["meta"]["cuda"].value("gpu_name", "?") << " ("
          << report["meta"]["cuda"].value("sm_count", 0) << " SMs), cuBLASLt "
          << report["meta"]["cuda"].value("cublaslt_version", 0) << "\n- copy bandwidth measured in this run: "
-         << format("%.0f", copy_gbps) << " GB/s\n- method: " << report["meta"]["method"].get<std::string>()
+         << format("%.0f", copy_gbps) << " GB/s (1 GiB device-to-device copy, read + write)\n- method: " << report["meta"]["method"].get<std::string>()
          << "\n- ratios: baseline median time / impl median time (above 1 = faster than the library default)\n\n";
-  write_file_atomically((std::filesystem::path(options.out_dir) / "bench.md").string(), header.str() + md.str());
-  std::cout << md.str();
+  write_file_atomically((std::filesystem::path(options.out_dir) / "bench.md").string(),
+                        header.str() + md.str() + "\n" + cost_markdown);
+  std::cout << md.str() << "\n" << cost_markdown;
   return failures ? exit_internal : exit_pass;
 }
 

@@ -65,7 +65,8 @@ void DriftComparator::compare_row(std::int64_t logical_row, const Tensor& expect
 AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
                                const std::vector<std::int64_t>& actual_rows,
                                const Tensor& reference, const std::vector<std::int64_t>& row_ids,
-                               double atol, double rtol, const std::vector<std::int64_t>& columns) {
+                               double atol, double rtol, const std::vector<std::int64_t>& columns,
+                               const NonFiniteRules& rules) {
   AccuracyMetrics metrics;
   metrics.tensor = tensor;
   metrics.atol = atol;
@@ -81,22 +82,35 @@ AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
       std::int64_t r_index = static_cast<std::int64_t>(i) * reference_width + j;
       double a = actual.get(a_index), r = reference.get(r_index);
       ++metrics.compared;
+      auto record_worst = [&](double excess) {
+        if (excess <= worst_excess) return;
+        worst_excess = excess;
+        metrics.worst = Mismatch{row_ids[i], column, static_cast<float>(r), static_cast<float>(a),
+                                 reference.bits(r_index), actual.bits(a_index)};
+      };
       if (std::isnan(a) || std::isnan(r)) {
+        if (rules.nan_matches_reference && std::isnan(a) && std::isnan(r)) {
+          ++metrics.nonfinite_matched;
+          continue;
+        }
         ++metrics.nan_count;
+        record_worst(std::numeric_limits<double>::infinity());
         continue;
       }
-      double error = std::fabs(a - r);
-      if (std::isinf(a) || std::isinf(r)) error = (a == r) ? 0.0 : std::numeric_limits<double>::infinity();
+      if (std::isinf(r) && a == r) {
+        ++metrics.nonfinite_matched;
+        continue;
+      }
+      // An infinity on one side only (or of the other sign) is never within a threshold: with an
+      // infinite reference, rtol * |ref| would be infinite too.
+      const bool infinite = std::isinf(a) || std::isinf(r);
+      double error = infinite ? std::numeric_limits<double>::infinity() : std::fabs(a - r);
       metrics.max_abs_error = std::max(metrics.max_abs_error, error);
       metrics.max_rel_error = std::max(metrics.max_rel_error, relative(error, r));
       double allowed = atol + rtol * std::fabs(r);
-      if (error <= allowed) continue;
+      if (!infinite && error <= allowed) continue;
       ++metrics.violations;
-      if (error - allowed > worst_excess) {
-        worst_excess = error - allowed;
-        metrics.worst = Mismatch{row_ids[i], column, static_cast<float>(r), static_cast<float>(a),
-                                 reference.bits(r_index), actual.bits(a_index)};
-      }
+      record_worst(infinite ? std::numeric_limits<double>::infinity() : error - allowed);
     }
   }
   return metrics;

@@ -1,6 +1,7 @@
 // Contract parsing and validation.
 #include "bitcheck/contract.h"
 
+#include <initializer_list>
 #include <stdexcept>
 
 #include "bitcheck/error.h"
@@ -110,6 +111,27 @@ void parse_thresholds(const JsonCursor& root, const Registry& registry, Contract
   }
 }
 
+void parse_special_values(const JsonCursor& root, Contract& contract) {
+  JsonCursor section = root.at("special_values");
+  section.allow_only({"note", "nan", "infinity", "finite", "signed_zero"});
+  SpecialValueRules& rules = contract.special_values;
+  rules.note = section.at("note").as_string();
+  auto choice = [&](const char* field, std::initializer_list<const char*> allowed) {
+    JsonCursor cursor = section.at(field);
+    std::string value = cursor.as_string();
+    std::string names;
+    for (const char* name : allowed) {
+      if (value == name) return value;
+      names += std::string(names.empty() ? "" : " or ") + "\"" + name + "\"";
+    }
+    cursor.fail(names + " (the rules bitcheck applies), got \"" + value + "\"");
+  };
+  rules.nan = choice("nan", {"match_reference_position", "never_passes"});
+  rules.infinity = choice("infinity", {"match_reference_sign"});
+  rules.finite = choice("finite", {"threshold"});
+  rules.signed_zero = choice("signed_zero", {"equal"});
+}
+
 }  // namespace
 
 std::string to_string(DTypeStatus status) {
@@ -149,6 +171,11 @@ nlohmann::json Contract::to_json() const {
   }
   document["accumulation"] = accumulation;
   document["tf32"] = {{"fp32_gemm_allows_tf32", fp32_gemm_allows_tf32}, {"reason", tf32_reason}};
+  document["special_values"] = {{"note", special_values.note},
+                                {"nan", special_values.nan},
+                                {"infinity", special_values.infinity},
+                                {"finite", special_values.finite},
+                                {"signed_zero", special_values.signed_zero}};
   for (const auto& [key, rows] : thresholds) {
     for (const auto& [dtype, row] : rows) {
       document["thresholds"][key][dtype] = {
@@ -166,7 +193,8 @@ Contract parse_contract(const nlohmann::json& document, const std::string& file,
                         const Registry& registry) {
   JsonCursor root(document, file);
   root.expect_object();
-  root.allow_only({"schema_version", "description", "dtypes", "accumulation", "tf32", "thresholds"});
+  root.allow_only({"schema_version", "description", "dtypes", "accumulation", "tf32", "thresholds",
+                   "special_values"});
   Contract contract;
   contract.source = file;
   contract.schema_version = static_cast<int>(root.at("schema_version").as_int(1, 1));
@@ -177,6 +205,7 @@ Contract parse_contract(const nlohmann::json& document, const std::string& file,
   contract.fp32_gemm_allows_tf32 = tf32.at("fp32_gemm_allows_tf32").as_bool();
   contract.tf32_reason = tf32.at("reason").as_string();
   parse_thresholds(root, registry, contract);
+  parse_special_values(root, contract);
   return contract;
 }
 

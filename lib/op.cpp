@@ -2,7 +2,10 @@
 #include "bitcheck/op.h"
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
+
+#include "bitcheck/special_values.h"
 
 namespace bitcheck {
 
@@ -34,8 +37,15 @@ std::string dims_string(const Dims& dims) {
 }
 
 std::string CaseSpec::id() const {
-  return op + "/" + impl + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) +
-         "/M=" + std::to_string(rows) + "/seed=" + std::to_string(seed);
+  std::string text = op + "/" + impl + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) +
+                     "/M=" + std::to_string(rows) + "/seed=" + std::to_string(seed);
+  if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
+  return text;
+}
+
+std::uint64_t new_input_id() {
+  static std::atomic<std::uint64_t> counter{1};
+  return counter++;
 }
 
 std::int64_t CaseSpec::dim(const std::string& name) const {

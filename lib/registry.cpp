@@ -2,7 +2,9 @@
 // status matrix and "first failing op" use).
 #include "bitcheck/backends.h"
 #include "bitcheck/op.h"
+#include "bitcheck/test_impls.h"
 #include "cpu/cpu_impls.h"
+#include "ops/chain.h"
 #include "ops/ops.h"
 
 namespace bitcheck {
@@ -18,6 +20,7 @@ void register_all(Registry& registry) {
   register_add_rmsnorm_op(registry);
   register_rope_op(registry);
   register_attention_op(registry);
+  register_chain_op(registry);
 
   registry.set_backend_status("cpu", true, "");
   register_matmul_cpu(registry);
@@ -30,8 +33,10 @@ void register_all(Registry& registry) {
   register_add_rmsnorm_cpu(registry);
   register_rope_cpu(registry);
   register_attention_cpu(registry);
+  register_test_impls_cpu(registry);  // only with BITCHECK_TEST_IMPLS=1
 
   register_cuda_backend(registry);
+  register_chain_impls(registry);  // composes the impls registered above
 }
 
 }  // namespace bitcheck

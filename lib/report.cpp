@@ -14,6 +14,7 @@
 
 #include "bitcheck/dtype.h"
 #include "bitcheck/matrix_render.h"
+#include "ops/chain.h"
 
 namespace bitcheck {
 namespace {
@@ -68,6 +69,7 @@ nlohmann::json case_to_json(const CaseResult& result) {
                       {"alone_rows", spec.alone_rows},
                       {"layouts", spec.layouts},
                       {"verdict", to_string(result.verdict)}};
+  if (spec.special_values > 0) j["special_values"] = spec.special_values;
   if (!result.reason.empty()) j["reason"] = result.reason;
   if (result.verdict == Verdict::skipped) return j;
   if (result.is_control) j["expected_to_drift"] = result.expected_to_drift;
@@ -81,6 +83,7 @@ nlohmann::json case_to_json(const CaseResult& result) {
   for (const auto& a : result.accuracy) {
     nlohmann::json aj = {{"tensor", a.tensor},       {"compared", a.compared},
                          {"violations", a.violations}, {"nan_count", a.nan_count},
+                         {"nonfinite_matched", a.nonfinite_matched},
                          {"max_abs_error", number(a.max_abs_error)},
                          {"max_rel_error", number(a.max_rel_error)},
                          {"atol", a.atol},           {"rtol", a.rtol},
@@ -98,6 +101,8 @@ nlohmann::json case_to_json(const CaseResult& result) {
                   {"compare_seconds", result.timings.compare_seconds},
                   {"inputs_seconds", result.timings.inputs_seconds},
                   {"total_seconds", result.timings.total_seconds}};
+  // The chain: every op's status in execution order and the first failing op per phase.
+  if (spec.op == "chain") j["chain"] = chain::op_status(j);
   return j;
 }
 
@@ -279,6 +284,15 @@ nlohmann::json summary_to_json(const Summary& summary) {
 
 nlohmann::json build_report(const RunMeta& meta, const nlohmann::json& environment,
                             const std::vector<CaseResult>& results, const std::vector<std::string>& op_order) {
+  std::vector<nlohmann::json> case_results;
+  case_results.reserve(results.size());
+  for (const auto& r : results) case_results.push_back(case_to_json(r));
+  return build_report_from_json(meta, environment, case_results, op_order);
+}
+
+nlohmann::json build_report_from_json(const RunMeta& meta, const nlohmann::json& environment,
+                                      const std::vector<nlohmann::json>& case_results,
+                                      const std::vector<std::string>& op_order) {
   nlohmann::json report;
   report["schema_version"] = report_schema_version;
   report["tool"] = "bitcheck";
@@ -295,17 +309,16 @@ nlohmann::json build_report(const RunMeta& meta, const nlohmann::json& environme
   meta_json["wall_seconds"] = meta.wall_seconds;
   meta_json["interrupted"] = meta.interrupted;
   report["meta"] = meta_json;
-  report["results"] = nlohmann::json::array();
-  for (const auto& r : results) report["results"].push_back(case_to_json(r));
+  report["results"] = case_results;
   refresh_report_summary(report, op_order);
   // Where the sweep's time went, summed over cases: the impls (device work and transfers), the FP32
   // references, the bitwise and accuracy comparisons, input generation.
   nlohmann::json split = {{"impl_seconds", 0.0}, {"reference_seconds", 0.0}, {"compare_seconds", 0.0}, {"inputs_seconds", 0.0}};
-  for (const auto& r : results) {
-    split["impl_seconds"] = split["impl_seconds"].get<double>() + r.timings.impl_seconds;
-    split["reference_seconds"] = split["reference_seconds"].get<double>() + r.timings.reference_seconds;
-    split["compare_seconds"] = split["compare_seconds"].get<double>() + r.timings.compare_seconds;
-    split["inputs_seconds"] = split["inputs_seconds"].get<double>() + r.timings.inputs_seconds;
+  for (const auto& c : case_results) {
+    if (!c.contains("timings")) continue;  // skipped cases
+    for (const char* part : {"impl_seconds", "reference_seconds", "compare_seconds", "inputs_seconds"}) {
+      split[part] = split[part].get<double>() + c["timings"].value(part, 0.0);
+    }
   }
   report["meta"]["time_split"] = split;
   return report;
@@ -333,6 +346,40 @@ void write_file_atomically(const std::string& path, const std::string& contents)
     throw std::runtime_error("cannot rename " + temporary.string() + " to " + path + ": " + error.message());
   }
 }
+
+namespace {
+
+// Chain cases: the first failing op of each failing invariant chain, and whether every control
+// swapped into the chain drifted first at the op it was swapped into.
+std::string render_chain_summary(const nlohmann::json& report) {
+  std::ostringstream out;
+  std::int64_t localized = 0, swaps = 0;
+  std::vector<std::string> elsewhere;
+  for (const auto& result : report["results"]) {
+    if (!result.contains("chain") || result["chain"].is_null()) continue;
+    const auto& status = result["chain"];
+    if (status.contains("localized")) {
+      if (status["localized"].is_null()) continue;
+      ++swaps;
+      if (status["localized"].get<bool>()) {
+        ++localized;
+      } else {
+        elsewhere.push_back(result["id"].get<std::string>());
+      }
+      continue;
+    }
+    if (result["verdict"] == "pass") continue;
+    out << "chain " << result["id"].get<std::string>() << " " << result["verdict"].get<std::string>() << "\n";
+    for (const auto& line : chain::failing_op_lines(status)) out << "  " << line << "\n";
+  }
+  if (swaps > 0) {
+    out << "chain controls: " << localized << "/" << swaps << " drifting swaps first fail at the swapped op\n";
+    for (const auto& id : elsewhere) out << "  NOT LOCALIZED: " << id << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
 
 std::string render_terminal_summary(const nlohmann::json& report) {
   std::ostringstream out;
@@ -377,6 +424,7 @@ std::string render_terminal_summary(const nlohmann::json& report) {
   out << "verdicts:";
   for (const auto& [verdict, n] : summary["verdicts"].items()) out << " " << verdict << "=" << n.get<std::int64_t>();
   out << "\n";
+  out << render_chain_summary(report);
   if (summary["first_failing_op"].is_null()) {
     out << "first failing op: none\n";
   } else {

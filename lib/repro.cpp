@@ -10,12 +10,13 @@
 #include "bitcheck/json_input.h"
 #include "bitcheck/report.h"
 #include "bitcheck/runner.h"
+#include "bitcheck/special_values.h"
 #include "bitcheck/sweep.h"
+#include "ops/chain.h"
 
 namespace bitcheck {
-namespace {
 
-CaseSpec spec_from_case(const JsonCursor& c) {
+CaseSpec case_spec_from_json(const JsonCursor& c) {
   CaseSpec spec;
   spec.op = c.at("op").as_string();
   spec.impl = c.at("impl").as_string();
@@ -32,6 +33,12 @@ CaseSpec spec_from_case(const JsonCursor& c) {
   spec.repeats = static_cast<int>(c.at("repeats").as_int(2, 100));
   spec.alone_rows = c.at("alone_rows").as_int(1, INT64_MAX);
   if (auto index = c.find("case_index")) spec.index = index->as_int(0, INT64_MAX);
+  if (auto special = c.find("special_values")) {
+    spec.special_values = special->as_number();
+    if (!(spec.special_values >= 0.0 && spec.special_values <= max_special_value_rate)) {
+      special->fail("a special-value rate in [0, " + special_value_rate_string(max_special_value_rate) + "]");
+    }
+  }
   return spec;
 }
 
@@ -40,6 +47,8 @@ std::string shell_quote(const std::string& text) {
   for (char ch : text) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
   return quoted + "'";
 }
+
+namespace {
 
 void dump(const std::string& dir, const CaseArtifacts& artifacts, const CaseResult& result) {
   std::filesystem::create_directories(dir);
@@ -95,7 +104,7 @@ int run_repro(const ReproOptions& options, const Registry& registry) {
     if (c.at("id").as_string() == options.case_id) found = c;
   }
   if (!found) throw BadInput(options.report_path, "$.results[*].id", "a case with id \"" + options.case_id + "\"");
-  CaseSpec spec = spec_from_case(*found);
+  CaseSpec spec = case_spec_from_json(*found);
   if (!registry.find_impl(spec.op, spec.impl)) found->at("impl").fail("an impl this bitcheck build has");
   const std::string recorded_verdict = found->at("verdict").as_string();
   const std::string recorded_fingerprint = found->find("fingerprint") ? found->at("fingerprint").as_string() : "";
@@ -110,6 +119,9 @@ int run_repro(const ReproOptions& options, const Registry& registry) {
             << shell_quote(spec.id()) << "\n";
   std::cout << "verdict: " << to_string(result.verdict) << " (report: " << recorded_verdict << ")\n";
   for (const auto& drift : result.drift) std::cout << "  " << drift_to_json(drift).dump() << "\n";
+  if (spec.op == "chain") {
+    for (const auto& line : chain::failing_op_lines(case_to_json(result)["chain"])) std::cout << "chain " << line << "\n";
+  }
   if (!result.reason.empty()) std::cout << "  reason: " << result.reason << "\n";
   bool same_bits = recorded_fingerprint.empty() || recorded_fingerprint == result.fingerprint;
   std::cout << "fingerprint: " << result.fingerprint << " (report: " << (recorded_fingerprint.empty() ? "none" : recorded_fingerprint)

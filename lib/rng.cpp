@@ -36,6 +36,11 @@ float counter_uniform(std::uint64_t seed, std::uint64_t name_hash, std::int64_t 
   return static_cast<float>(bits) * (1.0f / 8388608.0f) - 1.0f;
 }
 
+std::uint64_t counter_bits(std::uint64_t seed, std::uint64_t name_hash, std::int64_t row,
+                           std::int64_t column) {
+  return key_hash(seed, name_hash, row, column);
+}
+
 std::uint64_t counter_index(std::uint64_t seed, std::uint64_t name_hash, std::int64_t row,
                             std::int64_t column, std::uint64_t bound) {
   return key_hash(seed, name_hash, row, column) % bound;

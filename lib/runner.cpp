@@ -9,8 +9,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include "bitcheck/device_memory.h"
 #include "bitcheck/layout.h"
 #include "bitcheck/rng.h"
+#include "bitcheck/special_values.h"
 
 namespace bitcheck {
 namespace {
@@ -36,8 +38,10 @@ bool is_output(const TensorDecl& decl) {
 }
 
 // Fills a tensor from the generator: element (row, column) depends only on the key, never on the
-// layout. Rows are split over threads; the values do not depend on the split.
-Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::uint64_t seed) {
+// layout. Rows are split over threads; the values do not depend on the split. With a special-value
+// rate, that fraction of a float tensor's elements is NaN, +-Inf, subnormal or -0 instead.
+Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::uint64_t seed,
+                double special_value_rate = 0) {
   Tensor tensor(decl.dtype, std::move(shape));
   const std::uint64_t name_hash = hash_name(decl.name);
   const std::int64_t rows = tensor.rows(), width = tensor.row_size();
@@ -50,6 +54,8 @@ Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::ui
           tensor.set_int(index, static_cast<std::int32_t>(counter_index(seed, name_hash, r, c, bound)));
         } else {
           tensor.set(index, counter_uniform(seed, name_hash, r, c) * decl.scale);
+          SpecialElement special = special_value_at(decl.dtype, seed, name_hash, r, c, special_value_rate);
+          if (special.kind != SpecialValue::none) tensor.set_bits(index, special.bits);
         }
       }
     }
@@ -87,10 +93,7 @@ struct Runner::State {
   const Registry& registry;
   const Contract& contract;
   // Input ids are unique in the process (not per Runner): device impls cache uploads by id.
-  static std::uint64_t next_input_id() {
-    static std::atomic<std::uint64_t> counter{1};
-    return counter++;
-  }
+  static std::uint64_t next_input_id() { return new_input_id(); }
   std::vector<std::pair<std::string, std::pair<std::shared_ptr<const Tensor>, std::uint64_t>>> parameters;
 
   State(const Registry& r, const Contract& c) : registry(r), contract(c) {}
@@ -111,7 +114,7 @@ struct Runner::State {
 
   LayoutResult execute(const Layout& layout, Impl& impl, const CaseSpec& spec, std::int64_t rows,
                        const std::vector<TensorDecl>& decls, const Inputs& inputs,
-                       nlohmann::json& impl_config, double& impl_seconds) {
+                       nlohmann::json& impl_config, double& impl_seconds, bool reductions_wanted) {
     LayoutResult result;
     result.present.assign(static_cast<std::size_t>(rows), false);
     std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
@@ -139,6 +142,8 @@ struct Runner::State {
       batch.spec = &spec;
       batch.invocation = &invocation;
       batch.invocation_index = static_cast<std::int64_t>(i);
+      batch.invocation_count = static_cast<std::int64_t>(layout.invocations.size());
+      batch.reductions_wanted = reductions_wanted;
       batch.layout_state = layout_state;
       const bool identity = is_identity(invocation);
       for (const auto& decl : decls) {
@@ -215,7 +220,9 @@ std::optional<std::string> skip_reason(const Registry& registry, const Contract&
   if (op.shape_problem) {
     if (auto problem = op.shape_problem(spec)) return "shape invalid: " + *problem;
   }
-  return impl.skip_reason(spec);
+  if (auto reason = impl.skip_reason(spec)) return reason;
+  // Last, once the case is known to be valid: a device case too large for the free memory.
+  return device_memory_skip_reason(op, impl, spec);
 }
 
 // All of [0, rows) when small, else `limit` indices including the first and last.
@@ -315,7 +322,8 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
         inputs.tensors[decl.name] = tensor;
         inputs.ids[decl.name] = id;
       } else if (decl.role == TensorRole::row_input) {
-        inputs.tensors[decl.name] = std::make_shared<const Tensor>(generate(decl, full_shape(decl, rows), spec.seed));
+        inputs.tensors[decl.name] = std::make_shared<const Tensor>(
+            generate(decl, full_shape(decl, rows), spec.seed, spec.special_values));
         inputs.ids[decl.name] = State::next_input_id();
       }
     }
@@ -393,8 +401,12 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
                        (name == canonical_reduction_layout && has_reductions);
       int runs = canonical ? spec.repeats : 1;
       for (int repeat = 0; repeat < runs; ++repeat) {
+        // Reductions are compared in the batch layout (the reference) and in layouts holding
+        // every token in order; kept for a dump too.
+        const bool reductions_wanted = name == canonical_reduction_layout ||
+                                       layout.covers_all_rows_in_order || artifacts != nullptr;
         LayoutResult run = state_->execute(layout, *impl, spec, rows, decls, inputs, result.impl_config,
-                                           result.timings.impl_seconds);
+                                           result.timings.impl_seconds, reductions_wanted);
         if (repeat == 0) {
           if (reference_rank(name) < 2) {
             results.emplace(name, std::move(run));
@@ -453,6 +465,9 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
     result.timings.reference_seconds = seconds_since(reference_start);
 
     auto compare_start = Clock::now();
+    NonFiniteRules nonfinite_rules;
+    nonfinite_rules.nan_matches_reference =
+        spec.special_values > 0 && state_->contract.special_values.nan == "match_reference_position";
     for (const auto& decl : decls) {
       if (!is_output(decl)) continue;
       const Threshold& threshold = state_->contract.threshold(op->tolerance_key, spec.dtype_name, decl.name);
@@ -462,11 +477,13 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
         result.accuracy.push_back(check_accuracy(decl.name, alone->rows.at(decl.name), alone_rows,
                                                  reference.at(decl.name), alone_rows,
                                                  threshold.atol, threshold.rtol,
-                                                 columns == request.columns.end() ? std::vector<std::int64_t>{} : columns->second));
+                                                 columns == request.columns.end() ? std::vector<std::int64_t>{} : columns->second,
+                                                 nonfinite_rules));
       } else {
         result.accuracy.push_back(check_accuracy(decl.name, packed->reductions.at(decl.name),
                                                  request.reduction_rows, reference.at(decl.name),
-                                                 request.reduction_rows, threshold.atol, threshold.rtol));
+                                                 request.reduction_rows, threshold.atol, threshold.rtol, {},
+                                                 nonfinite_rules));
       }
     }
     result.fingerprint = fingerprint_outputs(decls, alone ? *alone : *packed, packed, alone_rows);

@@ -7,6 +7,7 @@
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
 #include "bitcheck/layout.h"
+#include "bitcheck/special_values.h"
 
 namespace bitcheck {
 namespace {
@@ -97,6 +98,19 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
   if (auto repeats = node.find("repeats")) sweep.repeats = static_cast<int>(repeats->as_int(2, 100));
   // At least 2: the alone sample always holds the first and the last row.
   if (auto alone = node.find("alone_rows")) sweep.alone_rows = alone->as_int(2, max_batch);
+  if (auto special = node.find("special_values")) {
+    const std::string expected = "true, false or a rate in [0, " + special_value_rate_string(max_special_value_rate) +
+                                 "] (the fraction of float row-input elements made special; 0 = off), got ";
+    if (special->node().is_boolean()) {
+      sweep.special_values = special->as_bool() ? default_special_value_rate : 0.0;
+    } else if (!special->node().is_number()) {
+      special->fail(expected + json_type_name(special->node()));
+    } else {
+      double rate = special->as_number();
+      if (!(rate >= 0.0 && rate <= max_special_value_rate)) special->fail(expected + special_value_rate_string(rate));
+      sweep.special_values = rate;
+    }
+  }
 }
 
 std::vector<Dims> parse_shapes(const JsonCursor& shapes, const OpDef& op) {
@@ -140,7 +154,8 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
   defaults.seeds = {1};
   defaults.batches = {1, 2, 3, 7, 16, 33};
   if (auto node = root.find("defaults")) {
-    node->allow_only({"impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats", "alone_rows"});
+    node->allow_only({"impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats", "alone_rows",
+                      "special_values"});
     parse_common(*node, registry, contract, nullptr, defaults);
   }
 
@@ -159,8 +174,8 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
       for (const OpDef* candidate : registry.ops()) known += (known.empty() ? "" : ", ") + candidate->name;
       (entry.find("op") ? entry.at("op") : entry).fail("a registered op (" + known + "), got \"" + op_name + "\"");
     }
-    entry.allow_only({"op", "impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats",
-                      "alone_rows", "shapes"});
+    entry.allow_only({"op", "description", "impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats",
+                      "alone_rows", "special_values", "shapes"});
     OpSweep sweep = defaults;
     sweep.op = op_name;
     parse_common(entry, registry, contract, op, sweep);
@@ -217,6 +232,12 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
     fail("--backend", "auto, cpu or cuda, got \"" + overrides.backend + "\"");
   }
   if (overrides.repeats && *overrides.repeats < 2) fail("--repeats", "at least 2 (the determinism check compares two runs)");
+  if (overrides.special_values &&
+      !(*overrides.special_values >= 0.0 && *overrides.special_values <= max_special_value_rate)) {
+    fail("--special-values-rate", "a rate in [0, " + special_value_rate_string(max_special_value_rate) +
+                                      "] (0 turns special values off), got " +
+                                      special_value_rate_string(*overrides.special_values));
+  }
   if (overrides.shard_count < 1 || overrides.shard_index < 0 || overrides.shard_index >= overrides.shard_count) {
     fail("--shard", "i/n with 0 <= i < n");
   }
@@ -231,6 +252,7 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
     if (!overrides.batches.empty()) sweep.batches = overrides.batches;
     if (!overrides.seeds.empty()) sweep.seeds = overrides.seeds;
     if (overrides.repeats) sweep.repeats = *overrides.repeats;
+    if (overrides.special_values) sweep.special_values = *overrides.special_values;
     kept.push_back(sweep);
   }
   if (kept.empty()) fail("--op", "an op that the sweep spec " + spec.source + " lists");
@@ -269,6 +291,7 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
                 c.layouts = sweep.layouts;
                 c.repeats = sweep.repeats;
                 c.alone_rows = sweep.alone_rows;
+                c.special_values = sweep.special_values;
                 c.index = next_index++;
                 cases.push_back(c);
               }
@@ -277,6 +300,11 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
         }
       }
     }
+  }
+  if (!overrides.skip_ids.empty()) {
+    cases.erase(std::remove_if(cases.begin(), cases.end(),
+                               [&](const CaseSpec& c) { return overrides.skip_ids.count(c.id()) > 0; }),
+                cases.end());
   }
   if (overrides.shard_count <= 1) return cases;
   // Shards balanced by estimated cost (rows x the product of the dims): the most expensive case

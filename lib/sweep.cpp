@@ -4,15 +4,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "bitcheck/backends.h"
 #include "bitcheck/build_info.h"
 #include "bitcheck/error.h"
+#include "bitcheck/isolation.h"
 #include "bitcheck/report.h"
 #include "bitcheck/runner.h"
 
@@ -48,21 +51,55 @@ extern "C" void on_interrupt(int signal_number) {
   interrupt_signal = signal_number;
   std::signal(signal_number, SIG_DFL);
 }
+
+bool use_isolation(const SweepOptions& options, const Registry& registry, const std::vector<CaseSpec>& cases) {
+  if (options.isolation == SweepOptions::Isolation::off) return false;
+  if (options.isolation == SweepOptions::Isolation::on) return true;
+  if (options.worker_executable.empty() || !registry.backend_available("cuda")) return false;
+  return std::any_of(cases.begin(), cases.end(), [&](const CaseSpec& c) {
+    const Impl* impl = registry.find_impl(c.op, c.impl);
+    return impl && impl->backend() == "cuda";
+  });
+}
+
+// One case: in the worker when isolated. In process, a sticky CUDA error leaves every later CUDA
+// case unrunnable: each is `error`, naming the case that poisoned the context.
+nlohmann::json run_sweep_case(const CaseSpec& spec, const Registry& registry, Runner& runner,
+                              IsolatedRunner* isolated, std::optional<std::string>& poisoned_by) {
+  if (isolated) return isolated->run_case(spec);
+  const Impl* impl = registry.find_impl(spec.op, spec.impl);
+  if (poisoned_by && impl && impl->backend() == "cuda") {
+    return failed_case_json(registry, spec, "not run: " + *poisoned_by + " (--isolate keeps a fault to its own case)", 0.0);
+  }
+  CheckedCase checked = run_case_checked(runner, registry, spec);
+  if (checked.context_fault) poisoned_by = "case " + spec.id() + " poisoned the CUDA context with " + *checked.context_fault;
+  return checked.result;
+}
 }  // namespace
 
+SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry) {
+  SweepPlan plan;
+  plan.contract = load_contract_or_embedded(options.contract_path, registry);
+  plan.spec = options.spec_path.empty() ? load_embedded_sweep_spec(registry, plan.contract)
+                                        : load_sweep_spec(options.spec_path, registry, plan.contract);
+  plan.spec = apply_overrides(plan.spec, options.overrides, registry, plan.contract);
+  plan.cases = expand_cases(plan.spec, registry, options.overrides);
+  if (plan.cases.empty()) throw BadInput("command line", "--impl/--backend", "filters that leave at least one case");
+  if (plan.cases.size() > options.max_cases && !options.confirmed) {
+    throw BadInput(plan.spec.source, "$.ops", "at most " + std::to_string(options.max_cases) + " cases without --yes (this sweep expands to " +
+                                                 std::to_string(plan.cases.size()) + "; narrow it with --op/--dtype/--batch or pass --yes)");
+  }
+  return plan;
+}
+
 int run_sweep(const SweepOptions& options, const Registry& registry) {
+  if (!options.devices.empty()) return run_sweep_on_devices(options, registry);
   auto start = std::chrono::steady_clock::now();
   configure_cuda_backend(options.cuda);
-  Contract contract = load_contract_or_embedded(options.contract_path, registry);
-  SweepSpec spec = options.spec_path.empty() ? load_embedded_sweep_spec(registry, contract)
-                                             : load_sweep_spec(options.spec_path, registry, contract);
-  spec = apply_overrides(spec, options.overrides, registry, contract);
-  std::vector<CaseSpec> cases = expand_cases(spec, registry, options.overrides);
-  if (cases.empty()) throw BadInput("command line", "--impl/--backend", "filters that leave at least one case");
-  if (cases.size() > options.max_cases && !options.confirmed) {
-    throw BadInput(spec.source, "$.ops", "at most " + std::to_string(options.max_cases) + " cases without --yes (this sweep expands to " +
-                                            std::to_string(cases.size()) + "; narrow it with --op/--dtype/--batch or pass --yes)");
-  }
+  SweepPlan plan = plan_sweep(options, registry);
+  const Contract& contract = plan.contract;
+  const SweepSpec& spec = plan.spec;
+  const std::vector<CaseSpec>& cases = plan.cases;
   interrupt_signal = 0;
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
@@ -76,7 +113,12 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
 
   const bool show_progress = options.progress && isatty(STDERR_FILENO);
   Runner runner(registry, contract);
-  std::vector<CaseResult> results;
+  std::unique_ptr<IsolatedRunner> isolated;
+  if (use_isolation(options, registry, cases)) {
+    isolated = std::make_unique<IsolatedRunner>(registry, WorkerSettings{options.worker_executable, options.contract_path, options.cuda});
+  }
+  std::optional<std::string> poisoned_by;
+  std::vector<nlohmann::json> results;
   results.reserve(cases.size());
   auto last_note = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -92,14 +134,21 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
       std::cerr << "[" << (i + 1) << "/" << cases.size() << "] "
                 << static_cast<int>(std::chrono::duration<double>(last_note - start).count()) << " s " << cases[i].id() << "\n";
     }
-    results.push_back(runner.run_case(cases[i]));
+    results.push_back(run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by));
   }
   if (show_progress) std::cerr << "\r\033[K";
+  nlohmann::json isolation = {{"mode", isolated ? "worker process" : "in process"}};
+  if (isolated) {
+    isolation["workers_started"] = isolated->workers_started();
+    isolation["faults"] = isolated->faults();
+    isolated.reset();  // the worker exits (writing derived pins back when asked)
+  }
 
   std::vector<std::string> op_order;
   for (const OpDef* op : registry.ops()) op_order.push_back(op->name);
   meta.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  nlohmann::json report = build_report(meta, environment_meta(), results, op_order);
+  nlohmann::json report = build_report_from_json(meta, environment_meta(), results, op_order);
+  report["meta"]["isolation"] = isolation;
   std::string path = (std::filesystem::path(options.out_dir) / options.report_name).string();
   write_file_atomically(path, report.dump(1) + "\n");
 

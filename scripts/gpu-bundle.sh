@@ -21,6 +21,7 @@ cp "$build/apps/bitcheck" "$bundle/bin/"
 for test_binary in "$build"/tests/bitcheck_*_tests; do
   [ -x "$test_binary" ] && cp "$test_binary" "$bundle/tests/"
 done
+# Probes, among them sanitizer_probe: the per-tool controls of scripts/gpu-sanitize.sh.
 for probe in "$build"/kernels/*_probe; do
   [ -x "$probe" ] && cp "$probe" "$bundle/bin/"
 done

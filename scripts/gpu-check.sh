@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from a bundle made by scripts/gpu-bundle.sh: the GPU tests, the GPU
 # sweep (sweeps/gpu.json, CUDA backend) and the benchmark, writing reports and logs to OUT_DIR.
-#   scripts/gpu-check.sh BUNDLE_DIR OUT_DIR [--ops a,b] [--dtype d] [--batch m,..] [--jobs N] [--skip-bench] [--skip-tests] [--skip-sweep]
+#   scripts/gpu-check.sh BUNDLE_DIR OUT_DIR [--ops a,b] [--dtype d] [--batch m,..] [--pass p] [--deadline S] [--jobs N] [--skip-bench] [--skip-tests] [--skip-sweep]
 # The GPU machine needs only the CUDA driver and cuBLASLt (no package registry there); from a
 # development machine, through the device tool:
 #   scripts/gpu-bundle.sh .gpu-bundle && run "scripts/gpu-check.sh .gpu-bundle \$OUT" (carry .gpu-bundle)
@@ -9,13 +9,15 @@ set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=${2:?output dir}
 shift 2
-ops=all bench=1 tests=1 sweep=1 jobs=4 dtypes=""
+ops=all bench=1 tests=1 sweep=1 jobs=4 dtypes="" deadline=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --ops) ops=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --dtype) dtypes="$dtypes --dtype $2"; shift 2 ;;
     --batch) dtypes="$dtypes --batch $2"; shift 2 ;;
+    --pass) dtypes="$dtypes --pass $2"; shift 2 ;;
+    --deadline) deadline=$2; shift 2 ;;
     --skip-bench) bench=0; shift ;;
     --skip-tests) tests=0; shift ;;
     --skip-sweep) sweep=0; shift ;;
@@ -42,7 +44,10 @@ if [ $sweep = 1 ]; then
   echo "== GPU sweep ($jobs shards)"
   start=$(date +%s)
   for ((i = 0; i < jobs; i++)); do
-    bin/bitcheck sweep --spec sweeps/gpu.json --backend cuda --op "$ops" $dtypes --out "$out" \
+    # --deadline S: each shard gets SIGTERM after S seconds and writes a partial report marked
+    # interrupted, so a run that would outlast its slot still returns what it checked.
+    limit=(); [ "$deadline" -gt 0 ] && limit=(timeout -s TERM "$deadline")
+    "${limit[@]}" bin/bitcheck sweep --spec sweeps/gpu.json --backend cuda --op "$ops" $dtypes --out "$out" \
       --report-name "shard$i.json" --shard "$i/$jobs" --pins contract/cublaslt-pins.json \
       > "$out/sweep-shard$i.log" 2>&1 &
   done

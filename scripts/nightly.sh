@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The nightly job: sweep (cost-balanced shards in parallel; spread over the GPUs present), merge,
-# render the status matrix (markdown, HTML, JUnit) and diff against the previous night's report.
+# The nightly job: sweep (`bitcheck sweep --devices`: cost-balanced shards in parallel, spread over
+# the GPUs present, merged into one report), render the status matrix (markdown, HTML, JUnit) and
+# diff against the previous night's report.
 #   scripts/nightly.sh BITCHECK_BINARY OUT_DIR [--spec FILE] [--backend B] [--jobs N]
 #                      [--previous REPORT] [-- extra sweep arguments]
-# Writes OUT_DIR/{report.json, matrix.md, matrix.html, junit.xml, diff.txt, diff.json, *.log}.
-# Exit code: the merged sweep's (0 pass, 1 findings, 3 error), or 1 when the diff shows a
+# --jobs N: shards in parallel (default 4); shard i runs on GPU i modulo the GPUs present, or on
+# the CPU backend only sets the parallelism.
+# Writes OUT_DIR/{report.json, matrix.md, matrix.html, junit.xml, diff.txt, diff.json, sweep.log}.
+# Exit code: the sweep's (0 pass, 1 findings, 3 error or interrupted), or 1 when the diff shows a
 # regression against the previous report.
 set -uo pipefail
 bitcheck=$(realpath "${1:?bitcheck binary}")
@@ -27,28 +30,20 @@ if command -v nvidia-smi >/dev/null 2>&1; then gpus=$(nvidia-smi -L 2>/dev/null 
 spec_args=()
 [ -n "$spec" ] && spec_args=(--spec "$spec")
 
-pids=()
+devices=()
 for ((i = 0; i < jobs; i++)); do
-  # Shard i runs on GPU i modulo the GPUs present (each process sees one device).
-  if [ "$gpus" -gt 0 ]; then device=$((i % gpus)); else device=""; fi
-  CUDA_VISIBLE_DEVICES=${device:-${CUDA_VISIBLE_DEVICES:-}} "$bitcheck" sweep "${spec_args[@]}" --op all \
-    --backend "$backend" --shard "$i/$jobs" --out "$out" --report-name "shard$i.json" "${extra[@]}" \
-    > "$out/shard$i.log" 2>&1 &
-  pids+=($!)
+  if [ "$gpus" -gt 0 ]; then devices+=($((i % gpus))); else devices+=("$i"); fi
 done
-for pid in "${pids[@]}"; do wait "$pid"; done
-shards=()
-for ((i = 0; i < jobs; i++)); do
-  [ -f "$out/shard$i.json" ] || { echo "nightly: shard $i wrote no report (see $out/shard$i.log)" >&2; exit 3; }
-  shards+=("$out/shard$i.json")
-done
-"$bitcheck" merge --out "$out/report.json" "${shards[@]}" > "$out/merge.log" 2>&1
+device_list=$(IFS=,; echo "${devices[*]}")
+rm -f "$out/report.json"
+"$bitcheck" sweep "${spec_args[@]}" --op all --backend "$backend" --devices "$device_list" --out "$out" \
+  "${extra[@]}" > "$out/sweep.log" 2>&1
 status=$?
-rm -f "${shards[@]}"
+[ -f "$out/report.json" ] || { cat "$out/sweep.log" >&2; echo "nightly: the sweep wrote no report" >&2; exit 3; }
 "$bitcheck" matrix "$out/report.json" --format md --out "$out/matrix.md"
 "$bitcheck" matrix "$out/report.json" --format html --out "$out/matrix.html"
 "$bitcheck" matrix "$out/report.json" --format junit --out "$out/junit.xml"
-cat "$out/merge.log"
+cat "$out/sweep.log"
 if [ -n "$previous" ]; then
   "$bitcheck" diff "$previous" "$out/report.json" --json "$out/diff.json" > "$out/diff.txt"
   diff_status=$?

@@ -5,17 +5,21 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "bitcheck/algos.h"
 #include "bitcheck/bench.h"
 #include "bitcheck/build_info.h"
 #include "bitcheck/contract.h"
 #include "bitcheck/error.h"
+#include "bitcheck/isolation.h"
 #include "bitcheck/json_input.h"
 #include "bitcheck/matrix_render.h"
 #include "bitcheck/report.h"
 #include "bitcheck/report_diff.h"
 #include "bitcheck/repro.h"
 #include "bitcheck/layout.h"
+#include "bitcheck/minimize.h"
 #include "bitcheck/op.h"
+#include "bitcheck/special_values.h"
 #include "bitcheck/sweep.h"
 
 namespace bitcheck::cli {
@@ -92,9 +96,28 @@ int run(int argc, char** argv) {
   sweep_cmd->add_flag("--no-progress", no_progress, "No progress line");
   std::string shard;
   sweep_cmd->add_option("--shard", shard, "Run shard i of n (i/n, 0-based): the cases whose index is i modulo n");
+  std::vector<std::string> skip_done;
+  sweep_cmd->add_option("--skip-done", skip_done,
+                        "Reports (e.g. interrupted ones) whose checked cases are not run again; merge them with this run's report afterwards")
+      ->check(CLI::ExistingFile);
   sweep_cmd->add_option("--report-name", sweep.report_name, "File name of the report in --out (default report.json)");
   sweep_cmd->add_flag("--yes", sweep.confirmed, "Run even when the spec expands to more than --max-cases cases");
   sweep_cmd->add_option("--max-cases", sweep.max_cases, "Case count above which --yes is required (default 20000)");
+  bool isolate = false, no_isolate = false;
+  auto* isolate_flag = sweep_cmd->add_flag(
+      "--isolate", isolate, "Run the cases in a worker process, so a crash or a sticky CUDA error costs only its own case (default when CUDA cases can run)");
+  sweep_cmd->add_flag("--no-isolate", no_isolate, "Run every case in this process")->excludes(isolate_flag);
+  sweep.worker_executable = "/proc/self/exe";  // this binary, even if its file was replaced meanwhile
+  bool special_values = false;
+  double special_values_rate = 0;
+  sweep_cmd->add_flag("--special-values", special_values,
+                      "Mix NaN, +-Inf, subnormals and -0 into float row inputs (1 element in 32)");
+  auto* special_rate_option = sweep_cmd->add_option(
+      "--special-values-rate", special_values_rate,
+      "Special values at this rate in [0, 0.5] (0 turns off what the spec enables)");
+  sweep_cmd->add_option("--devices", sweep.devices,
+                        "Run one shard per listed device in parallel (child processes with CUDA_VISIBLE_DEVICES set), merged into one report; on the CPU backend only the parallelism")
+      ->delimiter(',');
 
   std::string matrix_report, matrix_format = "md", matrix_output;
   auto* matrix_cmd = app.add_subcommand("matrix", "Render a report's status matrix as markdown, HTML or JUnit XML");
@@ -109,6 +132,16 @@ int run(int argc, char** argv) {
   repro_cmd->add_option("--case", repro.case_id, "Case id (the report's results[].id)")->required();
   repro_cmd->add_option("--dump", repro.dump_dir, "Write inputs, every layout's outputs and the reference as .npy + index.json");
   repro_cmd->add_option("--contract", repro.contract_path, "Contract JSON (default: embedded)");
+
+  MinimizeOptions minimize;
+  minimize.binary = argv[0];
+  for (int i = 0; i < argc; ++i) minimize.argv.emplace_back(argv[i]);
+  auto* minimize_cmd = app.add_subcommand("minimize", "Shrink a drifting case of a report (layers, rows, dims, layouts) while it still drifts; prints the replay command");
+  minimize_cmd->add_option("report", minimize.report_path, "Report JSON")->required()->check(CLI::ExistingFile);
+  minimize_cmd->add_option("--case", minimize.case_id, "Case id of a drift or nondeterministic result")->required();
+  minimize_cmd->add_option("--out", minimize.out_path, "One-case report of the smallest case found (default out/minimized.json)");
+  minimize_cmd->add_option("--max-trials", minimize.max_trials, "Most candidate cases to run (default 200)");
+  minimize_cmd->add_option("--contract", minimize.contract_path, "Contract JSON (default: embedded)");
 
   std::string diff_old, diff_new, diff_json;
   auto* diff_cmd = app.add_subcommand("diff", "Compare two reports: regressions, fixes, verdict and fingerprint changes (exit 1 on regression)");
@@ -139,6 +172,27 @@ int run(int argc, char** argv) {
   std::string bench_pins = "contract/cublaslt-pins.json";
   bench_cmd->add_option("--pins", bench_pins, "cuBLASLt pin table");
 
+  AlgosOptions algos;
+  for (int i = 0; i < argc; ++i) algos.argv.emplace_back(argv[i]);
+  auto* algos_cmd = app.add_subcommand(
+      "algos", "Search cuBLASLt configurations of one GEMM shape: bit-classes, fastest per M bucket, pin table");
+  algos_cmd->add_option("--n", algos.request.n, "N (output columns of the forward GEMM)")->required();
+  algos_cmd->add_option("--k", algos.request.k, "K (the summed dimension)")->required();
+  algos_cmd->add_option("--dtype", algos.request.dtype, "bf16 (default), fp16 or fp32");
+  algos_cmd->add_option("--form", algos.request.form, "forward (default, Y = X W^T) or input_grad (dX = dY W)");
+  algos_cmd->add_option("--rows", algos.request.rows, "M values to test (comma-separated; one in every bucket)")
+      ->delimiter(',');
+  algos_cmd->add_option("--seed", algos.request.seed, "Seed of the random X and W");
+  algos_cmd->add_option("--max-candidates", algos.request.max_candidates, "Most configurations to run (default 160)");
+  algos_cmd->add_option("--budget-seconds", algos.request.budget_seconds,
+                        "Stop starting new candidates after this long (default 40)");
+  algos_cmd->add_option("--repeats", algos.request.repeats, "Timed launches per full measurement (median)");
+  algos_cmd->add_option("--warmup", algos.request.warmup, "Warm-up launches before timing");
+  algos_cmd->add_option("--out", algos.out_dir, "Directory for algos-<dtype>-<form>-N<n>-K<k>.json and .md");
+  algos_cmd->add_option("--write-pins", algos.pin_file, "Merge the best table into this pin file");
+  bool algos_no_progress = false;
+  algos_cmd->add_flag("--no-progress", algos_no_progress, "No progress line");
+
   bool list_json = false;
   std::string list_contract;
   auto* list_cmd = app.add_subcommand("list", "List ops, impls, dtypes, backends and layouts");
@@ -153,6 +207,11 @@ int run(int argc, char** argv) {
     cmd->add_option("--contract", contract_path, "Contract JSON (default: embedded contract/contract.json)");
   }
 
+  // Hidden: the worker process of an isolated sweep (see lib/bitcheck/isolation.h).
+  int worker_fd = -1;
+  auto* worker_cmd = app.add_subcommand("__sweep-worker", "Run sweep cases sent over a socket")->group("");
+  worker_cmd->add_option("--fd", worker_fd, "Socket to the sweep process")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -163,7 +222,11 @@ int run(int argc, char** argv) {
   try {
     Registry registry;
     register_all(registry);
+    if (*worker_cmd) return run_sweep_worker(registry, worker_fd);
     if (*sweep_cmd) {
+      sweep.isolation = isolate ? SweepOptions::Isolation::on
+                        : no_isolate ? SweepOptions::Isolation::off
+                                     : SweepOptions::Isolation::automatic;
       for (const auto& seed : seeds) {
         try {
           std::size_t used = 0;
@@ -175,6 +238,8 @@ int run(int argc, char** argv) {
         }
       }
       if (repeats_option->count()) sweep.overrides.repeats = repeats;
+      if (special_values) sweep.overrides.special_values = default_special_value_rate;
+      if (special_rate_option->count()) sweep.overrides.special_values = special_values_rate;
       if (!shard.empty()) {
         auto slash = shard.find('/');
         try {
@@ -183,6 +248,18 @@ int run(int argc, char** argv) {
           sweep.overrides.shard_count = std::stoi(shard.substr(slash + 1));
         } catch (const std::exception&) {
           throw BadInput("command line", "--shard", "i/n, e.g. 0/4, got \"" + shard + "\"");
+        }
+      }
+      for (const auto& path : skip_done) {
+        nlohmann::json done = load_json_file(path);
+        JsonCursor root(done, path);
+        JsonCursor results = root.at("results");
+        results.expect_array(true);
+        for (const auto& c : results.node()) {
+          // A case that ended in error (a fault, an interrupted device) is tried again.
+          if (c.is_object() && c.value("verdict", "") != "error" && c.contains("id") && c["id"].is_string()) {
+            sweep.overrides.skip_ids.insert(c["id"].get<std::string>());
+          }
         }
       }
       sweep.progress = !no_progress;
@@ -203,6 +280,7 @@ int run(int argc, char** argv) {
       return exit_pass;
     }
     if (*repro_cmd) return run_repro(repro, registry);
+    if (*minimize_cmd) return run_minimize(minimize, registry);
     if (*diff_cmd) {
       nlohmann::json reports[2];
       const std::string paths[2] = {diff_old, diff_new};
@@ -240,6 +318,10 @@ int run(int argc, char** argv) {
       std::cout << render_terminal_summary(merged) << "merged " << merge_inputs.size() << " reports ("
                 << merged["results"].size() << " cases) into " << merge_output << "\n";
       return merged["summary"]["exit_code"].get<int>();
+    }
+    if (*algos_cmd) {
+      algos.request.progress = !algos_no_progress;
+      return run_algos(algos);
     }
     if (*bench_cmd) {
       configure_cuda_backend({bench_pins, false});

@@ -1,8 +1,10 @@
 // elementwise/* kernels: one vectorized kernel for the elementwise family, beside its launcher.
 //
 // Each thread owns groups of 8 consecutive elements of the flattened buffers (16-byte loads of
-// bf16/fp16, two 16-byte loads of fp32), counted from the buffer start; the last count % 8 elements
-// form the scalar tail, done by the last block. Which logical element falls in the tail therefore
+// bf16/fp16, two 16-byte loads of fp32), counted from the buffer start; the elements past the
+// vector body (elementwise::body_end: the last count % 8 for the fixed-order impl, the partial last
+// 2048-element tile for a control) form the scalar tail, done by the last block. Which logical
+// element falls in the tail therefore
 // depends on the batch (slot and row count). The fixed-order impl makes that harmless: body and tail
 // call the same formula (lib/ops/elementwise_math.h) with the same Variant::exact, whose every
 // operation is an explicitly rounded fp32 operation (__fmul_rn & co., no FMA contraction, no fast
@@ -12,8 +14,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "../cuda_check.cuh"
+#include "../vector_io.cuh"
 #include "../../lib/ops/elementwise_math.h"
 #include "elementwise_kernels.h"
 
@@ -23,7 +27,7 @@ namespace {
 using elementwise::Op;
 using elementwise::Variant;
 constexpr int kThreads = 256;
-constexpr int kGroup = 8;
+constexpr int kGroup = vector_group;
 
 __device__ __forceinline__ float load_one(const void* base, DeviceDType dtype, int64_t index) {
   switch (dtype) {
@@ -45,52 +49,6 @@ __device__ __forceinline__ void store_one(void* base, DeviceDType dtype, int64_t
   }
 }
 
-// 8 elements starting at group * 8: one 16-byte load for 16-bit dtypes, two for fp32.
-__device__ __forceinline__ void load_group(const void* base, DeviceDType dtype, int64_t group, float* values) {
-  if (dtype == DeviceDType::fp32) {
-    const float4* p = static_cast<const float4*>(base) + group * 2;
-    float4 a = p[0], b = p[1];
-    values[0] = a.x, values[1] = a.y, values[2] = a.z, values[3] = a.w;
-    values[4] = b.x, values[5] = b.y, values[6] = b.z, values[7] = b.w;
-    return;
-  }
-  uint4 raw = static_cast<const uint4*>(base)[group];
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (dtype == DeviceDType::bf16) {
-      values[2 * i] = __uint_as_float(words[i] << 16);
-      values[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-    } else {
-      __half2 pair = *reinterpret_cast<const __half2*>(&words[i]);
-      float2 f = __half22float2(pair);
-      values[2 * i] = f.x;
-      values[2 * i + 1] = f.y;
-    }
-  }
-}
-
-__device__ __forceinline__ void store_group(void* base, DeviceDType dtype, int64_t group, const float* values) {
-  if (dtype == DeviceDType::fp32) {
-    float4* p = static_cast<float4*>(base) + group * 2;
-    p[0] = make_float4(values[0], values[1], values[2], values[3]);
-    p[1] = make_float4(values[4], values[5], values[6], values[7]);
-    return;
-  }
-  uint32_t words[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (dtype == DeviceDType::bf16) {
-      __nv_bfloat162 pair = __floats2bfloat162_rn(values[2 * i], values[2 * i + 1]);
-      words[i] = *reinterpret_cast<uint32_t*>(&pair);
-    } else {
-      __half2 pair = __floats2half2_rn(values[2 * i], values[2 * i + 1]);
-      words[i] = *reinterpret_cast<uint32_t*>(&pair);
-    }
-  }
-  static_cast<uint4*>(base)[group] = make_uint4(words[0], words[1], words[2], words[3]);
-}
-
 template <Op kOp, bool kBackward>
 __device__ __forceinline__ void apply(Variant variant, const float* in, float parameter, float* out) {
   if (kBackward) {
@@ -102,13 +60,15 @@ __device__ __forceinline__ void apply(Variant variant, const float* in, float pa
 
 template <Op kOp, bool kBackward>
 __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseLaunch a) {
-  const int64_t groups = a.count / kGroup;
+  const Variant tail = static_cast<Variant>(a.tail_variant);
+  const int64_t body = elementwise::body_end(tail, a.count);
+  const int64_t groups = body / kGroup;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
        g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float in[3][kGroup], out[2][kGroup];
 #pragma unroll
     for (int k = 0; k < 3; ++k) {
-      if (k < a.inputs) load_group(a.in[k], a.in_dtype[k], g, in[k]);
+      if (k < a.inputs) load_group8(a.in[k], a.in_dtype[k], g, in[k]);
     }
     int64_t column = a.parameter ? (g * kGroup) % a.width : 0;
 #pragma unroll
@@ -126,13 +86,12 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseLaunch
     }
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      if (k < a.outputs) store_group(a.out[k], a.out_dtype[k], g, out[k]);
+      if (k < a.outputs) store_group8(a.out[k], a.out_dtype[k], g, out[k]);
     }
   }
   if (blockIdx.x != gridDim.x - 1) return;
-  // Scalar tail: the last count % 8 elements.
-  const Variant tail = static_cast<Variant>(a.tail_variant);
-  for (int64_t e = groups * kGroup + threadIdx.x; e < a.count; e += blockDim.x) {
+  // Scalar tail: the elements past the vector body.
+  for (int64_t e = body + threadIdx.x; e < a.count; e += blockDim.x) {
     float element_in[3] = {0.f, 0.f, 0.f}, element_out[2] = {0.f, 0.f};
     for (int k = 0; k < a.inputs; ++k) element_in[k] = load_one(a.in[k], a.in_dtype[k], e);
     const float parameter = a.parameter ? a.parameter[e % a.width] : 0.f;
@@ -156,6 +115,11 @@ void launch_op(const ElementwiseLaunch& a, int blocks, cudaStream_t stream) {
 
 void elementwise_launch(const ElementwiseLaunch& a, CUstream_st* stream) {
   if (a.count <= 0) return;
+  for (int k = 0; k < 3; ++k) {
+    if (!aligned_16(a.in[k]) || (k < 2 && !aligned_16(a.out[k]))) {
+      throw std::invalid_argument("elementwise_launch: row buffers must be 16-byte aligned (vector body)");
+    }
+  }
   // Enough blocks to cover every group once at small sizes; a grid-stride loop beyond that. The
   // grid shape changes which thread handles a group, never an element's arithmetic.
   const int64_t groups = a.count / kGroup;

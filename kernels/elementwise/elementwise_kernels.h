@@ -11,7 +11,8 @@ namespace bitcheck::cuda {
 
 // Every row tensor of the op is a flattened buffer of `count` elements (slots x width), each in
 // its own dtype. The formula of each element is the one of lib/ops/elementwise_math.h for `op`
-// (elementwise::Op) and pass; the body uses Variant::exact, the scalar tail `tail_variant`.
+// (elementwise::Op) and pass; the body uses Variant::exact, the scalar tail `tail_variant`, and
+// the body ends at elementwise::body_end(tail_variant, count) (a control's tail is longer).
 struct ElementwiseLaunch {
   int op = 0;
   bool backward = false;
@@ -27,7 +28,7 @@ struct ElementwiseLaunch {
   int64_t width = 1;
 };
 
-// Requires 32-byte aligned buffers (cudaMalloc gives 256).
+// Requires 16-byte aligned buffers (cudaMalloc gives 256); throws std::invalid_argument otherwise.
 void elementwise_launch(const ElementwiseLaunch& launch, CUstream_st* stream);
 
 }  // namespace bitcheck::cuda

@@ -10,6 +10,10 @@
 #include <tuple>
 #include <vector>
 
+#include <cmath>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "../cuda_check.cuh"
 #include "cublaslt_gemm.h"
 
@@ -574,10 +578,118 @@ bool valid_for_rows(const LtConfig& config, ProblemKey key, const std::vector<in
   return max_workspace <= kHeuristicWorkspaceBytes;
 }
 
+// ---- accuracy gate for derived configurations ------------------------------------------------
+// cuBLASLt accepting a configuration (cublasLtMatmulAlgoCheck) says it runs, not that its result
+// is right, and a heuristic candidate with split-K forced to 1 is a configuration the library
+// never proposed for the shape. A derived configuration must therefore agree with the library
+// default on random data before it is pinned.
+
+__global__ void fill_uniform_kernel(void* data, int64_t count, GemmDType dtype, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float value = static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    if (dtype == GemmDType::bf16) {
+      static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16(value);
+    } else if (dtype == GemmDType::fp16) {
+      static_cast<__half*>(data)[i] = __float2half(value);
+    } else {
+      static_cast<float*>(data)[i] = value;
+    }
+  }
+}
+
+std::size_t element_bytes(GemmDType dtype) { return dtype == GemmDType::fp32 ? 4 : 2; }
+
+std::vector<float> to_host_floats(const void* device, int64_t count, GemmDType dtype) {
+  std::vector<float> values(static_cast<std::size_t>(count));
+  if (dtype == GemmDType::fp32) {
+    BITCHECK_CUDA_CALL(cudaMemcpy(values.data(), device, values.size() * 4, cudaMemcpyDeviceToHost));
+    return values;
+  }
+  std::vector<uint16_t> raw(static_cast<std::size_t>(count));
+  BITCHECK_CUDA_CALL(cudaMemcpy(raw.data(), device, raw.size() * 2, cudaMemcpyDeviceToHost));
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (dtype == GemmDType::bf16) {
+      uint32_t bits = static_cast<uint32_t>(raw[i]) << 16;
+      std::memcpy(&values[i], &bits, 4);
+    } else {
+      values[i] = __half2float(__ushort_as_half(raw[i]));
+    }
+  }
+  return values;
+}
+
+struct DeviceScratch {
+  void* pointer = nullptr;
+  explicit DeviceScratch(std::size_t bytes) { BITCHECK_CUDA_CALL(cudaMalloc(&pointer, std::max<std::size_t>(bytes, 16))); }
+  ~DeviceScratch() { cudaFree(pointer); }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+};
+
+// Runs `candidate` and `reference` on the same random operands at M = rows and returns the RMS of
+// their difference over the RMS of the reference. Rounding and a different K order give about
+// 2^-8 (bf16 output) or less; a kernel that drops or repeats part of the K sum gives O(1).
+double relative_rms_difference(const LtConfig& candidate, const LtConfig& reference, ProblemKey key,
+                               int64_t rows) {
+  const int64_t M = rows, N = key.N, K = key.K;
+  // Operand and output extents per form (see the header): A is the row operand, B the weight.
+  int64_t a_count = 0, b_count = 0, out_count = 0;
+  GemmDType out_dtype = key.dtype;
+  switch (key.form) {
+    case LtGemmForm::forward: a_count = M * K; b_count = N * K; out_count = M * N; break;
+    case LtGemmForm::input_grad: a_count = M * N; b_count = N * K; out_count = M * K; break;
+    case LtGemmForm::weight_grad: a_count = M * N; b_count = M * K; out_count = N * K; out_dtype = GemmDType::fp32; break;
+  }
+  const std::size_t workspace_bytes = std::max<std::size_t>(
+      std::max<uint64_t>(candidate.workspace_bytes, reference.workspace_bytes), 1);
+  DeviceScratch a(a_count * element_bytes(key.dtype)), b(b_count * element_bytes(key.dtype));
+  DeviceScratch out_candidate(out_count * element_bytes(out_dtype)), out_reference(out_count * element_bytes(out_dtype));
+  DeviceScratch workspace(workspace_bytes);
+  fill_uniform_kernel<<<264, 256>>>(a.pointer, a_count, key.dtype, 0x5EED0001ull);
+  fill_uniform_kernel<<<264, 256>>>(b.pointer, b_count, key.dtype, 0x5EED0002ull);
+  BITCHECK_CUDA_CALL(cudaGetLastError());
+  auto run = [&](const LtConfig& config, void* out) {
+    switch (key.form) {
+      case LtGemmForm::forward:
+        lt_gemm(config, key.dtype, a.pointer, b.pointer, out, M, N, K, workspace.pointer, workspace_bytes, nullptr);
+        break;
+      case LtGemmForm::input_grad:
+        lt_gemm_nn(config, key.dtype, a.pointer, b.pointer, out, M, N, K, workspace.pointer, workspace_bytes, nullptr);
+        break;
+      case LtGemmForm::weight_grad:
+        lt_gemm_dw_chunk(config, key.dtype, a.pointer, b.pointer, static_cast<float*>(out), M, N, K, false,
+                         workspace.pointer, workspace_bytes, nullptr);
+        break;
+    }
+  };
+  run(candidate, out_candidate.pointer);
+  run(reference, out_reference.pointer);
+  BITCHECK_CUDA_CALL(cudaDeviceSynchronize());
+  const std::vector<float> got = to_host_floats(out_candidate.pointer, out_count, out_dtype);
+  const std::vector<float> want = to_host_floats(out_reference.pointer, out_count, out_dtype);
+  double difference = 0, magnitude = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    difference += d * d;
+    magnitude += static_cast<double>(want[i]) * want[i];
+  }
+  if (!std::isfinite(difference)) return INFINITY;
+  return magnitude > 0 ? std::sqrt(difference / magnitude) : (difference > 0 ? INFINITY : 0.0);
+}
+
+// Far above rounding (bf16 output: ~2^-9 RMS) and far below a broken K sum.
+constexpr double kDerivedConfigMaxRelativeRms = 1.0 / 32;
+
 // Takes the heuristic's candidates at `tune_rows` in its order of estimated speed: first the
 // ones that are already split-K 1, then the others with split-K forced to 1; returns the first
-// that cuBLASLt accepts at every row count in `check_rows`. Only N, K and the fixed lists decide
-// the result, never the M of a later call.
+// that cuBLASLt accepts at every row count in `check_rows` and whose result agrees with the
+// heuristic's own top configuration on random data. Only N, K and the fixed lists decide the
+// result, never the M of a later call.
 LtConfig derive_pinned(ProblemKey key, int64_t tune_rows, const std::vector<int64_t>& check_rows) {
   key.M = tune_rows;
   const auto results = heuristic_results(key, kPinnedCandidateCount);
@@ -589,13 +701,20 @@ LtConfig derive_pinned(ProblemKey key, int64_t tune_rows, const std::vector<int6
         candidates.push_back(without_split_k(config));
     }
   }
+  if (results.empty()) throw_no_config("the heuristic returned no algorithm", key);
+  // The gate runs at a small M (where a wrong kernel shows as clearly as at a large one) so the
+  // operands stay small; weight_grad chunks are always exactly tune_rows tokens.
+  ProblemKey gate_key = key;
+  gate_key.M = key.form == LtGemmForm::weight_grad ? tune_rows : std::min<int64_t>(tune_rows, 64);
+  const LtConfig trusted = heuristic_config(gate_key);  // the library default at the gate's M
   for (LtConfig& candidate : candidates) {
     std::size_t workspace = 0;
     if (!valid_for_rows(candidate, key, check_rows, workspace)) continue;
     candidate.workspace_bytes = workspace;
+    if (relative_rms_difference(candidate, trusted, gate_key, gate_key.M) > kDerivedConfigMaxRelativeRms) continue;
     return candidate;
   }
-  throw_no_config("no split-K-1 configuration is valid at every checked M", key);
+  throw_no_config("no split-K-1 configuration is valid at every checked M and agrees with the heuristic", key);
 }
 
 }  // namespace

@@ -84,7 +84,7 @@ class CudaMatmul : public Impl {
       case Kind::fixed_order:
         return "our GEMM: wgmma m64n256k16 over K blocks of 64 in order (portable fp32 FMA chain for fp32), no split-K; dW one FMA per token in token order";
       case Kind::cublaslt_pinned:
-        return "cuBLASLt with one split-K-1 configuration per (arch, cuBLASLt, dtype, N, K) from the pin table; dW in fixed 256-token chunks summed in order";
+        return "cuBLASLt with the pin table's configuration per (arch, cuBLASLt, dtype, N, K): one split-K-1 configuration, or one per M bucket all of one bit-class (bitcheck algos); dW in fixed 256-token chunks summed in order";
       case Kind::cublaslt_heuristic:
         return "control: the library default, heuristic configuration per shape (split-K chosen per M), dW over the invocation's tokens at once";
     }
@@ -140,8 +140,10 @@ class CudaMatmul : public Impl {
     return workspace_;
   }
 
+  // The pinned configuration for a GEMM of `rows` rows (weight_grad: the chunk's tokens). A bucketed
+  // pin picks the bucket by M: invariant because every configuration of its table is one bit-class.
   LtConfig pinned(const char* form, GemmDType dtype, DType host_dtype, std::int64_t n, std::int64_t k,
-                  std::int64_t chunk, Batch* batch) {
+                  std::int64_t chunk, Batch* batch, std::int64_t rows = 0) {
     cuda::DeviceInfo device = cuda::query_device();
     cuda::PinKey key{device.arch(), device.cublaslt_version, to_string(host_dtype), form, n, k, chunk};
     cuda::PinEntry entry = cuda::PinTable::instance().lookup(key, [&] {
@@ -150,8 +152,25 @@ class CudaMatmul : public Impl {
       if (f == "input_grad") return cuda::lt_derive_pinned_config_nn(dtype, n, k);
       return cuda::lt_derive_pinned_config_dw(dtype, n, k, chunk);
     });
-    if (batch) record(*batch, form, entry.config, entry.source);
-    return entry.config;
+    const LtConfig& config = entry.config_for_rows(rows > 0 ? rows : chunk);
+    if (batch) {
+      record(*batch, form, config, entry.source);
+      if (!entry.buckets.empty()) record_buckets(*batch, form, entry, rows);
+    }
+    return config;
+  }
+
+  // The whole table goes into the record (the runner keeps one invocation's record per case).
+  static void record_buckets(Batch& batch, const std::string& form, const cuda::PinEntry& entry, std::int64_t rows) {
+    nlohmann::json& j = batch.impl_config["cublaslt"][form];
+    const cuda::PinBucket* used = entry.bucket_for_rows(rows);
+    j["bucket"] = {{"min_rows", used->min_rows}, {"max_rows", used->max_rows}, {"rows", rows}};
+    j["bit_class"] = entry.bit_class;
+    j["buckets"] = nlohmann::json::array();
+    for (const auto& bucket : entry.buckets) {
+      j["buckets"].push_back({{"min_rows", bucket.min_rows}, {"max_rows", bucket.max_rows},
+                              {"describe", bucket.config.describe()}});
+    }
   }
 
   static void record(Batch& batch, const std::string& form, const LtConfig& config, const std::string& source) {
@@ -169,7 +188,7 @@ class CudaMatmul : public Impl {
         batch.impl_config = {{"path", cuda::fixed_order_gemm_path(dtype)}};
         return;
       case Kind::cublaslt_pinned: {
-        LtConfig config = pinned("forward", dtype, batch.spec->dtype, n, k, 0, &batch);
+        LtConfig config = pinned("forward", dtype, batch.spec->dtype, n, k, 0, &batch, m);
         cuda::lt_gemm(config, dtype, x, w, y, m, n, k, workspace().get(), lt_workspace_bytes, nullptr);
         return;
       }
@@ -192,18 +211,37 @@ class CudaMatmul : public Impl {
     }
     const DeviceBuffer& w = device_parameter(batch, "w", false);
     LtConfig config = kind_ == Kind::cublaslt_pinned
-                          ? pinned("input_grad", dtype, batch.spec->dtype, n, k, 0, &batch)
+                          ? pinned("input_grad", dtype, batch.spec->dtype, n, k, 0, &batch, m)
                           : cuda::lt_heuristic_config_nn(dtype, m, n, k);
     if (kind_ == Kind::cublaslt_heuristic) record(batch, "input_grad", config, "heuristic at M=" + std::to_string(m));
     cuda::lt_gemm_nn(config, dtype, dy, w.get(), dx, m, n, k, workspace().get(), lt_workspace_bytes, nullptr);
   }
 
+  // The dW accumulator stays on the device for the whole layout (every micro-batch adds into
+  // it) and comes back once, after the last invocation.
+  struct WeightGradState {
+    DeviceBuffer dw;
+  };
+
   void weight_grad(GemmDType dtype, Batch& batch, std::int64_t n, std::int64_t k) {
+    if (!batch.reductions_wanted) return;  // no check reads this layout's dW
+    Tensor& dw = batch.out("dw");
+    auto state = std::static_pointer_cast<WeightGradState>(batch.layout_state);
+    if (!state) {
+      state = std::make_shared<WeightGradState>();
+      state->dw = upload(dw);  // the runner's initial accumulator (zeros)
+      batch.layout_state = state;
+    }
+    const bool last = batch.invocation_index + 1 >= batch.invocation_count;
+    accumulate_weight_grad(dtype, batch, state->dw, n, k);
+    if (last) download(state->dw, dw);
+  }
+
+  void accumulate_weight_grad(GemmDType dtype, Batch& batch, DeviceBuffer& dw_device, std::int64_t n,
+                              std::int64_t k) {
     Tensor dy = compact_real_rows(batch.in("dy"), batch);
     Tensor x = compact_real_rows(batch.in("x"), batch);
-    Tensor& dw = batch.out("dw");
     const std::int64_t tokens = dy.rows();
-    DeviceBuffer dw_device = upload(dw);  // the accumulator carried across micro-batches
     if (tokens > 0 && kind_ == Kind::fixed_order) {
       DeviceBuffer dy_device = upload(dy), x_device = upload(x);
       cuda::fixed_order_gemm_dw_accumulate(dtype, dy_device.get(), x_device.get(), dw_device.as<float>(),
@@ -233,7 +271,6 @@ class CudaMatmul : public Impl {
                                lt_dw_chunk_tokens, n, k, true, workspace().get(), lt_workspace_bytes, nullptr);
       }
     }
-    download(dw_device, dw);
   }
 
   Kind kind_;
@@ -261,7 +298,7 @@ std::optional<BenchMeasurement> CudaMatmul::benchmark(const CaseSpec& spec, cons
   }
   BenchMeasurement measurement;
   LtConfig config;
-  if (kind_ == Kind::cublaslt_pinned) config = pinned("forward", dtype, spec.dtype, n, k, 0, nullptr);
+  if (kind_ == Kind::cublaslt_pinned) config = pinned("forward", dtype, spec.dtype, n, k, 0, nullptr, m);
   if (kind_ == Kind::cublaslt_heuristic) config = cuda::lt_heuristic_config(dtype, m, n, k);
   auto launch = [&](std::size_t i) {
     if (kind_ == Kind::fixed_order) {

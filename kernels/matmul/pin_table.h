@@ -1,6 +1,8 @@
 // The cuBLASLt pin table (contract/cublaslt-pins.json): pinned configurations keyed by GPU
 // architecture, cuBLASLt version, dtype, GEMM form and (N, K). A missing pin is derived once per
-// key (never per call, never per M) and can be written back.
+// key (never per call, never per M) and can be written back. A pin is one configuration for every
+// M, or (written by `bitcheck algos`) a table of M buckets with one configuration each, all of one
+// bit-class: configurations measured to give the same bits on every row at every tested M.
 #pragma once
 #include <cstdint>
 #include <mutex>
@@ -25,11 +27,33 @@ struct PinKey {
   nlohmann::json to_json() const;
 };
 
+// One M bucket of a bucketed pin: rows min_rows..max_rows (max_rows 0: unbounded).
+struct PinBucket {
+  std::int64_t min_rows = 1;
+  std::int64_t max_rows = 0;
+  LtConfig config;
+  bool contains(std::int64_t rows) const { return rows >= min_rows && (max_rows == 0 || rows <= max_rows); }
+};
+
 struct PinEntry {
   PinKey key;
-  LtConfig config;
-  std::string source;  // "pin file" or "derived"
+  LtConfig config;                 // the configuration of an unbucketed pin
+  std::vector<PinBucket> buckets;  // non-empty: a bucketed pin (then `config` is unused)
+  nlohmann::json bit_class;        // bucketed: the class that makes the buckets interchangeable
+  nlohmann::json measured;         // as in the file; kept on write-back
+  std::string source;              // "pin file ..." or "derived"
+  // The configuration for a GEMM of `rows` rows. Throws std::invalid_argument for a bucketed pin
+  // when rows < 1.
+  const LtConfig& config_for_rows(std::int64_t rows) const;
+  const PinBucket* bucket_for_rows(std::int64_t rows) const;  // nullptr when unbucketed
+  nlohmann::json to_json() const;  // the pin-file form of the entry
 };
+
+// Entries of a pin document (schema 1), validated: BadInput naming `file` and the JSON path.
+std::vector<PinEntry> parse_pin_document(const nlohmann::json& document, const std::string& file);
+// Replaces the entry with the same key as `entry` (pin-file form) in the file at `path`, or appends
+// it; every other entry stays as written. Validates the file before and after; atomic write.
+void merge_pin_entry(const std::string& path, const nlohmann::json& entry);
 
 class PinTable {
  public:

@@ -1,7 +1,10 @@
-// CUDA impls of rmsnorm and add_rmsnorm: `fixed-order` (256 threads per row whatever the batch;
-// dweight accumulated over tokens in token order, no atomics) and the control
-// `block-size-by-tokens` (1024 threads per row below 256 tokens, 256 from there: the block-shape
-// switch reported against vLLM's fused-add RMSNorm, which reorders each row's sum of squares).
+// CUDA impls of rmsnorm and add_rmsnorm: `fixed-order` (one block of 256 threads per row whatever
+// the batch; dweight accumulated over tokens in token order, no atomics) and the control
+// `block-size-by-tokens` (below 256 tokens each row is split across 4 blocks whose partial sums go
+// through a workspace in the io dtype; one block per row from 256 tokens on: the launch-shape switch
+// reported against vLLM's fused-add RMSNorm). Reordering the fp32 sum alone moves the inverse RMS by
+// an ulp, which almost never survives rounding the output to bf16; partials that pass through a
+// bf16/fp16 workspace move it by up to 2^-9, and the output bits with it, in every dtype.
 #include <memory>
 
 #include "bitcheck/op.h"
@@ -17,7 +20,7 @@ using cuda::DeviceBuffer;
 namespace support = cuda_support;
 
 constexpr std::int64_t control_switch_tokens = 256;
-constexpr int control_small_batch_threads = 1024;
+constexpr int control_small_batch_splits = 4;
 
 class CudaRmsnorm : public Impl {
  public:
@@ -27,8 +30,8 @@ class CudaRmsnorm : public Impl {
   std::string backend() const override { return "cuda"; }
   bool claims_invariance() const override { return !control_; }
   std::string description() const override {
-    return control_ ? "control: 1024 threads per row below 256 tokens, 256 from 256 tokens on (block size chosen from the token count, as in vLLM's fused-add RMSNorm): the row's sum-of-squares order changes with the batch"
-                    : "one block of 256 threads per row whatever the batch, fixed per-thread order and fixed reduction tree; dweight: per-column sequential sum over tokens in token order into the carried fp32 accumulator (no atomics)";
+    return control_ ? "control: below 256 tokens each row is split across 4 blocks whose partial sums of squares pass through a workspace in the io dtype, one block per row from 256 tokens on (launch shape chosen from the token count, as in vLLM's fused-add RMSNorm): the row's sum changes with the batch"
+                    : "one block of 256 threads per row whatever the batch (16-byte loads, row kept in registers), fixed per-thread order and fixed reduction tree; dweight: per-column sequential sum over tokens in token order into the carried fp32 accumulator (no atomics)";
   }
   bool supports(Pass) const override { return true; }
 
@@ -45,6 +48,8 @@ class CudaRmsnorm : public Impl {
       launch.residual = residual.get();
     }
     launch.weight = parameters_.get(batch, "weight").get();
+    DeviceBuffer partials = partials_workspace(launch);
+    launch.partials = partials.get();
     auto output = [&](const char* name) { return DeviceBuffer(std::max<std::size_t>(batch.out(name).bytes(), 16)); };
     if (batch.spec->pass == Pass::forward) {
       DeviceBuffer y = output("y"), h;
@@ -93,6 +98,7 @@ class CudaRmsnorm : public Impl {
     DeviceBuffer weight = support::pattern_buffer(static_cast<std::size_t>(width) * dtype_size(spec.dtype));
     DeviceBuffer accumulator = support::pattern_buffer(static_cast<std::size_t>(width) * sizeof(float));
     DeviceBuffer inverse_rms(static_cast<std::size_t>(rows) * sizeof(float));
+    DeviceBuffer partials = partials_workspace(base_launch(spec, rows));
     std::vector<DeviceBuffer> buffers;
     std::vector<cuda::RmsnormLaunch> launches;
     auto make = [&](bool input) -> void* {
@@ -103,6 +109,7 @@ class CudaRmsnorm : public Impl {
       cuda::RmsnormLaunch launch = base_launch(spec, rows);
       launch.tokens = tokens.as<std::int32_t>();
       launch.weight = weight.get();
+      launch.partials = partials.get();
       launch.x = make(true);
       if (fused_add_) launch.residual = make(true);
       if (!backward) {
@@ -128,7 +135,9 @@ class CudaRmsnorm : public Impl {
     });
     measurement.bytes_moved = static_cast<double>(set_bytes) + static_cast<double>(width) * static_cast<double>(dtype_size(spec.dtype)) +
                               (backward ? 2.0 * static_cast<double>(width) * sizeof(float) : 0.0);
-    measurement.config = {{"block_threads", launches.front().block_threads}, {"rotated_sets", sets}};
+    measurement.config = {{"block_threads", launches.front().block_threads},
+                          {"row_splits", launches.front().row_splits},
+                          {"rotated_sets", sets}};
     return measurement;
   }
 
@@ -139,8 +148,17 @@ class CudaRmsnorm : public Impl {
     launch.width = spec.dim("H");
     launch.token_count = token_count;
     launch.block_threads = cuda::rmsnorm_fixed_block_threads;
-    if (control_ && token_count < control_switch_tokens) launch.block_threads = control_small_batch_threads;
+    if (control_ && token_count < control_switch_tokens) launch.row_splits = control_small_batch_splits;
     return launch;
+  }
+
+  // The split-row workspace: two partial sums per (token, slice) in the io dtype; empty when rows
+  // are not split.
+  static DeviceBuffer partials_workspace(const cuda::RmsnormLaunch& launch) {
+    if (launch.row_splits <= 1) return DeviceBuffer();
+    const std::size_t elements = static_cast<std::size_t>(std::max<std::int64_t>(launch.token_count, 1)) *
+                                 static_cast<std::size_t>(launch.row_splits) * 2;
+    return DeviceBuffer(std::max<std::size_t>(elements * (launch.dtype == cuda::DeviceDType::fp32 ? 4 : 2), 16));
   }
 
   bool fused_add_;

@@ -7,6 +7,12 @@
 //   else single elements) in index order; the block then combines per-thread sums with a fixed
 //   xor-shuffle tree per warp and warp 0 adds the warp sums in warp order. The order depends on
 //   (width, block_threads) only. Pad slots get no block.
+// - The vector kernels (width % 8 == 0, 16-byte aligned rows, width <= 16384 forward, <= 8192
+//   backward) follow exactly that order with 16-byte group loads and keep the thread's groups in
+//   registers between the sum and the scaling: one pass over the row in memory, same bits as the
+//   scalar kernels, which remain for other widths.
+// - A control's split rows (row_splits > 1) reduce each column slice in its own block and add the
+//   slices' partials (rounded through the io-dtype workspace) in slice order.
 // - Columns (dweight, dscale): thread c keeps accumulator[c] in a register and adds one token's
 //   contribution at a time in token-list order (contributions are computed by 32 token-warps in
 //   parallel and staged in shared memory, but added strictly in order). No atomics, no tree: the
@@ -15,7 +21,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <stdexcept>
+
 #include "../cuda_check.cuh"
+#include "../vector_io.cuh"
 #include "rmsnorm_kernels.h"
 
 namespace bitcheck::cuda {
@@ -101,9 +110,46 @@ __device__ __forceinline__ float inverse_rms_of(float sum_of_squares, int64_t wi
   return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum_of_squares, static_cast<float>(width)), kEps)));
 }
 
+// Split rows (control): block (split, token) reduces columns [split * slice, (split + 1) * slice)
+// and writes its two partial sums into the io-dtype workspace (rounded to bf16/fp16 there).
+__global__ void rmsnorm_partials_kernel(RmsnormLaunch a, bool with_gradient) {
+  const int64_t row = static_cast<int64_t>(a.tokens[blockIdx.y]) * a.width;
+  const int64_t slice = (a.width + a.row_splits - 1) / a.row_splits;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * slice;
+  const int64_t last = min(a.width, first + slice);
+  float2 sum = make_float2(0.f, 0.f);
+  for (int64_t c = first + threadIdx.x; c < last; c += blockDim.x) {
+    const float v = row_value(a, row + c);
+    sum.x = __fadd_rn(sum.x, __fmul_rn(v, v));
+    if (with_gradient) {
+      const float gradient = __fmul_rn(load(a.dy, a.dtype, row + c), load(a.weight, a.dtype, c));
+      sum.y = __fadd_rn(sum.y, __fmul_rn(gradient, v));
+    }
+  }
+  sum = block_sum2(sum);
+  if (threadIdx.x == 0) {
+    const int64_t index = (static_cast<int64_t>(blockIdx.y) * a.row_splits + blockIdx.x) * 2;
+    store(a.partials, a.dtype, index, sum.x);
+    store(a.partials, a.dtype, index + 1, sum.y);
+  }
+}
+
+// The row's (sum of v^2, sum of dy * w * v): reduced by this block, or the split partials added
+// in slice order. Every thread of the block calls it.
+__device__ __forceinline__ float2 row_sums(const RmsnormLaunch& a, int64_t row, bool with_gradient) {
+  if (a.row_splits <= 1) return block_sum2(row_partials(a, row, with_gradient));
+  float2 sum = make_float2(0.f, 0.f);
+  for (int s = 0; s < a.row_splits; ++s) {
+    const int64_t index = (static_cast<int64_t>(blockIdx.x) * a.row_splits + s) * 2;
+    sum.x = __fadd_rn(sum.x, load(a.partials, a.dtype, index));
+    sum.y = __fadd_rn(sum.y, load(a.partials, a.dtype, index + 1));
+  }
+  return sum;
+}
+
 __global__ void rmsnorm_forward_kernel(RmsnormLaunch a) {
   const int64_t row = static_cast<int64_t>(a.tokens[blockIdx.x]) * a.width;
-  const float r = inverse_rms_of(block_sum2(row_partials(a, row, false)).x, a.width);
+  const float r = inverse_rms_of(row_sums(a, row, false).x, a.width);
   for (int64_t c = threadIdx.x; c < a.width; c += blockDim.x) {
     const float v = row_value(a, row + c);
     store(a.y, a.dtype, row + c, __fmul_rn(__fmul_rn(v, r), load(a.weight, a.dtype, c)));
@@ -115,7 +161,7 @@ __global__ void rmsnorm_forward_kernel(RmsnormLaunch a) {
 __global__ void rmsnorm_backward_rows_kernel(RmsnormLaunch a) {
   const int64_t slot = a.tokens[blockIdx.x];
   const int64_t row = slot * a.width;
-  const float2 sums = block_sum2(row_partials(a, row, true));
+  const float2 sums = row_sums(a, row, true);
   const float r = inverse_rms_of(sums.x, a.width);
   const float projection = __fdiv_rn(__fmul_rn(sums.y, r), static_cast<float>(a.width));
   if (threadIdx.x == 0) a.inverse_rms[slot] = r;
@@ -127,6 +173,112 @@ __global__ void rmsnorm_backward_rows_kernel(RmsnormLaunch a) {
     store(a.dx, a.dtype, row + c, value);
     if (a.dresidual) store(a.dresidual, a.dtype, row + c, value);
   }
+}
+
+// Vector kernels: block of rmsnorm_fixed_block_threads; thread t holds groups t, t + 256, ...
+// (at most kGroups of them) of 8 elements. Same per-thread order as row_partials (groups in
+// increasing order, elements in index order), same block_sum2: same bits, one pass over memory.
+constexpr int kVectorThreads = rmsnorm_fixed_block_threads;
+
+// The group's 8 row values: x, or dtype(x + residual) for the fused add.
+__device__ __forceinline__ void row_group(const RmsnormLaunch& a, int64_t group, float* v) {
+  load_group8(a.x, a.dtype, group, v);
+  if (!a.residual) return;
+  float r[vector_group];
+  load_group8(a.residual, a.dtype, group, r);
+#pragma unroll
+  for (int j = 0; j < vector_group; ++j) v[j] = round_to_dtype(a.dtype, __fadd_rn(v[j], r[j]));
+}
+
+template <int kGroups>
+__global__ void __launch_bounds__(kVectorThreads) rmsnorm_forward_vector_kernel(RmsnormLaunch a) {
+  const int64_t groups = a.width / vector_group;
+  const int64_t row_group0 = static_cast<int64_t>(a.tokens[blockIdx.x]) * groups;
+  float v[kGroups][vector_group];
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kGroups; ++k) {
+    const int64_t g = threadIdx.x + static_cast<int64_t>(k) * kVectorThreads;
+    if (g < groups) {
+      row_group(a, row_group0 + g, v[k]);
+#pragma unroll
+      for (int j = 0; j < vector_group; ++j) sum = __fadd_rn(sum, __fmul_rn(v[k][j], v[k][j]));
+    }
+  }
+  const float r = inverse_rms_of(block_sum2(make_float2(sum, 0.f)).x, a.width);
+#pragma unroll
+  for (int k = 0; k < kGroups; ++k) {
+    const int64_t g = threadIdx.x + static_cast<int64_t>(k) * kVectorThreads;
+    if (g < groups) {
+      float w[vector_group], y[vector_group];
+      load_group8(a.weight, a.dtype, g, w);
+#pragma unroll
+      for (int j = 0; j < vector_group; ++j) y[j] = __fmul_rn(__fmul_rn(v[k][j], r), w[j]);
+      store_group8(a.y, a.dtype, row_group0 + g, y);
+      if (a.h_out) store_group8(a.h_out, a.dtype, row_group0 + g, v[k]);
+    }
+  }
+}
+
+template <int kGroups>
+__global__ void __launch_bounds__(kVectorThreads) rmsnorm_backward_vector_kernel(RmsnormLaunch a) {
+  const int64_t groups = a.width / vector_group;
+  const int64_t slot = a.tokens[blockIdx.x];
+  const int64_t row_group0 = slot * groups;
+  float v[kGroups][vector_group], gradient[kGroups][vector_group];
+  float2 sum = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int k = 0; k < kGroups; ++k) {
+    const int64_t g = threadIdx.x + static_cast<int64_t>(k) * kVectorThreads;
+    if (g < groups) {
+      float dy[vector_group], w[vector_group];
+      row_group(a, row_group0 + g, v[k]);
+      load_group8(a.dy, a.dtype, row_group0 + g, dy);
+      load_group8(a.weight, a.dtype, g, w);
+#pragma unroll
+      for (int j = 0; j < vector_group; ++j) {
+        gradient[k][j] = __fmul_rn(dy[j], w[j]);
+        sum.x = __fadd_rn(sum.x, __fmul_rn(v[k][j], v[k][j]));
+        sum.y = __fadd_rn(sum.y, __fmul_rn(gradient[k][j], v[k][j]));
+      }
+    }
+  }
+  const float2 sums = block_sum2(sum);
+  const float r = inverse_rms_of(sums.x, a.width);
+  const float projection = __fdiv_rn(__fmul_rn(sums.y, r), static_cast<float>(a.width));
+  if (threadIdx.x == 0) a.inverse_rms[slot] = r;
+#pragma unroll
+  for (int k = 0; k < kGroups; ++k) {
+    const int64_t g = threadIdx.x + static_cast<int64_t>(k) * kVectorThreads;
+    if (g < groups) {
+      float dx[vector_group], dh[vector_group];
+      if (a.dh) load_group8(a.dh, a.dtype, row_group0 + g, dh);
+#pragma unroll
+      for (int j = 0; j < vector_group; ++j) {
+        const float xhat = __fmul_rn(v[k][j], r);
+        dx[j] = __fmul_rn(__fsub_rn(gradient[k][j], __fmul_rn(xhat, projection)), r);
+        if (a.dh) dx[j] = __fadd_rn(dh[j], dx[j]);
+      }
+      store_group8(a.dx, a.dtype, row_group0 + g, dx);
+      if (a.dresidual) store_group8(a.dresidual, a.dtype, row_group0 + g, dx);
+    }
+  }
+}
+
+// Groups per thread the vector kernels need for this launch, or 0 when the scalar kernels must run
+// (width not a multiple of 8, a misaligned buffer, a split-row control, a block size other than
+// 256, or a row too long to keep in registers).
+int vector_groups_per_thread(const RmsnormLaunch& a, int max_groups) {
+  if (a.width % vector_group != 0 || a.row_splits > 1 || a.block_threads != kVectorThreads) return 0;
+  for (const void* p : {a.x, a.residual, a.weight, static_cast<const void*>(a.y), static_cast<const void*>(a.h_out),
+                        a.dy, a.dh, static_cast<const void*>(a.dx), static_cast<const void*>(a.dresidual)}) {
+    if (!aligned_16(p)) return 0;
+  }
+  const int64_t per_thread = (a.width / vector_group + kVectorThreads - 1) / kVectorThreads;
+  for (int groups = 1; groups <= max_groups; groups *= 2) {
+    if (per_thread <= groups) return groups;
+  }
+  return 0;
 }
 
 constexpr int kColumns = 32;     // columns per block (one per lane)
@@ -163,15 +315,47 @@ __global__ void __launch_bounds__(kColumns * kTokenWarps)
 
 }  // namespace
 
+namespace {
+
+// Split rows: the partial sums into the workspace first (one block per slice and token).
+void launch_partials(const RmsnormLaunch& a, bool with_gradient, CUstream_st* stream) {
+  if (a.row_splits <= 1) return;
+  if (!a.partials || a.token_count > 65535) {
+    throw std::invalid_argument("rmsnorm split rows: need a partials workspace and at most 65535 tokens");
+  }
+  const dim3 grid(static_cast<unsigned>(a.row_splits), static_cast<unsigned>(a.token_count));
+  rmsnorm_partials_kernel<<<grid, a.block_threads, 0, stream>>>(a, with_gradient);
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
 void rmsnorm_forward(const RmsnormLaunch& a, CUstream_st* stream) {
   if (a.token_count == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(a.token_count), a.block_threads, 0, stream>>>(a);
+  const unsigned blocks = static_cast<unsigned>(a.token_count);
+  switch (vector_groups_per_thread(a, 8)) {
+    case 1: rmsnorm_forward_vector_kernel<1><<<blocks, kVectorThreads, 0, stream>>>(a); break;
+    case 2: rmsnorm_forward_vector_kernel<2><<<blocks, kVectorThreads, 0, stream>>>(a); break;
+    case 4: rmsnorm_forward_vector_kernel<4><<<blocks, kVectorThreads, 0, stream>>>(a); break;
+    case 8: rmsnorm_forward_vector_kernel<8><<<blocks, kVectorThreads, 0, stream>>>(a); break;
+    default:
+      launch_partials(a, false, stream);
+      rmsnorm_forward_kernel<<<blocks, a.block_threads, 0, stream>>>(a);
+  }
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
 void rmsnorm_backward_rows(const RmsnormLaunch& a, CUstream_st* stream) {
   if (a.token_count == 0) return;
-  rmsnorm_backward_rows_kernel<<<static_cast<unsigned>(a.token_count), a.block_threads, 0, stream>>>(a);
+  const unsigned blocks = static_cast<unsigned>(a.token_count);
+  switch (vector_groups_per_thread(a, 4)) {
+    case 1: rmsnorm_backward_vector_kernel<1><<<blocks, kVectorThreads, 0, stream>>>(a); break;
+    case 2: rmsnorm_backward_vector_kernel<2><<<blocks, kVectorThreads, 0, stream>>>(a); break;
+    case 4: rmsnorm_backward_vector_kernel<4><<<blocks, kVectorThreads, 0, stream>>>(a); break;
+    default:
+      launch_partials(a, true, stream);
+      rmsnorm_backward_rows_kernel<<<blocks, a.block_threads, 0, stream>>>(a);
+  }
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 

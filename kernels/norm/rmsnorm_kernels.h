@@ -28,9 +28,14 @@ struct RmsnormLaunch {
   const int32_t* tokens = nullptr;
   int64_t token_count = 0;
   int64_t width = 0;
-  // Threads per row. The fixed-order impl always passes fixed_block_threads; the control picks it
-  // from the token count, which changes the order of the row reductions.
+  // Threads per row block (the fixed-order impl: always rmsnorm_fixed_block_threads).
   int block_threads = 256;
+  // Blocks per row. 1: one block reduces the whole row. A control splits each row into
+  // `row_splits` column slices, one block each, whose partial sums (of v^2 and of dy * w * v) go
+  // through `partials`, a workspace of token_count * row_splits * 2 elements in the io dtype, and
+  // are then added in slice order.
+  int row_splits = 1;
+  void* partials = nullptr;
 };
 constexpr int rmsnorm_fixed_block_threads = 256;
 

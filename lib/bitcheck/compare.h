@@ -51,7 +51,10 @@ struct AccuracyMetrics {
   std::string tensor;
   std::int64_t compared = 0;
   std::int64_t violations = 0;
-  std::int64_t nan_count = 0;  // NaN in the output or the reference: never passes
+  // NaN the rules reject: any NaN by default; with special values, a NaN in the output where the
+  // reference has none or a reference NaN the output does not reproduce.
+  std::int64_t nan_count = 0;
+  std::int64_t nonfinite_matched = 0;  // reference NaN / +-Inf reproduced by the output
   double max_abs_error = 0.0;
   double max_rel_error = 0.0;
   double atol = 0.0, rtol = 0.0;
@@ -59,14 +62,25 @@ struct AccuracyMetrics {
   bool passed() const { return violations == 0 && nan_count == 0; }
 };
 
-// |actual - reference| <= atol + rtol * |reference| for every element, rows paired in order.
-// `columns`: when the reference holds only these columns of each row (its width equals their
-// count), element j of a reference row is column columns[j] of the output row.
+// How accuracy treats non-finite values (the contract's "special_values" section applies when a
+// case's inputs hold special values). A reference +-Inf must always be the same infinity in the
+// output, and an output infinity where the reference is finite always fails. By default NaN never
+// passes; with nan_matches_reference a reference NaN must be NaN in the output (any payload: the
+// payload is the invariance check's business) and an output NaN elsewhere still fails.
+struct NonFiniteRules {
+  bool nan_matches_reference = false;
+};
+
+// |actual - reference| <= atol + rtol * |reference| for every element with a finite reference,
+// rows paired in order; non-finite values as `rules` says. -0 and +0 are equal here (invariance
+// tells them apart). `columns`: when the reference holds only these columns of each row (its width
+// equals their count), element j of a reference row is column columns[j] of the output row.
 AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
                                const std::vector<std::int64_t>& actual_rows,
                                const Tensor& reference, const std::vector<std::int64_t>& row_ids,
                                double atol, double rtol,
-                               const std::vector<std::int64_t>& columns = {});
+                               const std::vector<std::int64_t>& columns = {},
+                               const NonFiniteRules& rules = {});
 
 // 64-bit FNV-1a over the raw bytes: equal fingerprints <=> (almost surely) equal bits.
 std::uint64_t fingerprint_bytes(const void* data, std::size_t bytes, std::uint64_t seed = 0);

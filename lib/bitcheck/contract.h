@@ -22,6 +22,19 @@ struct Threshold {
   std::map<std::string, Threshold> tensors;
 };
 
+// How the accuracy check treats non-finite results of cases whose inputs hold special values
+// ($.special_values). Each rule is a named choice the parser validates, so the written contract
+// cannot claim a rule bitcheck does not apply.
+struct SpecialValueRules {
+  // "match_reference_position": a reference NaN must be NaN in the output (any payload), an output
+  // NaN where the reference is not NaN fails; "never_passes": NaN fails as without special values.
+  std::string nan = "match_reference_position";
+  std::string infinity = "match_reference_sign";  // a reference +-Inf must be the same infinity
+  std::string finite = "threshold";              // finite reference values: atol + rtol * |ref|
+  std::string signed_zero = "equal";             // accuracy: -0 == +0 (invariance: different bits)
+  std::string note;
+};
+
 struct Contract {
   std::string source;  // file path, or "embedded:contract/contract.json"
   int schema_version = 0;
@@ -31,6 +44,7 @@ struct Contract {
   bool fp32_gemm_allows_tf32 = false;
   std::string tf32_reason;
   std::map<std::string, std::map<std::string, Threshold>> thresholds;  // key -> dtype -> row
+  SpecialValueRules special_values;
 
   bool knows_dtype(const std::string& dtype) const { return dtypes.count(dtype) > 0; }
   // Why a case in this dtype must not run (out of scope), or nullopt.

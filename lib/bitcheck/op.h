@@ -38,7 +38,10 @@ struct CaseSpec {
   int repeats = 2;              // canonical runs for the determinism check (>= 2)
   std::int64_t alone_rows = 64;  // rows computed alone (batch 1); all rows when rows <= this
   std::int64_t index = 0;        // position in the sweep's full case list (shards keep it)
-  std::string id() const;        // stable: "op/impl/dtype/pass/dims/M=rows/seed=s"
+  // Fraction of float row-input elements replaced by NaN, +-Inf, subnormals and -0 (0 = off).
+  double special_values = 0;
+  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/special=rate" when special values are on
+  std::string id() const;
   std::int64_t dim(const std::string& name) const;
 };
 
@@ -98,6 +101,11 @@ struct Batch {
   const CaseSpec* spec = nullptr;
   const Invocation* invocation = nullptr;
   std::int64_t invocation_index = 0;
+  std::int64_t invocation_count = 1;  // invocations in this layout execution
+  // false when no check reads this layout's reduction outputs (a layout that does not hold every
+  // token in order, such as alone or shuffled): an impl may then leave them unwritten and save
+  // the work and the transfers (gigabytes for a vocab-sized dW).
+  bool reductions_wanted = true;
   // Inputs are shared and immutable. `input_ids` gives each a process-unique id for its content
   // (parameters keep theirs across invocations and cases), so a device impl can cache uploads.
   std::map<std::string, std::shared_ptr<const Tensor>> inputs;
@@ -113,6 +121,10 @@ struct Batch {
   std::int64_t slots() const { return invocation->slots(); }
   bool is_pad(std::int64_t slot) const { return invocation->slot_rows[slot] < 0; }
 };
+
+// A process-unique id for the content of a new input tensor (Batch::input_ids); the runner and
+// impls that compose others (the chain) draw from the same counter.
+std::uint64_t new_input_id();
 
 // Settings and result of timing one impl on one case's shape (device-resident buffers, warm-up,
 // median of repeats, inputs rotated through at least `rotate_bytes` so caches are not measured).
@@ -143,6 +155,9 @@ class Impl {
   virtual std::optional<std::string> skip_reason(const CaseSpec&) const { return std::nullopt; }
   // Micro-batch boundaries for token reductions fall on multiples of this many tokens.
   virtual std::int64_t token_granularity() const { return 1; }
+  // Device memory the impl needs beyond the case's tensors (library workspace, intermediates the
+  // op does not declare), counted by the device-memory check before the case runs.
+  virtual std::size_t device_workspace_bytes(const CaseSpec&) const { return 0; }
   // For a control: whether it is expected to drift in this pass (a backward-only failure model
   // keeps an invariant forward). Every (control, dtype, pass) group so marked must drift somewhere.
   virtual bool expected_to_drift(Pass) const { return !claims_invariance(); }

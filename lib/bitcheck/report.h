@@ -82,6 +82,10 @@ nlohmann::json summary_to_json(const Summary& summary);
 nlohmann::json build_report(const RunMeta& meta, const nlohmann::json& environment,
                             const std::vector<CaseResult>& results,
                             const std::vector<std::string>& op_order);
+// The same from results already in report form (case_to_json), e.g. sent by a sweep worker.
+nlohmann::json build_report_from_json(const RunMeta& meta, const nlohmann::json& environment,
+                                      const std::vector<nlohmann::json>& case_results,
+                                      const std::vector<std::string>& op_order);
 
 // Writes to a temporary file beside `path`, then renames: never a half-written report.
 void write_file_atomically(const std::string& path, const std::string& contents);

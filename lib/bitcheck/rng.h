@@ -11,6 +11,9 @@ std::uint64_t hash_name(const std::string& name);  // FNV-1a, stable across plat
 // Uniform in [-1, 1) with 24 random bits: exactly representable in fp32.
 float counter_uniform(std::uint64_t seed, std::uint64_t name_hash, std::int64_t row,
                       std::int64_t column);
+// All 64 bits of the key's hash, for generators that need several independent draws.
+std::uint64_t counter_bits(std::uint64_t seed, std::uint64_t name_hash, std::int64_t row,
+                           std::int64_t column);
 // Uniform integer in [0, bound).
 std::uint64_t counter_index(std::uint64_t seed, std::uint64_t name_hash, std::int64_t row,
                             std::int64_t column, std::uint64_t bound);

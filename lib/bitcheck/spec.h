@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct OpSweep {
   std::vector<Dims> shapes;
   int repeats = 2;
   std::int64_t alone_rows = 64;
+  double special_values = 0;  // rate of special input values (0 = off)
 };
 
 struct SweepSpec {
@@ -41,8 +43,12 @@ struct SweepOverrides {
   std::vector<std::uint64_t> seeds;
   std::string backend = "auto";  // auto | cpu | cuda
   std::optional<int> repeats;
+  std::optional<double> special_values;  // --special-values[-rate]: a rate in [0, 0.5], 0 = off
   int shard_index = 0;  // --shard i/n: run the cases whose index is i modulo n
   int shard_count = 1;
+  // --skip-done REPORT: case ids already checked in earlier (e.g. interrupted) reports; they are
+  // dropped before sharding, so the shards split what is left.
+  std::set<std::string> skip_ids;
 };
 
 SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& file,

@@ -22,7 +22,24 @@ struct SweepOptions {
   CudaBackendOptions cuda;
   std::size_t max_cases = 20000;  // a spec expanding to more is refused unless confirmed
   bool confirmed = false;         // --yes
+  // Fault isolation (isolation.h): cases run in a worker process, so a crash or a sticky CUDA error
+  // costs only its own case. automatic: on when CUDA cases can run (--isolate / --no-isolate).
+  enum class Isolation { automatic, on, off };
+  Isolation isolation = Isolation::automatic;
+  std::string worker_executable;  // the binary with the __sweep-worker subcommand; empty: in process
+  // --devices: one shard per entry, run in parallel as child processes of this binary with
+  // CUDA_VISIBLE_DEVICES=<entry>, merged into one report (an entry may repeat: two shards on it).
+  std::vector<std::string> devices;
 };
+
+// What a sweep will run: the contract, the spec with the overrides applied and the cases (of the
+// shard, when sharded). BadInput for a sweep with no case or over the case limit without --yes.
+struct SweepPlan {
+  Contract contract;
+  SweepSpec spec;
+  std::vector<CaseSpec> cases;
+};
+SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry);
 
 // Host, git revision, compile flags, CUDA device and library versions.
 nlohmann::json environment_meta();
@@ -30,6 +47,10 @@ std::string utc_timestamp();
 
 // Runs the sweep and writes the report; returns the exit code (0/1/3). BadInput propagates (2).
 int run_sweep(const SweepOptions& options, const Registry& registry);
+// `--devices`: the sweep as one child process per device (see SweepOptions::devices), each writing
+// a shard report to a temporary directory; SIGINT/SIGTERM are forwarded to the children and the
+// merged partial report is marked interrupted. Same exit codes as run_sweep.
+int run_sweep_on_devices(const SweepOptions& options, const Registry& registry);
 
 Contract load_contract_or_embedded(const std::string& path, const Registry& registry);
 

@@ -38,7 +38,7 @@ class AddRmsnormCpu : public Impl {
       case Kind::fixed_order:
         return "h = dtype(x + residual); row sum of squares of h in index order; dweight summed over tokens in token order";
       case Kind::split_row_small_batch:
-        return "control: with fewer than 4 rows, each row's sum of squares is split in two halves (a row split across blocks when rows are few, as in fused add-RMSNorm kernels that switch block shape by token count)";
+        return "control: with fewer than 4 rows, each row's sum of squares is split in two halves whose partials pass through an io-dtype workspace (a row split across blocks when rows are few, as in fused add-RMSNorm kernels that switch launch shape by token count)";
       case Kind::dweight_tree_by_tokens:
         return "control: dweight reduced with a tree sized by the padded token count";
     }
@@ -63,7 +63,9 @@ class AddRmsnormCpu : public Impl {
         }
         return sum;
       };
-      float sum = split ? squares(0, width / 2) + squares(width / 2, width) : squares(0, width);
+      // Split: each half's partial passes through a workspace in the io dtype (rounded to it).
+      float sum = split ? round_to(dtype, squares(0, width / 2)) + round_to(dtype, squares(width / 2, width))
+                        : squares(0, width);
       return 1.0f / std::sqrt(sum / static_cast<float>(width) + rms_eps);
     };
     if (batch.spec->pass == Pass::forward) {

@@ -1,7 +1,8 @@
 // CPU impls of the elementwise family. `cpu-fixed-order` applies one formula to every element (and
 // sums dscale over tokens in token order). The controls model a vectorized kernel whose scalar tail
-// (the last n % 8 elements of the flattened physical buffer) evaluates differently from its body:
-// which logical elements land in the tail depends on the batch, so their bits move with it.
+// (the partial last 2048-element tile of the flattened physical buffer, elementwise::body_end)
+// evaluates differently from its body: which logical elements land in the tail depends on the
+// batch, so their bits move with it.
 #include <cmath>
 #include <memory>
 
@@ -44,7 +45,7 @@ class ElementwiseCpu : public Impl {
       case Variant::exact:
         return "one formula for every element (explicitly rounded fp32 operations); dscale summed over tokens in token order";
       case Variant::tail_approx:
-        return "control: the scalar tail (last n % 8 elements of the flattened batch) evaluates tanh with a 2^-11-accurate approximation (gelu_erf: the tanh form), the body the exact formula";
+        return "control: the scalar tail (the partial last 2048-element tile of the flattened batch) evaluates tanh with a 2^-11-accurate approximation (gelu_erf: the tanh form), the body the exact formula";
       case Variant::downcast_intermediate:
         return "control: the scalar tail rounds its key intermediate (sigmoid, tanh, erf, silu(a), the sum, the scale) to bf16 before finishing in fp32";
       case Variant::round_toward_zero:
@@ -73,7 +74,7 @@ class ElementwiseCpu : public Impl {
       if (decl.role == TensorRole::reduction_output) reduction = decl.name;
     }
     const std::int64_t count = batch.slots() * h;
-    const std::int64_t body_end = count / elementwise::vector_elements * elementwise::vector_elements;
+    const std::int64_t body_end = elementwise::body_end(tail_, count);
     const bool forward = batch.spec->pass == Pass::forward;
     float in[3] = {0, 0, 0}, out[2] = {0, 0};
     for (std::int64_t e = 0; e < count; ++e) {

@@ -39,7 +39,7 @@ class RmsnormCpu : public Impl {
       case Kind::fixed_order:
         return "row sum of squares in index order; dweight summed over tokens in token order";
       case Kind::split_row_small_batch:
-        return "control: with fewer than 4 rows, each row's sum of squares is split in two halves (a row split across blocks when rows are few)";
+        return "control: with fewer than 4 rows, each row's sum of squares is split in two halves whose partials pass through an io-dtype workspace (a row split across blocks when rows are few)";
       case Kind::dweight_tree_by_tokens:
         return "control: dweight reduced with a tree sized by the padded token count";
     }
@@ -61,7 +61,9 @@ class RmsnormCpu : public Impl {
         }
         return sum;
       };
-      float sum = split ? squares(0, h / 2) + squares(h / 2, h) : squares(0, h);
+      // Split: each half's partial passes through a workspace in the io dtype (rounded to it).
+      const DType dtype = batch.spec->dtype;
+      float sum = split ? round_to(dtype, squares(0, h / 2)) + round_to(dtype, squares(h / 2, h)) : squares(0, h);
       return 1.0f / std::sqrt(sum / static_cast<float>(h) + rms_eps);
     };
     if (batch.spec->pass == Pass::forward) {

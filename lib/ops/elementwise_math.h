@@ -31,9 +31,21 @@ enum class Variant : int {
 };
 
 // Elements per vector group of the vectorized kernels (16 bytes of bf16/fp16; two 16-byte loads of
-// fp32). The flattened buffer is processed in groups from its start; the last n % 8 elements are
-// the scalar tail. The CPU controls use the same split, so both see which elements fall in the tail.
+// fp32). The flattened buffer is processed in groups from its start.
 constexpr std::int64_t vector_elements = 8;
+
+// Where the vector body ends: the fixed-order kernel's body covers every whole group (the scalar
+// tail is the last n % 8 elements). A control models the common kernel whose unguarded vector body
+// covers whole block tiles (256 threads x 8 elements) and whose guarded scalar loop handles the
+// partial last tile, up to 2047 elements: enough tail elements that a formula difference of a few
+// fp32 ulps still changes some bf16/fp16 roundings (with n % 8 only a handful of elements are in
+// the tail, and a 2^-16 difference almost never survives rounding to bf16). The CPU controls use
+// the same split, so both backends see which elements fall in the tail.
+constexpr std::int64_t control_body_tile = 256 * vector_elements;
+BITCHECK_HOST_DEVICE std::int64_t body_end(Variant tail, std::int64_t count) {
+  const std::int64_t granule = tail == Variant::exact ? vector_elements : control_body_tile;
+  return count / granule * granule;
+}
 
 BITCHECK_HOST_DEVICE float mul(float a, float b) {
 #if defined(__CUDA_ARCH__)

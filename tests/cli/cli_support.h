@@ -1,14 +1,23 @@
 // Helpers for the CLI tests: a temporary directory and running the bitcheck binary with captured
-// output and exit code.
+// output and exit code. Every report a run leaves in its directory is checked against
+// reports/report.schema.json.
 #pragma once
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <catch2/catch.hpp>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "schema/json_schema.h"
 
 namespace {
 
@@ -54,7 +63,34 @@ struct Run {
   std::string out, err;
 };
 
-// Runs the binary with `args` (already quoted where needed), capturing stdout and stderr.
+// Checks one report against the schema; a report is a JSON object with "tool": "bitcheck".
+void check_report_valid(const std::string& path, const nlohmann::json& report) {
+  static const schema_check::JsonSchema schema(nlohmann::json::parse(read_file(source_dir + "/reports/report.schema.json")));
+  std::vector<std::string> errors = schema.validate(report);
+  std::string listed;
+  for (std::size_t i = 0; i < errors.size() && i < 20; ++i) listed += "\n  " + errors[i];
+  INFO("report " << path << " violates reports/report.schema.json:" << listed);
+  CHECK(errors.empty());
+}
+
+// Every report (a JSON file with "tool": "bitcheck") under `directory`, each version checked once.
+void check_reports_in(const std::string& directory) {
+  static std::map<std::string, std::pair<std::uintmax_t, std::filesystem::file_time_type>> checked;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(directory, ignored)) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".json") continue;
+    const std::string path = entry.path().string();
+    const auto version = std::make_pair(entry.file_size(), entry.last_write_time());
+    auto seen = checked.find(path);
+    if (seen != checked.end() && seen->second == version) continue;
+    checked[path] = version;
+    nlohmann::json document = nlohmann::json::parse(read_file(path), nullptr, false);
+    if (document.is_object() && document.value("tool", "") == "bitcheck") check_report_valid(path, document);
+  }
+}
+
+// Runs the binary with `args` (already quoted where needed), capturing stdout and stderr; then
+// checks the reports the run left in `dir` against the schema.
 Run run_bitcheck(const TempDir& dir, const std::string& args) {
   const std::string command = quote(binary) + " " + args + " > " + quote(dir / "stdout") + " 2> " + quote(dir / "stderr");
   const int status = std::system(command.c_str());
@@ -63,6 +99,7 @@ Run run_bitcheck(const TempDir& dir, const std::string& args) {
   if (WIFSIGNALED(status)) run.exit_code = -WTERMSIG(status);
   run.out = read_file(dir / "stdout");
   run.err = read_file(dir / "stderr");
+  check_reports_in(dir.path());
   return run;
 }
 

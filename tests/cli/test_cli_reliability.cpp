@@ -44,6 +44,7 @@ TEST_CASE("a signal mid-sweep writes a valid partial report marked interrupted",
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 3);
     json report = json::parse(read_file(dir / "report.json"));  // parses: whole, not half-written
+    check_report_valid(dir / "report.json", report);
     CHECK(report["meta"]["interrupted"] == true);
     CHECK(report["results"].size() > 0);
     CHECK(report["summary"]["cases"] == report["results"].size());

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from a bundle made by scripts/gpu-bundle.sh: bitcheck's CUDA kernels
+# under compute-sanitizer (memcheck with leak check, racecheck, initcheck, synccheck) over the small
+# sweep sweeps/sanitize.json (every op, every CUDA impl and layout, forward and backward), one run
+# per tool, and writes OUT_DIR/sanitizer-summary.md (device, date, commands, and per tool: errors
+# found, cases run, wall time) beside the logs.
+#   scripts/gpu-sanitize.sh BUNDLE_DIR OUT_DIR [--tools memcheck,racecheck,initcheck,synccheck]
+#       [--kernels ours|all] [--ops a,b] [--timeout S]
+# --kernels ours (default) checks only bitcheck's kernels (all live in namespace bitcheck::cuda:
+#   compute-sanitizer --kernel-name kns=bitcheck); cuBLASLt's kernels still run, unchecked, so a
+#   report names our code. --kernels all checks every kernel, cuBLASLt's included.
+# Before a tool's sweep counts, its control must fail: bin/sanitizer_probe runs a kernel with that
+# tool's defect (out-of-bounds store, shared-memory race, uninitialized load, divergent barrier)
+# under the same options and the tool must report it; a defect-free probe kernel must stay clean.
+# A tool whose control is not detected is reported as BLIND and the script fails.
+# Exit: 0 every tool clean with its control detected; 1 errors found, a blind tool, or a sweep that
+# failed to run (timeout, error); 2 bad usage; 3 compute-sanitizer or the bundle missing. bitcheck's
+# own findings in the sweep (exit 1: drift, a control that does not drift on these tiny shapes)
+# are recorded in the summary but are not sanitizer errors.
+set -uo pipefail
+usage() { sed -n '7,8p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || usage
+bundle=$(cd "$1" 2>/dev/null && pwd) || { echo "gpu-sanitize: no bundle directory $1" >&2; exit 3; }
+mkdir -p "$2" && out=$(cd "$2" && pwd)
+shift 2
+tools=memcheck,racecheck,initcheck,synccheck kernels=ours ops=all timeout_s=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tools) tools=$2; shift 2 ;;
+    --kernels) kernels=$2; shift 2 ;;
+    --ops) ops=$2; shift 2 ;;
+    --timeout) timeout_s=$2; shift 2 ;;
+    *) echo "gpu-sanitize: unknown argument $1" >&2; usage ;;
+  esac
+done
+for tool in ${tools//,/ }; do
+  case "$tool" in memcheck | racecheck | initcheck | synccheck) ;; *) echo "gpu-sanitize: unknown tool $tool" >&2; exit 2 ;; esac
+done
+case "$kernels" in
+  ours) filter=(--kernel-name kns=bitcheck)
+        filter_text="\`--kernel-name kns=bitcheck\`: only bitcheck's kernels (namespace \`bitcheck::cuda\`) are checked; cuBLASLt's kernels run unchecked" ;;
+  all) filter=(); filter_text="none: every kernel is checked, cuBLASLt's included" ;;
+  *) echo "gpu-sanitize: --kernels ours|all, got $kernels" >&2; exit 2 ;;
+esac
+[[ "$timeout_s" =~ ^[0-9]+$ ]] || { echo "gpu-sanitize: --timeout takes seconds, got $timeout_s" >&2; exit 2; }
+
+sanitizer=$(command -v compute-sanitizer || true)
+if [ -z "$sanitizer" ]; then
+  for candidate in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda-*/bin/compute-sanitizer; do
+    if [ -x "$candidate" ]; then sanitizer=$candidate; break; fi
+  done
+fi
+[ -n "$sanitizer" ] || { echo "gpu-sanitize: compute-sanitizer not found (PATH, /usr/local/cuda/bin, /usr/local/cuda-*/bin)" >&2; exit 3; }
+for needed in bin/bitcheck bin/sanitizer_probe sweeps/sanitize.json contract/cublaslt-pins.json; do
+  [ -e "$bundle/$needed" ] || { echo "gpu-sanitize: the bundle lacks $needed (rebuild it with scripts/gpu-bundle.sh)" >&2; exit 3; }
+done
+cd "$bundle" || exit 3
+
+# Errors a compute-sanitizer log reports: the ERROR SUMMARY line, or racecheck's summary
+# ("RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)").
+errors_in() {
+  local log=$1 count
+  count=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" 2>/dev/null | tail -n 1 | grep -Eo '[0-9]+')
+  [ -n "$count" ] || count=$(grep -E 'RACECHECK SUMMARY' "$log" 2>/dev/null | tail -n 1 | grep -Eo '\([0-9]+ error' | grep -Eo '[0-9]+')
+  echo "${count:-unknown}"
+}
+# Distinct from every bitcheck exit code (0-3): the sanitizer found errors.
+sanitizer_exit=86
+options_for() {
+  local tool=$1
+  local options=(--tool "$tool" --error-exitcode "$sanitizer_exit" "${filter[@]}")
+  [ "$tool" = memcheck ] && options+=(--leak-check full)
+  printf '%s\n' "${options[@]}"
+}
+
+date_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+sanitizer_version=$("$sanitizer" --version 2>/dev/null | grep -Ei 'version|release' | tail -n 1)
+revision=$(cat REVISION 2>/dev/null || echo unknown)
+status=0
+rows=()
+commands=()
+for tool in ${tools//,/ }; do
+  mapfile -t options < <(options_for "$tool")
+  echo "== $tool"
+  # The control: the tool must report the probe's defect under exactly these options.
+  "$sanitizer" "${options[@]}" --log-file "$out/$tool-control.log" bin/sanitizer_probe "$tool" > /dev/null 2>&1
+  control_rc=$?
+  control_errors=$(errors_in "$out/$tool-control.log")
+  "$sanitizer" "${options[@]}" --log-file "$out/$tool-clean.log" bin/sanitizer_probe clean > /dev/null 2>&1
+  clean_rc=$?
+  if [ $control_rc = $sanitizer_exit ] && [ $clean_rc = 0 ]; then
+    control="detected ($control_errors errors); clean probe: 0"
+  else
+    control="BLIND: defect probe exit $control_rc ($control_errors errors), clean probe exit $clean_rc"
+    status=1
+  fi
+
+  limit=()
+  [ "$timeout_s" -gt 0 ] && limit=(timeout -s TERM "$timeout_s")
+  command=(bin/bitcheck sweep --spec sweeps/sanitize.json --backend cuda --op "$ops" --no-progress
+           --pins contract/cublaslt-pins.json --out "$out/$tool" --report-name report.json)
+  prefix="$out/"
+  shown=("${command[@]/#"$prefix"/OUT/}")  # the output directory as OUT, for the summary's reader
+  commands+=("$(basename "$sanitizer") ${options[*]} --log-file OUT/$tool.log ${shown[*]}")
+  start=$(date +%s)
+  "${limit[@]}" "$sanitizer" "${options[@]}" --log-file "$out/$tool.log" "${command[@]}" > "$out/$tool-sweep.log" 2>&1
+  rc=$?
+  wall=$(($(date +%s) - start))
+  errors=$(errors_in "$out/$tool.log")
+  cases=$(grep -Eo '\([0-9]+ of [0-9]+ cases' "$out/$tool-sweep.log" | tail -n 1 | tr -d '(')
+  verdicts=$(grep -E '^verdicts:' "$out/$tool-sweep.log" | tail -n 1 | sed 's/^verdicts: *//')
+  case $rc in
+    0) outcome="sweep passed" ;;
+    # Findings of the sweep itself (a control that does not drift on these tiny shapes, say) are
+    # not the sanitizer's verdict: recorded, not failed on. sweeps/gpu.json is where they count.
+    1) outcome="sweep exit 1: bitcheck findings, not sanitizer errors (see $tool-sweep.log)" ;;
+    124 | 143) outcome="stopped by --timeout $timeout_s s (partial report)"; status=1 ;;
+    "$sanitizer_exit") outcome="compute-sanitizer reported errors"; status=1 ;;
+    *) outcome="exit $rc (see $tool-sweep.log)"; status=1 ;;
+  esac
+  [ "$errors" = 0 ] || status=1
+  echo "$tool: $errors errors, ${cases:-no cases}, $wall s, $outcome; control: $control"
+  rows+=("| $tool | $errors | ${cases:-none} | ${verdicts:-none} | $wall s | $outcome | $control | [$tool.log]($tool.log) |")
+done
+
+{
+  echo "# compute-sanitizer over sweeps/sanitize.json"
+  echo
+  echo "- device: ${device:-unknown}"
+  echo "- date: $date_utc"
+  echo "- bundle revision: $revision"
+  echo "- compute-sanitizer: $sanitizer (${sanitizer_version:-version unknown})"
+  echo "- kernel filter: $filter_text"
+  echo "- script: \`scripts/gpu-sanitize.sh BUNDLE OUT --tools $tools --kernels $kernels --ops $ops --timeout $timeout_s\`"
+  echo
+  echo "| tool | errors | cases run | verdicts | wall time | sweep | control (defect probe must be reported) | log |"
+  echo "|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+  echo
+  echo "Commands (run in the bundle directory, OUT = the output directory; the sweep's output is in TOOL-sweep.log,"
+  echo "its report in TOOL/report.json):"
+  echo
+  printf '    %s\n' "${commands[@]}"
+  echo
+  echo "Controls: \`bin/sanitizer_probe TOOL\` under the same options (TOOL-control.log) must make the tool report"
+  echo "errors, and \`bin/sanitizer_probe clean\` (TOOL-clean.log) must not; otherwise the tool is BLIND with this"
+  echo "filter and its clean sweep proves nothing."
+  echo
+  echo "Result: $([ $status = 0 ] && echo "clean: every tool ran the sweep with 0 errors and detected its control" || echo "NOT CLEAN: see the table and the logs")"
+} > "$out/sanitizer-summary.md"
+echo "summary: $out/sanitizer-summary.md"
+exit $status

@@ -1,0 +1,148 @@
+// Fault isolation through the binary: with the test-only crashing impl (BITCHECK_TEST_IMPLS=1)
+// among normal cases, an isolated sweep records each crash as `error` naming the signal and runs
+// every other case exactly as a sweep without the crasher does; without isolation the crash takes
+// the whole sweep down (the control). Test impls stay out of normal listings.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/cli_support.h"
+
+using nlohmann::json;
+
+namespace {
+
+// Sets BITCHECK_TEST_IMPLS=1 for the commands run while it lives.
+class TestImplsEnabled {
+ public:
+  TestImplsEnabled() { setenv("BITCHECK_TEST_IMPLS", "1", 1); }
+  ~TestImplsEnabled() { unsetenv("BITCHECK_TEST_IMPLS"); }
+  TestImplsEnabled(const TestImplsEnabled&) = delete;
+  TestImplsEnabled& operator=(const TestImplsEnabled&) = delete;
+};
+
+const std::string small_sweep =
+    "sweep --op matmul,rmsnorm --backend cpu --dtype bf16 --batch 1,7 --no-progress";
+
+std::map<std::string, json> results_by_id(const json& report) {
+  std::map<std::string, json> by_id;
+  for (const auto& c : report["results"]) by_id[c["id"].get<std::string>()] = c;
+  return by_id;
+}
+
+}  // namespace
+
+TEST_CASE("test-only impls are registered only with BITCHECK_TEST_IMPLS=1", "[cli][isolation]") {
+  TempDir dir;
+  Run normal = run_bitcheck(dir, "list");
+  REQUIRE(normal.exit_code == 0);
+  CHECK(normal.out.find("test-crash") == std::string::npos);
+  TestImplsEnabled enabled;
+  Run with_tests = run_bitcheck(dir, "list");
+  REQUIRE(with_tests.exit_code == 0);
+  CHECK(with_tests.out.find("matmul/test-crash [cpu]") != std::string::npos);
+}
+
+TEST_CASE("an isolated sweep survives a crashing impl: only its cases are error",
+          "[cli][isolation]") {
+  TempDir dir;
+  // The same sweep without the crasher, in process: what every other case must come out as.
+  Run baseline = run_bitcheck(dir, small_sweep + " --no-isolate --out " + quote(dir / "baseline"));
+  REQUIRE(baseline.exit_code == 0);
+  json expected = json::parse(read_file(dir / "baseline/report.json"));
+  CHECK(expected["meta"]["isolation"]["mode"] == "in process");
+
+  TestImplsEnabled enabled;
+  Run isolated = run_bitcheck(dir, small_sweep + " --isolate --out " + quote(dir / "isolated"));
+  INFO(isolated.err);
+  CHECK(isolated.exit_code == 3);  // README: 3 when an impl or device call failed
+  json report = json::parse(read_file(dir / "isolated/report.json"));  // parses: written whole
+  CHECK(report["meta"]["interrupted"] == false);
+  CHECK(report["summary"]["cases"] == report["results"].size());
+  CHECK(report["meta"]["isolation"]["mode"] == "worker process");
+
+  auto actual = results_by_id(report);
+  int crashed = 0, crasher_skipped = 0;
+  std::int64_t previous_index = -1;
+  for (const auto& c : report["results"]) {
+    CHECK(c["case_index"].get<std::int64_t>() > previous_index);  // spec order kept
+    previous_index = c["case_index"].get<std::int64_t>();
+    if (c["impl"] != "test-crash") continue;
+    INFO(c.dump());
+    if (c["pass"] == "forward") {
+      ++crashed;
+      CHECK(c["verdict"] == "error");
+      CHECK(c["reason"].get<std::string>().find("killed by signal 11 (SIGSEGV") !=
+            std::string::npos);
+    } else {
+      ++crasher_skipped;
+      CHECK(c["verdict"] == "skipped");  // no backward pass: never sent to crash
+    }
+  }
+  CHECK(crashed == 4);
+  CHECK(crasher_skipped == 4);
+  CHECK(report["meta"]["isolation"]["faults"] == crashed);
+  CHECK(report["meta"]["isolation"]["workers_started"] == crashed + 1);
+
+  // Every other case ran (matmul cases before the crasher, rmsnorm cases after) with the verdict
+  // and the output bits of the sweep without it.
+  CHECK(report["results"].size() == expected["results"].size() + 8);
+  for (const auto& c : expected["results"]) {
+    const std::string id = c["id"].get<std::string>();
+    INFO(id);
+    REQUIRE(actual.count(id) == 1);
+    CHECK(actual[id]["verdict"] == c["verdict"]);
+    CHECK(actual[id].value("fingerprint", "") == c.value("fingerprint", ""));
+    if (c["control"] == false) CHECK(c["verdict"] == "pass");
+  }
+}
+
+TEST_CASE("without isolation the crashing impl takes the whole sweep down (control)",
+          "[cli][isolation]") {
+  TempDir dir;
+  TestImplsEnabled enabled;
+  Run in_process = run_bitcheck(dir, small_sweep + " --no-isolate --out " + quote(dir.path()));
+  // Killed by SIGSEGV: the shell reports 128 + 11, or the signal itself when it exec'd the binary.
+  CHECK((in_process.exit_code == 128 + SIGSEGV || in_process.exit_code == -SIGSEGV));
+  CHECK_FALSE(std::filesystem::exists(dir / "report.json"));
+}
+
+TEST_CASE("an isolated sweep stopped by a signal writes a valid partial report",
+          "[cli][isolation][interrupt]") {
+  for (int signal_number : {SIGTERM, SIGINT}) {
+    TempDir dir;
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      setpgid(0, 0);  // a job of its own, as a shell makes one: Ctrl-C goes to the whole group
+      execl(binary.c_str(), binary.c_str(), "sweep", "--op", "all", "--backend", "cpu", "--isolate",
+            "--no-progress", "--out", dir.path().c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    // SIGINT as a terminal sends it (to the process group); SIGTERM as `kill` does (to the pid).
+    if (signal_number == SIGINT) {
+      kill(-child, signal_number);
+    } else {
+      kill(child, signal_number);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 3);
+    json report = json::parse(read_file(dir / "report.json"));
+    CHECK(report["meta"]["interrupted"] == true);
+    CHECK(report["meta"]["isolation"]["mode"] == "worker process");
+    CHECK(report["results"].size() > 0);
+    CHECK(report["summary"]["cases"] == report["results"].size());
+    // The worker is outside the signalled group: the case in flight finished, none died of it.
+    CHECK(report["meta"]["isolation"]["faults"] == 0);
+    for (const auto& c : report["results"])
+      CHECK(c.value("reason", "").find("worker process") == std::string::npos);
+  }
+}

@@ -1,0 +1,126 @@
+// Bucketed cuBLASLt pins on the GPU: `bitcheck algos` finds a table for a shape, and the pinned
+// impl loading that table gives identical rows whatever M (bucket) a row is computed in, through
+// the runner's layouts; the control mixes two bit-classes in one table and must drift. Also: every
+// bucketed pin committed for this device passes the same check.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "bitcheck/algos.h"
+#include "bitcheck/json_input.h"
+#include "matmul/pin_table.h"
+#include "runtime.h"
+#include "unit/case_support.h"
+
+using namespace bitcheck;
+
+namespace {
+
+const std::int64_t kN = 1024, kK = 4096;
+
+// One M in every default bucket, so every bucket has a measured choice.
+AlgosRequest small_request() {
+  AlgosRequest request;
+  request.n = kN;
+  request.k = kK;
+  request.rows = {1, 7, 17, 33, 65, 129, 257, 513, 1025, 2049, 4097};
+  request.max_candidates = 48;
+  request.budget_seconds = 20;
+  request.repeats = 5;
+  request.progress = false;
+  return request;
+}
+
+// Runs the pinned impl's forward case (alone = M 1, batch = M rows, micro-batches and paddings of
+// other M) with `pins` as the pin table.
+CaseResult run_with_pins(const nlohmann::json& pins, std::int64_t rows) {
+  const std::string path = "/tmp/bitcheck-gpu-bucketed-pins.json";
+  std::ofstream(path) << pins.dump(2);
+  cuda::PinTable::instance().configure(path, false);
+  CaseSpec spec = case_support::make_case("matmul", "cublaslt-pinned", DType::bf16, Pass::forward,
+                                          {{"N", kN}, {"K", kK}}, rows, 7);
+  CaseResult result = case_support::run(spec);
+  cuda::PinTable::instance().configure("contract/cublaslt-pins.json", false);
+  std::remove(path.c_str());
+  return result;
+}
+
+nlohmann::json pin_document(const nlohmann::json& entry) {
+  return {{"schema_version", 1}, {"pins", nlohmann::json::array({entry})}};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a bucketed pin table from bitcheck algos gives identical rows across M; a mixed one drifts",
+    "[gpu][matmul][algos]") {
+  AlgosRequest request = small_request();
+  std::sort(request.rows.begin(), request.rows.end());
+  AlgoMeasurements measurements = measure_cublaslt_algos(request);
+  AlgoAnalysis analysis = analyze_algos(measurements, default_row_buckets());
+  INFO(algos_terminal_table(measurements, analysis));
+  REQUIRE(analysis.best);
+  const nlohmann::json entry = algos_pin_entry(measurements, analysis);
+  REQUIRE(entry["buckets"].size() == default_row_buckets().size());
+
+  // Rows computed alone (M = 1), in a batch of 300 and in micro-batches: several buckets.
+  CaseResult result = run_with_pins(pin_document(entry), 300);
+  INFO(case_support::describe(result));
+  CHECK(result.verdict == Verdict::pass);
+  REQUIRE(result.impl_config["cublaslt"]["forward"].contains("buckets"));
+  CHECK(result.impl_config["cublaslt"]["forward"]["bit_class"]["fingerprint"] ==
+        analysis.classes[*analysis.best].fingerprint);
+
+  // Control: bucket [1,16] from a candidate outside the best class (different bits by the
+  // measurement), the rest from the table. Rows computed alone must then differ.
+  const auto& best_members = analysis.classes[*analysis.best].members;
+  std::optional<std::size_t> outsider;
+  for (std::size_t i = 0; i < measurements.candidates.size() && !outsider; ++i) {
+    const auto& candidate = measurements.candidates[i];
+    const bool in_best =
+        std::find(best_members.begin(), best_members.end(), i) != best_members.end();
+    const bool usable = analysis.verdicts[i].status == CandidateStatus::usable;
+    bool runs_in_first_bucket = true;  // accepted at every checked M of [1,16]
+    for (std::int64_t rows : measurements.checked_rows) {
+      if (rows <= 16 && std::find(candidate.accepted_rows.begin(), candidate.accepted_rows.end(),
+                                  rows) == candidate.accepted_rows.end()) {
+        runs_in_first_bucket = false;
+      }
+    }
+    if (!in_best && usable && runs_in_first_bucket) outsider = i;
+  }
+  REQUIRE(outsider);  // split-K counts give other classes on this shape
+  nlohmann::json mixed = entry;
+  mixed["buckets"][0]["config"] = measurements.candidates[*outsider].config;
+  CaseResult control = run_with_pins(pin_document(mixed), 300);
+  INFO("control: " << case_support::describe(control));
+  CHECK(control.verdict == Verdict::drift);
+}
+
+TEST_CASE("every bucketed pin committed for this device gives identical rows across M",
+          "[gpu][matmul][algos]") {
+  const cuda::DeviceInfo device = cuda::query_device();
+  REQUIRE(device.available);
+  // Relative to the working directory, as the sweep reads it (gpu-check.sh runs in the bundle).
+  const std::string path = "contract/cublaslt-pins.json";
+  const nlohmann::json document = load_json_file(path);
+  cuda::PinTable::instance().configure(path, false);
+  int checked = 0;
+  for (const auto& entry : cuda::parse_pin_document(document, path)) {
+    if (entry.buckets.empty() || entry.key.arch != device.arch() ||
+        entry.key.cublaslt_version != device.cublaslt_version || entry.key.form != "forward") {
+      continue;
+    }
+    CaseSpec spec =
+        case_support::make_case("matmul", "cublaslt-pinned", *parse_dtype(entry.key.dtype),
+                                Pass::forward, {{"N", entry.key.n}, {"K", entry.key.k}}, 300, 7);
+    spec.alone_rows = 8;
+    CaseResult result = case_support::run(spec);
+    INFO(entry.key.to_json().dump() << ": " << case_support::describe(result));
+    CHECK(result.verdict == Verdict::pass);
+    ++checked;
+  }
+  WARN(checked << " committed bucketed pins checked for " << device.arch() << ", cuBLASLt "
+               << device.cublaslt_version);
+}

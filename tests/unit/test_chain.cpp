@@ -1,0 +1,199 @@
+// chain on the CPU backend: the decoder stack of fixed-order impls passes forward and backward in
+// every sequence layout, and each control swapped in for one op makes the chain drift first at
+// exactly that op (forward order; backward order for a control that only breaks the backward).
+#include <algorithm>
+#include <catch2/catch.hpp>
+
+#include "bitcheck/report.h"
+#include "case_support.h"
+#include "ops/attention.h"
+#include "ops/chain.h"
+
+using namespace bitcheck;
+
+namespace {
+
+const std::vector<std::string> chain_layouts = {"seq_alone",  "batch",           "varlen_packed",
+                                                "padded",     "padded_in_order", "chunked_1",
+                                                "chunked_16", "decode"};
+
+Dims small_dims() {
+  return {{"layers", 2}, {"H", 64},  {"heads", 4}, {"kv_heads", 2},
+          {"D", 16},     {"I", 128}, {"V", 256},   {"L", 40}};
+}
+
+// Widths that give the elementwise controls a scalar tail (H and I not multiples of 8) and a
+// vocabulary small enough that ids repeat (so the order of the embedding gradient sum matters).
+Dims tail_dims() {
+  return {{"layers", 2}, {"H", 60},  {"heads", 4}, {"kv_heads", 2},
+          {"D", 16},     {"I", 124}, {"V", 32},    {"L", 40}};
+}
+
+CaseSpec chain_case(const std::string& impl, DType dtype, Pass pass, Dims dims,
+                    std::uint64_t seed) {
+  CaseSpec spec = case_support::make_case("chain", impl, dtype, pass, std::move(dims), 4, seed);
+  spec.layouts = chain_layouts;
+  return spec;
+}
+
+// The first seed whose 4 sequences include a short one (< 4 tokens: the row-count controls split
+// it when it runs alone, not when packed) and a long one (> 32 tokens: the KV-block and split-KV
+// controls change the order of its keys).
+std::uint64_t revealing_seed(const Dims& dims) {
+  for (std::uint64_t seed = 1; seed < 1000; ++seed) {
+    std::vector<std::int64_t> lengths = attention::sequence_lengths(
+        chain_case("cpu-fixed-order", DType::bf16, Pass::forward, dims, seed));
+    bool short_one =
+        std::any_of(lengths.begin(), lengths.end(), [](std::int64_t n) { return n < 4; });
+    bool long_one =
+        std::any_of(lengths.begin(), lengths.end(), [](std::int64_t n) { return n > 32; });
+    if (short_one && long_one) return seed;
+  }
+  FAIL("no seed below 1000 gives both a short and a long sequence");
+  return 0;
+}
+
+nlohmann::json status_of(const CaseResult& result) {
+  return case_to_json(result)["chain"];
+}
+
+}  // namespace
+
+TEST_CASE("chain cpu-fixed-order passes every sequence layout, forward and backward", "[chain]") {
+  const std::uint64_t seed = revealing_seed(small_dims());
+  for (DType dtype : {DType::bf16, DType::fp32}) {
+    for (Pass pass : {Pass::forward, Pass::backward}) {
+      CaseResult result =
+          case_support::run(chain_case("cpu-fixed-order", dtype, pass, small_dims(), seed));
+      INFO(to_string(dtype) << " " << to_string(pass) << ": " << case_support::describe(result));
+      CHECK(result.verdict == Verdict::pass);
+      // Every layout that applies ran: chunked prefill and decode in the forward only.
+      CHECK(result.layouts_run.size() == (pass == Pass::forward ? chain_layouts.size() : 5u));
+      nlohmann::json status = status_of(result);
+      REQUIRE(!status.is_null());
+      CHECK(status["first_failing_forward"].is_null());
+      CHECK(status["first_failing_backward"].is_null());
+      // Every call reported, in execution order.
+      std::vector<chain::Call> calls = chain::calls(result.spec);
+      REQUIRE(status["ops"].size() == calls.size());
+      for (std::size_t i = 0; i < calls.size(); ++i) {
+        CHECK(status["ops"][i]["call"] == calls[i].name);
+        CHECK(status["ops"][i]["op"] == calls[i].op);
+        CHECK(status["ops"][i]["status"] == "pass");
+      }
+    }
+  }
+}
+
+TEST_CASE("chain calls run in execution order, the backward in reverse", "[chain]") {
+  CaseSpec spec = chain_case("cpu-fixed-order", DType::bf16, Pass::backward, small_dims(), 1);
+  std::vector<chain::Call> calls = chain::calls(spec);
+  std::vector<std::string> names;
+  for (const auto& call : calls) names.push_back(call.name);
+  auto at = [&](const std::string& name) {
+    return std::find(names.begin(), names.end(), name) - names.begin();
+  };
+  CHECK(names.front() == "embed");
+  CHECK(at("l0.attn_norm") < at("l0.qkv"));
+  CHECK(at("l0.mlp_resid") < at("l1.attn_norm"));
+  CHECK(at("logprob") < at("bwd.logprob"));
+  CHECK(at("bwd.l1.down") < at("bwd.l0.down"));
+  CHECK(names.back() == "bwd.embed");
+  CHECK(calls[static_cast<std::size_t>(at("l1.qkv"))].dims == Dims{{"N", 128}, {"K", 64}});
+  CHECK(chain::layer_of("bwd.l1.down") == 1);
+  CHECK(chain::layer_of("final_norm") == -1);
+  CHECK(chain::op_of_call("bwd.l0.attn_branch") == "residual_add");
+}
+
+TEST_CASE("each control swapped into the chain makes it fail first at that op", "[chain]") {
+  std::vector<Impl*> controls;
+  for (Impl* impl : case_support::world().registry.impls("chain")) {
+    if (impl->backend() == "cpu" && !impl->claims_invariance()) controls.push_back(impl);
+  }
+  // Every CPU control of every op the chain composes has its swap.
+  std::size_t expected = 0;
+  for (const char* op : {"embedding", "rmsnorm", "matmul", "rope", "attention", "residual_add",
+                         "swiglu", "lm_head", "logprob"}) {
+    for (Impl* impl : case_support::world().registry.impls(op))
+      expected += impl->backend() == "cpu" && !impl->claims_invariance();
+  }
+  REQUIRE(controls.size() == expected);
+  const std::uint64_t seed = revealing_seed(tail_dims());
+  for (Impl* control : controls) {
+    const std::string swapped = chain::swapped_op(control->name());
+    for (Pass pass : {Pass::forward, Pass::backward}) {
+      if (!control->supports(pass)) continue;
+      for (DType dtype : {DType::bf16, DType::fp32}) {
+        CaseResult result =
+            case_support::run(chain_case(control->name(), dtype, pass, tail_dims(), seed));
+        nlohmann::json status = status_of(result);
+        INFO(control->name() << " " << to_string(dtype) << " " << to_string(pass) << ": "
+                             << case_support::describe(result) << "\n"
+                             << status.dump());
+        if (result.verdict == Verdict::skipped) {
+          // Only a 16-bit dtype that absorbs the control's effect, with the reason.
+          CHECK(dtype == DType::bf16);
+          CHECK(result.reason.find("checked in fp32") != std::string::npos);
+          continue;
+        }
+        REQUIRE(!status.is_null());
+        if (!control->expected_to_drift(pass)) {
+          CHECK(result.verdict == Verdict::pass);
+          continue;
+        }
+        CHECK(result.verdict == Verdict::drift);
+        CHECK(status["swapped_op"] == swapped);
+        CHECK(status["localized"] == true);
+        const nlohmann::json& forward = status["first_failing_forward"];
+        if (!forward.is_null()) {
+          CHECK(forward["op"] == swapped);
+          // The first call of that op in the forward: nothing before it drifts.
+          for (const auto& entry : status["ops"]) {
+            if (entry["call"] == forward["call"]) break;
+            CHECK(entry["status"] == "pass");
+          }
+          continue;
+        }
+        // A control that only breaks the backward: the forward holds, the backward fails first
+        // there.
+        CHECK(pass == Pass::backward);
+        REQUIRE(!status["first_failing_backward"].is_null());
+        CHECK(status["first_failing_backward"]["op"] == swapped);
+        CHECK(status["first_failing_backward"].contains("first_drift"));
+      }
+    }
+  }
+}
+
+TEST_CASE("an elementwise control swap is skipped where the chain's rows leave it no tail",
+          "[chain]") {
+  CaseResult result =
+      case_support::run(chain_case("cpu-fixed-order+residual_add=cpu-tail-downcast-bf16",
+                                   DType::bf16, Pass::forward, small_dims(), 1));
+  CHECK(result.verdict == Verdict::skipped);
+  CHECK(result.reason.find("multiple of 8") != std::string::npos);
+}
+
+TEST_CASE("the chain report names the first failing op with its layer, tensor and drift metrics",
+          "[chain]") {
+  const std::uint64_t seed = revealing_seed(small_dims());
+  CaseResult result =
+      case_support::run(chain_case("cpu-fixed-order+rmsnorm=cpu-split-row-small-batch", DType::bf16,
+                                   Pass::forward, small_dims(), seed));
+  REQUIRE(result.verdict == Verdict::drift);
+  nlohmann::json status = status_of(result);
+  const nlohmann::json& failing = status["first_failing_forward"];
+  CHECK(failing["call"] == "l0.attn_norm");
+  CHECK(failing["op"] == "rmsnorm");
+  CHECK(failing["layer"] == 0);
+  CHECK(failing["first_drift"]["tensor"] == "l0.attn_norm.y");
+  CHECK(failing["first_drift"]["mismatch_count"].get<std::int64_t>() > 0);
+  CHECK(failing["first_drift"]["max_abs_diff"].get<double>() > 0);
+  CHECK(status["ops"][0]["status"] == "pass");  // the embedding before it holds
+  std::vector<std::string> lines = chain::failing_op_lines(status);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0].find(
+            "forward: first failing op l0.attn_norm (rmsnorm, layer 0) drift in l0.attn_norm.y") ==
+        0);
+  CHECK(lines[1] == "backward: first failing op none");
+}

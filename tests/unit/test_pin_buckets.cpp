@@ -1,0 +1,175 @@
+// Bucketed cuBLASLt pins (written by `bitcheck algos`): parsing, the configuration per M, the
+// pin-file form, merging one entry into a file, and malformed tables as BadInput naming the file
+// and JSON path. Host code of the CUDA backend: built only with it, runs without a GPU.
+#include <catch2/catch.hpp>
+
+#ifdef BITCHECK_HAVE_CUDA
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "bitcheck/error.h"
+#include "bitcheck/json_input.h"
+#include "matmul/pin_table.h"
+
+using namespace bitcheck::cuda;
+
+namespace {
+
+nlohmann::json config_json(int algo, int splits) {
+  LtConfig config;
+  config.algo_id = algo;
+  config.tile_id = 24;
+  config.splitk_num = splits;
+  config.reduction_scheme = splits == 1 ? 0 : 2;
+  return lt_config_to_json(config);
+}
+
+nlohmann::json key_json(std::int64_t n) {
+  return {{"arch", "sm_90"}, {"cublaslt_version", 130100},
+          {"dtype", "bf16"}, {"form", "forward"},
+          {"N", n},          {"K", 4096}};
+}
+
+nlohmann::json bucketed_entry(std::int64_t n, int small_algo) {
+  return {{"key", key_json(n)},
+          {"buckets",
+           {{{"min_rows", 1}, {"max_rows", 64}, {"config", config_json(small_algo, 4)}},
+            {{"min_rows", 65}, {"config", config_json(66, 1)}}}},
+          {"bit_class", {{"fingerprint", "0123456789abcdef"}, {"rows", 8192}}},
+          {"measured", {{"score", 1.1}}}};
+}
+
+nlohmann::json document(const std::vector<nlohmann::json>& pins) {
+  nlohmann::json doc = {{"schema_version", 1}, {"pins", nlohmann::json::array()}};
+  for (const auto& pin : pins) doc["pins"].push_back(pin);
+  return doc;
+}
+
+std::string write_temp(const std::string& name, const nlohmann::json& contents) {
+  std::string path = "/tmp/bitcheck-test-" + name + ".json";
+  std::ofstream(path) << contents.dump(2);
+  return path;
+}
+
+void expect_bad_input(const nlohmann::json& doc, const std::string& json_path,
+                      const std::string& expected_part) {
+  try {
+    parse_pin_document(doc, "pins.json");
+    FAIL("accepted " << doc.dump());
+  } catch (const bitcheck::BadInput& error) {
+    CHECK(error.file() == "pins.json");
+    CHECK(error.json_path() == json_path);
+    CHECK(error.expected().find(expected_part) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a bucketed pin serves each M from its bucket; single-config pins still load", "[pins]") {
+  nlohmann::json single = {{"key", key_json(6144)}, {"config", config_json(66, 1)}};
+  auto entries = parse_pin_document(document({bucketed_entry(4096, 71), single}), "pins.json");
+  REQUIRE(entries.size() == 2);
+  const PinEntry& bucketed = entries[0];
+  REQUIRE(bucketed.buckets.size() == 2);
+  CHECK(bucketed.config_for_rows(1).algo_id == 71);
+  CHECK(bucketed.config_for_rows(64).algo_id == 71);
+  CHECK(bucketed.config_for_rows(64).splitk_num == 4);
+  CHECK(bucketed.config_for_rows(65).algo_id == 66);
+  CHECK(bucketed.config_for_rows(1000000).splitk_num == 1);
+  CHECK(bucketed.bucket_for_rows(65)->min_rows == 65);
+  CHECK(bucketed.bit_class["fingerprint"] == "0123456789abcdef");
+  CHECK_THROWS_AS(bucketed.config_for_rows(0), std::invalid_argument);
+  CHECK(entries[1].buckets.empty());
+  CHECK(entries[1].bucket_for_rows(5) == nullptr);
+  CHECK(entries[1].config_for_rows(5).algo_id == 66);  // one configuration for every M
+  CHECK(entries[1].source == "pin file pins.json");
+
+  // The pin-file form round-trips, measurements included.
+  auto again =
+      parse_pin_document(document({bucketed.to_json(), entries[1].to_json()}), "again.json");
+  CHECK(again[0].config_for_rows(7).same_kernel(bucketed.config_for_rows(7)));
+  CHECK(again[0].config_for_rows(700).same_kernel(bucketed.config_for_rows(700)));
+  CHECK(again[0].measured["score"] == 1.1);
+  CHECK(again[1].config.same_kernel(entries[1].config));
+}
+
+TEST_CASE("the pin table looks up a bucketed entry from its file without deriving", "[pins]") {
+  std::string path = write_temp("bucketed-pins", document({bucketed_entry(4096, 71)}));
+  PinTable& table = PinTable::instance();
+  table.configure(path, false);
+  PinEntry entry =
+      table.lookup(PinKey{"sm_90", 130100, "bf16", "forward", 4096, 4096, 0}, []() -> LtConfig {
+        FAIL("a pinned key must not be derived");
+        return {};
+      });
+  CHECK(entry.config_for_rows(3).algo_id == 71);
+  CHECK(entry.config_for_rows(3000).algo_id == 66);
+  std::remove(path.c_str());
+  table.configure("contract/cublaslt-pins.json", false);
+}
+
+TEST_CASE("malformed bucketed pins are BadInput naming the JSON path", "[pins]") {
+  nlohmann::json gap = bucketed_entry(4096, 71);
+  gap["buckets"][1]["min_rows"] = 66;
+  expect_bad_input(document({gap}), "$.pins[0].buckets", "starts at 66, expected 65");
+
+  nlohmann::json bounded = bucketed_entry(4096, 71);
+  bounded["buckets"][1]["max_rows"] = 8192;
+  expect_bad_input(document({bounded}), "$.pins[0].buckets", "the last bucket must be unbounded");
+
+  nlohmann::json both = bucketed_entry(4096, 71);
+  both["config"] = config_json(66, 1);
+  expect_bad_input(document({both}), "$.pins[0]", "exactly one of");
+
+  nlohmann::json neither = {{"key", key_json(4096)}};
+  expect_bad_input(document({neither}), "$.pins[0]", "exactly one of");
+
+  nlohmann::json no_class = bucketed_entry(4096, 71);
+  no_class.erase("bit_class");
+  try {
+    parse_pin_document(document({no_class}), "pins.json");
+    FAIL("accepted a bucketed pin without its bit-class");
+  } catch (const bitcheck::BadInput& error) {
+    CHECK(error.json_path() == "$.pins[0].bit_class");
+  }
+
+  nlohmann::json bad_config = bucketed_entry(4096, 71);
+  bad_config["buckets"][0]["config"].erase("algo_id");
+  expect_bad_input(document({bad_config}), "$.pins[0].buckets[0].config", "algo_id");
+
+  nlohmann::json empty = bucketed_entry(4096, 71);
+  empty["buckets"] = nlohmann::json::array();
+  CHECK_THROWS_AS(parse_pin_document(document({empty}), "pins.json"), bitcheck::BadInput);
+}
+
+TEST_CASE("merging a pin entry replaces its key and keeps every other entry", "[pins]") {
+  nlohmann::json single = {
+      {"key", key_json(6144)}, {"config", config_json(66, 1)}, {"measured", {{"note", "kept"}}}};
+  std::string path = write_temp("merge-pins", document({single, bucketed_entry(4096, 71)}));
+
+  merge_pin_entry(path, bucketed_entry(4096, 72));  // same key: replaced in place
+  auto entries = parse_pin_document(bitcheck::load_json_file(path), path);
+  REQUIRE(entries.size() == 2);
+  CHECK(entries[1].config_for_rows(1).algo_id == 72);
+  CHECK(entries[0].measured["note"] == "kept");
+
+  merge_pin_entry(path, bucketed_entry(28672, 73));  // new key: appended
+  entries = parse_pin_document(bitcheck::load_json_file(path), path);
+  REQUIRE(entries.size() == 3);
+  CHECK(entries[2].key.n == 28672);
+
+  nlohmann::json broken = bucketed_entry(4096, 74);
+  broken["buckets"][0]["min_rows"] = 2;
+  CHECK_THROWS_AS(merge_pin_entry(path, broken), bitcheck::BadInput);
+  CHECK(parse_pin_document(bitcheck::load_json_file(path), path)[1].config_for_rows(1).algo_id ==
+        72);  // untouched
+
+  std::remove(path.c_str());
+  std::string fresh = "/tmp/bitcheck-test-fresh-pins.json";
+  std::remove(fresh.c_str());
+  merge_pin_entry(fresh, bucketed_entry(4096, 71));  // no file yet: created with the one entry
+  CHECK(parse_pin_document(bitcheck::load_json_file(fresh), fresh).size() == 1);
+  std::remove(fresh.c_str());
+}
+#endif
