@@ -62,6 +62,10 @@ const char* embedded_sweep_spec_json();
 SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
                           const Registry& registry, const Contract& contract);
 
+// The relative cost --shard balances: a fixed part per case plus one proportional to the bytes of
+// the case's tensors.
+double estimated_case_cost(const CaseSpec& c, const Registry& registry);
+
 // The cartesian product, in spec order. Impls of an unavailable backend still yield cases (to be
 // skipped with the backend's reason) unless the backend was filtered out explicitly.
 std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& registry,

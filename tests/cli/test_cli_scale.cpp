@@ -293,3 +293,27 @@ TEST_CASE("sweep --skip-done runs only what an earlier report lacks; merged, it 
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("bad.json") && Catch::Contains("$.results"));
 }
+
+TEST_CASE("a shard leaves the lost-sight judgement to the merged report, which still makes it",
+          "[cli][shard]") {
+  TempDir dir;
+  // At M = 1 the split-K control computes every layout the same way: it cannot drift.
+  const std::string blind = "sweep --op matmul --impl cpu-split-k-by-rows --backend cpu --batch 1 --dtype fp32 "
+                            "--pass forward --no-progress --out " + quote(dir.path());
+  Run whole = run_bitcheck(dir, blind + " --report-name whole.json");
+  CHECK(whole.exit_code == 1);
+  CHECK_THAT(whole.out, Catch::Contains("HARNESS FAILURE"));
+  for (int shard = 0; shard < 2; ++shard) {
+    Run part = run_bitcheck(dir, blind + " --shard " + std::to_string(shard) + "/2 --report-name part" +
+                                     std::to_string(shard) + ".json");
+    INFO("stdout: " << part.out);
+    CHECK(part.exit_code == 0);
+    CHECK_THAT(part.out, Catch::Contains("judged on the merged report"));
+    json report = json::parse(read_file(dir / ("part" + std::to_string(shard) + ".json")));
+    CHECK(report["summary"]["harness_failures"].empty());
+  }
+  Run merged = run_bitcheck(dir, "merge --out " + quote(dir / "merged.json") + " " + quote(dir / "part0.json") + " " +
+                                     quote(dir / "part1.json"));
+  CHECK(merged.exit_code == 1);
+  CHECK_THAT(merged.out, Catch::Contains("HARNESS FAILURE") && Catch::Contains("cpu-split-k-by-rows"));
+}

@@ -265,3 +265,30 @@ TEST_CASE("an out-of-scope dtype expands to cases skipped with the contract's re
     CHECK(runner.run_case(c).verdict == Verdict::skipped);
   }
 }
+
+TEST_CASE("shard cost: a fixed part per case plus the bytes of its tensors", "[spec][shard]") {
+  World world;
+  const Registry& registry = world.registry;
+  CaseSpec small;
+  small.op = "matmul";
+  small.dtype_name = "bf16";
+  small.dtype = DType::bf16;
+  small.pass = Pass::forward;
+  small.dims = {{"N", 64}, {"K", 64}};
+  small.rows = 1;
+  CaseSpec wide = small;
+  wide.rows = 4096;
+  CaseSpec backward = small;
+  backward.pass = Pass::backward;
+  const double one_row = estimated_case_cost(small, registry);
+  // The fixed part dominates tiny cases: 4096 rows of a 64 x 64 product are not 4096 cases' work.
+  CHECK(one_row >= 1.0);
+  CHECK(estimated_case_cost(wide, registry) < 2 * one_row);
+  // More bytes cost more: the backward pass adds dy, dx and an fp32 dW.
+  CHECK(estimated_case_cost(backward, registry) > one_row);
+  CaseSpec vocab = small;
+  vocab.pass = Pass::backward;
+  vocab.dims = {{"N", 128256}, {"K", 4096}};
+  // 128256 x 4096 bf16 weight (0.978 GiB) and fp32 dW (1.957 GiB), plus one row of x, dy, dx.
+  CHECK(estimated_case_cost(vocab, registry) == Approx(1.0 + 6.0 * 2.9355).epsilon(0.001));
+}
