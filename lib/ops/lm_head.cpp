@@ -34,20 +34,22 @@ void register_lm_head_op(Registry& registry) {
   };
   op.reference = [](const CaseSpec& spec, const std::map<std::string, Tensor>& inputs,
                     const ReferenceRequest& request, std::map<std::string, Tensor>& outputs) {
-    MatrixF table = to_matrix(inputs.at("table"));
+    // Wide outputs: only the requested columns (vocab rows of the table for logits, hidden
+    // columns for dh), and only the sampled vocab columns of dlogits for dtable, so a
+    // 128256-row table is never decoded whole.
+    auto columns_of = [&](const char* name) {
+      auto it = request.columns.find(name);
+      return it == request.columns.end() ? std::vector<std::int64_t>{} : it->second;
+    };
     if (spec.pass == Pass::forward) {
-      outputs["logits"] = from_matrix(to_matrix(inputs.at("h"), request.rows) * table.transpose());
+      MatrixF table_rows = to_matrix(inputs.at("table"), columns_of("logits"));
+      outputs["logits"] = from_matrix(to_matrix(inputs.at("h"), request.rows) * table_rows.transpose());
       return;
     }
-    outputs["dh"] = from_matrix(to_matrix(inputs.at("dlogits"), request.rows) * table);
-    MatrixF dlogits = to_matrix(inputs.at("dlogits"));
-    MatrixF h = to_matrix(inputs.at("h"));
-    MatrixF dtable(static_cast<Eigen::Index>(request.reduction_rows.size()), h.cols());
-    for (std::size_t i = 0; i < request.reduction_rows.size(); ++i) {
-      dtable.row(static_cast<Eigen::Index>(i)) =
-          dlogits.col(request.reduction_rows[i]).transpose() * h;
-    }
-    outputs["dtable"] = from_matrix(dtable);
+    outputs["dh"] = from_matrix(to_matrix(inputs.at("dlogits"), request.rows) *
+                                to_matrix_columns(inputs.at("table"), columns_of("dh")));
+    MatrixF dlogits_sampled = to_matrix_columns(inputs.at("dlogits"), request.reduction_rows);
+    outputs["dtable"] = from_matrix(dlogits_sampled.transpose() * to_matrix(inputs.at("h")));
   };
   registry.add_op(std::move(op));
 }

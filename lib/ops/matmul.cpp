@@ -45,13 +45,11 @@ void register_matmul_op(Registry& registry) {
     }
     outputs["dx"] = from_matrix(to_matrix(inputs.at("dy"), request.rows) *
                                 to_matrix_columns(inputs.at("w"), columns_of("dx")));
-    MatrixF dy = to_matrix(inputs.at("dy"));
+    // dW rows n = dy[:, n]^T · x for the sampled n: only those columns of dy are decoded (a
+    // vocab-sized dy is gigabytes), and the rows come out of one product.
+    MatrixF dy_sampled = to_matrix_columns(inputs.at("dy"), request.reduction_rows);
     MatrixF x = to_matrix(inputs.at("x"));
-    MatrixF dw(static_cast<Eigen::Index>(request.reduction_rows.size()), x.cols());
-    for (std::size_t i = 0; i < request.reduction_rows.size(); ++i) {
-      dw.row(static_cast<Eigen::Index>(i)) = dy.col(request.reduction_rows[i]).transpose() * x;
-    }
-    outputs["dw"] = from_matrix(dw);
+    outputs["dw"] = from_matrix(dy_sampled.transpose() * x);
   };
   registry.add_op(std::move(op));
 }
