@@ -4,6 +4,7 @@
 #include "bitcheck/isolation.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -47,14 +49,27 @@ bool write_line(int fd, const std::string& text) {
   return true;
 }
 
-// The next line (without its newline), or nullopt at end of stream or on an error.
-std::optional<std::string> read_line(int fd, std::string& buffer) {
+// The next line (without its newline), or nullopt at end of stream, on an error, or when
+// `timeout_seconds` (> 0) pass first (then *timed_out is set).
+std::optional<std::string> read_line(int fd, std::string& buffer, double timeout_seconds = 0,
+                                     bool* timed_out = nullptr) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   for (;;) {
     auto newline = buffer.find('\n');
     if (newline != std::string::npos) {
       std::string line = buffer.substr(0, newline);
       buffer.erase(0, newline + 1);
       return line;
+    }
+    if (timeout_seconds > 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd waiting = {fd, POLLIN, 0};
+      const int ready = left.count() > 0 ? ::poll(&waiting, 1, static_cast<int>(std::min<long long>(left.count(), 1 << 30))) : 0;
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        if (timed_out) *timed_out = true;
+        return std::nullopt;
+      }
     }
     char chunk[65536];
     ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
@@ -249,8 +264,21 @@ nlohmann::json IsolatedRunner::run_case(const CaseSpec& spec) {
   CaseResult request_case;
   request_case.spec = spec;  // a skipped result's JSON is exactly the case's description
   std::optional<std::string> line;
+  bool timed_out = false;
   if (write_line(socket_, dump_line({{"case", case_to_json(request_case)}})))
-    line = read_line(socket_, buffer_);
+    line = read_line(socket_, buffer_, settings_.case_timeout_seconds, &timed_out);
+  if (timed_out) {
+    ++faults_;
+    ::kill(pid_, SIGKILL);
+    reap();
+    std::ostringstream limit;
+    limit << settings_.case_timeout_seconds;
+    return failed_case_json(registry_, spec,
+                            "did not finish within the per-case limit of " + limit.str() +
+                                " s (--case-timeout): its worker process was killed and the sweep went on with the "
+                                "next case in a fresh worker",
+                            seconds());
+  }
   if (!line) {
     ++faults_;
     return failed_case_json(registry_, spec,

@@ -55,6 +55,7 @@ extern "C" void on_interrupt(int signal_number) {
 bool use_isolation(const SweepOptions& options, const Registry& registry, const std::vector<CaseSpec>& cases) {
   if (options.isolation == SweepOptions::Isolation::off) return false;
   if (options.isolation == SweepOptions::Isolation::on) return true;
+  if (options.case_timeout_seconds > 0 && !options.worker_executable.empty()) return true;  // only a worker can be stopped
   if (options.worker_executable.empty() || !registry.backend_available("cuda")) return false;
   return std::any_of(cases.begin(), cases.end(), [&](const CaseSpec& c) {
     const Impl* impl = registry.find_impl(c.op, c.impl);
@@ -115,7 +116,9 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   Runner runner(registry, contract);
   std::unique_ptr<IsolatedRunner> isolated;
   if (use_isolation(options, registry, cases)) {
-    isolated = std::make_unique<IsolatedRunner>(registry, WorkerSettings{options.worker_executable, options.contract_path, options.cuda});
+    WorkerSettings settings{options.worker_executable, options.contract_path, options.cuda};
+    settings.case_timeout_seconds = options.case_timeout_seconds;
+    isolated = std::make_unique<IsolatedRunner>(registry, settings);
   }
   std::optional<std::string> poisoned_by;
   std::vector<nlohmann::json> results;

@@ -106,7 +106,11 @@ int run(int argc, char** argv) {
   bool isolate = false, no_isolate = false;
   auto* isolate_flag = sweep_cmd->add_flag(
       "--isolate", isolate, "Run the cases in a worker process, so a crash or a sticky CUDA error costs only its own case (default when CUDA cases can run)");
-  sweep_cmd->add_flag("--no-isolate", no_isolate, "Run every case in this process")->excludes(isolate_flag);
+  auto* no_isolate_flag = sweep_cmd->add_flag("--no-isolate", no_isolate, "Run every case in this process")->excludes(isolate_flag);
+  sweep_cmd
+      ->add_option("--case-timeout", sweep.case_timeout_seconds,
+                   "Seconds a case may run before it is `error` and its worker process is killed (a hung kernel); implies --isolate")
+      ->excludes(no_isolate_flag);
   sweep.worker_executable = "/proc/self/exe";  // this binary, even if its file was replaced meanwhile
   bool special_values = false;
   double special_values_rate = 0;
@@ -224,6 +228,9 @@ int run(int argc, char** argv) {
     register_all(registry);
     if (*worker_cmd) return run_sweep_worker(registry, worker_fd);
     if (*sweep_cmd) {
+      if (!(sweep.case_timeout_seconds >= 0) || sweep.case_timeout_seconds > 7 * 24 * 3600.0) {
+        throw BadInput("command line", "--case-timeout", "seconds in [0, 604800] (0: no limit)");
+      }
       sweep.isolation = isolate ? SweepOptions::Isolation::on
                         : no_isolate ? SweepOptions::Isolation::off
                                      : SweepOptions::Isolation::automatic;

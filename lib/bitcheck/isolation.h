@@ -20,6 +20,9 @@ struct WorkerSettings {
   std::string executable;     // the bitcheck binary that has the __sweep-worker subcommand
   std::string contract_path;  // empty: the embedded contract
   CudaBackendOptions cuda;
+  // A case whose result has not come back after this many seconds is `error` and its worker is
+  // killed (a hung kernel or host loop); 0: no limit.
+  double case_timeout_seconds = 0;
 };
 
 // One case run in this process, as the report records it. `context_fault` is set when the case

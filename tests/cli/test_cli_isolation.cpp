@@ -146,3 +146,39 @@ TEST_CASE("an isolated sweep stopped by a signal writes a valid partial report",
       CHECK(c.value("reason", "").find("worker process") == std::string::npos);
   }
 }
+
+TEST_CASE("sweep --case-timeout: a hung case is error, its worker is killed, and the sweep goes on",
+          "[cli][isolation][timeout]") {
+  TestImplsEnabled enabled;
+  setenv("BITCHECK_TEST_HANG", "1", 1);
+  struct Unset {
+    ~Unset() { unsetenv("BITCHECK_TEST_HANG"); }
+  } unset_hang;
+  TempDir dir;
+  const std::string cases = "sweep --op matmul --impl cpu-fixed-order,test-hang --backend cpu --dtype fp32 "
+                            "--pass forward --batch 1,3 --no-progress --out " + quote(dir.path());
+  const auto start = std::chrono::steady_clock::now();
+  Run run = run_bitcheck(dir, cases + " --case-timeout 1.5");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO("stdout: " << run.out << "\nstderr: " << run.err);
+  CHECK(run.exit_code == 3);  // errors
+  json report = json::parse(read_file(dir / "report.json"));
+  int hung = 0, passed = 0;
+  for (const auto& c : report["results"]) {
+    if (c["impl"] == "test-hang") {
+      ++hung;
+      CHECK(c["verdict"] == "error");
+      CHECK_THAT(c["reason"].get<std::string>(), Catch::Contains("per-case limit of 1.5 s"));
+    } else {
+      passed += c["verdict"] == "pass";
+    }
+  }
+  CHECK(hung > 0);
+  CHECK(passed == static_cast<int>(report["results"].size()) - hung);
+  CHECK(report["meta"]["isolation"]["faults"] == hung);
+  CHECK(seconds < 1.5 * hung + 30);  // each hung case costs its limit, not forever
+  // Bad values are refused, naming the flag.
+  Run bad = run_bitcheck(dir, cases + " --case-timeout -1");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("--case-timeout"));
+}
