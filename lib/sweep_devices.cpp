@@ -73,6 +73,21 @@ std::vector<std::string> shard_args(const SweepOptions& options, const std::stri
   if (!o.batches.empty()) add("--batch", join(o.batches));
   if (!o.seeds.empty()) add("--seed", join(o.seeds));
   if (o.repeats) add("--repeats", std::to_string(*o.repeats));
+  if (o.special_values) {
+    std::ostringstream rate;
+    rate.precision(17);
+    rate << *o.special_values;
+    add("--special-values-rate", rate.str());
+  }
+  for (const auto& report : options.skip_done_reports) add("--skip-done", report);
+  if (options.isolation == SweepOptions::Isolation::on) args.push_back("--isolate");
+  if (options.isolation == SweepOptions::Isolation::off) args.push_back("--no-isolate");
+  if (options.case_timeout_seconds > 0) {
+    std::ostringstream limit;
+    limit.precision(17);
+    limit << options.case_timeout_seconds;
+    add("--case-timeout", limit.str());
+  }
   add("--backend", o.backend);
   add("--pins", options.cuda.pin_file);
   add("--max-cases", std::to_string(options.max_cases));

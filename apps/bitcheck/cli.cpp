@@ -257,6 +257,7 @@ int run(int argc, char** argv) {
           throw BadInput("command line", "--shard", "i/n, e.g. 0/4, got \"" + shard + "\"");
         }
       }
+      sweep.skip_done_reports = skip_done;
       for (const auto& path : skip_done) {
         nlohmann::json done = load_json_file(path);
         JsonCursor root(done, path);

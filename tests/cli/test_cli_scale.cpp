@@ -280,6 +280,11 @@ TEST_CASE("sweep --skip-done runs only what an earlier report lacks; merged, it 
   REQUIRE_FALSE(part_ids.empty());
   REQUIRE_FALSE(rest_report["results"].empty());
   for (const auto& c : rest_report["results"]) CHECK(part_ids.count(c["id"].get<std::string>()) == 0);
+  // --devices hands --skip-done on to its shards: the same cases as the single run.
+  Run spread = run_bitcheck(dir, small_sweep + " --devices 0,1 --skip-done " + quote(dir / "part.json") +
+                                     " --report-name spread.json --out " + quote(dir.path()));
+  REQUIRE(spread.exit_code == 0);
+  CHECK(results_without_timings(json::parse(read_file(dir / "spread.json"))) == results_without_timings(rest_report));
   Run merged = run_bitcheck(dir, "merge --out " + quote(dir / "merged.json") + " " + quote(dir / "part.json") +
                                      " " + quote(dir / "rest.json"));
   REQUIRE(merged.exit_code == 0);
