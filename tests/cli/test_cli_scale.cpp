@@ -259,7 +259,7 @@ TEST_CASE("the Slurm script's shard and merge modes give the unsharded report", 
   CHECK_FALSE(std::filesystem::exists(partial + "/report.json"));
 }
 
-TEST_CASE("sweep --skip-done runs only what an earlier report lacks; merged, it equals one whole sweep",
+TEST_CASE("sweep --skip-done runs only what an earlier report lacks - merged, it equals one whole sweep",
           "[cli][resume]") {
   TempDir dir;
   REQUIRE(run_bitcheck(dir, small_sweep + " --out " + quote(dir.path())).exit_code == 0);

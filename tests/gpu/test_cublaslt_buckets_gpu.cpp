@@ -53,7 +53,7 @@ nlohmann::json pin_document(const nlohmann::json& entry) {
 }  // namespace
 
 TEST_CASE(
-    "a bucketed pin table from bitcheck algos gives identical rows across M; a mixed one drifts",
+    "a bucketed pin table from bitcheck algos gives identical rows across M - a mixed one drifts",
     "[gpu][matmul][algos]") {
   AlgosRequest request = small_request();
   std::sort(request.rows.begin(), request.rows.end());

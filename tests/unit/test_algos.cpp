@@ -57,7 +57,7 @@ AlgoMeasurements measurements(std::vector<AlgoCandidate> candidates) {
 
 }  // namespace
 
-TEST_CASE("default M buckets cover every M once; broken bucket lists are named", "[algos]") {
+TEST_CASE("default M buckets cover every M once - broken bucket lists are named", "[algos]") {
   const auto& buckets = default_row_buckets();
   CHECK_FALSE(bucket_coverage_problem(buckets));
   CHECK(bucket_index(buckets, 1) == 0);
@@ -149,7 +149,7 @@ TEST_CASE("bit-classes group candidates by the bits of every row both computed",
   CHECK(classes[1].fingerprint != classes[2].fingerprint);
 }
 
-TEST_CASE("per bucket the fastest member that runs everywhere in it; the best complete class wins",
+TEST_CASE("per bucket the fastest member that runs everywhere in it - the best complete class wins",
           "[algos]") {
   std::vector<AlgoCandidate> candidates = {
       // Class 0: slow at small M, fast at large M ...
@@ -190,7 +190,7 @@ TEST_CASE("per bucket the fastest member that runs everywhere in it; the best co
 }
 
 TEST_CASE(
-    "the best table becomes a pin entry with buckets and its bit-class; reports name the targets",
+    "the best table becomes a pin entry with buckets and its bit-class - reports name the targets",
     "[algos]") {
   std::vector<AlgoCandidate> candidates = {
       candidate("large", {{1, 20}, {4, 20}, {8, 20}, {16, 19}, {32, 60}}, order(1)),

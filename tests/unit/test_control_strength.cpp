@@ -78,7 +78,7 @@ std::int64_t differing_outputs(DType dtype, std::int64_t width, std::int64_t row
 
 }  // namespace
 
-TEST_CASE("rmsnorm control: a reordered fp32 row sum rarely survives bf16; io-dtype partials do", "[control][rmsnorm]") {
+TEST_CASE("rmsnorm control: a reordered fp32 row sum rarely survives bf16 - io-dtype partials do", "[control][rmsnorm]") {
   const std::int64_t rows = 8;  // the GPU sweep's alone rows
   for (std::int64_t width : {2048, 4096, 5120, 8192}) {
     auto fixed = [](const std::vector<float>& x) { return block_sum_of_squares(x, 256); };

@@ -66,7 +66,7 @@ void expect_bad_input(const nlohmann::json& doc, const std::string& json_path,
 
 }  // namespace
 
-TEST_CASE("a bucketed pin serves each M from its bucket; single-config pins still load", "[pins]") {
+TEST_CASE("a bucketed pin serves each M from its bucket - single-config pins still load", "[pins]") {
   nlohmann::json single = {{"key", key_json(6144)}, {"config", config_json(66, 1)}};
   auto entries = parse_pin_document(document({bucketed_entry(4096, 71), single}), "pins.json");
   REQUIRE(entries.size() == 2);

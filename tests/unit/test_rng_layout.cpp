@@ -69,7 +69,7 @@ TEST_CASE("counter_uniform is a pure function of (seed, name, row, column)", "[r
   CHECK(counter_uniform(7, x, 11, 3) != value);
 }
 
-TEST_CASE("counter_uniform is uniform in [-1, 1) with 24 random bits", "[rng]") {
+TEST_CASE("counter_uniform is uniform on -1 <= u < 1 with 24 random bits", "[rng]") {
   double sum = 0, low = 1, high = -1;
   std::set<float> distinct;
   const int samples = 20000;

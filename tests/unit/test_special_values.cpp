@@ -190,7 +190,7 @@ TEST_CASE("classify_bits knows each dtype's special bit patterns", "[special_val
   CHECK(classify_bits(DType::fp32, 0x007fffffu) == SpecialValue::subnormal);
 }
 
-TEST_CASE("a case's row inputs hold the special values, the same in every batch; index inputs are untouched",
+TEST_CASE("a case's row inputs hold the special values, the same in every batch - index inputs are untouched",
           "[special_values][runner]") {
   SECTION("float row inputs: exactly the generator's choices, whatever the batch size") {
     CaseArtifacts small, large;
