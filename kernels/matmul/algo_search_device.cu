@@ -8,6 +8,7 @@
 
 #include "../cuda_check.cuh"
 #include "algo_search_device.h"
+#include "cublaslt_internal.cuh"
 
 namespace bitcheck::cuda {
 namespace {
@@ -105,26 +106,6 @@ cudaDataType_t output_type(LtGemmForm form, GemmDType dtype) {
   return form == LtGemmForm::weight_grad ? CUDA_R_32F : input_type(dtype);
 }
 
-cublasLtHandle_t variants_handle() {
-  static cublasLtHandle_t handle = [] {
-    cublasLtHandle_t created = nullptr;
-    BITCHECK_CUDA_CALL(cublasLtCreate(&created));
-    return created;
-  }();
-  return handle;
-}
-
-template <typename T>
-T capability(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attribute) {
-  T value{};
-  std::size_t written = 0;
-  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, &value, sizeof(value), &written) !=
-      CUBLAS_STATUS_SUCCESS) {
-    return T{};
-  }
-  return value;
-}
-
 }  // namespace
 
 void algo_fill_random(GemmDType dtype, void* data, std::size_t count, std::uint64_t seed) {
@@ -194,7 +175,7 @@ std::vector<LtConfig> lt_option_variants(const LtConfig& base, GemmDType dtype, 
   const cudaDataType_t in = input_type(dtype);
   const cudaDataType_t out = output_type(form, dtype);
   cublasLtMatmulAlgo_t algo{};
-  if (cublasLtMatmulAlgoInit(variants_handle(), CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, out, out,
+  if (cublasLtMatmulAlgoInit(lt_handle(), CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, out, out,
                              base.algo_id, &algo) != CUBLAS_STATUS_SUCCESS) {
     return {};
   }

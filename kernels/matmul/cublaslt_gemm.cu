@@ -16,8 +16,19 @@
 
 #include "../cuda_check.cuh"
 #include "cublaslt_gemm.h"
+#include "cublaslt_internal.cuh"
 
 namespace bitcheck::cuda {
+
+cublasLtHandle_t lt_handle() {
+  static cublasLtHandle_t handle = [] {
+    cublasLtHandle_t created = nullptr;
+    BITCHECK_CUDA_CALL(cublasLtCreate(&created));
+    return created;
+  }();
+  return handle;
+}
+
 namespace {
 
 // Names of cuBLASLt enum values, indexed by value, taken from the enum names in cublasLt.h
@@ -241,17 +252,6 @@ constexpr std::size_t kHeuristicWorkspaceBytes = 32u << 20;
 // Pinned configurations are chosen where a training or prefill step spends its time.
 constexpr int64_t kPinnedTuneRows = 8192;
 constexpr int kPinnedCandidateCount = 64;
-
-cublasLtHandle_t lt_handle() {
-  // One handle per process, never destroyed: cuBLASLt handles are cheap to keep and the
-  // library may still be called from static destructors elsewhere.
-  static cublasLtHandle_t handle = [] {
-    cublasLtHandle_t created = nullptr;
-    BITCHECK_CUDA_CALL(cublasLtCreate(&created));
-    return created;
-  }();
-  return handle;
-}
 
 cudaDataType_t input_type(GemmDType dtype) {
   switch (dtype) {
@@ -758,17 +758,6 @@ std::vector<T> capability_list(const cublasLtMatmulAlgo_t& algo,
   BITCHECK_CUDA_CALL(
       cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, values.data(), bytes, &bytes));
   return values;
-}
-
-template <typename T>
-T capability(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attribute) {
-  T value{};
-  std::size_t written = 0;
-  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, &value, sizeof(value), &written) !=
-      CUBLAS_STATUS_SUCCESS) {
-    return T{};
-  }
-  return value;
 }
 
 // Collects distinct accepted configurations up to a count, checking each candidate once.

@@ -52,6 +52,16 @@ std::string read_file(const std::string& path) {
   return buffer.str();
 }
 
+// A report's results without their timings: what two runs of the same cases must agree on.
+[[maybe_unused]] nlohmann::json results_without_timings(const nlohmann::json& report) {
+  nlohmann::json results = nlohmann::json::array();
+  for (auto c : report["results"]) {
+    c.erase("timings");
+    results.push_back(c);
+  }
+  return results;
+}
+
 std::string quote(const std::string& text) {
   std::string quoted = "'";
   for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);

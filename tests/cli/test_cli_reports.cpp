@@ -8,19 +8,6 @@
 
 using nlohmann::json;
 
-namespace {
-
-json results_without_timings(const json& report) {
-  json results = json::array();
-  for (auto c : report["results"]) {
-    c.erase("timings");
-    results.push_back(c);
-  }
-  return results;
-}
-
-}  // namespace
-
 TEST_CASE("three shards merged give the unsharded report", "[cli][shard]") {
   TempDir dir;
   const std::string sweep = "sweep --op matmul,rmsnorm --backend cpu --batch 1,3,7 --no-progress --out " + quote(dir.path());

@@ -18,15 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-json results_without_timings(const json& report) {
-  json results = json::array();
-  for (auto c : report["results"]) {
-    c.erase("timings");
-    results.push_back(c);
-  }
-  return results;
-}
-
 std::int64_t case_size(const json& c) {
   std::int64_t size =
       c["rows"].get<std::int64_t>() * static_cast<std::int64_t>(c["layouts"].size());
