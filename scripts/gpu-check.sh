@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from a bundle made by scripts/gpu-bundle.sh: the GPU tests, the GPU
-# sweep (sweeps/gpu.json, CUDA backend) and the benchmark, writing reports and logs to OUT_DIR.
-#   scripts/gpu-check.sh BUNDLE_DIR OUT_DIR [--ops a,b] [--dtype d] [--batch m,..] [--pass p] [--deadline S] [--jobs N] [--skip-bench] [--skip-tests] [--skip-sweep]
+# sweep (sweeps/gpu.json or --spec, CUDA backend) and the benchmark, writing reports and logs to OUT_DIR.
+#   scripts/gpu-check.sh BUNDLE_DIR OUT_DIR [--spec FILE] [--ops a,b] [--dtype d] [--batch m,..] [--pass p]
+#       [--deadline S] [--jobs N] [--skip-bench] [--skip-tests] [--skip-sweep]
+# The sweep's shards are spread round-robin over the GPUs present (CUDA_VISIBLE_DEVICES).
 # The GPU machine needs only the CUDA driver and cuBLASLt (no package registry there); from a
 # development machine, through the device tool:
 #   scripts/gpu-bundle.sh .gpu-bundle && run "scripts/gpu-check.sh .gpu-bundle \$OUT" (carry .gpu-bundle)
@@ -9,10 +11,11 @@ set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=${2:?output dir}
 shift 2
-ops=all bench=1 tests=1 sweep=1 jobs=4 dtypes="" deadline=0
+ops=all bench=1 tests=1 sweep=1 jobs=4 dtypes="" deadline=0 spec=sweeps/gpu.json
 while [ $# -gt 0 ]; do
   case "$1" in
     --ops) ops=$2; shift 2 ;;
+    --spec) spec=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --dtype) dtypes="$dtypes --dtype $2"; shift 2 ;;
     --batch) dtypes="$dtypes --batch $2"; shift 2 ;;
@@ -27,6 +30,8 @@ done
 mkdir -p "$out"
 cd "$bundle"
 status=0
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${gpus:-0}" -gt 0 ] || gpus=1
 {
   echo "revision: $(cat REVISION)"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -41,13 +46,13 @@ fi
 if [ $sweep = 1 ]; then
   # Host-side checking (layouts, bitwise comparison, references) dominates GPU-sized cases, so
   # the sweep runs as $jobs interleaved shards on the one GPU, then merges into report.json.
-  echo "== GPU sweep ($jobs shards)"
+  echo "== GPU sweep $spec ($jobs shards over $gpus GPUs)"
   start=$(date +%s)
   for ((i = 0; i < jobs; i++)); do
     # --deadline S: each shard gets SIGTERM after S seconds and writes a partial report marked
     # interrupted, so a run that would outlast its slot still returns what it checked.
     limit=(); [ "$deadline" -gt 0 ] && limit=(timeout -s TERM "$deadline")
-    "${limit[@]}" bin/bitcheck sweep --spec sweeps/gpu.json --backend cuda --op "$ops" $dtypes --out "$out" \
+    CUDA_VISIBLE_DEVICES=$((i % gpus)) "${limit[@]}" bin/bitcheck sweep --spec "$spec" --backend cuda --op "$ops" $dtypes --out "$out" \
       --report-name "shard$i.json" --shard "$i/$jobs" --pins contract/cublaslt-pins.json \
       > "$out/sweep-shard$i.log" 2>&1 &
   done

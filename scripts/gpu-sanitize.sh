@@ -5,10 +5,13 @@
 # per tool, and writes OUT_DIR/sanitizer-summary.md (device, date, commands, and per tool: errors
 # found, cases run, wall time) beside the logs.
 #   scripts/gpu-sanitize.sh BUNDLE_DIR OUT_DIR [--tools memcheck,racecheck,initcheck,synccheck]
-#       [--kernels ours|all] [--ops a,b] [--timeout S]
+#       [--kernels ours|all] [--ops a,b] [--timeout S] [--shards N] [--parallel]
 # --kernels ours (default) checks only bitcheck's kernels (all live in namespace bitcheck::cuda:
 #   compute-sanitizer --kernel-name kns=bitcheck); cuBLASLt's kernels still run, unchecked, so a
 #   report names our code. --kernels all checks every kernel, cuBLASLt's included.
+# --shards N splits each tool's sweep into N cost-balanced shards (`sweep --shard i/N`), each under
+#   its own compute-sanitizer process, run side by side and merged; --parallel runs the tools side by
+#   side too. Processes are spread round-robin over the GPUs present (CUDA_VISIBLE_DEVICES).
 # Before a tool's sweep counts, its control must fail: bin/sanitizer_probe runs a kernel with that
 # tool's defect (out-of-bounds store, shared-memory race, uninitialized load, divergent barrier)
 # under the same options and the tool must report it; a defect-free probe kernel must stay clean.
@@ -23,13 +26,15 @@ usage() { sed -n '7,8p' "$0" >&2; exit 2; }
 bundle=$(cd "$1" 2>/dev/null && pwd) || { echo "gpu-sanitize: no bundle directory $1" >&2; exit 3; }
 mkdir -p "$2" && out=$(cd "$2" && pwd)
 shift 2
-tools=memcheck,racecheck,initcheck,synccheck kernels=ours ops=all timeout_s=0
+tools=memcheck,racecheck,initcheck,synccheck kernels=ours ops=all timeout_s=0 shards=1 parallel=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --tools) tools=$2; shift 2 ;;
     --kernels) kernels=$2; shift 2 ;;
     --ops) ops=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
+    --shards) shards=$2; shift 2 ;;
+    --parallel) parallel=1; shift ;;
     *) echo "gpu-sanitize: unknown argument $1" >&2; usage ;;
   esac
 done
@@ -43,6 +48,9 @@ case "$kernels" in
   *) echo "gpu-sanitize: --kernels ours|all, got $kernels" >&2; exit 2 ;;
 esac
 [[ "$timeout_s" =~ ^[0-9]+$ ]] || { echo "gpu-sanitize: --timeout takes seconds, got $timeout_s" >&2; exit 2; }
+[[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-sanitize: --shards takes a positive count, got $shards" >&2; exit 2; }
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${gpus:-0}" -gt 0 ] || gpus=1
 
 sanitizer=$(command -v compute-sanitizer || true)
 if [ -z "$sanitizer" ]; then
@@ -80,9 +88,12 @@ revision=$(cat REVISION 2>/dev/null || echo unknown)
 status=0
 rows=()
 commands=()
-for tool in ${tools//,/ }; do
+# One tool: its control, then its sweep as $shards shards side by side. Writes the tool's table row
+# to $out/.row-TOOL, its command to $out/.command-TOOL and its status (0/1) to $out/.status-TOOL.
+run_tool() {
+  local tool=$1 slot=$2 tool_status=0 options control_rc clean_rc control_errors control
   mapfile -t options < <(options_for "$tool")
-  echo "== $tool"
+  export CUDA_VISIBLE_DEVICES=$((slot % gpus))
   # The control: the tool must report the probe's defect under exactly these options.
   "$sanitizer" "${options[@]}" --log-file "$out/$tool-control.log" bin/sanitizer_probe "$tool" > /dev/null 2>&1
   control_rc=$?
@@ -93,35 +104,89 @@ for tool in ${tools//,/ }; do
     control="detected ($control_errors errors); clean probe: 0"
   else
     control="BLIND: defect probe exit $control_rc ($control_errors errors), clean probe exit $clean_rc"
-    status=1
+    tool_status=1
   fi
 
-  limit=()
+  local limit=()
   [ "$timeout_s" -gt 0 ] && limit=(timeout -s TERM "$timeout_s")
-  command=(bin/bitcheck sweep --spec sweeps/sanitize.json --backend cuda --op "$ops" --no-progress
-           --pins contract/cublaslt-pins.json --out "$out/$tool" --report-name report.json)
-  prefix="$out/"
-  shown=("${command[@]/#"$prefix"/OUT/}")  # the output directory as OUT, for the summary's reader
-  commands+=("$(basename "$sanitizer") ${options[*]} --log-file OUT/$tool.log ${shown[*]}")
-  start=$(date +%s)
-  "${limit[@]}" "$sanitizer" "${options[@]}" --log-file "$out/$tool.log" "${command[@]}" > "$out/$tool-sweep.log" 2>&1
-  rc=$?
-  wall=$(($(date +%s) - start))
-  errors=$(errors_in "$out/$tool.log")
-  cases=$(grep -Eo '\([0-9]+ of [0-9]+ cases' "$out/$tool-sweep.log" | tail -n 1 | tr -d '(')
+  local command=(bin/bitcheck sweep --spec sweeps/sanitize.json --backend cuda --op "$ops" --no-progress
+                 --pins contract/cublaslt-pins.json --out "$out/$tool")
+  local shown=("${command[@]/#"$out/"/OUT/}")  # the output directory as OUT, for the summary's reader
+  local shard_text=""
+  [ "$shards" -gt 1 ] && shard_text=" --shard i/$shards (i = 0..$((shards - 1)), merged)"
+  echo "$(basename "$sanitizer") ${options[*]} --log-file OUT/$tool.log ${shown[*]} --report-name report.json$shard_text" > "$out/.command-$tool"
+  local start=$(date +%s) i pids=() rcs=()
+  mkdir -p "$out/$tool"
+  for ((i = 0; i < shards; i++)); do
+    local shard_args=(--report-name report.json) log="$out/$tool.log" sweep_log="$out/$tool-sweep.log"
+    if [ "$shards" -gt 1 ]; then
+      shard_args=(--report-name "shard$i.json" --shard "$i/$shards")
+      log="$out/$tool-shard$i.log" sweep_log="$out/$tool-sweep-shard$i.log"
+      export CUDA_VISIBLE_DEVICES=$(((slot * shards + i) % gpus))
+    fi
+    "${limit[@]}" "$sanitizer" "${options[@]}" --log-file "$log" "${command[@]}" "${shard_args[@]}" > "$sweep_log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; rcs+=($?); done
+  local wall=$(($(date +%s) - start)) rc=0 errors=0 e
+  if [ "$shards" -gt 1 ]; then
+    # One log and one sweep log per tool, as for an unsharded run: shard logs concatenated in order.
+    : > "$out/$tool.log"; : > "$out/$tool-sweep.log"
+    for ((i = 0; i < shards; i++)); do
+      e=$(errors_in "$out/$tool-shard$i.log")
+      if [ "$e" = unknown ] || [ "$errors" = unknown ]; then errors=unknown; else errors=$((errors + e)); fi
+      { echo "==== shard $i/$shards"; cat "$out/$tool-shard$i.log"; } >> "$out/$tool.log"
+      { echo "==== shard $i/$shards"; cat "$out/$tool-sweep-shard$i.log"; } >> "$out/$tool-sweep.log"
+      rm -f "$out/$tool-shard$i.log" "$out/$tool-sweep-shard$i.log"
+    done
+    local reports=()
+    for ((i = 0; i < shards; i++)); do [ -f "$out/$tool/shard$i.json" ] && reports+=("$out/$tool/shard$i.json"); done
+    [ ${#reports[@]} -gt 0 ] && bin/bitcheck merge --out "$out/$tool/report.json" "${reports[@]}" >> "$out/$tool-sweep.log" 2>&1
+    rm -f "${reports[@]}"
+  else
+    errors=$(errors_in "$out/$tool.log")
+  fi
+  # The worst shard outcome is the tool's: sanitizer errors, then a timeout or another failure, then
+  # bitcheck findings.
+  for e in "${rcs[@]}"; do
+    case $e in
+      "$sanitizer_exit") rc=$e ;;
+      0) ;;
+      1) [ $rc = 0 ] && rc=1 ;;
+      *) [ $rc != "$sanitizer_exit" ] && rc=$e ;;
+    esac
+  done
+  local cases verdicts outcome
+  cases=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['summary']['cases'], 'cases')" "$out/$tool/report.json" 2>/dev/null \
+          || grep -Eo '\([0-9]+ of [0-9]+ cases' "$out/$tool-sweep.log" | tail -n 1 | tr -d '(')
   verdicts=$(grep -E '^verdicts:' "$out/$tool-sweep.log" | tail -n 1 | sed 's/^verdicts: *//')
   case $rc in
     0) outcome="sweep passed" ;;
     # Findings of the sweep itself (a control that does not drift on these tiny shapes, say) are
     # not the sanitizer's verdict: recorded, not failed on. sweeps/gpu.json is where they count.
     1) outcome="sweep exit 1: bitcheck findings, not sanitizer errors (see $tool-sweep.log)" ;;
-    124 | 143) outcome="stopped by --timeout $timeout_s s (partial report)"; status=1 ;;
-    "$sanitizer_exit") outcome="compute-sanitizer reported errors"; status=1 ;;
-    *) outcome="exit $rc (see $tool-sweep.log)"; status=1 ;;
+    124 | 143) outcome="stopped by --timeout $timeout_s s (partial report)"; tool_status=1 ;;
+    "$sanitizer_exit") outcome="compute-sanitizer reported errors"; tool_status=1 ;;
+    *) outcome="exit $rc (see $tool-sweep.log)"; tool_status=1 ;;
   esac
-  [ "$errors" = 0 ] || status=1
+  [ "$errors" = 0 ] || tool_status=1
   echo "$tool: $errors errors, ${cases:-no cases}, $wall s, $outcome; control: $control"
-  rows+=("| $tool | $errors | ${cases:-none} | ${verdicts:-none} | $wall s | $outcome | $control | [$tool.log]($tool.log) |")
+  echo "| $tool | $errors | ${cases:-none} | ${verdicts:-none} | $wall s | $outcome | $control | [$tool.log]($tool.log) |" > "$out/.row-$tool"
+  echo $tool_status > "$out/.status-$tool"
+}
+
+slot=0
+for tool in ${tools//,/ }; do
+  echo "== $tool"
+  if [ $parallel = 1 ]; then run_tool "$tool" $slot & else run_tool "$tool" $slot; fi
+  slot=$((slot + 1))
+done
+wait
+for tool in ${tools//,/ }; do
+  rows+=("$(cat "$out/.row-$tool" 2>/dev/null || echo "| $tool | unknown | none | none | - | did not finish | - | - |")")
+  commands+=("$(cat "$out/.command-$tool" 2>/dev/null)")
+  [ "$(cat "$out/.status-$tool" 2>/dev/null)" = 0 ] || status=1
+  rm -f "$out/.row-$tool" "$out/.command-$tool" "$out/.status-$tool"
 done
 
 {
@@ -132,7 +197,8 @@ done
   echo "- bundle revision: $revision"
   echo "- compute-sanitizer: $sanitizer (${sanitizer_version:-version unknown})"
   echo "- kernel filter: $filter_text"
-  echo "- script: \`scripts/gpu-sanitize.sh BUNDLE OUT --tools $tools --kernels $kernels --ops $ops --timeout $timeout_s\`"
+  echo "- script: \`scripts/gpu-sanitize.sh BUNDLE OUT --tools $tools --kernels $kernels --ops $ops --timeout $timeout_s --shards $shards$([ $parallel = 1 ] && echo " --parallel")\`"
+  echo "- GPUs used: $gpus (processes round-robin)"
   echo
   echo "| tool | errors | cases run | verdicts | wall time | sweep | control (defect probe must be reported) | log |"
   echo "|---|---|---|---|---|---|---|---|"

@@ -38,7 +38,7 @@ class CudaElementwise : public Impl {
       case Variant::exact:
         return "16-byte vector body and scalar tail evaluate the same explicitly rounded fp32 formula; dscale summed over tokens in token order (no atomics)";
       case Variant::tail_approx:
-        return "control: the scalar tail (the partial last 2048-element tile) uses tanh.approx.f32 (fast sigmoid / tanh; gelu_erf: the tanh form) while the vector body uses the accurate formula";
+        return "control: the scalar tail (the partial last 2048-element tile) evaluates tanh with the packed-bf16 hardware approximation tanh.approx.bf16 (sigmoid through tanh; gelu_erf: the tanh form) while the vector body uses the accurate fp32 formula";
       case Variant::downcast_intermediate:
         return "control: the scalar tail (the partial last 2048-element tile) rounds its key intermediate to bf16 (a tail written with __nv_bfloat16 temporaries)";
       case Variant::round_toward_zero:

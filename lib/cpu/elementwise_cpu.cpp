@@ -45,7 +45,7 @@ class ElementwiseCpu : public Impl {
       case Variant::exact:
         return "one formula for every element (explicitly rounded fp32 operations); dscale summed over tokens in token order";
       case Variant::tail_approx:
-        return "control: the scalar tail (the partial last 2048-element tile of the flattened batch) evaluates tanh with a 2^-11-accurate approximation (gelu_erf: the tanh form), the body the exact formula";
+        return "control: the scalar tail (the partial last 2048-element tile of the flattened batch) evaluates tanh in bf16 precision, as a packed-bf16 tail does (gelu_erf: the tanh form), the body the exact fp32 formula";
       case Variant::downcast_intermediate:
         return "control: the scalar tail rounds its key intermediate (sigmoid, tanh, erf, silu(a), the sum, the scale) to bf16 before finishing in fp32";
       case Variant::round_toward_zero:

@@ -25,7 +25,7 @@ enum class Op : int { silu, gelu_tanh, gelu_erf, swiglu, residual_add, scale, ca
 // are what a control's scalar tail does instead of the vector body's formula.
 enum class Variant : int {
   exact,
-  tail_approx,            // tanh via a 2^-11-accurate approximation; gelu_erf through the tanh form
+  tail_approx,            // tanh via the bf16 hardware approximation; gelu_erf through the tanh form
   downcast_intermediate,  // the key intermediate rounded to bf16 (a tail written with bf16 temporaries)
   round_toward_zero,      // cast: the fp32 -> dtype rounding truncates instead of rounding to nearest
 };
@@ -103,18 +103,20 @@ BITCHECK_HOST_DEVICE float round_to_bf16(float value) {
   return from_bits(bits & 0xFFFF0000u);
 }
 
-// tanh with the accuracy of the hardware approximation (tanh.approx.f32, max relative error about
-// 2^-11). On the device it is that instruction; on the host it is modelled as tanhf rounded to 12
-// significant bits, so the CPU control has a difference of the same size.
+// tanh as a tail written with packed bf16 math evaluates it: the hardware tanh.approx.bf16
+// (sm_90) on the argument rounded to bf16, result in bf16. Its error (about 2^-8 relative) shows in
+// bf16 outputs too; the fp32 approximation tanh.approx.f32 does not: on an H200 it was accurate
+// enough that silu's bf16 outputs never changed (a control that could not fail). On the host and in
+// pre-sm_90 device code it is modelled as tanhf of the bf16-rounded argument rounded to bf16, a
+// difference of the same size.
 BITCHECK_HOST_DEVICE float tanh_approx(float x) {
-#if defined(__CUDA_ARCH__)
-  float result;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(result) : "f"(x));
-  return result;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned short in = static_cast<unsigned short>(bits_of(round_to_bf16(x)) >> 16);
+  unsigned short out;
+  asm("tanh.approx.bf16 %0, %1;" : "=h"(out) : "h"(in));
+  return from_bits(static_cast<std::uint32_t>(out) << 16);
 #else
-  std::uint32_t bits = bits_of(tanhf(x));
-  bits += 0x7FFu + ((bits >> 12) & 1u);
-  return from_bits(bits & 0xFFFFF000u);
+  return round_to_bf16(tanhf(round_to_bf16(x)));
 #endif
 }
 
