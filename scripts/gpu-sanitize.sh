@@ -49,8 +49,15 @@ case "$kernels" in
 esac
 [[ "$timeout_s" =~ ^[0-9]+$ ]] || { echo "gpu-sanitize: --timeout takes seconds, got $timeout_s" >&2; exit 2; }
 [[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-sanitize: --shards takes a positive count, got $shards" >&2; exit 2; }
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-[ "${gpus:-0}" -gt 0 ] || gpus=1
+# The GPUs to use: CUDA_VISIBLE_DEVICES when set (say, to leave a GPU free for a benchmark), else
+# every GPU present.
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  IFS=, read -r -a gpu_list <<< "$CUDA_VISIBLE_DEVICES"
+else
+  mapfile -t gpu_list < <(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null)
+fi
+[ ${#gpu_list[@]} -gt 0 ] || gpu_list=(0)
+gpus=${#gpu_list[@]}
 
 sanitizer=$(command -v compute-sanitizer || true)
 if [ -z "$sanitizer" ]; then
@@ -93,7 +100,7 @@ commands=()
 run_tool() {
   local tool=$1 slot=$2 tool_status=0 options control_rc clean_rc control_errors control
   mapfile -t options < <(options_for "$tool")
-  export CUDA_VISIBLE_DEVICES=$((slot % gpus))
+  export CUDA_VISIBLE_DEVICES=${gpu_list[$((slot % gpus))]}
   # The control: the tool must report the probe's defect under exactly these options.
   "$sanitizer" "${options[@]}" --log-file "$out/$tool-control.log" bin/sanitizer_probe "$tool" > /dev/null 2>&1
   control_rc=$?
@@ -122,7 +129,7 @@ run_tool() {
     if [ "$shards" -gt 1 ]; then
       shard_args=(--report-name "shard$i.json" --shard "$i/$shards")
       log="$out/$tool-shard$i.log" sweep_log="$out/$tool-sweep-shard$i.log"
-      export CUDA_VISIBLE_DEVICES=$(((slot * shards + i) % gpus))
+      export CUDA_VISIBLE_DEVICES=${gpu_list[$(((slot * shards + i) % gpus))]}
     fi
     "${limit[@]}" "$sanitizer" "${options[@]}" --log-file "$log" "${command[@]}" "${shard_args[@]}" > "$sweep_log" 2>&1 &
     pids+=($!)
@@ -198,7 +205,7 @@ done
   echo "- compute-sanitizer: $sanitizer (${sanitizer_version:-version unknown})"
   echo "- kernel filter: $filter_text"
   echo "- script: \`scripts/gpu-sanitize.sh BUNDLE OUT --tools $tools --kernels $kernels --ops $ops --timeout $timeout_s --shards $shards$([ $parallel = 1 ] && echo " --parallel")\`"
-  echo "- GPUs used: $gpus (processes round-robin)"
+  echo "- GPUs used: ${gpu_list[*]} (processes round-robin)"
   echo
   echo "| tool | errors | cases run | verdicts | wall time | sweep | control (defect probe must be reported) | log |"
   echo "|---|---|---|---|---|---|---|---|"

@@ -1,23 +1,28 @@
 // attention kernels and launchers (see attention_kernels.h).
 //
 // What makes the fixed-order reduction independent of batch, position in the batch, padding,
-// chunking and decode: every query row reduces its keys in KV blocks of a fixed size aligned to
-// position 0 of its sequence, blocks visited from 0 upward, each key read from the KV cache that
-// the invocation wrote before attending. Which other queries share the CTA (the tile) never
+// chunking and decode: every query row reduces its keys in KV blocks of a fixed size
+// (attention_mma_kv_block) aligned to position 0 of its sequence, blocks visited from 0 upward,
+// each key read from the KV cache that the invocation wrote before attending. Decode is a tile of
+// one query in the same kernel. Which other queries share the CTA (the tile, and its size) never
 // changes a row's arithmetic: the tensor-core mma computes each output element from its own row
-// and column only, the softmax row max/sum use the same quad shuffle pattern for every row, and
-// blocks past a row's position are fully masked (p = 0, rescale factor exactly 1), so they leave
-// the row's state bit-identical. No split-KV in the fixed-order path. The backward is per query
-// (dq over keys in order) and per key (dk, dv over queries in order), one warp each, no atomics;
-// only the named control (dq_atomic_scratch) uses atomicAdd.
+// and column only, every row's softmax max and sum use the same per-lane order and quad shuffle
+// pattern, and the causal mask is per element by the row's own position. Blocks past a row's
+// position are fully masked (p = 0, rescale factor exactly 1), so they leave the row's state
+// bit-identical; that is why a warp may skip a block past all of its rows and a CTA never loads a
+// block past its last query. No split-KV in the fixed-order path. The backward is per query (dq
+// over keys in order) and per key (dk, dv over queries in order), one warp each, no atomics; only
+// the named control (dq_atomic_scratch) uses atomicAdd.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "../cuda_check.cuh"
 #include "attention_kernels.h"
@@ -67,9 +72,29 @@ __global__ void write_cache_kernel(const T* k, const T* v, T* k_cache, T* v_cach
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tensor-core forward: a CTA of 4 warps takes 64 queries of one segment and one head; each warp
-// owns 16 query rows. S = Q·Kᵀ and O += P·V with mma.sync m16n8k16 (fp32 accumulate); P is
-// rounded to the input dtype for P·V, as flash-attention does.
+// Tensor-core forward, flash-attention-2 style, on mma.sync m16n8k16 with fp32 accumulation (the
+// same instructions in the sm_90a code and the compute_80 PTX, so no arch-specific path). A CTA of
+// 8 warps takes up to 128 queries of one segment and one head; each warp owns 16 query rows and
+// keeps their Q A-fragments in registers for the whole KV loop. K and V blocks of 64 keys stream
+// through a two-stage cp.async pipeline: block b + 1 is in flight while block b is computed, one
+// barrier per block. Shared rows are padded by 16 bytes, so the 8 rows an ldmatrix phase reads
+// start in 8 different 16-byte bank groups (no bank conflicts). S = Q·Kᵀ stays in registers,
+// becomes P (rounded to the input dtype for P·V, as flash-attention does) and is fed straight back
+// as the A-fragment of O += P·V; V's B-fragments come from ldmatrix.trans.
+template <typename T, int D>
+struct ForwardTile {
+  static constexpr int queries = attention_mma_tile_queries;
+  static constexpr int keys = attention_mma_kv_block;
+  static constexpr int warps = queries / 16;
+  static constexpr int threads = warps * warp_size;
+  static constexpr int stride = D + 8;  // elements per shared row
+  static constexpr int stages = 2;
+  static constexpr int q_elements = queries * stride;
+  static constexpr int kv_elements = keys * stride;  // one stage of K or of V
+  static constexpr int shared_bytes = (q_elements + 2 * stages * kv_elements) * static_cast<int>(sizeof(T));
+  static_assert(queries % 16 == 0 && keys % 16 == 0 && D % 16 == 0, "mma tiles are 16 rows, 16 keys, 16 dims");
+};
+
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -85,6 +110,7 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a
   }
 }
 
+// Two floats rounded to T, lo in the low half (the lower column of an mma fragment pair).
 template <typename T>
 __device__ __forceinline__ std::uint32_t pack_pair(float lo, float hi) {
   std::uint32_t bits;
@@ -98,109 +124,176 @@ __device__ __forceinline__ std::uint32_t pack_pair(float lo, float hi) {
   return bits;
 }
 
-__device__ __forceinline__ std::uint32_t load_u32(const void* p) { return *reinterpret_cast<const std::uint32_t*>(p); }
-
-// B fragment (k = key, n = dim) of P·V from V stored [key][dim] in shared memory, transposed by
-// ldmatrix: lanes 0-15 give the addresses of the 16 key rows.
-__device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t& b0, std::uint32_t& b1, const void* row_address) {
-  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(row_address));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(address));
+// 2^x in one MUFU.EX2 (exp2f without fast math adds a subnormal fix-up around it); subnormal
+// results flush to 0, the same for every row.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(128) forward_mma_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse,
-                                                          const AttentionTile* tiles, AttentionShape shape) {
-  constexpr int BM = attention_mma_tile_queries, BN = attention_mma_kv_block, stride = D + 8, chunks = D / 8;
-  extern __shared__ __align__(16) unsigned char shared_raw[];
-  T* q_s = reinterpret_cast<T*>(shared_raw);
-  T* k_s = q_s + BM * stride;
-  T* v_s = k_s + BN * stride;
-  const AttentionTile tile = tiles[blockIdx.x];
-  const int h = blockIdx.y, kv_head = h / (shape.heads / shape.kv_heads);
-  const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size, g = lane >> 2, t = lane & 3;
-  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D, kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+__device__ __forceinline__ unsigned shared_address(const void* pointer) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
+}
 
-  for (int c = threadIdx.x; c < BM * chunks; c += blockDim.x) {
-    const int r = c / chunks, col = (c % chunks) * 8;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (r < tile.count) value = *reinterpret_cast<const uint4*>(q + (tile.first_slot + r) * q_stride + h * D + col);
-    *reinterpret_cast<uint4*>(q_s + r * stride + col) = value;
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Lane l receives row
+// l/4, columns 2(l%4) and 2(l%4)+1 of each; with .trans, rows 2(l%4) and 2(l%4)+1 of column l/4.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], unsigned address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], unsigned address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// 16-byte global-to-shared copy that bypasses L1; valid == false zero-fills and reads nothing.
+__device__ __forceinline__ void copy_async_16(void* destination, const void* source, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(destination)),
+               "l"(__cvta_generic_to_global(source)), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Every thread of the CTA copies its share of `rows` rows of D elements (row r at source +
+// r * row_stride) into shared rows of D + 8; rows at or past valid_rows become zeros, so padding
+// never reads past the tensor and never holds stale or uninitialized values.
+template <typename T, int D, int rows, int threads>
+__device__ __forceinline__ void load_rows_async(T* shared, const T* source, std::int64_t row_stride, int valid_rows) {
+  constexpr int chunks = D / 8, stride = D + 8;
+  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < rows * chunks / threads; ++i) {
+    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks, column = chunk % chunks * 8;
+    const bool valid = row < valid_rows;
+    copy_async_16(shared + row * stride + column, valid ? source + row * row_stride + column : source, valid);
   }
+}
+
+// Grid: one CTA per (tile, head), heads of a tile adjacent (they share K/V through L2). Warp w
+// owns tile rows 16w..16w+15; lane l holds rows l/4 and l/4 + 8, key (or dim) columns 2(l%4) and
+// 2(l%4) + 1 of every 8-wide mma tile. The softmax state m (row max of raw scores) and l (this
+// lane's share of the row sum, summed over the quad at the end) is per row.
+template <typename T, int D>
+__global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
+    forward_mma_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse, const AttentionTile* tiles,
+                       AttentionShape shape) {
+  using Tile = ForwardTile<T, D>;
+  constexpr int BN = Tile::keys, stride = Tile::stride, element_bytes = static_cast<int>(sizeof(T));
+  constexpr int row_bytes = stride * element_bytes, stage_bytes = Tile::kv_elements * element_bytes;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  T* q_s = reinterpret_cast<T*>(shared_raw);  // the Q tile; afterwards each warp's output rows
+  T* k_s = q_s + Tile::q_elements;            // [stages][keys][stride]
+  T* v_s = k_s + Tile::stages * Tile::kv_elements;
+
+  const AttentionTile tile = tiles[blockIdx.x / shape.heads];
+  const int h = static_cast<int>(blockIdx.x % shape.heads), kv_head = h / (shape.heads / shape.kv_heads);
+  const int warp = static_cast<int>(threadIdx.x) / warp_size, lane = static_cast<int>(threadIdx.x) % warp_size;
+  const int g = lane >> 2, t = lane & 3;
+  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D, kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+  const int last_position = tile.start_position + tile.count - 1, last_block = last_position / BN;
+  const T* q_tile = q + tile.first_slot * q_stride + h * D;
+  const T* k_sequence = k_cache + tile.cache_base * kv_stride + kv_head * D;  // key of position 0
+  const T* v_sequence = v_cache + tile.cache_base * kv_stride + kv_head * D;
+  auto load_block = [&](int block, int stage) {  // keys past the tile's last query become zeros
+    const int valid_keys = last_position - block * BN + 1;
+    load_rows_async<T, D, BN, Tile::threads>(k_s + stage * Tile::kv_elements, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    load_rows_async<T, D, BN, Tile::threads>(v_s + stage * Tile::kv_elements, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+  };
+
+  load_rows_async<T, D, Tile::queries, Tile::threads>(q_s, q_tile, q_stride, tile.count);
+  load_block(0, 0);
+  copy_async_commit();
+  copy_async_wait_all();
   __syncthreads();
+
   const int r0 = warp * 16;
   std::uint32_t qa[D / 16][4];
+  {
+    // A-fragment of rows r0..r0+15, dims 16kc..16kc+15: matrices (rows 0-7 | 8-15) x (dims 0-7 | 8-15).
+    const unsigned q_lane = shared_address(q_s) + ((r0 + (lane & 15)) * stride + (lane >> 4) * 8) * element_bytes;
 #pragma unroll
-  for (int kc = 0; kc < D / 16; ++kc) {
-    qa[kc][0] = load_u32(q_s + (r0 + g) * stride + kc * 16 + 2 * t);
-    qa[kc][1] = load_u32(q_s + (r0 + g + 8) * stride + kc * 16 + 2 * t);
-    qa[kc][2] = load_u32(q_s + (r0 + g) * stride + kc * 16 + 8 + 2 * t);
-    qa[kc][3] = load_u32(q_s + (r0 + g + 8) * stride + kc * 16 + 8 + 2 * t);
+    for (int kc = 0; kc < D / 16; ++kc) ldmatrix_x4(qa[kc], q_lane + kc * 16 * element_bytes);
   }
+  // K B-fragments for key tiles 2j, 2j + 1: matrices (keys 0-7, dims 0-7 | 8-15), (keys 8-15, ...).
+  const unsigned k_lane = shared_address(k_s) + (((lane & 7) + ((lane >> 4) << 3)) * stride + ((lane >> 3) & 1) * 8) * element_bytes;
+  // V B-fragments (ldmatrix.trans) for dim tiles 2j, 2j + 1: (keys 0-7 | 8-15, dims 0-7), (..., dims 8-15).
+  const unsigned v_lane = shared_address(v_s) + ((lane & 15) * stride + (lane >> 4) * 8) * element_bytes;
+
   float acc[D / 8][4];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int position[2] = {tile.start_position + r0 + g, tile.start_position + r0 + g + 8};
-  const int last_position = tile.start_position + tile.count - 1;
+  const int warp_first_position = tile.start_position + r0;
+  const int position[2] = {warp_first_position + g, warp_first_position + g + 8};
+  // Rows past tile.count are padding: never stored, so they need no block of their own.
+  const int warp_last_position = r0 < tile.count ? tile.start_position + min(r0 + 15, tile.count - 1) : -1;
   const float scale_log2 = shape.scale * log2_e;
 
-  for (int block = 0; block <= last_position / BN; ++block) {
-    __syncthreads();  // the previous block's K and V are no longer read
-    for (int c = threadIdx.x; c < BN * chunks; c += blockDim.x) {
-      const int r = c / chunks, col = (c % chunks) * 8, key = block * BN + r;
-      uint4 key_value = make_uint4(0, 0, 0, 0), value_value = make_uint4(0, 0, 0, 0);
-      if (key <= last_position) {  // keys past the tile's last query: zeros, never uninitialized cache
-        const std::int64_t offset = (tile.cache_base + key) * kv_stride + kv_head * D + col;
-        key_value = *reinterpret_cast<const uint4*>(k_cache + offset);
-        value_value = *reinterpret_cast<const uint4*>(v_cache + offset);
-      }
-      *reinterpret_cast<uint4*>(k_s + r * stride + col) = key_value;
-      *reinterpret_cast<uint4*>(v_s + r * stride + col) = value_value;
+  for (int block = 0; block <= last_block; ++block) {
+    if (block > 0) {
+      copy_async_wait_all();  // this thread's copies of the block have landed
+      __syncthreads();        // everyone's have, and nobody still reads the other stage
     }
-    __syncthreads();
+    if (block < last_block) load_block(block + 1, (block + 1) & 1);
+    copy_async_commit();
+    // A block past every real row of this warp would leave each row bit-identical: skip it.
+    if (block * BN > warp_last_position) continue;
+    const unsigned stage_offset = static_cast<unsigned>((block & 1) * stage_bytes);
 
     float s[BN / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    for (int nt = 0; nt < BN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc) {
-        const T* key_row = k_s + (nt * 8 + g) * stride + kc * 16 + 2 * t;
-        mma_16816<T>(s[nt], qa[kc], load_u32(key_row), load_u32(key_row + 8));
+    for (int kc = 0; kc < D / 16; ++kc) {
+#pragma unroll
+      for (int pair = 0; pair < BN / 16; ++pair) {
+        std::uint32_t kb[4];
+        ldmatrix_x4(kb, k_lane + stage_offset + pair * 16 * row_bytes + kc * 16 * element_bytes);
+        mma_16816<T>(s[2 * pair], qa[kc], kb[0], kb[1]);
+        mma_16816<T>(s[2 * pair + 1], qa[kc], kb[2], kb[3]);
       }
     }
-    float block_max[2] = {-INFINITY, -INFINITY};
+    // Per-element causal mask by the row's own position; a block entirely at or before the
+    // warp's first row has nothing to mask, and skipping the test there changes no bit.
+    if (block * BN + BN - 1 > warp_first_position) {
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (block * BN + nt * 8 + 2 * t + (e & 1) > position[e >> 1]) s[nt][e] = -INFINITY;
+        }
+      }
+    }
+    // Online softmax in log2 units: p = 2^(s * scale * log2(e) - m * scale * log2(e)).
+    float m_new[2] = {m[0], m[1]};
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) m_new[e >> 1] = fmaxf(m_new[e >> 1], s[nt][e]);
+    }
+    float alpha[2], m_scaled[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 1));
+      m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 2));
+      // Exactly 1 when the block does not raise the max (a fully masked block among them); exactly
+      // 0 on the first real block (m = -inf), never -inf - -inf.
+      alpha[r] = m_new[r] == m[r] ? 1.0f : fast_exp2((m[r] - m_new[r]) * scale_log2);
+      m[r] = m_new[r];
+      m_scaled[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r] * scale_log2;
+      l[r] *= alpha[r];
+    }
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = block * BN + nt * 8 + 2 * t + (e & 1);
-        s[nt][e] = key <= position[e >> 1] ? s[nt][e] * scale_log2 : -INFINITY;
-        block_max[e >> 1] = fmaxf(block_max[e >> 1], s[nt][e]);
+        s[nt][e] = fast_exp2(fmaf(s[nt][e], scale_log2, -m_scaled[e >> 1]));  // masked: 2^-inf = 0
+        l[e >> 1] += s[nt][e];
       }
-    }
-    float alpha[2], row_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      block_max[r] = fmaxf(block_max[r], __shfl_xor_sync(0xffffffffu, block_max[r], 1));
-      block_max[r] = fmaxf(block_max[r], __shfl_xor_sync(0xffffffffu, block_max[r], 2));
-      const float m_new = fmaxf(m[r], block_max[r]);
-      alpha[r] = exp2f(m[r] - m_new);  // exactly 1 when the block does not raise the max
-      m[r] = m_new;
-    }
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = exp2f(s[nt][e] - m[e >> 1]);
-        row_sum[e >> 1] += s[nt][e];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-      l[r] = l[r] * alpha[r] + row_sum[r];
     }
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
@@ -209,32 +302,54 @@ __global__ void __launch_bounds__(128) forward_mma_kernel(const T* q, const T* k
       acc[dt][2] *= alpha[1];
       acc[dt][3] *= alpha[1];
     }
+    // O += P·V: the accumulator layout of S tiles 2kc, 2kc + 1 is the A-fragment layout of keys
+    // 16kc..16kc+15, so P never leaves registers.
 #pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc) {
       const std::uint32_t pa[4] = {pack_pair<T>(s[2 * kc][0], s[2 * kc][1]), pack_pair<T>(s[2 * kc][2], s[2 * kc][3]),
                                    pack_pair<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]),
                                    pack_pair<T>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        std::uint32_t b0, b1;
-        ldmatrix_x2_trans(b0, b1, v_s + (kc * 16 + (lane & 15)) * stride + dt * 8);
-        mma_16816<T>(acc[dt], pa, b0, b1);
+      for (int pair = 0; pair < D / 16; ++pair) {
+        std::uint32_t vb[4];
+        ldmatrix_x4_trans(vb, v_lane + stage_offset + kc * 16 * row_bytes + pair * 16 * element_bytes);
+        mma_16816<T>(acc[2 * pair], pa, vb[0], vb[1]);
+        mma_16816<T>(acc[2 * pair + 1], pa, vb[2], vb[3]);
       }
     }
   }
+  if (r0 >= tile.count) return;  // padding only; no barrier follows
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int row = r0 + g + 8 * r;
-    if (row >= tile.count) continue;
-    const std::int64_t slot = tile.first_slot + row;
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  // Stage the warp's 16 output rows in its own rows of the Q tile (only this warp ever read them),
+  // then store whole 16-byte chunks.
+  T* o_s = q_s + r0 * stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
-      T* out = o + slot * q_stride + h * D + dt * 8 + 2 * t;
-      out[0] = from_float<T>(acc[dt][2 * r] / l[r]);
-      out[1] = from_float<T>(acc[dt][2 * r + 1] / l[r]);
+      *reinterpret_cast<std::uint32_t*>(o_s + (g + 8 * r) * stride + dt * 8 + 2 * t) =
+          pack_pair<T>(acc[dt][2 * r] / l[r], acc[dt][2 * r + 1] / l[r]);
     }
-    if (t == 0) lse[slot * shape.heads + h] = (m[r] + log2f(l[r])) * ln_2;
+  }
+  __syncwarp();
+  constexpr int chunks = D / 8;
+#pragma unroll
+  for (int i = 0; i < 16 * chunks / warp_size; ++i) {
+    const int chunk = lane + i * warp_size, row = chunk / chunks, column = chunk % chunks * 8;
+    if (r0 + row >= tile.count) continue;
+    *reinterpret_cast<uint4*>(o + (tile.first_slot + r0 + row) * q_stride + h * D + column) =
+        *reinterpret_cast<const uint4*>(o_s + row * stride + column);
+  }
+  if (t != 0) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r0 + g + 8 * r;
+    if (row < tile.count) lse[(tile.first_slot + row) * static_cast<std::int64_t>(shape.heads) + h] = (m[r] * scale_log2 + log2f(l[r])) * ln_2;
   }
 }
 
@@ -480,15 +595,16 @@ void dispatch(DeviceDType dtype, F&& body) {
 template <typename T, int D>
 void launch_mma(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
                 int tile_count, AttentionShape shape, CUstream_st* stream) {
-  constexpr int shared_bytes = (attention_mma_tile_queries + 2 * attention_mma_kv_block) * (D + 8) * static_cast<int>(sizeof(T));
+  using Tile = ForwardTile<T, D>;
   static bool configured = false;
   if (!configured) {
-    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::shared_bytes));
     configured = true;
   }
-  dim3 grid(static_cast<unsigned>(tile_count), static_cast<unsigned>(shape.heads));
-  forward_mma_kernel<T, D><<<grid, 128, shared_bytes, stream>>>(static_cast<const T*>(q), static_cast<const T*>(k_cache),
-                                                                 static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape);
+  const std::int64_t ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
+  if (ctas > std::numeric_limits<int>::max()) throw std::invalid_argument("attention_forward_mma: tiles * heads exceeds the grid");
+  forward_mma_kernel<T, D><<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
+      static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 

@@ -30,7 +30,8 @@ struct AttentionToken {
   int sequence_length;  // backward only: tokens of the sequence
 };
 
-// Up to 64 consecutive query tokens of one segment, for the tensor-core forward kernel.
+// Up to attention_mma_tile_queries consecutive query tokens of one segment, for the tensor-core
+// forward kernel (one CTA per tile and head). The tile size and the tiles' order change no result.
 struct AttentionTile {
   int first_slot;
   int count;
@@ -38,8 +39,8 @@ struct AttentionTile {
   int cache_base;
 };
 
-constexpr int attention_mma_tile_queries = 64;
-constexpr int attention_mma_kv_block = 64;
+constexpr int attention_mma_tile_queries = 128;  // 8 warps of 16 query rows
+constexpr int attention_mma_kv_block = 64;       // keys per softmax block: fixes the reduction order
 
 // Copies k, v rows of every real slot into the cache: cache_rows[slot] (-1: pad slot, skipped).
 void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void* k_cache, void* v_cache,

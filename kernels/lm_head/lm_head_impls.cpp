@@ -289,7 +289,7 @@ class CudaLmHeadLogprob : public Impl {
   }
   std::string description() const override {
     return gemm_description(gemms_.path()) +
-           "; logits stored in the case dtype feed the fixed 4096-entry-piece logprob kernels";
+           "; logits stored in the case dtype feed the fixed-order logprob kernels (a split of the vocabulary fixed by V)";
   }
   bool supports(Pass) const override { return true; }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {

@@ -1,6 +1,6 @@
-// CUDA impls of logprob: fixed 4096-entry vocabulary pieces merged in order (invariant) and the
-// split-by-rows control (more pieces when rows are few, merged last to first). Host adapters plus
-// the device-resident benchmark (forward and backward).
+// CUDA impls of logprob: the fixed-order path (a row's split from V, the dtype and the pass only;
+// invariant) and the split-by-rows control (more pieces when rows are few, merged last to first).
+// Host adapters plus the device-resident benchmark (forward and backward).
 #include <memory>
 #include <numeric>
 
@@ -26,8 +26,10 @@ class CudaLogprob : public Impl {
   bool claims_invariance() const override { return !split_by_rows_; }
   std::string description() const override {
     if (!split_by_rows_) {
-      return "one block per 4096-entry vocabulary piece (fixed lane order and butterfly), pieces "
-             "merged in order by one thread per row; targets checked on the device";
+      return "one block folds a whole row in one read (16-byte loads, fixed lane order and "
+             "butterfly, warps in order); the backward keeps the row in shared memory (runs of "
+             "64 KiB over a thread-block cluster, merged in run order) and writes dlogits from it; "
+             "targets checked on the device";
     }
     return "control: pieces sized so rows x pieces fills the GPU (more pieces when rows are few), "
            "merged last to first";
@@ -47,7 +49,7 @@ class CudaLogprob : public Impl {
     cuda::DeviceBuffer workspace(
         std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, vocab, split)));
     vd::ErrorRecord error;
-    batch.impl_config = {{"piece", split.piece}, {"reverse_merge", split.reverse_merge}};
+    batch.impl_config = config_for(split, dtype, vocab, spec.pass);
     if (spec.pass == Pass::forward) {
       Tensor& logprob = batch.out("logprob");
       cuda::DeviceBuffer out(logprob.bytes());
@@ -74,6 +76,17 @@ class CudaLogprob : public Impl {
                                             const BenchSettings& settings) override;
 
  private:
+  // What decides a row's split: the fixed-order plan, or the control's piece and merge order.
+  static nlohmann::json config_for(const cuda::LogprobSplit& split, cuda::DeviceDType dtype,
+                                   std::int64_t vocab, Pass pass) {
+    if (split.piece > 0) return {{"piece", split.piece}, {"reverse_merge", split.reverse_merge}};
+    const cuda::LogprobFixedPlan plan =
+        cuda::logprob_fixed_plan(dtype, vocab, pass == Pass::backward);
+    return {{"blocks_per_row", plan.blocks},
+            {"block_entries", plan.block_entries},
+            {"staged", plan.staged}};
+  }
+
   cuda::LogprobSplit split_for(std::int64_t rows, std::int64_t vocab) const {
     if (!split_by_rows_) return {};
     return cuda::logprob_split_by_rows(rows, vocab, cuda::query_device().sm_count);
@@ -127,8 +140,8 @@ std::optional<BenchMeasurement> CudaLogprob::benchmark(const CaseSpec& spec,
       });
   error.check("logprob benchmark", vocab);
   measurement.bytes_moved = static_cast<double>(set_bytes);
-  measurement.config = {
-      {"rotation_sets", sets}, {"piece", split.piece}, {"reverse_merge", split.reverse_merge}};
+  measurement.config = config_for(split, dtype, vocab, spec.pass);
+  measurement.config["rotation_sets"] = sets;
   return measurement;
 }
 

@@ -1,14 +1,31 @@
-// logprob kernels beside their launchers: per-piece softmax partials, the ordered merge with the
-// target gather, and the dlogits kernel.
+// logprob kernels beside their launchers: the fixed-order kernel (one read of a row for its
+// log-sum-exp; the backward writes dlogits from the same read) and the split-by-rows control.
 //
-// Why the fixed-order reduction is independent of batch, position and padding: a row is cut into
-// pieces of logprob_chunk (4096) entries, a constant. One block of 256 threads reduces one piece:
-// thread t folds entries t*8 + k*2048 (k ascending) into an online (max, sum of exp) pair in a
-// fixed order, the 32 lanes of a warp are combined by a fixed xor-butterfly and the 8 warps by
-// warp 0 in warp order. The pieces' (max, sum) pairs are then merged by one thread per row in
-// piece order. Every step depends on the piece index and the lane only; the batch decides only
-// how many blocks exist (grid.y = rows), never how a row is split or combined, and pad slots are
-// never read (rows come from an index list).
+// Why the fixed-order reduction is independent of batch, position and padding: a row is read as
+// groups of 8 entries counted from the row start, and logprob_fixed_plan cuts it into contiguous
+// runs of groups from V, the dtype and the pass alone (and the device's cluster support): one run
+// in the forward; in the backward as many runs as keep each within 64 KiB of shared memory, the
+// blocks of one row forming a thread-block cluster. The block of 256 threads that owns a run folds
+// it: thread t takes groups t, t + 256, t + 512, ... of the run in ascending order (4 groups, 2 for
+// fp32, are loaded before any is folded; the order of folding is unchanged) into an online (max,
+// sum of exp) pair, each group as its max first and then its 8 terms in entry order. The 32 lanes
+// of a warp are combined by a fixed xor butterfly, the 8 warps by thread 0 in warp order, and the
+// runs of a row in run order, by every block of the cluster alike, so all of them get the same
+// bits. A group is loaded with 16-byte accesses when the row start is 16-byte aligned and entry by
+// entry otherwise; both give the same values to the same fold, so the load path never changes a
+// bit. Every operation is explicitly rounded (__fmul_rn & co.), so no FMA contraction can differ
+// between inlined copies. The batch decides only how many rows (grid.y) exist, never how a row is
+// split or combined, and pad slots are never read (rows come from an index list).
+//
+// Memory traffic per logit: the forward reads it once. The backward reads it once, keeping it in
+// shared memory, and writes its dlogit once; a row that does not fit (over 8 x 64 KiB, or over
+// 64 KiB where clusters are unavailable) is read a second time instead.
+//
+// The control (LogprobSplit::piece > 0) cuts each row into pieces whose size the adapter derives
+// from the batch, reduces each piece with the same block fold into a workspace partial, merges a
+// row's pieces with one thread (last to first), and reads the logits again for dlogits: a
+// batch-dependent split by design.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -17,226 +34,529 @@
 #include <stdexcept>
 
 #include "../cuda_check.cuh"
+#include "../vector_io.cuh"
 #include "logprob_kernels.h"
 
 namespace bitcheck::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kThreads = 256;
-constexpr int kVector =
-    8;  // entries per thread per step: one 16-byte load of bf16/fp16, two of fp32
+constexpr int kWarps = kThreads / 32;
+constexpr int kGroup = 8;  // entries per group: one 16-byte access of bf16/fp16, two of fp32
+constexpr float kLog2e = 1.44269504088896340736f;
+// Shared memory one backward block keeps its run in: three such blocks fit on an SM.
+constexpr std::int64_t kStageBytes = 64 * 1024;
+constexpr std::int64_t kMaxClusterBlocks = 8;  // the portable cluster size
+
+// Groups each thread loads before folding any: 64 bytes in flight per thread.
+template <typename T>
+constexpr int kUnroll = sizeof(T) == 4 ? 2 : 4;
 
 cudaStream_t as_stream(CUstream_st* stream) {
   return reinterpret_cast<cudaStream_t>(stream);
 }
 
-__device__ inline float to_float(__nv_bfloat16 v) {
+std::int64_t element_bytes(DeviceDType dtype) {
+  return dtype == DeviceDType::fp32 ? 4 : 2;
+}
+
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
   return __bfloat162float(v);
 }
-__device__ inline float to_float(__half v) {
+__device__ __forceinline__ float to_float(__half v) {
   return __half2float(v);
 }
-__device__ inline float to_float(float v) {
+__device__ __forceinline__ float to_float(float v) {
   return v;
 }
 template <typename T>
-__device__ inline T from_float(float v);
+__device__ __forceinline__ T from_float(float v);
 template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 template <>
-__device__ inline __half from_float<__half>(float v) {
+__device__ __forceinline__ __half from_float<__half>(float v) {
   return __float2half_rn(v);
 }
 template <>
-__device__ inline float from_float<float>(float v) {
+__device__ __forceinline__ float from_float<float>(float v) {
   return v;
 }
 
-// 8 consecutive entries starting at `p`; vectorized when `aligned` (the row and piece starts are
-// multiples of 8 entries), element by element otherwise.
+// 8 consecutive entries of a row: 16 bytes of bf16/fp16, 32 of fp32.
 template <typename T>
-__device__ inline void load8(const T* p, bool aligned, std::int64_t valid, float (&out)[kVector]) {
-  if (aligned && valid >= kVector) {
-    T values[kVector];
-    if constexpr (sizeof(T) == 2) {
-      *reinterpret_cast<uint4*>(values) = *reinterpret_cast<const uint4*>(p);
-    } else {
-      reinterpret_cast<uint4*>(values)[0] = reinterpret_cast<const uint4*>(p)[0];
-      reinterpret_cast<uint4*>(values)[1] = reinterpret_cast<const uint4*>(p)[1];
-    }
-    for (int j = 0; j < kVector; ++j) out[j] = to_float(values[j]);
+struct alignas(16) Group {
+  T value[kGroup];
+};
+
+// Group `group` of a row of `vocab` entries, entries past the row end read as -inf. `vector`: the
+// row start is 16-byte aligned, so whole groups are read with 16-byte accesses.
+template <typename T>
+__device__ __forceinline__ Group<T> load_group(const T* row, std::int64_t group, std::int64_t vocab,
+                                               bool vector) {
+  const std::int64_t first = group * kGroup;
+  Group<T> g;
+  if (vector && first + kGroup <= vocab) {
+    const uint4* source = reinterpret_cast<const uint4*>(row + first);
+    uint4* target = reinterpret_cast<uint4*>(g.value);
+    target[0] = source[0];
+    if constexpr (sizeof(T) == 4) target[1] = source[1];
+    return g;
+  }
+  for (int j = 0; j < kGroup; ++j) {
+    g.value[j] = first + j < vocab ? row[first + j] : from_float<T>(-INFINITY);
+  }
+  return g;
+}
+
+// Writes the entries of group `group` that lie inside the row.
+template <typename T>
+__device__ __forceinline__ void store_group(T* row, std::int64_t group, std::int64_t vocab,
+                                            bool vector, const Group<T>& g) {
+  const std::int64_t first = group * kGroup;
+  if (vector && first + kGroup <= vocab) {
+    uint4* target = reinterpret_cast<uint4*>(row + first);
+    const uint4* source = reinterpret_cast<const uint4*>(g.value);
+    target[0] = source[0];
+    if constexpr (sizeof(T) == 4) target[1] = source[1];
     return;
   }
-  for (int j = 0; j < kVector; ++j) out[j] = j < valid ? to_float(p[j]) : -INFINITY;
+  for (int j = 0; j < kGroup && first + j < vocab; ++j) row[first + j] = g.value[j];
 }
 
 struct Partial {
-  float max;
-  float sum;
+  float max;  // the largest entry folded so far (-inf when none)
+  float sum;  // the sum of exp(entry - max)
 };
 
-__device__ inline Partial merge(Partial a, Partial b) {
-  const float m = fmaxf(a.max, b.max);
-  if (m == -INFINITY) return {m, 0.0f};
-  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+__device__ __forceinline__ float times_log2e(float value) {
+  return __fmul_rn(value, kLog2e);
 }
 
-// grid = (pieces, rows). Writes (max, sum) of piece blockIdx.x of row blockIdx.y.
+// 2^x by the hardware approximation (ex2.approx.ftz.f32, exp2f's core without its fix-up for
+// subnormal results, which costs three more instructions per entry). Deterministic. A flushed
+// result is below 2^-126: it cannot change a sum that holds the term of its maximum (~1), as every
+// partial here does, and in dlogits it only turns a softmax entry below 1.2e-38 into 0.
+__device__ __forceinline__ float exp2_flush(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// exp(a - b) is evaluated as 2^(a * log2(e) - b * log2(e)) throughout: one FMA (or multiply) and
+// one exp2 per term.
+__device__ __forceinline__ Partial merge(Partial a, Partial b) {
+  const float max = fmaxf(a.max, b.max);
+  if (max == -INFINITY) return {max, __fadd_rn(a.sum, b.sum)};
+  const float scaled_max = times_log2e(max);
+  return {max, __fadd_rn(__fmul_rn(a.sum, exp2_flush(__fsub_rn(times_log2e(a.max), scaled_max))),
+                         __fmul_rn(b.sum, exp2_flush(__fsub_rn(times_log2e(b.max), scaled_max))))};
+}
+
+// Folds one group into `own`: the group's max first (one rescale at most), then its 8 terms in
+// entry order. Until a finite maximum is seen every entry is -inf (or NaN); offset 0 then keeps
+// -inf - (-inf) from turning the zero terms into NaN.
 template <typename T>
-__global__ void partials_kernel(const T* logits, const std::int32_t* in_rows, std::int64_t vocab,
-                                std::int64_t piece, bool aligned, float* partials) {
-  const std::int64_t row = in_rows[blockIdx.y];
-  const std::int64_t first = blockIdx.x * piece;
-  const std::int64_t last = first + piece < vocab ? first + piece : vocab;
-  const T* base = logits + row * vocab;
+__device__ __forceinline__ void fold_group(const Group<T>& g, Partial& own) {
+  float x[kGroup];
+#pragma unroll
+  for (int j = 0; j < kGroup; ++j) x[j] = to_float(g.value[j]);
+  float group_max = x[0];
+#pragma unroll
+  for (int j = 1; j < kGroup; ++j) group_max = fmaxf(group_max, x[j]);
+  if (group_max > own.max) {
+    own.sum =
+        __fmul_rn(own.sum, exp2_flush(__fsub_rn(times_log2e(own.max), times_log2e(group_max))));
+    own.max = group_max;
+  }
+  const float offset = own.max == -INFINITY ? 0.0f : times_log2e(own.max);
+#pragma unroll
+  for (int j = 0; j < kGroup; ++j) {
+    own.sum = __fadd_rn(own.sum, exp2_flush(__fmaf_rn(x[j], kLog2e, -offset)));
+  }
+}
+
+// Folds groups [begin, end) of `row`: thread t takes begin + t, begin + t + kThreads, ... in
+// ascending order, loading kUnroll of them before folding. With `stage`, each group is also kept
+// at stage[group - begin], where only the same thread reads it again.
+template <typename T>
+__device__ __forceinline__ Partial fold_run(const T* row, std::int64_t vocab, std::int64_t begin,
+                                            std::int64_t end, bool vector, Group<T>* stage) {
+  constexpr int kUnrollT = kUnroll<T>;
   Partial own = {-INFINITY, 0.0f};
-  for (std::int64_t i = first + threadIdx.x * kVector; i < last; i += kThreads * kVector) {
-    float x[kVector];
-    load8(base + i, aligned, last - i, x);
-    for (int j = 0; j < kVector; ++j) {  // online: one exp per entry, in entry order
-      if (x[j] > own.max) {
-        own.sum = own.sum * expf(own.max - x[j]) + 1.0f;
-        own.max = x[j];
-      } else if (x[j] != -INFINITY) {
-        own.sum += expf(x[j] - own.max);
-      }
+  for (std::int64_t first = begin + threadIdx.x; first < end; first += kThreads * kUnrollT) {
+    Group<T> groups[kUnrollT];
+#pragma unroll
+    for (int u = 0; u < kUnrollT; ++u) {
+      const std::int64_t group = first + u * kThreads;
+      if (group < end) groups[u] = load_group(row, group, vocab, vector);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnrollT; ++u) {
+      const std::int64_t group = first + u * kThreads;
+      if (group >= end) continue;
+      if (stage) stage[group - begin] = groups[u];
+      fold_group(groups[u], own);
     }
   }
-  for (int offset = 16; offset > 0; offset /= 2) {  // fixed butterfly over the lanes
-    Partial other = {__shfl_xor_sync(0xffffffffu, own.max, offset),
-                     __shfl_xor_sync(0xffffffffu, own.sum, offset)};
-    own = (threadIdx.x & offset) ? merge(other, own) : merge(own, other);
-  }
-  __shared__ Partial warps[kThreads / 32];
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = own;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  Partial total = warps[0];
-  for (int w = 1; w < kThreads / 32; ++w) total = merge(total, warps[w]);
-  float* out = partials + (static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * 2;
-  out[0] = total.max;
-  out[1] = total.sum;
+  return own;
 }
 
-// One thread per row: merges the row's pieces in order (or last to first), gathers the target.
+// Combines the block's partials (the lanes of a warp by a fixed xor butterfly, lower lane first;
+// the warps by thread 0 in warp order) into `block_total`, which every thread then returns.
+__device__ __forceinline__ Partial block_reduce(Partial own, Partial& block_total) {
+  __shared__ Partial warp_partials[kWarps];
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const Partial other = {__shfl_xor_sync(0xffffffffu, own.max, offset),
+                           __shfl_xor_sync(0xffffffffu, own.sum, offset)};
+    own = (lane & offset) ? merge(other, own) : merge(own, other);
+  }
+  if (lane == 0) warp_partials[threadIdx.x / 32] = own;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Partial total = warp_partials[0];
+    for (int w = 1; w < kWarps; ++w) total = merge(total, warp_partials[w]);
+    block_total = total;
+  }
+  __syncthreads();
+  return block_total;
+}
+
+// The row's total from the partials of its runs, one per block of the cluster (which spans
+// grid.x, so block rank r owns run r), merged in run order by every block alike.
+__device__ __forceinline__ Partial merge_cluster_runs(Partial& block_total) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ Partial row_total;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's block_total is written
+  if (threadIdx.x == 0) {
+    Partial total = *cluster.map_shared_rank(&block_total, 0u);
+    for (unsigned rank = 1; rank < gridDim.x; ++rank) {
+      total = merge(total, *cluster.map_shared_rank(&block_total, rank));
+    }
+    row_total = total;
+  }
+  cluster.sync();  // no block reads another's shared memory past here; row_total is visible
+  return row_total;
+#else
+  __trap();  // the launcher uses clusters only where this build has sm_90 code
+  return block_total;
+#endif
+}
+
+__device__ __forceinline__ void record_error(std::uint64_t* error_record, std::int64_t slot,
+                                             std::int32_t target) {
+  *error_record = (static_cast<std::uint64_t>(slot) << 32) | static_cast<std::uint32_t>(target);
+}
+
+// dlogits of one group: upstream * (onehot - softmax), softmax = 2^(x log2(e) - lse log2(e)).
 template <typename T>
-__global__ void merge_kernel(const T* logits, const std::int32_t* targets,
-                             const std::int32_t* in_rows, const std::int32_t* out_rows,
-                             std::int64_t rows, std::int64_t vocab, std::int64_t pieces,
-                             bool reverse_merge, const float* partials, float* lse, float* logprob,
-                             std::uint64_t* error_record) {
+__device__ __forceinline__ Group<T> dlogits_group(const Group<T>& g, std::int64_t group,
+                                                  std::int32_t target, float upstream,
+                                                  float scaled_lse) {
+  const std::int64_t target_offset = target - group * kGroup;
+  const int target_lane =
+      target_offset >= 0 && target_offset < kGroup ? static_cast<int>(target_offset) : -1;
+  Group<T> d;
+#pragma unroll
+  for (int j = 0; j < kGroup; ++j) {
+    const float p = exp2_flush(__fmaf_rn(to_float(g.value[j]), kLog2e, -scaled_lse));
+    const float onehot = j == target_lane ? 1.0f : 0.0f;
+    d.value[j] = from_float<T>(__fmul_rn(upstream, __fsub_rn(onehot, p)));
+  }
+  return d;
+}
+
+// Writes dlogits of groups [begin, end), thread t taking the same groups as in fold_run: from
+// `stage` where the run was kept, else read from `row` again.
+template <typename T>
+__device__ __forceinline__ void write_dlogits_run(const T* row, T* out, std::int64_t vocab,
+                                                  std::int64_t begin, std::int64_t end, bool vector,
+                                                  const Group<T>* stage, std::int32_t target,
+                                                  float upstream, float lse) {
+  constexpr int kUnrollT = kUnroll<T>;
+  const float scaled_lse = times_log2e(lse);
+  for (std::int64_t first = begin + threadIdx.x; first < end; first += kThreads * kUnrollT) {
+    Group<T> groups[kUnrollT];
+#pragma unroll
+    for (int u = 0; u < kUnrollT; ++u) {
+      const std::int64_t group = first + u * kThreads;
+      if (group >= end) continue;
+      groups[u] = stage ? stage[group - begin] : load_group(row, group, vocab, vector);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnrollT; ++u) {
+      const std::int64_t group = first + u * kThreads;
+      if (group >= end) continue;
+      store_group(out, group, vocab, vector,
+                  dlogits_group(groups[u], group, target, upstream, scaled_lse));
+    }
+  }
+}
+
+struct FixedOrderArgs {
+  const void* logits;
+  const std::int32_t* targets;
+  const float* dlogprob;  // backward
+  const std::int32_t* in_rows;
+  const std::int32_t* out_rows;
+  std::int64_t vocab;
+  std::int64_t run_groups;  // groups per block (the whole row in the forward)
+  bool vector;              // logits rows (and dlogits rows) start 16-byte aligned
+  bool staged;              // backward: the run stays in shared memory between the two passes
+  float* logprob;           // forward output
+  void* dlogits;            // backward output
+  std::uint64_t* error_record;
+};
+
+// grid = (blocks per row, rows); block (b, r) owns run b of row r. Forward: logprob of the row.
+// Backward: the row's log-sum-exp, then dlogits of the run. The target is checked only after the
+// fold, so that the row's loads wait for nothing but the row index; a row whose target lies outside
+// [0, vocab) is read, but nothing is read at its target or written for it.
+template <typename T, bool kBackward>
+__global__ void __launch_bounds__(kThreads) fixed_order_kernel(FixedOrderArgs a) {
+  extern __shared__ uint4 stage_words[];
+  __shared__ Partial block_total;
+  const std::int64_t slot = a.in_rows[blockIdx.y];
+  const std::int32_t target = a.targets[slot];
+  const std::int64_t out_row = a.out_rows[blockIdx.y];
+  const float upstream = kBackward ? a.dlogprob[slot] : 0.0f;
+  const T* row = static_cast<const T*>(a.logits) + slot * a.vocab;
+  const std::int64_t row_groups = (a.vocab + kGroup - 1) / kGroup;
+  const std::int64_t run_begin = blockIdx.x * a.run_groups;
+  const std::int64_t begin = run_begin < row_groups ? run_begin : row_groups;
+  const std::int64_t end = begin + a.run_groups < row_groups ? begin + a.run_groups : row_groups;
+  Group<T>* stage = kBackward && a.staged ? reinterpret_cast<Group<T>*>(stage_words) : nullptr;
+  const Partial own = fold_run(row, a.vocab, begin, end, a.vector, stage);
+  const bool valid_target = target >= 0 && target < a.vocab;
+  // Forward: the target's logit, loaded while the block reduces.
+  const float target_logit =
+      !kBackward && threadIdx.x == 0 && valid_target ? to_float(row[target]) : 0.0f;
+  Partial total = block_reduce(own, block_total);
+  if (!valid_target) {  // alike for every block of the row, i.e. of the cluster
+    if (threadIdx.x == 0 && blockIdx.x == 0) record_error(a.error_record, slot, target);
+    return;
+  }
+  if constexpr (kBackward) {
+    if (gridDim.x > 1) total = merge_cluster_runs(block_total);
+  }
+  const float lse = __fadd_rn(total.max, logf(total.sum));
+  if constexpr (!kBackward) {
+    if (threadIdx.x == 0) a.logprob[out_row] = __fsub_rn(target_logit, lse);
+  } else {
+    T* out = static_cast<T*>(a.dlogits) + out_row * a.vocab;
+    write_dlogits_run(row, out, a.vocab, begin, end, a.vector, stage, target, upstream, lse);
+  }
+}
+
+// Control, pass 1: grid = (pieces, rows); block (p, r) reduces piece p of row r into
+// partials[r * pieces + p].
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    piece_partials_kernel(const T* logits, const std::int32_t* in_rows, std::int64_t vocab,
+                          std::int64_t piece_groups, bool vector, Partial* partials) {
+  __shared__ Partial block_total;
+  const std::int64_t slot = in_rows[blockIdx.y];
+  const std::int64_t row_groups = (vocab + kGroup - 1) / kGroup;
+  const std::int64_t begin = blockIdx.x * piece_groups;
+  const std::int64_t end = begin + piece_groups < row_groups ? begin + piece_groups : row_groups;
+  const Partial total = block_reduce(
+      fold_run(logits + slot * vocab, vocab, begin, end, vector, static_cast<Group<T>*>(nullptr)),
+      block_total);
+  if (threadIdx.x == 0)
+    partials[static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = total;
+}
+
+// Control, pass 2: one thread per row merges the row's pieces (last to first when reverse_merge)
+// into its log-sum-exp; the forward also gathers the target.
+template <typename T>
+__global__ void merge_pieces_kernel(const T* logits, const std::int32_t* targets,
+                                    const std::int32_t* in_rows, const std::int32_t* out_rows,
+                                    std::int64_t rows, std::int64_t vocab, std::int64_t pieces,
+                                    bool reverse_merge, const Partial* partials, float* lse,
+                                    float* logprob, std::uint64_t* error_record) {
   const std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (r >= rows) return;
-  const float* own = partials + r * pieces * 2;
-  const std::int64_t start = reverse_merge ? pieces - 1 : 0, step = reverse_merge ? -1 : 1;
-  Partial total = {own[start * 2], own[start * 2 + 1]};
-  for (std::int64_t k = 1; k < pieces; ++k) {
-    const std::int64_t p = start + k * step;
-    total = merge(total, {own[p * 2], own[p * 2 + 1]});
-  }
-  const float row_lse = total.max + logf(total.sum);
+  const Partial* own = partials + r * pieces;
+  Partial total = own[reverse_merge ? pieces - 1 : 0];
+  for (std::int64_t k = 1; k < pieces; ++k)
+    total = merge(total, own[reverse_merge ? pieces - 1 - k : k]);
+  const float row_lse = __fadd_rn(total.max, logf(total.sum));
   lse[r] = row_lse;
   if (!logprob) return;
   const std::int64_t slot = in_rows[r];
   const std::int32_t target = targets[slot];
   if (target < 0 || target >= vocab) {
-    *error_record = (static_cast<std::uint64_t>(slot) << 32) | static_cast<std::uint32_t>(target);
+    record_error(error_record, slot, target);
     return;
   }
-  logprob[out_rows[r]] = to_float(logits[slot * vocab + target]) - row_lse;
+  logprob[out_rows[r]] = __fsub_rn(to_float(logits[slot * vocab + target]), row_lse);
 }
 
-// grid = (pieces, rows): dlogits of piece blockIdx.x of row blockIdx.y; elementwise, no reduction.
+// Control, pass 3 (backward): grid = (pieces, rows); dlogits of piece p of row r from its lse.
 template <typename T>
-__global__ void dlogits_kernel(const T* logits, const std::int32_t* targets, const float* dlogprob,
-                               const std::int32_t* in_rows, const std::int32_t* out_rows,
-                               std::int64_t vocab, std::int64_t piece, bool aligned,
-                               const float* lse, T* dlogits, std::uint64_t* error_record) {
+__global__ void __launch_bounds__(kThreads)
+    piece_dlogits_kernel(const T* logits, const std::int32_t* targets, const float* dlogprob,
+                         const std::int32_t* in_rows, const std::int32_t* out_rows,
+                         std::int64_t vocab, std::int64_t piece_groups, bool vector,
+                         const float* lse, T* dlogits, std::uint64_t* error_record) {
   const std::int64_t slot = in_rows[blockIdx.y];
   const std::int32_t target = targets[slot];
   if (target < 0 || target >= vocab) {
-    if (threadIdx.x == 0 && blockIdx.x == 0) {
-      *error_record = (static_cast<std::uint64_t>(slot) << 32) | static_cast<std::uint32_t>(target);
-    }
+    if (threadIdx.x == 0 && blockIdx.x == 0) record_error(error_record, slot, target);
     return;
   }
-  const float row_lse = lse[blockIdx.y], upstream = dlogprob[slot];
-  const std::int64_t first = blockIdx.x * piece;
-  const std::int64_t last = first + piece < vocab ? first + piece : vocab;
-  const T* in = logits + slot * vocab;
+  const std::int64_t row_groups = (vocab + kGroup - 1) / kGroup;
+  const std::int64_t begin = blockIdx.x * piece_groups;
+  const std::int64_t end = begin + piece_groups < row_groups ? begin + piece_groups : row_groups;
   T* out = dlogits + static_cast<std::int64_t>(out_rows[blockIdx.y]) * vocab;
-  for (std::int64_t i = first + threadIdx.x * kVector; i < last; i += kThreads * kVector) {
-    float x[kVector];
-    load8(in + i, aligned, last - i, x);
-    T values[kVector];
-    for (int j = 0; j < kVector; ++j) {
-      const float onehot = i + j == target ? 1.0f : 0.0f;
-      values[j] = from_float<T>(upstream * (onehot - expf(x[j] - row_lse)));
-    }
-    if (aligned && last - i >= kVector) {
-      if constexpr (sizeof(T) == 2) {
-        *reinterpret_cast<uint4*>(out + i) = *reinterpret_cast<const uint4*>(values);
-      } else {
-        reinterpret_cast<uint4*>(out + i)[0] = reinterpret_cast<const uint4*>(values)[0];
-        reinterpret_cast<uint4*>(out + i)[1] = reinterpret_cast<const uint4*>(values)[1];
-      }
-    } else {
-      for (int j = 0; j < kVector && i + j < last; ++j) out[i + j] = values[j];
-    }
-  }
+  write_dlogits_run(logits + slot * vocab, out, vocab, begin, end, vector,
+                    static_cast<const Group<T>*>(nullptr), target, dlogprob[slot], lse[blockIdx.y]);
 }
 
-std::int64_t piece_count(std::int64_t vocab, const LogprobSplit& split) {
-  return (vocab + split.piece - 1) / split.piece;
+// Whether the backward kernel of `dtype` may run as clusters here: the device launches clusters
+// and the code it runs was compiled for sm_90 or later (not JIT-compiled from the sm_80 PTX).
+bool clusters_supported(DeviceDType dtype) {
+  int device = 0, cluster_launch = 0;
+  BITCHECK_CUDA_CALL(cudaGetDevice(&device));
+  BITCHECK_CUDA_CALL(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
+  if (!cluster_launch) return false;
+  cudaFuncAttributes attributes{};
+  switch (dtype) {
+    case DeviceDType::bf16:
+      BITCHECK_CUDA_CALL(
+          cudaFuncGetAttributes(&attributes, fixed_order_kernel<__nv_bfloat16, true>));
+      break;
+    case DeviceDType::fp16:
+      BITCHECK_CUDA_CALL(cudaFuncGetAttributes(&attributes, fixed_order_kernel<__half, true>));
+      break;
+    case DeviceDType::fp32:
+      BITCHECK_CUDA_CALL(cudaFuncGetAttributes(&attributes, fixed_order_kernel<float, true>));
+      break;
+  }
+  return attributes.ptxVersion >= 90;
 }
 
 void check_call(std::int64_t rows, std::int64_t vocab, const LogprobSplit& split) {
   if (rows < 0 || vocab < 1)
     throw std::invalid_argument("logprob: rows >= 0 and vocab >= 1 required");
-  if (split.piece < kVector || split.piece % kVector != 0)
-    throw std::invalid_argument("logprob: piece must be a multiple of 8");
+  if (split.piece < 0 || split.piece % kGroup != 0)
+    throw std::invalid_argument("logprob: piece must be 0 (fixed order) or a multiple of 8");
   if (rows > 65535) throw std::invalid_argument("logprob: at most 65535 rows per call");
 }
 
-template <typename T>
-void run_partials_and_merge(const void* logits, const std::int32_t* targets,
-                            const std::int32_t* in_rows, const std::int32_t* out_rows,
-                            std::int64_t rows, std::int64_t vocab, float* logprob,
-                            const LogprobSplit& split, void* workspace, std::uint64_t* error_record,
-                            cudaStream_t s) {
-  const std::int64_t pieces = piece_count(vocab, split);
-  float* partials = static_cast<float*>(workspace);
-  float* lse = partials + rows * pieces * 2;
-  const bool aligned = vocab % kVector == 0;
-  partials_kernel<T>
-      <<<dim3(static_cast<unsigned>(pieces), static_cast<unsigned>(rows)), kThreads, 0, s>>>(
-          static_cast<const T*>(logits), in_rows, vocab, split.piece, aligned, partials);
-  BITCHECK_CUDA_LAUNCH_CHECK();
-  merge_kernel<T><<<static_cast<unsigned>((rows + 127) / 128), 128, 0, s>>>(
-      static_cast<const T*>(logits), targets, in_rows, out_rows, rows, vocab, pieces,
-      split.reverse_merge, partials, lse, logprob, error_record);
-  BITCHECK_CUDA_LAUNCH_CHECK();
+template <typename T, bool kBackward>
+void launch_fixed_order(const FixedOrderArgs& args, std::int64_t rows, const LogprobFixedPlan& plan,
+                        cudaStream_t stream) {
+  const auto kernel = fixed_order_kernel<T, kBackward>;
+  const std::size_t shared =
+      plan.staged ? static_cast<std::size_t>(plan.block_entries / kGroup) * sizeof(Group<T>) : 0;
+  if (shared > 0) {  // past 48 KiB (static shared memory included) only with this opt-in
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(shared)));
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(rows));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(plan.blocks);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = plan.blocks > 1 ? 1 : 0;
+  BITCHECK_CUDA_CALL(cudaLaunchKernelEx(&config, kernel, args));
 }
 
 template <typename T>
-void run_backward(const void* logits, const std::int32_t* targets, const float* dlogprob,
-                  const std::int32_t* in_rows, const std::int32_t* out_rows, std::int64_t rows,
-                  std::int64_t vocab, void* dlogits, const LogprobSplit& split, void* workspace,
-                  std::uint64_t* error_record, cudaStream_t s) {
-  run_partials_and_merge<T>(logits, targets, in_rows, out_rows, rows, vocab, nullptr, split,
-                            workspace, error_record, s);
-  const std::int64_t pieces = piece_count(vocab, split);
-  const float* lse = static_cast<const float*>(workspace) + rows * pieces * 2;
-  dlogits_kernel<T>
-      <<<dim3(static_cast<unsigned>(pieces), static_cast<unsigned>(rows)), kThreads, 0, s>>>(
-          static_cast<const T*>(logits), targets, dlogprob, in_rows, out_rows, vocab, split.piece,
-          vocab % kVector == 0, lse, static_cast<T*>(dlogits), error_record);
+void run_control(bool backward, const void* logits, const std::int32_t* targets,
+                 const float* dlogprob, const std::int32_t* in_rows, const std::int32_t* out_rows,
+                 std::int64_t rows, std::int64_t vocab, float* logprob, void* dlogits,
+                 const LogprobSplit& split, void* workspace, std::uint64_t* error_record,
+                 cudaStream_t s) {
+  const std::int64_t pieces = (vocab + split.piece - 1) / split.piece;
+  const std::int64_t piece_groups = split.piece / kGroup;
+  const bool vector = aligned_16(logits) && aligned_16(dlogits) &&
+                      (vocab * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
+  Partial* partials = static_cast<Partial*>(workspace);
+  float* lse = reinterpret_cast<float*>(partials + rows * pieces);
+  const T* typed_logits = static_cast<const T*>(logits);
+  const dim3 grid(static_cast<unsigned>(pieces), static_cast<unsigned>(rows));
+  piece_partials_kernel<T>
+      <<<grid, kThreads, 0, s>>>(typed_logits, in_rows, vocab, piece_groups, vector, partials);
   BITCHECK_CUDA_LAUNCH_CHECK();
+  merge_pieces_kernel<T><<<static_cast<unsigned>((rows + 127) / 128), 128, 0, s>>>(
+      typed_logits, targets, in_rows, out_rows, rows, vocab, pieces, split.reverse_merge, partials,
+      lse, backward ? nullptr : logprob, error_record);
+  BITCHECK_CUDA_LAUNCH_CHECK();
+  if (!backward) return;
+  piece_dlogits_kernel<T><<<grid, kThreads, 0, s>>>(typed_logits, targets, dlogprob, in_rows,
+                                                    out_rows, vocab, piece_groups, vector, lse,
+                                                    static_cast<T*>(dlogits), error_record);
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+// One call of either pass: the fixed-order kernel, or the control's three steps.
+template <typename T>
+void run(bool backward, DeviceDType dtype, const void* logits, const std::int32_t* targets,
+         const float* dlogprob, const std::int32_t* in_rows, const std::int32_t* out_rows,
+         std::int64_t rows, std::int64_t vocab, float* logprob, void* dlogits,
+         const LogprobSplit& split, void* workspace, std::uint64_t* error_record, cudaStream_t s) {
+  if (split.piece > 0) {
+    return run_control<T>(backward, logits, targets, dlogprob, in_rows, out_rows, rows, vocab,
+                          logprob, dlogits, split, workspace, error_record, s);
+  }
+  const LogprobFixedPlan plan = logprob_fixed_plan(dtype, vocab, backward);
+  FixedOrderArgs args{};
+  args.logits = logits;
+  args.targets = targets;
+  args.dlogprob = dlogprob;
+  args.in_rows = in_rows;
+  args.out_rows = out_rows;
+  args.vocab = vocab;
+  args.run_groups = plan.block_entries / kGroup;
+  args.vector = aligned_16(logits) && aligned_16(dlogits) &&
+                (vocab * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
+  args.staged = plan.staged;
+  args.logprob = logprob;
+  args.dlogits = dlogits;
+  args.error_record = error_record;
+  if (backward) return launch_fixed_order<T, true>(args, rows, plan, s);
+  launch_fixed_order<T, false>(args, rows, plan, s);
+}
+
+template <typename... Args>
+void dispatch(DeviceDType dtype, Args&&... args) {
+  switch (dtype) {
+    case DeviceDType::bf16:
+      return run<__nv_bfloat16>(args...);
+    case DeviceDType::fp16:
+      return run<__half>(args...);
+    case DeviceDType::fp32:
+      return run<float>(args...);
+  }
 }
 
 }  // namespace
+
+LogprobFixedPlan logprob_fixed_plan(DeviceDType dtype, std::int64_t vocab, bool backward) {
+  const std::int64_t row_groups = (vocab + kGroup - 1) / kGroup;
+  const LogprobFixedPlan unstaged{1, row_groups * kGroup, false};
+  if (!backward) return unstaged;
+  // Runs of at most kStageBytes each: ceil(row_groups / blocks) <= stage_groups.
+  const std::int64_t stage_groups = kStageBytes / (kGroup * element_bytes(dtype));
+  const std::int64_t blocks = (row_groups + stage_groups - 1) / stage_groups;
+  if (blocks == 1) return {1, row_groups * kGroup, true};
+  if (blocks > kMaxClusterBlocks || !clusters_supported(dtype)) return unstaged;
+  return {blocks, (row_groups + blocks - 1) / blocks * kGroup, true};
+}
 
 LogprobSplit logprob_split_by_rows(std::int64_t rows, std::int64_t vocab, int sm_count) {
   // Like a split-softmax kernel sizing its vocabulary split to fill the GPU: blocks per row from
@@ -245,13 +565,15 @@ LogprobSplit logprob_split_by_rows(std::int64_t rows, std::int64_t vocab, int sm
       rows < 1 ? 1 : (2 * static_cast<std::int64_t>(sm_count) + rows - 1) / rows;
   const std::int64_t splits = wanted < 1 ? 1 : (wanted > 64 ? 64 : wanted);
   std::int64_t piece = (vocab + splits - 1) / splits;
-  piece = (piece + kVector - 1) / kVector * kVector;
+  piece = (piece + kGroup - 1) / kGroup * kGroup;
   return {piece, true};
 }
 
 std::size_t logprob_workspace_bytes(std::int64_t rows, std::int64_t vocab,
                                     const LogprobSplit& split) {
-  return static_cast<std::size_t>(rows * (piece_count(vocab, split) * 2 + 1)) * sizeof(float);
+  if (split.piece <= 0) return 0;
+  const std::int64_t pieces = (vocab + split.piece - 1) / split.piece;
+  return static_cast<std::size_t>(rows * (pieces * 2 + 1)) * sizeof(float);
 }
 
 void logprob_forward(DeviceDType dtype, const void* logits, const std::int32_t* targets,
@@ -260,18 +582,9 @@ void logprob_forward(DeviceDType dtype, const void* logits, const std::int32_t* 
                      std::uint64_t* error_record, CUstream_st* stream) {
   check_call(rows, vocab, split);
   if (rows == 0) return;
-  const cudaStream_t s = as_stream(stream);
-  switch (dtype) {
-    case DeviceDType::bf16:
-      return run_partials_and_merge<__nv_bfloat16>(logits, targets, in_rows, out_rows, rows, vocab,
-                                                   logprob, split, workspace, error_record, s);
-    case DeviceDType::fp16:
-      return run_partials_and_merge<__half>(logits, targets, in_rows, out_rows, rows, vocab,
-                                            logprob, split, workspace, error_record, s);
-    case DeviceDType::fp32:
-      return run_partials_and_merge<float>(logits, targets, in_rows, out_rows, rows, vocab, logprob,
-                                           split, workspace, error_record, s);
-  }
+  dispatch(dtype, false, dtype, logits, targets, static_cast<const float*>(nullptr), in_rows,
+           out_rows, rows, vocab, logprob, static_cast<void*>(nullptr), split, workspace,
+           error_record, as_stream(stream));
 }
 
 void logprob_backward(DeviceDType dtype, const void* logits, const std::int32_t* targets,
@@ -281,18 +594,9 @@ void logprob_backward(DeviceDType dtype, const void* logits, const std::int32_t*
                       std::uint64_t* error_record, CUstream_st* stream) {
   check_call(rows, vocab, split);
   if (rows == 0) return;
-  const cudaStream_t s = as_stream(stream);
-  switch (dtype) {
-    case DeviceDType::bf16:
-      return run_backward<__nv_bfloat16>(logits, targets, dlogprob, in_rows, out_rows, rows, vocab,
-                                         dlogits, split, workspace, error_record, s);
-    case DeviceDType::fp16:
-      return run_backward<__half>(logits, targets, dlogprob, in_rows, out_rows, rows, vocab,
-                                  dlogits, split, workspace, error_record, s);
-    case DeviceDType::fp32:
-      return run_backward<float>(logits, targets, dlogprob, in_rows, out_rows, rows, vocab, dlogits,
-                                 split, workspace, error_record, s);
-  }
+  dispatch(dtype, true, dtype, logits, targets, dlogprob, in_rows, out_rows, rows, vocab,
+           static_cast<float*>(nullptr), dlogits, split, workspace, error_record,
+           as_stream(stream));
 }
 
 }  // namespace bitcheck::cuda

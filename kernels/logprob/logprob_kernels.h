@@ -6,6 +6,7 @@
 // outside [0, vocab) are never dereferenced: one of them is recorded as (slot << 32 | id) in
 // `error_record` (the caller sets it to logprob_no_error first and checks it after the launch).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "device_dtype.h"
@@ -15,20 +16,33 @@ struct CUstream_st;
 namespace bitcheck::cuda {
 
 inline constexpr std::uint64_t logprob_no_error = ~std::uint64_t(0);
-// The fixed split of a row: chunks of this many vocabulary entries, whatever the batch.
-inline constexpr std::int64_t logprob_chunk = 4096;
 
+// How a row's vocabulary reduction is split. The default is the fixed-order path, whose split is
+// logprob_fixed_plan's (V, dtype and pass only). A positive `piece` selects the control's path:
+// pieces of that many entries, each reduced into a workspace partial, merged per row by one thread.
 struct LogprobSplit {
-  std::int64_t piece = logprob_chunk;  // vocabulary entries per block (a multiple of 8)
-  bool reverse_merge = false;          // merge the pieces last to first (the control)
+  std::int64_t piece = 0;      // 0: the fixed-order path; > 0: entries per piece (a multiple of 8)
+  bool reverse_merge = false;  // the control's pieces are merged last to first
 };
 
-// The control's split: more, larger-or-smaller pieces when rows are few (enough blocks to fill
-// `sm_count` SMs twice), merged last to first. Depends on the batch by design.
+// The fixed-order path's split of one row: `blocks` blocks per row (one thread-block cluster when
+// more than one), block b reducing entries [b * block_entries, (b + 1) * block_entries). `staged`:
+// the backward keeps those entries in shared memory between the log-sum-exp and the dlogits pass,
+// so it reads the logits once; otherwise it reads them twice. A function of V, the dtype, the pass
+// and whether the device and this build support clusters; never of the rows.
+struct LogprobFixedPlan {
+  std::int64_t blocks = 1;
+  std::int64_t block_entries = 0;
+  bool staged = false;
+};
+LogprobFixedPlan logprob_fixed_plan(DeviceDType dtype, std::int64_t vocab, bool backward);
+
+// The control's split: more, smaller pieces when rows are few (enough blocks to fill `sm_count`
+// SMs twice), merged last to first. Depends on the batch by design.
 LogprobSplit logprob_split_by_rows(std::int64_t rows, std::int64_t vocab, int sm_count);
 
-// Bytes of fp32 workspace the kernels need for `rows` rows: (max, sum) per (row, piece) plus
-// the log-sum-exp per row.
+// Bytes of workspace the kernels need for `rows` rows: none for the fixed-order path; for the
+// control, fp32 (max, sum) per (row, piece) plus the log-sum-exp per row.
 std::size_t logprob_workspace_bytes(std::int64_t rows, std::int64_t vocab,
                                     const LogprobSplit& split);
 

@@ -26,7 +26,7 @@ class CudaRope : public Impl {
   std::string description() const override {
     return chunk_relative_
                ? "control: angle = (pos - chunk_start) * inv_freq + chunk_start * inv_freq, chunk_start = the invocation's first real position"
-               : "angle = fp32(pos) * inv_freq (inv_freq rounded once from double), sincosf, explicitly rounded rotation; one path for every element";
+               : "angle = fp32(pos) * inv_freq (inv_freq rounded once from double), sincosf once per (slot, pair), explicitly rounded rotation; the 16-byte vector kernel and the scalar kernel (odd shapes, unaligned buffers) evaluate the same per-element formula";
   }
   bool supports(Pass) const override { return true; }
 

@@ -1,5 +1,7 @@
-// rope/*: launcher of the rotary position embedding kernel (forward and backward, NeoX and GPT-J
-// pairing, rotary dim <= head dim). Plain C++ header, no CUDA headers.
+// rope/*: launcher of the rotary position embedding kernels (forward and backward, NeoX and GPT-J
+// pairing, rotary dim <= head dim; a vectorized kernel where the shape and alignment allow, a
+// scalar one otherwise, both with the same per-element arithmetic). Plain C++ header, no CUDA
+// headers.
 #pragma once
 #include <cstdint>
 
