@@ -282,25 +282,25 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
       m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 2));
       // Exactly 1 when the block does not raise the max (a fully masked block among them); exactly
       // 0 on the first real block (m = -inf), never -inf - -inf.
-      alpha[r] = m_new[r] == m[r] ? 1.0f : fast_exp2((m[r] - m_new[r]) * scale_log2);
+      alpha[r] = m_new[r] == m[r] ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(m[r], m_new[r]), scale_log2));
       m[r] = m_new[r];
-      m_scaled[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r] * scale_log2;
-      l[r] *= alpha[r];
+      m_scaled[r] = m_new[r] == -INFINITY ? 0.0f : __fmul_rn(m_new[r], scale_log2);
+      l[r] = __fmul_rn(l[r], alpha[r]);
     }
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         s[nt][e] = fast_exp2(fmaf(s[nt][e], scale_log2, -m_scaled[e >> 1]));  // masked: 2^-inf = 0
-        l[e >> 1] += s[nt][e];
+        l[e >> 1] = __fadd_rn(l[e >> 1], s[nt][e]);
       }
     }
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
-      acc[dt][0] *= alpha[0];
-      acc[dt][1] *= alpha[0];
-      acc[dt][2] *= alpha[1];
-      acc[dt][3] *= alpha[1];
+      acc[dt][0] = __fmul_rn(acc[dt][0], alpha[0]);
+      acc[dt][1] = __fmul_rn(acc[dt][1], alpha[0]);
+      acc[dt][2] = __fmul_rn(acc[dt][2], alpha[1]);
+      acc[dt][3] = __fmul_rn(acc[dt][3], alpha[1]);
     }
     // O += P·V: the accumulator layout of S tiles 2kc, 2kc + 1 is the A-fragment layout of keys
     // 16kc..16kc+15, so P never leaves registers.
@@ -322,8 +322,8 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 1));
+    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 2));
   }
   // Stage the warp's 16 output rows in its own rows of the Q tile (only this warp ever read them),
   // then store whole 16-byte chunks.
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
       *reinterpret_cast<std::uint32_t*>(o_s + (g + 8 * r) * stride + dt * 8 + 2 * t) =
-          pack_pair<T>(acc[dt][2 * r] / l[r], acc[dt][2 * r + 1] / l[r]);
+          pack_pair<T>(__fdiv_rn(acc[dt][2 * r], l[r]), __fdiv_rn(acc[dt][2 * r + 1], l[r]));
     }
   }
   __syncwarp();
@@ -349,7 +349,13 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = r0 + g + 8 * r;
-    if (row < tile.count) lse[(tile.first_slot + row) * static_cast<std::int64_t>(shape.heads) + h] = (m[r] * scale_log2 + log2f(l[r])) * ln_2;
+    // Explicitly rounded, like the softmax state above: with FMA contraction left to the compiler, a
+    // query's lse differed on an H200 between prefill and the decode / one-token-chunk layouts, where
+    // the query sits in another of its warp's 16 rows (another register of another lane).
+    if (row < tile.count) {
+      lse[(tile.first_slot + row) * static_cast<std::int64_t>(shape.heads) + h] =
+          __fmul_rn(__fadd_rn(__fmul_rn(m[r], scale_log2), log2f(l[r])), ln_2);
+    }
   }
 }
 

@@ -39,6 +39,7 @@ class CudaRope : public Impl {
     DeviceBuffer position_buffer = support::upload(positions);
     Tensor& host_out = batch.out(backward ? "dx" : "y");
     DeviceBuffer out(std::max<std::size_t>(host_out.bytes(), 16));
+    out.fill_bytes(0xFF);  // pad slots are never written: NaN, as the runner poisons them
     const DeviceBuffer& frequencies = frequencies_for(launch.rotary_dim);
     launch.in = in.get();
     launch.out = out.get();
