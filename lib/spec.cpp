@@ -21,6 +21,15 @@ bool contains(const std::vector<std::string>& list, const std::string& value) {
   return std::find(list.begin(), list.end(), value) != list.end();
 }
 
+// The names of `list` that `wanted` also names, in the order of `list`.
+std::vector<std::string> intersection(const std::vector<std::string>& list, const std::vector<std::string>& wanted) {
+  std::vector<std::string> kept;
+  for (const auto& name : list) {
+    if (contains(wanted, name)) kept.push_back(name);
+  }
+  return kept;
+}
+
 // A generic layout, or one of the op's own (any op's, where the op is not known yet: defaults).
 bool is_accepted_layout(const Registry& registry, const OpDef* op, const std::string& name) {
   if (is_known_layout(name)) return true;
@@ -246,8 +255,12 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
   std::vector<OpSweep> kept;
   for (auto& sweep : spec.ops) {
     if (!all_ops && !contains(overrides.ops, sweep.op)) continue;
-    if (!overrides.dtypes.empty()) sweep.dtypes = overrides.dtypes;
-    if (!overrides.passes.empty()) sweep.passes = overrides.passes;
+    // --dtype and --pass narrow an entry to what it already runs: an entry that runs only the
+    // backward (matmul-backward) is left out by --pass forward instead of turning into a second
+    // forward entry over its shapes, which ran duplicate cases (and put one case in two shards).
+    if (!overrides.dtypes.empty()) sweep.dtypes = intersection(sweep.dtypes, overrides.dtypes);
+    if (!overrides.passes.empty()) sweep.passes = intersection(sweep.passes, overrides.passes);
+    if (sweep.dtypes.empty() || sweep.passes.empty()) continue;
     if (!overrides.layouts.empty()) sweep.layouts = overrides.layouts;
     if (!overrides.batches.empty()) sweep.batches = overrides.batches;
     if (!overrides.seeds.empty()) sweep.seeds = overrides.seeds;
@@ -255,7 +268,12 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
     if (overrides.special_values) sweep.special_values = *overrides.special_values;
     kept.push_back(sweep);
   }
-  if (kept.empty()) fail("--op", "an op that the sweep spec " + spec.source + " lists");
+  if (kept.empty()) {
+    if (!overrides.dtypes.empty() || !overrides.passes.empty()) {
+      fail("--op/--dtype/--pass", "an op, dtype and pass that some entry of the sweep spec " + spec.source + " runs");
+    }
+    fail("--op", "an op that the sweep spec " + spec.source + " lists");
+  }
   spec.ops = kept;
   return spec;
 }
@@ -328,6 +346,14 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
         }
       }
     }
+  }
+  // Two entries can still describe one case (the same shape and M in two entries, or --batch
+  // giving two entries the same M): the first keeps it, so no case runs twice or sits in two shards.
+  {
+    std::set<std::string> seen;
+    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const CaseSpec& c) { return !seen.insert(c.id()).second; }),
+                cases.end());
+    for (std::size_t i = 0; i < cases.size(); ++i) cases[i].index = static_cast<std::int64_t>(i);
   }
   if (!overrides.skip_ids.empty()) {
     cases.erase(std::remove_if(cases.begin(), cases.end(),

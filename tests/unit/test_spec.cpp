@@ -104,6 +104,52 @@ TEST_CASE("a spec expands to the cartesian product of its axes", "[spec]") {
   }
 }
 
+TEST_CASE("--pass and --dtype narrow each entry and never duplicate a case", "[spec]") {
+  World world;
+  // Two entries over one shape, one forward-only and one backward-only, the second bf16 only (as
+  // sweeps/gpu.json's matmul and matmul-backward): --pass forward keeps only the first; --dtype fp16
+  // drops the bf16-only entry; --batch giving both entries the same M still runs each case once.
+  nlohmann::json document = {
+      {"schema_version", 1},
+      {"defaults", {{"dtypes", {"bf16", "fp16"}}, {"batches", {1, 3}}}},
+      {"ops",
+       {{"matmul", {{"passes", {"forward"}}, {"shapes", {{{"N", 8}, {"K", 16}}}}}},
+        {"matmul-backward",
+         {{"op", "matmul"}, {"passes", {"backward"}}, {"dtypes", {"bf16"}}, {"shapes", {{{"N", 8}, {"K", 16}}}}}}}}};
+  SweepSpec spec = parse_sweep_spec(document, "narrowing.json", world.registry, world.contract);
+  SweepOverrides overrides;
+  overrides.backend = "cpu";
+  overrides.impls = {"cpu-fixed-order"};
+
+  SweepOverrides forward = overrides;
+  forward.passes = {"forward"};
+  auto forward_cases = expand_cases(apply_overrides(spec, forward, world.registry, world.contract), world.registry, forward);
+  CHECK(forward_cases.size() == 4);  // 2 dtypes x 2 batches, from the forward entry only
+  for (const auto& c : forward_cases) CHECK(c.pass == Pass::forward);
+
+  SweepOverrides fp16 = overrides;
+  fp16.dtypes = {"fp16"};
+  auto fp16_cases = expand_cases(apply_overrides(spec, fp16, world.registry, world.contract), world.registry, fp16);
+  CHECK(fp16_cases.size() == 2);  // the backward entry runs bf16 only
+  for (const auto& c : fp16_cases) CHECK((c.dtype_name == "fp16" && c.pass == Pass::forward));
+
+  SweepOverrides backward_fp16 = overrides;
+  backward_fp16.dtypes = {"fp16"};
+  backward_fp16.passes = {"backward"};
+  CHECK_THROWS_AS(apply_overrides(spec, backward_fp16, world.registry, world.contract), BadInput);
+
+  // The same entry listed twice: each case once, indices dense.
+  document["ops"]["matmul-again"] = {{"op", "matmul"}, {"passes", {"forward"}}, {"shapes", {{{"N", 8}, {"K", 16}}}}};
+  SweepSpec twice = parse_sweep_spec(document, "narrowing.json", world.registry, world.contract);
+  auto cases = expand_cases(twice, world.registry, overrides);
+  std::set<std::string> ids;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    CHECK(ids.insert(cases[i].id()).second);
+    CHECK(cases[i].index == static_cast<std::int64_t>(i));
+  }
+  CHECK(cases.size() == 6);  // 4 forward + 2 backward (bf16)
+}
+
 TEST_CASE("every bad spec is BadInput naming file, JSON path and expectation", "[spec]") {
   World world;
   const std::vector<BadSpec> cases = {
