@@ -43,6 +43,13 @@ std::string CaseSpec::id() const {
   return text;
 }
 
+std::string CaseSpec::input_group() const {
+  std::string text = op + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) + "/M=" + std::to_string(rows) +
+                     "/seed=" + std::to_string(seed) + "/alone=" + std::to_string(alone_rows);
+  if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
+  return text;
+}
+
 std::uint64_t new_input_id() {
   static std::atomic<std::uint64_t> counter{1};
   return counter++;

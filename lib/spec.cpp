@@ -2,6 +2,7 @@
 #include "bitcheck/spec.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "bitcheck/error.h"
@@ -317,14 +318,20 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
     } else {
       for (const auto& name : sweep.impls) impls.push_back(registry.find_impl(sweep.op, name));
     }
+    std::vector<Impl*> selected;
     for (Impl* impl : impls) {
       if (!overrides.impls.empty() && !contains(overrides.impls, impl->name())) continue;
       if (overrides.backend != "auto" && impl->backend() != overrides.backend) continue;
-      for (const auto& dtype_name : sweep.dtypes) {
-        for (const auto& pass_name : sweep.passes) {
-          for (const auto& dims : sweep.shapes) {
-            for (std::int64_t rows : sweep.batches) {
-              for (std::uint64_t seed : sweep.seeds) {
+      selected.push_back(impl);
+    }
+    // The impl varies fastest: the impls of one input group are adjacent, so the runner computes
+    // their shared FP32 reference once.
+    for (const auto& dtype_name : sweep.dtypes) {
+      for (const auto& pass_name : sweep.passes) {
+        for (const auto& dims : sweep.shapes) {
+          for (std::int64_t rows : sweep.batches) {
+            for (std::uint64_t seed : sweep.seeds) {
+              for (Impl* impl : selected) {
                 CaseSpec c;
                 c.op = sweep.op;
                 c.impl = impl->name();
@@ -361,25 +368,36 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
                 cases.end());
   }
   if (overrides.shard_count <= 1) return cases;
-  // Shards balanced by estimated cost: the most expensive case goes to the least-loaded shard
-  // first. Deterministic, so every shard computes the same plan.
-  std::vector<std::size_t> order(cases.size());
-  std::vector<double> cost(cases.size());
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    order[i] = i;
-    cost[i] = estimated_case_cost(cases[i], registry);
+  // Shards balanced by estimated cost over input groups (the impls of one group share inputs and
+  // a reference, computed once per shard that runs the group, so a group stays in one shard): the
+  // most expensive group goes to the least-loaded shard first. Deterministic, so every shard
+  // computes the same plan.
+  std::vector<std::size_t> group_of(cases.size());
+  std::vector<double> group_cost;
+  {
+    std::map<std::string, std::size_t> groups;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      auto [it, added] = groups.emplace(cases[i].input_group(), group_cost.size());
+      if (added) group_cost.push_back(0.0);
+      group_of[i] = it->second;
+      // The reference is paid once per group, the rest once per case; the estimate counts the
+      // whole per case, which keeps the relative weights of groups with equal impl counts.
+      group_cost[it->second] += estimated_case_cost(cases[i], registry);
+    }
   }
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
+  std::vector<std::size_t> order(group_cost.size());
+  for (std::size_t g = 0; g < order.size(); ++g) order[g] = g;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return group_cost[a] > group_cost[b]; });
   std::vector<double> load(static_cast<std::size_t>(overrides.shard_count), 0.0);
-  std::vector<bool> mine(cases.size(), false);
-  for (std::size_t i : order) {
+  std::vector<bool> mine_group(group_cost.size(), false);
+  for (std::size_t g : order) {
     auto lightest = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    load[lightest] += cost[i];
-    mine[i] = static_cast<int>(lightest) == overrides.shard_index;
+    load[lightest] += group_cost[g];
+    mine_group[g] = static_cast<int>(lightest) == overrides.shard_index;
   }
   std::vector<CaseSpec> shard;
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    if (mine[i]) shard.push_back(cases[i]);  // spec order within the shard
+    if (mine_group[group_of[i]]) shard.push_back(cases[i]);  // spec order within the shard
   }
   return shard;
 }

@@ -42,6 +42,9 @@ struct CaseSpec {
   double special_values = 0;
   // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/special=rate" when special values are on
   std::string id() const;
+  // The case's inputs and reference without its impl: cases of one group get identical inputs and
+  // one FP32 reference (the runner computes it once per group; shards keep a group together).
+  std::string input_group() const;
   std::int64_t dim(const std::string& name) const;
 };
 

@@ -104,7 +104,7 @@ TEST_CASE("a spec expands to the cartesian product of its axes", "[spec]") {
   }
 }
 
-TEST_CASE("--pass and --dtype narrow each entry and never duplicate a case", "[spec]") {
+TEST_CASE("the options --pass and --dtype narrow each entry and never duplicate a case", "[spec]") {
   World world;
   // Two entries over one shape, one forward-only and one backward-only, the second bf16 only (as
   // sweeps/gpu.json's matmul and matmul-backward): --pass forward keeps only the first; --dtype fp16
