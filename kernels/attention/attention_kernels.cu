@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "../cuda_check.cuh"
+#include "../convert.cuh"
 #include "attention_kernels.h"
 
 namespace bitcheck::cuda {
@@ -37,17 +38,6 @@ constexpr int simt_dims_per_lane = simt_max_dim / warp_size;
 constexpr float log2_e = 1.4426950408889634f;
 constexpr float ln_2 = 0.6931471805599453f;
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
 // Butterfly reductions: every lane ends with the same bits (a + b == b + a), in a fixed pattern.
 __device__ __forceinline__ float warp_max(float v) {

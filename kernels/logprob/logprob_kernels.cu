@@ -34,6 +34,7 @@
 #include <stdexcept>
 
 #include "../cuda_check.cuh"
+#include "../convert.cuh"
 #include "../vector_io.cuh"
 #include "logprob_kernels.h"
 
@@ -62,29 +63,6 @@ std::int64_t element_bytes(DeviceDType dtype) {
   return dtype == DeviceDType::fp32 ? 4 : 2;
 }
 
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float to_float(__half v) {
-  return __half2float(v);
-}
-__device__ __forceinline__ float to_float(float v) {
-  return v;
-}
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
 
 // 8 consecutive entries of a row: 16 bytes of bf16/fp16, 32 of fp32.
 template <typename T>

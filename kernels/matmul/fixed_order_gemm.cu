@@ -28,6 +28,7 @@
 #include <string>
 
 #include "../cuda_check.cuh"
+#include "../convert.cuh"
 #include "fixed_order_gemm.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -279,17 +280,6 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers>::kThreads, 1)
 constexpr int kPortableTile = 64;
 constexpr int kPortableK = 16;
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
 template <typename T>
 __global__ void __launch_bounds__(256)

@@ -24,6 +24,7 @@
 
 #include "../../lib/ops/rope_math.h"
 #include "../cuda_check.cuh"
+#include "../convert.cuh"
 #include "../vector_io.cuh"
 #include "rope_kernels.h"
 
@@ -37,29 +38,6 @@ constexpr int kUnitPairs = 8;        // rotary pairs per unit
 constexpr int kUnitElements = 16;    // rotary elements per unit
 constexpr std::size_t kMaxAngleTableBytes = 48 * 1024;
 
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float to_float(__half v) {
-  return __half2float(v);
-}
-__device__ __forceinline__ float to_float(float v) {
-  return v;
-}
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
 
 // The one per-element formula of both kernels: the angle of (position, pair), and the rotation of a
 // pair in fp32 rounded back to T.
