@@ -9,6 +9,7 @@
 
 #include "cuda_impls.h"
 #include "logprob/logprob_kernels.h"
+#include "vocab/vocab_device.h"
 #include "runtime.h"
 #include "unit/vocab_case.h"
 
@@ -57,16 +58,7 @@ TEST_CASE("logprob cuda reports an out-of-range target from the device", "[gpu][
 
 namespace {
 
-cuda::DeviceDType device_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::bf16:
-      return cuda::DeviceDType::bf16;
-    case DType::fp16:
-      return cuda::DeviceDType::fp16;
-    default:
-      return cuda::DeviceDType::fp32;
-  }
-}
+using vocab_device::device_dtype;
 
 struct FixedOrderOutputs {
   std::vector<float> logprob;

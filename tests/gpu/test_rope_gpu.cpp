@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ops/rope_math.h"
+#include "norm/adapter_support.h"
 #include "rope/rope_kernels.h"
 #include "runtime.h"
 #include "unit/op_case.h"
@@ -47,16 +48,7 @@ TEST_CASE("rope cuda fixed-order passes on shapes the vector kernel does not tak
 
 namespace {
 
-cuda::DeviceDType device_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::bf16:
-      return cuda::DeviceDType::bf16;
-    case DType::fp16:
-      return cuda::DeviceDType::fp16;
-    default:
-      return cuda::DeviceDType::fp32;
-  }
-}
+using cuda_support::device_dtype;
 
 constexpr unsigned char kUntouched = 0x5A;
 
