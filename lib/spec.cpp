@@ -2,6 +2,7 @@
 #include "bitcheck/spec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -288,6 +289,16 @@ double estimated_case_cost(const CaseSpec& c, const Registry& registry) {
   // many small cases running long after the others.
   constexpr double fixed_part = 1.0, per_gib = 6.0;
   const OpDef* op = registry.find_op(c.op);
+  if (op && op->parts) {
+    // A composed case (the chain) costs what its calls cost: its own tensors are a small part.
+    double sum = 0;
+    try {
+      for (const CaseSpec& part : op->parts(c)) sum += estimated_case_cost(part, registry);
+    } catch (const std::exception&) {
+      return fixed_part;  // a shape the op refuses: skipped at once
+    }
+    return sum;
+  }
   double bytes = 0;
   if (op && op->tensors) {
     try {
@@ -369,20 +380,45 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
   }
   if (overrides.shard_count <= 1) return cases;
   // Shards balanced by estimated cost over input groups (the impls of one group share inputs and
-  // a reference, computed once per shard that runs the group, so a group stays in one shard): the
-  // most expensive group goes to the least-loaded shard first. Deterministic, so every shard
-  // computes the same plan.
-  std::vector<std::size_t> group_of(cases.size());
-  std::vector<double> group_cost;
+  // a reference, computed once per shard that runs the group, so a group stays in one shard as
+  // far as balance allows): the most expensive group goes to the least-loaded shard first. A group
+  // costing more than a shard's share (the chain's impls, say) is cut into that many runs of
+  // consecutive cases, each paying the reference once, so it cannot hold up the whole sweep.
+  // Deterministic, so every shard computes the same plan.
+  std::vector<double> cost(cases.size());
+  double total_cost = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    cost[i] = estimated_case_cost(cases[i], registry);
+    total_cost += cost[i];
+  }
+  const double share = total_cost / static_cast<double>(overrides.shard_count);
+  std::vector<std::vector<std::size_t>> members;  // cases of each group, in spec order
   {
     std::map<std::string, std::size_t> groups;
     for (std::size_t i = 0; i < cases.size(); ++i) {
-      auto [it, added] = groups.emplace(cases[i].input_group(), group_cost.size());
-      if (added) group_cost.push_back(0.0);
-      group_of[i] = it->second;
-      // The reference is paid once per group, the rest once per case; the estimate counts the
-      // whole per case, which keeps the relative weights of groups with equal impl counts.
-      group_cost[it->second] += estimated_case_cost(cases[i], registry);
+      auto [it, added] = groups.emplace(cases[i].input_group(), members.size());
+      if (added) members.emplace_back();
+      members[it->second].push_back(i);
+    }
+  }
+  std::vector<std::size_t> group_of(cases.size());
+  std::vector<double> group_cost;
+  for (const auto& group : members) {
+    double whole = 0;
+    for (std::size_t i : group) whole += cost[i];
+    const auto runs = static_cast<std::size_t>(std::min<double>(static_cast<double>(group.size()), std::max(1.0, std::ceil(whole / share))));
+    const double per_run = whole / static_cast<double>(runs);
+    double filled = 0;
+    std::size_t run = 0;
+    group_cost.push_back(0.0);
+    for (std::size_t i : group) {
+      if (filled >= per_run * static_cast<double>(run + 1) && run + 1 < runs) {
+        ++run;
+        group_cost.push_back(0.0);
+      }
+      group_of[i] = group_cost.size() - 1;
+      group_cost.back() += cost[i];
+      filled += cost[i];
     }
   }
   std::vector<std::size_t> order(group_cost.size());

@@ -209,6 +209,9 @@ struct OpDef {
   std::vector<std::string> layout_names;
   std::string canonical_layout;
   std::function<std::optional<Layout>(const std::string& name, const CaseSpec&)> make_layout;
+  // Ops composed of other ops' calls (the chain): the calls as cases of those ops, so a case's
+  // estimated cost (sharding) is the sum of its calls' costs. Unset: the op's own tensors.
+  std::function<std::vector<CaseSpec>(const CaseSpec&)> parts;
 };
 
 class Registry {

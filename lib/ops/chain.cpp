@@ -233,6 +233,11 @@ void register_chain_op(Registry& registry) {
     chain_reference(*ops, spec, inputs, request, outputs);
   };
   op.logical_rows = [](const CaseSpec& spec) { return attention::sequence_offsets(spec).back(); };
+  op.parts = [](const CaseSpec& spec) {
+    std::vector<CaseSpec> parts;
+    for (const chain::Call& call : chain::calls(spec)) parts.push_back(chain::call_spec(spec, call, ""));
+    return parts;
+  };
   op.layout_names = attention_op.layout_names;
   op.layout_names.push_back(padded_in_order);
   op.canonical_layout = attention_op.canonical_layout;

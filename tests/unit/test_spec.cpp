@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 
@@ -337,4 +338,62 @@ TEST_CASE("shard cost: a fixed part per case plus the bytes of its tensors", "[s
   vocab.dims = {{"N", 128256}, {"K", 4096}};
   // 128256 x 4096 bf16 weight (0.978 GiB) and fp32 dW (1.957 GiB), plus one row of x, dy, dx.
   CHECK(estimated_case_cost(vocab, registry) == Approx(1.0 + 6.0 * 2.9355).epsilon(0.001));
+}
+
+TEST_CASE("shard cost: a chain case costs what its calls cost", "[spec][shard]") {
+  World world;
+  SweepSpec spec = load_embedded_sweep_spec(world.registry, world.contract);
+  SweepOverrides overrides;
+  overrides.backend = "cpu";
+  overrides.ops = {"chain"};
+  auto cases = expand_cases(apply_overrides(spec, overrides, world.registry, world.contract), world.registry, overrides);
+  REQUIRE_FALSE(cases.empty());
+  const OpDef* chain = world.registry.find_op("chain");
+  REQUIRE(chain->parts);
+  const auto parts = chain->parts(cases.front());
+  CHECK(parts.size() > 10);  // embedding, per layer ~11 calls, final norm, LM head, logprob
+  double sum = 0;
+  for (const auto& part : parts) sum += estimated_case_cost(part, world.registry);
+  CHECK(estimated_case_cost(cases.front(), world.registry) == Approx(sum));
+}
+
+TEST_CASE("shards keep an input group together unless it outweighs a shard", "[spec][shard]") {
+  World world;
+  SweepSpec spec = load_embedded_sweep_spec(world.registry, world.contract);
+  SweepOverrides overrides;
+  overrides.backend = "cpu";
+  overrides.ops = {"matmul", "rmsnorm", "silu"};
+  SweepSpec narrowed = apply_overrides(spec, overrides, world.registry, world.contract);
+  const auto all = expand_cases(narrowed, world.registry, overrides);
+  // Impls of one input group are adjacent in the unsharded order.
+  for (std::size_t i = 1; i + 1 < all.size(); ++i) {
+    if (all[i - 1].input_group() == all[i + 1].input_group()) CHECK(all[i].input_group() == all[i - 1].input_group());
+  }
+  const int shards = 3;
+  std::map<std::string, std::set<int>> shards_of_group;
+  std::set<std::string> ids;
+  for (int s = 0; s < shards; ++s) {
+    SweepOverrides one = overrides;
+    one.shard_index = s;
+    one.shard_count = shards;
+    for (const auto& c : expand_cases(narrowed, world.registry, one)) {
+      CHECK(ids.insert(c.id()).second);
+      shards_of_group[c.input_group()].insert(s);
+    }
+  }
+  CHECK(ids.size() == all.size());
+  for (const auto& [group, in] : shards_of_group) {
+    INFO(group);
+    CHECK(in.size() == 1);  // small groups: one shard each, so one reference per group
+  }
+
+  // With more shards than a big group's share allows, the group is cut: every case still runs once.
+  SweepOverrides many = overrides;
+  many.shard_count = 64;
+  std::set<std::string> seen;
+  for (int s = 0; s < 64; ++s) {
+    many.shard_index = s;
+    for (const auto& c : expand_cases(narrowed, world.registry, many)) CHECK(seen.insert(c.id()).second);
+  }
+  CHECK(seen.size() == all.size());
 }
