@@ -1,5 +1,5 @@
-// CUDA impls of attention: the fixed-order kernels (tensor-core forward for bf16/fp16 at head dim
-// 64/128, SIMT elsewhere; SIMT backward without atomics) and three controls: split-KV with a split
+// CUDA impls of attention: the fixed-order kernels (tensor-core forward and backward for bf16/fp16
+// at head dim 64/128, SIMT elsewhere; no atomics) and three controls: split-KV with a split
 // count from the batch, a KV block size from the sequence length, and atomicAdd dq accumulation.
 // Host adapters: KV cache in the layout state, written before attention reads it; benchmark.
 #include <algorithm>
@@ -17,6 +17,7 @@
 namespace bitcheck {
 namespace {
 
+using cuda::AttentionBackwardTile;
 using cuda::AttentionShape;
 using cuda::AttentionTile;
 using cuda::AttentionToken;
@@ -31,6 +32,12 @@ constexpr int split_kv_max_splits = 8;
 // a longer one blocks of 64.
 constexpr int small_block_up_to_length = 64;
 constexpr int fixed_simt_kv_block = 64;
+// true: the fixed-order backward for bf16/fp16 at head dim 64/128 runs on the tensor-core kernels
+// (attention_backward_mma); false: on the SIMT kernels (one warp per query for dq, per key for
+// dk/dv), the path every committed GPU report checked. The tensor-core kernels have not yet run on
+// a GPU: they stay off until the GPU tests (which run them against the SIMT backward) and the
+// attention sweep pass with them on.
+constexpr bool tensor_core_backward = false;
 
 DeviceDType device_dtype(DType dtype) {
   switch (dtype) {
@@ -89,6 +96,52 @@ std::vector<AttentionTile> tiles_of(const std::vector<AttentionToken>& first_tok
   return tiles;
 }
 
+// Backward tiles of whole sequences (first_tokens at position 0): query tiles longest-running
+// first (a query tile's work grows with its position), key tiles likewise (a key tile's work
+// shrinks with its position). The orders change no result.
+struct BackwardTiles {
+  std::vector<AttentionBackwardTile> queries, keys;
+};
+BackwardTiles backward_tiles_of(const std::vector<AttentionToken>& first_tokens, const std::vector<int>& lengths) {
+  BackwardTiles tiles;
+  for (std::size_t s = 0; s < first_tokens.size(); ++s) {
+    const int slot = first_tokens[s].slot;
+    for (int i = 0; i < lengths[s]; i += cuda::attention_mma_backward_tile) {
+      tiles.queries.push_back({slot + i, std::min(cuda::attention_mma_backward_tile, lengths[s] - i), i, slot, lengths[s]});
+    }
+  }
+  tiles.keys = tiles.queries;
+  std::stable_sort(tiles.queries.begin(), tiles.queries.end(), [](const AttentionBackwardTile& a, const AttentionBackwardTile& b) {
+    return a.start_position > b.start_position;
+  });
+  std::stable_sort(tiles.keys.begin(), tiles.keys.end(), [](const AttentionBackwardTile& a, const AttentionBackwardTile& b) {
+    return a.sequence_length - a.start_position > b.sequence_length - b.start_position;
+  });
+  return tiles;
+}
+
+// The fixed-order backward: tensor cores where the dtype and head dim allow, else SIMT.
+void fixed_order_backward(const CaseSpec& spec, DeviceDType dtype, const AttentionShape& shape, const void* q, const void* k,
+                          const void* v, const void* o, const float* lse, const void* dout, float* delta, void* dq, void* dk,
+                          void* dv, const std::vector<AttentionToken>& tokens, const DeviceBuffer& token_buffer,
+                          const std::vector<AttentionToken>& first_tokens, const std::vector<int>& lengths, int max_position) {
+  if (tensor_core_backward && uses_mma(spec)) {
+    const BackwardTiles tiles = backward_tiles_of(first_tokens, lengths);
+    DeviceBuffer query_tiles = upload_vector(tiles.queries), key_tiles = upload_vector(tiles.keys);
+    cuda::attention_backward_mma(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv, token_buffer.as<AttentionToken>(),
+                                 static_cast<int>(tokens.size()), query_tiles.as<AttentionBackwardTile>(),
+                                 key_tiles.as<AttentionBackwardTile>(), static_cast<int>(tiles.queries.size()), shape, nullptr);
+    return;
+  }
+  cuda::attention_backward(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv, token_buffer.as<AttentionToken>(),
+                           static_cast<int>(tokens.size()), max_position, shape, nullptr, nullptr);
+}
+
+const char* backward_path(const CaseSpec& spec) {
+  return tensor_core_backward && uses_mma(spec) ? "mma.sync m16n8k16, dq per 64-query tile, dk/dv per 64-key tile"
+                                                : "simt, one warp per query (dq) and per key (dk, dv)";
+}
+
 class CudaAttention : public Impl {
  public:
   enum class Kind { fixed_order, split_kv_by_batch, kv_block_by_length, atomic_dq };
@@ -108,7 +161,7 @@ class CudaAttention : public Impl {
   std::string description() const override {
     switch (kind_) {
       case Kind::fixed_order:
-        return "KV cache written first; KV blocks of 64 from position 0 upward for prefill, chunks and decode (mma.sync m16n8k16 for bf16/fp16 at D 64/128, SIMT fp32 otherwise), no split-KV; backward dq per query and dk/dv per key in order, no atomics";
+        return "KV cache written first; KV blocks of 64 from position 0 upward for prefill, chunks and decode (mma.sync m16n8k16 for bf16/fp16 at D 64/128, SIMT fp32 otherwise), no split-KV; backward dq per query over key blocks and dk/dv per key over query blocks in order (mma.sync where the forward uses it), no atomics";
       case Kind::split_kv_by_batch:
         return "control: split-KV forward with max(1, 8 / sequences) splits combined by log-sum-exp (flash-decoding sized by the batch)";
       case Kind::kv_block_by_length:
@@ -188,9 +241,15 @@ class CudaAttention : public Impl {
       atomic_scratch = DeviceBuffer(static_cast<std::size_t>(batch.slots() * shape.heads * shape.dim) * sizeof(float));
       atomic_scratch.fill_bytes(0);
     }
-    cuda::attention_backward(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(), delta.as<float>(), dq.get(),
-                             dk.get(), dv.get(), token_buffer.as<AttentionToken>(), static_cast<int>(tokens.size()), max_position,
-                             shape, kind_ == Kind::atomic_dq ? atomic_scratch.as<float>() : nullptr, nullptr);
+    if (kind_ == Kind::atomic_dq) {
+      cuda::attention_backward(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(), delta.as<float>(), dq.get(),
+                               dk.get(), dv.get(), token_buffer.as<AttentionToken>(), static_cast<int>(tokens.size()), max_position,
+                               shape, atomic_scratch.as<float>(), nullptr);
+    } else {
+      fixed_order_backward(spec, dtype, shape, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(), delta.as<float>(),
+                           dq.get(), dk.get(), dv.get(), tokens, token_buffer, first_tokens, lengths, max_position);
+      batch.impl_config["backward_path"] = backward_path(spec);
+    }
     dq.download(batch.out("dq").data(), batch.out("dq").bytes());
     dk.download(batch.out("dk").data(), batch.out("dk").bytes());
     dv.download(batch.out("dv").data(), batch.out("dv").bytes());
@@ -283,9 +342,8 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec, c
   auto run_once = [&] {
     run_forward();
     if (spec.pass == Pass::backward) {
-      cuda::attention_backward(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(), delta.as<float>(), dq.get(),
-                               dk.get(), dv.get(), token_buffer.as<AttentionToken>(), static_cast<int>(tokens.size()), length - 1,
-                               shape, nullptr, nullptr);
+      fixed_order_backward(spec, dtype, shape, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(), delta.as<float>(),
+                           dq.get(), dk.get(), dv.get(), tokens, token_buffer, first_tokens, lengths, length - 1);
     }
   };
   // One input set: attention is compute-bound at these lengths (see the config note).
@@ -294,7 +352,7 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec, c
   measurement.flops = spec.pass == Pass::forward ? forward_flops : forward_flops * 3.5;  // recompute + 2.5x backward
   measurement.bytes_moved = static_cast<double>(3 * q_bytes + 2 * kv_bytes);
   measurement.config = {{"path", mma ? "mma.sync m16n8k16" : "simt"},
-                        {"backward_path", "simt, one warp per query (dq) and per key (dk, dv)"},
+                        {"backward_path", backward_path(spec)},
                         {"sequences", sequences}, {"length", length},
                         {"note", "inputs are not rotated: attention is compute-bound at these lengths"},
                         {"tflops", measurement.flops / (measurement.median_ms * 1e-3) / 1e12}};

@@ -58,6 +58,20 @@ void attention_forward_simt(DeviceDType dtype, const void* q, const void* k_cach
                             float* lse, const AttentionToken* tokens, int token_count, AttentionShape shape,
                             int kv_block, int splits, float* scratch, CUstream_st* stream);
 
+// Up to attention_mma_backward_tile consecutive rows of one whole sequence, for the tensor-core
+// backward: queries of the dq kernel or keys of the dk/dv kernel (one CTA per tile and head, or
+// kv head). start_position is a multiple of the tile size, so a row's tile neighbours are fixed by
+// its own sequence; the tiles' order changes no result.
+struct AttentionBackwardTile {
+  int first_slot;       // slot of the tile's first row
+  int count;            // rows in the tile
+  int start_position;   // position of the first row
+  int sequence_slot;    // slot of the sequence's position 0
+  int sequence_length;  // tokens of the sequence
+};
+
+constexpr int attention_mma_backward_tile = 64;  // 4 warps of 16 rows; equals attention_mma_kv_block
+
 // Backward over whole sequences (o, lse from the forward): delta = rowsum(do * o), then dq per
 // query over keys in order and dk, dv per key over queries in order (heads of a group in order).
 // dq_atomic_scratch != nullptr selects the control: dq from per-64-key-block partials added with
@@ -66,5 +80,16 @@ void attention_backward(DeviceDType dtype, const void* q, const void* k, const v
                         const float* lse, const void* dout, float* delta, void* dq, void* dk, void* dv,
                         const AttentionToken* tokens, int token_count, int max_position, AttentionShape shape,
                         float* dq_atomic_scratch, CUstream_st* stream);
+
+// Tensor-core backward (bf16/fp16, head dim 64 or 128) of the same sums as attention_backward's
+// fixed-order path, on mma.sync: delta as there, dq over key blocks of attention_mma_kv_block from
+// position 0 upward, dk and dv over the heads of the group in order and, per head, query blocks
+// from the key's own block upward. query_tiles and key_tiles both cover every token (tile_count
+// each, usually in different orders). Agrees with attention_backward to rounding, not bitwise.
+void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, const void* v, const void* o,
+                            const float* lse, const void* dout, float* delta, void* dq, void* dk, void* dv,
+                            const AttentionToken* tokens, int token_count, const AttentionBackwardTile* query_tiles,
+                            const AttentionBackwardTile* key_tiles, int tile_count, AttentionShape shape,
+                            CUstream_st* stream);
 
 }  // namespace bitcheck::cuda
