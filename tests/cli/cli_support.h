@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "schema/json_schema.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -25,25 +26,7 @@ const std::string binary = BITCHECK_BINARY;
 const std::string source_dir = BITCHECK_SOURCE_DIR;
 const std::string data_dir = source_dir + "/tests/data/";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "bitcheck-cli-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using test_support::TempDir;
 
 std::string read_file(const std::string& path) {
   std::ifstream stream(path);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "temp_dir.h"
 #include "unit/case_support.h"
 
 using namespace bitcheck;
@@ -33,24 +34,7 @@ std::string bitcheck_binary() {
   return "";
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "bitcheck-gpu-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using test_support::TempDir;
 
 // Runs `binary args` with BITCHECK_TEST_IMPLS=1; returns the exit code, logs into `log`.
 int run_with_test_impls(const std::string& binary, const std::string& args,

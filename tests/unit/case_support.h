@@ -3,12 +3,26 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bitcheck/contract.h"
 #include "bitcheck/layout.h"
 #include "bitcheck/runner.h"
 
 namespace case_support {
+
+// A [rows, n / rows] tensor of `dtype` from raw element bits, or from values rounded to `dtype`.
+inline bitcheck::Tensor from_bits(bitcheck::DType dtype, std::int64_t rows, const std::vector<std::uint32_t>& bits) {
+  bitcheck::Tensor tensor(dtype, {rows, static_cast<std::int64_t>(bits.size()) / rows});
+  for (std::size_t i = 0; i < bits.size(); ++i) tensor.set_bits(static_cast<std::int64_t>(i), bits[i]);
+  return tensor;
+}
+
+inline bitcheck::Tensor from_values(bitcheck::DType dtype, std::int64_t rows, const std::vector<float>& values) {
+  bitcheck::Tensor tensor(dtype, {rows, static_cast<std::int64_t>(values.size()) / rows});
+  for (std::size_t i = 0; i < values.size(); ++i) tensor.set(static_cast<std::int64_t>(i), values[i]);
+  return tensor;
+}
 
 struct World {
   bitcheck::Registry registry;

@@ -9,22 +9,14 @@
 
 #include "bitcheck/compare.h"
 #include "bitcheck/report.h"
+#include "unit/case_support.h"
 
 using namespace bitcheck;
 
 namespace {
 
-Tensor from_bits(DType dtype, std::int64_t rows, const std::vector<std::uint32_t>& bits) {
-  Tensor tensor(dtype, {rows, static_cast<std::int64_t>(bits.size()) / rows});
-  for (std::size_t i = 0; i < bits.size(); ++i) tensor.set_bits(static_cast<std::int64_t>(i), bits[i]);
-  return tensor;
-}
-
-Tensor from_values(DType dtype, std::int64_t rows, const std::vector<float>& values) {
-  Tensor tensor(dtype, {rows, static_cast<std::int64_t>(values.size()) / rows});
-  for (std::size_t i = 0; i < values.size(); ++i) tensor.set(static_cast<std::int64_t>(i), values[i]);
-  return tensor;
-}
+using case_support::from_bits;
+using case_support::from_values;
 
 DriftMetrics compare_all(const std::string& name, const Tensor& expected, const Tensor& actual,
                          std::int64_t first_logical_row = 0) {

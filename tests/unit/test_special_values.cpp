@@ -20,6 +20,7 @@
 #include "bitcheck/runner.h"
 #include "bitcheck/special_values.h"
 #include "bitcheck/spec.h"
+#include "unit/case_support.h"
 
 using namespace bitcheck;
 using nlohmann::json;
@@ -28,17 +29,8 @@ namespace {
 
 constexpr float inf = std::numeric_limits<float>::infinity();
 
-Tensor from_bits(DType dtype, std::int64_t rows, const std::vector<std::uint32_t>& bits) {
-  Tensor tensor(dtype, {rows, static_cast<std::int64_t>(bits.size()) / rows});
-  for (std::size_t i = 0; i < bits.size(); ++i) tensor.set_bits(static_cast<std::int64_t>(i), bits[i]);
-  return tensor;
-}
-
-Tensor from_values(DType dtype, std::int64_t rows, const std::vector<float>& values) {
-  Tensor tensor(dtype, {rows, static_cast<std::int64_t>(values.size()) / rows});
-  for (std::size_t i = 0; i < values.size(); ++i) tensor.set(static_cast<std::int64_t>(i), values[i]);
-  return tensor;
-}
+using case_support::from_bits;
+using case_support::from_values;
 
 // cast forward, y32 = fp32(x): exact, except that an invocation of more than one row writes every
 // NaN as the canonical quiet NaN (a vector path that canonicalizes, a scalar path that keeps the
