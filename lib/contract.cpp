@@ -81,8 +81,12 @@ void parse_thresholds(const JsonCursor& root, const Registry& registry, Contract
   for (const auto& key : thresholds.keys()) {
     JsonCursor per_dtype = thresholds.at(key);
     bool known_key = false;
-    for (const OpDef* op : registry.ops()) known_key = known_key || op->tolerance_key == key;
-    if (!known_key) per_dtype.fail("a registered op's tolerance key (see `bitcheck list`)");
+    // Ops composed of others (the chain) hold each call to its own op's row and have none.
+    for (const OpDef* op : registry.ops())
+      known_key = known_key || (op->tolerance_key == key && !op->threshold_of);
+    if (!known_key)
+      per_dtype.fail("a registered op's tolerance key (see `bitcheck list`; the chain has none: "
+                     "each of its calls is held to its own op's row)");
     for (const auto& dtype : per_dtype.keys()) {
       JsonCursor row = per_dtype.at(dtype);
       row.allow_only({"atol", "rtol", "derivation", "tensors"});
@@ -100,6 +104,7 @@ void parse_thresholds(const JsonCursor& root, const Registry& registry, Contract
   }
   // Every op needs a row for every dtype in scope: a missing row is a contract hole.
   for (const OpDef* op : registry.ops()) {
+    if (op->threshold_of) continue;
     for (const auto& [dtype, status] : contract.dtypes) {
       if (status == DTypeStatus::out_of_scope) continue;
       auto op_rows = contract.thresholds.find(op->tolerance_key);

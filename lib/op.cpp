@@ -80,6 +80,10 @@ Tensor& Batch::out(const std::string& name) {
 void Registry::add_op(OpDef op) {
   if (find_op(op.name)) throw std::logic_error("op registered twice: " + op.name);
   if (op.tolerance_key.empty()) op.tolerance_key = op.name;
+  if (!op.reference == !op.reference_along)
+    throw std::logic_error("op " + op.name + " needs exactly one of reference, reference_along");
+  if (op.reference_along && !op.threshold_of)
+    throw std::logic_error("op " + op.name + ": reference_along needs threshold_of");
   ops_.push_back(std::move(op));
 }
 

@@ -351,7 +351,9 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
     };
     // The batch layout is the reference for token reductions and for rows outside the alone
     // sample, so it runs whenever either exists.
-    if (has_reductions || (has_rows && static_cast<std::int64_t>(alone_rows.size()) < rows)) {
+    // It also holds the trajectory a composed op's per-call references follow.
+    if (has_reductions || op->reference_along ||
+        (has_rows && static_cast<std::int64_t>(alone_rows.size()) < rows)) {
       ensure(canonical_reduction_layout);
     }
     if (has_rows) ensure(canonical_rows_layout);
@@ -466,7 +468,13 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
       }
     }
     const std::string group = spec.input_group();
-    if (state_->reference_group != group) {
+    if (op->reference_along) {
+      // Per-call references along the impl's own outputs: they belong to this case alone.
+      if (!packed) throw std::logic_error(op->name + ": the batch layout did not run");
+      state_->reference_group.clear();
+      state_->reference.clear();
+      op->reference_along(spec, logical_inputs, packed->rows, request, state_->reference);
+    } else if (state_->reference_group != group) {
       state_->reference_group.clear();
       state_->reference.clear();
       std::map<std::string, Tensor> fresh;
@@ -483,11 +491,15 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
         spec.special_values > 0 && state_->contract.special_values.nan == "match_reference_position";
     for (const auto& decl : decls) {
       if (!is_output(decl)) continue;
-      const Threshold& threshold = state_->contract.threshold(op->tolerance_key, spec.dtype_name, decl.name);
+      const auto [threshold_key, threshold_tensor] =
+          op->threshold_of ? op->threshold_of(decl.name) : std::make_pair(op->tolerance_key, decl.name);
+      const Threshold& threshold = state_->contract.threshold(threshold_key, spec.dtype_name, threshold_tensor);
       if (!reference.count(decl.name)) throw std::logic_error("reference of " + op->name + " did not produce " + decl.name);
       if (decl.role == TensorRole::row_output) {
         auto columns = request.columns.find(decl.name);
-        result.accuracy.push_back(check_accuracy(decl.name, alone->rows.at(decl.name), alone_rows,
+        // Along a trajectory: the outputs the references were fed (the batch layout's).
+        const LayoutResult& checked = op->reference_along ? *packed : *alone;
+        result.accuracy.push_back(check_accuracy(decl.name, checked.rows.at(decl.name), alone_rows,
                                                  reference.at(decl.name), alone_rows,
                                                  threshold.atol, threshold.rtol,
                                                  columns == request.columns.end() ? std::vector<std::int64_t>{} : columns->second,

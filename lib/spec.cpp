@@ -396,7 +396,10 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
   {
     std::map<std::string, std::size_t> groups;
     for (std::size_t i = 0; i < cases.size(); ++i) {
-      auto [it, added] = groups.emplace(cases[i].input_group(), members.size());
+      // A composed op's references follow each impl's own outputs: nothing shared to keep together.
+      const OpDef* op = registry.find_op(cases[i].op);
+      const std::string key = op && op->reference_along ? cases[i].id() : cases[i].input_group();
+      auto [it, added] = groups.emplace(key, members.size());
       if (added) members.emplace_back();
       members[it->second].push_back(i);
     }

@@ -30,8 +30,14 @@ done
 mkdir -p "$out"
 cd "$bundle"
 status=0
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-[ "${gpus:-0}" -gt 0 ] || gpus=1
+# The GPUs to use: CUDA_VISIBLE_DEVICES when set, else every GPU present.
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  IFS=, read -r -a gpu_list <<< "$CUDA_VISIBLE_DEVICES"
+else
+  mapfile -t gpu_list < <(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null)
+fi
+[ ${#gpu_list[@]} -gt 0 ] || gpu_list=(0)
+gpus=${#gpu_list[@]}
 {
   echo "revision: $(cat REVISION)"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -52,7 +58,7 @@ if [ $sweep = 1 ]; then
     # --deadline S: each shard gets SIGTERM after S seconds and writes a partial report marked
     # interrupted, so a run that would outlast its slot still returns what it checked.
     limit=(); [ "$deadline" -gt 0 ] && limit=(timeout -s TERM "$deadline")
-    CUDA_VISIBLE_DEVICES=$((i % gpus)) "${limit[@]}" bin/bitcheck sweep --spec "$spec" --backend cuda --op "$ops" $dtypes --out "$out" \
+    CUDA_VISIBLE_DEVICES=${gpu_list[$((i % gpus))]} "${limit[@]}" bin/bitcheck sweep --spec "$spec" --backend cuda --op "$ops" $dtypes --out "$out" \
       --report-name "shard$i.json" --shard "$i/$jobs" --pins contract/cublaslt-pins.json \
       > "$out/sweep-shard$i.log" 2>&1 &
   done

@@ -3,8 +3,10 @@
 // count from the batch, a KV block size from the sequence length, and atomicAdd dq accumulation.
 // Host adapters: KV cache in the layout state, written before attention reads it; benchmark.
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "attention_kernels.h"
@@ -32,12 +34,17 @@ constexpr int split_kv_max_splits = 8;
 // a longer one blocks of 64.
 constexpr int small_block_up_to_length = 64;
 constexpr int fixed_simt_kv_block = 64;
-// true: the fixed-order backward for bf16/fp16 at head dim 64/128 runs on the tensor-core kernels
-// (attention_backward_mma); false: on the SIMT kernels (one warp per query for dq, per key for
-// dk/dv), the path every committed GPU report checked. The tensor-core kernels have not yet run on
-// a GPU: they stay off until the GPU tests (which run them against the SIMT backward) and the
-// attention sweep pass with them on.
-constexpr bool tensor_core_backward = false;
+// The fixed-order backward for bf16/fp16 at head dim 64/128 runs on the tensor-core kernels
+// (attention_backward_mma); fp32 and other head dims on the SIMT kernels (one warp per query for
+// dq, per key for dk/dv). BITCHECK_ATTENTION_BACKWARD=simt forces the SIMT kernels everywhere, to
+// bisect a backward drift between the two paths.
+bool tensor_core_backward() {
+  static const bool enabled = [] {
+    const char* path = std::getenv("BITCHECK_ATTENTION_BACKWARD");
+    return !(path && std::string(path) == "simt");
+  }();
+  return enabled;
+}
 
 DeviceDType device_dtype(DType dtype) {
   switch (dtype) {
@@ -125,7 +132,7 @@ void fixed_order_backward(const CaseSpec& spec, DeviceDType dtype, const Attenti
                           const void* v, const void* o, const float* lse, const void* dout, float* delta, void* dq, void* dk,
                           void* dv, const std::vector<AttentionToken>& tokens, const DeviceBuffer& token_buffer,
                           const std::vector<AttentionToken>& first_tokens, const std::vector<int>& lengths, int max_position) {
-  if (tensor_core_backward && uses_mma(spec)) {
+  if (tensor_core_backward() && uses_mma(spec)) {
     const BackwardTiles tiles = backward_tiles_of(first_tokens, lengths);
     DeviceBuffer query_tiles = upload_vector(tiles.queries), key_tiles = upload_vector(tiles.keys);
     cuda::attention_backward_mma(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv, token_buffer.as<AttentionToken>(),
@@ -138,7 +145,7 @@ void fixed_order_backward(const CaseSpec& spec, DeviceDType dtype, const Attenti
 }
 
 const char* backward_path(const CaseSpec& spec) {
-  return tensor_core_backward && uses_mma(spec) ? "mma.sync m16n8k16, dq per 64-query tile, dk/dv per 64-key tile"
+  return tensor_core_backward() && uses_mma(spec) ? "mma.sync m16n8k16, dq per 64-query tile, dk/dv per 64-key tile"
                                                 : "simt, one warp per query (dq) and per key (dk, dv)";
 }
 

@@ -212,6 +212,19 @@ struct OpDef {
   // Ops composed of other ops' calls (the chain): the calls as cases of those ops, so a case's
   // estimated cost (sharding) is the sum of its calls' costs. Unset: the op's own tensors.
   std::function<std::vector<CaseSpec>(const CaseSpec&)> parts;
+  // Ops composed of other ops' calls (the chain), instead of `reference`: each call's FP32
+  // reference on the inputs the impl actually gave that call, i.e. on the impl's own earlier
+  // outputs, read from `trajectory` (every row output of the case by name, all logical rows, as
+  // the impl stored them in the batch layout). Each call is then held to its own op's contract row
+  // (`threshold_of`), however far a rounding difference upstream has carried the impl's values
+  // from an end-to-end FP32 composition.
+  std::function<void(const CaseSpec&, const std::map<std::string, Tensor>& inputs,
+                     const std::map<std::string, Tensor>& trajectory, const ReferenceRequest&,
+                     std::map<std::string, Tensor>& outputs)>
+      reference_along;
+  // The contract row of an output: {tolerance key, tensor} (the chain: "l0.qkv.y" ->
+  // {"matmul", "y"}). Unset: {tolerance_key, the output's name}.
+  std::function<std::pair<std::string, std::string>(const std::string& output)> threshold_of;
 };
 
 class Registry {

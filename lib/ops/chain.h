@@ -56,11 +56,13 @@ void compose(const CaseSpec& spec, const TensorMap& inputs, Executor& executor);
 
 // Per-op status of a chain case in execution order, from the case's report JSON (its accuracy list
 // holds every output in declaration order, its drift and nondeterminism lists what differed), and
-// the first failing op in forward order and in backward order. Null when the case did not run.
+// the first failing op (drift, nondeterministic or inaccurate) in forward order and in backward
+// order. Null when the case did not run.
 nlohmann::json op_status(const nlohmann::json& case_json);
 
 // One line per phase naming the first failing op of an op_status() (call, op, layer, tensor,
-// layout, drift metrics), e.g. "forward: first failing op l0.qkv (matmul, layer 0) ...".
+// layout, drift metrics; or the accuracy metrics of an inaccurate call), e.g. "forward: first
+// failing op l0.qkv (matmul, layer 0) ...".
 std::vector<std::string> failing_op_lines(const nlohmann::json& status);
 
 // The layer of a call or chain tensor name ("bwd.l1.down.dw" -> 1), -1 outside the layers.

@@ -4,10 +4,14 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 
+#include "bitcheck/contract.h"
 #include "bitcheck/report.h"
+#include "bitcheck/runner.h"
 #include "case_support.h"
+#include "cpu/cpu_impls.h"
 #include "ops/attention.h"
 #include "ops/chain.h"
+#include "ops/ops.h"
 
 using namespace bitcheck;
 
@@ -56,6 +60,61 @@ std::uint64_t revealing_seed(const Dims& dims) {
 nlohmann::json status_of(const CaseResult& result) {
   return case_to_json(result)["chain"];
 }
+
+// swiglu's fixed-order CPU impl with every output then scaled by 1 + 2^-4: as invariant as the
+// impl it wraps, but 16 bf16 ulps off its reference.
+class OffByASixteenth : public Impl {
+ public:
+  explicit OffByASixteenth(Impl& wrapped) : wrapped_(wrapped) {}
+  std::string name() const override { return "cpu-test-off-by-a-sixteenth"; }
+  std::string backend() const override { return "cpu"; }
+  bool claims_invariance() const override { return true; }
+  std::string description() const override { return "test only: invariant and inaccurate"; }
+  bool supports(Pass pass) const override { return pass == Pass::forward; }
+  void run(Batch& batch) override {
+    wrapped_.run(batch);
+    Tensor& y = batch.out("y");
+    for (std::int64_t i = 0; i < y.numel(); ++i) y.set(i, y.get(i) * 1.0625f);
+  }
+
+ private:
+  Impl& wrapped_;
+};
+
+// The registry of register_all without the CUDA backend, plus that swiglu, before the chain
+// composes its impls.
+struct InaccurateSwigluWorld {
+  Registry registry;
+  Contract contract;
+  InaccurateSwigluWorld() {
+    register_matmul_op(registry);
+    register_rmsnorm_op(registry);
+    register_embedding_op(registry);
+    register_lm_head_op(registry);
+    register_logprob_op(registry);
+    register_lm_head_logprob_op(registry);
+    register_elementwise_ops(registry);
+    register_add_rmsnorm_op(registry);
+    register_rope_op(registry);
+    register_attention_op(registry);
+    register_chain_op(registry);
+    registry.set_backend_status("cpu", true, "");
+    register_matmul_cpu(registry);
+    register_rmsnorm_cpu(registry);
+    register_embedding_cpu(registry);
+    register_lm_head_cpu(registry);
+    register_logprob_cpu(registry);
+    register_lm_head_logprob_cpu(registry);
+    register_elementwise_cpu(registry);
+    register_add_rmsnorm_cpu(registry);
+    register_rope_cpu(registry);
+    register_attention_cpu(registry);
+    registry.add_impl("swiglu", std::make_unique<OffByASixteenth>(
+                                    *registry.find_impl("swiglu", "cpu-fixed-order")));
+    register_chain_impls(registry);
+    contract = load_embedded_contract(registry);
+  }
+};
 
 }  // namespace
 
@@ -196,4 +255,36 @@ TEST_CASE("the chain report names the first failing op with its layer, tensor an
             "forward: first failing op l0.attn_norm (rmsnorm, layer 0) drift in l0.attn_norm.y") ==
         0);
   CHECK(lines[1] == "backward: first failing op none");
+}
+
+TEST_CASE("each chain call is held to its own op's contract on the inputs the impl gave it",
+          "[chain]") {
+  // The wrong swiglu is the only inaccurate call: every call downstream of it is checked against
+  // its own reference on the (wrong) values it was given, so it passes.
+  InaccurateSwigluWorld world;
+  CaseSpec spec = chain_case("cpu-fixed-order+swiglu=cpu-test-off-by-a-sixteenth", DType::bf16,
+                             Pass::forward, small_dims(), 1);
+  Runner runner(world.registry, world.contract);
+  CaseResult result = runner.run_case(spec);
+  INFO(case_support::describe(result));
+  REQUIRE(result.verdict == Verdict::inaccurate);
+  for (const AccuracyMetrics& accuracy : result.accuracy) {
+    INFO(accuracy.tensor);
+    const bool swiglu = accuracy.tensor == "l0.swiglu.y" || accuracy.tensor == "l1.swiglu.y";
+    CHECK(accuracy.passed() == !swiglu);
+    // Each tensor under its own op's row: swiglu's, not a chain-wide one.
+    if (swiglu) CHECK(accuracy.rtol == world.contract.threshold("swiglu", "bf16", "y").rtol);
+  }
+  nlohmann::json status = status_of(result);
+  CHECK(status["first_failing_forward"]["call"] == "l0.swiglu");
+  CHECK(status["first_failing_forward"]["status"] == "inaccurate");
+  CHECK(status["first_failing_forward"]["first_inaccuracy"]["tensor"] == "l0.swiglu.y");
+  std::vector<std::string> lines = chain::failing_op_lines(status);
+  REQUIRE(!lines.empty());
+  CHECK(lines[0].find("forward: first failing op l0.swiglu (swiglu, layer 0) inaccurate in "
+                      "l0.swiglu.y against its own reference: ") == 0);
+
+  // The same chain with the right swiglu passes: the check is the wrapper's 2^-4, nothing else.
+  CHECK(runner.run_case(chain_case("cpu-fixed-order", DType::bf16, Pass::forward, small_dims(), 1))
+            .verdict == Verdict::pass);
 }
