@@ -168,7 +168,8 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
     }
     // Memory-bound ops: the yardstick is a device copy of the same bytes, timed alike, in this run.
     for (auto& row : group_rows) {
-      if (!row.measurement || !registry.find_op(row.spec.op)->bench_baseline.empty()) continue;
+      const OpDef* op = registry.find_op(row.spec.op);
+      if (!row.measurement || !op->bench_baseline.empty() || !op->bench_external_baseline.empty()) continue;
       for (int round = 0; round < options.rounds; ++round) {
         row.same_bytes_copy_gbps = std::max(row.same_bytes_copy_gbps,
                                             cuda_copy_bandwidth_gbps(row.measurement->bytes_moved, settings.warmup,
@@ -218,6 +219,9 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
           versus = format("%.3fx", ratio);
         }
       }
+    } else if (!op->bench_external_baseline.empty()) {
+      j["external_baseline"] = op->bench_external_baseline;
+      versus = "see " + op->bench_external_baseline;
     } else {
       if (copy_gbps > 0) j["fraction_of_copy_bandwidth"] = gbps / copy_gbps;
       if (row.same_bytes_copy_gbps > 0) {

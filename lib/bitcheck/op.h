@@ -192,6 +192,9 @@ struct OpDef {
   // `bitcheck bench` baseline: the impl that is the library default (e.g. cublaslt-heuristic);
   // empty for memory-bound ops, which are measured against the device copy bandwidth.
   std::string bench_baseline;
+  // A compute-bound op whose library default lives outside bitcheck (attention: PyTorch SDPA, timed
+  // by a script): bench reports its TFLOP/s and names this instead of a copy-bandwidth ratio.
+  std::string bench_external_baseline;
   // Tensors of a case (inputs and outputs) for its pass and dtype.
   std::function<std::vector<TensorDecl>(const CaseSpec&)> tensors;
   // Validates dims beyond presence (e.g. even head dim); returns a reason when invalid.

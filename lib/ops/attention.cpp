@@ -257,6 +257,7 @@ void register_attention_op(Registry& registry) {
   op.name = "attention";
   op.summary = "causal self-attention, grouped-query heads, fp32 softmax and lse; backward dq (per query), dk and dv (per key, over queries)";
   op.dim_names = {"H", "KVH", "D", "L"};
+  op.bench_external_baseline = "scripts/bench-attention-sdpa.py (PyTorch SDPA, same shapes)";
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t h = spec.dim("H"), kvh = spec.dim("KVH"), d = spec.dim("D");
     std::vector<TensorDecl> decls = {
