@@ -313,11 +313,57 @@ class CudaAttention : public Impl {
   Kind kind_;
 };
 
+// One decode step of spec.rows sequences: each sequence's query at position L - 1 over a cache of L
+// keys, with the kernel and KV blocks the decode layout runs (no split-KV: one CTA per sequence and
+// head walks the cache in order). Latency is the point; flops 2*2*L*H*D per sequence, bytes the
+// cache read once.
+BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings& settings) {
+  const AttentionShape shape = shape_of(spec);
+  const DeviceDType dtype = device_dtype(spec.dtype);
+  const auto length = static_cast<int>(spec.dim("L")), sequences = static_cast<int>(spec.rows);
+  const std::size_t element = dtype_size(spec.dtype);
+  const std::size_t q_bytes = static_cast<std::size_t>(sequences) * static_cast<std::size_t>(shape.heads * shape.dim) * element;
+  const std::size_t kv_bytes = static_cast<std::size_t>(length) * static_cast<std::size_t>(sequences) *
+                               static_cast<std::size_t>(shape.kv_heads * shape.dim) * element;
+  DeviceBuffer q(q_bytes), k(kv_bytes), v(kv_bytes), o(q_bytes);
+  DeviceBuffer lse(static_cast<std::size_t>(sequences * shape.heads) * sizeof(float));
+  for (DeviceBuffer* buffer : {&q, &k, &v}) buffer->fill_bytes(0x3C);
+  std::vector<AttentionToken> tokens, first_tokens;
+  std::vector<int> lengths;
+  for (int s = 0; s < sequences; ++s) {
+    tokens.push_back({s, length - 1, s * length, 1});
+    first_tokens.push_back({s, length - 1, s * length, 1});
+    lengths.push_back(1);
+  }
+  const bool mma = uses_mma(spec);
+  std::vector<AttentionTile> tiles = tiles_of(first_tokens, lengths);
+  DeviceBuffer tile_buffer = upload_vector(tiles), token_buffer = upload_vector(tokens);
+  BenchMeasurement measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
+    if (mma) {
+      cuda::attention_forward_mma(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), tile_buffer.as<AttentionTile>(),
+                                  static_cast<int>(tiles.size()), shape, nullptr);
+    } else {
+      cuda::attention_forward_simt(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), token_buffer.as<AttentionToken>(),
+                                   static_cast<int>(tokens.size()), shape, fixed_simt_kv_block, 1, nullptr, nullptr);
+    }
+  });
+  measurement.flops = 4.0 * sequences * static_cast<double>(length) * shape.heads * shape.dim;
+  measurement.bytes_moved = static_cast<double>(2 * q_bytes + 2 * kv_bytes);
+  measurement.config = {{"path", mma ? "decode step, mma.sync m16n8k16" : "decode step, simt"},
+                        {"sequences", sequences}, {"cache_length", length}, {"splits", 1},
+                        {"latency_us", measurement.median_ms * 1e3},
+                        {"note", "one query per sequence over the whole cache, no split-KV (fixed order)"}};
+  return measurement;
+}
+
 // Times the fixed-order kernels on spec.rows sequences of exactly L tokens (no cache write: k and v
 // serve as the cache). Forward: o and lse; backward: the forward recompute plus the backward.
-// Causal flops: forward 2*2*L*L/2*H*D per sequence, backward 2.5x that.
+// Causal flops: forward 2*2*L*L/2*H*D per sequence, backward 2.5x that. A spec entry whose only
+// layout is "decode" times one decode step instead (decode_step_benchmark).
 std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec, const BenchSettings& settings) {
   if (kind_ != Kind::fixed_order) return std::nullopt;
+  if (spec.pass == Pass::forward && spec.layouts == std::vector<std::string>{"decode"})
+    return decode_step_benchmark(spec, settings);
   const AttentionShape shape = shape_of(spec);
   const DeviceDType dtype = device_dtype(spec.dtype);
   const auto length = static_cast<int>(spec.dim("L")), sequences = static_cast<int>(spec.rows);
