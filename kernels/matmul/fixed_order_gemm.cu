@@ -443,9 +443,14 @@ CUtensorMap make_tensor_map(CUtensorMapDataType type, const void* base, int64_t 
   return map;
 }
 
-// Relative time of a 64-row tile against a 128-row tile (one consumer warpgroup does half the
-// work at close to the same tensor-core rate). Used only to pick the tile height.
-constexpr double kSingleConsumerTileCost = 0.55;
+// Relative time of a wave of 64-row tiles against a wave of 128-row tiles. Used only to pick the
+// tile height. Measured on an H200 (reports/gpu/matmul-bench.md, K = 4096): a full wave of 64-row
+// tiles took 35-38 us where one of 128-row tiles took 44 us (0.8-0.87: one consumer warpgroup
+// streams the same B tile for half the rows), and 28 us at N = 6144, M = 1000 (0.63). The earlier
+// 0.55 picked 64-row tiles at M = 257 on N = 28672 and 128256, which then ran at 0.48x the
+// heuristic on the vocabulary shape (5 waves of 64 rows where 3 of 128 fit); 0.65 keeps the
+// N = 6144 choice and picks 128 rows there.
+constexpr double kSingleConsumerTileCost = 0.65;
 
 // Tile height for this launch: a scheduling choice only (both heights run the same per-element
 // wgmma chain, proven bitwise-equal by gemm_probe). 64 rows when M fits in one 64-row tile or when
@@ -563,6 +568,10 @@ void fixed_order_gemm_tile_rows(GemmDType dtype, int tile_rows, const void* x, c
         "fixed_order_gemm_tile_rows: needs bf16/fp16 on sm_90 and tile_rows 64 or 128");
   launch_wgmma_dtype(dtype, tile_rows, x, w, y, M, N, K, as_stream(stream),
                      current_device_traits().sm_count);
+}
+
+int fixed_order_gemm_chosen_tile_rows(int64_t M, int64_t N, int sm_count) {
+  return choose_tile_rows(M, N, sm_count);
 }
 }  // namespace detail
 

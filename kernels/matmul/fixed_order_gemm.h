@@ -41,6 +41,8 @@ void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, vo
 // probes can prove both heights give identical bits. bf16/fp16 on sm_90 only.
 void fixed_order_gemm_tile_rows(GemmDType dtype, int tile_rows, const void* x, const void* w,
                                 void* y, int64_t M, int64_t N, int64_t K, CUstream_st* stream);
+// The tile height (64 or 128 rows) fixed_order_gemm picks for M x N on `sm_count` SMs, for tables.
+int fixed_order_gemm_chosen_tile_rows(int64_t M, int64_t N, int sm_count);
 }  // namespace detail
 
 }  // namespace bitcheck::cuda

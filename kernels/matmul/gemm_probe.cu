@@ -363,12 +363,7 @@ struct BenchRow {
 };
 
 int chosen_tile_rows(int64_t M, int64_t N, int sm_count) {
-  // Mirrors the launcher's choice, for the table only (the launcher does not expose it).
-  if (M <= 64) return 64;
-  const int64_t tiles_n = (N + 255) / 256;
-  const int64_t waves_128 = ((M + 127) / 128 * tiles_n + sm_count - 1) / sm_count;
-  const int64_t waves_64 = ((M + 63) / 64 * tiles_n + sm_count - 1) / sm_count;
-  return double(waves_64) * 0.55 < double(waves_128) ? 64 : 128;
+  return bc::detail::fixed_order_gemm_chosen_tile_rows(M, N, sm_count);
 }
 
 void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<int64_t>& ms,
