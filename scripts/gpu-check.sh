@@ -34,7 +34,7 @@ status=0
 if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
   IFS=, read -r -a gpu_list <<< "$CUDA_VISIBLE_DEVICES"
 else
-  mapfile -t gpu_list < <(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null)
+  mapfile -t gpu_list < <(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -E '^[0-9]+$')
 fi
 [ ${#gpu_list[@]} -gt 0 ] || gpu_list=(0)
 gpus=${#gpu_list[@]}

@@ -37,7 +37,7 @@ gpu_list=()
 if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
   IFS=, read -r -a gpu_list <<< "$CUDA_VISIBLE_DEVICES"
 elif command -v nvidia-smi >/dev/null 2>&1; then
-  mapfile -t gpu_list < <(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null)
+  mapfile -t gpu_list < <(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -E '^[0-9]+$')
 fi
 gpus=${#gpu_list[@]}
 spec_args=()
