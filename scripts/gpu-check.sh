@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from a bundle made by scripts/gpu-bundle.sh: the GPU tests, the GPU
 # sweep (sweeps/gpu.json or --spec, CUDA backend) and the benchmark, writing reports and logs to OUT_DIR.
 #   scripts/gpu-check.sh BUNDLE_DIR OUT_DIR [--spec FILE] [--ops a,b] [--dtype d] [--batch m,..] [--pass p]
-#       [--deadline S] [--jobs N] [--skip-bench] [--skip-tests] [--skip-sweep]
+#       [--impl a,b] [--deadline S] [--jobs N] [--skip-bench] [--skip-tests] [--skip-sweep]
 # The sweep's shards are spread round-robin over the GPUs present (CUDA_VISIBLE_DEVICES).
 # The GPU machine needs only the CUDA driver and cuBLASLt (no package registry there); from a
 # development machine, through the device tool:
@@ -20,6 +20,7 @@ while [ $# -gt 0 ]; do
     --dtype) dtypes="$dtypes --dtype $2"; shift 2 ;;
     --batch) dtypes="$dtypes --batch $2"; shift 2 ;;
     --pass) dtypes="$dtypes --pass $2"; shift 2 ;;
+    --impl) dtypes="$dtypes --impl $2"; shift 2 ;;
     --deadline) deadline=$2; shift 2 ;;
     --skip-bench) bench=0; shift ;;
     --skip-tests) tests=0; shift ;;
