@@ -46,6 +46,12 @@ bool tensor_core_backward() {
   return enabled;
 }
 
+// The forward kernel's products, for bench configs.
+std::string forward_path_name(bool tensor_cores) {
+  if (!tensor_cores) return "simt";
+  return cuda::attention_forward_uses_wgmma() ? "wgmma m64n64k16 + m64nDk16" : "mma.sync m16n8k16";
+}
+
 DeviceDType device_dtype(DType dtype) {
   switch (dtype) {
     case DType::bf16: return DeviceDType::bf16;
@@ -349,7 +355,7 @@ BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings
   });
   measurement.flops = 4.0 * sequences * static_cast<double>(length) * shape.heads * shape.dim;
   measurement.bytes_moved = static_cast<double>(2 * q_bytes + 2 * kv_bytes);
-  measurement.config = {{"path", mma ? "decode step, mma.sync m16n8k16" : "decode step, simt"},
+  measurement.config = {{"path", std::string("decode step, ") + forward_path_name(mma)},
                         {"sequences", sequences}, {"cache_length", length}, {"splits", 1},
                         {"latency_us", measurement.median_ms * 1e3},
                         {"note", "one query per sequence over the whole cache, no split-KV (fixed order)"}};
@@ -404,7 +410,7 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec, c
   const double forward_flops = 4.0 * sequences * (static_cast<double>(length) * length / 2.0) * shape.heads * shape.dim;
   measurement.flops = spec.pass == Pass::forward ? forward_flops : forward_flops * 3.5;  // recompute + 2.5x backward
   measurement.bytes_moved = static_cast<double>(3 * q_bytes + 2 * kv_bytes);
-  measurement.config = {{"path", mma ? "mma.sync m16n8k16" : "simt"},
+  measurement.config = {{"path", forward_path_name(mma)},
                         {"backward_path", backward_path(spec)},
                         {"sequences", sequences}, {"length", length},
                         {"note", "inputs are not rotated: attention is compute-bound at these lengths"},

@@ -30,7 +30,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -38,6 +40,11 @@
 #include "../cuda_check.cuh"
 #include "../convert.cuh"
 #include "attention_kernels.h"
+#include "attention_wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define BITCHECK_ATTENTION_SM90A 1
+#endif
 
 namespace bitcheck::cuda {
 namespace {
@@ -174,6 +181,107 @@ __device__ __forceinline__ void load_rows_async(T* shared, const T* source, std:
   }
 }
 
+// One KV block of the online softmax for a thread's two query rows (positions position[0..1]; lane
+// quad t): causal mask, new row max, rescale of l and acc, and s -> p in place. Both tensor-core
+// forward kernels call it on the same accumulator layout, so their per-row arithmetic is the same.
+template <int BN, int D>
+__device__ __forceinline__ void softmax_block(float (&s)[BN / 8][4], float (&acc)[D / 8][4], float (&m)[2], float (&l)[2],
+                                              int first_key, int warp_first_position, const int (&position)[2], int t,
+                                              float scale_log2) {
+  // Per-element causal mask by the row's own position; a block entirely at or before the
+  // warp's first row has nothing to mask, and skipping the test there changes no bit.
+  if (first_key + BN - 1 > warp_first_position) {
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (first_key + nt * 8 + 2 * t + (e & 1) > position[e >> 1]) s[nt][e] = -INFINITY;
+      }
+    }
+  }
+  // Online softmax in log2 units: p = 2^(s * scale * log2(e) - m * scale * log2(e)).
+  float m_new[2] = {m[0], m[1]};
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) m_new[e >> 1] = fmaxf(m_new[e >> 1], s[nt][e]);
+  }
+  float alpha[2], m_scaled[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 1));
+    m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 2));
+    // Exactly 1 when the block does not raise the max (a fully masked block among them); exactly
+    // 0 on the first real block (m = -inf), never -inf - -inf.
+    alpha[r] = m_new[r] == m[r] ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(m[r], m_new[r]), scale_log2));
+    m[r] = m_new[r];
+    m_scaled[r] = m_new[r] == -INFINITY ? 0.0f : __fmul_rn(m_new[r], scale_log2);
+    l[r] = __fmul_rn(l[r], alpha[r]);
+  }
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[nt][e] = fast_exp2(fmaf(s[nt][e], scale_log2, -m_scaled[e >> 1]));  // masked: 2^-inf = 0
+      l[e >> 1] = __fadd_rn(l[e >> 1], s[nt][e]);
+    }
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    acc[dt][0] = __fmul_rn(acc[dt][0], alpha[0]);
+    acc[dt][1] = __fmul_rn(acc[dt][1], alpha[0]);
+    acc[dt][2] = __fmul_rn(acc[dt][2], alpha[1]);
+    acc[dt][3] = __fmul_rn(acc[dt][3], alpha[1]);
+  }
+}
+
+// The end of both tensor-core forward kernels for one warp's 16 rows (tile rows r0..r0+15): l summed
+// over the lane quad, o = acc / l rounded to T and staged in o_s (16 rows of D + 8 elements that only
+// this warp uses), stored as whole 16-byte chunks, and lse.
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const float (&m)[2], float (&l)[2], T* o_s, T* o, float* lse,
+                                           const AttentionTile& tile, int h, int r0, int lane, std::int64_t q_stride, int heads,
+                                           float scale_log2) {
+  constexpr int stride = D + 8;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 1));
+    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 2));
+  }
+  // Stage the warp's 16 output rows in its own rows of the Q tile (only this warp ever read them),
+  // then store whole 16-byte chunks.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<std::uint32_t*>(o_s + (g + 8 * r) * stride + dt * 8 + 2 * t) =
+          pack_pair<T>(__fdiv_rn(acc[dt][2 * r], l[r]), __fdiv_rn(acc[dt][2 * r + 1], l[r]));
+    }
+  }
+  __syncwarp();
+  constexpr int chunks = D / 8;
+#pragma unroll
+  for (int i = 0; i < 16 * chunks / warp_size; ++i) {
+    const int chunk = lane + i * warp_size, row = chunk / chunks, column = chunk % chunks * 8;
+    if (r0 + row >= tile.count) continue;
+    *reinterpret_cast<uint4*>(o + (tile.first_slot + r0 + row) * q_stride + h * D + column) =
+        *reinterpret_cast<const uint4*>(o_s + row * stride + column);
+  }
+  if (t != 0) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r0 + g + 8 * r;
+    // Explicitly rounded, like the softmax state above: with FMA contraction left to the compiler, a
+    // query's lse differed on an H200 between prefill and the decode / one-token-chunk layouts, where
+    // the query sits in another of its warp's 16 rows (another register of another lane).
+    if (row < tile.count) {
+      lse[(tile.first_slot + row) * static_cast<std::int64_t>(heads) + h] =
+          __fmul_rn(__fadd_rn(__fmul_rn(m[r], scale_log2), log2f(l[r])), ln_2);
+    }
+  }
+}
+
 // Grid: one CTA per (tile, head), heads of a tile adjacent (they share K/V through L2). Warp w
 // owns tile rows 16w..16w+15; lane l holds rows l/4 and l/4 + 8, key (or dim) columns 2(l%4) and
 // 2(l%4) + 1 of every 8-wide mma tile. The softmax state m (row max of raw scores) and l (this
@@ -258,51 +366,7 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
         mma_16816<T>(s[2 * pair + 1], qa[kc], kb[2], kb[3]);
       }
     }
-    // Per-element causal mask by the row's own position; a block entirely at or before the
-    // warp's first row has nothing to mask, and skipping the test there changes no bit.
-    if (block * BN + BN - 1 > warp_first_position) {
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (block * BN + nt * 8 + 2 * t + (e & 1) > position[e >> 1]) s[nt][e] = -INFINITY;
-        }
-      }
-    }
-    // Online softmax in log2 units: p = 2^(s * scale * log2(e) - m * scale * log2(e)).
-    float m_new[2] = {m[0], m[1]};
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) m_new[e >> 1] = fmaxf(m_new[e >> 1], s[nt][e]);
-    }
-    float alpha[2], m_scaled[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 1));
-      m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 2));
-      // Exactly 1 when the block does not raise the max (a fully masked block among them); exactly
-      // 0 on the first real block (m = -inf), never -inf - -inf.
-      alpha[r] = m_new[r] == m[r] ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(m[r], m_new[r]), scale_log2));
-      m[r] = m_new[r];
-      m_scaled[r] = m_new[r] == -INFINITY ? 0.0f : __fmul_rn(m_new[r], scale_log2);
-      l[r] = __fmul_rn(l[r], alpha[r]);
-    }
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = fast_exp2(fmaf(s[nt][e], scale_log2, -m_scaled[e >> 1]));  // masked: 2^-inf = 0
-        l[e >> 1] = __fadd_rn(l[e >> 1], s[nt][e]);
-      }
-    }
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      acc[dt][0] = __fmul_rn(acc[dt][0], alpha[0]);
-      acc[dt][1] = __fmul_rn(acc[dt][1], alpha[0]);
-      acc[dt][2] = __fmul_rn(acc[dt][2], alpha[1]);
-      acc[dt][3] = __fmul_rn(acc[dt][3], alpha[1]);
-    }
+    softmax_block<BN, D>(s, acc, m, l, block * BN, warp_first_position, position, t, scale_log2);
     // O += P·V: the accumulator layout of S tiles 2kc, 2kc + 1 is the A-fragment layout of keys
     // 16kc..16kc+15, so P never leaves registers.
 #pragma unroll
@@ -321,43 +385,148 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
   }
   if (r0 >= tile.count) return;  // padding only; no barrier follows
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 1));
-    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 2));
-  }
-  // Stage the warp's 16 output rows in its own rows of the Q tile (only this warp ever read them),
-  // then store whole 16-byte chunks.
-  T* o_s = q_s + r0 * stride;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<std::uint32_t*>(o_s + (g + 8 * r) * stride + dt * 8 + 2 * t) =
-          pack_pair<T>(__fdiv_rn(acc[dt][2 * r], l[r]), __fdiv_rn(acc[dt][2 * r + 1], l[r]));
-    }
-  }
-  __syncwarp();
+  store_rows<T, D>(acc, m, l, q_s + r0 * stride, o, lse, tile, h, r0, lane, q_stride, shape.heads, scale_log2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hopper forward (sm_90a): the same tiles, KV blocks and per-row arithmetic as forward_mma_kernel
+// (softmax_block, store_rows), with the two products on wgmma: S = Q·Kᵀ as m64n64k16 with Q and K
+// K-major in shared memory, O += P·V as m64nDk16 with P in registers and V N-major. Each of the two
+// warpgroups owns 64 tile rows and walks every block up to its last real row, so a warpgroup's
+// extra blocks are fully masked for its rows (bit-identical, see the file comment). Q, K and V sit in
+// 128-byte swizzled panels of 64 elements: row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) * 16).
+template <typename T, int D>
+struct WgmmaForwardTile {
+  static constexpr int queries = attention_mma_tile_queries;
+  static constexpr int keys = attention_mma_kv_block;
+  static constexpr int warpgroups = queries / 64;
+  static constexpr int threads = warpgroups * 128;
+  static constexpr int panels = D / 64;                  // 128-byte panels per row
+  static constexpr int q_panel_bytes = queries * 128;
+  static constexpr int kv_panel_bytes = keys * 128;
+  static constexpr int q_bytes = panels * q_panel_bytes;
+  static constexpr int kv_bytes = panels * kv_panel_bytes;  // one stage of K or of V
+  static constexpr int stages = 2;
+  static constexpr int shared_bytes = q_bytes + 2 * stages * kv_bytes + 1024;  // + alignment slack
+  static_assert(sizeof(T) == 2 && keys == 64 && queries % 64 == 0 && D % 64 == 0, "16-bit types, 64-key blocks");
+  // The output staging (16 rows of D + 8 per warp) reuses the K/V stages after the last block.
+  static_assert(warpgroups * 4 * 16 * (D + 8) * 2 <= 2 * stages * kv_bytes, "staging fits in the K/V stages");
+};
+
+// Every thread of the CTA copies its share of `rows` rows of D elements into swizzled panels;
+// rows at or past valid_rows become zeros.
+template <typename T, int D, int rows, int threads>
+__device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const T* source, std::int64_t row_stride, int valid_rows) {
   constexpr int chunks = D / 8;
+  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
 #pragma unroll
-  for (int i = 0; i < 16 * chunks / warp_size; ++i) {
-    const int chunk = lane + i * warp_size, row = chunk / chunks, column = chunk % chunks * 8;
-    if (r0 + row >= tile.count) continue;
-    *reinterpret_cast<uint4*>(o + (tile.first_slot + r0 + row) * q_stride + h * D + column) =
-        *reinterpret_cast<const uint4*>(o_s + row * stride + column);
+  for (int i = 0; i < rows * chunks / threads; ++i) {
+    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks, column = chunk % chunks;
+    const bool valid = row < valid_rows;
+    unsigned char* destination = shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
+    copy_async_16(destination, valid ? source + row * row_stride + column * 8 : source, valid);
   }
-  if (t != 0) return;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(WgmmaForwardTile<T, D>::threads, 1)
+    forward_wgmma_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse, const AttentionTile* tiles,
+                         AttentionShape shape, int v_descriptor_variant) {
+#ifdef BITCHECK_ATTENTION_SM90A
+  using Tile = WgmmaForwardTile<T, D>;
+  constexpr int BN = Tile::keys;
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* shared = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) & ~std::uintptr_t(1023));
+  unsigned char* q_s = shared;
+  unsigned char* k_s = q_s + Tile::q_bytes;  // [stages][panels][keys][128 bytes]
+  unsigned char* v_s = k_s + Tile::stages * Tile::kv_bytes;
+
+  const AttentionTile tile = tiles[blockIdx.x / shape.heads];
+  const int h = static_cast<int>(blockIdx.x % shape.heads), kv_head = h / (shape.heads / shape.kv_heads);
+  const int warp = static_cast<int>(threadIdx.x) / warp_size, lane = static_cast<int>(threadIdx.x) % warp_size;
+  const int warpgroup = warp / 4, g = lane >> 2, t = lane & 3;
+  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D, kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+  const int last_position = tile.start_position + tile.count - 1, last_block = last_position / BN;
+  const T* k_sequence = k_cache + tile.cache_base * kv_stride + kv_head * D;
+  const T* v_sequence = v_cache + tile.cache_base * kv_stride + kv_head * D;
+  auto load_block = [&](int block, int stage) {  // keys past the tile's last query become zeros
+    const int valid_keys = last_position - block * BN + 1;
+    load_swizzled_async<T, D, BN, Tile::threads>(k_s + stage * Tile::kv_bytes, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    load_swizzled_async<T, D, BN, Tile::threads>(v_s + stage * Tile::kv_bytes, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+  };
+  load_swizzled_async<T, D, Tile::queries, Tile::threads>(q_s, q + tile.first_slot * q_stride + h * D, q_stride, tile.count);
+  load_block(0, 0);
+  copy_async_commit();
+
+  const int r0 = warp * 16, wg_row = warpgroup * 64;
+  float acc[D / 8][4];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = r0 + g + 8 * r;
-    // Explicitly rounded, like the softmax state above: with FMA contraction left to the compiler, a
-    // query's lse differed on an H200 between prefill and the decode / one-token-chunk layouts, where
-    // the query sits in another of its warp's 16 rows (another register of another lane).
-    if (row < tile.count) {
-      lse[(tile.first_slot + row) * static_cast<std::int64_t>(shape.heads) + h] =
-          __fmul_rn(__fadd_rn(__fmul_rn(m[r], scale_log2), log2f(l[r])), ln_2);
+  for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int warp_first_position = tile.start_position + r0;
+  const int position[2] = {warp_first_position + g, warp_first_position + g + 8};
+  const int group_last_position = wg_row < tile.count ? tile.start_position + min(wg_row + 63, tile.count - 1) : -1;
+  const float scale_log2 = shape.scale * log2_e;
+  // V (16 keys x D, N-major): 64-element panels Tile::kv_panel_bytes apart, 8-key groups 1024 apart.
+  const std::uint32_t v_leading = v_descriptor_variant == 0 ? Tile::kv_panel_bytes : 1024;
+  const std::uint32_t v_stride = v_descriptor_variant == 0 ? 1024 : Tile::kv_panel_bytes;
+  const std::uint32_t q_address = shared_address(q_s) + wg_row * 128;
+
+  for (int block = 0; block <= last_block; ++block) {
+    copy_async_wait_all();  // this thread's copies of the block have landed
+    __syncthreads();        // everyone's have, and nobody still reads the other stage
+    if (block < last_block) load_block(block + 1, (block + 1) & 1);
+    copy_async_commit();
+    if (block * BN > group_last_position) continue;  // uniform over the warpgroup
+    const std::uint32_t k_address = shared_address(k_s + (block & 1) * Tile::kv_bytes);
+    const std::uint32_t v_address = shared_address(v_s + (block & 1) * Tile::kv_bytes);
+
+    float s[BN / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    attention_wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const std::uint32_t offset = (kk % 4) * 32;  // 16 elements further along the 128-byte row
+      attention_wgmma::ss_m64n64k16<T>(
+          reinterpret_cast<float (&)[BN / 2]>(s),
+          attention_wgmma::descriptor(q_address + (kk / 4) * Tile::q_panel_bytes + offset, 16, 1024),
+          attention_wgmma::descriptor(k_address + (kk / 4) * Tile::kv_panel_bytes + offset, 16, 1024), kk > 0);
     }
+    attention_wgmma::commit();
+    attention_wgmma::wait_all();
+    softmax_block<BN, D>(s, acc, m, l, block * BN, warp_first_position, position, t, scale_log2);
+    // P as the A fragments of keys 16kc..16kc+15 (the accumulator layout of S columns 2kc, 2kc + 1),
+    // all packed before the fence so the four wgmmas issue back to back.
+    std::uint32_t pa[BN / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < BN / 16; ++kc) {
+      pa[kc][0] = pack_pair<T>(s[2 * kc][0], s[2 * kc][1]);
+      pa[kc][1] = pack_pair<T>(s[2 * kc][2], s[2 * kc][3]);
+      pa[kc][2] = pack_pair<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+      pa[kc][3] = pack_pair<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+    }
+    attention_wgmma::fence();
+#pragma unroll
+    for (int kc = 0; kc < BN / 16; ++kc) {
+      const std::uint64_t v_desc = attention_wgmma::descriptor(v_address + kc * 16 * 128, v_leading, v_stride);
+      if constexpr (D == 128) {
+        attention_wgmma::rs_m64n128k16<T>(reinterpret_cast<float (&)[D / 2]>(acc), pa[kc], v_desc);
+      } else {
+        attention_wgmma::rs_m64n64k16<T>(reinterpret_cast<float (&)[D / 2]>(acc), pa[kc], v_desc);
+      }
+    }
+    attention_wgmma::commit();
+    attention_wgmma::wait_all();
   }
+  copy_async_wait_all();
+  __syncthreads();  // every warpgroup is done with K and V: the stages become output staging
+  if (r0 >= tile.count) return;  // padding only; no barrier follows
+  T* o_s = reinterpret_cast<T*>(k_s) + warp * 16 * (D + 8);
+  store_rows<T, D>(acc, m, l, o_s, o, lse, tile, h, r0, lane, q_stride, shape.heads, scale_log2);
+#else
+  __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -957,6 +1126,27 @@ void launch_mma(const void* q, const void* k_cache, const void* v_cache, void* o
 }
 
 template <typename T, int D>
+void launch_wgmma(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
+                  int tile_count, AttentionShape shape, CUstream_st* stream) {
+  using Tile = WgmmaForwardTile<T, D>;
+  static bool configured = false;
+  if (!configured) {
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_wgmma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::shared_bytes));
+    configured = true;
+  }
+  const std::int64_t ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
+  if (ctas > std::numeric_limits<int>::max()) throw std::invalid_argument("attention_forward_mma: tiles * heads exceeds the grid");
+  static const int v_variant = [] {
+    const char* variant = std::getenv("BITCHECK_ATTENTION_WGMMA_V");
+    return variant && std::string(variant) == "swap" ? 1 : 0;
+  }();
+  forward_wgmma_kernel<T, D><<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
+      static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape,
+      v_variant);
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T, int D>
 void launch_backward_mma(const T* q, const T* k, const T* v, const float* lse, const T* dout, const float* delta, T* dq, T* dk,
                          T* dv, const AttentionBackwardTile* query_tiles, const AttentionBackwardTile* key_tiles, int tile_count,
                          AttentionShape shape, CUstream_st* stream) {
@@ -980,6 +1170,26 @@ void launch_backward_mma(const T* q, const T* k, const T* v, const float* lse, c
 
 }  // namespace
 
+bool attention_forward_uses_wgmma() {
+  // Per device, cached: the path must not flip between calls. BITCHECK_ATTENTION_FORWARD=mma-sync
+  // forces the mma.sync kernel on Hopper too, to bisect a forward drift between the two paths.
+  static bool cached[16] = {};
+  static bool known[16] = {};
+  static std::mutex mutex;
+  int device = 0;
+  BITCHECK_CUDA_CALL(cudaGetDevice(&device));
+  if (device < 0 || device >= 16) throw std::runtime_error("attention: device index >= 16");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!known[device]) {
+    cudaDeviceProp prop{};
+    BITCHECK_CUDA_CALL(cudaGetDeviceProperties(&prop, device));
+    const char* path = std::getenv("BITCHECK_ATTENTION_FORWARD");
+    cached[device] = prop.major == 9 && prop.minor == 0 && !(path && std::string(path) == "mma-sync");
+    known[device] = true;
+  }
+  return cached[device];
+}
+
 void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void* k_cache, void* v_cache,
                            const int* cache_rows, int slots, int row_width, CUstream_st* stream) {
   if (slots <= 0) return;
@@ -992,10 +1202,21 @@ void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void
 }
 
 void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache, const void* v_cache, void* o, float* lse,
-                           const AttentionTile* tiles, int tile_count, AttentionShape shape, CUstream_st* stream) {
+                           const AttentionTile* tiles, int tile_count, AttentionShape shape, CUstream_st* stream,
+                           bool force_mma_sync) {
   if (tile_count <= 0) return;
   if (dtype == DeviceDType::fp32 || (shape.dim != 64 && shape.dim != 128)) {
     throw std::invalid_argument("attention_forward_mma: bf16/fp16 with head dim 64 or 128 only");
+  }
+  if (!force_mma_sync && attention_forward_uses_wgmma()) {
+    if (dtype == DeviceDType::bf16) {
+      shape.dim == 64 ? launch_wgmma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream)
+                      : launch_wgmma<__nv_bfloat16, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+    } else {
+      shape.dim == 64 ? launch_wgmma<__half, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream)
+                      : launch_wgmma<__half, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+    }
+    return;
   }
   if (dtype == DeviceDType::bf16) {
     shape.dim == 64 ? launch_mma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream)

@@ -46,10 +46,14 @@ constexpr int attention_mma_kv_block = 64;       // keys per softmax block: fixe
 void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void* k_cache, void* v_cache,
                            const int* cache_rows, int slots, int row_width, CUstream_st* stream);
 
-// Tensor-core forward (bf16/fp16, dim 64 or 128): o and lse of every query of every tile.
+// Tensor-core forward (bf16/fp16, dim 64 or 128): o and lse of every query of every tile. On an
+// sm_90 device the products run on wgmma (attention_forward_uses_wgmma), elsewhere on mma.sync;
+// the choice depends on the device only.
+// force_mma_sync runs the mma.sync kernel on any device (the GPU tests compare the two paths).
+bool attention_forward_uses_wgmma();  // for the current device (BITCHECK_ATTENTION_FORWARD=mma-sync: false)
 void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache, const void* v_cache, void* o,
                            float* lse, const AttentionTile* tiles, int tile_count, AttentionShape shape,
-                           CUstream_st* stream);
+                           CUstream_st* stream, bool force_mma_sync = false);
 
 // SIMT forward (any dtype, dim <= 128, kv_block a multiple of 32 up to 128): keys in blocks of
 // kv_block from position 0; with splits > 1 each query's blocks are cut into `splits` contiguous

@@ -1,6 +1,7 @@
 // attention on the GPU: the fixed-order CUDA impl passes every sequence layout (tensor-core
-// forward and backward for bf16/fp16 at head dim 64 and 128, SIMT for fp32), the tensor-core
-// backward agrees with the SIMT one, and each CUDA control drifts.
+// forward and backward for bf16/fp16 at head dim 64 and 128, SIMT for fp32), the wgmma forward
+// agrees with the mma.sync one, the tensor-core backward with the SIMT one, and each CUDA control
+// drifts.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -149,7 +150,64 @@ BackwardGradients run_backward_paths(DType dtype, int head_dim, bool tensor_core
   return {download_floats(dtype, dq), download_floats(dtype, dk), download_floats(dtype, dv)};
 }
 
+struct ForwardOutputs {
+  std::vector<float> o, lse;
+};
+
+// The tensor-core forward over a packed batch of sequences (lengths 1, 63, 64, 65, 200 and 300:
+// every tile and block edge, and a sequence of 3 tiles), on the device's path or on mma.sync.
+ForwardOutputs run_forward_path(DType dtype, int head_dim, bool force_mma_sync) {
+  const std::vector<int> lengths = {1, 63, 64, 65, 200, 300};
+  const cuda::AttentionShape shape{8, 2, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+  std::vector<cuda::AttentionTile> tiles;
+  int slots = 0;
+  for (int length : lengths) {
+    for (int i = 0; i < length; i += cuda::attention_mma_tile_queries) {
+      tiles.push_back({slots + i, std::min(cuda::attention_mma_tile_queries, length - i), i, slots});
+    }
+    slots += length;
+  }
+  const std::size_t q_elements = static_cast<std::size_t>(slots) * shape.heads * head_dim;
+  const std::size_t kv_elements = static_cast<std::size_t>(slots) * shape.kv_heads * head_dim;
+  std::mt19937 generator(5);
+  const cuda::DeviceBuffer q = upload_halves(random_halves(dtype, q_elements, generator));
+  const cuda::DeviceBuffer k = upload_halves(random_halves(dtype, kv_elements, generator));
+  const cuda::DeviceBuffer v = upload_halves(random_halves(dtype, kv_elements, generator));
+  cuda::DeviceBuffer o(q_elements * 2), lse(static_cast<std::size_t>(slots) * shape.heads * sizeof(float));
+  o.fill_bytes(0xFF);  // NaN where the kernel writes nothing
+  lse.fill_bytes(0xFF);
+  const cuda::DeviceBuffer tile_buffer = upload_items(tiles);
+  const cuda::DeviceDType device_dtype = dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
+  cuda::attention_forward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), tile_buffer.as<cuda::AttentionTile>(),
+                              static_cast<int>(tiles.size()), shape, nullptr, force_mma_sync);
+  ForwardOutputs outputs{download_floats(dtype, o), std::vector<float>(static_cast<std::size_t>(slots) * shape.heads)};
+  lse.download(outputs.lse.data(), lse.bytes());
+  return outputs;
+}
+
 }  // namespace
+
+TEST_CASE("attention wgmma forward agrees with the mma.sync forward", "[gpu][attention]") {
+  if (!cuda::attention_forward_uses_wgmma()) {
+    WARN("not an sm_90 device (or BITCHECK_ATTENTION_FORWARD=mma-sync): the forward runs on mma.sync only");
+    return;
+  }
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    for (int head_dim : {64, 128}) {
+      const ForwardOutputs wgmma = run_forward_path(dtype, head_dim, false);
+      const ForwardOutputs mma_sync = run_forward_path(dtype, head_dim, true);
+      INFO(to_string(dtype) << " D=" << head_dim);
+      // Both round P to the dtype for P·V and keep S and O in fp32; they differ in the tensor
+      // cores' internal summation order only.
+      const double tolerance = dtype == DType::bf16 ? 2e-2 : 4e-3;
+      CHECK(relative_max_abs_diff(wgmma.o, mma_sync.o) < tolerance);
+      CHECK(relative_max_abs_diff(wgmma.lse, mma_sync.lse) < 1e-4);
+      std::vector<float> shifted(wgmma.o.begin() + 1, wgmma.o.end());
+      shifted.push_back(wgmma.o.front());
+      CHECK(relative_max_abs_diff(shifted, mma_sync.o) > tolerance);  // the check can fail
+    }
+  }
+}
 
 TEST_CASE("attention tensor-core backward agrees with the SIMT backward", "[gpu][attention]") {
   for (DType dtype : {DType::bf16, DType::fp16}) {
