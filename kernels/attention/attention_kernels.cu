@@ -12,9 +12,12 @@
 // bit-identical; that is why a warp may skip a block past all of its rows and a CTA never loads a
 // block past its last query. No split-KV in the fixed-order path.
 //
+// Forward products: on sm_90 (attention_forward_uses_wgmma) wgmma, elsewhere mma.sync, chosen per
+// device only; both kernels share the per-row softmax (softmax_block) and epilogue (store_rows).
+//
 // The backward takes whole sequences and uses no atomics (only the named control,
 // dq_atomic_scratch, does). Tensor-core path (bf16/fp16, head dim 64/128; attention_impls.cpp
-// selects it with tensor_core_backward, off until it has run on a GPU): dq of a query row sums
+// selects it with tensor_core_backward, on unless BITCHECK_ATTENTION_BACKWARD=simt): dq of a query row sums
 // its keys in blocks of attention_mma_kv_block from position 0 up to its own block, in order; dk
 // and dv of a key row sum, for each head of its group in order, the query blocks of the same size
 // from the key's own block to the end of the sequence, in order; everything in fp32. Tiles are 64
@@ -22,7 +25,7 @@
 // blocks a warp visits, follow from the sequence alone; and as in the forward the mma gives each
 // element from its own row and column, the causal mask is per element (masked p and ds are exact
 // zeros), and the softmax and ds arithmetic is explicitly rounded, so no row's bits depend on a
-// neighbour. SIMT path (fp32, other head dims, and bf16/fp16 while the tensor-core path is off):
+// neighbour. SIMT path (fp32, other head dims, and bf16/fp16 under BITCHECK_ATTENTION_BACKWARD=simt):
 // one warp per query (dq over keys in order) and per key (dk, dv over queries in order).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -431,7 +434,7 @@ __device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const
 template <typename T, int D>
 __global__ void __launch_bounds__(WgmmaForwardTile<T, D>::threads, 1)
     forward_wgmma_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse, const AttentionTile* tiles,
-                         AttentionShape shape, int v_descriptor_variant) {
+                         AttentionShape shape) {
 #ifdef BITCHECK_ATTENTION_SM90A
   using Tile = WgmmaForwardTile<T, D>;
   constexpr int BN = Tile::keys;
@@ -467,9 +470,6 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D>::threads, 1)
   const int position[2] = {warp_first_position + g, warp_first_position + g + 8};
   const int group_last_position = wg_row < tile.count ? tile.start_position + min(wg_row + 63, tile.count - 1) : -1;
   const float scale_log2 = shape.scale * log2_e;
-  // V (16 keys x D, N-major): 64-element panels Tile::kv_panel_bytes apart, 8-key groups 1024 apart.
-  const std::uint32_t v_leading = v_descriptor_variant == 0 ? Tile::kv_panel_bytes : 1024;
-  const std::uint32_t v_stride = v_descriptor_variant == 0 ? 1024 : Tile::kv_panel_bytes;
   const std::uint32_t q_address = shared_address(q_s) + wg_row * 128;
 
   for (int block = 0; block <= last_block; ++block) {
@@ -509,7 +509,9 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D>::threads, 1)
     attention_wgmma::fence();
 #pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc) {
-      const std::uint64_t v_desc = attention_wgmma::descriptor(v_address + kc * 16 * 128, v_leading, v_stride);
+      // V (16 keys x D, N-major): the leading offset steps to the next 64-element panel of D, the
+      // stride offset to the next 8 keys.
+      const std::uint64_t v_desc = attention_wgmma::descriptor(v_address + kc * 16 * 128, Tile::kv_panel_bytes, 1024);
       if constexpr (D == 128) {
         attention_wgmma::rs_m64n128k16<T>(reinterpret_cast<float (&)[D / 2]>(acc), pa[kc], v_desc);
       } else {
@@ -1136,13 +1138,8 @@ void launch_wgmma(const void* q, const void* k_cache, const void* v_cache, void*
   }
   const std::int64_t ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
   if (ctas > std::numeric_limits<int>::max()) throw std::invalid_argument("attention_forward_mma: tiles * heads exceeds the grid");
-  static const int v_variant = [] {
-    const char* variant = std::getenv("BITCHECK_ATTENTION_WGMMA_V");
-    return variant && std::string(variant) == "swap" ? 1 : 0;
-  }();
   forward_wgmma_kernel<T, D><<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
-      static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape,
-      v_variant);
+      static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
