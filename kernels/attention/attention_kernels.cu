@@ -168,6 +168,8 @@ __device__ __forceinline__ void copy_async_16(void* destination, const void* sou
 }
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+template <int Pending>  // this thread's copy groups but the newest Pending have landed
+__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory"); }
 
 // Every thread of the CTA copies its share of `rows` rows of D elements (row r at source +
 // r * row_stride) into shared rows of D + 8; rows at or past valid_rows become zeros, so padding
@@ -238,12 +240,13 @@ __device__ __forceinline__ void softmax_block(float (&s)[BN / 8][4], float (&acc
   }
 }
 
-// The end of both tensor-core forward kernels for one warp's 16 rows (tile rows r0..r0+15): l summed
-// over the lane quad, o = acc / l rounded to T and staged in o_s (16 rows of D + 8 elements that only
-// this warp uses), stored as whole 16-byte chunks, and lse.
+// The end of both tensor-core forward kernels for one warp's 16 rows, queries at slots first_slot,
+// first_slot + 1, ... of head h (the first valid_rows of them real): l summed over the lane quad,
+// o = acc / l rounded to T and staged in o_s (16 rows of D + 8 elements that only this warp uses),
+// stored as whole 16-byte chunks, and lse.
 template <typename T, int D>
 __device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const float (&m)[2], float (&l)[2], T* o_s, T* o, float* lse,
-                                           const AttentionTile& tile, int h, int r0, int lane, std::int64_t q_stride, int heads,
+                                           int first_slot, int valid_rows, int h, int lane, std::int64_t q_stride, int heads,
                                            float scale_log2) {
   constexpr int stride = D + 8;
   const int g = lane >> 2, t = lane & 3;
@@ -267,19 +270,19 @@ __device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const f
 #pragma unroll
   for (int i = 0; i < 16 * chunks / warp_size; ++i) {
     const int chunk = lane + i * warp_size, row = chunk / chunks, column = chunk % chunks * 8;
-    if (r0 + row >= tile.count) continue;
-    *reinterpret_cast<uint4*>(o + (tile.first_slot + r0 + row) * q_stride + h * D + column) =
+    if (row >= valid_rows) continue;
+    *reinterpret_cast<uint4*>(o + (first_slot + row) * q_stride + h * D + column) =
         *reinterpret_cast<const uint4*>(o_s + row * stride + column);
   }
   if (t != 0) return;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int row = r0 + g + 8 * r;
+    const int row = g + 8 * r;
     // Explicitly rounded, like the softmax state above: with FMA contraction left to the compiler, a
     // query's lse differed on an H200 between prefill and the decode / one-token-chunk layouts, where
     // the query sits in another of its warp's 16 rows (another register of another lane).
-    if (row < tile.count) {
-      lse[(tile.first_slot + row) * static_cast<std::int64_t>(heads) + h] =
+    if (row < valid_rows) {
+      lse[(first_slot + row) * static_cast<std::int64_t>(heads) + h] =
           __fmul_rn(__fadd_rn(__fmul_rn(m[r], scale_log2), log2f(l[r])), ln_2);
     }
   }
@@ -388,19 +391,27 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
   }
   if (r0 >= tile.count) return;  // padding only; no barrier follows
 
-  store_rows<T, D>(acc, m, l, q_s + r0 * stride, o, lse, tile, h, r0, lane, q_stride, shape.heads, scale_log2);
+  store_rows<T, D>(acc, m, l, q_s + r0 * stride, o, lse, tile.first_slot + r0, tile.count - r0, h, lane, q_stride, shape.heads,
+                   scale_log2);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Hopper forward (sm_90a): the same tiles, KV blocks and per-row arithmetic as forward_mma_kernel
+// Hopper forward (sm_90a): the same KV blocks and per-row arithmetic as forward_mma_kernel
 // (softmax_block, store_rows), with the two products on wgmma: S = Q·Kᵀ as m64n64k16 with Q and K
-// K-major in shared memory, O += P·V as m64nDk16 with P in registers and V N-major. Each of the two
-// warpgroups owns 64 tile rows and walks every block up to its last real row, so a warpgroup's
-// extra blocks are fully masked for its rows (bit-identical, see the file comment). Q, K and V sit in
-// 128-byte swizzled panels of 64 elements: row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) * 16).
+// K-major in shared memory, O += P·V as m64nDk16 with P in registers and V N-major.
+//
+// Heads that share a KV head share the CTA and each K/V block it loads: with G = heads / kv_heads
+// in {2, 4, 8}, CTA (tile, head h) of the grid instead takes sub-tile h % G (128 / G queries of the
+// tile) for all G heads of h's group; its row r is head (h - h % G) + r / (128 / G), query
+// r % (128 / G) of the sub-tile. Otherwise (G = 1 or another G) it takes the whole tile for head h.
+// A row's arithmetic is the same either way: which rows share the CTA is a scheduling choice (see
+// the file comment). Each warp's 16 rows are one head's consecutive queries. Each of the two
+// warpgroups walks every block up to the last real query among its rows; blocks past a row's own
+// position are fully masked for it. Q, K and V sit in 128-byte swizzled panels of 64 elements: row
+// r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) * 16).
 template <typename T, int D>
 struct WgmmaForwardTile {
-  static constexpr int queries = attention_mma_tile_queries;
+  static constexpr int queries = attention_mma_tile_queries;  // rows per CTA
   static constexpr int keys = attention_mma_kv_block;
   static constexpr int warpgroups = queries / 64;
   static constexpr int threads = warpgroups * 128;
@@ -409,25 +420,27 @@ struct WgmmaForwardTile {
   static constexpr int kv_panel_bytes = keys * 128;
   static constexpr int q_bytes = panels * q_panel_bytes;
   static constexpr int kv_bytes = panels * kv_panel_bytes;  // one stage of K or of V
-  static constexpr int stages = 2;
+  static constexpr int stages = 4;  // K/V blocks in flight: decode streams a sequence's cache through one CTA
   static constexpr int shared_bytes = q_bytes + 2 * stages * kv_bytes + 1024;  // + alignment slack
-  static_assert(sizeof(T) == 2 && keys == 64 && queries % 64 == 0 && D % 64 == 0, "16-bit types, 64-key blocks");
+  static_assert(shared_bytes <= 227 * 1024, "shared memory per block");
+  static_assert(sizeof(T) == 2 && keys == 64 && queries == 128 && D % 64 == 0, "16-bit types, 64-key blocks, 128 rows");
   // The output staging (16 rows of D + 8 per warp) reuses the K/V stages after the last block.
   static_assert(warpgroups * 4 * 16 * (D + 8) * 2 <= 2 * stages * kv_bytes, "staging fits in the K/V stages");
 };
 
-// Every thread of the CTA copies its share of `rows` rows of D elements into swizzled panels;
-// rows at or past valid_rows become zeros.
-template <typename T, int D, int rows, int threads>
-__device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const T* source, std::int64_t row_stride, int valid_rows) {
+// Every thread of the CTA copies its share of `rows` rows of D elements into swizzled panels; row r
+// comes from row_source(r), and rows for which it gives nullptr become zeros (their copies name the
+// valid global address `anywhere` and read nothing).
+template <typename T, int D, int rows, int threads, typename RowSource>
+__device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const T* anywhere, RowSource row_source) {
   constexpr int chunks = D / 8;
   static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
 #pragma unroll
   for (int i = 0; i < rows * chunks / threads; ++i) {
     const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks, column = chunk % chunks;
-    const bool valid = row < valid_rows;
+    const T* source = row_source(row);
     unsigned char* destination = shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
-    copy_async_16(destination, valid ? source + row * row_stride + column * 8 : source, valid);
+    copy_async_16(destination, source ? source + column * 8 : anywhere, source != nullptr);
   }
 }
 
@@ -445,41 +458,67 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D>::threads, 1)
   unsigned char* v_s = k_s + Tile::stages * Tile::kv_bytes;
 
   const AttentionTile tile = tiles[blockIdx.x / shape.heads];
-  const int h = static_cast<int>(blockIdx.x % shape.heads), kv_head = h / (shape.heads / shape.kv_heads);
+  const int group = shape.heads / shape.kv_heads;
+  const int pack = group == 2 || group == 4 || group == 8 ? group : 1;  // heads sharing the CTA
+  const int per_head = Tile::queries / pack;                             // queries per head
+  const int within = static_cast<int>(blockIdx.x % shape.heads), first_head = within / pack * pack;
+  const int first_query = within % pack * per_head, count = min(tile.count - first_query, per_head);
+  if (count <= 0) return;  // a sub-tile past the tile's queries (uniform over the CTA)
+  const int kv_head = first_head / group, start = tile.start_position + first_query;
+  const int first_slot = tile.first_slot + first_query;
   const int warp = static_cast<int>(threadIdx.x) / warp_size, lane = static_cast<int>(threadIdx.x) % warp_size;
   const int warpgroup = warp / 4, g = lane >> 2, t = lane & 3;
   const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D, kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
-  const int last_position = tile.start_position + tile.count - 1, last_block = last_position / BN;
+  const int last_position = start + count - 1, last_block = last_position / BN;
   const T* k_sequence = k_cache + tile.cache_base * kv_stride + kv_head * D;
   const T* v_sequence = v_cache + tile.cache_base * kv_stride + kv_head * D;
-  auto load_block = [&](int block, int stage) {  // keys past the tile's last query become zeros
+  auto load_block = [&](int block, int stage) {  // keys past the CTA's last query become zeros
     const int valid_keys = last_position - block * BN + 1;
-    load_swizzled_async<T, D, BN, Tile::threads>(k_s + stage * Tile::kv_bytes, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
-    load_swizzled_async<T, D, BN, Tile::threads>(v_s + stage * Tile::kv_bytes, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    const T* k_block = k_sequence + block * BN * kv_stride;
+    const T* v_block = v_sequence + block * BN * kv_stride;
+    load_swizzled_async<T, D, BN, Tile::threads>(k_s + stage * Tile::kv_bytes, k_sequence, [&](int row) -> const T* {
+      return row < valid_keys ? k_block + row * kv_stride : nullptr;
+    });
+    load_swizzled_async<T, D, BN, Tile::threads>(v_s + stage * Tile::kv_bytes, v_sequence, [&](int row) -> const T* {
+      return row < valid_keys ? v_block + row * kv_stride : nullptr;
+    });
   };
-  load_swizzled_async<T, D, Tile::queries, Tile::threads>(q_s, q + tile.first_slot * q_stride + h * D, q_stride, tile.count);
-  load_block(0, 0);
-  copy_async_commit();
+  // Copy groups: one per block (Q rides with block 0), Tile::stages - 1 ahead of the block in use;
+  // empty groups past the last block keep the count uniform.
+  load_swizzled_async<T, D, Tile::queries, Tile::threads>(q_s, q, [&](int row) -> const T* {
+    const int query = row % per_head;
+    return query < count ? q + (first_slot + query) * q_stride + (first_head + row / per_head) * D : nullptr;
+  });
+#pragma unroll
+  for (int i = 0; i < Tile::stages - 1; ++i) {
+    if (i <= last_block) load_block(i, i);
+    copy_async_commit();
+  }
 
-  const int r0 = warp * 16, wg_row = warpgroup * 64;
+  const int r0 = warp * 16, warp_query = r0 % per_head, h = first_head + r0 / per_head;
   float acc[D / 8][4];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int warp_first_position = tile.start_position + r0;
+  const int warp_first_position = start + warp_query;
   const int position[2] = {warp_first_position + g, warp_first_position + g + 8};
-  const int group_last_position = wg_row < tile.count ? tile.start_position + min(wg_row + 63, tile.count - 1) : -1;
+  // The warpgroup's queries: 64 consecutive ones of one head, or all per_head of several heads.
+  const int group_first_query = per_head >= 64 ? warpgroup * 64 % per_head : 0;
+  const int group_last_query = min(per_head >= 64 ? group_first_query + 63 : per_head - 1, count - 1);
+  const int group_last_position = group_first_query < count ? start + group_last_query : -1;
   const float scale_log2 = shape.scale * log2_e;
-  const std::uint32_t q_address = shared_address(q_s) + wg_row * 128;
+  const std::uint32_t q_address = shared_address(q_s) + warpgroup * 64 * 128;
 
   for (int block = 0; block <= last_block; ++block) {
-    copy_async_wait_all();  // this thread's copies of the block have landed
-    __syncthreads();        // everyone's have, and nobody still reads the other stage
-    if (block < last_block) load_block(block + 1, (block + 1) & 1);
+    copy_async_wait<Tile::stages - 2>();  // this thread's copies of the block have landed
+    __syncthreads();  // everyone's have, and nobody still reads the stage refilled next (block - 1's)
+    const int ahead = block + Tile::stages - 1;
+    if (ahead <= last_block) load_block(ahead, ahead % Tile::stages);
     copy_async_commit();
     if (block * BN > group_last_position) continue;  // uniform over the warpgroup
-    const std::uint32_t k_address = shared_address(k_s + (block & 1) * Tile::kv_bytes);
-    const std::uint32_t v_address = shared_address(v_s + (block & 1) * Tile::kv_bytes);
+    const int stage = block % Tile::stages;
+    const std::uint32_t k_address = shared_address(k_s + stage * Tile::kv_bytes);
+    const std::uint32_t v_address = shared_address(v_s + stage * Tile::kv_bytes);
 
     float s[BN / 8][4];
 #pragma unroll
@@ -523,9 +562,9 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D>::threads, 1)
   }
   copy_async_wait_all();
   __syncthreads();  // every warpgroup is done with K and V: the stages become output staging
-  if (r0 >= tile.count) return;  // padding only; no barrier follows
+  if (warp_query >= count) return;  // padding only; no barrier follows
   T* o_s = reinterpret_cast<T*>(k_s) + warp * 16 * (D + 8);
-  store_rows<T, D>(acc, m, l, o_s, o, lse, tile, h, r0, lane, q_stride, shape.heads, scale_log2);
+  store_rows<T, D>(acc, m, l, o_s, o, lse, first_slot + warp_query, count - warp_query, h, lane, q_stride, shape.heads, scale_log2);
 #else
   __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
 #endif
