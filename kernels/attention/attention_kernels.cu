@@ -43,7 +43,7 @@
 #include "../cuda_check.cuh"
 #include "../convert.cuh"
 #include "attention_kernels.h"
-#include "attention_wgmma.cuh"
+#include "../wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define BITCHECK_ATTENTION_SM90A 1
@@ -523,17 +523,17 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D>::threads, 1)
     float s[BN / 8][4];
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    attention_wgmma::fence();
+    wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const std::uint32_t offset = (kk % 4) * 32;  // 16 elements further along the 128-byte row
-      attention_wgmma::ss_m64n64k16<T>(
+      wgmma::ss_m64n64k16<T>(
           reinterpret_cast<float (&)[BN / 2]>(s),
-          attention_wgmma::descriptor(q_address + (kk / 4) * Tile::q_panel_bytes + offset, 16, 1024),
-          attention_wgmma::descriptor(k_address + (kk / 4) * Tile::kv_panel_bytes + offset, 16, 1024), kk > 0);
+          wgmma::descriptor(q_address + (kk / 4) * Tile::q_panel_bytes + offset, 16, 1024),
+          wgmma::descriptor(k_address + (kk / 4) * Tile::kv_panel_bytes + offset, 16, 1024), kk > 0);
     }
-    attention_wgmma::commit();
-    attention_wgmma::wait_all();
+    wgmma::commit();
+    wgmma::wait_all();
     softmax_block<BN, D>(s, acc, m, l, block * BN, warp_first_position, position, t, scale_log2);
     // P as the A fragments of keys 16kc..16kc+15 (the accumulator layout of S columns 2kc, 2kc + 1),
     // all packed before the fence so the four wgmmas issue back to back.
@@ -545,20 +545,20 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D>::threads, 1)
       pa[kc][2] = pack_pair<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
       pa[kc][3] = pack_pair<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
     }
-    attention_wgmma::fence();
+    wgmma::fence();
 #pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc) {
       // V (16 keys x D, N-major): the leading offset steps to the next 64-element panel of D, the
       // stride offset to the next 8 keys.
-      const std::uint64_t v_desc = attention_wgmma::descriptor(v_address + kc * 16 * 128, Tile::kv_panel_bytes, 1024);
+      const std::uint64_t v_desc = wgmma::descriptor(v_address + kc * 16 * 128, Tile::kv_panel_bytes, 1024);
       if constexpr (D == 128) {
-        attention_wgmma::rs_m64n128k16<T>(reinterpret_cast<float (&)[D / 2]>(acc), pa[kc], v_desc);
+        wgmma::rs_m64n128k16<T>(reinterpret_cast<float (&)[D / 2]>(acc), pa[kc], v_desc);
       } else {
-        attention_wgmma::rs_m64n64k16<T>(reinterpret_cast<float (&)[D / 2]>(acc), pa[kc], v_desc);
+        wgmma::rs_m64n64k16<T>(reinterpret_cast<float (&)[D / 2]>(acc), pa[kc], v_desc);
       }
     }
-    attention_wgmma::commit();
-    attention_wgmma::wait_all();
+    wgmma::commit();
+    wgmma::wait_all();
   }
   copy_async_wait_all();
   __syncthreads();  // every warpgroup is done with K and V: the stages become output staging

@@ -6,11 +6,14 @@
 //   fp32 (no TF32, by contract) and other GPUs always take the portable path. M never picks a path.
 // - wgmma path: every output element y[m,n] is computed by one consumer warpgroup as
 //   acc = 0; for k-block kb = 0, 1, ... (64 wide, ascending): for kk = 0..3:
-//   acc = wgmma.m64n256k16(acc, X[m, kb*64+16kk .. +16], W[n, same]) with an fp32 accumulator,
-//   then one round-to-nearest-even to the output dtype. Tile shape (128x256), K block (64),
-//   instruction (m64n256k16, both operands K-major from 128B-swizzled shared memory) and k order
-//   are compile-time constants; there is no split-K and no atomic. M only changes how many tiles
-//   exist and which CTA runs which tile, which does not enter any element's arithmetic. Rows past
+//   acc = wgmma.m64nNk16(acc, X[m, kb*64+16kk .. +16], W[n, same]) with an fp32 accumulator,
+//   then one round-to-nearest-even to the output dtype. K block (64), operands (both K-major from
+//   128B-swizzled shared memory) and k order are compile-time constants; there is no split-K and
+//   no atomic. M and N pick the tile shape (64 or 128 rows, N = 64, 128 or 256 columns): which
+//   CTA computes an element and how many other columns its instruction carries, never the chain of
+//   k16 steps that element goes through. That the tensor cores give an element the same bits for
+//   every N is measured, not documented: gemm_probe runs every shape on the same inputs and
+//   compares all rows bitwise, and the sweeps cross the shape switch points. Rows past
 //   M (and columns past N, and K past the end) are zero-filled by TMA and never stored, and a
 //   zero row of X contributes to no other row: padding cannot leak into a real row.
 // - portable path: acc = 0; acc = fmaf(x[m,k], w[n,k], acc) for k = 0..K-1 in order, per thread.
@@ -26,9 +29,11 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "../cuda_check.cuh"
 #include "../convert.cuh"
+#include "../wgmma.cuh"
 #include "fixed_order_gemm.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -40,16 +45,16 @@ namespace {
 
 // ------------------------------------------------------------------------------------------------
 // Hopper path: persistent, warp-specialized (1 TMA producer warpgroup + 1 or 2 wgmma consumer
-// warpgroups), 64x256 or 128x256 output tile, 64-wide K blocks, multi-stage mbarrier pipeline.
-// Each consumer warpgroup owns 64 rows and runs the same m64n256k16 chain whichever tile height
-// is used, so the tile height is a pure scheduling choice (more CTAs for small M).
+// warpgroups), 64 or 128 rows x 64, 128 or 256 columns output tile, 64-wide K blocks, multi-stage
+// mbarrier pipeline. Each consumer warpgroup owns 64 rows; the tile shape is a scheduling choice
+// (more CTAs for small M, fewer idle SMs in the last wave).
 // ------------------------------------------------------------------------------------------------
-constexpr int kTileN = 256;
 constexpr int kTileK = 64;  // 64 bf16 = 128 bytes: one 128B swizzle row
 
-template <int Consumers>
+template <int Consumers, int TileN>
 struct WgmmaConfig {
   static constexpr int kTileM = 64 * Consumers;
+  static constexpr int kTileN = TileN;  // 64, 128 or 256 columns: m64nTileNk16
   static constexpr int kThreads = 128 * (Consumers + 1);
   static constexpr int kStages = Consumers == 1 ? 5 : 4;
   static constexpr int kStageBytesA = kTileM * kTileK * 2;
@@ -117,39 +122,7 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
 
 // wgmma shared-memory matrix descriptor: K-major, 128B swizzle, 8-row core groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t smem_desc(const void* pointer) {
-  const uint64_t address = smem_addr(pointer);
-  uint64_t desc = (address & 0x3FFFF) >> 4;
-  desc |= static_cast<uint64_t>(16 >> 4) << 16;    // leading byte offset (unused for swizzled K-major)
-  desc |= static_cast<uint64_t>(1024 >> 4) << 32;  // stride byte offset: 8 rows x 128 bytes
-  desc |= 1ull << 62;                              // 128B swizzle
-  return desc;
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int Pending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
-}
-
-// d (64x256 fp32 per warpgroup, 128 registers per thread) += A(64x16) · B(256x16)ᵀ.
-template <bool IsBf16>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
-  if constexpr (IsBf16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-  }
+  return wgmma::descriptor(smem_addr(pointer), 16 /*unused for swizzled K-major*/, 1024);
 }
 
 __device__ __forceinline__ void store_pair(__nv_bfloat16* y, float a, float b) {
@@ -160,13 +133,14 @@ __device__ __forceinline__ void store_pair(__half* y, float a, float b) {
 }
 #endif  // BITCHECK_GEMM_SM90A
 
-template <typename T, int Consumers>
-__global__ void __launch_bounds__(WgmmaConfig<Consumers>::kThreads, 1)
+template <typename T, int Consumers, int TileN>
+__global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap x_map,
                       const __grid_constant__ CUtensorMap w_map, T* y, int M, int N, int K) {
 #ifdef BITCHECK_GEMM_SM90A
-  using Config = WgmmaConfig<Consumers>;
+  using Config = WgmmaConfig<Consumers, TileN>;
   constexpr int kTileM = Config::kTileM;
+  constexpr int kTileN = Config::kTileN;
   constexpr int kStages = Config::kStages;
   constexpr int kStageBytesA = Config::kStageBytesA;
   constexpr int kStageBytesB = Config::kStageBytesB;
@@ -223,25 +197,24 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers>::kThreads, 1)
   const int warp_in_group = (threadIdx.x % 128) / 32;
   int stage = 0;
   uint32_t phase = 0;
-  float acc[128];
+  float acc[kTileN / 2];
   for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
     const TileCoord coord = tile_coord(tile, tiles_m, tiles_n);
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
     int previous_stage = -1;
     for (int kb = 0; kb < k_blocks; ++kb) {
       mbar_wait(&full[stage], phase);
       const unsigned char* a = tiles_a + stage * kStageBytesA + consumer * (64 * kTileK * 2);
       const unsigned char* b = tiles_b + stage * kStageBytesB;
-      wgmma_fence();
+      wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kTileK / 16; ++kk) {
-        wgmma_m64n256k16<std::is_same_v<T, __nv_bfloat16>>(acc, smem_desc(a + kk * 32),
-                                                            smem_desc(b + kk * 32));
+        wgmma::ss_m64k16<T, kTileN>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
       }
-      wgmma_commit();
+      wgmma::commit();
       // Keep this block's wgmmas in flight; the previous block's are done, release its stage.
-      wgmma_wait<1>();
+      wgmma::wait<1>();
       if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
       previous_stage = stage;
       if (++stage == kStages) {
@@ -249,7 +222,7 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers>::kThreads, 1)
         phase ^= 1;
       }
     }
-    wgmma_wait<0>();
+    wgmma::wait<0>();
     if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
 
     // Accumulator layout of m64nNk16: register 4c+2i+j holds row 16*warp + lane/4 + 8i,
@@ -262,7 +235,7 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers>::kThreads, 1)
       if (row >= M) continue;
       T* y_row = y + static_cast<int64_t>(row) * N;
 #pragma unroll
-      for (int c = 0; c < 32; ++c) {
+      for (int c = 0; c < kTileN / 8; ++c) {
         const int col = col0 + 8 * c;
         if (col < N) store_pair(y_row + col, acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
       }
@@ -443,62 +416,84 @@ CUtensorMap make_tensor_map(CUtensorMapDataType type, const void* base, int64_t 
   return map;
 }
 
-// Relative time of a wave of 64-row tiles against a wave of 128-row tiles. Used only to pick the
-// tile height. Measured on an H200 (reports/gpu/matmul-bench.md, K = 4096): a full wave of 64-row
-// tiles took 35-38 us where one of 128-row tiles took 44 us (0.8-0.87: one consumer warpgroup
-// streams the same B tile for half the rows), and 28 us at N = 6144, M = 1000 (0.63). The earlier
-// 0.55 picked 64-row tiles at M = 257 on N = 28672 and 128256, which then ran at 0.48x the
-// heuristic on the vocabulary shape (5 waves of 64 rows where 3 of 128 fit); 0.65 keeps the
-// N = 6144 choice and picks 128 rows there.
-constexpr double kSingleConsumerTileCost = 0.65;
+// Tile shapes of the wgmma path and the relative time of one wave of each (one tile per SM)
+// against a wave of 128x256 tiles; used only to pick the shape, which changes no bit: every
+// shape runs the same per-element chain (m64nNk16 over K blocks of 64 in order; gemm_probe checks
+// all shapes bitwise against each other). 64x256 from the H200 bench (reports/gpu/matmul-bench.md):
+// a full wave of 64-row tiles took 0.8-0.87 of a 128-row wave at K = 4096 and 0.63 at N = 6144, and
+// 0.55 made M = 257 run 5 waves of 64 rows where 3 of 128 fit (0.48x the heuristic on the
+// vocabulary shape); 0.65 picks 128 rows there. The narrower shapes' costs are estimates until
+// `gemm_probe --tiles` measures them.
+struct TileShape {
+  int rows, cols;
+  double wave_cost;
+};
+constexpr TileShape kTileShapes[] = {{128, 256, 1.0}, {64, 256, 0.65}, {128, 128, 0.55},
+                                     {64, 128, 0.36}, {128, 64, 0.3},  {64, 64, 0.2}};
 
-// Tile height for this launch: a scheduling choice only (both heights run the same per-element
-// wgmma chain, proven bitwise-equal by gemm_probe). 64 rows when M fits in one 64-row tile or when
-// the extra CTAs of 64-row tiles finish sooner than full waves of 128-row tiles.
-int choose_tile_rows(int64_t M, int64_t N, int sm_count) {
-  if (M <= 64) return 64;
-  const int64_t tiles_n = (N + kTileN - 1) / kTileN;
-  const int64_t waves_128 = ((M + 127) / 128 * tiles_n + sm_count - 1) / sm_count;
-  const int64_t waves_64 = ((M + 63) / 64 * tiles_n + sm_count - 1) / sm_count;
-  return double(waves_64) * kSingleConsumerTileCost < double(waves_128) ? 64 : 128;
+// The shape with the fewest estimated wave-times for this launch (the larger tile on a tie).
+TileShape choose_tile(int64_t M, int64_t N, int sm_count) {
+  TileShape best = kTileShapes[0];
+  double best_cost = -1;
+  for (const TileShape& shape : kTileShapes) {
+    const int64_t tiles = (M + shape.rows - 1) / shape.rows * ((N + shape.cols - 1) / shape.cols);
+    const double cost = double((tiles + sm_count - 1) / sm_count) * shape.wave_cost;
+    if (best_cost < 0 || cost < best_cost) {
+      best = shape;
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
-template <typename T, int Consumers>
+template <typename T, int Consumers, int TileN>
 void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
                   cudaStream_t stream, int sm_count) {
-  using Config = WgmmaConfig<Consumers>;
+  using Config = WgmmaConfig<Consumers, TileN>;
   const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
                                        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUtensorMap x_map = make_tensor_map(type, x, M, K, Config::kTileM);
-  const CUtensorMap w_map = make_tensor_map(type, w, N, K, kTileN);
+  const CUtensorMap w_map = make_tensor_map(type, w, N, K, TileN);
   // Per call, not cached: the attribute belongs to the current device.
-  BITCHECK_CUDA_CALL(cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers>,
+  BITCHECK_CUDA_CALL(cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, TileN>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           Config::kSharedBytes));
-  const int64_t tiles = ((M + Config::kTileM - 1) / Config::kTileM) * ((N + kTileN - 1) / kTileN);
+  const int64_t tiles = ((M + Config::kTileM - 1) / Config::kTileM) * ((N + TileN - 1) / TileN);
   const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
-  wgmma_gemm_kernel<T, Consumers><<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
+  wgmma_gemm_kernel<T, Consumers, TileN><<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
       x_map, w_map, static_cast<T*>(y), static_cast<int>(M), static_cast<int>(N),
       static_cast<int>(K));
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
-template <typename T>
-void launch_wgmma_rows(int tile_rows, const void* x, const void* w, void* y, int64_t M, int64_t N,
+template <typename T, int Consumers>
+void launch_wgmma_cols(int tile_cols, const void* x, const void* w, void* y, int64_t M, int64_t N,
                        int64_t K, cudaStream_t stream, int sm_count) {
-  if (tile_rows == 64)
-    launch_wgmma<T, 1>(x, w, y, M, N, K, stream, sm_count);
+  if (tile_cols == 64)
+    launch_wgmma<T, Consumers, 64>(x, w, y, M, N, K, stream, sm_count);
+  else if (tile_cols == 128)
+    launch_wgmma<T, Consumers, 128>(x, w, y, M, N, K, stream, sm_count);
   else
-    launch_wgmma<T, 2>(x, w, y, M, N, K, stream, sm_count);
+    launch_wgmma<T, Consumers, 256>(x, w, y, M, N, K, stream, sm_count);
 }
 
-void launch_wgmma_dtype(GemmDType dtype, int tile_rows, const void* x, const void* w, void* y,
+template <typename T>
+void launch_wgmma_shape(int tile_rows, int tile_cols, const void* x, const void* w, void* y,
                         int64_t M, int64_t N, int64_t K, cudaStream_t stream, int sm_count) {
-  if (dtype == GemmDType::bf16)
-    launch_wgmma_rows<__nv_bfloat16>(tile_rows, x, w, y, M, N, K, stream, sm_count);
+  if (tile_rows == 64)
+    launch_wgmma_cols<T, 1>(tile_cols, x, w, y, M, N, K, stream, sm_count);
   else
-    launch_wgmma_rows<__half>(tile_rows, x, w, y, M, N, K, stream, sm_count);
+    launch_wgmma_cols<T, 2>(tile_cols, x, w, y, M, N, K, stream, sm_count);
+}
+
+void launch_wgmma_dtype(GemmDType dtype, int tile_rows, int tile_cols, const void* x, const void* w,
+                        void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
+                        int sm_count) {
+  if (dtype == GemmDType::bf16)
+    launch_wgmma_shape<__nv_bfloat16>(tile_rows, tile_cols, x, w, y, M, N, K, stream, sm_count);
+  else
+    launch_wgmma_shape<__half>(tile_rows, tile_cols, x, w, y, M, N, K, stream, sm_count);
 }
 
 template <typename T>
@@ -533,7 +528,7 @@ bool uses_wgmma(GemmDType dtype) {
 }  // namespace
 
 const char* fixed_order_gemm_path(GemmDType dtype) {
-  return uses_wgmma(dtype) ? "wgmma-tma-m64n256k16" : "portable-fma";
+  return uses_wgmma(dtype) ? "wgmma-tma-m64nNk16" : "portable-fma";
 }
 
 void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, int64_t M, int64_t N,
@@ -542,7 +537,8 @@ void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, in
   const cudaStream_t s = as_stream(stream);
   if (uses_wgmma(dtype)) {
     const int sm_count = current_device_traits().sm_count;
-    launch_wgmma_dtype(dtype, choose_tile_rows(M, N, sm_count), x, w, y, M, N, K, s, sm_count);
+    const TileShape tile = choose_tile(M, N, sm_count);
+    launch_wgmma_dtype(dtype, tile.rows, tile.cols, x, w, y, M, N, K, s, sm_count);
     return;
   }
   detail::fixed_order_gemm_portable(dtype, x, w, y, M, N, K, stream);
@@ -560,18 +556,21 @@ void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, vo
   }
 }
 
-void fixed_order_gemm_tile_rows(GemmDType dtype, int tile_rows, const void* x, const void* w,
-                                void* y, int64_t M, int64_t N, int64_t K, CUstream_st* stream) {
-  check_shape("fixed_order_gemm_tile_rows", x, w, y, M, N, K);
-  if (!uses_wgmma(dtype) || (tile_rows != 64 && tile_rows != 128))
+void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, const void* x,
+                           const void* w, void* y, int64_t M, int64_t N, int64_t K,
+                           CUstream_st* stream) {
+  check_shape("fixed_order_gemm_tile", x, w, y, M, N, K);
+  if (!uses_wgmma(dtype) || (tile_rows != 64 && tile_rows != 128) ||
+      (tile_cols != 64 && tile_cols != 128 && tile_cols != 256))
     throw std::invalid_argument(
-        "fixed_order_gemm_tile_rows: needs bf16/fp16 on sm_90 and tile_rows 64 or 128");
-  launch_wgmma_dtype(dtype, tile_rows, x, w, y, M, N, K, as_stream(stream),
+        "fixed_order_gemm_tile: needs bf16/fp16 on sm_90, tile_rows 64 or 128, tile_cols 64, 128 or 256");
+  launch_wgmma_dtype(dtype, tile_rows, tile_cols, x, w, y, M, N, K, as_stream(stream),
                      current_device_traits().sm_count);
 }
 
-int fixed_order_gemm_chosen_tile_rows(int64_t M, int64_t N, int sm_count) {
-  return choose_tile_rows(M, N, sm_count);
+std::pair<int, int> fixed_order_gemm_chosen_tile(int64_t M, int64_t N, int sm_count) {
+  const TileShape tile = choose_tile(M, N, sm_count);
+  return {tile.rows, tile.cols};
 }
 }  // namespace detail
 

@@ -7,6 +7,7 @@
 // rows surround it (padding included): see the comment at the top of fixed_order_gemm.cu.
 #pragma once
 #include <cstdint>
+#include <utility>
 
 #include "gemm_dtype.h"  // GemmDType { bf16, fp16, fp32 }
 
@@ -37,12 +38,13 @@ namespace detail {
 // check it on a Hopper machine too. Same contract as fixed_order_gemm.
 void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, void* y, int64_t M,
                                int64_t N, int64_t K, CUstream_st* stream);
-// The wgmma path with a forced tile height (64 or 128 rows) instead of the per-launch choice, so
-// probes can prove both heights give identical bits. bf16/fp16 on sm_90 only.
-void fixed_order_gemm_tile_rows(GemmDType dtype, int tile_rows, const void* x, const void* w,
-                                void* y, int64_t M, int64_t N, int64_t K, CUstream_st* stream);
-// The tile height (64 or 128 rows) fixed_order_gemm picks for M x N on `sm_count` SMs, for tables.
-int fixed_order_gemm_chosen_tile_rows(int64_t M, int64_t N, int sm_count);
+// The wgmma path with a forced tile shape (64 or 128 rows, 64, 128 or 256 columns) instead of the
+// per-launch choice, so probes can prove every shape gives identical bits and time each one.
+// bf16/fp16 on sm_90 only.
+void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, const void* x, const void* w,
+                           void* y, int64_t M, int64_t N, int64_t K, CUstream_st* stream);
+// The tile shape (rows, columns) fixed_order_gemm picks for M x N on `sm_count` SMs, for tables.
+std::pair<int, int> fixed_order_gemm_chosen_tile(int64_t M, int64_t N, int sm_count);
 }  // namespace detail
 
 }  // namespace bitcheck::cuda

@@ -1,7 +1,8 @@
 // gemm_probe: GPU check and benchmark of matmul/fixed-order. (a) bitwise invariance across M, row
 // offset and repeat; (b) accuracy against an fp64 reference; (c) speed against cuBLASLt's top
 // heuristic (32 MiB workspace, CUBLAS_COMPUTE_32F, same row-major layout), in one run.
-// Usage: gemm_probe [--quick]   (--quick skips the benchmark). Exit 0 all checks pass, 1 otherwise.
+// Usage: gemm_probe [--quick | --tiles]   (--quick skips the benchmark; --tiles only times every
+// forced tile shape). Exit 0 all checks pass, 1 otherwise.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -122,13 +123,26 @@ std::vector<uint8_t> download(const bc::DeviceBuffer& buffer, size_t bytes) {
 using GemmFunction = void (*)(GemmDType, const void*, const void*, void*, int64_t, int64_t,
                               int64_t, CUstream_st*);
 
-void gemm_tile64(GemmDType t, const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
-                 CUstream_st* stream) {
-  bc::detail::fixed_order_gemm_tile_rows(t, 64, x, w, y, M, N, K, stream);
+// The wgmma path with the tile shape forced to Rows x Cols.
+template <int Rows, int Cols>
+void gemm_tile(GemmDType t, const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
+               CUstream_st* stream) {
+  bc::detail::fixed_order_gemm_tile(t, Rows, Cols, x, w, y, M, N, K, stream);
 }
-void gemm_tile128(GemmDType t, const void* x, const void* w, void* y, int64_t M, int64_t N,
-                  int64_t K, CUstream_st* stream) {
-  bc::detail::fixed_order_gemm_tile_rows(t, 128, x, w, y, M, N, K, stream);
+
+struct ForcedShape {
+  int rows, cols;
+  GemmFunction gemm;
+};
+const ForcedShape kForcedShapes[] = {{128, 256, gemm_tile<128, 256>}, {64, 256, gemm_tile<64, 256>},
+                                     {128, 128, gemm_tile<128, 128>}, {64, 128, gemm_tile<64, 128>},
+                                     {128, 64, gemm_tile<128, 64>},   {64, 64, gemm_tile<64, 64>}};
+
+// The automatic choice followed by every forced shape.
+std::vector<GemmFunction> every_wgmma_shape() {
+  std::vector<GemmFunction> gemms = {bc::fixed_order_gemm};
+  for (const ForcedShape& shape : kForcedShapes) gemms.push_back(shape.gemm);
+  return gemms;
 }
 
 struct Accuracy {
@@ -357,13 +371,13 @@ int sets_for(size_t bytes) {
 
 struct BenchRow {
   int64_t N, K, M;
-  int chosen_rows;
+  std::pair<int, int> chosen;
   double mine_tflops, lt_tflops;
   bool invariant;
 };
 
-int chosen_tile_rows(int64_t M, int64_t N, int sm_count) {
-  return bc::detail::fixed_order_gemm_chosen_tile_rows(M, N, sm_count);
+std::pair<int, int> chosen_tile(int64_t M, int64_t N, int sm_count) {
+  return bc::detail::fixed_order_gemm_chosen_tile(M, N, sm_count);
 }
 
 void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<int64_t>& ms,
@@ -400,7 +414,7 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
   for (int64_t m : ms) {
     bool invariant = true;
     const int64_t rows = std::min(m, ref_rows);
-    for (GemmFunction gemm : {GemmFunction(bc::fixed_order_gemm), GemmFunction(gemm_tile64), GemmFunction(gemm_tile128)}) {
+    for (GemmFunction gemm : every_wgmma_shape()) {
       y[0].fill_bytes(0xFF);
       gemm(t, x[0].get(), w[0].get(), y[0].get(), m, N, K, nullptr);
       bc::synchronize();
@@ -419,7 +433,7 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
         },
         [&](int i) { run_lt(lt, plan, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get()); },
         sets, repeats);
-    table.push_back({N, K, m, chosen_tile_rows(m, N, sm_count), flops / mine * 1e-9,
+    table.push_back({N, K, m, chosen_tile(m, N, sm_count), flops / mine * 1e-9,
                      flops / theirs * 1e-9, invariant});
     std::printf("  N=%-6lld K=%-5lld M=%-5lld fixed_order %7.1f cuBLASLt %7.1f TFLOP/s ratio %.3f bits %s\n",
                 (long long)N, (long long)K, (long long)m, table.back().mine_tflops,
@@ -429,8 +443,42 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
   }
 }
 
+// --tiles: every forced tile shape timed against the automatic choice on the benchmark shapes, to
+// calibrate the wave costs in fixed_order_gemm.cu (time per wave of one tile per SM).
+void time_tile_shapes(int sm_count) {
+  const GemmDType t = GemmDType::bf16;
+  const int64_t shapes[][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
+  const std::vector<int64_t> ms = {1, 16, 64, 100, 257, 320, 1000, 2200, 4096};
+  std::printf("\n| N | K | M | tile | tiles | waves | median us | us per wave | auto tile | auto us |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& s : shapes) {
+    const int64_t N = s[0], K = s[1], m_max = ms.back();
+    const int w_sets = sets_for(N * K * 2), x_sets = sets_for(m_max * K * 2), y_sets = sets_for(m_max * N * 2);
+    std::vector<bc::DeviceBuffer> w, x, y;
+    for (int i = 0; i < w_sets; ++i) { w.emplace_back(N * K * 2); fill(w.back(), t, 100 + i); }
+    for (int i = 0; i < x_sets; ++i) { x.emplace_back(m_max * K * 2); fill(x.back(), t, 200 + i); }
+    for (int i = 0; i < y_sets; ++i) y.emplace_back(m_max * N * 2);
+    const int sets = std::max({w_sets, x_sets, y_sets});
+    for (int64_t m : ms) {
+      const std::pair<int, int> chosen = chosen_tile(m, N, sm_count);
+      for (const ForcedShape& shape : kForcedShapes) {
+        const auto [forced, automatic] = median_ms_interleaved(
+            [&](int i) { shape.gemm(t, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m, N, K, nullptr); },
+            [&](int i) { bc::fixed_order_gemm(t, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m, N, K, nullptr); },
+            sets, 15);
+        const int64_t tiles = (m + shape.rows - 1) / shape.rows * ((N + shape.cols - 1) / shape.cols);
+        const int64_t waves = (tiles + sm_count - 1) / sm_count;
+        std::printf("| %lld | %lld | %lld | %dx%d | %lld | %lld | %.1f | %.1f | %dx%d | %.1f |\n", (long long)N,
+                    (long long)K, (long long)m, shape.rows, shape.cols, (long long)tiles, (long long)waves,
+                    forced * 1e3, forced * 1e3 / double(waves), chosen.first, chosen.second, automatic * 1e3);
+      }
+      std::fflush(stdout);
+    }
+  }
+}
+
 int run(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  const bool tiles = argc > 1 && std::string(argv[1]) == "--tiles";
   const bc::DeviceInfo device = bc::query_device();
   if (!device.available) {
     std::printf("no GPU: %s\n", device.unavailable_reason.c_str());
@@ -442,18 +490,21 @@ int run(int argc, char** argv) {
   std::printf("paths: bf16 %s, fp16 %s, fp32 %s\n", bc::fixed_order_gemm_path(GemmDType::bf16),
               bc::fixed_order_gemm_path(GemmDType::fp16), bc::fixed_order_gemm_path(GemmDType::fp32));
 
+  if (tiles) {
+    time_tile_shapes(device.sm_count);
+    return 0;
+  }
   std::printf("\n== invariance (bitwise, sub-batches vs full batch) + accuracy (fp64 reference) ==\n");
   const std::vector<int64_t> ms_small = {1, 2, 3, 5, 8, 16, 17, 31, 63, 64, 65, 127, 128, 129, 200, 255, 256, 300};
   const std::vector<int64_t> ms_big = {1, 3, 16, 64, 127, 128, 129, 256, 511, 1000, 1024};
   const bool hopper = std::string(bc::fixed_order_gemm_path(GemmDType::bf16)) != "portable-fma";
-  // On sm_90 every sub-batch also runs with both forced tile heights.
+  // On sm_90 every sub-batch also runs with every forced tile shape.
   const std::vector<GemmFunction> main_path =
-      hopper ? std::vector<GemmFunction>{bc::fixed_order_gemm, gemm_tile64, gemm_tile128}
-             : std::vector<GemmFunction>{bc::fixed_order_gemm};
+      hopper ? every_wgmma_shape() : std::vector<GemmFunction>{bc::fixed_order_gemm};
   const std::vector<GemmFunction> portable = {bc::detail::fixed_order_gemm_portable};
   for (GemmDType t : {GemmDType::bf16, GemmDType::fp16, GemmDType::fp32}) {
     const auto& forward = t == GemmDType::fp32 ? portable : main_path;
-    const char* name = t == GemmDType::fp32 || !hopper ? "fixed_order(port)" : "fixed_order+64+128";
+    const char* name = t == GemmDType::fp32 || !hopper ? "fixed_order(port)" : "fixed_order+6shapes";
     check_forward(name, forward, t, 64, 128, 300, ms_small);
     check_forward(name, forward, t, 96, 200, 300, ms_small);
     check_forward(name, forward, t, 264, 72, 300, ms_small);
@@ -478,10 +529,10 @@ int run(int argc, char** argv) {
     const std::vector<int64_t> ms = {1, 16, 64, 256, 512, 1024, 2048, 4096, 8192};
     const int64_t shapes[][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
     for (const auto& s : shapes) bench_shape(lt, device.sm_count, s[0], s[1], s[0] == 128256 ? std::vector<int64_t>{1, 16, 64, 256, 512, 1024, 2048, 4096} : ms, table);
-    std::printf("\n| N | K | M | tile rows | fixed-order TFLOP/s | cuBLASLt TFLOP/s | ratio | bits vs M=64 (auto, t64, t128) |\n|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| N | K | M | tile | fixed-order TFLOP/s | cuBLASLt TFLOP/s | ratio | bits vs M=64 (auto and every forced shape) |\n|---|---|---|---|---|---|---|---|\n");
     for (const auto& r : table)
-      std::printf("| %lld | %lld | %lld | %d | %.1f | %.1f | %.3f | %s |\n", (long long)r.N,
-                  (long long)r.K, (long long)r.M, r.chosen_rows, r.mine_tflops, r.lt_tflops,
+      std::printf("| %lld | %lld | %lld | %dx%d | %.1f | %.1f | %.3f | %s |\n", (long long)r.N,
+                  (long long)r.K, (long long)r.M, r.chosen.first, r.chosen.second, r.mine_tflops, r.lt_tflops,
                   r.mine_tflops / r.lt_tflops, r.invariant ? "same" : "DIFFER");
   }
   std::printf("\n%s (%d failing checks)\n", failures == 0 ? "ALL PASS" : "FAILURES", failures);

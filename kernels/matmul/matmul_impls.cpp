@@ -82,7 +82,7 @@ class CudaMatmul : public Impl {
   std::string description() const override {
     switch (kind_) {
       case Kind::fixed_order:
-        return "our GEMM: wgmma m64n256k16 over K blocks of 64 in order (portable fp32 FMA chain for fp32), no split-K; dW one FMA per token in token order";
+        return "our GEMM: wgmma m64nNk16 (N = 64/128/256 by shape) over K blocks of 64 in order (portable fp32 FMA chain for fp32), no split-K; dW one FMA per token in token order";
       case Kind::cublaslt_pinned:
         return "cuBLASLt with the pin table's configuration per (arch, cuBLASLt, dtype, N, K): one split-K-1 configuration, or one per M bucket all of one bit-class (bitcheck algos); dW in fixed 256-token chunks summed in order";
       case Kind::cublaslt_heuristic:
@@ -313,6 +313,11 @@ std::optional<BenchMeasurement> CudaMatmul::benchmark(const CaseSpec& spec, cons
   measurement.bytes_moved = static_cast<double>(set_bytes);
   if (kind_ == Kind::fixed_order) {
     measurement.config = {{"path", cuda::fixed_order_gemm_path(dtype)}};
+    if (std::string(cuda::fixed_order_gemm_path(dtype)) != "portable-fma") {
+      const auto [rows, cols] = cuda::detail::fixed_order_gemm_chosen_tile(m, n, cuda::query_device().sm_count);
+      measurement.config["tile"] = std::to_string(rows) + "x" + std::to_string(cols);
+      measurement.config["describe"] = "wgmma-tma tile " + measurement.config["tile"].get<std::string>();
+    }
   } else {
     measurement.config = cuda::lt_config_to_json(config);
   }
