@@ -109,6 +109,13 @@ std::vector<AttentionTile> tiles_of(const std::vector<AttentionToken>& first_tok
   return tiles;
 }
 
+// The most queries in any tile (the wgmma forward's launch shape depends on it, no result does).
+int longest_tile(const std::vector<AttentionTile>& tiles) {
+  int longest = 0;
+  for (const AttentionTile& tile : tiles) longest = std::max(longest, tile.count);
+  return longest;
+}
+
 // Backward tiles of whole sequences (first_tokens at position 0): query tiles longest-running
 // first (a query tile's work grows with its position), key tiles likewise (a key tile's work
 // shrinks with its position). The orders change no result.
@@ -308,8 +315,9 @@ class CudaAttention : public Impl {
       std::vector<AttentionTile> tiles = tiles_of(first_tokens, lengths);
       DeviceBuffer tile_buffer = upload_vector(tiles);
       cuda::attention_forward_mma(dtype, q.get(), keys.get(), values.get(), o.get(), lse.as<float>(),
-                                  tile_buffer.as<AttentionTile>(), static_cast<int>(tiles.size()), shape, nullptr);
-      batch.impl_config = {{"path", "mma.sync m16n8k16"}, {"kv_block", cuda::attention_mma_kv_block}, {"splits", 1}};
+                                  tile_buffer.as<AttentionTile>(), static_cast<int>(tiles.size()), shape, nullptr, false,
+                                  longest_tile(tiles));
+      batch.impl_config = {{"path", forward_path_name(true)}, {"kv_block", cuda::attention_mma_kv_block}, {"splits", 1}};
       return;
     }
     batch.impl_config = {{"path", "simt"}, {"kv_block", fixed_simt_kv_block}, {"splits", 1}};
@@ -347,7 +355,7 @@ BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings
   BenchMeasurement measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
     if (mma) {
       cuda::attention_forward_mma(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), tile_buffer.as<AttentionTile>(),
-                                  static_cast<int>(tiles.size()), shape, nullptr);
+                                  static_cast<int>(tiles.size()), shape, nullptr, false, longest_tile(tiles));
     } else {
       cuda::attention_forward_simt(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), token_buffer.as<AttentionToken>(),
                                    static_cast<int>(tokens.size()), shape, fixed_simt_kv_block, 1, nullptr, nullptr);
@@ -392,7 +400,7 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec, c
   auto run_forward = [&] {
     if (mma) {
       cuda::attention_forward_mma(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), tile_buffer.as<AttentionTile>(),
-                                  static_cast<int>(tiles.size()), shape, nullptr);
+                                  static_cast<int>(tiles.size()), shape, nullptr, false, longest_tile(tiles));
     } else {
       cuda::attention_forward_simt(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), token_buffer.as<AttentionToken>(),
                                    static_cast<int>(tokens.size()), shape, fixed_simt_kv_block, 1, nullptr, nullptr);

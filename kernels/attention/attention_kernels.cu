@@ -400,16 +400,17 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
 // (softmax_block, store_rows), with the two products on wgmma: S = Q·Kᵀ as m64n64k16 with Q and K
 // K-major in shared memory, O += P·V as m64nDk16 with P in registers and V N-major.
 //
-// Heads that share a KV head share the CTA and each K/V block it loads: with G = heads / kv_heads
+// With pack_heads (the launcher sets it for decode-like launches with enough tiles to fill the GPU),
+// heads that share a KV head share the CTA and each K/V block it loads: with G = heads / kv_heads
 // in {2, 4, 8}, CTA (tile, head h) of the grid instead takes sub-tile h % G (128 / G queries of the
 // tile) for all G heads of h's group; its row r is head (h - h % G) + r / (128 / G), query
-// r % (128 / G) of the sub-tile. Otherwise (G = 1 or another G) it takes the whole tile for head h.
-// A row's arithmetic is the same either way: which rows share the CTA is a scheduling choice (see
-// the file comment). Each warp's 16 rows are one head's consecutive queries. Each of the two
+// r % (128 / G) of the sub-tile. Otherwise it takes the whole tile for head h. A row's arithmetic
+// is the same either way, and for any number of stages: which rows share the CTA and how far ahead
+// it loads are scheduling choices (see the file comment). Each warp's 16 rows are one head's consecutive queries. Each of the two
 // warpgroups walks every block up to the last real query among its rows; blocks past a row's own
 // position are fully masked for it. Q, K and V sit in 128-byte swizzled panels of 64 elements: row
 // r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) * 16).
-template <typename T, int D>
+template <typename T, int D, int Stages>
 struct WgmmaForwardTile {
   static constexpr int queries = attention_mma_tile_queries;  // rows per CTA
   static constexpr int keys = attention_mma_kv_block;
@@ -420,10 +421,10 @@ struct WgmmaForwardTile {
   static constexpr int kv_panel_bytes = keys * 128;
   static constexpr int q_bytes = panels * q_panel_bytes;
   static constexpr int kv_bytes = panels * kv_panel_bytes;  // one stage of K or of V
-  static constexpr int stages = 4;  // K/V blocks in flight: decode streams a sequence's cache through one CTA
+  static constexpr int stages = Stages;  // K/V blocks in flight (2 for prefill, 4 for decode)
   static constexpr int shared_bytes = q_bytes + 2 * stages * kv_bytes + 1024;  // + alignment slack
   static_assert(shared_bytes <= 227 * 1024, "shared memory per block");
-  static_assert(sizeof(T) == 2 && keys == 64 && queries == 128 && D % 64 == 0, "16-bit types, 64-key blocks, 128 rows");
+  static_assert(sizeof(T) == 2 && keys == 64 && queries == 128 && D % 64 == 0 && stages >= 2, "16-bit types, 64-key blocks, 128 rows");
   // The output staging (16 rows of D + 8 per warp) reuses the K/V stages after the last block.
   static_assert(warpgroups * 4 * 16 * (D + 8) * 2 <= 2 * stages * kv_bytes, "staging fits in the K/V stages");
 };
@@ -444,12 +445,12 @@ __device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const
   }
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(WgmmaForwardTile<T, D>::threads, 1)
+template <typename T, int D, int Stages>
+__global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
     forward_wgmma_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse, const AttentionTile* tiles,
-                         AttentionShape shape) {
+                         AttentionShape shape, int pack_heads) {
 #ifdef BITCHECK_ATTENTION_SM90A
-  using Tile = WgmmaForwardTile<T, D>;
+  using Tile = WgmmaForwardTile<T, D, Stages>;
   constexpr int BN = Tile::keys;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* shared = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) & ~std::uintptr_t(1023));
@@ -459,7 +460,7 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D>::threads, 1)
 
   const AttentionTile tile = tiles[blockIdx.x / shape.heads];
   const int group = shape.heads / shape.kv_heads;
-  const int pack = group == 2 || group == 4 || group == 8 ? group : 1;  // heads sharing the CTA
+  const int pack = pack_heads && (group == 2 || group == 4 || group == 8) ? group : 1;  // heads sharing the CTA
   const int per_head = Tile::queries / pack;                             // queries per head
   const int within = static_cast<int>(blockIdx.x % shape.heads), first_head = within / pack * pack;
   const int first_query = within % pack * per_head, count = min(tile.count - first_query, per_head);
@@ -1166,20 +1167,49 @@ void launch_mma(const void* q, const void* k_cache, const void* v_cache, void* o
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
-template <typename T, int D>
-void launch_wgmma(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
-                  int tile_count, AttentionShape shape, CUstream_st* stream) {
-  using Tile = WgmmaForwardTile<T, D>;
+// Launch shapes of the wgmma forward, a per-launch scheduling choice (no bit depends on it): prefill
+// (some tile longer than 16 queries) on 2 K/V stages, one head per CTA; decode-like launches on 4
+// stages, since one CTA streams a sequence's whole cache, and with the heads of a KV group packed
+// into one CTA when that still leaves at least 64 CTAs with work (fewer CTAs would leave SMs idle
+// while each streams its cache).
+struct WgmmaForwardPlan {
+  bool decode_like;
+  bool pack_heads;
+};
+WgmmaForwardPlan plan_wgmma_forward(int tile_count, int longest_tile, AttentionShape shape) {
+  const int group = shape.heads / shape.kv_heads;
+  const bool decode_like = longest_tile <= 16;
+  const bool packable = (group == 2 || group == 4 || group == 8) && longest_tile <= attention_mma_tile_queries / group;
+  return {decode_like, decode_like && packable && static_cast<std::int64_t>(tile_count) * shape.kv_heads >= 64};
+}
+
+template <typename T, int D, int Stages>
+void launch_wgmma_stages(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
+                         int tile_count, AttentionShape shape, bool pack_heads, CUstream_st* stream) {
+  using Tile = WgmmaForwardTile<T, D, Stages>;
   static bool configured = false;
   if (!configured) {
-    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_wgmma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::shared_bytes));
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_wgmma_kernel<T, D, Stages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Tile::shared_bytes));
     configured = true;
   }
   const std::int64_t ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
   if (ctas > std::numeric_limits<int>::max()) throw std::invalid_argument("attention_forward_mma: tiles * heads exceeds the grid");
-  forward_wgmma_kernel<T, D><<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
-      static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape);
+  forward_wgmma_kernel<T, D, Stages><<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
+      static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape,
+      pack_heads ? 1 : 0);
   BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T, int D>
+void launch_wgmma(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
+                  int tile_count, int longest_tile, AttentionShape shape, CUstream_st* stream) {
+  const WgmmaForwardPlan plan = plan_wgmma_forward(tile_count, longest_tile, shape);
+  if (plan.decode_like) {
+    launch_wgmma_stages<T, D, 4>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, plan.pack_heads, stream);
+  } else {
+    launch_wgmma_stages<T, D, 2>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, false, stream);
+  }
 }
 
 template <typename T, int D>
@@ -1239,18 +1269,18 @@ void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void
 
 void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache, const void* v_cache, void* o, float* lse,
                            const AttentionTile* tiles, int tile_count, AttentionShape shape, CUstream_st* stream,
-                           bool force_mma_sync) {
+                           bool force_mma_sync, int longest_tile) {
   if (tile_count <= 0) return;
   if (dtype == DeviceDType::fp32 || (shape.dim != 64 && shape.dim != 128)) {
     throw std::invalid_argument("attention_forward_mma: bf16/fp16 with head dim 64 or 128 only");
   }
   if (!force_mma_sync && attention_forward_uses_wgmma()) {
     if (dtype == DeviceDType::bf16) {
-      shape.dim == 64 ? launch_wgmma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream)
-                      : launch_wgmma<__nv_bfloat16, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+      shape.dim == 64 ? launch_wgmma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, longest_tile, shape, stream)
+                      : launch_wgmma<__nv_bfloat16, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, longest_tile, shape, stream);
     } else {
-      shape.dim == 64 ? launch_wgmma<__half, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream)
-                      : launch_wgmma<__half, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+      shape.dim == 64 ? launch_wgmma<__half, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, longest_tile, shape, stream)
+                      : launch_wgmma<__half, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, longest_tile, shape, stream);
     }
     return;
   }

@@ -50,10 +50,13 @@ void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void
 // sm_90 device the products run on wgmma (attention_forward_uses_wgmma), elsewhere on mma.sync;
 // the choice depends on the device only.
 // force_mma_sync runs the mma.sync kernel on any device (the GPU tests compare the two paths).
+// longest_tile (the most queries in any tile) lets the wgmma launcher pick its launch shape for
+// decode-like launches; the default treats the launch as prefill. No result depends on either.
 bool attention_forward_uses_wgmma();  // for the current device (BITCHECK_ATTENTION_FORWARD=mma-sync: false)
 void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache, const void* v_cache, void* o,
                            float* lse, const AttentionTile* tiles, int tile_count, AttentionShape shape,
-                           CUstream_st* stream, bool force_mma_sync = false);
+                           CUstream_st* stream, bool force_mma_sync = false,
+                           int longest_tile = attention_mma_tile_queries);
 
 // SIMT forward (any dtype, dim <= 128, kv_block a multiple of 32 up to 128): keys in blocks of
 // kv_block from position 0; with splits > 1 each query's blocks are cut into `splits` contiguous

@@ -419,17 +419,16 @@ CUtensorMap make_tensor_map(CUtensorMapDataType type, const void* base, int64_t 
 // Tile shapes of the wgmma path and the relative time of one wave of each (one tile per SM)
 // against a wave of 128x256 tiles; used only to pick the shape, which changes no bit: every
 // shape runs the same per-element chain (m64nNk16 over K blocks of 64 in order; gemm_probe checks
-// all shapes bitwise against each other). 64x256 from the H200 bench (reports/gpu/matmul-bench.md):
-// a full wave of 64-row tiles took 0.8-0.87 of a 128-row wave at K = 4096 and 0.63 at N = 6144, and
-// 0.55 made M = 257 run 5 waves of 64 rows where 3 of 128 fit (0.48x the heuristic on the
-// vocabulary shape); 0.65 picks 128 rows there. The narrower shapes' costs are estimates until
-// `gemm_probe --tiles` measures them.
+// all shapes bitwise against each other). Fitted to `gemm_probe --tiles` on an H200
+// (reports/gpu/gemm-tile-shapes.md: every shape timed on the five benchmark shapes at M = 1 to
+// 4096): with these costs the pick is on average within 1.2 % of the fastest shape there, at worst
+// 10 % (M = 257, N = 28672). A 128x64 wave costs 0.42-0.47, never the best: not a candidate.
 struct TileShape {
   int rows, cols;
   double wave_cost;
 };
-constexpr TileShape kTileShapes[] = {{128, 256, 1.0}, {64, 256, 0.65}, {128, 128, 0.55},
-                                     {64, 128, 0.36}, {128, 64, 0.3},  {64, 64, 0.2}};
+constexpr TileShape kTileShapes[] = {
+    {128, 256, 1.0}, {64, 256, 0.55}, {128, 128, 0.55}, {64, 128, 0.35}, {64, 64, 0.35}};
 
 // The shape with the fewest estimated wave-times for this launch (the larger tile on a tie).
 TileShape choose_tile(int64_t M, int64_t N, int sm_count) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -185,7 +186,83 @@ ForwardOutputs run_forward_path(DType dtype, int head_dim, bool force_mma_sync) 
   return outputs;
 }
 
+// Each sequence's last query computed twice on the device's forward path: in a prefill launch of
+// whole sequences (tiles of up to 128 queries) and in a decode launch (one one-query tile per
+// sequence, the launch shape the decode layout gets). Returns the o and lse bits of those queries
+// from both launches.
+struct DecodeComparison {
+  std::vector<std::uint16_t> prefill_o, decode_o;
+  std::vector<float> prefill_lse, decode_lse;
+};
+DecodeComparison prefill_and_decode(DType dtype, int head_dim, int sequences) {
+  const cuda::AttentionShape shape{8, 2, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+  std::mt19937 generator(static_cast<unsigned>(sequences));
+  std::uniform_int_distribution<int> length_of(1, 300);
+  std::vector<cuda::AttentionTile> prefill_tiles, decode_tiles;
+  std::vector<int> last_slots;
+  int slots = 0;
+  for (int s = 0; s < sequences; ++s) {
+    const int length = length_of(generator);
+    for (int i = 0; i < length; i += cuda::attention_mma_tile_queries) {
+      prefill_tiles.push_back({slots + i, std::min(cuda::attention_mma_tile_queries, length - i), i, slots});
+    }
+    decode_tiles.push_back({slots + length - 1, 1, length - 1, slots});
+    last_slots.push_back(slots + length - 1);
+    slots += length;
+  }
+  const std::size_t q_elements = static_cast<std::size_t>(slots) * shape.heads * head_dim;
+  const std::size_t kv_elements = static_cast<std::size_t>(slots) * shape.kv_heads * head_dim;
+  const cuda::DeviceBuffer q = upload_halves(random_halves(dtype, q_elements, generator));
+  const cuda::DeviceBuffer k = upload_halves(random_halves(dtype, kv_elements, generator));
+  const cuda::DeviceBuffer v = upload_halves(random_halves(dtype, kv_elements, generator));
+  const cuda::DeviceDType device_dtype = dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
+  const std::size_t row = static_cast<std::size_t>(shape.heads) * head_dim;
+  DecodeComparison result;
+  for (bool decode : {false, true}) {
+    const std::vector<cuda::AttentionTile>& tiles = decode ? decode_tiles : prefill_tiles;
+    cuda::DeviceBuffer o(q_elements * 2), lse(static_cast<std::size_t>(slots) * shape.heads * sizeof(float));
+    o.fill_bytes(0xFF);
+    lse.fill_bytes(0xFF);
+    const cuda::DeviceBuffer tile_buffer = upload_items(tiles);
+    cuda::attention_forward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), tile_buffer.as<cuda::AttentionTile>(),
+                                static_cast<int>(tiles.size()), shape, nullptr, false, decode ? 1 : cuda::attention_mma_tile_queries);
+    std::vector<std::uint16_t> o_bits(q_elements);
+    std::vector<float> lse_values(static_cast<std::size_t>(slots) * shape.heads);
+    o.download(o_bits.data(), o.bytes());
+    lse.download(lse_values.data(), lse.bytes());
+    for (int slot : last_slots) {
+      auto& o_out = decode ? result.decode_o : result.prefill_o;
+      auto& lse_out = decode ? result.decode_lse : result.prefill_lse;
+      o_out.insert(o_out.end(), o_bits.begin() + static_cast<std::ptrdiff_t>(slot * row),
+                   o_bits.begin() + static_cast<std::ptrdiff_t>((slot + 1) * row));
+      lse_out.insert(lse_out.end(), lse_values.begin() + slot * shape.heads, lse_values.begin() + (slot + 1) * shape.heads);
+    }
+  }
+  return result;
+}
+
 }  // namespace
+
+TEST_CASE("attention decode launches give the prefill rows' bits", "[gpu][attention]") {
+  // 40 sequences x 2 KV heads make the wgmma launcher pack the heads of a group into one CTA;
+  // 8 sequences do not. Both must reproduce the prefill launch's rows bit for bit.
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    for (int head_dim : {64, 128}) {
+      for (int sequences : {8, 40}) {
+        const DecodeComparison result = prefill_and_decode(dtype, head_dim, sequences);
+        INFO(to_string(dtype) << " D=" << head_dim << " sequences=" << sequences);
+        // Both launches wrote these rows (the buffers start as NaN).
+        CHECK(std::all_of(result.decode_lse.begin(), result.decode_lse.end(), [](float x) { return std::isfinite(x); }));
+        CHECK(std::none_of(result.decode_o.begin(), result.decode_o.end(), [](std::uint16_t bits) { return bits == 0xFFFF; }));
+        CHECK(result.decode_o == result.prefill_o);
+        CHECK(std::memcmp(result.decode_lse.data(), result.prefill_lse.data(), result.decode_lse.size() * sizeof(float)) == 0);
+        std::vector<std::uint16_t> flipped = result.decode_o;
+        flipped[flipped.size() / 2] ^= 1;
+        CHECK(flipped != result.prefill_o);  // the comparison sees a one-bit change
+      }
+    }
+  }
+}
 
 TEST_CASE("attention wgmma forward agrees with the mma.sync forward", "[gpu][attention]") {
   if (!cuda::attention_forward_uses_wgmma()) {
