@@ -1,5 +1,7 @@
-// CUDA impls of rmsnorm and add_rmsnorm: `fixed-order` (one block of 256 threads per row whatever
-// the batch; dweight accumulated over tokens in token order, no atomics) and the control
+// CUDA impls of rmsnorm and add_rmsnorm: `fixed-order` (forward: a row layout chosen from the width
+// and dtype alone, whole warps per row holding the row in registers, see rmsnorm_kernels.cu;
+// backward: one block of 256 threads per row whatever the batch; dweight accumulated over tokens
+// in token order, no atomics) and the control
 // `block-size-by-tokens` (below 256 tokens each row is split across 4 blocks whose partial sums go
 // through a workspace in the io dtype; one block per row from 256 tokens on: the launch-shape switch
 // reported against vLLM's fused-add RMSNorm). Reordering the fp32 sum alone moves the inverse RMS by
@@ -31,7 +33,7 @@ class CudaRmsnorm : public Impl {
   bool claims_invariance() const override { return !control_; }
   std::string description() const override {
     return control_ ? "control: below 256 tokens each row is split across 4 blocks whose partial sums of squares pass through a workspace in the io dtype, one block per row from 256 tokens on (launch shape chosen from the token count, as in vLLM's fused-add RMSNorm): the row's sum changes with the batch"
-                    : "one block of 256 threads per row whatever the batch (16-byte loads, row kept in registers), fixed per-thread order and fixed reduction tree; dweight: per-column sequential sum over tokens in token order into the carried fp32 accumulator (no atomics)";
+                    : "forward: threads per row chosen from the width and dtype only (whole warps, two 16-byte units each; one warp per row, four rows a block, for short rows), row kept in registers, fixed per-thread order and fixed reduction tree; backward: one block of 256 threads per row whatever the batch (16-byte loads); dweight: per-column sequential sum over tokens in token order into the carried fp32 accumulator (no atomics)";
   }
   bool supports(Pass) const override { return true; }
 
@@ -144,6 +146,13 @@ class CudaRmsnorm : public Impl {
     measurement.config = {{"block_threads", launches.front().block_threads},
                           {"row_splits", launches.front().row_splits},
                           {"rotated_sets", sets}};
+    const cuda::RmsnormRowLayout layout = cuda::rmsnorm_forward_row_layout(launches.front().dtype, width);
+    if (!backward && layout.threads_per_row > 0 && launches.front().row_splits <= 1 &&
+        launches.front().block_threads == cuda::rmsnorm_fixed_block_threads) {
+      measurement.config["threads_per_row"] = layout.threads_per_row;
+      measurement.config["rows_per_block"] = layout.rows_per_block;
+      measurement.config["units_per_thread"] = layout.units_per_thread;
+    }
     return measurement;
   }
 

@@ -28,7 +28,10 @@ struct RmsnormLaunch {
   const int32_t* tokens = nullptr;
   int64_t token_count = 0;
   int64_t width = 0;
-  // Threads per row block (the fixed-order impl: always rmsnorm_fixed_block_threads).
+  // Threads per row block of the scalar kernels and the backward rows (the fixed-order impl:
+  // always rmsnorm_fixed_block_threads). With that value, no split and a width that has a forward
+  // row layout (rmsnorm_forward_row_layout), forward runs that layout instead; any other value runs
+  // the scalar kernels with this block size.
   int block_threads = 256;
   // Blocks per row. 1: one block reduces the whole row. A control splits each row into
   // `row_splits` column slices, one block each, whose partial sums (of v^2 and of dy * w * v) go
@@ -38,6 +41,20 @@ struct RmsnormLaunch {
   void* partials = nullptr;
 };
 constexpr int rmsnorm_fixed_block_threads = 256;
+
+// The forward kernel's row layout in the fixed-order configuration, a function of the dtype and
+// the width only (never of the batch): a row of `units` 16-byte units, `threads_per_row` threads
+// (whole warps; thread t holds units t, t + threads_per_row, ... below `units`, at most
+// `units_per_thread` of them), `rows_per_block` rows per block (several only for one-warp rows).
+// threads_per_row == 0: no layout (a row that is not a whole number of 16-byte units, or longer
+// than 32 warps of 4 units); forward then runs the scalar kernel.
+struct RmsnormRowLayout {
+  int threads_per_row = 0;
+  int rows_per_block = 0;
+  int units_per_thread = 0;
+  int64_t units = 0;
+};
+RmsnormRowLayout rmsnorm_forward_row_layout(DeviceDType dtype, int64_t width);
 
 void rmsnorm_forward(const RmsnormLaunch& launch, CUstream_st* stream);
 void rmsnorm_backward_rows(const RmsnormLaunch& launch, CUstream_st* stream);
