@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
 // (softmax_block, store_rows), with the two products on wgmma: S = Q·Kᵀ as m64n64k16 with Q and K
 // K-major in shared memory, O += P·V as m64nDk16 with P in registers and V N-major.
 //
-// With pack_heads (the launcher sets it for decode-like launches with enough tiles to fill the GPU),
+// With PackHeads (the launcher picks it for decode-like launches with enough tiles to fill the GPU),
 // heads that share a KV head share the CTA and each K/V block it loads: with G = heads / kv_heads
 // in {2, 4, 8}, CTA (tile, head h) of the grid instead takes sub-tile h % G (128 / G queries of the
 // tile) for all G heads of h's group; its row r is head (h - h % G) + r / (128 / G), query
@@ -424,31 +424,48 @@ struct WgmmaForwardTile {
   static constexpr int stages = Stages;  // K/V blocks in flight (2 for prefill, 4 for decode)
   static constexpr int shared_bytes = q_bytes + 2 * stages * kv_bytes + 1024;  // + alignment slack
   static_assert(shared_bytes <= 227 * 1024, "shared memory per block");
-  static_assert(sizeof(T) == 2 && keys == 64 && queries == 128 && D % 64 == 0 && stages >= 2, "16-bit types, 64-key blocks, 128 rows");
+  static_assert(sizeof(T) == 2 && keys == 64 && queries == 128 && D % 64 == 0, "16-bit types, 64-key blocks, 128 rows");
+  static_assert(stages >= 2 && (stages & (stages - 1)) == 0, "a power of two of stages");
   // The output staging (16 rows of D + 8 per warp) reuses the K/V stages after the last block.
   static_assert(warpgroups * 4 * 16 * (D + 8) * 2 <= 2 * stages * kv_bytes, "staging fits in the K/V stages");
 };
 
 // Every thread of the CTA copies its share of `rows` rows of D elements into swizzled panels; row r
-// comes from row_source(r), and rows for which it gives nullptr become zeros (their copies name the
-// valid global address `anywhere` and read nothing).
-template <typename T, int D, int rows, int threads, typename RowSource>
-__device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const T* anywhere, RowSource row_source) {
+// comes from source + r * row_stride, and rows at or past valid_rows become zeros.
+template <typename T, int D, int rows, int threads>
+__device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const T* source, std::int64_t row_stride, int valid_rows) {
   constexpr int chunks = D / 8;
   static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
 #pragma unroll
   for (int i = 0; i < rows * chunks / threads; ++i) {
     const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks, column = chunk % chunks;
-    const T* source = row_source(row);
+    const bool valid = row < valid_rows;
     unsigned char* destination = shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
-    copy_async_16(destination, source ? source + column * 8 : anywhere, source != nullptr);
+    copy_async_16(destination, valid ? source + row * row_stride + column * 8 : source, valid);
   }
 }
 
-template <typename T, int D, int Stages>
+// The Q tile of a CTA whose rows are `pack` heads x per_head queries (row r: head first_head +
+// r / per_head, query r % per_head, real when below count); the rest become zeros.
+template <typename T, int D, int rows, int threads>
+__device__ __forceinline__ void load_packed_queries_async(unsigned char* shared, const T* q, std::int64_t q_stride, int first_slot,
+                                                          int first_head, int per_head, int count) {
+  constexpr int chunks = D / 8;
+  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < rows * chunks / threads; ++i) {
+    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks, column = chunk % chunks;
+    const int query = row % per_head;
+    const bool valid = query < count;
+    unsigned char* destination = shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
+    copy_async_16(destination, valid ? q + (first_slot + query) * q_stride + (first_head + row / per_head) * D + column * 8 : q, valid);
+  }
+}
+
+template <typename T, int D, int Stages, bool PackHeads>
 __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
     forward_wgmma_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse, const AttentionTile* tiles,
-                         AttentionShape shape, int pack_heads) {
+                         AttentionShape shape) {
 #ifdef BITCHECK_ATTENTION_SM90A
   using Tile = WgmmaForwardTile<T, D, Stages>;
   constexpr int BN = Tile::keys;
@@ -460,7 +477,7 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
 
   const AttentionTile tile = tiles[blockIdx.x / shape.heads];
   const int group = shape.heads / shape.kv_heads;
-  const int pack = pack_heads && (group == 2 || group == 4 || group == 8) ? group : 1;  // heads sharing the CTA
+  const int pack = PackHeads && (group == 2 || group == 4 || group == 8) ? group : 1;  // heads sharing the CTA
   const int per_head = Tile::queries / pack;                             // queries per head
   const int within = static_cast<int>(blockIdx.x % shape.heads), first_head = within / pack * pack;
   const int first_query = within % pack * per_head, count = min(tile.count - first_query, per_head);
@@ -475,21 +492,16 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
   const T* v_sequence = v_cache + tile.cache_base * kv_stride + kv_head * D;
   auto load_block = [&](int block, int stage) {  // keys past the CTA's last query become zeros
     const int valid_keys = last_position - block * BN + 1;
-    const T* k_block = k_sequence + block * BN * kv_stride;
-    const T* v_block = v_sequence + block * BN * kv_stride;
-    load_swizzled_async<T, D, BN, Tile::threads>(k_s + stage * Tile::kv_bytes, k_sequence, [&](int row) -> const T* {
-      return row < valid_keys ? k_block + row * kv_stride : nullptr;
-    });
-    load_swizzled_async<T, D, BN, Tile::threads>(v_s + stage * Tile::kv_bytes, v_sequence, [&](int row) -> const T* {
-      return row < valid_keys ? v_block + row * kv_stride : nullptr;
-    });
+    load_swizzled_async<T, D, BN, Tile::threads>(k_s + stage * Tile::kv_bytes, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    load_swizzled_async<T, D, BN, Tile::threads>(v_s + stage * Tile::kv_bytes, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
   };
   // Copy groups: one per block (Q rides with block 0), Tile::stages - 1 ahead of the block in use;
   // empty groups past the last block keep the count uniform.
-  load_swizzled_async<T, D, Tile::queries, Tile::threads>(q_s, q, [&](int row) -> const T* {
-    const int query = row % per_head;
-    return query < count ? q + (first_slot + query) * q_stride + (first_head + row / per_head) * D : nullptr;
-  });
+  if constexpr (PackHeads) {
+    load_packed_queries_async<T, D, Tile::queries, Tile::threads>(q_s, q, q_stride, first_slot, first_head, per_head, count);
+  } else {
+    load_swizzled_async<T, D, Tile::queries, Tile::threads>(q_s, q + first_slot * q_stride + first_head * D, q_stride, count);
+  }
 #pragma unroll
   for (int i = 0; i < Tile::stages - 1; ++i) {
     if (i <= last_block) load_block(i, i);
@@ -514,10 +526,10 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
     copy_async_wait<Tile::stages - 2>();  // this thread's copies of the block have landed
     __syncthreads();  // everyone's have, and nobody still reads the stage refilled next (block - 1's)
     const int ahead = block + Tile::stages - 1;
-    if (ahead <= last_block) load_block(ahead, ahead % Tile::stages);
+    if (ahead <= last_block) load_block(ahead, ahead & (Tile::stages - 1));
     copy_async_commit();
     if (block * BN > group_last_position) continue;  // uniform over the warpgroup
-    const int stage = block % Tile::stages;
+    const int stage = block & (Tile::stages - 1);
     const std::uint32_t k_address = shared_address(k_s + stage * Tile::kv_bytes);
     const std::uint32_t v_address = shared_address(v_s + stage * Tile::kv_bytes);
 
@@ -1183,21 +1195,20 @@ WgmmaForwardPlan plan_wgmma_forward(int tile_count, int longest_tile, AttentionS
   return {decode_like, decode_like && packable && static_cast<std::int64_t>(tile_count) * shape.kv_heads >= 64};
 }
 
-template <typename T, int D, int Stages>
+template <typename T, int D, int Stages, bool PackHeads>
 void launch_wgmma_stages(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
-                         int tile_count, AttentionShape shape, bool pack_heads, CUstream_st* stream) {
+                         int tile_count, AttentionShape shape, CUstream_st* stream) {
   using Tile = WgmmaForwardTile<T, D, Stages>;
   static bool configured = false;
   if (!configured) {
-    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_wgmma_kernel<T, D, Stages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Tile::shared_bytes));
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_wgmma_kernel<T, D, Stages, PackHeads>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::shared_bytes));
     configured = true;
   }
   const std::int64_t ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
   if (ctas > std::numeric_limits<int>::max()) throw std::invalid_argument("attention_forward_mma: tiles * heads exceeds the grid");
-  forward_wgmma_kernel<T, D, Stages><<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
-      static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape,
-      pack_heads ? 1 : 0);
+  forward_wgmma_kernel<T, D, Stages, PackHeads><<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
+      static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
@@ -1205,10 +1216,12 @@ template <typename T, int D>
 void launch_wgmma(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
                   int tile_count, int longest_tile, AttentionShape shape, CUstream_st* stream) {
   const WgmmaForwardPlan plan = plan_wgmma_forward(tile_count, longest_tile, shape);
-  if (plan.decode_like) {
-    launch_wgmma_stages<T, D, 4>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, plan.pack_heads, stream);
+  if (plan.pack_heads) {
+    launch_wgmma_stages<T, D, 4, true>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+  } else if (plan.decode_like) {
+    launch_wgmma_stages<T, D, 4, false>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
   } else {
-    launch_wgmma_stages<T, D, 2>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, false, stream);
+    launch_wgmma_stages<T, D, 2, false>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
   }
 }
 
