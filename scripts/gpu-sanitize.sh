@@ -218,7 +218,7 @@ done
   echo "- compute-sanitizer: $sanitizer (${sanitizer_version:-version unknown})"
   echo "- kernel filter: $filter_text"
   echo "- script: \`scripts/gpu-sanitize.sh BUNDLE OUT --tools $tools --kernels $kernels --ops $ops --timeout $timeout_s --shards $shards$([ $parallel = 1 ] && echo " --parallel")\`"
-  echo "- GPUs used: ${gpu_list[*]} (processes round-robin)"
+  echo "- GPU indices used: ${gpu_list[*]} (processes round-robin)"
   echo
   echo "| tool | errors | cases run | verdicts | wall time | sweep | control (defect probe must be reported) | log |"
   echo "|---|---|---|---|---|---|---|---|"
