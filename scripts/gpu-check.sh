@@ -7,6 +7,8 @@
 # The GPU machine needs only the CUDA driver and cuBLASLt (no package registry there); from a
 # development machine, through the device tool:
 #   scripts/gpu-bundle.sh .gpu-bundle && run "scripts/gpu-check.sh .gpu-bundle \$OUT" (carry .gpu-bundle)
+# Where the working tree and the bundle together exceed what a call may carry, carry the bundle packed
+# (tar czf .gpu-bundle-z/bundle.tgz .gpu-bundle: about a quarter of the size) and unpack it first.
 set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=${2:?output dir}
