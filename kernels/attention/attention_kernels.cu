@@ -888,6 +888,37 @@ __device__ __forceinline__ void store_warp_rows(T* staging, const float (&acc)[D
 // block S = Q·Kᵀ and dP = dO·Vᵀ (Q, dO fragments re-read from shared), p = 2^(s·scale·log2 e −
 // lse·log2 e), ds = p·(dp − delta), dQ += dS·K. Tiles are aligned to the blocks, so only the tile's
 // own (last) block needs the causal mask, and only a warp of padding rows skips blocks.
+// The two products of one warp's 16 rows that both backward kernels form side by side, over the
+// head dim in 16-wide steps: s = A1·B1ᵀ and dp = A2·B2ᵀ for N columns (N / 16 pairs of B rows from
+// b_offset on). A fragments come from a1_lane / a2_lane (rows of this warp), B fragments from
+// b1_lane / b2_lane; each element's chain is its kc steps in order.
+template <typename T, int D, int N, int row_bytes, int element_bytes>
+__device__ __forceinline__ void paired_products(float (&s)[N / 8][4], float (&dp)[N / 8][4], unsigned a1_lane, unsigned a2_lane,
+                                                unsigned b1_lane, unsigned b2_lane, unsigned b_offset) {
+#pragma unroll
+  for (int nt = 0; nt < N / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
+  }
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    std::uint32_t a1[4], a2[4];
+    ldmatrix_x4(a1, a1_lane + kc * 16 * element_bytes);
+    ldmatrix_x4(a2, a2_lane + kc * 16 * element_bytes);
+#pragma unroll
+    for (int pair = 0; pair < N / 16; ++pair) {
+      const unsigned at = b_offset + pair * 16 * row_bytes + kc * 16 * element_bytes;
+      std::uint32_t b1[4], b2[4];
+      ldmatrix_x4(b1, b1_lane + at);
+      mma_16816<T>(s[2 * pair], a1, b1[0], b1[1]);
+      mma_16816<T>(s[2 * pair + 1], a1, b1[2], b1[3]);
+      ldmatrix_x4(b2, b2_lane + at);
+      mma_16816<T>(dp[2 * pair], a2, b2[0], b2[1]);
+      mma_16816<T>(dp[2 * pair + 1], a2, b2[2], b2[3]);
+    }
+  }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
     dq_mma_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dq,
@@ -952,28 +983,7 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
     const unsigned stage_offset = static_cast<unsigned>((block & 1) * stage_bytes);
 
     float s[BN / 8][4], dp[BN / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
-    }
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc) {
-      std::uint32_t qa[4], da[4];
-      ldmatrix_x4(qa, q_lane + kc * 16 * element_bytes);
-      ldmatrix_x4(da, do_lane + kc * 16 * element_bytes);
-#pragma unroll
-      for (int pair = 0; pair < BN / 16; ++pair) {
-        const unsigned at = stage_offset + pair * 16 * row_bytes + kc * 16 * element_bytes;
-        std::uint32_t kb[4], vb[4];
-        ldmatrix_x4(kb, k_lane + at);
-        mma_16816<T>(s[2 * pair], qa, kb[0], kb[1]);
-        mma_16816<T>(s[2 * pair + 1], qa, kb[2], kb[3]);
-        ldmatrix_x4(vb, v_lane + at);
-        mma_16816<T>(dp[2 * pair], da, vb[0], vb[1]);
-        mma_16816<T>(dp[2 * pair + 1], da, vb[2], vb[3]);
-      }
-    }
+    paired_products<T, D, BN, row_bytes, element_bytes>(s, dp, q_lane, do_lane, k_lane, v_lane, stage_offset);
     // ds in place of s; the causal mask by the row's own position, needed only where the block
     // reaches past the warp's first row.
     const bool diagonal = block * BN + BN - 1 > warp_first_position;
@@ -1088,28 +1098,7 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
     for (int part = 0; part < BM / QP; ++part) {
       const unsigned part_offset = stage_offset + static_cast<unsigned>(part * QP * row_bytes);
       float s[QP / 8][4], dp[QP / 8][4];
-#pragma unroll
-      for (int nt = 0; nt < QP / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
-      }
-#pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc) {
-        std::uint32_t ka[4], va[4];
-        ldmatrix_x4(ka, k_lane + kc * 16 * element_bytes);
-        ldmatrix_x4(va, v_lane + kc * 16 * element_bytes);
-#pragma unroll
-        for (int pair = 0; pair < QP / 16; ++pair) {
-          const unsigned at = part_offset + pair * 16 * row_bytes + kc * 16 * element_bytes;
-          std::uint32_t qb[4], dob[4];
-          ldmatrix_x4(qb, q_lane + at);
-          mma_16816<T>(s[2 * pair], ka, qb[0], qb[1]);
-          mma_16816<T>(s[2 * pair + 1], ka, qb[2], qb[3]);
-          ldmatrix_x4(dob, do_lane + at);
-          mma_16816<T>(dp[2 * pair], va, dob[0], dob[1]);
-          mma_16816<T>(dp[2 * pair + 1], va, dob[2], dob[3]);
-        }
-      }
+      paired_products<T, D, QP, row_bytes, element_bytes>(s, dp, k_lane, v_lane, q_lane, do_lane, part_offset);
       // pᵀ in place of s, dsᵀ in place of dp.
 #pragma unroll
       for (int nt = 0; nt < QP / 8; ++nt) {
