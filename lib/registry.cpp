@@ -9,7 +9,7 @@
 
 namespace bitcheck {
 
-void register_all(Registry& registry) {
+void register_ops_and_cpu(Registry& registry) {
   register_matmul_op(registry);
   register_rmsnorm_op(registry);
   register_embedding_op(registry);
@@ -33,6 +33,10 @@ void register_all(Registry& registry) {
   register_add_rmsnorm_cpu(registry);
   register_rope_cpu(registry);
   register_attention_cpu(registry);
+}
+
+void register_all(Registry& registry) {
+  register_ops_and_cpu(registry);
   register_test_impls_cpu(registry);  // only with BITCHECK_TEST_IMPLS=1
 
   register_cuda_backend(registry);

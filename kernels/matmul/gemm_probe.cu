@@ -369,6 +369,20 @@ int sets_for(size_t bytes) {
   return int(std::clamp<size_t>((target + bytes - 1) / bytes, 1, 8));
 }
 
+// Weights, inputs and outputs of an N x K GEMM for up to m_max rows, each in enough random sets to
+// rotate through more than L2 holds; count is the number of distinct launches that takes.
+struct RotatedBuffers {
+  std::vector<bc::DeviceBuffer> w, x, y;
+  int count = 0;
+  RotatedBuffers(GemmDType t, int64_t N, int64_t K, int64_t m_max) {
+    const int w_sets = sets_for(N * K * 2), x_sets = sets_for(m_max * K * 2), y_sets = sets_for(m_max * N * 2);
+    for (int i = 0; i < w_sets; ++i) { w.emplace_back(N * K * 2); fill(w.back(), t, 100 + i); }
+    for (int i = 0; i < x_sets; ++i) { x.emplace_back(m_max * K * 2); fill(x.back(), t, 200 + i); }
+    for (int i = 0; i < y_sets; ++i) y.emplace_back(m_max * N * 2);
+    count = std::max({w_sets, x_sets, y_sets});
+  }
+};
+
 struct BenchRow {
   int64_t N, K, M;
   std::pair<int, int> chosen;
@@ -384,12 +398,9 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
                  std::vector<BenchRow>& table) {
   const GemmDType t = GemmDType::bf16;
   const int64_t m_max = *std::max_element(ms.begin(), ms.end());
-  const int w_sets = sets_for(N * K * 2), x_sets = sets_for(m_max * K * 2), y_sets = sets_for(m_max * N * 2);
-  std::vector<bc::DeviceBuffer> w, x, y;
-  for (int i = 0; i < w_sets; ++i) { w.emplace_back(N * K * 2); fill(w.back(), t, 100 + i); }
-  for (int i = 0; i < x_sets; ++i) { x.emplace_back(m_max * K * 2); fill(x.back(), t, 200 + i); }
-  for (int i = 0; i < y_sets; ++i) y.emplace_back(m_max * N * 2);
-  const int sets = std::max({w_sets, x_sets, y_sets});
+  RotatedBuffers buffers(t, N, K, m_max);
+  std::vector<bc::DeviceBuffer>& w = buffers.w, &x = buffers.x, &y = buffers.y;
+  const int w_sets = int(w.size()), x_sets = int(x.size()), y_sets = int(y.size()), sets = buffers.count;
   // Reference rows for the invariance check: the first 64 rows computed at M=64.
   const int64_t ref_rows = 64;
   bc::fixed_order_gemm(t, x[0].get(), w[0].get(), y[0].get(), ref_rows, N, K, nullptr);
@@ -452,12 +463,9 @@ void time_tile_shapes(int sm_count) {
   std::printf("\n| N | K | M | tile | tiles | waves | median us | us per wave | auto tile | auto us |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& s : shapes) {
     const int64_t N = s[0], K = s[1], m_max = ms.back();
-    const int w_sets = sets_for(N * K * 2), x_sets = sets_for(m_max * K * 2), y_sets = sets_for(m_max * N * 2);
-    std::vector<bc::DeviceBuffer> w, x, y;
-    for (int i = 0; i < w_sets; ++i) { w.emplace_back(N * K * 2); fill(w.back(), t, 100 + i); }
-    for (int i = 0; i < x_sets; ++i) { x.emplace_back(m_max * K * 2); fill(x.back(), t, 200 + i); }
-    for (int i = 0; i < y_sets; ++i) y.emplace_back(m_max * N * 2);
-    const int sets = std::max({w_sets, x_sets, y_sets});
+    RotatedBuffers buffers(t, N, K, m_max);
+    std::vector<bc::DeviceBuffer>& w = buffers.w, &x = buffers.x, &y = buffers.y;
+    const int w_sets = int(w.size()), x_sets = int(x.size()), y_sets = int(y.size()), sets = buffers.count;
     for (int64_t m : ms) {
       const std::pair<int, int> chosen = chosen_tile(m, N, sm_count);
       for (const ForcedShape& shape : kForcedShapes) {

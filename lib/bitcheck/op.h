@@ -251,7 +251,11 @@ class Registry {
   std::map<std::string, std::pair<bool, std::string>> backends_;
 };
 
-// The manifest: registers every op, the CPU backend and (when built) the CUDA backend.
+// Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which compose
+// whatever is registered before them: a test can add its own impls first).
+void register_ops_and_cpu(Registry& registry);
+// The manifest: register_ops_and_cpu, the test impls (BITCHECK_TEST_IMPLS=1), the CUDA backend (when
+// built) and the chain's impls.
 void register_all(Registry& registry);
 
 }  // namespace bitcheck

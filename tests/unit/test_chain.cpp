@@ -87,28 +87,7 @@ struct InaccurateSwigluWorld {
   Registry registry;
   Contract contract;
   InaccurateSwigluWorld() {
-    register_matmul_op(registry);
-    register_rmsnorm_op(registry);
-    register_embedding_op(registry);
-    register_lm_head_op(registry);
-    register_logprob_op(registry);
-    register_lm_head_logprob_op(registry);
-    register_elementwise_ops(registry);
-    register_add_rmsnorm_op(registry);
-    register_rope_op(registry);
-    register_attention_op(registry);
-    register_chain_op(registry);
-    registry.set_backend_status("cpu", true, "");
-    register_matmul_cpu(registry);
-    register_rmsnorm_cpu(registry);
-    register_embedding_cpu(registry);
-    register_lm_head_cpu(registry);
-    register_logprob_cpu(registry);
-    register_lm_head_logprob_cpu(registry);
-    register_elementwise_cpu(registry);
-    register_add_rmsnorm_cpu(registry);
-    register_rope_cpu(registry);
-    register_attention_cpu(registry);
+    register_ops_and_cpu(registry);
     registry.add_impl("swiglu", std::make_unique<OffByASixteenth>(
                                     *registry.find_impl("swiglu", "cpu-fixed-order")));
     register_chain_impls(registry);
