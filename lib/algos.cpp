@@ -88,9 +88,12 @@ std::string RowBucket::label() const {
 }
 
 const std::vector<RowBucket>& default_row_buckets() {
+  // Finer where a tile row or a wave more makes a large difference (up to 1024 rows), as wide as
+  // before past that. Every bucket edge is a tested M (default_algos_rows).
   static const std::vector<RowBucket> buckets = {
-      {1, 16},    {17, 32},    {33, 64},     {65, 128},    {129, 256},
-      {257, 512}, {513, 1024}, {1025, 2048}, {2049, 4096}, {4097, 0}};
+      {1, 16},    {17, 32},    {33, 48},    {49, 64},    {65, 96},     {97, 128},
+      {129, 192}, {193, 256},  {257, 320},  {321, 384},  {385, 512},   {513, 768},
+      {769, 1024}, {1025, 2048}, {2049, 4096}, {4097, 0}};
   return buckets;
 }
 
@@ -124,8 +127,12 @@ std::size_t bucket_index(const std::vector<RowBucket>& buckets, std::int64_t row
 }
 
 const std::vector<std::int64_t>& default_algos_rows() {
+  // Both edges of every bucket, plus M values inside them that serving batches hit (3, 7, 31,
+  // 100, 255, 1000) and 8192 for the last bucket.
   static const std::vector<std::int64_t> rows = {
-      1, 2, 3, 7, 16, 31, 32, 33, 64, 100, 128, 255, 256, 257, 512, 1000, 1024, 2048, 4096, 8192};
+      1,   2,   3,   7,   16,  17,  31,   32,   33,   48,   49,   64,   65,
+      96,  97,  100, 128, 129, 192, 193,  255,  256,  257,  320,  321,  384,
+      385, 512, 513, 768, 769, 1000, 1024, 1025, 2048, 2049, 4096, 4097, 8192};
   return rows;
 }
 
@@ -252,28 +259,35 @@ ClassTable choose_class_table(const AlgoMeasurements& measurements, const BitCla
       if (bucket.contains(rows)) choice.tested_rows.push_back(rows);
     }
     double best_relative_time = 0;
-    for (const std::size_t member : bit_class.members) {
-      const AlgoCandidate& candidate = measurements.candidates[member];
-      bool eligible = !choice.tested_rows.empty();
-      for (std::int64_t rows : measurements.checked_rows) {
-        if (bucket.contains(rows) && !contains(candidate.accepted_rows, rows)) eligible = false;
-      }
-      std::vector<double> relative_times;  // candidate time / heuristic time
-      for (std::int64_t rows : choice.tested_rows) {
-        auto time = time_at(candidate, rows);
-        auto heuristic = heuristic_at(measurements, rows);
-        if (!time || !heuristic) {
-          eligible = false;
-          break;
+    // Full timings only, where any member has them at every tested M of the bucket: a short
+    // estimate (one warm-up, three launches) can be lucky, and a pick made on luck is slower in
+    // the benchmark. Estimates decide only a bucket where no member was fully timed.
+    for (const bool full_timings_only : {true, false}) {
+      for (const std::size_t member : bit_class.members) {
+        const AlgoCandidate& candidate = measurements.candidates[member];
+        bool eligible = !choice.tested_rows.empty();
+        for (std::int64_t rows : measurements.checked_rows) {
+          if (bucket.contains(rows) && !contains(candidate.accepted_rows, rows)) eligible = false;
         }
-        relative_times.push_back(*time / *heuristic);
+        std::vector<double> relative_times;  // candidate time / heuristic time
+        for (std::int64_t rows : choice.tested_rows) {
+          auto time = time_at(candidate, rows);
+          auto heuristic = heuristic_at(measurements, rows);
+          if (!time || !heuristic ||
+              (full_timings_only && !candidate.runs.at(rows).fully_timed)) {
+            eligible = false;
+            break;
+          }
+          relative_times.push_back(*time / *heuristic);
+        }
+        if (!eligible) continue;
+        const double relative_time = geometric_mean(relative_times);
+        if (!choice.candidate || relative_time < best_relative_time) {
+          choice.candidate = member;
+          best_relative_time = relative_time;
+        }
       }
-      if (!eligible) continue;
-      const double relative_time = geometric_mean(relative_times);
-      if (!choice.candidate || relative_time < best_relative_time) {
-        choice.candidate = member;
-        best_relative_time = relative_time;
-      }
+      if (choice.candidate) break;
     }
     if (choice.candidate) {
       choice.speed_vs_heuristic = 1.0 / best_relative_time;

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "../cuda_check.cuh"
 #include "../vector_io.cuh"
@@ -58,35 +59,123 @@ __device__ __forceinline__ void apply(Variant variant, const float* in, float pa
   }
 }
 
-template <Op kOp, bool kBackward>
+// Inputs and outputs of `op` in a pass (lib/ops/elementwise_math.h lists them).
+constexpr int op_inputs(Op op, bool backward) {
+  switch (op) {
+    case Op::swiglu: return backward ? 3 : 2;
+    case Op::residual_add: return backward ? 1 : 2;
+    case Op::cast: return 2;
+    default: return backward ? 2 : 1;
+  }
+}
+constexpr int op_outputs(Op op, bool backward) {
+  return op == Op::cast || (backward && (op == Op::swiglu || op == Op::residual_add)) ? 2 : 1;
+}
+
+// The raw bytes of one group of one tensor: 16 bytes of bf16/fp16, 32 of fp32. kNarrow: every
+// tensor of the launch is 16-bit, so the second half is never needed (and takes no registers).
+template <bool kNarrow>
+struct RawGroup {
+  uint4 lo, hi;
+};
+template <>
+struct RawGroup<true> {
+  uint4 lo;
+};
+
+template <bool kNarrow>
+__device__ __forceinline__ RawGroup<kNarrow> load_raw(const void* base, DeviceDType dtype, int64_t group) {
+  RawGroup<kNarrow> raw;
+  if constexpr (kNarrow) {
+    raw.lo = static_cast<const uint4*>(base)[group];
+    return raw;
+  } else if (dtype == DeviceDType::fp32) {
+    const uint4* p = static_cast<const uint4*>(base) + group * 2;
+    raw.lo = p[0];
+    raw.hi = p[1];
+  } else {
+    raw.lo = static_cast<const uint4*>(base)[group];
+    raw.hi = make_uint4(0, 0, 0, 0);
+  }
+  return raw;
+}
+
+template <bool kNarrow>
+__device__ __forceinline__ void widen(const RawGroup<kNarrow>& raw, DeviceDType dtype, float* values) {
+  if constexpr (!kNarrow) {
+    if (dtype == DeviceDType::fp32) {
+      const uint32_t words[8] = {raw.lo.x, raw.lo.y, raw.lo.z, raw.lo.w,
+                                 raw.hi.x, raw.hi.y, raw.hi.z, raw.hi.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) values[i] = __uint_as_float(words[i]);
+      return;
+    }
+  }
+  const uint32_t words[4] = {raw.lo.x, raw.lo.y, raw.lo.z, raw.lo.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (dtype == DeviceDType::bf16) {
+      values[2 * i] = __uint_as_float(words[i] << 16);
+      values[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+      values[2 * i] = f.x;
+      values[2 * i + 1] = f.y;
+    }
+  }
+}
+
+// Groups per thread and step: their loads are all issued before any is used, so each thread keeps
+// 32-64 bytes per input in flight (one group of every input alone left the copy bandwidth unmet).
+constexpr int step_groups(int inputs) {
+  return inputs == 1 ? 4 : 2;
+}
+
+template <Op kOp, bool kBackward, bool kNarrow>
 __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseLaunch a) {
+  constexpr int kInputs = op_inputs(kOp, kBackward);
+  constexpr int kOutputs = op_outputs(kOp, kBackward);
+  constexpr int kStep = step_groups(kInputs);
   const Variant tail = static_cast<Variant>(a.tail_variant);
   const int64_t body = elementwise::body_end(tail, a.count);
   const int64_t groups = body / kGroup;
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
-       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float in[3][kGroup], out[2][kGroup];
+  // Step s of block b covers groups (b * kStep + u) * blockDim + thread for u < kStep: coalesced
+  // for every u. Which thread and step take a group never changes its arithmetic.
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * kStep;
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x * kStep + threadIdx.x;
+       first < groups; first += stride) {
+    RawGroup<kNarrow> raw[kStep][kInputs];
 #pragma unroll
-    for (int k = 0; k < 3; ++k) {
-      if (k < a.inputs) load_group8(a.in[k], a.in_dtype[k], g, in[k]);
-    }
-    int64_t column = a.parameter ? (g * kGroup) % a.width : 0;
+    for (int u = 0; u < kStep; ++u) {
+      const int64_t g = first + static_cast<int64_t>(u) * blockDim.x;
 #pragma unroll
-    for (int j = 0; j < kGroup; ++j) {
-      const float element_in[3] = {in[0][j], in[1][j], in[2][j]};
-      float element_out[2] = {0.f, 0.f};
-      float parameter = 0.f;
-      if (a.parameter) {
-        parameter = a.parameter[column];
-        column = column + 1 == a.width ? 0 : column + 1;
+      for (int k = 0; k < kInputs; ++k) {
+        if (g < groups) raw[u][k] = load_raw<kNarrow>(a.in[k], a.in_dtype[k], g);
       }
-      apply<kOp, kBackward>(Variant::exact, element_in, parameter, element_out);
-      out[0][j] = element_out[0];
-      out[1][j] = element_out[1];
     }
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      if (k < a.outputs) store_group8(a.out[k], a.out_dtype[k], g, out[k]);
+    for (int u = 0; u < kStep; ++u) {
+      const int64_t g = first + static_cast<int64_t>(u) * blockDim.x;
+      if (g >= groups) break;
+      float in[3][kGroup] = {}, out[2][kGroup];
+#pragma unroll
+      for (int k = 0; k < kInputs; ++k) widen(raw[u][k], a.in_dtype[k], in[k]);
+      int64_t column = a.parameter ? (g * kGroup) % a.width : 0;
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const float element_in[3] = {in[0][j], in[1][j], in[2][j]};
+        float element_out[2] = {0.f, 0.f};
+        float parameter = 0.f;
+        if (a.parameter) {
+          parameter = a.parameter[column];
+          column = column + 1 == a.width ? 0 : column + 1;
+        }
+        apply<kOp, kBackward>(Variant::exact, element_in, parameter, element_out);
+        out[0][j] = element_out[0];
+        out[1][j] = element_out[1];
+      }
+#pragma unroll
+      for (int k = 0; k < kOutputs; ++k) store_group8(a.out[k], a.out_dtype[k], g, out[k]);
     }
   }
   if (blockIdx.x != gridDim.x - 1) return;
@@ -102,12 +191,23 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseLaunch
   }
 }
 
-template <Op kOp>
+template <Op kOp, bool kNarrow>
 void launch_op(const ElementwiseLaunch& a, int blocks, cudaStream_t stream) {
   if (a.backward) {
-    elementwise_kernel<kOp, true><<<blocks, kThreads, 0, stream>>>(a);
+    elementwise_kernel<kOp, true, kNarrow><<<blocks, kThreads, 0, stream>>>(a);
   } else {
-    elementwise_kernel<kOp, false><<<blocks, kThreads, 0, stream>>>(a);
+    elementwise_kernel<kOp, false, kNarrow><<<blocks, kThreads, 0, stream>>>(a);
+  }
+}
+
+template <Op kOp>
+void launch_op(const ElementwiseLaunch& a, int blocks, cudaStream_t stream) {
+  bool narrow = true;
+  for (int k = 0; k < a.inputs; ++k) narrow = narrow && a.in_dtype[k] != DeviceDType::fp32;
+  if (narrow) {
+    launch_op<kOp, true>(a, blocks, stream);
+  } else {
+    launch_op<kOp, false>(a, blocks, stream);
   }
 }
 
@@ -115,6 +215,13 @@ void launch_op(const ElementwiseLaunch& a, int blocks, cudaStream_t stream) {
 
 void elementwise_launch(const ElementwiseLaunch& a, CUstream_st* stream) {
   if (a.count <= 0) return;
+  const Op op = static_cast<Op>(a.op);
+  if (a.inputs != op_inputs(op, a.backward) || a.outputs != op_outputs(op, a.backward)) {
+    throw std::invalid_argument("elementwise_launch: op " + std::to_string(a.op) + (a.backward ? " backward" : " forward") +
+                                " takes " + std::to_string(op_inputs(op, a.backward)) + " row inputs and " +
+                                std::to_string(op_outputs(op, a.backward)) + " row outputs, got " +
+                                std::to_string(a.inputs) + " and " + std::to_string(a.outputs));
+  }
   for (int k = 0; k < 3; ++k) {
     if (!aligned_16(a.in[k]) || (k < 2 && !aligned_16(a.out[k]))) {
       throw std::invalid_argument("elementwise_launch: row buffers must be 16-byte aligned (vector body)");
@@ -123,8 +230,9 @@ void elementwise_launch(const ElementwiseLaunch& a, CUstream_st* stream) {
   // Enough blocks to cover every group once at small sizes; a grid-stride loop beyond that. The
   // grid shape changes which thread handles a group, never an element's arithmetic.
   const int64_t groups = a.count / kGroup;
-  const int blocks = static_cast<int>(std::clamp<int64_t>((groups + kThreads - 1) / kThreads, 1, 132 * 16));
-  switch (static_cast<Op>(a.op)) {
+  const int64_t per_block = static_cast<int64_t>(kThreads) * step_groups(op_inputs(op, a.backward));
+  const int blocks = static_cast<int>(std::clamp<int64_t>((groups + per_block - 1) / per_block, 1, 132 * 16));
+  switch (op) {
     case Op::silu: launch_op<Op::silu>(a, blocks, stream); break;
     case Op::gelu_tanh: launch_op<Op::gelu_tanh>(a, blocks, stream); break;
     case Op::gelu_erf: launch_op<Op::gelu_erf>(a, blocks, stream); break;

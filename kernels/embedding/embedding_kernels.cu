@@ -45,22 +45,40 @@ __device__ inline void record_error(std::uint64_t* error_record, std::int64_t sl
   *error_record = (static_cast<std::uint64_t>(slot) << 32) | static_cast<std::uint32_t>(id);
 }
 
-// Unit = 16, 8, 4 or 2 bytes: the widest that divides the row, so a row is whole units.
+// Unit = 16, 8, 4 or 2 bytes: the widest that divides the row, so a row is whole units. One warp
+// copies one row at a time: its slot and id are read once, then each lane moves kGatherUnroll units
+// per step, all loaded before any is stored (a unit per thread, each behind its own slot and id
+// lookups, kept too few bytes in flight to reach the copy bandwidth).
+constexpr int kGatherUnroll = 4;
+
 template <typename Unit>
-__global__ void gather_kernel(const std::int32_t* ids, const std::int32_t* slots, std::int64_t rows,
-                              const Unit* table, std::int64_t vocab, std::int64_t units_per_row,
-                              Unit* out, std::uint64_t* error_record) {
-  const std::int64_t total = rows * units_per_row;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t r = i / units_per_row, u = i - r * units_per_row;
+__global__ void __launch_bounds__(kThreads)
+    gather_kernel(const std::int32_t* ids, const std::int32_t* slots, std::int64_t rows,
+                  const Unit* table, std::int64_t vocab, std::int64_t units_per_row, Unit* out,
+                  std::uint64_t* error_record) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t r = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+       r < rows; r += warps) {
     const std::int64_t slot = slots[r];
     const std::int32_t id = ids[slot];
     if (id < 0 || id >= vocab) {
-      if (u == 0) record_error(error_record, slot, id);
+      if (lane == 0) record_error(error_record, slot, id);
       continue;
     }
-    out[slot * units_per_row + u] = table[id * units_per_row + u];
+    const Unit* source = table + id * units_per_row;
+    Unit* target = out + slot * units_per_row;
+    for (std::int64_t first = lane; first < units_per_row; first += 32 * kGatherUnroll) {
+      Unit units[kGatherUnroll];
+#pragma unroll
+      for (int k = 0; k < kGatherUnroll; ++k) {
+        if (first + 32 * k < units_per_row) units[k] = source[first + 32 * k];
+      }
+#pragma unroll
+      for (int k = 0; k < kGatherUnroll; ++k) {
+        if (first + 32 * k < units_per_row) target[first + 32 * k] = units[k];
+      }
+    }
   }
 }
 
@@ -110,7 +128,8 @@ void launch_gather(const std::int32_t* ids, const std::int32_t* slots, std::int6
                    const void* table, std::int64_t vocab, std::int64_t row_bytes, void* out,
                    std::uint64_t* error_record, cudaStream_t s) {
   const std::int64_t units = row_bytes / static_cast<std::int64_t>(sizeof(Unit));
-  gather_kernel<Unit><<<grid_for(rows * units), kThreads, 0, s>>>(
+  // A warp per row, a grid-stride loop over rows beyond 65535 x 8 blocks.
+  gather_kernel<Unit><<<grid_for(rows * 32), kThreads, 0, s>>>(
       ids, slots, rows, static_cast<const Unit*>(table), vocab, units, static_cast<Unit*>(out),
       error_record);
   BITCHECK_CUDA_LAUNCH_CHECK();

@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "../cuda_check.cuh"
@@ -160,10 +161,9 @@ __device__ __forceinline__ void fold_group(const Group<T>& g, Partial& own) {
 // Folds groups [begin, end) of `row`: thread t takes begin + t, begin + t + kThreads, ... in
 // ascending order, loading kUnroll of them before folding. With `stage`, each group is also kept
 // at stage[group - begin], where only the same thread reads it again.
-template <typename T>
+template <typename T, int kUnrollT = kUnroll<T>>
 __device__ __forceinline__ Partial fold_run(const T* row, std::int64_t vocab, std::int64_t begin,
                                             std::int64_t end, bool vector, Group<T>* stage) {
-  constexpr int kUnrollT = kUnroll<T>;
   Partial own = {-INFINITY, 0.0f};
   for (std::int64_t first = begin + threadIdx.x; first < end; first += kThreads * kUnrollT) {
     Group<T> groups[kUnrollT];
@@ -296,8 +296,8 @@ struct FixedOrderArgs {
 // Backward: the row's log-sum-exp, then dlogits of the run. The target is checked only after the
 // fold, so that the row's loads wait for nothing but the row index; a row whose target lies outside
 // [0, vocab) is read, but nothing is read at its target or written for it.
-template <typename T, bool kBackward>
-__global__ void __launch_bounds__(kThreads) fixed_order_kernel(FixedOrderArgs a) {
+template <typename T, bool kBackward, int kUnrollT = kUnroll<T>, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) fixed_order_kernel(FixedOrderArgs a) {
   extern __shared__ uint4 stage_words[];
   __shared__ Partial block_total;
   const std::int64_t slot = a.in_rows[blockIdx.y];
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kThreads) fixed_order_kernel(FixedOrderArgs a)
   const std::int64_t begin = run_begin < row_groups ? run_begin : row_groups;
   const std::int64_t end = begin + a.run_groups < row_groups ? begin + a.run_groups : row_groups;
   Group<T>* stage = kBackward && a.staged ? reinterpret_cast<Group<T>*>(stage_words) : nullptr;
-  const Partial own = fold_run(row, a.vocab, begin, end, a.vector, stage);
+  const Partial own = fold_run<T, kUnrollT>(row, a.vocab, begin, end, a.vector, stage);
   const bool valid_target = target >= 0 && target < a.vocab;
   // Forward: the target's logit, loaded while the block reduces.
   const float target_logit =
@@ -428,10 +428,10 @@ void check_call(std::int64_t rows, std::int64_t vocab, const LogprobSplit& split
   if (rows > 65535) throw std::invalid_argument("logprob: at most 65535 rows per call");
 }
 
-template <typename T, bool kBackward>
+template <typename T, bool kBackward, int kUnrollT = kUnroll<T>, int kMinBlocks = 1>
 void launch_fixed_order(const FixedOrderArgs& args, std::int64_t rows, const LogprobFixedPlan& plan,
                         cudaStream_t stream) {
-  const auto kernel = fixed_order_kernel<T, kBackward>;
+  const auto kernel = fixed_order_kernel<T, kBackward, kUnrollT, kMinBlocks>;
   const std::size_t shared =
       plan.staged ? static_cast<std::size_t>(plan.block_entries / kGroup) * sizeof(Group<T>) : 0;
   if (shared > 0) {  // past 48 KiB (static shared memory included) only with this opt-in
@@ -507,7 +507,21 @@ void run(bool backward, DeviceDType dtype, const void* logits, const std::int32_
   args.dlogits = dlogits;
   args.error_record = error_record;
   if (backward) return launch_fixed_order<T, true>(args, rows, plan, s);
-  launch_fixed_order<T, false>(args, rows, plan, s);
+  // EXPERIMENT: forward variants (groups in flight per thread, minimum blocks per SM); every one
+  // folds the same groups in the same order, so all give the same bits.
+  static const int variant = [] {
+    const char* text = std::getenv("BITCHECK_LOGPROB_FORWARD_VARIANT");
+    return text ? std::atoi(text) : 0;
+  }();
+  constexpr int u = kUnroll<T>;
+  switch (variant) {
+    case 1: return launch_fixed_order<T, false, u, 6>(args, rows, plan, s);
+    case 2: return launch_fixed_order<T, false, 2 * u, 1>(args, rows, plan, s);
+    case 3: return launch_fixed_order<T, false, 2 * u, 3>(args, rows, plan, s);
+    case 4: return launch_fixed_order<T, false, u / 2, 8>(args, rows, plan, s);
+    case 5: return launch_fixed_order<T, false, u, 4>(args, rows, plan, s);
+    default: launch_fixed_order<T, false>(args, rows, plan, s);
+  }
 }
 
 template <typename... Args>

@@ -35,6 +35,8 @@ constexpr double kCompetitiveFactor = 1.3;
 // At most this many full timings per M (the fastest estimates): at large M many option variants
 // of one kernel are within the factor, and each full timing costs repeats x milliseconds there.
 constexpr std::size_t kMaxFullTimings = 16;
+// Besides those: a usable candidate that is the library default's own kernel at M is always timed
+// in full, so the chosen class is never compared with the default on an estimate alone.
 // Rows always checked against the reference (those < M), besides row M-1 of every tested M.
 const std::int64_t kAccuracyRows[] = {0, 1, 2, 6, 31, 100, 255, 999, 4095, 8191};
 
@@ -368,6 +370,17 @@ class Search {
       }
       std::sort(competitive.begin(), competitive.end());
       if (competitive.size() > kMaxFullTimings) competitive.resize(kMaxFullTimings);
+      for (std::size_t i = 0; i < m.candidates.size(); ++i) {
+        auto run = m.candidates[i].runs.find(rows);
+        if (!usable[i] || run == m.candidates[i].runs.end() ||
+            !configs_[i].same_kernel(library_default)) {
+          continue;
+        }
+        if (std::none_of(competitive.begin(), competitive.end(),
+                         [&](const auto& entry) { return entry.second == i; })) {
+          competitive.emplace_back(run->second.median_us, i);
+        }
+      }
       for (const auto& [estimate, i] : competitive) {
         AlgoRun& run = m.candidates[i].runs.at(rows);
         run.median_us = median_us(configs_[i], rows, request_.warmup, request_.repeats);

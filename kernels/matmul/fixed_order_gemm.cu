@@ -9,7 +9,7 @@
 //   acc = wgmma.m64nNk16(acc, X[m, kb*64+16kk .. +16], W[n, same]) with an fp32 accumulator,
 //   then one round-to-nearest-even to the output dtype. K block (64), operands (both K-major from
 //   128B-swizzled shared memory) and k order are compile-time constants; there is no split-K and
-//   no atomic. M and N pick the tile shape (64 or 128 rows, N = 64, 128 or 256 columns): which
+//   no atomic. M and N pick the tile shape (64 or 128 rows, N = 64, 128, 192 or 256 columns): which
 //   CTA computes an element and how many other columns its instruction carries, never the chain of
 //   k16 steps that element goes through. That the tensor cores give an element the same bits for
 //   every N is measured, not documented: gemm_probe runs every shape on the same inputs and
@@ -45,7 +45,7 @@ namespace {
 
 // ------------------------------------------------------------------------------------------------
 // Hopper path: persistent, warp-specialized (1 TMA producer warpgroup + 1 or 2 wgmma consumer
-// warpgroups), 64 or 128 rows x 64, 128 or 256 columns output tile, 64-wide K blocks, multi-stage
+// warpgroups), 64 or 128 rows x 64, 128, 192 or 256 columns output tile, 64-wide K blocks, multi-stage
 // mbarrier pipeline. Each consumer warpgroup owns 64 rows; the tile shape is a scheduling choice
 // (more CTAs for small M, fewer idle SMs in the last wave).
 // ------------------------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ constexpr int kTileK = 64;  // 64 bf16 = 128 bytes: one 128B swizzle row
 template <int Consumers, int TileN>
 struct WgmmaConfig {
   static constexpr int kTileM = 64 * Consumers;
-  static constexpr int kTileN = TileN;  // 64, 128 or 256 columns: m64nTileNk16
+  static constexpr int kTileN = TileN;  // 64, 128, 192 or 256 columns: m64nTileNk16
   static constexpr int kThreads = 128 * (Consumers + 1);
   static constexpr int kStages = Consumers == 1 ? 5 : 4;
   static constexpr int kStageBytesA = kTileM * kTileK * 2;
@@ -423,12 +423,14 @@ CUtensorMap make_tensor_map(CUtensorMapDataType type, const void* base, int64_t 
 // (reports/gpu/gemm-tile-shapes.md: every shape timed on the five benchmark shapes at M = 1 to
 // 4096): with these costs the pick is on average within 1.2 % of the fastest shape there, at worst
 // 10 % (M = 257, N = 28672). A 128x64 wave costs 0.42-0.47, never the best: not a candidate.
+// 128x192 (cuBLASLt's tile at M = 1000, N = 6144: 256 tiles fill two waves where 128x256 and
+// 64x256 leave a third of a wave idle) starts from its share of the 128x256 work plus 4 %.
 struct TileShape {
   int rows, cols;
   double wave_cost;
 };
-constexpr TileShape kTileShapes[] = {
-    {128, 256, 1.0}, {64, 256, 0.55}, {128, 128, 0.55}, {64, 128, 0.35}, {64, 64, 0.35}};
+constexpr TileShape kTileShapes[] = {{128, 256, 1.0},  {128, 192, 0.78}, {64, 256, 0.55},
+                                     {128, 128, 0.55}, {64, 128, 0.35},  {64, 64, 0.35}};
 
 // The shape with the fewest estimated wave-times for this launch (the larger tile on a tie).
 TileShape choose_tile(int64_t M, int64_t N, int sm_count) {
@@ -473,6 +475,8 @@ void launch_wgmma_cols(int tile_cols, const void* x, const void* w, void* y, int
     launch_wgmma<T, Consumers, 64>(x, w, y, M, N, K, stream, sm_count);
   else if (tile_cols == 128)
     launch_wgmma<T, Consumers, 128>(x, w, y, M, N, K, stream, sm_count);
+  else if (tile_cols == 192)
+    launch_wgmma<T, Consumers, 192>(x, w, y, M, N, K, stream, sm_count);
   else
     launch_wgmma<T, Consumers, 256>(x, w, y, M, N, K, stream, sm_count);
 }
@@ -560,9 +564,10 @@ void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, const 
                            CUstream_st* stream) {
   check_shape("fixed_order_gemm_tile", x, w, y, M, N, K);
   if (!uses_wgmma(dtype) || (tile_rows != 64 && tile_rows != 128) ||
-      (tile_cols != 64 && tile_cols != 128 && tile_cols != 256))
+      (tile_cols != 64 && tile_cols != 128 && tile_cols != 192 && tile_cols != 256))
     throw std::invalid_argument(
-        "fixed_order_gemm_tile: needs bf16/fp16 on sm_90, tile_rows 64 or 128, tile_cols 64, 128 or 256");
+        "fixed_order_gemm_tile: needs bf16/fp16 on sm_90, tile_rows 64 or 128, tile_cols 64, 128, 192 "
+        "or 256");
   launch_wgmma_dtype(dtype, tile_rows, tile_cols, x, w, y, M, N, K, as_stream(stream),
                      current_device_traits().sm_count);
 }

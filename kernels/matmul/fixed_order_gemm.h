@@ -38,7 +38,7 @@ namespace detail {
 // check it on a Hopper machine too. Same contract as fixed_order_gemm.
 void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, void* y, int64_t M,
                                int64_t N, int64_t K, CUstream_st* stream);
-// The wgmma path with a forced tile shape (64 or 128 rows, 64, 128 or 256 columns) instead of the
+// The wgmma path with a forced tile shape (64 or 128 rows, 64, 128, 192 or 256 columns) instead of the
 // per-launch choice, so probes can prove every shape gives identical bits and time each one.
 // bf16/fp16 on sm_90 only.
 void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, const void* x, const void* w,

@@ -134,7 +134,8 @@ struct ForcedShape {
   int rows, cols;
   GemmFunction gemm;
 };
-const ForcedShape kForcedShapes[] = {{128, 256, gemm_tile<128, 256>}, {64, 256, gemm_tile<64, 256>},
+const ForcedShape kForcedShapes[] = {{128, 256, gemm_tile<128, 256>}, {128, 192, gemm_tile<128, 192>},
+                                     {64, 256, gemm_tile<64, 256>},   {64, 192, gemm_tile<64, 192>},
                                      {128, 128, gemm_tile<128, 128>}, {64, 128, gemm_tile<64, 128>},
                                      {128, 64, gemm_tile<128, 64>},   {64, 64, gemm_tile<64, 64>}};
 
@@ -512,7 +513,7 @@ int run(int argc, char** argv) {
   const std::vector<GemmFunction> portable = {bc::detail::fixed_order_gemm_portable};
   for (GemmDType t : {GemmDType::bf16, GemmDType::fp16, GemmDType::fp32}) {
     const auto& forward = t == GemmDType::fp32 ? portable : main_path;
-    const char* name = t == GemmDType::fp32 || !hopper ? "fixed_order(port)" : "fixed_order+6shapes";
+    const char* name = t == GemmDType::fp32 || !hopper ? "fixed_order(port)" : "fixed_order+8shapes";
     check_forward(name, forward, t, 64, 128, 300, ms_small);
     check_forward(name, forward, t, 96, 200, 300, ms_small);
     check_forward(name, forward, t, 264, 72, 300, ms_small);

@@ -20,13 +20,14 @@ struct RowBucket {
   bool contains(std::int64_t rows) const {
     return rows >= min_rows && (max_rows == 0 || rows <= max_rows);
   }
-  std::string label() const;  // "[33,64]", "[4097,inf)"
+  std::string label() const;  // "[33,48]", "[4097,inf)"
   bool operator==(const RowBucket& other) const {
     return min_rows == other.min_rows && max_rows == other.max_rows;
   }
 };
 
-// [1,16] [17,32] [33,64] [65,128] ... [2049,4096] [4097,inf): where tile and wave counts change.
+// [1,16] [17,32] [33,48] [49,64] [65,96] ... [769,1024] [1025,2048] [2049,4096] [4097,inf): where
+// tile and wave counts change, finer up to 1024 rows.
 const std::vector<RowBucket>& default_row_buckets();
 // Why `buckets` do not cover every M >= 1 exactly once in increasing order, or nullopt.
 std::optional<std::string> bucket_coverage_problem(const std::vector<RowBucket>& buckets);

@@ -35,7 +35,7 @@ TEST_CASE("algos without a GPU exits 3 with the reason and writes no report or p
   TempDir dir;
   Run run = run_bitcheck(
       dir,
-      "algos --n 256 --k 256 --rows 1,17,33,65,129,257,513,1025,2049,4097 --budget-seconds 5 "
+      "algos --n 256 --k 256 --rows 1,17,33,49,65,97,129,193,257,321,385,513,769,1025,2049,4097 --budget-seconds 5 "
       "--no-progress --out " +
           quote(dir / "out") + " --write-pins " + quote(dir / "pins.json"));
   INFO(run.out << run.err);

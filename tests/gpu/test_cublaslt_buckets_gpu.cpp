@@ -24,7 +24,7 @@ AlgosRequest small_request() {
   AlgosRequest request;
   request.n = kN;
   request.k = kK;
-  request.rows = {1, 7, 17, 33, 65, 129, 257, 513, 1025, 2049, 4097};
+  request.rows = {1, 7, 17, 33, 49, 65, 97, 129, 193, 257, 321, 385, 513, 769, 1025, 2049, 4097};
   request.max_candidates = 48;
   request.budget_seconds = 20;
   request.repeats = 5;

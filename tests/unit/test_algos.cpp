@@ -1,6 +1,7 @@
 // `bitcheck algos` host logic on synthetic measurements: M buckets, a candidate's self-invariance
 // and accuracy verdict, bit-class grouping from row fingerprints, the per-bucket choice, the best
 // table and its pin entry. Each check has a case that must fail it.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
@@ -63,19 +64,29 @@ TEST_CASE("default M buckets cover every M once - broken bucket lists are named"
   CHECK(bucket_index(buckets, 1) == 0);
   CHECK(bucket_index(buckets, 16) == 0);
   CHECK(bucket_index(buckets, 17) == 1);
-  CHECK(bucket_index(buckets, 64) == 2);
-  CHECK(bucket_index(buckets, 65) == 3);
-  CHECK(bucket_index(buckets, 4096) == 8);
-  CHECK(bucket_index(buckets, 4097) == 9);
-  CHECK(bucket_index(buckets, 1000000) == 9);
+  CHECK(bucket_index(buckets, 48) == 2);
+  CHECK(bucket_index(buckets, 49) == 3);
+  CHECK(bucket_index(buckets, 64) == 3);
+  CHECK(bucket_index(buckets, 65) == 4);
+  CHECK(bucket_index(buckets, 257) == 8);
+  CHECK(bucket_index(buckets, 4096) == buckets.size() - 2);
+  CHECK(bucket_index(buckets, 4097) == buckets.size() - 1);
+  CHECK(bucket_index(buckets, 1000000) == buckets.size() - 1);
   CHECK(buckets.back().label() == "[4097,inf)");
   for (std::int64_t rows : default_algos_rows())
     CHECK(bucket_index(buckets, rows) < buckets.size());
+  const auto& tested = default_algos_rows();
   for (const auto& bucket : buckets) {
-    bool tested = false;
-    for (std::int64_t rows : default_algos_rows()) tested = tested || bucket.contains(rows);
-    CHECK(tested);  // every bucket's choice is measured
+    // Both edges of every bucket are measured (the last one's lower edge and one M past it).
+    CHECK(std::count(tested.begin(), tested.end(), bucket.min_rows) == 1);
+    if (bucket.max_rows) {
+      CHECK(std::count(tested.begin(), tested.end(), bucket.max_rows) == 1);
+    } else {
+      CHECK(std::count_if(tested.begin(), tested.end(),
+                          [&](std::int64_t m) { return m > bucket.min_rows; }) >= 1);
+    }
   }
+  CHECK(std::is_sorted(tested.begin(), tested.end()));
   CHECK(bucket_coverage_problem({{1, 8}, {10, 0}})->find("starts at 10, expected 9") !=
         std::string::npos);
   CHECK(bucket_coverage_problem({{1, 8}, {8, 0}}));   // overlap
@@ -179,6 +190,20 @@ TEST_CASE("per bucket the fastest member that runs everywhere in it - the best c
   CHECK_FALSE(analysis.tables[1].complete);
   CHECK_FALSE(analysis.tables[1].choices[1].candidate);
   CHECK(analysis.best == std::optional<std::size_t>(0));
+
+  // An estimate (not fully timed) never beats a full timing: "split-k" at M = 1, 4, 8 becomes a
+  // lucky 5 us estimate, and "big-tile" keeps [1,8]; once no member is fully timed there, the
+  // estimates decide.
+  AlgoMeasurements lucky = measurements(candidates);
+  for (std::int64_t rows : {1, 4, 8}) {
+    lucky.candidates[1].runs.at(rows).median_us = 5;
+    lucky.candidates[1].runs.at(rows).fully_timed = false;
+  }
+  CHECK(analyze_algos(lucky, two_buckets).tables[0].choices[0].candidate ==
+        std::optional<std::size_t>(0));
+  for (std::int64_t rows : {1, 4, 8}) lucky.candidates[0].runs.at(rows).fully_timed = false;
+  CHECK(analyze_algos(lucky, two_buckets).tables[0].choices[0].candidate ==
+        std::optional<std::size_t>(1));
 
   // Without the large-M member, class 0 has nothing for [9,inf) either: no table at all.
   AlgoMeasurements small_only = measurements({candidates[1], candidates[3]});
