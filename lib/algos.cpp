@@ -87,13 +87,21 @@ std::string RowBucket::label() const {
          (max_rows == 0 ? std::string("inf)") : std::to_string(max_rows) + "]");
 }
 
+std::vector<RowBucket> buckets_from_rows(std::vector<std::int64_t> rows) {
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  std::vector<RowBucket> buckets;
+  std::int64_t next = 1;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const bool last = i + 1 == rows.size();
+    buckets.push_back({next, last ? 0 : rows[i]});
+    next = rows[i] + 1;
+  }
+  return buckets;
+}
+
 const std::vector<RowBucket>& default_row_buckets() {
-  // Finer where a tile row or a wave more makes a large difference (up to 1024 rows), as wide as
-  // before past that. Every bucket edge is a tested M (default_algos_rows).
-  static const std::vector<RowBucket> buckets = {
-      {1, 16},    {17, 32},    {33, 48},    {49, 64},    {65, 96},     {97, 128},
-      {129, 192}, {193, 256},  {257, 320},  {321, 384},  {385, 512},   {513, 768},
-      {769, 1024}, {1025, 2048}, {2049, 4096}, {4097, 0}};
+  static const std::vector<RowBucket> buckets = buckets_from_rows(default_algos_rows());
   return buckets;
 }
 
@@ -127,8 +135,9 @@ std::size_t bucket_index(const std::vector<RowBucket>& buckets, std::int64_t row
 }
 
 const std::vector<std::int64_t>& default_algos_rows() {
-  // Both edges of every bucket, plus M values inside them that serving batches hit (3, 7, 31,
-  // 100, 255, 1000) and 8192 for the last bucket.
+  // Powers of two and their halfway points up to 1024 (where one more tile row or wave changes the
+  // best configuration most), each with M + 1 just past it, the batch sizes serving hits (3, 7,
+  // 31, 100, 255, 1000), then 2048, 4096 and 8192 with their M + 1.
   static const std::vector<std::int64_t> rows = {
       1,   2,   3,   7,   16,  17,  31,   32,   33,   48,   49,   64,   65,
       96,  97,  100, 128, 129, 192, 193,  255,  256,  257,  320,  321,  384,
@@ -293,6 +302,21 @@ ClassTable choose_class_table(const AlgoMeasurements& measurements, const BitCla
       choice.speed_vs_heuristic = 1.0 / best_relative_time;
     } else {
       table.complete = false;
+    }
+    // Adjacent buckets with the same configuration become one (a shorter pin table, same choice
+    // for every M).
+    if (!table.choices.empty() && choice.candidate && table.choices.back().candidate == choice.candidate) {
+      BucketChoice& previous = table.choices.back();
+      previous.bucket.max_rows = choice.bucket.max_rows;
+      previous.tested_rows.insert(previous.tested_rows.end(), choice.tested_rows.begin(),
+                                  choice.tested_rows.end());
+      std::vector<double> speeds;
+      for (std::int64_t rows : previous.tested_rows) {
+        speeds.push_back(*heuristic_at(measurements, rows) /
+                         *time_at(measurements.candidates[*choice.candidate], rows));
+      }
+      previous.speed_vs_heuristic = geometric_mean(speeds);
+      continue;
     }
     table.choices.push_back(choice);
   }
@@ -649,13 +673,6 @@ void validate(const AlgosRequest& request) {
     if (rows < 1)
       throw BadInput(where, "--rows", "positive row counts, got " + std::to_string(rows));
   }
-  const auto& rows = request.rows.empty() ? default_algos_rows() : request.rows;
-  for (const RowBucket& bucket : default_row_buckets()) {
-    if (std::none_of(rows.begin(), rows.end(),
-                     [&](std::int64_t m) { return bucket.contains(m); })) {
-      throw BadInput(where, "--rows", "at least one M in every bucket; none in " + bucket.label());
-    }
-  }
 }
 
 }  // namespace
@@ -668,7 +685,7 @@ int run_algos(const AlgosOptions& options) {
   request.rows.erase(std::unique(request.rows.begin(), request.rows.end()), request.rows.end());
 
   AlgoMeasurements measurements = measure_cublaslt_algos(request);
-  AlgoAnalysis analysis = analyze_algos(measurements, default_row_buckets());
+  AlgoAnalysis analysis = analyze_algos(measurements, buckets_from_rows(measurements.tested_rows));
   std::cout << algos_terminal_table(measurements, analysis);
 
   if (!options.out_dir.empty()) {

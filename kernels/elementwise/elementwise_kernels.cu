@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <stdexcept>
 #include <string>
 
@@ -227,11 +228,13 @@ void elementwise_launch(const ElementwiseLaunch& a, CUstream_st* stream) {
       throw std::invalid_argument("elementwise_launch: row buffers must be 16-byte aligned (vector body)");
     }
   }
-  // Enough blocks to cover every group once at small sizes; a grid-stride loop beyond that. The
-  // grid shape changes which thread handles a group, never an element's arithmetic.
+  // One step per block: enough blocks to cover every group once, so the last wave of blocks is
+  // as short as one step (a fixed grid of long-lived blocks left up to a fifth of a wave idle at
+  // the end); a grid-stride loop only past 2^31 - 1 blocks. The grid shape changes which thread
+  // handles a group, never an element's arithmetic.
   const int64_t groups = a.count / kGroup;
   const int64_t per_block = static_cast<int64_t>(kThreads) * step_groups(op_inputs(op, a.backward));
-  const int blocks = static_cast<int>(std::clamp<int64_t>((groups + per_block - 1) / per_block, 1, 132 * 16));
+  const int blocks = static_cast<int>(std::clamp<int64_t>((groups + per_block - 1) / per_block, 1, INT32_MAX));
   switch (op) {
     case Op::silu: launch_op<Op::silu>(a, blocks, stream); break;
     case Op::gelu_tanh: launch_op<Op::gelu_tanh>(a, blocks, stream); break;

@@ -17,6 +17,9 @@
 // between inlined copies. The batch decides only how many rows (grid.y) exist, never how a row is
 // split or combined, and pad slots are never read (rows come from an index list).
 //
+// On sm_90 the forward streams aligned rows through shared memory with bulk copies (see
+// streamed_forward_kernel); the fold is the same.
+//
 // Memory traffic per logit: the forward reads it once. The backward reads it once, keeping it in
 // shared memory, and writes its dlogit once; a row that does not fit (over 8 x 64 KiB, or over
 // 64 KiB where clusters are unavailable) is read a second time instead.
@@ -32,8 +35,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
+#include "../async_copy.cuh"
 #include "../cuda_check.cuh"
 #include "../convert.cuh"
 #include "../vector_io.cuh"
@@ -161,9 +166,10 @@ __device__ __forceinline__ void fold_group(const Group<T>& g, Partial& own) {
 // Folds groups [begin, end) of `row`: thread t takes begin + t, begin + t + kThreads, ... in
 // ascending order, loading kUnroll of them before folding. With `stage`, each group is also kept
 // at stage[group - begin], where only the same thread reads it again.
-template <typename T, int kUnrollT = kUnroll<T>>
+template <typename T>
 __device__ __forceinline__ Partial fold_run(const T* row, std::int64_t vocab, std::int64_t begin,
                                             std::int64_t end, bool vector, Group<T>* stage) {
+  constexpr int kUnrollT = kUnroll<T>;
   Partial own = {-INFINITY, 0.0f};
   for (std::int64_t first = begin + threadIdx.x; first < end; first += kThreads * kUnrollT) {
     Group<T> groups[kUnrollT];
@@ -296,8 +302,8 @@ struct FixedOrderArgs {
 // Backward: the row's log-sum-exp, then dlogits of the run. The target is checked only after the
 // fold, so that the row's loads wait for nothing but the row index; a row whose target lies outside
 // [0, vocab) is read, but nothing is read at its target or written for it.
-template <typename T, bool kBackward, int kUnrollT = kUnroll<T>, int kMinBlocks = 1>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) fixed_order_kernel(FixedOrderArgs a) {
+template <typename T, bool kBackward>
+__global__ void __launch_bounds__(kThreads) fixed_order_kernel(FixedOrderArgs a) {
   extern __shared__ uint4 stage_words[];
   __shared__ Partial block_total;
   const std::int64_t slot = a.in_rows[blockIdx.y];
@@ -310,7 +316,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) fixed_order_kernel(Fixed
   const std::int64_t begin = run_begin < row_groups ? run_begin : row_groups;
   const std::int64_t end = begin + a.run_groups < row_groups ? begin + a.run_groups : row_groups;
   Group<T>* stage = kBackward && a.staged ? reinterpret_cast<Group<T>*>(stage_words) : nullptr;
-  const Partial own = fold_run<T, kUnrollT>(row, a.vocab, begin, end, a.vector, stage);
+  const Partial own = fold_run(row, a.vocab, begin, end, a.vector, stage);
   const bool valid_target = target >= 0 && target < a.vocab;
   // Forward: the target's logit, loaded while the block reduces.
   const float target_logit =
@@ -330,6 +336,76 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) fixed_order_kernel(Fixed
     T* out = static_cast<T*>(a.dlogits) + out_row * a.vocab;
     write_dlogits_run(row, out, a.vocab, begin, end, a.vector, stage, target, upstream, lse);
   }
+}
+
+// Forward of rows that start 16-byte aligned and hold whole groups, on sm_90: the row streams
+// through shared memory in chunks of one fold step (kThreads x kStreamUnroll groups), copied by
+// the bulk-copy engine with kStreamStages chunks in flight per block whatever its warps are doing.
+// (Loading into registers, a block had bytes in flight only while its warps waited; with the
+// folds' exp2 work in between, that left the memory system idle for part of each step.) Thread t
+// folds groups t, t + kThreads, t + 2 kThreads, ... in ascending order, exactly as fold_run does:
+// the same fold, the same bits; BITCHECK_LOGPROB_FORWARD=registers runs fold_run instead.
+constexpr int kStreamStages = 4;
+template <typename T>
+constexpr int kStreamUnroll = sizeof(T) == 4 ? 1 : 2;  // 8 KiB chunks
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) streamed_forward_kernel(FixedOrderArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kChunkGroups = kThreads * kStreamUnroll<T>;
+  extern __shared__ uint4 stream_words[];
+  Group<T>* chunks = reinterpret_cast<Group<T>*>(stream_words);
+  __shared__ std::uint64_t full[kStreamStages];
+  __shared__ Partial block_total;
+  const std::int64_t slot = a.in_rows[blockIdx.y];
+  const std::int32_t target = a.targets[slot];
+  const std::int64_t out_row = a.out_rows[blockIdx.y];
+  const T* row = static_cast<const T*>(a.logits) + slot * a.vocab;
+  const std::int64_t groups = a.vocab / kGroup;  // whole groups: the launcher checks
+  const std::int64_t count = (groups + kChunkGroups - 1) / kChunkGroups;
+  auto issue = [&](std::int64_t c) {
+    const std::int64_t first = c * kChunkGroups;
+    const std::int64_t n = groups - first < kChunkGroups ? groups - first : kChunkGroups;
+    const auto bytes = static_cast<std::uint32_t>(n * sizeof(Group<T>));
+    std::uint64_t* bar = &full[c % kStreamStages];
+    async_copy::mbar_expect_tx(bar, bytes);
+    async_copy::bulk_load(chunks + (c % kStreamStages) * kChunkGroups, row + first * kGroup, bytes,
+                          bar);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStreamStages; ++s) async_copy::mbar_init(&full[s], 1);
+    async_copy::mbar_init_fence();
+    for (std::int64_t c = 0; c < count && c < kStreamStages; ++c) issue(c);
+  }
+  __syncthreads();
+  Partial own = {-INFINITY, 0.0f};
+  for (std::int64_t c = 0; c < count; ++c) {
+    const int stage = static_cast<int>(c % kStreamStages);
+    async_copy::mbar_wait(&full[stage], static_cast<std::uint32_t>((c / kStreamStages) & 1));
+    const std::int64_t first = c * kChunkGroups;
+#pragma unroll
+    for (int u = 0; u < kStreamUnroll<T>; ++u) {
+      const int g = u * kThreads + static_cast<int>(threadIdx.x);
+      if (first + g < groups) fold_group(chunks[stage * kChunkGroups + g], own);
+    }
+    __syncthreads();  // every thread is done with this stage
+    if (threadIdx.x == 0 && c + kStreamStages < count) {
+      async_copy::fence_proxy_async_shared();
+      issue(c + kStreamStages);
+    }
+  }
+  const bool valid_target = target >= 0 && target < a.vocab;
+  const float target_logit = threadIdx.x == 0 && valid_target ? to_float(row[target]) : 0.0f;
+  const Partial total = block_reduce(own, block_total);
+  if (!valid_target) {
+    if (threadIdx.x == 0) record_error(a.error_record, slot, target);
+    return;
+  }
+  const float lse = __fadd_rn(total.max, logf(total.sum));
+  if (threadIdx.x == 0) a.logprob[out_row] = __fsub_rn(target_logit, lse);
+#else
+  __trap();  // launched only where this build has sm_90 code (streamed_forward_supported)
+#endif
 }
 
 // Control, pass 1: grid = (pieces, rows); block (p, r) reduces piece p of row r into
@@ -428,10 +504,10 @@ void check_call(std::int64_t rows, std::int64_t vocab, const LogprobSplit& split
   if (rows > 65535) throw std::invalid_argument("logprob: at most 65535 rows per call");
 }
 
-template <typename T, bool kBackward, int kUnrollT = kUnroll<T>, int kMinBlocks = 1>
+template <typename T, bool kBackward>
 void launch_fixed_order(const FixedOrderArgs& args, std::int64_t rows, const LogprobFixedPlan& plan,
                         cudaStream_t stream) {
-  const auto kernel = fixed_order_kernel<T, kBackward, kUnrollT, kMinBlocks>;
+  const auto kernel = fixed_order_kernel<T, kBackward>;
   const std::size_t shared =
       plan.staged ? static_cast<std::size_t>(plan.block_entries / kGroup) * sizeof(Group<T>) : 0;
   if (shared > 0) {  // past 48 KiB (static shared memory included) only with this opt-in
@@ -451,6 +527,29 @@ void launch_fixed_order(const FixedOrderArgs& args, std::int64_t rows, const Log
   config.attrs = &cluster;
   config.numAttrs = plan.blocks > 1 ? 1 : 0;
   BITCHECK_CUDA_CALL(cudaLaunchKernelEx(&config, kernel, args));
+}
+
+// Whether the streamed forward runs here: an sm_90 device running code compiled for it (not the
+// sm_80 PTX), unless BITCHECK_LOGPROB_FORWARD=registers asks for the register-loading kernel.
+template <typename T>
+bool streamed_forward_supported() {
+  const char* forced = std::getenv("BITCHECK_LOGPROB_FORWARD");
+  if (forced && std::strcmp(forced, "registers") == 0) return false;
+  int device = 0, major = 0;
+  BITCHECK_CUDA_CALL(cudaGetDevice(&device));
+  BITCHECK_CUDA_CALL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major < 9) return false;
+  cudaFuncAttributes attributes{};
+  BITCHECK_CUDA_CALL(cudaFuncGetAttributes(&attributes, streamed_forward_kernel<T>));
+  return attributes.ptxVersion >= 90;
+}
+
+template <typename T>
+void launch_streamed_forward(const FixedOrderArgs& args, std::int64_t rows, cudaStream_t stream) {
+  const std::size_t shared =
+      static_cast<std::size_t>(kStreamStages) * kThreads * kStreamUnroll<T> * sizeof(Group<T>);
+  streamed_forward_kernel<T><<<dim3(1, static_cast<unsigned>(rows)), kThreads, shared, stream>>>(args);
+  BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
@@ -507,21 +606,8 @@ void run(bool backward, DeviceDType dtype, const void* logits, const std::int32_
   args.dlogits = dlogits;
   args.error_record = error_record;
   if (backward) return launch_fixed_order<T, true>(args, rows, plan, s);
-  // EXPERIMENT: forward variants (groups in flight per thread, minimum blocks per SM); every one
-  // folds the same groups in the same order, so all give the same bits.
-  static const int variant = [] {
-    const char* text = std::getenv("BITCHECK_LOGPROB_FORWARD_VARIANT");
-    return text ? std::atoi(text) : 0;
-  }();
-  constexpr int u = kUnroll<T>;
-  switch (variant) {
-    case 1: return launch_fixed_order<T, false, u, 6>(args, rows, plan, s);
-    case 2: return launch_fixed_order<T, false, 2 * u, 1>(args, rows, plan, s);
-    case 3: return launch_fixed_order<T, false, 2 * u, 3>(args, rows, plan, s);
-    case 4: return launch_fixed_order<T, false, u / 2, 8>(args, rows, plan, s);
-    case 5: return launch_fixed_order<T, false, u, 4>(args, rows, plan, s);
-    default: launch_fixed_order<T, false>(args, rows, plan, s);
-  }
+  if (args.vector && streamed_forward_supported<T>()) return launch_streamed_forward<T>(args, rows, s);
+  launch_fixed_order<T, false>(args, rows, plan, s);
 }
 
 template <typename... Args>

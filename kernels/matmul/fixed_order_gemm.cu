@@ -31,6 +31,7 @@
 #include <string>
 #include <utility>
 
+#include "../async_copy.cuh"
 #include "../cuda_check.cuh"
 #include "../convert.cuh"
 #include "../wgmma.cuh"
@@ -81,44 +82,12 @@ __device__ __forceinline__ TileCoord tile_coord(int tile, int tiles_m, int tiles
   return {first_m + in_group % group_rows, in_group / group_rows};
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar,
-                                            int inner, int outer) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(inner), "r"(outer)
-      : "memory");
-}
+using async_copy::mbar_arrive;
+using async_copy::mbar_expect_tx;
+using async_copy::mbar_init;
+using async_copy::mbar_wait;
+using async_copy::smem_addr;
+using async_copy::tma_load_2d;
 
 // wgmma shared-memory matrix descriptor: K-major, 128B swizzle, 8-row core groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t smem_desc(const void* pointer) {
@@ -165,7 +134,7 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], 4 * Consumers);  // one arrival per consumer warp
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    async_copy::mbar_init_fence();
   }
   __syncthreads();
 

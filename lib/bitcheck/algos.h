@@ -26,15 +26,18 @@ struct RowBucket {
   }
 };
 
-// [1,16] [17,32] [33,48] [49,64] [65,96] ... [769,1024] [1025,2048] [2049,4096] [4097,inf): where
-// tile and wave counts change, finer up to 1024 rows.
+// One bucket per tested M, ending at it: [1, m1], [m1 + 1, m2], ..., and the last [m(n-1) + 1, inf)
+// for the largest. A bucket's configuration is the one fastest at its upper edge, the M with the
+// most tiles in it. Sorted and deduplicated first.
+std::vector<RowBucket> buckets_from_rows(std::vector<std::int64_t> rows);
+// buckets_from_rows(default_algos_rows()).
 const std::vector<RowBucket>& default_row_buckets();
 // Why `buckets` do not cover every M >= 1 exactly once in increasing order, or nullopt.
 std::optional<std::string> bucket_coverage_problem(const std::vector<RowBucket>& buckets);
 // Index of the bucket holding `rows`; throws std::out_of_range when none does.
 std::size_t bucket_index(const std::vector<RowBucket>& buckets, std::int64_t rows);
 
-// The M values of the search: every bucket holds at least one (small M and the bucket edges).
+// The M values of the search, which are also the bucket edges.
 const std::vector<std::int64_t>& default_algos_rows();
 
 // One candidate run at one M. The fingerprints are of each output row r < M, computed on the same
@@ -104,7 +107,7 @@ struct BucketChoice {
 
 struct ClassTable {
   std::size_t bit_class = 0;
-  std::vector<BucketChoice> choices;  // one per bucket
+  std::vector<BucketChoice> choices;  // one per bucket; adjacent buckets of one configuration merged
   bool complete = false;              // every bucket has a configuration
   double score = 0;                   // geometric mean over all tested M of heuristic / chosen
   std::map<std::int64_t, double> speed_vs_heuristic;  // per tested M

@@ -19,7 +19,7 @@ namespace {
 
 const std::int64_t kN = 1024, kK = 4096;
 
-// One M in every default bucket, so every bucket has a measured choice.
+// The tested M values, which are also the bucket edges.
 AlgosRequest small_request() {
   AlgosRequest request;
   request.n = kN;
@@ -58,11 +58,19 @@ TEST_CASE(
   AlgosRequest request = small_request();
   std::sort(request.rows.begin(), request.rows.end());
   AlgoMeasurements measurements = measure_cublaslt_algos(request);
-  AlgoAnalysis analysis = analyze_algos(measurements, default_row_buckets());
+  AlgoAnalysis analysis = analyze_algos(measurements, buckets_from_rows(request.rows));
   INFO(algos_terminal_table(measurements, analysis));
   REQUIRE(analysis.best);
   const nlohmann::json entry = algos_pin_entry(measurements, analysis);
-  REQUIRE(entry["buckets"].size() == default_row_buckets().size());
+  // One bucket per tested M at most (adjacent buckets of one configuration are merged), and
+  // together they cover every M.
+  REQUIRE(entry["buckets"].size() >= 1);
+  REQUIRE(entry["buckets"].size() <= request.rows.size());
+  CHECK(entry["buckets"].front()["min_rows"] == 1);
+  CHECK(entry["buckets"].back().value("max_rows", std::int64_t(0)) == 0);
+  const std::int64_t first_max = entry["buckets"].front().value("max_rows", std::int64_t(0));
+  REQUIRE(first_max > 0);  // the alone rows (M = 1) and the batch of 300 use different buckets
+  REQUIRE(first_max < 300);
 
   // Rows computed alone (M = 1), in a batch of 300 and in micro-batches: several buckets.
   CaseResult result = run_with_pins(pin_document(entry), 300);
@@ -72,8 +80,9 @@ TEST_CASE(
   CHECK(result.impl_config["cublaslt"]["forward"]["bit_class"]["fingerprint"] ==
         analysis.classes[*analysis.best].fingerprint);
 
-  // Control: bucket [1,16] from a candidate outside the best class (different bits by the
-  // measurement), the rest from the table. Rows computed alone must then differ.
+  // Control: the first bucket (M = 1 up to first_max) from a candidate outside the best class
+  // (different bits by the measurement), the rest from the table. Rows computed alone must then
+  // differ.
   const auto& best_members = analysis.classes[*analysis.best].members;
   std::optional<std::size_t> outsider;
   for (std::size_t i = 0; i < measurements.candidates.size() && !outsider; ++i) {
@@ -81,9 +90,9 @@ TEST_CASE(
     const bool in_best =
         std::find(best_members.begin(), best_members.end(), i) != best_members.end();
     const bool usable = analysis.verdicts[i].status == CandidateStatus::usable;
-    bool runs_in_first_bucket = true;  // accepted at every checked M of [1,16]
+    bool runs_in_first_bucket = true;  // accepted at every checked M of the first bucket
     for (std::int64_t rows : measurements.checked_rows) {
-      if (rows <= 16 && std::find(candidate.accepted_rows.begin(), candidate.accepted_rows.end(),
+      if (rows <= first_max && std::find(candidate.accepted_rows.begin(), candidate.accepted_rows.end(),
                                   rows) == candidate.accepted_rows.end()) {
         runs_in_first_bucket = false;
       }

@@ -1,6 +1,6 @@
 // logprob on the CUDA backend (small shapes): the fixed-order impl passes every layout forward and
-// backward (one block per row, and the backward's row split over a cluster), its 16-byte and
-// entry-by-entry load paths give the same bits, the split-by-rows control drifts, an out-of-range
+// backward (one block per row, and the backward's row split over a cluster), its streamed (bulk
+// copies through shared memory), 16-byte and entry-by-entry load paths give the same bits, the split-by-rows control drifts, an out-of-range
 // target is reported by the device.
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -122,16 +122,23 @@ FixedOrderOutputs run_fixed_order_at(DType dtype, std::int64_t vocab, std::int64
 
 }  // namespace
 
-TEST_CASE("logprob cuda fixed-order gives the same bits through 16-byte and per-entry loads",
+TEST_CASE("logprob cuda fixed-order gives the same bits streamed, through 16-byte and per-entry loads",
           "[gpu][logprob]") {
   for (DType dtype : {DType::bf16, DType::fp16, DType::fp32}) {
     for (std::int64_t vocab : {4000, 40000}) {  // one block per row; the backward over a cluster
       INFO(to_string(dtype) << " V=" << vocab);
+      // Aligned rows: on sm_90 the forward streams them through shared memory (bulk copies).
       const FixedOrderOutputs aligned = run_fixed_order_at(dtype, vocab, 5, 0);
       const FixedOrderOutputs shifted = run_fixed_order_at(dtype, vocab, 5, 1);  // per-entry loads
       CHECK(std::memcmp(aligned.logprob.data(), shifted.logprob.data(),
                         aligned.logprob.size() * sizeof(float)) == 0);
       CHECK(aligned.dlogits == shifted.dlogits);
+      // The same aligned rows loaded 16 bytes at a time into registers.
+      setenv("BITCHECK_LOGPROB_FORWARD", "registers", 1);
+      const FixedOrderOutputs registers = run_fixed_order_at(dtype, vocab, 5, 0);
+      unsetenv("BITCHECK_LOGPROB_FORWARD");
+      CHECK(std::memcmp(aligned.logprob.data(), registers.logprob.data(),
+                        aligned.logprob.size() * sizeof(float)) == 0);
     }
   }
 }

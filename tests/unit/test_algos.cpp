@@ -62,30 +62,25 @@ TEST_CASE("default M buckets cover every M once - broken bucket lists are named"
   const auto& buckets = default_row_buckets();
   CHECK_FALSE(bucket_coverage_problem(buckets));
   CHECK(bucket_index(buckets, 1) == 0);
-  CHECK(bucket_index(buckets, 16) == 0);
-  CHECK(bucket_index(buckets, 17) == 1);
-  CHECK(bucket_index(buckets, 48) == 2);
-  CHECK(bucket_index(buckets, 49) == 3);
-  CHECK(bucket_index(buckets, 64) == 3);
-  CHECK(bucket_index(buckets, 65) == 4);
-  CHECK(bucket_index(buckets, 257) == 8);
-  CHECK(bucket_index(buckets, 4096) == buckets.size() - 2);
-  CHECK(bucket_index(buckets, 4097) == buckets.size() - 1);
+  CHECK(bucket_index(buckets, 2) == 1);
+  CHECK(bucket_index(buckets, 4) == 3);  // [4,7]: tuned at 7
+  CHECK(buckets[3].label() == "[4,7]");
+  CHECK(buckets.back().label() == "[4098,inf)");
   CHECK(bucket_index(buckets, 1000000) == buckets.size() - 1);
-  CHECK(buckets.back().label() == "[4097,inf)");
-  for (std::int64_t rows : default_algos_rows())
-    CHECK(bucket_index(buckets, rows) < buckets.size());
   const auto& tested = default_algos_rows();
-  for (const auto& bucket : buckets) {
-    // Both edges of every bucket are measured (the last one's lower edge and one M past it).
-    CHECK(std::count(tested.begin(), tested.end(), bucket.min_rows) == 1);
-    if (bucket.max_rows) {
-      CHECK(std::count(tested.begin(), tested.end(), bucket.max_rows) == 1);
-    } else {
-      CHECK(std::count_if(tested.begin(), tested.end(),
-                          [&](std::int64_t m) { return m > bucket.min_rows; }) >= 1);
-    }
+  CHECK(buckets.size() == tested.size());
+  for (std::size_t i = 0; i + 1 < buckets.size(); ++i) {
+    CHECK(buckets[i].max_rows == tested[i]);  // every bucket is tuned at its upper edge
   }
+  CHECK(buckets.back().contains(tested.back()));
+  // buckets_from_rows sorts and deduplicates, and always covers every M.
+  const auto from = buckets_from_rows({64, 1, 8, 8});
+  REQUIRE(from.size() == 3);
+  CHECK(from[0].label() == "[1,1]");
+  CHECK(from[1].label() == "[2,8]");
+  CHECK(from[2].label() == "[9,inf)");
+  CHECK_FALSE(bucket_coverage_problem(from));
+  CHECK(buckets_from_rows({5}).front().label() == "[1,inf)");
   CHECK(std::is_sorted(tested.begin(), tested.end()));
   CHECK(bucket_coverage_problem({{1, 8}, {10, 0}})->find("starts at 10, expected 9") !=
         std::string::npos);
@@ -158,6 +153,24 @@ TEST_CASE("bit-classes group candidates by the bits of every row both computed",
   CHECK(classes[0].fingerprint.size() == 16);
   CHECK(classes[0].fingerprint != classes[1].fingerprint);
   CHECK(classes[1].fingerprint != classes[2].fingerprint);
+}
+
+TEST_CASE("adjacent buckets of one configuration merge into one pin bucket", "[algos]") {
+  AlgoMeasurements m = measurements({
+      candidate("small", {{1, 5}, {4, 5}, {8, 5}, {16, 50}, {32, 50}}, order(1)),
+      candidate("large", {{1, 10}, {4, 10}, {8, 10}, {16, 10}, {32, 10}}, order(1)),
+  });
+  AlgoAnalysis analysis = analyze_algos(m, buckets_from_rows(m.tested_rows));
+  REQUIRE(analysis.best);
+  const ClassTable& table = analysis.tables[*analysis.best];
+  REQUIRE(table.choices.size() == 2);
+  CHECK(table.choices[0].bucket.label() == "[1,8]");
+  CHECK(table.choices[0].candidate == std::optional<std::size_t>(0));
+  CHECK(table.choices[0].tested_rows == std::vector<std::int64_t>{1, 4, 8});
+  CHECK(table.choices[0].speed_vs_heuristic == Approx(2.0));
+  CHECK(table.choices[1].bucket.label() == "[9,inf)");
+  CHECK(table.choices[1].candidate == std::optional<std::size_t>(1));
+  CHECK_FALSE(bucket_coverage_problem({table.choices[0].bucket, table.choices[1].bucket}));
 }
 
 TEST_CASE("per bucket the fastest member that runs everywhere in it - the best complete class wins",
