@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <stdexcept>
 #include <string>
 
@@ -181,34 +180,56 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseLaunch
   }
   if (blockIdx.x != gridDim.x - 1) return;
   // Scalar tail: the elements past the vector body.
+  // Loops over compile-time counts only: a tensor index known at run time made every thread copy
+  // the whole launch struct to local memory first.
   for (int64_t e = body + threadIdx.x; e < a.count; e += blockDim.x) {
     float element_in[3] = {0.f, 0.f, 0.f}, element_out[2] = {0.f, 0.f};
-    for (int k = 0; k < a.inputs; ++k) element_in[k] = load_one(a.in[k], a.in_dtype[k], e);
+#pragma unroll
+    for (int k = 0; k < kInputs; ++k) element_in[k] = load_one(a.in[k], a.in_dtype[k], e);
     const float parameter = a.parameter ? a.parameter[e % a.width] : 0.f;
     apply<kOp, kBackward>(tail, element_in, parameter, element_out);
-    for (int k = 0; k < a.outputs; ++k) {
+#pragma unroll
+    for (int k = 0; k < kOutputs; ++k) {
       store_one(a.out[k], a.out_dtype[k], e, element_out[k], tail == Variant::round_toward_zero);
     }
   }
 }
 
+// Enough blocks to cover every group once, at most as many as are resident at once (then a
+// grid-stride loop): every block stays until the end, so the work ends within one step of even (a
+// fixed number of long-lived blocks above the resident count left up to a fifth of a wave idle at
+// the end). The grid changes which thread handles a group, never an element's arithmetic.
+template <Op kOp, bool kBackward, bool kNarrow>
+void launch_kernel(const ElementwiseLaunch& a, cudaStream_t stream) {
+  const auto kernel = elementwise_kernel<kOp, kBackward, kNarrow>;
+  int device = 0, sm_count = 0, per_sm = 0;
+  BITCHECK_CUDA_CALL(cudaGetDevice(&device));
+  BITCHECK_CUDA_CALL(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  BITCHECK_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+  const int64_t groups = a.count / kGroup;
+  const int64_t per_block = static_cast<int64_t>(kThreads) * step_groups(op_inputs(kOp, kBackward));
+  const int64_t resident = static_cast<int64_t>(sm_count) * (per_sm > 0 ? per_sm : 1);
+  const int blocks = static_cast<int>(std::clamp<int64_t>((groups + per_block - 1) / per_block, 1, resident));
+  kernel<<<blocks, kThreads, 0, stream>>>(a);
+}
+
 template <Op kOp, bool kNarrow>
-void launch_op(const ElementwiseLaunch& a, int blocks, cudaStream_t stream) {
+void launch_op(const ElementwiseLaunch& a, cudaStream_t stream) {
   if (a.backward) {
-    elementwise_kernel<kOp, true, kNarrow><<<blocks, kThreads, 0, stream>>>(a);
+    launch_kernel<kOp, true, kNarrow>(a, stream);
   } else {
-    elementwise_kernel<kOp, false, kNarrow><<<blocks, kThreads, 0, stream>>>(a);
+    launch_kernel<kOp, false, kNarrow>(a, stream);
   }
 }
 
 template <Op kOp>
-void launch_op(const ElementwiseLaunch& a, int blocks, cudaStream_t stream) {
+void launch_op(const ElementwiseLaunch& a, cudaStream_t stream) {
   bool narrow = true;
   for (int k = 0; k < a.inputs; ++k) narrow = narrow && a.in_dtype[k] != DeviceDType::fp32;
   if (narrow) {
-    launch_op<kOp, true>(a, blocks, stream);
+    launch_op<kOp, true>(a, stream);
   } else {
-    launch_op<kOp, false>(a, blocks, stream);
+    launch_op<kOp, false>(a, stream);
   }
 }
 
@@ -228,21 +249,14 @@ void elementwise_launch(const ElementwiseLaunch& a, CUstream_st* stream) {
       throw std::invalid_argument("elementwise_launch: row buffers must be 16-byte aligned (vector body)");
     }
   }
-  // One step per block: enough blocks to cover every group once, so the last wave of blocks is
-  // as short as one step (a fixed grid of long-lived blocks left up to a fifth of a wave idle at
-  // the end); a grid-stride loop only past 2^31 - 1 blocks. The grid shape changes which thread
-  // handles a group, never an element's arithmetic.
-  const int64_t groups = a.count / kGroup;
-  const int64_t per_block = static_cast<int64_t>(kThreads) * step_groups(op_inputs(op, a.backward));
-  const int blocks = static_cast<int>(std::clamp<int64_t>((groups + per_block - 1) / per_block, 1, INT32_MAX));
   switch (op) {
-    case Op::silu: launch_op<Op::silu>(a, blocks, stream); break;
-    case Op::gelu_tanh: launch_op<Op::gelu_tanh>(a, blocks, stream); break;
-    case Op::gelu_erf: launch_op<Op::gelu_erf>(a, blocks, stream); break;
-    case Op::swiglu: launch_op<Op::swiglu>(a, blocks, stream); break;
-    case Op::residual_add: launch_op<Op::residual_add>(a, blocks, stream); break;
-    case Op::scale: launch_op<Op::scale>(a, blocks, stream); break;
-    case Op::cast: launch_op<Op::cast>(a, blocks, stream); break;
+    case Op::silu: launch_op<Op::silu>(a, stream); break;
+    case Op::gelu_tanh: launch_op<Op::gelu_tanh>(a, stream); break;
+    case Op::gelu_erf: launch_op<Op::gelu_erf>(a, stream); break;
+    case Op::swiglu: launch_op<Op::swiglu>(a, stream); break;
+    case Op::residual_add: launch_op<Op::residual_add>(a, stream); break;
+    case Op::scale: launch_op<Op::scale>(a, stream); break;
+    case Op::cast: launch_op<Op::cast>(a, stream); break;
   }
   BITCHECK_CUDA_LAUNCH_CHECK();
 }

@@ -345,6 +345,18 @@ __global__ void __launch_bounds__(kThreads) fixed_order_kernel(FixedOrderArgs a)
 // folds' exp2 work in between, that left the memory system idle for part of each step.) Thread t
 // folds groups t, t + kThreads, t + 2 kThreads, ... in ascending order, exactly as fold_run does:
 // the same fold, the same bits; BITCHECK_LOGPROB_FORWARD=registers runs fold_run instead.
+// One group from shared memory in 16-byte loads (indexing the struct there directly compiles to
+// one 2-byte load per entry).
+template <typename T>
+__device__ __forceinline__ Group<T> load_shared_group(const Group<T>* source) {
+  Group<T> g;
+  const uint4* words = reinterpret_cast<const uint4*>(source);
+  uint4* target = reinterpret_cast<uint4*>(g.value);
+  target[0] = words[0];
+  if constexpr (sizeof(T) == 4) target[1] = words[1];
+  return g;
+}
+
 constexpr int kStreamStages = 4;
 template <typename T>
 constexpr int kStreamUnroll = sizeof(T) == 4 ? 1 : 2;  // 8 KiB chunks
@@ -386,7 +398,7 @@ __global__ void __launch_bounds__(kThreads) streamed_forward_kernel(FixedOrderAr
 #pragma unroll
     for (int u = 0; u < kStreamUnroll<T>; ++u) {
       const int g = u * kThreads + static_cast<int>(threadIdx.x);
-      if (first + g < groups) fold_group(chunks[stage * kChunkGroups + g], own);
+      if (first + g < groups) fold_group(load_shared_group(chunks + stage * kChunkGroups + g), own);
     }
     __syncthreads();  // every thread is done with this stage
     if (threadIdx.x == 0 && c + kStreamStages < count) {
