@@ -15,16 +15,8 @@ namespace bitcheck::cuda {
 
 constexpr int vector_group = 8;
 
-// Elements group * 8 .. group * 8 + 7 of `base`.
-__device__ __forceinline__ void load_group8(const void* base, DeviceDType dtype, int64_t group, float* values) {
-  if (dtype == DeviceDType::fp32) {
-    const float4* p = static_cast<const float4*>(base) + group * 2;
-    const float4 a = p[0], b = p[1];
-    values[0] = a.x, values[1] = a.y, values[2] = a.z, values[3] = a.w;
-    values[4] = b.x, values[5] = b.y, values[6] = b.z, values[7] = b.w;
-    return;
-  }
-  const uint4 raw = static_cast<const uint4*>(base)[group];
+// The 8 bf16 or fp16 elements of one 16-byte word, widened to fp32.
+__device__ __forceinline__ void widen_group8(const uint4 raw, DeviceDType dtype, float* values) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -38,6 +30,19 @@ __device__ __forceinline__ void load_group8(const void* base, DeviceDType dtype,
       values[2 * i + 1] = f.y;
     }
   }
+}
+
+// Elements group * 8 .. group * 8 + 7 of `base`.
+__device__ __forceinline__ void load_group8(const void* base, DeviceDType dtype, int64_t group, float* values) {
+  if (dtype == DeviceDType::fp32) {
+    const float4* p = static_cast<const float4*>(base) + group * 2;
+    const float4 a = p[0], b = p[1];
+    values[0] = a.x, values[1] = a.y, values[2] = a.z, values[3] = a.w;
+    values[4] = b.x, values[5] = b.y, values[6] = b.z, values[7] = b.w;
+    return;
+  }
+  const uint4 raw = static_cast<const uint4*>(base)[group];
+  widen_group8(raw, dtype, values);
 }
 
 __device__ __forceinline__ void store_group8(void* base, DeviceDType dtype, int64_t group, const float* values) {

@@ -111,18 +111,7 @@ __device__ __forceinline__ void widen(const RawGroup<kNarrow>& raw, DeviceDType 
       return;
     }
   }
-  const uint32_t words[4] = {raw.lo.x, raw.lo.y, raw.lo.z, raw.lo.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (dtype == DeviceDType::bf16) {
-      values[2 * i] = __uint_as_float(words[i] << 16);
-      values[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-    } else {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
-      values[2 * i] = f.x;
-      values[2 * i + 1] = f.y;
-    }
-  }
+  widen_group8(raw.lo, dtype, values);
 }
 
 // Groups per thread and step: their loads are all issued before any is used, so each thread keeps
