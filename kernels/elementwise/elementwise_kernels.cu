@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -121,10 +120,11 @@ constexpr int step_groups(int inputs) {
   return inputs == 1 ? 4 : 2;
 }
 
-template <Op kOp, bool kBackward, bool kNarrow, int kStep>
+template <Op kOp, bool kBackward, bool kNarrow>
 __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseLaunch a) {
   constexpr int kInputs = op_inputs(kOp, kBackward);
   constexpr int kOutputs = op_outputs(kOp, kBackward);
+  constexpr int kStep = step_groups(kInputs);
   const Variant tail = static_cast<Variant>(a.tail_variant);
   const int64_t body = elementwise::body_end(tail, a.count);
   const int64_t groups = body / kGroup;
@@ -188,29 +188,18 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseLaunch
 // grid-stride loop): every block stays until the end, so the work ends within one step of even (a
 // fixed number of long-lived blocks above the resident count left up to a fifth of a wave idle at
 // the end). The grid changes which thread handles a group, never an element's arithmetic.
-template <Op kOp, bool kBackward, bool kNarrow, int kStep>
-void launch_kernel_step(const ElementwiseLaunch& a, cudaStream_t stream) {
-  const auto kernel = elementwise_kernel<kOp, kBackward, kNarrow, kStep>;
+template <Op kOp, bool kBackward, bool kNarrow>
+void launch_kernel(const ElementwiseLaunch& a, cudaStream_t stream) {
+  const auto kernel = elementwise_kernel<kOp, kBackward, kNarrow>;
   int device = 0, sm_count = 0, per_sm = 0;
   BITCHECK_CUDA_CALL(cudaGetDevice(&device));
   BITCHECK_CUDA_CALL(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
   BITCHECK_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
   const int64_t groups = a.count / kGroup;
-  const int64_t per_block = static_cast<int64_t>(kThreads) * kStep;
+  const int64_t per_block = static_cast<int64_t>(kThreads) * step_groups(op_inputs(kOp, kBackward));
   const int64_t resident = static_cast<int64_t>(sm_count) * (per_sm > 0 ? per_sm : 1);
   const int blocks = static_cast<int>(std::clamp<int64_t>((groups + per_block - 1) / per_block, 1, resident));
   kernel<<<blocks, kThreads, 0, stream>>>(a);
-}
-
-// EXPERIMENT: BITCHECK_ELEMENTWISE_STEP1=2 gives one-input ops two groups per step instead of four.
-template <Op kOp, bool kBackward, bool kNarrow>
-void launch_kernel(const ElementwiseLaunch& a, cudaStream_t stream) {
-  constexpr int kStep = step_groups(op_inputs(kOp, kBackward));
-  if constexpr (kStep == 4) {
-    const char* text = std::getenv("BITCHECK_ELEMENTWISE_STEP1");
-    if (text && text[0] == '2') return launch_kernel_step<kOp, kBackward, kNarrow, 2>(a, stream);
-  }
-  launch_kernel_step<kOp, kBackward, kNarrow, kStep>(a, stream);
 }
 
 template <Op kOp, bool kNarrow>
