@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "bitcheck/op.h"
@@ -17,6 +18,18 @@ inline std::size_t rotation_sets(std::size_t set_bytes, const BenchSettings& set
   set_bytes = std::max<std::size_t>(set_bytes, 1);
   std::size_t sets = std::clamp<std::size_t>((settings.rotate_bytes + set_bytes - 1) / set_bytes + 1, 1, 64);
   return std::min<std::size_t>(sets, std::max<std::size_t>(1, cuda::free_device_memory() / 2 / set_bytes));
+}
+
+// A benchmark input of `bytes` in `dtype`: pseudo-random, uniform in [-1, 1), never zero (seeded, so
+// every impl of a point sees the same data). Constant inputs understate the power a GEMM or an
+// attention kernel draws and so overstate its speed, and differently for different kernels.
+inline cuda::DeviceBuffer random_input(std::size_t bytes, DType dtype, std::uint64_t seed) {
+  cuda::DeviceBuffer buffer(std::max<std::size_t>(bytes, 16));
+  buffer.fill_uniform(dtype == DType::bf16   ? cuda::DeviceDType::bf16
+                      : dtype == DType::fp16 ? cuda::DeviceDType::fp16
+                                             : cuda::DeviceDType::fp32,
+                      seed);
+  return buffer;
 }
 
 // Warm-up, then the median and minimum of settings.repeats timed launches; launch(i) uses input

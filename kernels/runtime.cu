@@ -1,4 +1,7 @@
 // CUDA runtime seam: device queries, buffers and event timers behind kernels/runtime.h.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -128,6 +131,46 @@ void DeviceBuffer::download(void* host, std::size_t bytes) const {
 }
 void DeviceBuffer::fill_bytes(int byte_value) {
   if (bytes_) BITCHECK_CUDA_CALL(cudaMemset(pointer_, byte_value, bytes_));
+}
+
+namespace {
+
+__device__ __forceinline__ std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+template <typename T>
+__global__ void fill_uniform_kernel(T* out, std::size_t count, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    float value = float(mix64(seed * 0x9e3779b97f4a7c15ULL + i) >> 40) * (2.0f / float(1 << 24)) - 1.0f;
+    if (fabsf(value) < 1e-3f) value = 0.5f;
+    out[i] = T(value);
+  }
+}
+
+}  // namespace
+
+void DeviceBuffer::fill_uniform(DeviceDType dtype, std::uint64_t seed) {
+  const std::size_t element = dtype == DeviceDType::fp32 ? 4 : 2;
+  const std::size_t count = bytes_ / element;
+  if (count == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((count + 255) / 256, 4096));
+  switch (dtype) {
+    case DeviceDType::bf16:
+      fill_uniform_kernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(pointer_), count, seed);
+      break;
+    case DeviceDType::fp16:
+      fill_uniform_kernel<<<blocks, 256>>>(static_cast<__half*>(pointer_), count, seed);
+      break;
+    case DeviceDType::fp32:
+      fill_uniform_kernel<<<blocks, 256>>>(static_cast<float*>(pointer_), count, seed);
+      break;
+  }
+  BITCHECK_CUDA_LAUNCH_CHECK();
+  BITCHECK_CUDA_CALL(cudaDeviceSynchronize());
 }
 
 EventTimer::EventTimer() {

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "device_dtype.h"
+
 namespace bitcheck::cuda {
 
 // A failed CUDA or cuBLASLt call. `sticky` marks errors that poison the context
@@ -64,6 +66,10 @@ class DeviceBuffer {
   void upload(const void* host, std::size_t bytes);
   void download(void* host, std::size_t bytes) const;
   void fill_bytes(int byte_value);  // e.g. 0xFF poisons a float output with NaN
+  // Every element (bytes / element size of `dtype`) pseudo-random, uniform in [-1, 1), never zero,
+  // the same for the same seed. Benchmark inputs: tensor-core and exp-heavy kernels draw less
+  // power on constant data and would run faster than on real activations.
+  void fill_uniform(DeviceDType dtype, std::uint64_t seed);
   void* get() const { return pointer_; }
   template <typename T>
   T* as() const {

@@ -339,9 +339,9 @@ BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings
   const std::size_t q_bytes = static_cast<std::size_t>(sequences) * static_cast<std::size_t>(shape.heads * shape.dim) * element;
   const std::size_t kv_bytes = static_cast<std::size_t>(length) * static_cast<std::size_t>(sequences) *
                                static_cast<std::size_t>(shape.kv_heads * shape.dim) * element;
-  DeviceBuffer q(q_bytes), k(kv_bytes), v(kv_bytes), o(q_bytes);
+  DeviceBuffer q = cuda_bench::random_input(q_bytes, spec.dtype, 1), k = cuda_bench::random_input(kv_bytes, spec.dtype, 2),
+               v = cuda_bench::random_input(kv_bytes, spec.dtype, 3), o(q_bytes);
   DeviceBuffer lse(static_cast<std::size_t>(sequences * shape.heads) * sizeof(float));
-  for (DeviceBuffer* buffer : {&q, &k, &v}) buffer->fill_bytes(0x3C);
   std::vector<AttentionToken> tokens, first_tokens;
   std::vector<int> lengths;
   for (int s = 0; s < sequences; ++s) {
@@ -384,9 +384,10 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec, c
   const std::size_t element = dtype_size(spec.dtype), tokens_total = static_cast<std::size_t>(length) * static_cast<std::size_t>(sequences);
   const std::size_t q_bytes = tokens_total * static_cast<std::size_t>(shape.heads * shape.dim) * element;
   const std::size_t kv_bytes = tokens_total * static_cast<std::size_t>(shape.kv_heads * shape.dim) * element;
-  DeviceBuffer q(q_bytes), k(kv_bytes), v(kv_bytes), o(q_bytes), dout(q_bytes), dq(q_bytes), dk(kv_bytes), dv(kv_bytes);
+  DeviceBuffer q = cuda_bench::random_input(q_bytes, spec.dtype, 1), k = cuda_bench::random_input(kv_bytes, spec.dtype, 2),
+               v = cuda_bench::random_input(kv_bytes, spec.dtype, 3), o(q_bytes),
+               dout = cuda_bench::random_input(q_bytes, spec.dtype, 4), dq(q_bytes), dk(kv_bytes), dv(kv_bytes);
   DeviceBuffer lse(tokens_total * static_cast<std::size_t>(shape.heads) * sizeof(float)), delta(lse.bytes());
-  for (DeviceBuffer* buffer : {&q, &k, &v, &dout}) buffer->fill_bytes(0x3C);  // finite values (~0.011 bf16, ~1.06 fp16)
   std::vector<AttentionToken> tokens, first_tokens;
   std::vector<int> lengths;
   for (int s = 0; s < sequences; ++s) {

@@ -108,7 +108,7 @@ class CudaElementwise : public Impl {
     for (const auto& decl : decls) {
       if (decl.role == TensorRole::parameter || decl.role == TensorRole::reduction_output) {
         const std::size_t bytes = static_cast<std::size_t>(h) * sizeof(float);
-        (decl.role == TensorRole::parameter ? parameter : accumulator) = support::pattern_buffer(bytes);
+        (decl.role == TensorRole::parameter ? parameter : accumulator) = support::random_input(bytes, DType::fp32, 1);
         bytes_moved += static_cast<double>(bytes) * (decl.role == TensorRole::parameter ? 1 : 2);
       }
     }
@@ -118,7 +118,7 @@ class CudaElementwise : public Impl {
       for (const auto& decl : decls) {
         const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(decl.dtype);
         if (decl.role == TensorRole::row_input) {
-          buffers.push_back(support::pattern_buffer(bytes));
+          buffers.push_back(support::random_input(bytes, decl.dtype, 2 + buffers.size()));
           launches[s].in[in++] = buffers.back().get();
         } else if (decl.role == TensorRole::row_output) {
           buffers.emplace_back(std::max<std::size_t>(bytes, 16));

@@ -125,8 +125,7 @@ std::optional<BenchMeasurement> CudaEmbedding::benchmark(const CaseSpec& spec,
   const std::size_t set_bytes =
       static_cast<std::size_t>(rows) * (2 * row_bytes + sizeof(std::int32_t));
   const std::size_t sets = vd::rotation_sets(set_bytes, settings);
-  cuda::DeviceBuffer table(static_cast<std::size_t>(vocab) * row_bytes);
-  table.fill_bytes(0x3c);
+  cuda::DeviceBuffer table = vd::random_input(static_cast<std::size_t>(vocab) * row_bytes, spec.dtype, 1);
   std::vector<std::int32_t> slot_list(static_cast<std::size_t>(rows));
   std::iota(slot_list.begin(), slot_list.end(), 0);
   cuda::DeviceBuffer slots = vd::upload(slot_list);

@@ -188,12 +188,10 @@ BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec,
   // The table (>= 256 MiB at Llama vocabularies) is read whole each launch; h and logits rotate.
   const std::size_t sets = vd::rotation_sets(
       set_bytes + (table_bytes >= (std::size_t(256) << 20) ? 0 : table_bytes), settings);
-  DeviceBuffer table(table_bytes);
-  table.fill_bytes(0x3b);
+  DeviceBuffer table = vd::random_input(table_bytes, spec.dtype, 1);
   std::vector<DeviceBuffer> hs, outs;
   for (std::size_t i = 0; i < sets; ++i) {
-    hs.emplace_back(static_cast<std::size_t>(m * hidden) * element);
-    hs.back().fill_bytes(0x3c);
+    hs.push_back(vd::random_input(static_cast<std::size_t>(m * hidden) * element, spec.dtype, 2 + i));
     outs.emplace_back(static_cast<std::size_t>(m * v) * element);
   }
   LtConfig config;

@@ -116,8 +116,7 @@ std::optional<BenchMeasurement> CudaLogprob::benchmark(const CaseSpec& spec,
   cuda::DeviceBuffer dlogprob = vd::upload(ones);
   std::vector<cuda::DeviceBuffer> logits, outs;
   for (std::size_t i = 0; i < sets; ++i) {
-    logits.emplace_back(logits_bytes);
-    logits.back().fill_bytes(0x3c);  // finite, non-zero
+    logits.push_back(vd::random_input(logits_bytes, spec.dtype, 1 + i));
     outs.emplace_back(forward ? static_cast<std::size_t>(rows) * sizeof(float) : logits_bytes);
   }
   cuda::DeviceBuffer workspace(

@@ -66,12 +66,6 @@ class ParameterCache {
 using cuda_bench::rotation_sets;
 using cuda_bench::time_rotated;
 
-// A device buffer of `bytes` filled with a finite, non-zero pattern (0x3c: bf16 ~0.0115, fp16
-// ~1.0e-3 pairs, fp32 ~0.0115), never zeros.
-inline cuda::DeviceBuffer pattern_buffer(std::size_t bytes, int byte_value = 0x3c) {
-  cuda::DeviceBuffer buffer(std::max<std::size_t>(bytes, 16));
-  buffer.fill_bytes(byte_value);
-  return buffer;
-}
+using cuda_bench::random_input;
 
 }  // namespace bitcheck::cuda_support

@@ -103,14 +103,14 @@ class CudaRmsnorm : public Impl {
     std::vector<std::int32_t> token_list(static_cast<std::size_t>(rows));
     for (std::size_t t = 0; t < token_list.size(); ++t) token_list[t] = static_cast<std::int32_t>(t);
     DeviceBuffer tokens = support::upload_ints(token_list);
-    DeviceBuffer weight = support::pattern_buffer(static_cast<std::size_t>(width) * dtype_size(spec.dtype));
-    DeviceBuffer accumulator = support::pattern_buffer(static_cast<std::size_t>(width) * sizeof(float));
+    DeviceBuffer weight = support::random_input(static_cast<std::size_t>(width) * dtype_size(spec.dtype), spec.dtype, 1);
+    DeviceBuffer accumulator = support::random_input(static_cast<std::size_t>(width) * sizeof(float), DType::fp32, 2);
     DeviceBuffer inverse_rms(static_cast<std::size_t>(rows) * sizeof(float));
     DeviceBuffer partials = partials_workspace(base_launch(spec, rows));
     std::vector<DeviceBuffer> buffers;
     std::vector<cuda::RmsnormLaunch> launches;
     auto make = [&](bool input) -> void* {
-      buffers.push_back(input ? support::pattern_buffer(row_bytes) : DeviceBuffer(row_bytes));
+      buffers.push_back(input ? support::random_input(row_bytes, spec.dtype, 3 + buffers.size()) : DeviceBuffer(row_bytes));
       return buffers.back().get();
     };
     for (std::size_t s = 0; s < sets; ++s) {

@@ -68,7 +68,7 @@ class CudaRope : public Impl {
     std::vector<cuda::RopeLaunch> launches;
     for (std::size_t s = 0; s < sets; ++s) {
       cuda::RopeLaunch launch = base;
-      buffers.push_back(support::pattern_buffer(row_bytes));
+      buffers.push_back(support::random_input(row_bytes, spec.dtype, 1 + s));
       launch.in = buffers.back().get();
       buffers.emplace_back(row_bytes);
       launch.out = buffers.back().get();

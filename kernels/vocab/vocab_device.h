@@ -126,6 +126,7 @@ inline Tensor transposed(const Tensor& matrix) {
   return result;
 }
 
+using cuda_bench::random_input;
 using cuda_bench::rotation_sets;
 using cuda_bench::time_rotated;
 
