@@ -153,24 +153,25 @@ __global__ void fill_uniform_kernel(T* out, std::size_t count, std::uint64_t see
 
 }  // namespace
 
-void DeviceBuffer::fill_uniform(DeviceDType dtype, std::uint64_t seed) {
-  const std::size_t element = dtype == DeviceDType::fp32 ? 4 : 2;
-  const std::size_t count = bytes_ / element;
+void fill_uniform(void* data, std::size_t count, DeviceDType dtype, std::uint64_t seed) {
   if (count == 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((count + 255) / 256, 4096));
   switch (dtype) {
     case DeviceDType::bf16:
-      fill_uniform_kernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(pointer_), count, seed);
+      fill_uniform_kernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(data), count, seed);
       break;
     case DeviceDType::fp16:
-      fill_uniform_kernel<<<blocks, 256>>>(static_cast<__half*>(pointer_), count, seed);
+      fill_uniform_kernel<<<blocks, 256>>>(static_cast<__half*>(data), count, seed);
       break;
     case DeviceDType::fp32:
-      fill_uniform_kernel<<<blocks, 256>>>(static_cast<float*>(pointer_), count, seed);
+      fill_uniform_kernel<<<blocks, 256>>>(static_cast<float*>(data), count, seed);
       break;
   }
   BITCHECK_CUDA_LAUNCH_CHECK();
-  BITCHECK_CUDA_CALL(cudaDeviceSynchronize());
+}
+
+void DeviceBuffer::fill_uniform(DeviceDType dtype, std::uint64_t seed) {
+  cuda::fill_uniform(pointer_, bytes_ / (dtype == DeviceDType::fp32 ? 4 : 2), dtype, seed);
 }
 
 EventTimer::EventTimer() {

@@ -66,9 +66,7 @@ class DeviceBuffer {
   void upload(const void* host, std::size_t bytes);
   void download(void* host, std::size_t bytes) const;
   void fill_bytes(int byte_value);  // e.g. 0xFF poisons a float output with NaN
-  // Every element (bytes / element size of `dtype`) pseudo-random, uniform in [-1, 1), never zero,
-  // the same for the same seed. Benchmark inputs: tensor-core and exp-heavy kernels draw less
-  // power on constant data and would run faster than on real activations.
+  // Every element (bytes / element size of `dtype`): fill_uniform below.
   void fill_uniform(DeviceDType dtype, std::uint64_t seed);
   void* get() const { return pointer_; }
   template <typename T>
@@ -81,6 +79,12 @@ class DeviceBuffer {
   void* pointer_ = nullptr;
   std::size_t bytes_ = 0;
 };
+
+// `count` elements of `dtype` at `data`, pseudo-random, uniform in [-1, 1), never zero: element i is
+// a function of (seed, i) alone. Benchmark and search inputs: tensor-core and exp-heavy kernels
+// draw less power on constant data and would run faster than on real activations. Queued on the
+// default stream.
+void fill_uniform(void* data, std::size_t count, DeviceDType dtype, std::uint64_t seed);
 
 // Times device work on the default stream with CUDA events. Milliseconds.
 class EventTimer {

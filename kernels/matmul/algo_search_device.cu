@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "../cuda_check.cuh"
+#include "../runtime.h"
 #include "algo_search_device.h"
 #include "cublaslt_internal.cuh"
 
@@ -17,17 +18,6 @@ __host__ __device__ std::uint64_t mix(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
-}
-
-template <typename T>
-__global__ void fill_random_kernel(T* out, std::size_t count, std::uint64_t seed) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const std::uint64_t bits = mix(seed * 0x9e3779b97f4a7c15ULL + i);
-    float value = float(bits >> 40) * (2.0f / float(1 << 24)) - 1.0f;
-    if (fabsf(value) < 1e-3f) value = 0.5f;
-    out[i] = T(value);
-  }
 }
 
 // One block per row (grid-stride over rows). Integer wrapping sums are associative, so the
@@ -109,18 +99,11 @@ cudaDataType_t output_type(LtGemmForm form, GemmDType dtype) {
 }  // namespace
 
 void algo_fill_random(GemmDType dtype, void* data, std::size_t count, std::uint64_t seed) {
-  switch (dtype) {
-    case GemmDType::bf16:
-      fill_random_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(data), count, seed);
-      break;
-    case GemmDType::fp16:
-      fill_random_kernel<<<1024, 256>>>(static_cast<__half*>(data), count, seed);
-      break;
-    case GemmDType::fp32:
-      fill_random_kernel<<<1024, 256>>>(static_cast<float*>(data), count, seed);
-      break;
-  }
-  BITCHECK_CUDA_LAUNCH_CHECK();
+  fill_uniform(data, count,
+               dtype == GemmDType::bf16   ? DeviceDType::bf16
+               : dtype == GemmDType::fp16 ? DeviceDType::fp16
+                                          : DeviceDType::fp32,
+               seed);
 }
 
 void algo_row_fingerprints(const void* matrix, std::int64_t rows, std::int64_t row_bytes,
