@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
@@ -191,13 +192,20 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseLaunch
 template <Op kOp, bool kBackward, bool kNarrow>
 void launch_kernel(const ElementwiseLaunch& a, cudaStream_t stream) {
   const auto kernel = elementwise_kernel<kOp, kBackward, kNarrow>;
-  int device = 0, sm_count = 0, per_sm = 0;
+  // Resident blocks per device, queried once per kernel and device.
+  static std::atomic<int64_t> resident_on[16] = {};
+  int device = 0;
   BITCHECK_CUDA_CALL(cudaGetDevice(&device));
-  BITCHECK_CUDA_CALL(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
-  BITCHECK_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+  int64_t resident = device >= 0 && device < 16 ? resident_on[device].load() : 0;
+  if (resident == 0) {
+    int sm_count = 0, per_sm = 0;
+    BITCHECK_CUDA_CALL(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+    BITCHECK_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+    resident = static_cast<int64_t>(sm_count) * (per_sm > 0 ? per_sm : 1);
+    if (device >= 0 && device < 16) resident_on[device] = resident;
+  }
   const int64_t groups = a.count / kGroup;
   const int64_t per_block = static_cast<int64_t>(kThreads) * step_groups(op_inputs(kOp, kBackward));
-  const int64_t resident = static_cast<int64_t>(sm_count) * (per_sm > 0 ? per_sm : 1);
   const int blocks = static_cast<int>(std::clamp<int64_t>((groups + per_block - 1) / per_block, 1, resident));
   kernel<<<blocks, kThreads, 0, stream>>>(a);
 }

@@ -33,6 +33,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -543,17 +544,25 @@ void launch_fixed_order(const FixedOrderArgs& args, std::int64_t rows, const Log
 
 // Whether the streamed forward runs here: an sm_90 device running code compiled for it (not the
 // sm_80 PTX), unless BITCHECK_LOGPROB_FORWARD=registers asks for the register-loading kernel.
+// The device query is made once per device and dtype.
 template <typename T>
 bool streamed_forward_supported() {
   const char* forced = std::getenv("BITCHECK_LOGPROB_FORWARD");
   if (forced && std::strcmp(forced, "registers") == 0) return false;
-  int device = 0, major = 0;
+  static std::atomic<int> known[16] = {};  // 0 unknown, 1 no, 2 yes
+  int device = 0;
   BITCHECK_CUDA_CALL(cudaGetDevice(&device));
+  if (device >= 0 && device < 16 && known[device] != 0) return known[device] == 2;
+  int major = 0;
   BITCHECK_CUDA_CALL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  if (major < 9) return false;
-  cudaFuncAttributes attributes{};
-  BITCHECK_CUDA_CALL(cudaFuncGetAttributes(&attributes, streamed_forward_kernel<T>));
-  return attributes.ptxVersion >= 90;
+  bool supported = major >= 9;
+  if (supported) {
+    cudaFuncAttributes attributes{};
+    BITCHECK_CUDA_CALL(cudaFuncGetAttributes(&attributes, streamed_forward_kernel<T>));
+    supported = attributes.ptxVersion >= 90;
+  }
+  if (device >= 0 && device < 16) known[device] = supported ? 2 : 1;
+  return supported;
 }
 
 template <typename T>
