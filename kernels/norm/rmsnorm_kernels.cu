@@ -300,12 +300,7 @@ struct Unit<DeviceDType::bf16> {
   static constexpr int kElements = 8;
   static constexpr int kElementBytes = 2;
   __device__ static __forceinline__ void unpack(const uint4& u, float* f) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
+    widen_group8(u, DeviceDType::bf16, f);
   }
   __device__ static __forceinline__ uint4 pack(const float* f) {
     uint32_t w[4];
@@ -320,15 +315,7 @@ struct Unit<DeviceDType::fp16> {
   static constexpr int kElements = 8;
   static constexpr int kElementBytes = 2;
   __device__ static __forceinline__ void unpack(const uint4& u, float* f) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      __half2 pair;
-      memcpy(&pair, &w[i], sizeof(pair));
-      const float2 values = __half22float2(pair);
-      f[2 * i] = values.x;
-      f[2 * i + 1] = values.y;
-    }
+    widen_group8(u, DeviceDType::fp16, f);
   }
   __device__ static __forceinline__ uint4 pack(const float* f) {
     uint32_t w[4];
