@@ -9,9 +9,8 @@
 //   acc = wgmma.m64nNk16(acc, X[m, kb*64+16kk .. +16], W[n, same]) with an fp32 accumulator,
 //   then one round-to-nearest-even to the output dtype. K block (64), operands (both K-major from
 //   128B-swizzled shared memory) and k order are compile-time constants; there is no split-K and
-//   no atomic. M and N pick the tile shape (64 or 128 rows, N = 64, 128, 192 or 256 columns, and
-//   whether a short last row strip runs as 64x128 tail tiles of two m64n64k16 halves): which CTA
-//   computes an element and how many other columns its instruction carries, never the chain of
+//   no atomic. M and N pick the tile shape (64 or 128 rows, N = 64, 128, 192 or 256 columns): which
+//   CTA computes an element and how many other columns its instruction carries, never the chain of
 //   k16 steps that element goes through. That the tensor cores give an element the same bits for
 //   every N is measured, not documented: gemm_probe runs every shape on the same inputs and
 //   compares all rows bitwise, and the sweeps cross the shape switch points. Rows past
@@ -26,7 +25,6 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
@@ -38,7 +36,6 @@
 #include "../convert.cuh"
 #include "../wgmma.cuh"
 #include "fixed_order_gemm.h"
-#include "tile_schedule.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define BITCHECK_GEMM_SM90A 1
@@ -105,94 +102,10 @@ __device__ __forceinline__ void store_pair(__half* y, float a, float b) {
 }
 #endif  // BITCHECK_GEMM_SM90A
 
-// Tail tiles: when the last row strip is short, the 128-row launch covers the rows up to the last
-// multiple of 128 ("big" rows) with its own tiles and the remaining 1..127 rows with 64-row x 128-column
-// tiles, in which each consumer warpgroup runs m64n64k16 over its 64 of the 128 columns. Each tail
-// element goes through the same chain of k16 steps as in a big tile; only the instruction width (64
-// instead of TileN columns) differs, which gemm_probe checks bitwise like every tile shape. This saves
-// the extra wave that one 128-row strip of mostly padding would cost (M = 1025 on N = 4096: 144
-// tiles of 128x256 on 132 SMs).
-constexpr int kTailRows = 64;
-constexpr int kTailCols = 128;
-
-#ifdef BITCHECK_GEMM_SM90A
-// One CTA's i-th work item: a big tile (tile >= 0, tail false), a tail tile (tail true) or none.
-struct WorkItem {
-  int tile;
-  bool tail;
-};
-__device__ __forceinline__ WorkItem work_item(const TileSchedule& schedule, int i) {
-  const int cta = static_cast<int>(blockIdx.x);
-  const int big = schedule.big_count(cta);
-  if (i < big) return {cta + i * schedule.grid, false};
-  return {schedule.tail_tile(cta, i - big), true};
-}
-
-// The consumer side of the k loop for one tile: k blocks in ascending order, each as four k16
-// wgmmas of `Width` columns from the stage's A rows at `a_offset` and B rows at `b_offset`.
-template <typename T, int Width, int Stages, int StageBytesA, int StageBytesB>
-__device__ __forceinline__ void consume_k_blocks(float (&acc)[Width / 2], int k_blocks,
-                                                 const unsigned char* tiles_a,
-                                                 const unsigned char* tiles_b, int a_offset,
-                                                 int b_offset, uint64_t* full, uint64_t* empty,
-                                                 int& stage, uint32_t& phase, int lane) {
-#pragma unroll
-  for (int i = 0; i < Width / 2; ++i) acc[i] = 0.0f;
-  int previous_stage = -1;
-  for (int kb = 0; kb < k_blocks; ++kb) {
-    mbar_wait(&full[stage], phase);
-    const unsigned char* a = tiles_a + stage * StageBytesA + a_offset;
-    const unsigned char* b = tiles_b + stage * StageBytesB + b_offset;
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kTileK / 16; ++kk) {
-      wgmma::ss_m64k16<T, Width>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
-    }
-    wgmma::commit();
-    // Keep this block's wgmmas in flight; the previous block's are done, release its stage.
-    wgmma::wait<1>();
-    if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
-    previous_stage = stage;
-    if (++stage == Stages) {
-      stage = 0;
-      phase ^= 1;
-    }
-  }
-  wgmma::wait<0>();
-  if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
-}
-
-// Stores a 64 x Width accumulator (m64nNk16 layout: register 4c+2i+j holds row 16*warp + lane/4 +
-// 8i, column 8c + 2*(lane%4) + j) at (row_base, col_base), clipped to M x N.
-template <typename T, int Width>
-__device__ __forceinline__ void store_tile(const float (&acc)[Width / 2], T* y, int row_base,
-                                           int col_base, int M, int N, int lane,
-                                           int warp_in_group) {
-  const int row0 = row_base + warp_in_group * 16 + lane / 4;
-  const int col0 = col_base + 2 * (lane % 4);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = row0 + 8 * i;
-    if (row >= M) continue;
-    T* y_row = y + static_cast<int64_t>(row) * N;
-#pragma unroll
-    for (int c = 0; c < Width / 8; ++c) {
-      const int col = col0 + 8 * c;
-      if (col < N) store_pair(y_row + col, acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
-    }
-  }
-}
-#endif  // BITCHECK_GEMM_SM90A
-
-// Rows [0, big_rows) run as kTileM x TileN tiles; rows [big_rows, M), if any, as tail tiles (only
-// with two consumers and TileN >= 128, whose stage buffers hold a tail tile's operands).
 template <typename T, int Consumers, int TileN>
 __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap x_map,
-                      const __grid_constant__ CUtensorMap w_map,
-                      const __grid_constant__ CUtensorMap x_tail_map,
-                      const __grid_constant__ CUtensorMap w_tail_map, T* y, int M, int N, int K,
-                      int big_rows, TileSchedule schedule) {
+                      const __grid_constant__ CUtensorMap w_map, T* y, int M, int N, int K) {
 #ifdef BITCHECK_GEMM_SM90A
   using Config = WgmmaConfig<Consumers, TileN>;
   constexpr int kTileM = Config::kTileM;
@@ -201,8 +114,6 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
   constexpr int kStageBytesA = Config::kStageBytesA;
   constexpr int kStageBytesB = Config::kStageBytesB;
   constexpr int kStageBytes = Config::kStageBytes;
-  constexpr bool kHasTail = Consumers == 2 && TileN >= kTailCols;
-  constexpr int kTailBytes = (kTailRows + kTailCols) * kTileK * 2;
   extern __shared__ unsigned char shared_raw[];
   // 128B-swizzled TMA tiles and wgmma descriptors assume 1024-byte aligned tiles.
   unsigned char* shared = reinterpret_cast<unsigned char*>(
@@ -213,9 +124,9 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
   uint64_t* empty = full + kStages;
 
   const int warpgroup = threadIdx.x / 128;
-  const int tiles_m = (big_rows + kTileM - 1) / kTileM;
+  const int tiles_m = (M + kTileM - 1) / kTileM;
   const int tiles_n = (N + kTileN - 1) / kTileN;
-  const int tail_tiles_n = (N + kTailCols - 1) / kTailCols;
+  const int tile_count = tiles_m * tiles_n;
   const int k_blocks = (K + kTileK - 1) / kTileK;
 
   if (threadIdx.x == 0) {
@@ -231,25 +142,15 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
     if (threadIdx.x != 0) return;
     int stage = 0;
     uint32_t phase = 0;
-    for (int i = 0;; ++i) {
-      const WorkItem item = work_item(schedule, i);
-      if (item.tile < 0 || (item.tail && !kHasTail)) break;
-      const TileCoord coord = item.tail ? TileCoord{0, 0} : tile_coord(item.tile, tiles_m, tiles_n);
-      const int tail_row = big_rows + (item.tile / tail_tiles_n) * kTailRows;
-      const int tail_col = (item.tile % tail_tiles_n) * kTailCols;
+    for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+      const TileCoord coord = tile_coord(tile, tiles_m, tiles_n);
       for (int kb = 0; kb < k_blocks; ++kb) {
         mbar_wait(&empty[stage], phase ^ 1);
-        if (item.tail) {
-          mbar_expect_tx(&full[stage], kTailBytes);
-          tma_load_2d(tiles_a + stage * kStageBytesA, &x_tail_map, &full[stage], kb * kTileK, tail_row);
-          tma_load_2d(tiles_b + stage * kStageBytesB, &w_tail_map, &full[stage], kb * kTileK, tail_col);
-        } else {
-          mbar_expect_tx(&full[stage], kStageBytes);
-          tma_load_2d(tiles_a + stage * kStageBytesA, &x_map, &full[stage], kb * kTileK,
-                      coord.m * kTileM);
-          tma_load_2d(tiles_b + stage * kStageBytesB, &w_map, &full[stage], kb * kTileK,
-                      coord.n * kTileN);
-        }
+        mbar_expect_tx(&full[stage], kStageBytes);
+        tma_load_2d(tiles_a + stage * kStageBytesA, &x_map, &full[stage], kb * kTileK,
+                    coord.m * kTileM);
+        tma_load_2d(tiles_b + stage * kStageBytesB, &w_map, &full[stage], kb * kTileK,
+                    coord.n * kTileN);
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
@@ -259,34 +160,54 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
     return;
   }
 
-  // Consumers: warpgroup 1 owns tile rows 0..63, warpgroup 2 (if any) rows 64..127; in a tail tile
-  // both take the 64 rows, warpgroup 1 columns 0..63 and warpgroup 2 columns 64..127.
+  // Consumers: warpgroup 1 owns tile rows 0..63, warpgroup 2 (if any) rows 64..127.
   const int consumer = warpgroup - 1;
   const int lane = threadIdx.x % 32;
   const int warp_in_group = (threadIdx.x % 128) / 32;
   int stage = 0;
   uint32_t phase = 0;
-  for (int i = 0;; ++i) {
-    const WorkItem item = work_item(schedule, i);
-    if (item.tile < 0) break;
-    if (!item.tail) {
-      const TileCoord coord = tile_coord(item.tile, tiles_m, tiles_n);
-      float acc[kTileN / 2];
-      consume_k_blocks<T, kTileN, kStages, kStageBytesA, kStageBytesB>(
-          acc, k_blocks, tiles_a, tiles_b, consumer * (64 * kTileK * 2), 0, full, empty, stage,
-          phase, lane);
-      store_tile<T, kTileN>(acc, y, coord.m * kTileM + consumer * 64, coord.n * kTileN, M, N, lane,
-                            warp_in_group);
-    } else if constexpr (kHasTail) {
-      float acc[kTailCols / 4];
-      consume_k_blocks<T, kTailCols / 2, kStages, kStageBytesA, kStageBytesB>(
-          acc, k_blocks, tiles_a, tiles_b, 0, consumer * (kTailCols / 2) * kTileK * 2, full, empty,
-          stage, phase, lane);
-      store_tile<T, kTailCols / 2>(acc, y, big_rows + (item.tile / tail_tiles_n) * kTailRows,
-                                   (item.tile % tail_tiles_n) * kTailCols + consumer * (kTailCols / 2),
-                                   M, N, lane, warp_in_group);
-    } else {
-      break;
+  float acc[kTileN / 2];
+  for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+    const TileCoord coord = tile_coord(tile, tiles_m, tiles_n);
+#pragma unroll
+    for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
+    int previous_stage = -1;
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      mbar_wait(&full[stage], phase);
+      const unsigned char* a = tiles_a + stage * kStageBytesA + consumer * (64 * kTileK * 2);
+      const unsigned char* b = tiles_b + stage * kStageBytesB;
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        wgmma::ss_m64k16<T, kTileN>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+      }
+      wgmma::commit();
+      // Keep this block's wgmmas in flight; the previous block's are done, release its stage.
+      wgmma::wait<1>();
+      if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
+      previous_stage = stage;
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    wgmma::wait<0>();
+    if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
+
+    // Accumulator layout of m64nNk16: register 4c+2i+j holds row 16*warp + lane/4 + 8i,
+    // column 8c + 2*(lane%4) + j.
+    const int row0 = coord.m * kTileM + consumer * 64 + warp_in_group * 16 + lane / 4;
+    const int col0 = coord.n * kTileN + 2 * (lane % 4);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 8 * i;
+      if (row >= M) continue;
+      T* y_row = y + static_cast<int64_t>(row) * N;
+#pragma unroll
+      for (int c = 0; c < kTileN / 8; ++c) {
+        const int col = col0 + 8 * c;
+        if (col < N) store_pair(y_row + col, acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
+      }
     }
   }
 #else
@@ -479,104 +400,72 @@ struct TileShape {
 };
 constexpr TileShape kTileShapes[] = {{128, 256, 1.0},  {128, 192, 0.78}, {64, 256, 0.55},
                                      {128, 128, 0.55}, {64, 128, 0.35},  {64, 64, 0.35}};
-// A 64x128 tail tile against a 128x256 tile: a quarter of its multiplies, half of its operand
-// bytes per k block. A first estimate, timed by `gemm_probe --tiles` (the "+tail" rows).
-constexpr double kTailTileCost = 0.30;
 
-// A launch: its tile shape, the rows its tiles cover (the rest run as tail tiles), which tiles each
-// CTA runs, and the estimated time in 128x256 waves (the most loaded CTA).
-struct TilePlan {
-  TileShape shape;
-  int64_t big_rows;
-  TileSchedule schedule;
-  double cost;
-};
-
-bool can_tail(const TileShape& shape) { return shape.rows == 128 && shape.cols >= kTailCols; }
-
-TilePlan plan_tiles(const TileShape& shape, bool tail, int64_t M, int64_t N, int sm_count) {
-  TilePlan plan{shape, tail ? M / shape.rows * shape.rows : M, {}, 0.0};
-  const int64_t big_tiles =
-      (plan.big_rows + shape.rows - 1) / shape.rows * ((N + shape.cols - 1) / shape.cols);
-  const int64_t tail_tiles =
-      (M - plan.big_rows + kTailRows - 1) / kTailRows * ((N + kTailCols - 1) / kTailCols);
-  if (big_tiles + tail_tiles > INT32_MAX)
-    throw std::invalid_argument("fixed_order_gemm: more than 2^31 tiles");
-  const int64_t grid = std::min<int64_t>(sm_count, big_tiles + tail_tiles);
-  const int tail_per_slot = std::max(1, static_cast<int>(shape.wave_cost / kTailTileCost));
-  plan.schedule = {static_cast<int>(big_tiles), static_cast<int>(tail_tiles), static_cast<int>(grid),
-                   tail_per_slot};
-  for (int cta = 0; cta < grid; ++cta) {
-    const double load = plan.schedule.big_count(cta) * shape.wave_cost +
-                        (tail_tiles > 0 ? plan.schedule.tail_count(cta) * kTailTileCost : 0.0);
-    plan.cost = std::max(plan.cost, load);
-  }
-  return plan;
-}
-
-// The plan with the least estimated time (on a tie the larger tile, and no tail before a tail).
-// A tail is considered when the last 128-row strip would be partly padding.
-TilePlan choose_plan(int64_t M, int64_t N, int sm_count) {
-  TilePlan best = plan_tiles(kTileShapes[0], false, M, N, sm_count);
+// The shape with the fewest estimated wave-times for this launch (the larger tile on a tie).
+TileShape choose_tile(int64_t M, int64_t N, int sm_count) {
+  TileShape best = kTileShapes[0];
+  double best_cost = -1;
   for (const TileShape& shape : kTileShapes) {
-    for (const bool tail : {false, true}) {
-      if (tail && (!can_tail(shape) || M % shape.rows == 0 || M < shape.rows)) continue;
-      const TilePlan plan = plan_tiles(shape, tail, M, N, sm_count);
-      if (plan.cost < best.cost) best = plan;
+    const int64_t tiles = (M + shape.rows - 1) / shape.rows * ((N + shape.cols - 1) / shape.cols);
+    const double cost = double((tiles + sm_count - 1) / sm_count) * shape.wave_cost;
+    if (best_cost < 0 || cost < best_cost) {
+      best = shape;
+      best_cost = cost;
     }
   }
   return best;
 }
 
 template <typename T, int Consumers, int TileN>
-void launch_wgmma(const TilePlan& plan, const void* x, const void* w, void* y, int64_t M, int64_t N,
-                  int64_t K, cudaStream_t stream) {
+void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
+                  cudaStream_t stream, int sm_count) {
   using Config = WgmmaConfig<Consumers, TileN>;
   const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
                                        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUtensorMap x_map = make_tensor_map(type, x, M, K, Config::kTileM);
   const CUtensorMap w_map = make_tensor_map(type, w, N, K, TileN);
-  const bool tail = plan.schedule.tail_tiles > 0;
-  const CUtensorMap x_tail_map = tail ? make_tensor_map(type, x, M, K, kTailRows) : x_map;
-  const CUtensorMap w_tail_map = tail ? make_tensor_map(type, w, N, K, kTailCols) : w_map;
   // Per call, not cached: the attribute belongs to the current device.
   BITCHECK_CUDA_CALL(cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, TileN>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           Config::kSharedBytes));
-  wgmma_gemm_kernel<T, Consumers, TileN>
-      <<<plan.schedule.grid, Config::kThreads, Config::kSharedBytes, stream>>>(
-          x_map, w_map, x_tail_map, w_tail_map, static_cast<T*>(y), static_cast<int>(M),
-          static_cast<int>(N), static_cast<int>(K), static_cast<int>(plan.big_rows), plan.schedule);
+  const int64_t tiles = ((M + Config::kTileM - 1) / Config::kTileM) * ((N + TileN - 1) / TileN);
+  const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
+  wgmma_gemm_kernel<T, Consumers, TileN><<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
+      x_map, w_map, static_cast<T*>(y), static_cast<int>(M), static_cast<int>(N),
+      static_cast<int>(K));
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T, int Consumers>
-void launch_wgmma_cols(const TilePlan& plan, const void* x, const void* w, void* y, int64_t M,
-                       int64_t N, int64_t K, cudaStream_t stream) {
-  switch (plan.shape.cols) {
-    case 64: return launch_wgmma<T, Consumers, 64>(plan, x, w, y, M, N, K, stream);
-    case 128: return launch_wgmma<T, Consumers, 128>(plan, x, w, y, M, N, K, stream);
-    case 192: return launch_wgmma<T, Consumers, 192>(plan, x, w, y, M, N, K, stream);
-    default: return launch_wgmma<T, Consumers, 256>(plan, x, w, y, M, N, K, stream);
-  }
+void launch_wgmma_cols(int tile_cols, const void* x, const void* w, void* y, int64_t M, int64_t N,
+                       int64_t K, cudaStream_t stream, int sm_count) {
+  if (tile_cols == 64)
+    launch_wgmma<T, Consumers, 64>(x, w, y, M, N, K, stream, sm_count);
+  else if (tile_cols == 128)
+    launch_wgmma<T, Consumers, 128>(x, w, y, M, N, K, stream, sm_count);
+  else if (tile_cols == 192)
+    launch_wgmma<T, Consumers, 192>(x, w, y, M, N, K, stream, sm_count);
+  else
+    launch_wgmma<T, Consumers, 256>(x, w, y, M, N, K, stream, sm_count);
 }
 
 template <typename T>
-void launch_wgmma_shape(const TilePlan& plan, const void* x, const void* w, void* y, int64_t M,
-                        int64_t N, int64_t K, cudaStream_t stream) {
-  if (plan.shape.rows == 64)
-    launch_wgmma_cols<T, 1>(plan, x, w, y, M, N, K, stream);
+void launch_wgmma_shape(int tile_rows, int tile_cols, const void* x, const void* w, void* y,
+                        int64_t M, int64_t N, int64_t K, cudaStream_t stream, int sm_count) {
+  if (tile_rows == 64)
+    launch_wgmma_cols<T, 1>(tile_cols, x, w, y, M, N, K, stream, sm_count);
   else
-    launch_wgmma_cols<T, 2>(plan, x, w, y, M, N, K, stream);
+    launch_wgmma_cols<T, 2>(tile_cols, x, w, y, M, N, K, stream, sm_count);
 }
 
-void launch_wgmma_dtype(GemmDType dtype, const TilePlan& plan, const void* x, const void* w,
-                        void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+void launch_wgmma_dtype(GemmDType dtype, int tile_rows, int tile_cols, const void* x, const void* w,
+                        void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
+                        int sm_count) {
   if (dtype == GemmDType::bf16)
-    launch_wgmma_shape<__nv_bfloat16>(plan, x, w, y, M, N, K, stream);
+    launch_wgmma_shape<__nv_bfloat16>(tile_rows, tile_cols, x, w, y, M, N, K, stream, sm_count);
   else
-    launch_wgmma_shape<__half>(plan, x, w, y, M, N, K, stream);
+    launch_wgmma_shape<__half>(tile_rows, tile_cols, x, w, y, M, N, K, stream, sm_count);
 }
 
 template <typename T>
@@ -619,8 +508,9 @@ void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, in
   check_shape("fixed_order_gemm", x, w, y, M, N, K);
   const cudaStream_t s = as_stream(stream);
   if (uses_wgmma(dtype)) {
-    const TilePlan plan = choose_plan(M, N, current_device_traits().sm_count);
-    launch_wgmma_dtype(dtype, plan, x, w, y, M, N, K, s);
+    const int sm_count = current_device_traits().sm_count;
+    const TileShape tile = choose_tile(M, N, sm_count);
+    launch_wgmma_dtype(dtype, tile.rows, tile.cols, x, w, y, M, N, K, s, sm_count);
     return;
   }
   detail::fixed_order_gemm_portable(dtype, x, w, y, M, N, K, stream);
@@ -638,27 +528,22 @@ void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, vo
   }
 }
 
-void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, bool tail, const void* x,
+void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, const void* x,
                            const void* w, void* y, int64_t M, int64_t N, int64_t K,
                            CUstream_st* stream) {
   check_shape("fixed_order_gemm_tile", x, w, y, M, N, K);
-  const TileShape* shape = nullptr;
-  for (const TileShape& candidate : kTileShapes)
-    if (candidate.rows == tile_rows && candidate.cols == tile_cols) shape = &candidate;
-  // 128x64 is no candidate of the automatic choice, but a valid shape to check bitwise.
-  static constexpr TileShape k128x64 = {128, 64, 0.45};
-  if (tile_rows == 128 && tile_cols == 64) shape = &k128x64;
-  if (!uses_wgmma(dtype) || shape == nullptr || (tail && !can_tail(*shape)))
+  if (!uses_wgmma(dtype) || (tile_rows != 64 && tile_rows != 128) ||
+      (tile_cols != 64 && tile_cols != 128 && tile_cols != 192 && tile_cols != 256))
     throw std::invalid_argument(
-        "fixed_order_gemm_tile: needs bf16/fp16 on sm_90, tile_rows 64 or 128, tile_cols 64, 128, "
-        "192 or 256, and a tail only with 128 x (128 or more)");
-  const TilePlan plan = plan_tiles(*shape, tail, M, N, current_device_traits().sm_count);
-  launch_wgmma_dtype(dtype, plan, x, w, y, M, N, K, as_stream(stream));
+        "fixed_order_gemm_tile: needs bf16/fp16 on sm_90, tile_rows 64 or 128, tile_cols 64, 128, 192 "
+        "or 256");
+  launch_wgmma_dtype(dtype, tile_rows, tile_cols, x, w, y, M, N, K, as_stream(stream),
+                     current_device_traits().sm_count);
 }
 
-FixedOrderTiles fixed_order_gemm_chosen_tiles(int64_t M, int64_t N, int sm_count) {
-  const TilePlan plan = choose_plan(M, N, sm_count);
-  return {plan.shape.rows, plan.shape.cols, M - plan.big_rows, plan.cost};
+std::pair<int, int> fixed_order_gemm_chosen_tile(int64_t M, int64_t N, int sm_count) {
+  const TileShape tile = choose_tile(M, N, sm_count);
+  return {tile.rows, tile.cols};
 }
 }  // namespace detail
 
