@@ -94,14 +94,15 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
-// Arrives on the mbarrier at `bar`'s offset in the cluster's CTA `cta_rank` (release at cluster
-// scope: this thread's earlier reads of that CTA's stage are done).
+// Arrives on the mbarrier at `bar`'s offset in the cluster's CTA `cta_rank`, with the default
+// (CTA-scope) release: a cluster-scope release would fence every earlier memory access of the
+// thread on each arrival.
 __device__ __forceinline__ void mbar_arrive_cluster(std::uint64_t* bar, std::uint32_t cta_rank) {
   asm volatile(
       "{\n"
       ".reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(smem_addr(bar)),
       "r"(cta_rank)
       : "memory");
