@@ -1,6 +1,6 @@
 // mbarrier and bulk-copy (TMA engine) helpers for sm_90 kernels: shared-memory addresses,
 // transaction-counting mbarriers, 1-D bulk copies and 2-D tensor-map loads from global to shared
-// memory (multicast to a cluster too), cluster rank, barrier and remote mbarrier arrival. Call them only from code compiled for sm_90 or later.
+// memory. Call them only from code compiled for sm_90 or later.
 #pragma once
 #include <cuda.h>
 
@@ -66,45 +66,6 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, s
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_addr(bar)), "r"(inner), "r"(outer)
-      : "memory");
-}
-
-// The same box, multicast: it lands at the same shared-memory offset in every CTA of the cluster
-// whose bit is set in `cta_mask`, completing on the mbarrier at `bar`'s offset in each of them.
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map,
-                                                      std::uint64_t* bar, int inner, int outer,
-                                                      std::uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_addr(bar)), "r"(inner), "r"(outer),
-      "h"(cta_mask)
-      : "memory");
-}
-
-__device__ __forceinline__ std::uint32_t cluster_cta_rank() {
-  std::uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  return rank;
-}
-
-// Every thread of every CTA in the cluster arrives, then waits for all the others (divergent
-// threads allowed); orders shared-memory accesses across the cluster.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-
-// Arrives on the mbarrier at `bar`'s offset in the cluster's CTA `cta_rank`, with the default
-// (CTA-scope) release: a cluster-scope release would fence every earlier memory access of the
-// thread on each arrival.
-__device__ __forceinline__ void mbar_arrive_cluster(std::uint64_t* bar, std::uint32_t cta_rank) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(cta_rank)
       : "memory");
 }
 

@@ -25,9 +25,7 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -104,12 +102,7 @@ __device__ __forceinline__ void store_pair(__half* y, float a, float b) {
 }
 #endif  // BITCHECK_GEMM_SM90A
 
-// Cluster = 2: two CTAs of a cluster take vertically adjacent tiles of the same columns and share
-// their W tile: each loads its own X rows and half of the W rows, multicast into both CTAs' shared
-// memory, so L2 serves each W tile once per pair (the kernel is bound by L2 bandwidth). A stage is
-// refilled only when the consumers of both CTAs have released it. Scheduling only: each CTA still
-// runs the same k16 chain per element.
-template <typename T, int Consumers, int TileN, int Cluster>
+template <typename T, int Consumers, int TileN>
 __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap x_map,
                       const __grid_constant__ CUtensorMap w_map, T* y, int M, int N, int K) {
@@ -121,8 +114,6 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
   constexpr int kStageBytesA = Config::kStageBytesA;
   constexpr int kStageBytesB = Config::kStageBytesB;
   constexpr int kStageBytes = Config::kStageBytes;
-  static_assert(Cluster == 1 || Cluster == 2, "clusters of one or two CTAs");
-  static_assert((kStageBytesB / Cluster) % 1024 == 0, "each CTA's W share stays 1024-byte aligned");
   extern __shared__ unsigned char shared_raw[];
   // 128B-swizzled TMA tiles and wgmma descriptors assume 1024-byte aligned tiles.
   unsigned char* shared = reinterpret_cast<unsigned char*>(
@@ -133,118 +124,92 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
   uint64_t* empty = full + kStages;
 
   const int warpgroup = threadIdx.x / 128;
-  const int rank = Cluster == 1 ? 0 : static_cast<int>(async_copy::cluster_cta_rank());
   const int tiles_m = (M + kTileM - 1) / kTileM;
-  const int row_groups = (tiles_m + Cluster - 1) / Cluster;  // a cluster's tiles stack vertically
   const int tiles_n = (N + kTileN - 1) / kTileN;
-  const int group_count = row_groups * tiles_n;
-  const int clusters = static_cast<int>(gridDim.x) / Cluster;
-  const int cluster = static_cast<int>(blockIdx.x) / Cluster;
+  const int tile_count = tiles_m * tiles_n;
   const int k_blocks = (K + kTileK - 1) / kTileK;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * Consumers * Cluster);  // one arrival per consumer warp of the cluster
+      mbar_init(&empty[s], 4 * Consumers);  // one arrival per consumer warp
     }
     async_copy::mbar_init_fence();
   }
   __syncthreads();
-  if constexpr (Cluster == 2) async_copy::cluster_sync();  // the peer's barriers are initialized
 
   if (warpgroup == 0) {  // producer: one thread issues all TMA loads
-    if (threadIdx.x == 0) {
-      int stage = 0;
-      uint32_t phase = 0;
-      for (int group = cluster; group < group_count; group += clusters) {
-        const TileCoord coord = tile_coord(group, row_groups, tiles_n);
-        const int tile_m = coord.m * Cluster + rank;
-        for (int kb = 0; kb < k_blocks; ++kb) {
-          mbar_wait(&empty[stage], phase ^ 1);
-          // A cluster's second tile past the last row strip (odd strip count) loads no X: its
-          // rows are never stored, whatever the stale stage holds.
-          const bool load_x = tile_m < tiles_m;
-          mbar_expect_tx(&full[stage], load_x ? kStageBytes : kStageBytesB);
-          if (load_x)
-            tma_load_2d(tiles_a + stage * kStageBytesA, &x_map, &full[stage], kb * kTileK,
-                        tile_m * kTileM);
-          if constexpr (Cluster == 1) {
-            tma_load_2d(tiles_b + stage * kStageBytesB, &w_map, &full[stage], kb * kTileK,
-                        coord.n * kTileN);
-          } else {
-            async_copy::tma_load_2d_multicast(
-                tiles_b + stage * kStageBytesB + rank * (kStageBytesB / 2), &w_map, &full[stage],
-                kb * kTileK, coord.n * kTileN + rank * (kTileN / 2), 0x3);
-          }
-          if (++stage == kStages) {
-            stage = 0;
-            phase ^= 1;
-          }
-        }
-      }
-    }
-  } else {
-    // Consumers: warpgroup 1 owns tile rows 0..63, warpgroup 2 (if any) rows 64..127.
-    const int consumer = warpgroup - 1;
-    const int lane = threadIdx.x % 32;
-    const int warp_in_group = (threadIdx.x % 128) / 32;
+    if (threadIdx.x != 0) return;
     int stage = 0;
     uint32_t phase = 0;
-    float acc[kTileN / 2];
-    // Releases a stage in this CTA and, with a cluster, in the peer whose producer also fills it.
-    auto release = [&](int released) {
-      if (lane != 0) return;
-      mbar_arrive(&empty[released]);
-      if constexpr (Cluster == 2) async_copy::mbar_arrive_cluster(&empty[released], rank ^ 1);
-    };
-    for (int group = cluster; group < group_count; group += clusters) {
-      const TileCoord coord = tile_coord(group, row_groups, tiles_n);
-      const int tile_m = coord.m * Cluster + rank;
-#pragma unroll
-      for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
-      int previous_stage = -1;
+    for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+      const TileCoord coord = tile_coord(tile, tiles_m, tiles_n);
       for (int kb = 0; kb < k_blocks; ++kb) {
-        mbar_wait(&full[stage], phase);
-        const unsigned char* a = tiles_a + stage * kStageBytesA + consumer * (64 * kTileK * 2);
-        const unsigned char* b = tiles_b + stage * kStageBytesB;
-        wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < kTileK / 16; ++kk) {
-          wgmma::ss_m64k16<T, kTileN>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
-        }
-        wgmma::commit();
-        // Keep this block's wgmmas in flight; the previous block's are done, release its stage.
-        wgmma::wait<1>();
-        if (previous_stage >= 0) release(previous_stage);
-        previous_stage = stage;
+        mbar_wait(&empty[stage], phase ^ 1);
+        mbar_expect_tx(&full[stage], kStageBytes);
+        tma_load_2d(tiles_a + stage * kStageBytesA, &x_map, &full[stage], kb * kTileK,
+                    coord.m * kTileM);
+        tma_load_2d(tiles_b + stage * kStageBytesB, &w_map, &full[stage], kb * kTileK,
+                    coord.n * kTileN);
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
         }
       }
-      wgmma::wait<0>();
-      if (previous_stage >= 0) release(previous_stage);
+    }
+    return;
+  }
 
-      // Accumulator layout of m64nNk16: register 4c+2i+j holds row 16*warp + lane/4 + 8i,
-      // column 8c + 2*(lane%4) + j. Rows past M (a cluster's second tile past the last row
-      // included) are never stored.
-      const int row0 = tile_m * kTileM + consumer * 64 + warp_in_group * 16 + lane / 4;
-      const int col0 = coord.n * kTileN + 2 * (lane % 4);
+  // Consumers: warpgroup 1 owns tile rows 0..63, warpgroup 2 (if any) rows 64..127.
+  const int consumer = warpgroup - 1;
+  const int lane = threadIdx.x % 32;
+  const int warp_in_group = (threadIdx.x % 128) / 32;
+  int stage = 0;
+  uint32_t phase = 0;
+  float acc[kTileN / 2];
+  for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+    const TileCoord coord = tile_coord(tile, tiles_m, tiles_n);
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int row = row0 + 8 * i;
-        if (row >= M) continue;
-        T* y_row = y + static_cast<int64_t>(row) * N;
+    for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
+    int previous_stage = -1;
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      mbar_wait(&full[stage], phase);
+      const unsigned char* a = tiles_a + stage * kStageBytesA + consumer * (64 * kTileK * 2);
+      const unsigned char* b = tiles_b + stage * kStageBytesB;
+      wgmma::fence();
 #pragma unroll
-        for (int c = 0; c < kTileN / 8; ++c) {
-          const int col = col0 + 8 * c;
-          if (col < N) store_pair(y_row + col, acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
-        }
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        wgmma::ss_m64k16<T, kTileN>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+      }
+      wgmma::commit();
+      // Keep this block's wgmmas in flight; the previous block's are done, release its stage.
+      wgmma::wait<1>();
+      if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
+      previous_stage = stage;
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    wgmma::wait<0>();
+    if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
+
+    // Accumulator layout of m64nNk16: register 4c+2i+j holds row 16*warp + lane/4 + 8i,
+    // column 8c + 2*(lane%4) + j.
+    const int row0 = coord.m * kTileM + consumer * 64 + warp_in_group * 16 + lane / 4;
+    const int col0 = coord.n * kTileN + 2 * (lane % 4);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 8 * i;
+      if (row >= M) continue;
+      T* y_row = y + static_cast<int64_t>(row) * N;
+#pragma unroll
+      for (int c = 0; c < kTileN / 8; ++c) {
+        const int col = col0 + 8 * c;
+        if (col < N) store_pair(y_row + col, acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
       }
     }
   }
-  // With a cluster, the peer may still arrive on this CTA's barriers: leave together.
-  if constexpr (Cluster == 2) async_copy::cluster_sync();
 #else
   __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
 #endif
@@ -368,10 +333,7 @@ cudaStream_t as_stream(CUstream_st* stream) { return reinterpret_cast<cudaStream
 struct DeviceTraits {
   bool hopper = false;
   int sm_count = 0;
-  int pair_count = 0;  // 2-CTA clusters of the 128x256 kernel resident at once
 };
-
-int max_resident_pairs();
 
 const DeviceTraits& current_device_traits() {
   // Cached per process for device 0..15; the path must not flip between calls on one device.
@@ -387,7 +349,6 @@ const DeviceTraits& current_device_traits() {
     BITCHECK_CUDA_CALL(cudaGetDeviceProperties(&prop, device));
     traits[device].hopper = prop.major == 9 && prop.minor == 0;
     traits[device].sm_count = prop.multiProcessorCount;
-    if (traits[device].hopper) traits[device].pair_count = max_resident_pairs();
     known[device] = true;
   }
   return traits[device];
@@ -439,120 +400,72 @@ struct TileShape {
 };
 constexpr TileShape kTileShapes[] = {{128, 256, 1.0},  {128, 192, 0.78}, {64, 256, 0.55},
                                      {128, 128, 0.55}, {64, 128, 0.35},  {64, 64, 0.35}};
-// A wave of CTA pairs sharing their W tile (Cluster = 2) against a wave of the same tiles loading
-// alone: a first estimate, timed by `gemm_probe --tiles` (the "c2" rows).
-constexpr double kPairWaveCost = 0.80;
 
-// A launch: tile shape, CTAs per cluster, and estimated time in 128x256 waves.
-struct TilePlan {
-  TileShape shape;
-  int cluster;
-  double cost;
-};
-
-// Pairs take two vertically adjacent tiles, so they pay off once there are two row strips.
-bool can_pair(const TileShape& shape, int64_t M) { return shape.rows == 128 && M > shape.rows; }
-
-TilePlan plan_tiles(const TileShape& shape, int cluster, int64_t M, int64_t N, int sm_count,
-                    int pair_count) {
-  const int64_t tiles_m = (M + shape.rows - 1) / shape.rows;
-  const int64_t tiles_n = (N + shape.cols - 1) / shape.cols;
-  if (cluster == 1) {
-    const int64_t waves = (tiles_m * tiles_n + sm_count - 1) / sm_count;
-    return {shape, 1, double(waves) * shape.wave_cost};
-  }
-  const int64_t groups = (tiles_m + 1) / 2 * tiles_n;
-  const int64_t waves = (groups + pair_count - 1) / pair_count;
-  return {shape, 2, double(waves) * shape.wave_cost * kPairWaveCost};
-}
-
-// The plan with the least estimated time (on a tie the larger tile, alone before paired).
-// BITCHECK_GEMM_PAIRS=off keeps every launch unpaired (for comparisons in one run).
-TilePlan choose_plan(int64_t M, int64_t N, int sm_count, int pair_count) {
-  static const bool pairs_off = [] {
-    const char* value = std::getenv("BITCHECK_GEMM_PAIRS");
-    return value != nullptr && std::string(value) == "off";
-  }();
-  TilePlan best = plan_tiles(kTileShapes[0], 1, M, N, sm_count, pair_count);
+// The shape with the fewest estimated wave-times for this launch (the larger tile on a tie).
+TileShape choose_tile(int64_t M, int64_t N, int sm_count) {
+  TileShape best = kTileShapes[0];
+  double best_cost = -1;
   for (const TileShape& shape : kTileShapes) {
-    for (const int cluster : {1, 2}) {
-      if (cluster == 2 && (pairs_off || pair_count < 1 || !can_pair(shape, M))) continue;
-      const TilePlan plan = plan_tiles(shape, cluster, M, N, sm_count, pair_count);
-      if (plan.cost < best.cost) best = plan;
+    const int64_t tiles = (M + shape.rows - 1) / shape.rows * ((N + shape.cols - 1) / shape.cols);
+    const double cost = double((tiles + sm_count - 1) / sm_count) * shape.wave_cost;
+    if (best_cost < 0 || cost < best_cost) {
+      best = shape;
+      best_cost = cost;
     }
   }
   return best;
 }
 
-template <typename T, int Consumers, int TileN, int Cluster>
+template <typename T, int Consumers, int TileN>
 void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
-                  cudaStream_t stream, int sm_count, int pair_count) {
+                  cudaStream_t stream, int sm_count) {
   using Config = WgmmaConfig<Consumers, TileN>;
   const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
                                        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUtensorMap x_map = make_tensor_map(type, x, M, K, Config::kTileM);
-  // Paired CTAs each load half of the W tile's rows.
-  const CUtensorMap w_map = make_tensor_map(type, w, N, K, TileN / Cluster);
-  auto* kernel = wgmma_gemm_kernel<T, Consumers, TileN, Cluster>;
+  const CUtensorMap w_map = make_tensor_map(type, w, N, K, TileN);
   // Per call, not cached: the attribute belongs to the current device.
-  BITCHECK_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  BITCHECK_CUDA_CALL(cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, TileN>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           Config::kSharedBytes));
-  const int64_t tiles_m = (M + Config::kTileM - 1) / Config::kTileM;
-  const int64_t groups = (tiles_m + Cluster - 1) / Cluster * ((N + TileN - 1) / TileN);
-  const int64_t resident = Cluster == 1 ? sm_count : pair_count;
-  const int grid = static_cast<int>(std::min(groups, resident) * Cluster);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(Config::kThreads);
-  config.dynamicSmemBytes = Config::kSharedBytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = Cluster;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = Cluster == 1 ? 0 : 1;
-  BITCHECK_CUDA_CALL(cudaLaunchKernelEx(&config, kernel, x_map, w_map, static_cast<T*>(y),
-                                        static_cast<int>(M), static_cast<int>(N),
-                                        static_cast<int>(K)));
+  const int64_t tiles = ((M + Config::kTileM - 1) / Config::kTileM) * ((N + TileN - 1) / TileN);
+  const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
+  wgmma_gemm_kernel<T, Consumers, TileN><<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
+      x_map, w_map, static_cast<T*>(y), static_cast<int>(M), static_cast<int>(N),
+      static_cast<int>(K));
+  BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
-template <typename T, int Consumers, int Cluster>
+template <typename T, int Consumers>
 void launch_wgmma_cols(int tile_cols, const void* x, const void* w, void* y, int64_t M, int64_t N,
-                       int64_t K, cudaStream_t stream, int sm_count, int pair_count) {
+                       int64_t K, cudaStream_t stream, int sm_count) {
   if (tile_cols == 64)
-    launch_wgmma<T, Consumers, 64, Cluster>(x, w, y, M, N, K, stream, sm_count, pair_count);
+    launch_wgmma<T, Consumers, 64>(x, w, y, M, N, K, stream, sm_count);
   else if (tile_cols == 128)
-    launch_wgmma<T, Consumers, 128, Cluster>(x, w, y, M, N, K, stream, sm_count, pair_count);
+    launch_wgmma<T, Consumers, 128>(x, w, y, M, N, K, stream, sm_count);
   else if (tile_cols == 192)
-    launch_wgmma<T, Consumers, 192, Cluster>(x, w, y, M, N, K, stream, sm_count, pair_count);
+    launch_wgmma<T, Consumers, 192>(x, w, y, M, N, K, stream, sm_count);
   else
-    launch_wgmma<T, Consumers, 256, Cluster>(x, w, y, M, N, K, stream, sm_count, pair_count);
+    launch_wgmma<T, Consumers, 256>(x, w, y, M, N, K, stream, sm_count);
 }
 
 template <typename T>
-void launch_wgmma_shape(int tile_rows, int tile_cols, int cluster, const void* x, const void* w,
-                        void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream, int sm_count,
-                        int pair_count) {
+void launch_wgmma_shape(int tile_rows, int tile_cols, const void* x, const void* w, void* y,
+                        int64_t M, int64_t N, int64_t K, cudaStream_t stream, int sm_count) {
   if (tile_rows == 64)
-    launch_wgmma_cols<T, 1, 1>(tile_cols, x, w, y, M, N, K, stream, sm_count, pair_count);
-  else if (cluster == 1)
-    launch_wgmma_cols<T, 2, 1>(tile_cols, x, w, y, M, N, K, stream, sm_count, pair_count);
+    launch_wgmma_cols<T, 1>(tile_cols, x, w, y, M, N, K, stream, sm_count);
   else
-    launch_wgmma_cols<T, 2, 2>(tile_cols, x, w, y, M, N, K, stream, sm_count, pair_count);
+    launch_wgmma_cols<T, 2>(tile_cols, x, w, y, M, N, K, stream, sm_count);
 }
 
-void launch_wgmma_dtype(GemmDType dtype, int tile_rows, int tile_cols, int cluster, const void* x,
-                        const void* w, void* y, int64_t M, int64_t N, int64_t K,
-                        cudaStream_t stream, int sm_count, int pair_count) {
+void launch_wgmma_dtype(GemmDType dtype, int tile_rows, int tile_cols, const void* x, const void* w,
+                        void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
+                        int sm_count) {
   if (dtype == GemmDType::bf16)
-    launch_wgmma_shape<__nv_bfloat16>(tile_rows, tile_cols, cluster, x, w, y, M, N, K, stream,
-                                      sm_count, pair_count);
+    launch_wgmma_shape<__nv_bfloat16>(tile_rows, tile_cols, x, w, y, M, N, K, stream, sm_count);
   else
-    launch_wgmma_shape<__half>(tile_rows, tile_cols, cluster, x, w, y, M, N, K, stream, sm_count,
-                               pair_count);
+    launch_wgmma_shape<__half>(tile_rows, tile_cols, x, w, y, M, N, K, stream, sm_count);
 }
 
 template <typename T>
@@ -584,29 +497,6 @@ bool uses_wgmma(GemmDType dtype) {
   return dtype != GemmDType::fp32 && current_device_traits().hopper;
 }
 
-// How many 2-CTA clusters of the largest paired kernel (128x256, the most shared memory) fit on
-// the device at once: GPCs may leave an SM without a partner.
-int max_resident_pairs() {
-  using Config = WgmmaConfig<2, 256>;
-  auto* kernel = wgmma_gemm_kernel<__nv_bfloat16, 2, 256, 2>;
-  BITCHECK_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          Config::kSharedBytes));
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(2);
-  config.blockDim = dim3(Config::kThreads);
-  config.dynamicSmemBytes = Config::kSharedBytes;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 2;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  int clusters = 0;
-  BITCHECK_CUDA_CALL(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-  return clusters;
-}
-
 }  // namespace
 
 const char* fixed_order_gemm_path(GemmDType dtype) {
@@ -618,10 +508,9 @@ void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, in
   check_shape("fixed_order_gemm", x, w, y, M, N, K);
   const cudaStream_t s = as_stream(stream);
   if (uses_wgmma(dtype)) {
-    const DeviceTraits& device = current_device_traits();
-    const TilePlan plan = choose_plan(M, N, device.sm_count, device.pair_count);
-    launch_wgmma_dtype(dtype, plan.shape.rows, plan.shape.cols, plan.cluster, x, w, y, M, N, K, s,
-                       device.sm_count, device.pair_count);
+    const int sm_count = current_device_traits().sm_count;
+    const TileShape tile = choose_tile(M, N, sm_count);
+    launch_wgmma_dtype(dtype, tile.rows, tile.cols, x, w, y, M, N, K, s, sm_count);
     return;
   }
   detail::fixed_order_gemm_portable(dtype, x, w, y, M, N, K, stream);
@@ -639,27 +528,22 @@ void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, vo
   }
 }
 
-void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, int cluster,
-                           const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
+void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, const void* x,
+                           const void* w, void* y, int64_t M, int64_t N, int64_t K,
                            CUstream_st* stream) {
   check_shape("fixed_order_gemm_tile", x, w, y, M, N, K);
   if (!uses_wgmma(dtype) || (tile_rows != 64 && tile_rows != 128) ||
-      (tile_cols != 64 && tile_cols != 128 && tile_cols != 192 && tile_cols != 256) ||
-      (cluster != 1 && cluster != 2) || (cluster == 2 && tile_rows != 128))
+      (tile_cols != 64 && tile_cols != 128 && tile_cols != 192 && tile_cols != 256))
     throw std::invalid_argument(
         "fixed_order_gemm_tile: needs bf16/fp16 on sm_90, tile_rows 64 or 128, tile_cols 64, 128, 192 "
-        "or 256, cluster 1 (or 2 with 128 rows)");
-  const DeviceTraits& device = current_device_traits();
-  if (cluster == 2 && device.pair_count < 1)
-    throw std::runtime_error("fixed_order_gemm_tile: no 2-CTA cluster fits on this device");
-  launch_wgmma_dtype(dtype, tile_rows, tile_cols, cluster, x, w, y, M, N, K, as_stream(stream),
-                     device.sm_count, device.pair_count);
+        "or 256");
+  launch_wgmma_dtype(dtype, tile_rows, tile_cols, x, w, y, M, N, K, as_stream(stream),
+                     current_device_traits().sm_count);
 }
 
-FixedOrderTiles fixed_order_gemm_chosen_tiles(int64_t M, int64_t N, int sm_count) {
-  const int pair_count = current_device_traits().pair_count;
-  const TilePlan plan = choose_plan(M, N, sm_count, pair_count);
-  return {plan.shape.rows, plan.shape.cols, plan.cluster, plan.cost, pair_count};
+std::pair<int, int> fixed_order_gemm_chosen_tile(int64_t M, int64_t N, int sm_count) {
+  const TileShape tile = choose_tile(M, N, sm_count);
+  return {tile.rows, tile.cols};
 }
 }  // namespace detail
 

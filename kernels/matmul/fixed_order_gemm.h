@@ -19,7 +19,7 @@ namespace bitcheck::cuda {
 // Requires M >= 1, N >= 1, K >= 1 with N and K multiples of 8, and 16-byte aligned pointers.
 // bf16/fp16 on an sm_90 GPU take the wgmma + TMA path; every other case (fp32, other GPUs) takes a
 // portable fp32-FMA path. The path depends on (dtype, device) only, never on M, N or K; on the
-// wgmma path M picks only the tile shape and CTA pairing, which do not change any bit.
+// wgmma path M picks only the tile height (64 or 128 rows), which does not change any bit.
 void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, int64_t M, int64_t N,
                       int64_t K, CUstream_st* stream);
 
@@ -38,22 +38,13 @@ namespace detail {
 // check it on a Hopper machine too. Same contract as fixed_order_gemm.
 void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, void* y, int64_t M,
                                int64_t N, int64_t K, CUstream_st* stream);
-// The wgmma path with a forced tile shape (64 or 128 rows, 64, 128, 192 or 256 columns) and cluster
-// (1, or 2 with 128 rows: CTA pairs sharing their W tile) instead of the per-launch choice, so
-// probes can prove every shape gives identical bits and time each one. bf16/fp16 on sm_90 only.
-void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, int cluster,
-                           const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
-                           CUstream_st* stream);
-// What fixed_order_gemm picks for M x N on `sm_count` SMs of the current device, for tables: the
-// tile shape, CTAs per cluster, the estimated time in waves of 128x256 tiles, and how many CTA
-// pairs the device holds at once.
-struct FixedOrderTiles {
-  int rows, cols;
-  int cluster;
-  double estimated_waves;
-  int resident_pairs;
-};
-FixedOrderTiles fixed_order_gemm_chosen_tiles(int64_t M, int64_t N, int sm_count);
+// The wgmma path with a forced tile shape (64 or 128 rows, 64, 128, 192 or 256 columns) instead of the
+// per-launch choice, so probes can prove every shape gives identical bits and time each one.
+// bf16/fp16 on sm_90 only.
+void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, const void* x, const void* w,
+                           void* y, int64_t M, int64_t N, int64_t K, CUstream_st* stream);
+// The tile shape (rows, columns) fixed_order_gemm picks for M x N on `sm_count` SMs, for tables.
+std::pair<int, int> fixed_order_gemm_chosen_tile(int64_t M, int64_t N, int sm_count);
 }  // namespace detail
 
 }  // namespace bitcheck::cuda

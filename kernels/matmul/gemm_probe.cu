@@ -123,31 +123,21 @@ std::vector<uint8_t> download(const bc::DeviceBuffer& buffer, size_t bytes) {
 using GemmFunction = void (*)(GemmDType, const void*, const void*, void*, int64_t, int64_t,
                               int64_t, CUstream_st*);
 
-// The wgmma path with the tile shape forced to Rows x Cols, in clusters of Cluster CTAs.
-template <int Rows, int Cols, int Cluster = 1>
+// The wgmma path with the tile shape forced to Rows x Cols.
+template <int Rows, int Cols>
 void gemm_tile(GemmDType t, const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
                CUstream_st* stream) {
-  bc::detail::fixed_order_gemm_tile(t, Rows, Cols, Cluster, x, w, y, M, N, K, stream);
+  bc::detail::fixed_order_gemm_tile(t, Rows, Cols, x, w, y, M, N, K, stream);
 }
 
 struct ForcedShape {
-  const char* name;
-  int rows, cols, cluster;
+  int rows, cols;
   GemmFunction gemm;
 };
-const ForcedShape kForcedShapes[] = {
-    {"128x256", 128, 256, 1, gemm_tile<128, 256>},
-    {"128x192", 128, 192, 1, gemm_tile<128, 192>},
-    {"64x256", 64, 256, 1, gemm_tile<64, 256>},
-    {"64x192", 64, 192, 1, gemm_tile<64, 192>},
-    {"128x128", 128, 128, 1, gemm_tile<128, 128>},
-    {"64x128", 64, 128, 1, gemm_tile<64, 128>},
-    {"128x64", 128, 64, 1, gemm_tile<128, 64>},
-    {"64x64", 64, 64, 1, gemm_tile<64, 64>},
-    {"128x256 c2", 128, 256, 2, gemm_tile<128, 256, 2>},
-    {"128x192 c2", 128, 192, 2, gemm_tile<128, 192, 2>},
-    {"128x128 c2", 128, 128, 2, gemm_tile<128, 128, 2>},
-    {"128x64 c2", 128, 64, 2, gemm_tile<128, 64, 2>}};
+const ForcedShape kForcedShapes[] = {{128, 256, gemm_tile<128, 256>}, {128, 192, gemm_tile<128, 192>},
+                                     {64, 256, gemm_tile<64, 256>},   {64, 192, gemm_tile<64, 192>},
+                                     {128, 128, gemm_tile<128, 128>}, {64, 128, gemm_tile<64, 128>},
+                                     {128, 64, gemm_tile<128, 64>},   {64, 64, gemm_tile<64, 64>}};
 
 // The automatic choice followed by every forced shape.
 std::vector<GemmFunction> every_wgmma_shape() {
@@ -396,15 +386,13 @@ struct RotatedBuffers {
 
 struct BenchRow {
   int64_t N, K, M;
-  std::string chosen;
+  std::pair<int, int> chosen;
   double mine_tflops, lt_tflops;
   bool invariant;
 };
 
-// "128x256", or "128x256 c2" for CTA pairs sharing their W tile.
-std::string chosen_tile(int64_t M, int64_t N, int sm_count) {
-  const bc::detail::FixedOrderTiles tiles = bc::detail::fixed_order_gemm_chosen_tiles(M, N, sm_count);
-  return std::to_string(tiles.rows) + "x" + std::to_string(tiles.cols) + (tiles.cluster == 2 ? " c2" : "");
+std::pair<int, int> chosen_tile(int64_t M, int64_t N, int sm_count) {
+  return bc::detail::fixed_order_gemm_chosen_tile(M, N, sm_count);
 }
 
 void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<int64_t>& ms,
@@ -468,34 +456,29 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
 }
 
 // --tiles: every forced tile shape timed against the automatic choice on the benchmark shapes, to
-// calibrate the costs in fixed_order_gemm.cu: the time per wave of one tile per SM, and of CTA pairs
-// ("c2": one wave = one pair per resident cluster).
+// calibrate the wave costs in fixed_order_gemm.cu (time per wave of one tile per SM).
 void time_tile_shapes(int sm_count) {
   const GemmDType t = GemmDType::bf16;
   const int64_t shapes[][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
-  const std::vector<int64_t> ms = {1, 16, 64, 100, 257, 320, 1000, 1024, 1025, 2049, 2200, 4096};
-  std::printf("\n| N | K | M | tile | tiles | waves | median us | us per wave | auto tile | auto estimate (waves) | auto us |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const std::vector<int64_t> ms = {1, 16, 64, 100, 257, 320, 1000, 2200, 4096};
+  std::printf("\n| N | K | M | tile | tiles | waves | median us | us per wave | auto tile | auto us |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& s : shapes) {
     const int64_t N = s[0], K = s[1], m_max = ms.back();
     RotatedBuffers buffers(t, N, K, m_max);
     std::vector<bc::DeviceBuffer>& w = buffers.w, &x = buffers.x, &y = buffers.y;
     const int w_sets = int(w.size()), x_sets = int(x.size()), y_sets = int(y.size()), sets = buffers.count;
     for (int64_t m : ms) {
-      const std::string chosen = chosen_tile(m, N, sm_count);
-      const bc::detail::FixedOrderTiles automatic_tiles = bc::detail::fixed_order_gemm_chosen_tiles(m, N, sm_count);
-      const double estimate = automatic_tiles.estimated_waves;
+      const std::pair<int, int> chosen = chosen_tile(m, N, sm_count);
       for (const ForcedShape& shape : kForcedShapes) {
         const auto [forced, automatic] = median_ms_interleaved(
             [&](int i) { shape.gemm(t, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m, N, K, nullptr); },
             [&](int i) { bc::fixed_order_gemm(t, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m, N, K, nullptr); },
             sets, 15);
-        const int64_t tiles_m = (m + shape.rows - 1) / shape.rows;
-        const int64_t tiles = (tiles_m + shape.cluster - 1) / shape.cluster * shape.cluster * ((N + shape.cols - 1) / shape.cols);
-        const int64_t resident = shape.cluster == 1 ? sm_count : 2 * int64_t(automatic_tiles.resident_pairs);
-        const int64_t waves = (tiles + resident - 1) / resident;
-        std::printf("| %lld | %lld | %lld | %s | %lld | %lld | %.1f | %.1f | %s | %.2f | %.1f |\n", (long long)N,
-                    (long long)K, (long long)m, shape.name, (long long)tiles, (long long)waves, forced * 1e3,
-                    forced * 1e3 / double(waves), chosen.c_str(), estimate, automatic * 1e3);
+        const int64_t tiles = (m + shape.rows - 1) / shape.rows * ((N + shape.cols - 1) / shape.cols);
+        const int64_t waves = (tiles + sm_count - 1) / sm_count;
+        std::printf("| %lld | %lld | %lld | %dx%d | %lld | %lld | %.1f | %.1f | %dx%d | %.1f |\n", (long long)N,
+                    (long long)K, (long long)m, shape.rows, shape.cols, (long long)tiles, (long long)waves,
+                    forced * 1e3, forced * 1e3 / double(waves), chosen.first, chosen.second, automatic * 1e3);
       }
       std::fflush(stdout);
     }
@@ -530,7 +513,7 @@ int run(int argc, char** argv) {
   const std::vector<GemmFunction> portable = {bc::detail::fixed_order_gemm_portable};
   for (GemmDType t : {GemmDType::bf16, GemmDType::fp16, GemmDType::fp32}) {
     const auto& forward = t == GemmDType::fp32 ? portable : main_path;
-    const char* name = t == GemmDType::fp32 || !hopper ? "fixed_order(port)" : "fixed_order+12shapes";
+    const char* name = t == GemmDType::fp32 || !hopper ? "fixed_order(port)" : "fixed_order+8shapes";
     check_forward(name, forward, t, 64, 128, 300, ms_small);
     check_forward(name, forward, t, 96, 200, 300, ms_small);
     check_forward(name, forward, t, 264, 72, 300, ms_small);
@@ -557,8 +540,8 @@ int run(int argc, char** argv) {
     for (const auto& s : shapes) bench_shape(lt, device.sm_count, s[0], s[1], s[0] == 128256 ? std::vector<int64_t>{1, 16, 64, 256, 512, 1024, 2048, 4096} : ms, table);
     std::printf("\n| N | K | M | tile | fixed-order TFLOP/s | cuBLASLt TFLOP/s | ratio | bits vs M=64 (auto and every forced shape) |\n|---|---|---|---|---|---|---|---|\n");
     for (const auto& r : table)
-      std::printf("| %lld | %lld | %lld | %s | %.1f | %.1f | %.3f | %s |\n", (long long)r.N,
-                  (long long)r.K, (long long)r.M, r.chosen.c_str(), r.mine_tflops, r.lt_tflops,
+      std::printf("| %lld | %lld | %lld | %dx%d | %.1f | %.1f | %.3f | %s |\n", (long long)r.N,
+                  (long long)r.K, (long long)r.M, r.chosen.first, r.chosen.second, r.mine_tflops, r.lt_tflops,
                   r.mine_tflops / r.lt_tflops, r.invariant ? "same" : "DIFFER");
   }
   std::printf("\n%s (%d failing checks)\n", failures == 0 ? "ALL PASS" : "FAILURES", failures);
