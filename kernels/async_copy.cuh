@@ -1,6 +1,7 @@
 // mbarrier and bulk-copy (TMA engine) helpers for sm_90 kernels: shared-memory addresses,
 // transaction-counting mbarriers, 1-D bulk copies and 2-D tensor-map loads from global to shared
-// memory. Call them only from code compiled for sm_90 or later.
+// memory and tensor-map stores back, bulk groups and named barriers. Call them only from code
+// compiled for sm_90 or later.
 #pragma once
 #include <cuda.h>
 
@@ -67,6 +68,38 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, s
       " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_addr(bar)), "r"(inner), "r"(outer)
       : "memory");
+}
+
+// The box of a 2-D tensor map at (inner, outer) from shared `src` to global memory (rows and
+// columns past the tensor's end are not written), in this thread's current bulk group.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int inner,
+                                             int outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+          reinterpret_cast<std::uint64_t>(map)),
+      "r"(smem_addr(src)), "r"(inner), "r"(outer)
+      : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Waits until at most `Pending` of this thread's bulk groups still read their shared source.
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(Pending) : "memory");
+}
+
+// Waits until at most `Pending` of this thread's bulk groups are still incomplete.
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(Pending) : "memory");
+}
+
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace bitcheck::cuda::async_copy

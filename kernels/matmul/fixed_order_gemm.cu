@@ -51,17 +51,26 @@ namespace {
 // (more CTAs for small M, fewer idle SMs in the last wave).
 // ------------------------------------------------------------------------------------------------
 constexpr int kTileK = 64;  // 64 bf16 = 128 bytes: one 128B swizzle row
+constexpr int kOutputBoxBytes = 64 * 64 * 2;  // one 64 x 64 box of the output, as TMA stores it
 
 template <int Consumers, int TileN>
 struct WgmmaConfig {
   static constexpr int kTileM = 64 * Consumers;
   static constexpr int kTileN = TileN;  // 64, 128, 192 or 256 columns: m64nTileNk16
   static constexpr int kThreads = 128 * (Consumers + 1);
-  static constexpr int kStages = Consumers == 1 ? 5 : 4;
   static constexpr int kStageBytesA = kTileM * kTileK * 2;
   static constexpr int kStageBytesB = kTileN * kTileK * 2;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
-  static constexpr int kSharedBytes = kStages * kStageBytes + 1024 /*alignment slack*/ + 256;
+  // Each consumer's 64 x TileN output block, staged for the TMA store as TileN/64 boxes of 64 x 64
+  // (128B-swizzled like the operands).
+  static constexpr int kEpilogueBytes = 64 * TileN * 2;
+  static constexpr int kFixedBytes = Consumers * kEpilogueBytes + 1024 /*alignment slack*/ + 256;
+  // As many stages as fit beside the output blocks, at most 5 (one consumer) or 4 (two).
+  static constexpr int kMaxStages = Consumers == 1 ? 5 : 4;
+  static constexpr int kFitStages = (227 * 1024 - kFixedBytes) / kStageBytes;
+  static constexpr int kStages = kFitStages < kMaxStages ? kFitStages : kMaxStages;
+  static constexpr int kSharedBytes = kStages * kStageBytes + kFixedBytes;
+  static_assert(kStages >= 3, "at least three pipeline stages");
   static_assert(kSharedBytes <= 227 * 1024, "shared memory per block");
 };
 
@@ -94,18 +103,25 @@ __device__ __forceinline__ uint64_t smem_desc(const void* pointer) {
   return wgmma::descriptor(smem_addr(pointer), 16 /*unused for swizzled K-major*/, 1024);
 }
 
+// Two fp32 accumulators rounded once (round-to-nearest-even) to the output dtype.
 __device__ __forceinline__ void store_pair(__nv_bfloat16* y, float a, float b) {
   *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(a, b);
 }
 __device__ __forceinline__ void store_pair(__half* y, float a, float b) {
   *reinterpret_cast<__half2*>(y) = __floats2half2_rn(a, b);
 }
+using async_copy::bulk_commit_group;
+using async_copy::bulk_wait_group;
+using async_copy::bulk_wait_group_read;
+using async_copy::named_barrier_sync;
+using async_copy::tma_store_2d;
 #endif  // BITCHECK_GEMM_SM90A
 
 template <typename T, int Consumers, int TileN>
 __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap x_map,
-                      const __grid_constant__ CUtensorMap w_map, T* y, int M, int N, int K) {
+                      const __grid_constant__ CUtensorMap w_map,
+                      const __grid_constant__ CUtensorMap y_map, int M, int N, int K) {
 #ifdef BITCHECK_GEMM_SM90A
   using Config = WgmmaConfig<Consumers, TileN>;
   constexpr int kTileM = Config::kTileM;
@@ -120,7 +136,9 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
       (reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_a = shared;
   unsigned char* tiles_b = shared + kStages * kStageBytesA;
-  uint64_t* full = reinterpret_cast<uint64_t*>(shared + kStages * kStageBytes);
+  unsigned char* output = shared + kStages * kStageBytes;
+  uint64_t* full =
+      reinterpret_cast<uint64_t*>(output + Consumers * Config::kEpilogueBytes);
   uint64_t* empty = full + kStages;
 
   const int warpgroup = threadIdx.x / 128;
@@ -194,22 +212,40 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
     wgmma::wait<0>();
     if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
 
-    // Accumulator layout of m64nNk16: register 4c+2i+j holds row 16*warp + lane/4 + 8i,
-    // column 8c + 2*(lane%4) + j.
-    const int row0 = coord.m * kTileM + consumer * 64 + warp_in_group * 16 + lane / 4;
-    const int col0 = coord.n * kTileN + 2 * (lane % 4);
+    // Epilogue: the consumer's 64 rows go through its shared output block to one TMA store per
+    // 64-column box, which clips rows past M and columns past N; the next tile's wgmmas start
+    // while the store drains. Accumulator layout of m64nNk16: register 4c+2i+j holds row
+    // 16*warp + lane/4 + 8i, column 8c + 2*(lane%4) + j. In the 128B-swizzled box the 16-byte
+    // chunk of 8 columns c%8 of row r sits at chunk (c%8) ^ (r%8), so a warp's 8 rows hit 8
+    // different bank groups.
+    unsigned char* block = output + consumer * Config::kEpilogueBytes;
+    const bool leader = threadIdx.x % 128 == 0;
+    if (leader) bulk_wait_group_read<0>();  // the previous tile's store has read the block
+    named_barrier_sync(1 + consumer, 128);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int row = row0 + 8 * i;
-      if (row >= M) continue;
-      T* y_row = y + static_cast<int64_t>(row) * N;
+      const int row = warp_in_group * 16 + lane / 4 + 8 * i;
 #pragma unroll
       for (int c = 0; c < kTileN / 8; ++c) {
-        const int col = col0 + 8 * c;
-        if (col < N) store_pair(y_row + col, acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
+        unsigned char* chunk = block + (c / 8) * kOutputBoxBytes + row * 128 +
+                               (((c % 8) ^ (row % 8)) * 16) + (lane % 4) * 4;
+        store_pair(reinterpret_cast<T*>(chunk), acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
       }
     }
+    async_copy::fence_proxy_async_shared();  // the writes above, before the copy engine reads
+    named_barrier_sync(1 + consumer, 128);
+    const int first_row = coord.m * kTileM + consumer * 64;
+    if (leader && first_row < M) {
+#pragma unroll
+      for (int box = 0; box < kTileN / 64; ++box) {
+        const int first_col = coord.n * kTileN + box * 64;
+        if (first_col < N)
+          tma_store_2d(&y_map, block + box * kOutputBoxBytes, first_col, first_row);
+      }
+      bulk_commit_group();
+    }
   }
+  if (threadIdx.x % 128 == 0) bulk_wait_group<0>();  // stores complete before the CTA exits
 #else
   __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
 #endif
@@ -425,6 +461,7 @@ void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, i
                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUtensorMap x_map = make_tensor_map(type, x, M, K, Config::kTileM);
   const CUtensorMap w_map = make_tensor_map(type, w, N, K, TileN);
+  const CUtensorMap y_map = make_tensor_map(type, y, M, N, 64);  // 64 x 64 output boxes
   // Per call, not cached: the attribute belongs to the current device.
   BITCHECK_CUDA_CALL(cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, TileN>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -432,8 +469,7 @@ void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, i
   const int64_t tiles = ((M + Config::kTileM - 1) / Config::kTileM) * ((N + TileN - 1) / TileN);
   const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
   wgmma_gemm_kernel<T, Consumers, TileN><<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
-      x_map, w_map, static_cast<T*>(y), static_cast<int>(M), static_cast<int>(N),
-      static_cast<int>(K));
+      x_map, w_map, y_map, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
