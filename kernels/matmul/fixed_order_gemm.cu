@@ -51,7 +51,6 @@ namespace {
 // (more CTAs for small M, fewer idle SMs in the last wave).
 // ------------------------------------------------------------------------------------------------
 constexpr int kTileK = 64;  // 64 bf16 = 128 bytes: one 128B swizzle row
-constexpr int kOutputBoxBytes = 64 * 64 * 2;  // one 64 x 64 box of the output, as TMA stores it
 
 template <int Consumers, int TileN>
 struct WgmmaConfig {
@@ -75,6 +74,8 @@ struct WgmmaConfig {
 };
 
 #ifdef BITCHECK_GEMM_SM90A
+constexpr int kOutputBoxBytes = 64 * 64 * 2;  // one 64 x 64 box of the output, as TMA stores it
+
 struct TileCoord {
   int m;
   int n;
