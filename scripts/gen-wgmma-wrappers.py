@@ -66,26 +66,23 @@ def rs(n):
 template <typename T>
 __device__ __forceinline__ void rs_m64n{n}k16(float (&d)[{m}], const std::uint32_t (&a)[4], std::uint64_t desc_b) {{
 ''' + "\n".join(body) + "\n  }\n}\n"
-for n in (64, 128, 192, 256):
+SS_N = (64, 128, 144, 160, 176, 192, 208, 224, 256)
+for n in SS_N:
     lines.append(ss(n))
 for n in (64, 128):
     lines.append(rs(n))
-lines.append('''
-// d (= or +=) A·Bᵀ for N in {64, 128, 192, 256}.
+dispatch = "".join(
+    f"  {'if' if i == 0 else '} else if'} constexpr (N == {n}) {{\n    ss_m64n{n}k16<T>(d, desc_a, desc_b, accumulate);\n"
+    for i, n in enumerate(SS_N))
+names = ", ".join(str(n) for n in SS_N)
+lines.append(f"""
+// d (= or +=) A·Bᵀ for N in {{{names}}}.
 template <typename T, int N>
-__device__ __forceinline__ void ss_m64k16(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int accumulate) {
-  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma ss: N of 64, 128, 192 or 256");
-  if constexpr (N == 64) {
-    ss_m64n64k16<T>(d, desc_a, desc_b, accumulate);
-  } else if constexpr (N == 128) {
-    ss_m64n128k16<T>(d, desc_a, desc_b, accumulate);
-  } else if constexpr (N == 192) {
-    ss_m64n192k16<T>(d, desc_a, desc_b, accumulate);
-  } else {
-    ss_m64n256k16<T>(d, desc_a, desc_b, accumulate);
-  }
-}
-''')
+__device__ __forceinline__ void ss_m64k16(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int accumulate) {{
+  static_assert({' || '.join(f'N == {n}' for n in SS_N)}, "wgmma ss: N of {names}");
+{dispatch}  }}
+}}
+""")
 lines.append("}  // namespace bitcheck::cuda::wgmma\n")
 import sys
 open(sys.argv[1] if len(sys.argv) > 1 else "kernels/wgmma.cuh", "w").write("".join(lines))

@@ -6,13 +6,15 @@
 //   fp32 (no TF32, by contract) and other GPUs always take the portable path. M never picks a path.
 // - wgmma path: every output element y[m,n] is computed by one consumer warpgroup as
 //   acc = 0; for k-block kb = 0, 1, ... (64 wide, ascending): for kk = 0..3:
-//   acc = wgmma.m64nNk16(acc, X[m, kb*64+16kk .. +16], W[n, same]) with an fp32 accumulator,
-//   then one round-to-nearest-even to the output dtype. K block (64), operands (both K-major from
-//   128B-swizzled shared memory) and k order are compile-time constants; there is no split-K and
-//   no atomic. M and N pick the tile shape (64 or 128 rows, N = 64, 128, 192 or 256 columns): which
-//   CTA computes an element and how many other columns its instruction carries, never the chain of
-//   k16 steps that element goes through. That the tensor cores give an element the same bits for
-//   every N is measured, not documented: gemm_probe runs every shape on the same inputs and
+//   acc += the k16 products X[m, kb*64+16kk .. +16] * W[n, same] in one wgmma.m64nEk16 with an
+//   fp32 accumulator, then one round-to-nearest-even to the output dtype. K block (64), operands
+//   (both K-major from 128B-swizzled shared memory) and k order are compile-time constants; there
+//   is no split-K and no atomic. M and N pick the tile shape and orientation (X as the wgmma A
+//   operand with 64 to 192 rows by 64 to 256 columns, or W as A with 128 to 256 rows by 128 or
+//   192 columns): which CTA computes an element, which operand slot its row of X rides in and how
+//   many other outputs its instruction carries, never the chain of k16 steps that element goes
+//   through. That the tensor cores give an element the same bits for every E and either operand
+//   slot is measured, not documented: gemm_probe runs every shape on the same inputs and
 //   compares all rows bitwise, and the sweeps cross the shape switch points. Rows past
 //   M (and columns past N, and K past the end) are zero-filled by TMA and never stored, and a
 //   zero row of X contributes to no other row: padding cannot leak into a real row.
@@ -26,6 +28,7 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -45,30 +48,37 @@ namespace bitcheck::cuda {
 namespace {
 
 // ------------------------------------------------------------------------------------------------
-// Hopper path: persistent, warp-specialized (1 TMA producer warpgroup + 1 or 2 wgmma consumer
-// warpgroups), 64 or 128 rows x 64, 128, 192 or 256 columns output tile, 64-wide K blocks, multi-stage
-// mbarrier pipeline. Each consumer warpgroup owns 64 rows; the tile shape is a scheduling choice
-// (more CTAs for small M, fewer idle SMs in the last wave).
+// Hopper path: persistent, warp-specialized (1 TMA producer warpgroup + 1 to 3 wgmma consumer
+// warpgroups), 64-wide K blocks, multi-stage mbarrier pipeline. Each consumer warpgroup owns 64
+// rows of one operand and runs m64nEk16 against E rows of the other (E = Extent: 64 to 256).
+// - X as A (the classic orientation): the tile is 64 * Consumers rows of Y by E columns.
+// - W as A: the tile is E rows of Y by 64 * Consumers columns; each consumer owns 64 columns and
+//   its accumulator holds Yᵀ. E steps by 16, so the tile follows M closely (M = 1025 in 176-row
+//   tiles wastes 31 rows, in 128-row tiles 127), which is what fills the last wave.
+// The tile shape and orientation are scheduling choices, not arithmetic ones: see the header.
 // ------------------------------------------------------------------------------------------------
 constexpr int kTileK = 64;  // 64 bf16 = 128 bytes: one 128B swizzle row
 
-template <int Consumers, int TileN>
+template <int Consumers, int Extent, bool WAsA>
 struct WgmmaConfig {
-  static constexpr int kTileM = 64 * Consumers;
-  static constexpr int kTileN = TileN;  // 64, 128, 192 or 256 columns: m64nTileNk16
+  static constexpr int kTileM = WAsA ? Extent : 64 * Consumers;  // rows of Y per tile
+  static constexpr int kTileN = WAsA ? 64 * Consumers : Extent;  // columns of Y per tile
   static constexpr int kThreads = 128 * (Consumers + 1);
-  static constexpr int kStageBytesA = kTileM * kTileK * 2;
-  static constexpr int kStageBytesB = kTileN * kTileK * 2;
+  // Stage layout: the A operand (64 rows per consumer), then the B operand (Extent rows).
+  static constexpr int kStageBytesA = 64 * Consumers * kTileK * 2;
+  static constexpr int kStageBytesB = Extent * kTileK * 2;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
-  // Each consumer's 64 x TileN output block, staged for the TMA store as TileN/64 boxes of 64 x 64
-  // (128B-swizzled like the operands).
-  static constexpr int kEpilogueBytes = 64 * TileN * 2;
+  // Each consumer's 64 x Extent accumulator block, staged for the TMA store 128B-swizzled like the
+  // operands: X as A, Extent/64 boxes of 64 rows x 64 columns; W as A, one box of Extent rows x 64.
+  static constexpr int kEpilogueBytes = 64 * Extent * 2;
   static constexpr int kFixedBytes = Consumers * kEpilogueBytes + 1024 /*alignment slack*/ + 256;
-  // As many stages as fit beside the output blocks, at most 5 (one consumer) or 4 (two).
+  // As many stages as fit beside the output blocks, at most 5 (one consumer) or 4 (more).
   static constexpr int kMaxStages = Consumers == 1 ? 5 : 4;
   static constexpr int kFitStages = (227 * 1024 - kFixedBytes) / kStageBytes;
   static constexpr int kStages = kFitStages < kMaxStages ? kFitStages : kMaxStages;
   static constexpr int kSharedBytes = kStages * kStageBytes + kFixedBytes;
+  static_assert(Extent % 16 == 0 && Extent >= 64 && Extent <= 256, "wgmma N");
+  static_assert(WAsA || Extent % 64 == 0, "X as A stores 64-column boxes");
   static_assert(kStages >= 3, "at least three pipeline stages");
   static_assert(kSharedBytes <= 227 * 1024, "shared memory per block");
 };
@@ -111,6 +121,24 @@ __device__ __forceinline__ void store_pair(__nv_bfloat16* y, float a, float b) {
 __device__ __forceinline__ void store_pair(__half* y, float a, float b) {
   *reinterpret_cast<__half2*>(y) = __floats2half2_rn(a, b);
 }
+// The same rounding, packed in a register (a in the low half) for stmatrix.
+template <typename T>
+__device__ __forceinline__ uint32_t packed_pair(float a, float b) {
+  T pair[2];
+  store_pair(pair, a, b);
+  uint32_t bits;
+  memcpy(&bits, pair, sizeof bits);
+  return bits;
+}
+// Four 8x8 b16 fragments (m16n8 accumulator layout: lane holds row lane/4, columns 2*(lane%4)
+// and +1), each stored transposed: row j of fragment q's stored matrix is its column j, written
+// as 16 contiguous bytes at the address lane 8q + j gives.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t address, uint32_t r0, uint32_t r1,
+                                                  uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
 using async_copy::bulk_commit_group;
 using async_copy::bulk_wait_group;
 using async_copy::bulk_wait_group_read;
@@ -118,13 +146,13 @@ using async_copy::named_barrier_sync;
 using async_copy::tma_store_2d;
 #endif  // BITCHECK_GEMM_SM90A
 
-template <typename T, int Consumers, int TileN>
-__global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
+template <typename T, int Consumers, int Extent, bool WAsA>
+__global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap x_map,
                       const __grid_constant__ CUtensorMap w_map,
                       const __grid_constant__ CUtensorMap y_map, int M, int N, int K) {
 #ifdef BITCHECK_GEMM_SM90A
-  using Config = WgmmaConfig<Consumers, TileN>;
+  using Config = WgmmaConfig<Consumers, Extent, WAsA>;
   constexpr int kTileM = Config::kTileM;
   constexpr int kTileN = Config::kTileN;
   constexpr int kStages = Config::kStages;
@@ -141,6 +169,11 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
   uint64_t* full =
       reinterpret_cast<uint64_t*>(output + Consumers * Config::kEpilogueBytes);
   uint64_t* empty = full + kStages;
+  // Where the X and W tiles of a stage land: X is the A operand unless W is.
+  unsigned char* tiles_x = WAsA ? tiles_b : tiles_a;
+  unsigned char* tiles_w = WAsA ? tiles_a : tiles_b;
+  constexpr int kStageBytesX = WAsA ? kStageBytesB : kStageBytesA;
+  constexpr int kStageBytesW = WAsA ? kStageBytesA : kStageBytesB;
 
   const int warpgroup = threadIdx.x / 128;
   const int tiles_m = (M + kTileM - 1) / kTileM;
@@ -166,9 +199,9 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
       for (int kb = 0; kb < k_blocks; ++kb) {
         mbar_wait(&empty[stage], phase ^ 1);
         mbar_expect_tx(&full[stage], kStageBytes);
-        tma_load_2d(tiles_a + stage * kStageBytesA, &x_map, &full[stage], kb * kTileK,
+        tma_load_2d(tiles_x + stage * kStageBytesX, &x_map, &full[stage], kb * kTileK,
                     coord.m * kTileM);
-        tma_load_2d(tiles_b + stage * kStageBytesB, &w_map, &full[stage], kb * kTileK,
+        tma_load_2d(tiles_w + stage * kStageBytesW, &w_map, &full[stage], kb * kTileK,
                     coord.n * kTileN);
         if (++stage == kStages) {
           stage = 0;
@@ -179,30 +212,38 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
     return;
   }
 
-  // Consumers: warpgroup 1 owns tile rows 0..63, warpgroup 2 (if any) rows 64..127.
+  // Consumers: warpgroup 1 + c owns A-operand rows 64c..64c+63 of the tile (rows of Y for X as A,
+  // columns of Y for W as A).
   const int consumer = warpgroup - 1;
   const int lane = threadIdx.x % 32;
   const int warp_in_group = (threadIdx.x % 128) / 32;
   int stage = 0;
   uint32_t phase = 0;
-  float acc[kTileN / 2];
+  float acc[Extent / 2];
   for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
     const TileCoord coord = tile_coord(tile, tiles_m, tiles_n);
+    // A consumer whose 64 rows (X as A) or columns (W as A) lie wholly past the edge has nothing to
+    // store; it skips the wgmmas but keeps the pipeline's handshake.
+    const int first_row = coord.m * kTileM + (WAsA ? 0 : consumer * 64);
+    const int first_col = coord.n * kTileN + (WAsA ? consumer * 64 : 0);
+    const bool active = first_row < M && first_col < N;
 #pragma unroll
-    for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < Extent / 2; ++i) acc[i] = 0.0f;
     int previous_stage = -1;
     for (int kb = 0; kb < k_blocks; ++kb) {
       mbar_wait(&full[stage], phase);
-      const unsigned char* a = tiles_a + stage * kStageBytesA + consumer * (64 * kTileK * 2);
-      const unsigned char* b = tiles_b + stage * kStageBytesB;
-      wgmma::fence();
+      if (active) {
+        const unsigned char* a = tiles_a + stage * kStageBytesA + consumer * (64 * kTileK * 2);
+        const unsigned char* b = tiles_b + stage * kStageBytesB;
+        wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        wgmma::ss_m64k16<T, kTileN>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+        for (int kk = 0; kk < kTileK / 16; ++kk) {
+          wgmma::ss_m64k16<T, Extent>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+        }
+        wgmma::commit();
+        // Keep this block's wgmmas in flight; the previous block's are done, release its stage.
+        wgmma::wait<1>();
       }
-      wgmma::commit();
-      // Keep this block's wgmmas in flight; the previous block's are done, release its stage.
-      wgmma::wait<1>();
       if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
       previous_stage = stage;
       if (++stage == kStages) {
@@ -212,36 +253,56 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, TileN>::kThreads, 1)
     }
     wgmma::wait<0>();
     if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
+    if (!active) continue;
 
-    // Epilogue: the consumer's 64 rows go through its shared output block to one TMA store per
-    // 64-column box, which clips rows past M and columns past N; the next tile's wgmmas start
-    // while the store drains. Accumulator layout of m64nNk16: register 4c+2i+j holds row
-    // 16*warp + lane/4 + 8i, column 8c + 2*(lane%4) + j. In the 128B-swizzled box the 16-byte
-    // chunk of 8 columns c%8 of row r sits at chunk (c%8) ^ (r%8), so a warp's 8 rows hit 8
-    // different bank groups.
+    // Epilogue: the consumer's block goes through its shared output block to TMA stores, which
+    // clip rows past M and columns past N; the next tile's wgmmas start while the store drains.
+    // Accumulator layout of m64nEk16: register 4c+2i+j holds A-row 16*warp + lane/4 + 8i, B-row
+    // 8c + 2*(lane%4) + j. In a 128B-swizzled box the 16-byte chunk of 8 columns c%8 of row r sits
+    // at chunk (c%8) ^ (r%8), so a warp's 8 rows hit 8 different bank groups.
     unsigned char* block = output + consumer * Config::kEpilogueBytes;
     const bool leader = threadIdx.x % 128 == 0;
     if (leader) bulk_wait_group_read<0>();  // the previous tile's store has read the block
     named_barrier_sync(1 + consumer, 128);
+    if constexpr (WAsA) {
+      // Yᵀ in registers: the 8x8 fragment (c, i) is columns 16*warp + 8i + 0..7 of Y by rows
+      // 8c + 0..7. Stored transposed, its row j is Y's row 8c + j, columns 16*warp + 8i + 0..7:
+      // chunk 2*warp + i of box row 8c + j. Lane 8q + j addresses row j of fragment q, with
+      // q = 0..3 the fragments (c, 0), (c, 1), (c+1, 0), (c+1, 1).
+      const int q = lane / 8, j = lane % 8;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = warp_in_group * 16 + lane / 4 + 8 * i;
+      for (int c = 0; c < Extent / 8; c += 2) {
+        const int row = 8 * (c + q / 2) + j;
+        const uint32_t address =
+            smem_addr(block + row * 128 + (((2 * warp_in_group + q % 2) ^ j) * 16));
+        stmatrix_x4_trans(address, packed_pair<T>(acc[4 * c], acc[4 * c + 1]),
+                          packed_pair<T>(acc[4 * c + 2], acc[4 * c + 3]),
+                          packed_pair<T>(acc[4 * c + 4], acc[4 * c + 5]),
+                          packed_pair<T>(acc[4 * c + 6], acc[4 * c + 7]));
+      }
+    } else {
 #pragma unroll
-      for (int c = 0; c < kTileN / 8; ++c) {
-        unsigned char* chunk = block + (c / 8) * kOutputBoxBytes + row * 128 +
-                               (((c % 8) ^ (row % 8)) * 16) + (lane % 4) * 4;
-        store_pair(reinterpret_cast<T*>(chunk), acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
+      for (int i = 0; i < 2; ++i) {
+        const int row = warp_in_group * 16 + lane / 4 + 8 * i;
+#pragma unroll
+        for (int c = 0; c < Extent / 8; ++c) {
+          unsigned char* chunk = block + (c / 8) * kOutputBoxBytes + row * 128 +
+                                 (((c % 8) ^ (row % 8)) * 16) + (lane % 4) * 4;
+          store_pair(reinterpret_cast<T*>(chunk), acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
+        }
       }
     }
     async_copy::fence_proxy_async_shared();  // the writes above, before the copy engine reads
     named_barrier_sync(1 + consumer, 128);
-    const int first_row = coord.m * kTileM + consumer * 64;
-    if (leader && first_row < M) {
+    if (leader) {
+      if constexpr (WAsA) {
+        tma_store_2d(&y_map, block, first_col, first_row);  // Extent rows x 64 columns
+      } else {
 #pragma unroll
-      for (int box = 0; box < kTileN / 64; ++box) {
-        const int first_col = coord.n * kTileN + box * 64;
-        if (first_col < N)
-          tma_store_2d(&y_map, block + box * kOutputBoxBytes, first_col, first_row);
+        for (int box = 0; box < Extent / 64; ++box) {
+          if (first_col + box * 64 < N)
+            tma_store_2d(&y_map, block + box * kOutputBoxBytes, first_col + box * 64, first_row);
+        }
       }
       bulk_commit_group();
     }
@@ -422,87 +483,102 @@ CUtensorMap make_tensor_map(CUtensorMapDataType type, const void* base, int64_t 
   return map;
 }
 
-// Tile shapes of the wgmma path and the relative time of one wave of each (one tile per SM)
-// against a wave of 128x256 tiles; used only to pick the shape, which changes no bit: every
-// shape runs the same per-element chain (m64nNk16 over K blocks of 64 in order; gemm_probe checks
-// all shapes bitwise against each other). Fitted to `gemm_probe --tiles` on an H200
-// (reports/gpu/gemm-tile-shapes.md: every shape timed on the five benchmark shapes at M = 1 to
-// 4096): with these costs the pick is on average within 1.2 % of the fastest shape there, at worst
-// 10 % (M = 257, N = 28672). A 128x64 wave costs 0.42-0.47, never the best: not a candidate.
-// 128x192 (cuBLASLt's tile at M = 1000, N = 6144: 256 tiles fill two waves where 128x256 and
-// 64x256 leave a third of a wave idle) starts from its share of the 128x256 work plus 4 %.
-struct TileShape {
-  int rows, cols;
-  double wave_cost;
-};
-constexpr TileShape kTileShapes[] = {{128, 256, 1.0},  {128, 192, 0.78}, {64, 256, 0.55},
-                                     {128, 128, 0.55}, {64, 128, 0.35},  {64, 64, 0.35}};
-
-// The shape with the fewest estimated wave-times for this launch (the larger tile on a tie).
-TileShape choose_tile(int64_t M, int64_t N, int sm_count) {
-  TileShape best = kTileShapes[0];
-  double best_cost = -1;
-  for (const TileShape& shape : kTileShapes) {
-    const int64_t tiles = (M + shape.rows - 1) / shape.rows * ((N + shape.cols - 1) / shape.cols);
-    const double cost = double((tiles + sm_count - 1) / sm_count) * shape.wave_cost;
-    if (best_cost < 0 || cost < best_cost) {
-      best = shape;
-      best_cost = cost;
-    }
-  }
-  return best;
-}
-
-template <typename T, int Consumers, int TileN>
+template <typename T, int Consumers, int Extent, bool WAsA>
 void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
                   cudaStream_t stream, int sm_count) {
-  using Config = WgmmaConfig<Consumers, TileN>;
+  using Config = WgmmaConfig<Consumers, Extent, WAsA>;
   const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
                                        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUtensorMap x_map = make_tensor_map(type, x, M, K, Config::kTileM);
-  const CUtensorMap w_map = make_tensor_map(type, w, N, K, TileN);
-  const CUtensorMap y_map = make_tensor_map(type, y, M, N, 64);  // 64 x 64 output boxes
+  const CUtensorMap w_map = make_tensor_map(type, w, N, K, Config::kTileN);
+  // Output boxes: 64 x 64 (X as A) or Extent rows x 64 (W as A).
+  const CUtensorMap y_map = make_tensor_map(type, y, M, N, WAsA ? Extent : 64);
   // Per call, not cached: the attribute belongs to the current device.
-  BITCHECK_CUDA_CALL(cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, TileN>,
+  BITCHECK_CUDA_CALL(cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, Extent, WAsA>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           Config::kSharedBytes));
-  const int64_t tiles = ((M + Config::kTileM - 1) / Config::kTileM) * ((N + TileN - 1) / TileN);
+  const int64_t tiles =
+      ((M + Config::kTileM - 1) / Config::kTileM) * ((N + Config::kTileN - 1) / Config::kTileN);
   const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
-  wgmma_gemm_kernel<T, Consumers, TileN><<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
-      x_map, w_map, y_map, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
+  wgmma_gemm_kernel<T, Consumers, Extent, WAsA>
+      <<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
+          x_map, w_map, y_map, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
-template <typename T, int Consumers>
-void launch_wgmma_cols(int tile_cols, const void* x, const void* w, void* y, int64_t M, int64_t N,
-                       int64_t K, cudaStream_t stream, int sm_count) {
-  if (tile_cols == 64)
-    launch_wgmma<T, Consumers, 64>(x, w, y, M, N, K, stream, sm_count);
-  else if (tile_cols == 128)
-    launch_wgmma<T, Consumers, 128>(x, w, y, M, N, K, stream, sm_count);
-  else if (tile_cols == 192)
-    launch_wgmma<T, Consumers, 192>(x, w, y, M, N, K, stream, sm_count);
-  else
-    launch_wgmma<T, Consumers, 256>(x, w, y, M, N, K, stream, sm_count);
+using WgmmaLauncher = void (*)(const void*, const void*, void*, int64_t, int64_t, int64_t,
+                               cudaStream_t, int);
+
+// Every kernel shape of the wgmma path, and the relative time of one wave of it (one tile per SM)
+// against a wave of 128x256 tiles; the costs are used only to pick the shape, which changes no
+// bit: every shape runs the same per-element chain (m64nNk16 over K blocks of 64 in order;
+// gemm_probe checks all shapes, both orientations, bitwise against each other).
+// X-as-A costs are fitted to `gemm_probe --tiles` on an H200 (reports/gpu/gemm-tile-shapes.md:
+// every shape timed on the five benchmark shapes at M = 1 to 4096). 128x64 (0.42-0.47, never the
+// best) and 64x192 are kept for the probes only (cost 0: never picked). 128x192 (cuBLASLt's tile
+// at M = 1000, N = 6144) starts from its share of the 128x256 work plus 4 %. W-as-A shapes start
+// from their share of the 128x256 work plus 3 %.
+struct KernelShape {
+  detail::GemmTile tile;
+  double wave_cost;
+  WgmmaLauncher bf16, fp16;
+};
+
+template <int Consumers, int Extent, bool WAsA>
+constexpr KernelShape kernel_shape(double wave_cost) {
+  return {{WAsA ? Extent : 64 * Consumers, WAsA ? 64 * Consumers : Extent, WAsA},
+          wave_cost,
+          &launch_wgmma<__nv_bfloat16, Consumers, Extent, WAsA>,
+          &launch_wgmma<__half, Consumers, Extent, WAsA>};
 }
 
-template <typename T>
-void launch_wgmma_shape(int tile_rows, int tile_cols, const void* x, const void* w, void* y,
-                        int64_t M, int64_t N, int64_t K, cudaStream_t stream, int sm_count) {
-  if (tile_rows == 64)
-    launch_wgmma_cols<T, 1>(tile_cols, x, w, y, M, N, K, stream, sm_count);
-  else
-    launch_wgmma_cols<T, 2>(tile_cols, x, w, y, M, N, K, stream, sm_count);
+// W-as-A cost before calibration: the tile's share of a 128x256 tile, plus 3 %.
+constexpr double share(int rows, int cols) { return 1.03 * rows * cols / (128.0 * 256.0); }
+
+const KernelShape kKernelShapes[] = {
+    kernel_shape<2, 256, false>(1.0),  kernel_shape<2, 192, false>(0.78),
+    kernel_shape<1, 256, false>(0.55), kernel_shape<2, 128, false>(0.55),
+    kernel_shape<1, 128, false>(0.35), kernel_shape<1, 64, false>(0.35),
+    kernel_shape<1, 192, false>(0),    kernel_shape<2, 64, false>(0),
+    kernel_shape<2, 128, true>(share(128, 128)), kernel_shape<2, 144, true>(share(144, 128)),
+    kernel_shape<2, 160, true>(share(160, 128)), kernel_shape<2, 176, true>(share(176, 128)),
+    kernel_shape<2, 192, true>(share(192, 128)), kernel_shape<2, 208, true>(share(208, 128)),
+    kernel_shape<2, 224, true>(share(224, 128)), kernel_shape<2, 256, true>(share(256, 128)),
+    kernel_shape<3, 128, true>(share(128, 192)), kernel_shape<3, 144, true>(share(144, 192)),
+    kernel_shape<3, 160, true>(share(160, 192)), kernel_shape<3, 176, true>(share(176, 192)),
+    kernel_shape<3, 192, true>(share(192, 192)),
+};
+
+// The shape with the fewest estimated wave-times for this launch (the earlier one on a tie, so
+// X as A and larger tiles win ties).
+const KernelShape& choose_shape(int64_t M, int64_t N, int sm_count) {
+  const KernelShape* best = &kKernelShapes[0];
+  double best_cost = -1;
+  for (const KernelShape& shape : kKernelShapes) {
+    if (shape.wave_cost <= 0) continue;
+    const int64_t tiles = (M + shape.tile.rows - 1) / shape.tile.rows *
+                          ((N + shape.tile.cols - 1) / shape.tile.cols);
+    const double cost = double((tiles + sm_count - 1) / sm_count) * shape.wave_cost;
+    if (best_cost < 0 || cost < best_cost) {
+      best = &shape;
+      best_cost = cost;
+    }
+  }
+  return *best;
 }
 
-void launch_wgmma_dtype(GemmDType dtype, int tile_rows, int tile_cols, const void* x, const void* w,
-                        void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
-                        int sm_count) {
-  if (dtype == GemmDType::bf16)
-    launch_wgmma_shape<__nv_bfloat16>(tile_rows, tile_cols, x, w, y, M, N, K, stream, sm_count);
-  else
-    launch_wgmma_shape<__half>(tile_rows, tile_cols, x, w, y, M, N, K, stream, sm_count);
+const KernelShape* find_shape(const detail::GemmTile& tile) {
+  for (const KernelShape& shape : kKernelShapes)
+    if (shape.tile.rows == tile.rows && shape.tile.cols == tile.cols &&
+        shape.tile.w_as_a == tile.w_as_a)
+      return &shape;
+  return nullptr;
+}
+
+void launch_shape(const KernelShape& shape, GemmDType dtype, const void* x, const void* w, void* y,
+                  int64_t M, int64_t N, int64_t K, cudaStream_t stream, int sm_count) {
+  (dtype == GemmDType::bf16 ? shape.bf16 : shape.fp16)(x, w, y, M, N, K, stream, sm_count);
 }
 
 template <typename T>
@@ -546,14 +622,17 @@ void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, in
   const cudaStream_t s = as_stream(stream);
   if (uses_wgmma(dtype)) {
     const int sm_count = current_device_traits().sm_count;
-    const TileShape tile = choose_tile(M, N, sm_count);
-    launch_wgmma_dtype(dtype, tile.rows, tile.cols, x, w, y, M, N, K, s, sm_count);
+    launch_shape(choose_shape(M, N, sm_count), dtype, x, w, y, M, N, K, s, sm_count);
     return;
   }
   detail::fixed_order_gemm_portable(dtype, x, w, y, M, N, K, stream);
 }
 
 namespace detail {
+std::string GemmTile::name() const {
+  return std::to_string(rows) + "x" + std::to_string(cols) + (w_as_a ? " W-as-A" : "");
+}
+
 void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, void* y, int64_t M,
                                int64_t N, int64_t K, CUstream_st* stream) {
   check_shape("fixed_order_gemm_portable", x, w, y, M, N, K);
@@ -565,22 +644,25 @@ void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, vo
   }
 }
 
-void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, const void* x,
-                           const void* w, void* y, int64_t M, int64_t N, int64_t K,
-                           CUstream_st* stream) {
-  check_shape("fixed_order_gemm_tile", x, w, y, M, N, K);
-  if (!uses_wgmma(dtype) || (tile_rows != 64 && tile_rows != 128) ||
-      (tile_cols != 64 && tile_cols != 128 && tile_cols != 192 && tile_cols != 256))
-    throw std::invalid_argument(
-        "fixed_order_gemm_tile: needs bf16/fp16 on sm_90, tile_rows 64 or 128, tile_cols 64, 128, 192 "
-        "or 256");
-  launch_wgmma_dtype(dtype, tile_rows, tile_cols, x, w, y, M, N, K, as_stream(stream),
-                     current_device_traits().sm_count);
+std::vector<GemmTile> fixed_order_gemm_tiles() {
+  std::vector<GemmTile> tiles;
+  for (const KernelShape& shape : kKernelShapes) tiles.push_back(shape.tile);
+  return tiles;
 }
 
-std::pair<int, int> fixed_order_gemm_chosen_tile(int64_t M, int64_t N, int sm_count) {
-  const TileShape tile = choose_tile(M, N, sm_count);
-  return {tile.rows, tile.cols};
+void fixed_order_gemm_tile(GemmDType dtype, const GemmTile& tile, const void* x, const void* w,
+                           void* y, int64_t M, int64_t N, int64_t K, CUstream_st* stream) {
+  check_shape("fixed_order_gemm_tile", x, w, y, M, N, K);
+  const KernelShape* shape = find_shape(tile);
+  if (!uses_wgmma(dtype) || shape == nullptr)
+    throw std::invalid_argument("fixed_order_gemm_tile: needs bf16/fp16 on sm_90 and a shape of "
+                                "fixed_order_gemm_tiles(), got " + tile.name());
+  launch_shape(*shape, dtype, x, w, y, M, N, K, as_stream(stream),
+               current_device_traits().sm_count);
+}
+
+GemmTile fixed_order_gemm_chosen_tile(int64_t M, int64_t N, int sm_count) {
+  return choose_shape(M, N, sm_count).tile;
 }
 }  // namespace detail
 

@@ -7,7 +7,8 @@
 // rows surround it (padding included): see the comment at the top of fixed_order_gemm.cu.
 #pragma once
 #include <cstdint>
-#include <utility>
+#include <string>
+#include <vector>
 
 #include "gemm_dtype.h"  // GemmDType { bf16, fp16, fp32 }
 
@@ -19,7 +20,7 @@ namespace bitcheck::cuda {
 // Requires M >= 1, N >= 1, K >= 1 with N and K multiples of 8, and 16-byte aligned pointers.
 // bf16/fp16 on an sm_90 GPU take the wgmma + TMA path; every other case (fp32, other GPUs) takes a
 // portable fp32-FMA path. The path depends on (dtype, device) only, never on M, N or K; on the
-// wgmma path M picks only the tile height (64 or 128 rows), which does not change any bit.
+// wgmma path M and N pick only the tile shape and orientation, which change no bit.
 void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, int64_t M, int64_t N,
                       int64_t K, CUstream_st* stream);
 
@@ -38,13 +39,21 @@ namespace detail {
 // check it on a Hopper machine too. Same contract as fixed_order_gemm.
 void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, void* y, int64_t M,
                                int64_t N, int64_t K, CUstream_st* stream);
-// The wgmma path with a forced tile shape (64 or 128 rows, 64, 128, 192 or 256 columns) instead of the
-// per-launch choice, so probes can prove every shape gives identical bits and time each one.
-// bf16/fp16 on sm_90 only.
-void fixed_order_gemm_tile(GemmDType dtype, int tile_rows, int tile_cols, const void* x, const void* w,
+// A tile shape of the wgmma path: rows x cols of Y per tile, and the orientation (w_as_a: W is the
+// wgmma A operand and each consumer holds 64 columns of Y transposed).
+struct GemmTile {
+  int rows = 0, cols = 0;
+  bool w_as_a = false;
+  std::string name() const;  // "128x256", "176x192 W-as-A"
+};
+// Every tile shape the wgmma path has a kernel for (the automatic choice picks among them).
+std::vector<GemmTile> fixed_order_gemm_tiles();
+// The wgmma path with a forced tile shape instead of the per-launch choice, so probes can prove
+// every shape gives identical bits and time each one. bf16/fp16 on sm_90 only.
+void fixed_order_gemm_tile(GemmDType dtype, const GemmTile& tile, const void* x, const void* w,
                            void* y, int64_t M, int64_t N, int64_t K, CUstream_st* stream);
-// The tile shape (rows, columns) fixed_order_gemm picks for M x N on `sm_count` SMs, for tables.
-std::pair<int, int> fixed_order_gemm_chosen_tile(int64_t M, int64_t N, int sm_count);
+// The tile shape fixed_order_gemm picks for M x N on `sm_count` SMs, for tables.
+GemmTile fixed_order_gemm_chosen_tile(int64_t M, int64_t N, int sm_count);
 }  // namespace detail
 
 }  // namespace bitcheck::cuda

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -120,29 +121,26 @@ std::vector<uint8_t> download(const bc::DeviceBuffer& buffer, size_t bytes) {
   return host;
 }
 
-using GemmFunction = void (*)(GemmDType, const void*, const void*, void*, int64_t, int64_t,
-                              int64_t, CUstream_st*);
+using GemmFunction = std::function<void(GemmDType, const void*, const void*, void*, int64_t,
+                                        int64_t, int64_t, CUstream_st*)>;
+struct Gemm {
+  std::string name;
+  GemmFunction run;
+};
 
-// The wgmma path with the tile shape forced to Rows x Cols.
-template <int Rows, int Cols>
-void gemm_tile(GemmDType t, const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
-               CUstream_st* stream) {
-  bc::detail::fixed_order_gemm_tile(t, Rows, Cols, x, w, y, M, N, K, stream);
+// The wgmma path with the tile shape forced.
+Gemm forced(const bc::detail::GemmTile& tile) {
+  return {tile.name(), [tile](GemmDType t, const void* x, const void* w, void* y, int64_t M,
+                              int64_t N, int64_t K, CUstream_st* stream) {
+            bc::detail::fixed_order_gemm_tile(t, tile, x, w, y, M, N, K, stream);
+          }};
 }
 
-struct ForcedShape {
-  int rows, cols;
-  GemmFunction gemm;
-};
-const ForcedShape kForcedShapes[] = {{128, 256, gemm_tile<128, 256>}, {128, 192, gemm_tile<128, 192>},
-                                     {64, 256, gemm_tile<64, 256>},   {64, 192, gemm_tile<64, 192>},
-                                     {128, 128, gemm_tile<128, 128>}, {64, 128, gemm_tile<64, 128>},
-                                     {128, 64, gemm_tile<128, 64>},   {64, 64, gemm_tile<64, 64>}};
-
 // The automatic choice followed by every forced shape.
-std::vector<GemmFunction> every_wgmma_shape() {
-  std::vector<GemmFunction> gemms = {bc::fixed_order_gemm};
-  for (const ForcedShape& shape : kForcedShapes) gemms.push_back(shape.gemm);
+std::vector<Gemm> every_wgmma_shape() {
+  std::vector<Gemm> gemms = {{"auto", bc::fixed_order_gemm}};
+  for (const bc::detail::GemmTile& tile : bc::detail::fixed_order_gemm_tiles())
+    gemms.push_back(forced(tile));
   return gemms;
 }
 
@@ -190,9 +188,9 @@ Accuracy check_accuracy(const bc::DeviceBuffer& x, const bc::DeviceBuffer& w,
 // (a)+(b): full run at M_max with gemms[0], then sub-batches of M rows at several offsets, through
 // every function in `gemms`, must reproduce the same rows bit for bit; the full run repeated must
 // too (determinism).
-void check_forward(const char* path_name, const std::vector<GemmFunction>& gemms, GemmDType t,
+void check_forward(const char* path_name, const std::vector<Gemm>& gemms, GemmDType t,
                    int64_t N, int64_t K, int64_t m_max, const std::vector<int64_t>& ms) {
-  const GemmFunction gemm = gemms[0];
+  const GemmFunction& gemm = gemms[0].run;
   const size_t eb = dtype_bytes(t);
   bc::DeviceBuffer x(m_max * K * eb), w(N * K * eb), y_full(m_max * N * eb), y_sub(m_max * N * eb);
   fill(x, t, 11 + N + K);
@@ -207,13 +205,14 @@ void check_forward(const char* path_name, const std::vector<GemmFunction>& gemms
 
   int64_t compared_rows = 0, mismatched_rows = 0, batches = 0;
   std::string first_mismatch;
+  std::vector<std::string> mismatching;  // the functions that mismatched anywhere
   for (int64_t m : ms) {
     if (m > m_max) continue;
     for (int64_t offset : {int64_t(0), (m_max - m) / 2 + 1, m_max - m})
-    for (GemmFunction sub_gemm : gemms) {
+    for (const Gemm& sub_gemm : gemms) {
       if (offset + m > m_max) continue;
       y_sub.fill_bytes(0xFF);
-      sub_gemm(t, static_cast<const uint8_t*>(x.get()) + offset * K * eb, w.get(), y_sub.get(), m, N,
+      sub_gemm.run(t, static_cast<const uint8_t*>(x.get()) + offset * K * eb, w.get(), y_sub.get(), m, N,
            K, nullptr);
       bc::synchronize();
       const auto sub = download(y_sub, m * N * eb);
@@ -222,8 +221,10 @@ void check_forward(const char* path_name, const std::vector<GemmFunction>& gemms
         ++compared_rows;
         if (std::memcmp(sub.data() + r * N * eb, full.data() + (offset + r) * N * eb, N * eb) != 0) {
           if (mismatched_rows++ == 0)
-            first_mismatch = "M=" + std::to_string(m) + " offset=" + std::to_string(offset) +
-                             " row=" + std::to_string(r);
+            first_mismatch = sub_gemm.name + " M=" + std::to_string(m) + " offset=" +
+                             std::to_string(offset) + " row=" + std::to_string(r);
+          if (std::find(mismatching.begin(), mismatching.end(), sub_gemm.name) == mismatching.end())
+            mismatching.push_back(sub_gemm.name);
         }
       }
     }
@@ -240,6 +241,11 @@ void check_forward(const char* path_name, const std::vector<GemmFunction>& gemms
               (long long)batches, (long long)compared_rows, (long long)mismatched_rows,
               deterministic ? "yes" : "NO", a.max_abs_err, a.max_rel_err, a.max_normalized,
               int(a.nan), ok ? "PASS" : "FAIL", first_mismatch.c_str());
+  if (!mismatching.empty()) {
+    std::printf("      mismatching:");
+    for (const std::string& name : mismatching) std::printf(" [%s]", name.c_str());
+    std::printf("\n");
+  }
 }
 
 // dW: all T tokens in one call must equal the same tokens in consecutive micro-batches, bitwise;
@@ -386,12 +392,12 @@ struct RotatedBuffers {
 
 struct BenchRow {
   int64_t N, K, M;
-  std::pair<int, int> chosen;
+  bc::detail::GemmTile chosen;
   double mine_tflops, lt_tflops;
   bool invariant;
 };
 
-std::pair<int, int> chosen_tile(int64_t M, int64_t N, int sm_count) {
+bc::detail::GemmTile chosen_tile(int64_t M, int64_t N, int sm_count) {
   return bc::detail::fixed_order_gemm_chosen_tile(M, N, sm_count);
 }
 
@@ -426,9 +432,9 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
   for (int64_t m : ms) {
     bool invariant = true;
     const int64_t rows = std::min(m, ref_rows);
-    for (GemmFunction gemm : every_wgmma_shape()) {
+    for (const Gemm& gemm : every_wgmma_shape()) {
       y[0].fill_bytes(0xFF);
-      gemm(t, x[0].get(), w[0].get(), y[0].get(), m, N, K, nullptr);
+      gemm.run(t, x[0].get(), w[0].get(), y[0].get(), m, N, K, nullptr);
       bc::synchronize();
       invariant = invariant && download(y[0], rows * N * 2) ==
                   std::vector<uint8_t>(reference.begin(), reference.begin() + rows * N * 2);
@@ -460,7 +466,7 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
 void time_tile_shapes(int sm_count) {
   const GemmDType t = GemmDType::bf16;
   const int64_t shapes[][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
-  const std::vector<int64_t> ms = {1, 16, 64, 100, 257, 320, 1000, 2200, 4096};
+  const std::vector<int64_t> ms = {1, 16, 64, 100, 257, 320, 513, 769, 1000, 1025, 2049, 2200, 4096, 4097};
   std::printf("\n| N | K | M | tile | tiles | waves | median us | us per wave | auto tile | auto us |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& s : shapes) {
     const int64_t N = s[0], K = s[1], m_max = ms.back();
@@ -468,17 +474,17 @@ void time_tile_shapes(int sm_count) {
     std::vector<bc::DeviceBuffer>& w = buffers.w, &x = buffers.x, &y = buffers.y;
     const int w_sets = int(w.size()), x_sets = int(x.size()), y_sets = int(y.size()), sets = buffers.count;
     for (int64_t m : ms) {
-      const std::pair<int, int> chosen = chosen_tile(m, N, sm_count);
-      for (const ForcedShape& shape : kForcedShapes) {
+      const bc::detail::GemmTile chosen = chosen_tile(m, N, sm_count);
+      for (const bc::detail::GemmTile& tile : bc::detail::fixed_order_gemm_tiles()) {
         const auto [forced, automatic] = median_ms_interleaved(
-            [&](int i) { shape.gemm(t, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m, N, K, nullptr); },
+            [&](int i) { bc::detail::fixed_order_gemm_tile(t, tile, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m, N, K, nullptr); },
             [&](int i) { bc::fixed_order_gemm(t, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m, N, K, nullptr); },
             sets, 15);
-        const int64_t tiles = (m + shape.rows - 1) / shape.rows * ((N + shape.cols - 1) / shape.cols);
+        const int64_t tiles = (m + tile.rows - 1) / tile.rows * ((N + tile.cols - 1) / tile.cols);
         const int64_t waves = (tiles + sm_count - 1) / sm_count;
-        std::printf("| %lld | %lld | %lld | %dx%d | %lld | %lld | %.1f | %.1f | %dx%d | %.1f |\n", (long long)N,
-                    (long long)K, (long long)m, shape.rows, shape.cols, (long long)tiles, (long long)waves,
-                    forced * 1e3, forced * 1e3 / double(waves), chosen.first, chosen.second, automatic * 1e3);
+        std::printf("| %lld | %lld | %lld | %s | %lld | %lld | %.1f | %.1f | %s | %.1f |\n", (long long)N,
+                    (long long)K, (long long)m, tile.name().c_str(), (long long)tiles, (long long)waves,
+                    forced * 1e3, forced * 1e3 / double(waves), chosen.name().c_str(), automatic * 1e3);
       }
       std::fflush(stdout);
     }
@@ -508,12 +514,12 @@ int run(int argc, char** argv) {
   const std::vector<int64_t> ms_big = {1, 3, 16, 64, 127, 128, 129, 256, 511, 1000, 1024};
   const bool hopper = std::string(bc::fixed_order_gemm_path(GemmDType::bf16)) != "portable-fma";
   // On sm_90 every sub-batch also runs with every forced tile shape.
-  const std::vector<GemmFunction> main_path =
-      hopper ? every_wgmma_shape() : std::vector<GemmFunction>{bc::fixed_order_gemm};
-  const std::vector<GemmFunction> portable = {bc::detail::fixed_order_gemm_portable};
+  const std::vector<Gemm> main_path =
+      hopper ? every_wgmma_shape() : std::vector<Gemm>{{"auto", bc::fixed_order_gemm}};
+  const std::vector<Gemm> portable = {{"portable", bc::detail::fixed_order_gemm_portable}};
   for (GemmDType t : {GemmDType::bf16, GemmDType::fp16, GemmDType::fp32}) {
     const auto& forward = t == GemmDType::fp32 ? portable : main_path;
-    const char* name = t == GemmDType::fp32 || !hopper ? "fixed_order(port)" : "fixed_order+8shapes";
+    const char* name = t == GemmDType::fp32 || !hopper ? "fixed_order(port)" : "fixed_order+shapes";
     check_forward(name, forward, t, 64, 128, 300, ms_small);
     check_forward(name, forward, t, 96, 200, 300, ms_small);
     check_forward(name, forward, t, 264, 72, 300, ms_small);
@@ -540,8 +546,8 @@ int run(int argc, char** argv) {
     for (const auto& s : shapes) bench_shape(lt, device.sm_count, s[0], s[1], s[0] == 128256 ? std::vector<int64_t>{1, 16, 64, 256, 512, 1024, 2048, 4096} : ms, table);
     std::printf("\n| N | K | M | tile | fixed-order TFLOP/s | cuBLASLt TFLOP/s | ratio | bits vs M=64 (auto and every forced shape) |\n|---|---|---|---|---|---|---|---|\n");
     for (const auto& r : table)
-      std::printf("| %lld | %lld | %lld | %dx%d | %.1f | %.1f | %.3f | %s |\n", (long long)r.N,
-                  (long long)r.K, (long long)r.M, r.chosen.first, r.chosen.second, r.mine_tflops, r.lt_tflops,
+      std::printf("| %lld | %lld | %lld | %s | %.1f | %.1f | %.3f | %s |\n", (long long)r.N,
+                  (long long)r.K, (long long)r.M, r.chosen.name().c_str(), r.mine_tflops, r.lt_tflops,
                   r.mine_tflops / r.lt_tflops, r.invariant ? "same" : "DIFFER");
   }
   std::printf("\n%s (%d failing checks)\n", failures == 0 ? "ALL PASS" : "FAILURES", failures);

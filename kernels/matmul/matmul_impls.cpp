@@ -311,8 +311,9 @@ std::optional<BenchMeasurement> CudaMatmul::benchmark(const CaseSpec& spec, cons
   if (kind_ == Kind::fixed_order) {
     measurement.config = {{"path", cuda::fixed_order_gemm_path(dtype)}};
     if (std::string(cuda::fixed_order_gemm_path(dtype)) != "portable-fma") {
-      const auto [rows, cols] = cuda::detail::fixed_order_gemm_chosen_tile(m, n, cuda::query_device().sm_count);
-      measurement.config["tile"] = std::to_string(rows) + "x" + std::to_string(cols);
+      const cuda::detail::GemmTile tile =
+          cuda::detail::fixed_order_gemm_chosen_tile(m, n, cuda::query_device().sm_count);
+      measurement.config["tile"] = tile.name();
       measurement.config["describe"] = "wgmma-tma tile " + measurement.config["tile"].get<std::string>();
     }
   } else {
