@@ -226,24 +226,33 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
     // store; it skips the wgmmas but keeps the pipeline's handshake.
     const int first_row = coord.m * kTileM + (WAsA ? 0 : consumer * 64);
     const int first_col = coord.n * kTileN + (WAsA ? consumer * 64 : 0);
-    const bool active = first_row < M && first_col < N;
+    if (first_row >= M || first_col >= N) {
+      // Kept apart from the main loop: a branch around the wgmmas there makes ptxas serialize them.
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        mbar_wait(&full[stage], phase);
+        if (lane == 0) mbar_arrive(&empty[stage]);
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      continue;
+    }
 #pragma unroll
     for (int i = 0; i < Extent / 2; ++i) acc[i] = 0.0f;
     int previous_stage = -1;
     for (int kb = 0; kb < k_blocks; ++kb) {
       mbar_wait(&full[stage], phase);
-      if (active) {
-        const unsigned char* a = tiles_a + stage * kStageBytesA + consumer * (64 * kTileK * 2);
-        const unsigned char* b = tiles_b + stage * kStageBytesB;
-        wgmma::fence();
+      const unsigned char* a = tiles_a + stage * kStageBytesA + consumer * (64 * kTileK * 2);
+      const unsigned char* b = tiles_b + stage * kStageBytesB;
+      wgmma::fence();
 #pragma unroll
-        for (int kk = 0; kk < kTileK / 16; ++kk) {
-          wgmma::ss_m64k16<T, Extent>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
-        }
-        wgmma::commit();
-        // Keep this block's wgmmas in flight; the previous block's are done, release its stage.
-        wgmma::wait<1>();
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        wgmma::ss_m64k16<T, Extent>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
       }
+      wgmma::commit();
+      // Keep this block's wgmmas in flight; the previous block's are done, release its stage.
+      wgmma::wait<1>();
       if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
       previous_stage = stage;
       if (++stage == kStages) {
@@ -253,7 +262,6 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
     }
     wgmma::wait<0>();
     if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
-    if (!active) continue;
 
     // Epilogue: the consumer's block goes through its shared output block to TMA stores, which
     // clip rows past M and columns past N; the next tile's wgmmas start while the store drains.
