@@ -113,6 +113,23 @@ run_tool() {
     control="BLIND: defect probe exit $control_rc ($control_errors errors), clean probe exit $clean_rc"
     tool_status=1
   fi
+  if [ "$tool" = initcheck ]; then
+    # Whether initcheck records writes made by TMA stores (the fixed-order GEMM's only way of
+    # writing its output on sm_90): a never-written buffer filled by the GEMM, then downloaded.
+    local tma_rc tma_errors
+    "$sanitizer" "${options[@]}" --log-file "$out/initcheck-tma-store.log" bin/sanitizer_probe tma-store > "$out/initcheck-tma-store.out" 2>&1
+    tma_rc=$?
+    tma_errors=$(errors_in "$out/initcheck-tma-store.log")
+    if grep -q ' 0 of .* values wrong' "$out/initcheck-tma-store.out" && ! grep -q '[1-9][0-9]* of .* values wrong' "$out/initcheck-tma-store.out"; then
+      if [ "$tma_errors" = 0 ]; then
+        control="$control; TMA-store writes: seen (a TMA-written buffer downloads clean)"
+      else
+        control="$control; TMA-store writes: NOT seen ($tma_errors errors downloading a TMA-written buffer whose values are all right, [initcheck-tma-store.log](initcheck-tma-store.log))"
+      fi
+    else
+      control="$control; TMA-store question not answered (probe exit $tma_rc, see initcheck-tma-store.out)"
+    fi
+  fi
 
   local limit=()
   [ "$timeout_s" -gt 0 ] && limit=(timeout -s TERM "$timeout_s")

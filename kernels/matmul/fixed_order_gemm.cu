@@ -522,11 +522,12 @@ using WgmmaLauncher = void (*)(const void*, const void*, void*, int64_t, int64_t
 // against a wave of 128x256 tiles; the costs are used only to pick the shape, which changes no
 // bit: every shape runs the same per-element chain (m64nNk16 over K blocks of 64 in order;
 // gemm_probe checks all shapes, both orientations, bitwise against each other).
-// X-as-A costs are fitted to `gemm_probe --tiles` on an H200 (reports/gpu/gemm-tile-shapes.md:
-// every shape timed on the five benchmark shapes at M = 1 to 4096). 128x64 (0.42-0.47, never the
-// best) and 64x192 are kept for the probes only (cost 0: never picked). 128x192 (cuBLASLt's tile
-// at M = 1000, N = 6144) starts from its share of the 128x256 work plus 4 %. W-as-A shapes start
-// from their share of the 128x256 work plus 3 %.
+// Costs: the mean time per full wave over the five benchmark shapes at M = 1000 to 4097 in
+// `gemm_probe --tiles` on an H200 (reports/gpu/gemm-tile-shapes.md), except 64x64 and 64x128,
+// which keep 0.35 (they are picked at small M, where a wave is a memory-bound pass over W). With
+// these costs the pick is on that table within 1.2 % of the fastest shape on geometric mean and
+// at worst 8.5 % (M = 64, where 64x64 is faster than the 64x128 picked). The 3-consumer W-as-A
+// tiles pay for their width: 176x192 costs 1.06 for 1.03 of the work.
 struct KernelShape {
   detail::GemmTile tile;
   double wave_cost;
@@ -541,21 +542,20 @@ constexpr KernelShape kernel_shape(double wave_cost) {
           &launch_wgmma<__half, Consumers, Extent, WAsA>};
 }
 
-// W-as-A cost before calibration: the tile's share of a 128x256 tile, plus 3 %.
-constexpr double share(int rows, int cols) { return 1.03 * rows * cols / (128.0 * 256.0); }
-
 const KernelShape kKernelShapes[] = {
-    kernel_shape<2, 256, false>(1.0),  kernel_shape<2, 192, false>(0.78),
-    kernel_shape<1, 256, false>(0.55), kernel_shape<2, 128, false>(0.55),
+    // X as A: 64 * Consumers rows x Extent columns.
+    kernel_shape<2, 256, false>(1.0), kernel_shape<2, 192, false>(0.770),
+    kernel_shape<1, 256, false>(0.549), kernel_shape<2, 128, false>(0.558),
     kernel_shape<1, 128, false>(0.35), kernel_shape<1, 64, false>(0.35),
-    kernel_shape<1, 192, false>(0),    kernel_shape<2, 64, false>(0),
-    kernel_shape<2, 128, true>(share(128, 128)), kernel_shape<2, 144, true>(share(144, 128)),
-    kernel_shape<2, 160, true>(share(160, 128)), kernel_shape<2, 176, true>(share(176, 128)),
-    kernel_shape<2, 192, true>(share(192, 128)), kernel_shape<2, 208, true>(share(208, 128)),
-    kernel_shape<2, 224, true>(share(224, 128)), kernel_shape<2, 256, true>(share(256, 128)),
-    kernel_shape<3, 128, true>(share(128, 192)), kernel_shape<3, 144, true>(share(144, 192)),
-    kernel_shape<3, 160, true>(share(160, 192)), kernel_shape<3, 176, true>(share(176, 192)),
-    kernel_shape<3, 192, true>(share(192, 192)),
+    kernel_shape<1, 192, false>(0.427), kernel_shape<2, 64, false>(0.476),
+    // W as A: Extent rows x 64 * Consumers columns.
+    kernel_shape<2, 128, true>(0.544), kernel_shape<2, 144, true>(0.571),
+    kernel_shape<2, 160, true>(0.626), kernel_shape<2, 176, true>(0.692),
+    kernel_shape<2, 192, true>(0.754), kernel_shape<2, 208, true>(0.820),
+    kernel_shape<2, 224, true>(0.916), kernel_shape<2, 256, true>(1.034),
+    kernel_shape<3, 128, true>(0.775), kernel_shape<3, 144, true>(0.846),
+    kernel_shape<3, 160, true>(1.004), kernel_shape<3, 176, true>(1.057),
+    kernel_shape<3, 192, true>(1.143),
 };
 
 // The shape with the fewest estimated wave-times for this launch (the earlier one on a tie, so
@@ -564,7 +564,6 @@ const KernelShape& choose_shape(int64_t M, int64_t N, int sm_count) {
   const KernelShape* best = &kKernelShapes[0];
   double best_cost = -1;
   for (const KernelShape& shape : kKernelShapes) {
-    if (shape.wave_cost <= 0) continue;
     const int64_t tiles = (M + shape.tile.rows - 1) / shape.tile.rows *
                           ((N + shape.tile.cols - 1) / shape.tile.cols);
     const double cost = double((tiles + sm_count - 1) / sm_count) * shape.wave_cost;

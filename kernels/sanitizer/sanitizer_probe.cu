@@ -1,14 +1,23 @@
 // Kernels with one deliberate defect per compute-sanitizer tool: the control that proves a
 // sanitizer run (tool + kernel filter) can fail. scripts/gpu-sanitize.sh runs each tool on its
 // defect and requires an error report before it trusts a clean run of the sweep.
-//   sanitizer_probe memcheck|racecheck|initcheck|synccheck|clean
+//   sanitizer_probe memcheck|racecheck|initcheck|synccheck|clean|tma-store
 // The kernels live in bitcheck::cuda like every kernel of bitcheck, so the script's kernel filter
 // selects them exactly as it selects the real ones. "clean" launches a correct kernel: no tool may
-// report it.
+// report it. "tma-store" is a question, not a control: the fixed-order GEMM (whose outputs are
+// written by TMA stores alone on sm_90) fills a never-initialized buffer, the host downloads it and
+// checks every value. Values right and initcheck reporting the download as uninitialized means
+// initcheck does not record TMA-store writes.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "../matmul/fixed_order_gemm.h"
 
 namespace bitcheck::cuda {
 namespace {
@@ -52,13 +61,52 @@ int report(const char* what, cudaError_t status) {
 }  // namespace
 
 bool known_probe(const char* tool) {
-  for (const char* name : {"memcheck", "racecheck", "initcheck", "synccheck", "clean"}) {
+  for (const char* name : {"memcheck", "racecheck", "initcheck", "synccheck", "clean", "tma-store"}) {
     if (std::strcmp(tool, name) == 0) return true;
   }
   return false;
 }
 
+// Y = X·Wᵀ with X and W all ones (bf16), K = 64: every element of Y is exactly 64. Once with a
+// tile of each orientation (X as A: 64-column boxes; W as A: one box per consumer).
+int run_tma_store() {
+  constexpr int64_t M = 200, N = 192, K = 64;
+  std::printf("sanitizer_probe tma-store: path %s\n", fixed_order_gemm_path(GemmDType::bf16));
+  const uint16_t one = 0x3F80;  // bf16 1.0
+  const std::vector<uint16_t> ones_x(M * K, one), ones_w(N * K, one);
+  void *x = nullptr, *w = nullptr, *y = nullptr;
+  if (cudaMalloc(&x, M * K * 2) != cudaSuccess || cudaMalloc(&w, N * K * 2) != cudaSuccess ||
+      cudaMalloc(&y, M * N * 2) != cudaSuccess)
+    return 3;
+  cudaMemcpy(x, ones_x.data(), M * K * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(w, ones_w.data(), N * K * 2, cudaMemcpyHostToDevice);
+  int wrong = 0;
+  for (const detail::GemmTile& tile : {detail::GemmTile{128, 256, false}, detail::GemmTile{128, 192, true}}) {
+    try {
+      detail::fixed_order_gemm_tile(GemmDType::bf16, tile, x, w, y, M, N, K, nullptr);
+    } catch (const std::exception& error) {  // not sm_90: no TMA stores to ask about
+      std::printf("sanitizer_probe tma-store: %s\n", error.what());
+      return 0;
+    }
+    std::vector<uint16_t> host(M * N);
+    cudaMemcpy(host.data(), y, M * N * 2, cudaMemcpyDeviceToHost);  // the read initcheck judges
+    int tile_wrong = 0;
+    for (uint16_t value : host) tile_wrong += value != 0x4280;  // bf16 64.0
+    std::printf("sanitizer_probe tma-store: tile %s: %d of %lld values wrong\n", tile.name().c_str(),
+                tile_wrong, static_cast<long long>(M * N));
+    wrong += tile_wrong;
+    cudaFree(y);  // a fresh, never-written buffer for the next tile
+    if (cudaMalloc(&y, M * N * 2) != cudaSuccess) return 3;
+  }
+  cudaFree(x);
+  cudaFree(w);
+  cudaFree(y);
+  report("tma-store", cudaDeviceSynchronize());
+  return wrong == 0 ? 0 : 1;
+}
+
 int run_probe(const char* tool) {
+  if (std::strcmp(tool, "tma-store") == 0) return run_tma_store();
   float *in = nullptr, *out = nullptr;
   if (cudaMalloc(&in, kThreads * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&out, kThreads * sizeof(float)) != cudaSuccess) {
@@ -88,7 +136,7 @@ int run_probe(const char* tool) {
 
 int main(int argc, char** argv) {
   if (argc != 2 || !bitcheck::cuda::known_probe(argv[1])) {
-    std::fprintf(stderr, "usage: sanitizer_probe memcheck|racecheck|initcheck|synccheck|clean\n");
+    std::fprintf(stderr, "usage: sanitizer_probe memcheck|racecheck|initcheck|synccheck|clean|tma-store\n");
     return 2;
   }
   return bitcheck::cuda::run_probe(argv[1]);
