@@ -184,8 +184,12 @@ int run(int argc, char** argv) {
   algos_cmd->add_option("--k", algos.request.k, "K (the summed dimension)")->required();
   algos_cmd->add_option("--dtype", algos.request.dtype, "bf16 (default), fp16 or fp32");
   algos_cmd->add_option("--form", algos.request.form, "forward (default, Y = X W^T) or input_grad (dX = dY W)");
-  algos_cmd->add_option("--rows", algos.request.rows, "M values to test (comma-separated; one in every bucket)")
+  algos_cmd->add_option("--rows", algos.request.rows,
+                        "Bucket edges: M values to test, each the upper edge of its bucket (comma-separated)")
       ->delimiter(',');
+  bool algos_no_interior = false;
+  algos_cmd->add_flag("--no-interior", algos_no_interior,
+                      "Time only the edges, not also one M inside each bucket");
   algos_cmd->add_option("--seed", algos.request.seed, "Seed of the random X and W");
   algos_cmd->add_option("--max-candidates", algos.request.max_candidates, "Most configurations to run (default 160)");
   algos_cmd->add_option("--budget-seconds", algos.request.budget_seconds,
@@ -329,6 +333,7 @@ int run(int argc, char** argv) {
     }
     if (*algos_cmd) {
       algos.request.progress = !algos_no_progress;
+      algos.request.interior = !algos_no_interior;
       return run_algos(algos);
     }
     if (*bench_cmd) {

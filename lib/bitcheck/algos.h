@@ -30,6 +30,11 @@ struct RowBucket {
 // for the largest. A bucket's configuration is the one fastest at its upper edge, the M with the
 // most tiles in it. Sorted and deduplicated first.
 std::vector<RowBucket> buckets_from_rows(std::vector<std::int64_t> rows);
+// One M inside each bucket that buckets_from_rows(edges) makes, where the bucket holds 3 or more
+// values: the geometric middle of [low, high] (high the bucket's tested edge), rounded, below high.
+// `algos` times these too, so a bucket's configuration is judged inside the bucket as well as at
+// its upper edge (a configuration fastest at M = 96 can be 15 % slower at M = 80). Sorted.
+std::vector<std::int64_t> interior_rows(std::vector<std::int64_t> edges);
 // buckets_from_rows(default_algos_rows()).
 const std::vector<RowBucket>& default_row_buckets();
 // Why `buckets` do not cover every M >= 1 exactly once in increasing order, or nullopt.
@@ -151,7 +156,8 @@ struct AlgosRequest {
   std::string dtype = "bf16";
   std::string form = "forward";
   std::int64_t n = 0, k = 0;
-  std::vector<std::int64_t> rows;  // empty: default_algos_rows()
+  std::vector<std::int64_t> rows;  // bucket edges; empty: default_algos_rows()
+  bool interior = true;            // also time interior_rows(rows) (not bucket edges)
   std::uint64_t seed = 1;
   int max_candidates = 160;
   double budget_seconds = 40;  // candidate measurement stops starting new candidates after this

@@ -268,3 +268,42 @@ TEST_CASE(
   CHECK(markdown.find("**no**") != std::string::npos);
   CHECK(algos_terminal_table(m, analysis).find("best class 0") != std::string::npos);
 }
+
+TEST_CASE("interior rows: one M inside each bucket of 3 or more, never an edge", "[algos]") {
+  // Buckets [1,1], [2,2], [3,3], [4,7], [8,16], [17,inf): interiors of [4,7] and [8,16] (and of the
+  // last, [17,33] as far as it was tested).
+  CHECK(interior_rows({16, 1, 2, 3, 7, 33, 7}) == std::vector<std::int64_t>{5, 11, 24});
+  CHECK(interior_rows({1, 2}).empty());
+  CHECK(interior_rows({3}) == std::vector<std::int64_t>{2});  // [1,3]: sqrt(3) rounds to 2
+  for (std::int64_t rows : interior_rows(default_algos_rows())) {
+    const auto& edges = default_algos_rows();
+    CHECK(std::find(edges.begin(), edges.end(), rows) == edges.end());
+  }
+  // The default grid's bucket [66,96] is judged at M = 80 too, [130,192] at 158.
+  const auto defaults = interior_rows(default_algos_rows());
+  CHECK(std::find(defaults.begin(), defaults.end(), 80) != defaults.end());
+  CHECK(std::find(defaults.begin(), defaults.end(), 158) != defaults.end());
+}
+
+TEST_CASE("a bucket takes the member with the least worst time, not the best mean", "[algos]") {
+  // Bucket [1,8] tested at 4 (inside) and 8 (its edge); the heuristic takes 10 us at both.
+  // "edge-tuned": 8 us at the edge, 11 at M = 4: mean 0.94 of the heuristic's time, worst 1.1.
+  // "even": 10 us at both: mean and worst 1.0. The target holds at every M only with "even".
+  AlgoMeasurements m = measurements({
+      candidate("edge-tuned", {{1, 10}, {4, 11}, {8, 8}, {16, 20}, {32, 40}}, order(1)),
+      candidate("even", {{1, 10}, {4, 10}, {8, 10}, {16, 20}, {32, 40}}, order(1)),
+  });
+  m.tested_rows = {4, 8, 16, 32};  // M = 1 not tested: the bucket [1,8] holds 4 and 8
+  AlgoAnalysis analysis = analyze_algos(m, buckets_from_rows({8, 32}));
+  REQUIRE(analysis.best);
+  const ClassTable& table = analysis.tables[*analysis.best];
+  REQUIRE_FALSE(table.choices.empty());
+  CHECK(table.choices[0].bucket.label() == "[1,8]");
+  CHECK(table.choices[0].tested_rows == std::vector<std::int64_t>{4, 8});
+  CHECK(table.choices[0].candidate == std::optional<std::size_t>(1));
+  // With the edge alone, the edge-tuned member wins: the interior M is what tells them apart.
+  m.tested_rows = {8, 16, 32};
+  AlgoAnalysis edge_only = analyze_algos(m, buckets_from_rows({8, 32}));
+  REQUIRE(edge_only.best);
+  CHECK(edge_only.tables[*edge_only.best].choices[0].candidate == std::optional<std::size_t>(0));
+}
