@@ -45,13 +45,9 @@ __device__ __forceinline__ void load_group8(const void* base, DeviceDType dtype,
   widen_group8(raw, dtype, values);
 }
 
-__device__ __forceinline__ void store_group8(void* base, DeviceDType dtype, int64_t group, const float* values) {
-  if (dtype == DeviceDType::fp32) {
-    float4* p = static_cast<float4*>(base) + group * 2;
-    p[0] = make_float4(values[0], values[1], values[2], values[3]);
-    p[1] = make_float4(values[4], values[5], values[6], values[7]);
-    return;
-  }
+// 8 fp32 values rounded (to nearest even) to bf16 or fp16 and packed into one 16-byte word, element
+// 2i in the low half of word i: the inverse of widen_group8.
+__device__ __forceinline__ uint4 narrow_group8(const float* values, DeviceDType dtype) {
   uint32_t words[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -63,7 +59,17 @@ __device__ __forceinline__ void store_group8(void* base, DeviceDType dtype, int6
       words[i] = *reinterpret_cast<uint32_t*>(&pair);
     }
   }
-  static_cast<uint4*>(base)[group] = make_uint4(words[0], words[1], words[2], words[3]);
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+__device__ __forceinline__ void store_group8(void* base, DeviceDType dtype, int64_t group, const float* values) {
+  if (dtype == DeviceDType::fp32) {
+    float4* p = static_cast<float4*>(base) + group * 2;
+    p[0] = make_float4(values[0], values[1], values[2], values[3]);
+    p[1] = make_float4(values[4], values[5], values[6], values[7]);
+    return;
+  }
+  static_cast<uint4*>(base)[group] = narrow_group8(values, dtype);
 }
 
 // Host side: whether a device pointer allows the 16-byte group accesses above (null counts as

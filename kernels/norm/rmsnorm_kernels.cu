@@ -281,14 +281,6 @@ constexpr int kMaxWarpsPerRow = 32;
 constexpr int kOneWarpRowsPerBlock = 4;
 constexpr int kMaxRowThreads = 32 * kMaxWarpsPerRow;
 
-template <typename T>
-__device__ __forceinline__ uint32_t bits_of(const T& value) {
-  static_assert(sizeof(T) == sizeof(uint32_t), "a 32-bit pair");
-  uint32_t bits;
-  memcpy(&bits, &value, sizeof(bits));
-  return bits;
-}
-
 // One 16-byte unit's elements as fp32 (exact) and back (round to nearest even, the same bits as
 // __float2bfloat16_rn / __float2half_rn); element i of the unit is element unit * kElements + i of
 // the buffer (little-endian halves: the low 16 bits of a word hold the lower index).
@@ -303,10 +295,7 @@ struct Unit<DeviceDType::bf16> {
     widen_group8(u, DeviceDType::bf16, f);
   }
   __device__ static __forceinline__ uint4 pack(const float* f) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = bits_of(__floats2bfloat162_rn(f[2 * i], f[2 * i + 1]));
-    return make_uint4(w[0], w[1], w[2], w[3]);
+    return narrow_group8(f, DeviceDType::bf16);
   }
 };
 
@@ -318,10 +307,7 @@ struct Unit<DeviceDType::fp16> {
     widen_group8(u, DeviceDType::fp16, f);
   }
   __device__ static __forceinline__ uint4 pack(const float* f) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = bits_of(__floats2half2_rn(f[2 * i], f[2 * i + 1]));
-    return make_uint4(w[0], w[1], w[2], w[3]);
+    return narrow_group8(f, DeviceDType::fp16);
   }
 };
 
