@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "bitcheck/algos.h"
+#include "bitcheck/algos_refine.h"
 #include "bitcheck/backends.h"
 #include "bitcheck/op.h"
 
@@ -24,6 +25,15 @@ std::optional<std::string> cuda_context_fault() { return std::nullopt; }
 
 AlgoMeasurements measure_cublaslt_algos(const AlgosRequest&) {
   throw std::runtime_error("cuBLASLt search needs the CUDA backend: bitcheck was built without it (no nvcc at configure time)");
+}
+
+RefineMeasurements measure_cublaslt_refine(const RefineRequest&) {
+  throw std::runtime_error("refining cuBLASLt pins needs the CUDA backend: bitcheck was built without it (no nvcc at configure time)");
+}
+
+PinVerification verify_cublaslt_pin(const RefineRequest&, const nlohmann::json&, const nlohmann::json&,
+                                    const std::vector<std::int64_t>&) {
+  throw std::runtime_error("verifying cuBLASLt pins needs the CUDA backend: bitcheck was built without it");
 }
 
 void merge_cublaslt_pin(const std::string&, const nlohmann::json&) {

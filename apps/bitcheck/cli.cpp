@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "bitcheck/algos.h"
+#include "bitcheck/algos_refine.h"
 #include "bitcheck/bench.h"
 #include "bitcheck/build_info.h"
 #include "bitcheck/contract.h"
@@ -200,6 +201,16 @@ int run(int argc, char** argv) {
   algos_cmd->add_option("--write-pins", algos.pin_file, "Merge the best table into this pin file");
   bool algos_no_progress = false;
   algos_cmd->add_flag("--no-progress", algos_no_progress, "No progress line");
+  std::string algos_refine;
+  algos_cmd->add_option("--refine", algos_refine,
+                        "Instead of searching: refine this file's bucketed pin for the shape so it "
+                        "follows the heuristic's split-K-1 pick per M where that gives the table's bits "
+                        "and is faster; verified row for row before --write-pins merges it");
+  std::int64_t algos_scan_rows = 16384, algos_verify_all_rows = 2048;
+  algos_cmd->add_option("--scan-rows", algos_scan_rows,
+                        "--refine: ask the heuristic at every M up to this (default 16384)");
+  algos_cmd->add_option("--verify-all-rows", algos_verify_all_rows,
+                        "--refine: verify every M up to this, besides every bucket edge (default 2048)");
 
   bool list_json = false;
   std::string list_contract;
@@ -330,6 +341,25 @@ int run(int argc, char** argv) {
       std::cout << render_terminal_summary(merged) << "merged " << merge_inputs.size() << " reports ("
                 << merged["results"].size() << " cases) into " << merge_output << "\n";
       return merged["summary"]["exit_code"].get<int>();
+    }
+    if (*algos_cmd && !algos_refine.empty()) {
+      RefineOptions refine;
+      refine.request.dtype = algos.request.dtype;
+      refine.request.form = algos.request.form;
+      refine.request.n = algos.request.n;
+      refine.request.k = algos.request.k;
+      refine.request.seed = algos.request.seed;
+      refine.request.scan_rows = algos_scan_rows;
+      refine.request.verify_all_rows = algos_verify_all_rows;
+      if (algos_cmd->count("--budget-seconds")) refine.request.budget_seconds = algos.request.budget_seconds;
+      refine.request.repeats = algos.request.repeats;
+      refine.request.warmup = algos.request.warmup;
+      refine.request.progress = !algos_no_progress;
+      refine.request.base_pin_file = algos_refine;
+      refine.out_dir = algos.out_dir;
+      refine.pin_file = algos.pin_file;
+      refine.argv = algos.argv;
+      return run_algos_refine(refine);
     }
     if (*algos_cmd) {
       algos.request.progress = !algos_no_progress;

@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <set>
 
 #include "bench_support.h"
 #include "bitcheck/algos.h"
 #include "bitcheck/dtype.h"
+#include "matmul/algo_rig.h"
 #include "matmul/algo_search_device.h"
 #include "matmul/cublaslt_gemm.h"
 #include "matmul/pin_table.h"
@@ -25,8 +27,6 @@ using cuda::GemmDType;
 using cuda::LtConfig;
 using cuda::LtGemmForm;
 
-// The same workspace as matmul/cublaslt-pinned: a configuration needing more is never pinned.
-constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
 // Heuristic results taken at every tested M, and M values where the full enumeration runs.
 constexpr int kHeuristicTop = 4;
 constexpr int kEnumeratedPerRows = 200;
@@ -45,10 +45,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-GemmDType gemm_dtype(const std::string& name) {
-  return name == "bf16" ? GemmDType::bf16 : name == "fp16" ? GemmDType::fp16 : GemmDType::fp32;
-}
-
 // Unit roundoff of the output (a full ulp at 1): the bound of one rounding of |ref|.
 double output_unit(DType dtype) {
   return std::ldexp(1.0, -dtype_mantissa_bits(dtype));
@@ -63,10 +59,9 @@ class Search {
  public:
   explicit Search(const AlgosRequest& request)
       : request_(request),
-        dtype_(gemm_dtype(request.dtype)),
+        dtype_(cuda::gemm_dtype_named(request.dtype)),
         host_dtype_(*parse_dtype(request.dtype)),
         form_(request.form == "input_grad" ? LtGemmForm::input_grad : LtGemmForm::forward),
-        in_cols_(form_ == LtGemmForm::forward ? request.k : request.n),
         out_cols_(form_ == LtGemmForm::forward ? request.n : request.k),
         element_(dtype_size(host_dtype_)),
         max_rows_(request.rows.back()) {}
@@ -87,7 +82,8 @@ class Search {
                 {"cublaslt_version", device.cublaslt_version},
                 {"gpu_name", device.name},
                 {"sm_count", device.sm_count}};
-    allocate();
+    rig_ = std::make_unique<cuda::GemmRig>(request_.dtype, request_.form, request_.n, request_.k,
+                                           request_.seed, max_rows_);
     compute_reference();
     std::vector<Proposal> proposals = propose();
     measure_candidates(proposals, m, start);
@@ -99,30 +95,6 @@ class Search {
 
  private:
   // ---- buffers and reference ----------------------------------------------------------------
-
-  void allocate() {
-    const std::size_t w_bytes = static_cast<std::size_t>(request_.n * request_.k) * element_;
-    for (int i = 0; i < 2; ++i) {
-      x_.emplace_back(static_cast<std::size_t>(max_rows_ * in_cols_) * element_);
-      cuda::algo_fill_random(dtype_, x_.back().get(),
-                             static_cast<std::size_t>(max_rows_ * in_cols_),
-                             2 * request_.seed + 1 + 1000 * static_cast<std::uint64_t>(i));
-      y_.emplace_back(static_cast<std::size_t>(max_rows_ * out_cols_) * element_);
-    }
-    // W copies to rotate through at small M (where W is the working set), as the benchmark does.
-    BenchSettings rotation;
-    const std::size_t w_sets =
-        std::min<std::size_t>(cuda_bench::rotation_sets(w_bytes, rotation), 16);
-    for (std::size_t i = 0; i < w_sets; ++i) {
-      w_.emplace_back(w_bytes);
-      cuda::algo_fill_random(dtype_, w_.back().get(),
-                             static_cast<std::size_t>(request_.n * request_.k),
-                             2 * request_.seed + 2 + 1000 * static_cast<std::uint64_t>(i));
-    }
-    workspace_ = DeviceBuffer(kWorkspaceBytes);
-    fingerprints_ = DeviceBuffer(static_cast<std::size_t>(max_rows_) * sizeof(std::uint64_t));
-    cuda::synchronize();
-  }
 
   void compute_reference() {
     std::set<std::int64_t> rows;
@@ -136,18 +108,16 @@ class Search {
     indices.upload(accuracy_rows_.data(), indices.bytes());
     const std::size_t outputs = static_cast<std::size_t>(count * out_cols_);
     DeviceBuffer value(outputs * sizeof(double)), abs_sum(outputs * sizeof(double));
-    cuda::algo_reference_rows(dtype_, form_, x_[0].get(), w_[0].get(), indices.as<std::int64_t>(),
+    cuda::algo_reference_rows(dtype_, form_, rig_->x(), rig_->w(), indices.as<std::int64_t>(),
                               count, request_.n, request_.k, value.as<double>(),
                               abs_sum.as<double>());
     reference_.resize(outputs);
     reference_abs_.resize(outputs);
     value.download(reference_.data(), value.bytes());
     abs_sum.download(reference_abs_.data(), abs_sum.bytes());
-    gathered_ = DeviceBuffer(std::max<std::size_t>(1, accuracy_rows_.size()) * row_bytes());
+    gathered_ = DeviceBuffer(std::max<std::size_t>(1, accuracy_rows_.size()) * rig_->row_bytes());
     row_indices_ = std::move(indices);
   }
-
-  std::size_t row_bytes() const { return static_cast<std::size_t>(out_cols_) * element_; }
 
   // ---- candidates -----------------------------------------------------------------------------
 
@@ -161,11 +131,7 @@ class Search {
     return {rows.begin(), rows.end()};
   }
 
-  LtConfig heuristic(std::int64_t rows) const {
-    return form_ == LtGemmForm::forward
-               ? cuda::lt_heuristic_config(dtype_, rows, request_.n, request_.k)
-               : cuda::lt_heuristic_config_nn(dtype_, rows, request_.n, request_.k);
-  }
+  LtConfig heuristic(std::int64_t rows) const { return rig_->heuristic(rows); }
 
   // In order of expected value: the heuristic's own picks at every M; split-K counts 1, 2 and 4
   // fixed for every M on those kernels; every algorithm's tiles and stages (with the heuristic's
@@ -215,60 +181,25 @@ class Search {
                                      const std::vector<std::int64_t>& rows) const {
     std::vector<std::int64_t> result;
     for (std::int64_t m : rows) {
-      std::size_t workspace = 0;
-      if (cuda::lt_config_supports(config, form_, dtype_, m, request_.n, request_.k, &workspace) &&
-          workspace <= kWorkspaceBytes) {
-        result.push_back(m);
-      }
+      if (rig_->accepts(config, m)) result.push_back(m);
     }
     return result;
   }
 
   // ---- running --------------------------------------------------------------------------------
 
-  void launch(const LtConfig& config, std::int64_t rows, std::size_t w_index,
-              std::size_t xy_index) {
-    const void* x = x_[xy_index].get();
-    const void* w = w_[w_index].get();
-    void* y = y_[xy_index].get();
-    if (form_ == LtGemmForm::forward) {
-      cuda::lt_gemm(config, dtype_, x, w, y, rows, request_.n, request_.k, workspace_.get(),
-                    kWorkspaceBytes, nullptr);
-    } else {
-      cuda::lt_gemm_nn(config, dtype_, x, w, y, rows, request_.n, request_.k, workspace_.get(),
-                       kWorkspaceBytes, nullptr);
-    }
-  }
-
-  double median_us(const LtConfig& config, std::int64_t rows, int warmup, int repeats) {
-    BenchSettings settings;
-    settings.warmup = warmup;
-    settings.repeats = repeats;
-    const std::size_t set_bytes =
-        static_cast<std::size_t>(rows * in_cols_ + request_.n * request_.k + rows * out_cols_) *
-        element_;
-    const std::size_t sets = std::min(w_.size(), cuda_bench::rotation_sets(set_bytes, settings));
-    const BenchMeasurement measured = cuda_bench::time_rotated(
-        settings, sets, [&](std::size_t i) { launch(config, rows, i % sets, i % 2); });
-    return 1000.0 * measured.median_ms;
-  }
-
   // Row fingerprints and accuracy of one run at `rows` on the checked buffers (copy 0).
   AlgoRun check_run(const LtConfig& config, std::int64_t rows) {
     AlgoRun run;
-    launch(config, rows, 0, 0);
-    cuda::algo_row_fingerprints(y_[0].get(), rows, static_cast<std::int64_t>(row_bytes()),
-                                fingerprints_.as<std::uint64_t>());
-    run.row_fingerprints.resize(static_cast<std::size_t>(rows));
-    fingerprints_.download(run.row_fingerprints.data(),
-                           run.row_fingerprints.size() * sizeof(std::uint64_t));
+    run.row_fingerprints = rig_->row_fingerprints(config, rows);
+    const std::size_t row_bytes = rig_->row_bytes();
     // The accuracy rows are sorted: those below M are a prefix.
     const auto count = static_cast<std::int64_t>(
         std::lower_bound(accuracy_rows_.begin(), accuracy_rows_.end(), rows) -
         accuracy_rows_.begin());
-    cuda::algo_gather_rows(y_[0].get(), row_indices_.as<std::int64_t>(), count,
-                           static_cast<std::int64_t>(row_bytes()), gathered_.get());
-    std::vector<unsigned char> host(static_cast<std::size_t>(count) * row_bytes());
+    cuda::algo_gather_rows(rig_->y(), row_indices_.as<std::int64_t>(), count,
+                           static_cast<std::int64_t>(row_bytes), gathered_.get());
+    std::vector<unsigned char> host(static_cast<std::size_t>(count) * row_bytes);
     if (count > 0) gathered_.download(host.data(), host.size());
     for (std::size_t i = 0; i < static_cast<std::size_t>(count * out_cols_); ++i) {
       std::uint32_t bits = 0;
@@ -317,7 +248,7 @@ class Search {
       try {
         for (std::int64_t rows : tested) {
           AlgoRun run = check_run(proposal.config, rows);
-          run.median_us = median_us(proposal.config, rows, 1, 3);
+          run.median_us = rig_->median_us(proposal.config, rows, 1, 3);
           candidate.runs[rows] = std::move(run);
         }
       } catch (const cuda::CudaError& error) {
@@ -354,7 +285,7 @@ class Search {
       progress("timing M=" + std::to_string(rows));
       const LtConfig library_default = heuristic(rows);
       m.heuristic_describe[rows] = library_default.describe();
-      double heuristic_us = median_us(library_default, rows, request_.warmup, request_.repeats);
+      double heuristic_us = rig_->median_us(library_default, rows, request_.warmup, request_.repeats);
       double best_estimate = heuristic_us;
       for (std::size_t i = 0; i < m.candidates.size(); ++i) {
         auto run = m.candidates[i].runs.find(rows);
@@ -383,11 +314,11 @@ class Search {
       }
       for (const auto& [estimate, i] : competitive) {
         AlgoRun& run = m.candidates[i].runs.at(rows);
-        run.median_us = median_us(configs_[i], rows, request_.warmup, request_.repeats);
+        run.median_us = rig_->median_us(configs_[i], rows, request_.warmup, request_.repeats);
         run.fully_timed = true;
       }
       heuristic_us = std::min(heuristic_us,
-                              median_us(library_default, rows, request_.warmup, request_.repeats));
+                              rig_->median_us(library_default, rows, request_.warmup, request_.repeats));
       m.heuristic_us[rows] = heuristic_us;
     }
   }
@@ -396,11 +327,11 @@ class Search {
   GemmDType dtype_;
   DType host_dtype_;
   LtGemmForm form_;
-  std::int64_t in_cols_, out_cols_;
+  std::int64_t out_cols_;
   std::size_t element_;
   std::int64_t max_rows_;
-  std::vector<DeviceBuffer> x_, y_, w_;
-  DeviceBuffer workspace_, fingerprints_, gathered_, row_indices_;
+  std::unique_ptr<cuda::GemmRig> rig_;
+  DeviceBuffer gathered_, row_indices_;
   std::vector<std::int64_t> accuracy_rows_;
   std::vector<double> reference_, reference_abs_;
   std::vector<LtConfig> configs_;  // one per measured candidate
