@@ -105,6 +105,7 @@ std::string to_string(PieceStatus status) {
 }
 
 bool piece_takes_heuristic(const RefinePiece& piece) {
+  if (piece.status == PieceStatus::not_timed) return true;
   if (piece.status != PieceStatus::timed || piece.timed_rows.empty()) return false;
   if (piece.table_us.size() != piece.timed_rows.size() ||
       piece.heuristic_us.size() != piece.timed_rows.size()) {
@@ -159,9 +160,10 @@ nlohmann::json refined_pin_entry(const RefineMeasurements& m) {
   entry["buckets"] = buckets;
   entry["bit_class"]["refined"] = {
       {"method",
-       "bitcheck algos --refine: where the heuristic's own pick is split-K 1, gives the table's bits "
-       "at both ends of its M segment and is faster at a timed M, it replaces the table's "
-       "configuration; the result verified row for row against the table at every M up to " +
+       "bitcheck algos --refine: where the heuristic's own pick is split-K 1 and gives the table's "
+       "bits at both ends of its M segment, it replaces the table's configuration unless that was "
+       "timed at least as fast at every timed M; the result verified row for row against the table "
+       "at every M up to " +
            std::to_string(m.request.verify_all_rows) + " and at both edges of every bucket"},
       {"scan_rows", m.request.scan_rows},
       {"heuristic_segments", m.segments.size()},
@@ -247,10 +249,11 @@ std::string refine_report_markdown(const RefineMeasurements& m, const nlohmann::
      << m.base_entry.at("buckets").size() << " buckets\n";
   md << "- the heuristic asked at every M from 1 to " << r.scan_rows << ": " << m.segments.size()
      << " segments of one kernel; cut with the table's buckets: " << m.pieces.size() << " pieces\n";
-  md << "- a piece takes the heuristic's pick when it is split-K 1, gives the table's bits at both "
-        "ends of its segment (every row, same X rows) and is faster than the table's configuration "
-        "at one or more of the piece's timed M (its ends and its geometric middle; each side "
-        "timed twice, interleaved, the faster counts)\n";
+  md << "- a piece takes the heuristic's pick when it is split-K 1 and gives the table's bits at "
+        "both ends of its segment (every row, same X rows), unless the table's configuration was "
+        "at least as fast at every timed M of the piece (its ends and its geometric middle; each "
+        "side timed twice, interleaved, the faster counts); pieces left untimed by the budget take "
+        "the pick, which is the library default itself at those M\n";
   md << "- pieces: " << c.taken << " take the heuristic's pick (" << c.rows_taken
      << " of the scanned M), " << c.kept_timed << " timed and kept";
   for (const auto& [status, n] : c.by_status) {

@@ -124,10 +124,11 @@ class LmHeadGemms {
     cuda::DeviceInfo device = cuda::query_device();
     cuda::PinKey key{
         device.arch(), device.cublaslt_version, to_string(host_dtype), form, v, hidden, 0};
-    cuda::PinEntry entry = cuda::PinTable::instance().lookup(key, [&] {
+    const auto found = cuda::PinTable::instance().lookup(key, [&] {
       return form == "forward" ? cuda::lt_derive_pinned_config(dtype, v, hidden)
                                : cuda::lt_derive_pinned_config_nn(dtype, v, hidden);
     });
+    const cuda::PinEntry& entry = *found;
     if (batch) {
       nlohmann::json j = cuda::lt_config_to_json(entry.config);
       j["source"] = entry.source;

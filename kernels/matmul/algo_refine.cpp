@@ -245,7 +245,7 @@ class Refine {
     if (over_budget) {
       m.notes.push_back(std::to_string(over_budget) + " pieces not timed (budget of " +
                         std::to_string(static_cast<int>(request_.budget_seconds)) +
-                        " s spent): they keep the table's configuration");
+                        " s spent): they take the heuristic's pick, the library default there");
     }
   }
 

@@ -146,12 +146,13 @@ class CudaMatmul : public Impl {
                   std::int64_t chunk, Batch* batch, std::int64_t rows = 0) {
     cuda::DeviceInfo device = cuda::query_device();
     cuda::PinKey key{device.arch(), device.cublaslt_version, to_string(host_dtype), form, n, k, chunk};
-    cuda::PinEntry entry = cuda::PinTable::instance().lookup(key, [&] {
+    const auto found = cuda::PinTable::instance().lookup(key, [&] {
       std::string f = form;
       if (f == "forward") return cuda::lt_derive_pinned_config(dtype, n, k);
       if (f == "input_grad") return cuda::lt_derive_pinned_config_nn(dtype, n, k);
       return cuda::lt_derive_pinned_config_dw(dtype, n, k, chunk);
     });
+    const cuda::PinEntry& entry = *found;
     const LtConfig& config = entry.config_for_rows(rows > 0 ? rows : chunk);
     if (batch) {
       record(*batch, form, config, entry.source);
@@ -160,17 +161,15 @@ class CudaMatmul : public Impl {
     return config;
   }
 
-  // The whole table goes into the record (the runner keeps one invocation's record per case).
+  // The bucket used, the bit-class and a fingerprint of the whole table go into the record (the
+  // runner keeps one invocation's record per case); a table can hold thousands of buckets, so not
+  // the table itself: the pin file is named by `source`.
   static void record_buckets(Batch& batch, const std::string& form, const cuda::PinEntry& entry, std::int64_t rows) {
     nlohmann::json& j = batch.impl_config["cublaslt"][form];
     const cuda::PinBucket* used = entry.bucket_for_rows(rows);
     j["bucket"] = {{"min_rows", used->min_rows}, {"max_rows", used->max_rows}, {"rows", rows}};
     j["bit_class"] = entry.bit_class;
-    j["buckets"] = nlohmann::json::array();
-    for (const auto& bucket : entry.buckets) {
-      j["buckets"].push_back({{"min_rows", bucket.min_rows}, {"max_rows", bucket.max_rows},
-                              {"describe", bucket.config.describe()}});
-    }
+    j["table"] = {{"buckets", entry.buckets.size()}, {"fingerprint", entry.table_fingerprint}};
   }
 
   static void record(Batch& batch, const std::string& form, const LtConfig& config, const std::string& source) {

@@ -2,7 +2,10 @@
 // entry into a file, and atomic write-back.
 #include "pin_table.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <functional>
 #include <stdexcept>
 
@@ -42,10 +45,12 @@ LtConfig lt_config_from_json(const nlohmann::json& fields) {
 }
 
 const PinBucket* PinEntry::bucket_for_rows(std::int64_t rows) const {
-  for (const auto& bucket : buckets) {
-    if (bucket.contains(rows)) return &bucket;
-  }
-  return nullptr;
+  // Buckets cover every M from 1 in order (checked on load): the last one starting at or below M.
+  auto after = std::upper_bound(buckets.begin(), buckets.end(), rows,
+                                [](std::int64_t m, const PinBucket& b) { return m < b.min_rows; });
+  if (after == buckets.begin()) return nullptr;
+  const PinBucket& bucket = *std::prev(after);
+  return bucket.contains(rows) ? &bucket : nullptr;
 }
 
 const LtConfig& PinEntry::config_for_rows(std::int64_t rows) const {
@@ -60,9 +65,21 @@ nlohmann::json PinEntry::to_json() const {
   if (buckets.empty()) {
     j["config"] = lt_config_to_json(config);
   } else {
+    // Compact form: each distinct kernel once in "configs", buckets naming it by index.
+    std::vector<LtConfig> distinct;
+    j["configs"] = nlohmann::json::array();
     j["buckets"] = nlohmann::json::array();
     for (const auto& bucket : buckets) {
-      nlohmann::json b = {{"min_rows", bucket.min_rows}, {"config", lt_config_to_json(bucket.config)}};
+      std::size_t index = 0;
+      while (index < distinct.size() && !(distinct[index].same_kernel(bucket.config) &&
+                                          distinct[index].workspace_bytes == bucket.config.workspace_bytes)) {
+        ++index;
+      }
+      if (index == distinct.size()) {
+        distinct.push_back(bucket.config);
+        j["configs"].push_back(lt_config_to_json(bucket.config));
+      }
+      nlohmann::json b = {{"min_rows", bucket.min_rows}, {"config", index}};
       if (bucket.max_rows) b["max_rows"] = bucket.max_rows;
       j["buckets"].push_back(b);
     }
@@ -73,6 +90,30 @@ nlohmann::json PinEntry::to_json() const {
 }
 
 namespace {
+
+// Two-space indentation, but an object or array whose members are all scalars on one line: a
+// configuration or a bucket per line, so a table of a thousand buckets stays readable and small.
+void write_pretty(const nlohmann::json& j, int indent, std::string& out) {
+  const bool container = j.is_object() || j.is_array();
+  if (!container || j.empty()) {
+    out += j.dump();
+    return;
+  }
+  bool flat = true;
+  for (const auto& member : j) flat = flat && !member.is_object() && !member.is_array();
+  const std::string pad(static_cast<std::size_t>(indent + 2), ' ');
+  out += j.is_object() ? (flat ? "{" : "{\n") : (flat ? "[" : "[\n");
+  bool first = true;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!first) out += flat ? ", " : ",\n";
+    first = false;
+    if (!flat) out += pad;
+    if (j.is_object()) out += nlohmann::json(it.key()).dump() + ": ";
+    write_pretty(*it, indent + 2, out);
+  }
+  if (!flat) out += "\n" + std::string(static_cast<std::size_t>(indent), ' ');
+  out += j.is_object() ? "}" : "]";
+}
 
 LtConfig read_config(const JsonCursor& cursor) {
   cursor.expect_object();
@@ -96,16 +137,30 @@ PinKey read_key(const JsonCursor& key) {
 }
 
 // A bucketed pin: buckets covering every M from 1 in order, the last unbounded, and the bit-class
-// record that says why switching configuration between buckets changes no bit.
+// record that says why switching configuration between buckets changes no bit. A bucket's config
+// is a configuration, or the index of one in the entry's "configs" (the compact form).
 void read_buckets(const JsonCursor& pin, const JsonCursor& buckets, PinEntry& entry) {
   buckets.expect_array(false);
+  std::vector<LtConfig> configs;
+  std::int64_t config_count = 0;
+  if (auto listed = pin.find("configs")) {
+    listed->expect_array(false);
+    for (const auto& config : listed->items()) configs.push_back(read_config(config));
+    config_count = static_cast<std::int64_t>(configs.size());
+  }
   std::vector<RowBucket> ranges;
   for (const auto& bucket : buckets.items()) {
     bucket.allow_only({"min_rows", "max_rows", "config"});
     PinBucket read;
     read.min_rows = bucket.at("min_rows").as_int(1, INT64_MAX);
     if (auto max_rows = bucket.find("max_rows")) read.max_rows = max_rows->as_int(1, INT64_MAX);
-    read.config = read_config(bucket.at("config"));
+    const JsonCursor config = bucket.at("config");
+    if (config.node().is_number()) {
+      if (config_count == 0) config.fail("a configuration object (the entry has no \"configs\" list)");
+      read.config = configs[static_cast<std::size_t>(config.as_int(0, config_count - 1))];
+    } else {
+      read.config = read_config(config);
+    }
     entry.buckets.push_back(read);
     ranges.push_back({read.min_rows, read.max_rows});
   }
@@ -120,13 +175,19 @@ void read_buckets(const JsonCursor& pin, const JsonCursor& buckets, PinEntry& en
 
 }  // namespace
 
+std::string pin_file_text(const nlohmann::json& document) {
+  std::string out;
+  write_pretty(document, 0, out);
+  return out + "\n";
+}
+
 std::vector<PinEntry> parse_pin_document(const nlohmann::json& document, const std::string& file) {
   JsonCursor root(document, file);
   root.allow_only({"schema_version", "description", "pins"});
   root.at("schema_version").as_int(1, 1);
   std::vector<PinEntry> entries;
   for (const auto& pin : root.at("pins").items()) {
-    pin.allow_only({"key", "config", "buckets", "bit_class", "measured"});
+    pin.allow_only({"key", "config", "configs", "buckets", "bit_class", "measured"});
     PinEntry entry;
     entry.key = read_key(pin.at("key"));
     auto config = pin.find("config");
@@ -136,9 +197,17 @@ std::vector<PinEntry> parse_pin_document(const nlohmann::json& document, const s
     }
     if (config) {
       if (pin.find("bit_class")) pin.at("bit_class").fail("no bit_class beside a single \"config\"");
+      if (pin.find("configs")) pin.at("configs").fail("no configs list beside a single \"config\"");
       entry.config = read_config(*config);
     } else {
       read_buckets(pin, *buckets, entry);
+      const nlohmann::json compact = entry.to_json();
+      std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a
+      for (const char c : compact.at("buckets").dump() + compact.at("configs").dump())
+        hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+      char text[17];
+      std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+      entry.table_fingerprint = text;
     }
     if (auto measured = pin.find("measured")) entry.measured = measured->node();
     entry.source = "pin file " + file;
@@ -164,7 +233,7 @@ void merge_pin_entry(const std::string& path, const nlohmann::json& entry) {
   }
   if (!replaced) document["pins"].push_back(entry);
   parse_pin_document(document, path);
-  write_file_atomically(path, document.dump(2) + "\n");
+  write_file_atomically(path, pin_file_text(document));
 }
 
 PinTable& PinTable::instance() {
@@ -185,19 +254,21 @@ void PinTable::load_locked() {
   loaded_ = true;
   if (!std::filesystem::exists(path_)) return;  // no pins yet: every key is derived
   const nlohmann::json document = load_json_file(path_);
-  entries_ = parse_pin_document(document, path_);
+  for (auto& entry : parse_pin_document(document, path_))
+    entries_.push_back(std::make_shared<const PinEntry>(std::move(entry)));
 }
 
-PinEntry PinTable::lookup(const PinKey& key, const std::function<LtConfig()>& derive) {
+std::shared_ptr<const PinEntry> PinTable::lookup(const PinKey& key,
+                                                 const std::function<LtConfig()>& derive) {
   std::lock_guard<std::mutex> lock(mutex_);
   load_locked();
   for (const auto& entry : entries_) {
-    if (entry.key == key) return entry;
+    if (entry->key == key) return entry;
   }
-  PinEntry entry;
-  entry.key = key;
-  entry.config = derive();
-  entry.source = "derived";
+  auto entry = std::make_shared<PinEntry>();
+  entry->key = key;
+  entry->config = derive();
+  entry->source = "derived";
   entries_.push_back(entry);
   dirty_ = true;
   return entry;
@@ -213,9 +284,9 @@ void PinTable::write_back_if_requested() {
                       "bucketed pins hold one configuration per M bucket, all of one bit-class (`bitcheck algos`)"},
       {"pins", nlohmann::json::array()}};
   for (const auto& entry : entries_) {
-    document["pins"].push_back(entry.to_json());
+    document["pins"].push_back(entry->to_json());
   }
-  write_file_atomically(path_, document.dump(2) + "\n");
+  write_file_atomically(path_, pin_file_text(document));
   dirty_ = false;
 }
 

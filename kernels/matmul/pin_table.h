@@ -5,6 +5,8 @@
 // bit-class: configurations measured to give the same bits on every row at every tested M.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -40,20 +42,26 @@ struct PinEntry {
   LtConfig config;                 // the configuration of an unbucketed pin
   std::vector<PinBucket> buckets;  // non-empty: a bucketed pin (then `config` is unused)
   nlohmann::json bit_class;        // bucketed: the class that makes the buckets interchangeable
+  std::string table_fingerprint;   // bucketed: 16 hex digits over the buckets and configurations
   nlohmann::json measured;         // as in the file; kept on write-back
   std::string source;              // "pin file ..." or "derived"
   // The configuration for a GEMM of `rows` rows. Throws std::invalid_argument for a bucketed pin
   // when rows < 1.
   const LtConfig& config_for_rows(std::int64_t rows) const;
   const PinBucket* bucket_for_rows(std::int64_t rows) const;  // nullptr when unbucketed
-  nlohmann::json to_json() const;  // the pin-file form of the entry
+  nlohmann::json to_json() const;  // the pin-file form of the entry (bucketed: compact)
 };
 
-// Entries of a pin document (schema 1), validated: BadInput naming `file` and the JSON path.
+// Entries of a pin document (schema 1), validated: BadInput naming `file` and the JSON path. A
+// bucketed entry may list its distinct configurations once under "configs" and name them by index
+// in its buckets (the form to_json writes).
 std::vector<PinEntry> parse_pin_document(const nlohmann::json& document, const std::string& file);
 // Replaces the entry with the same key as `entry` (pin-file form) in the file at `path`, or appends
 // it; every other entry stays as written. Validates the file before and after; atomic write.
 void merge_pin_entry(const std::string& path, const nlohmann::json& entry);
+// The text of a pin file: indented, each object or array of scalars (a configuration, a bucket) on
+// one line.
+std::string pin_file_text(const nlohmann::json& document);
 
 class PinTable {
  public:
@@ -61,7 +69,8 @@ class PinTable {
   static PinTable& instance();
   void configure(const std::string& path, bool write_back);
   // The pinned configuration for `key`, deriving (and remembering) it when the file has none.
-  PinEntry lookup(const PinKey& key, const std::function<LtConfig()>& derive);
+  // Shared, never copied per call: a bucketed table can hold thousands of buckets.
+  std::shared_ptr<const PinEntry> lookup(const PinKey& key, const std::function<LtConfig()>& derive);
   // Writes the table (file entries plus derived ones) when write-back was requested.
   void write_back_if_requested();
   const std::string& path() const { return path_; }
@@ -73,7 +82,7 @@ class PinTable {
   bool write_back_ = false;
   bool loaded_ = false;
   bool dirty_ = false;
-  std::vector<PinEntry> entries_;
+  std::vector<std::shared_ptr<const PinEntry>> entries_;
 };
 
 nlohmann::json lt_config_to_json(const LtConfig& config);

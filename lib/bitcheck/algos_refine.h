@@ -4,11 +4,12 @@
 // the heuristic wherever the heuristic changes kernel (a 128x160 tile at M = 628, 128x224 at 877).
 // The refinement asks the heuristic for its pick at every M from 1 to the scan limit, cuts the M
 // axis where the pick changes (its segments), and intersects those with the table's buckets
-// (pieces). In a piece where the heuristic's pick is split-K 1, gives the table's bits (row
-// fingerprints at both ends of its segment equal the table's) and is faster at some timed M of
-// the piece, the piece takes the heuristic's pick; otherwise it keeps the table's configuration.
-// The refined table is then verified row for row against the table's own bits at every M up to
-// 2048 and at both edges of every bucket; a table that fails is never written.
+// (pieces). A piece takes the heuristic's pick when the pick is split-K 1 and gives the table's
+// bits (row fingerprints at both ends of its segment equal the table's), unless the table's own
+// configuration, timed against it in the same run, was at least as fast at every timed M of the
+// piece. Where the pick is taken, the table runs what the library default runs. The refined table
+// is then verified row for row against the table's own bits at every M up to 2048 and at both
+// edges of every bucket; a table that fails is never written.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -35,7 +36,7 @@ enum class PieceStatus {
   other_bits,      // the heuristic's pick gives other bits than the table (detail says where)
   rejected,        // cuBLASLt rejects the pick at an end of the piece, or it failed to run
   timed,           // both timed at the piece's M values (the choice is the host's)
-  not_timed,       // the time budget ran out first: the table stays
+  not_timed,       // in the class, not timed (budget spent): takes the pick, the default itself
   past_scan,       // beyond the scanned M: the table stays
 };
 std::string to_string(PieceStatus status);
@@ -97,8 +98,8 @@ PinVerification verify_cublaslt_pin(const RefineRequest& request, const nlohmann
 
 // ---- host side ---------------------------------------------------------------------------------
 
-// Whether a piece takes the heuristic's pick: it was timed and the pick was faster at one timed M
-// or more (the table stays only where it is at least as fast at every timed M).
+// Whether a piece takes the heuristic's pick: the pick is in the class (timed or not_timed) and the
+// table was not timed at least as fast at every timed M.
 bool piece_takes_heuristic(const RefinePiece& piece);
 // The refined pin-file entry: one bucket per piece (the chosen configuration), adjacent buckets of
 // one kernel merged (workspace the larger); key and bit_class of the base, with a record of the

@@ -76,7 +76,8 @@ TEST_CASE(
   CaseResult result = run_with_pins(pin_document(entry), 300);
   INFO(case_support::describe(result));
   CHECK(result.verdict == Verdict::pass);
-  REQUIRE(result.impl_config["cublaslt"]["forward"].contains("buckets"));
+  REQUIRE(result.impl_config["cublaslt"]["forward"].contains("table"));
+  CHECK(result.impl_config["cublaslt"]["forward"]["table"]["buckets"] == entry["buckets"].size());
   CHECK(result.impl_config["cublaslt"]["forward"]["bit_class"]["fingerprint"] ==
         analysis.classes[*analysis.best].fingerprint);
 

@@ -80,11 +80,14 @@ TEST_CASE("a piece takes the heuristic's pick only when timed and faster at some
   RefinePiece broken = m.pieces[0];
   broken.heuristic_us.pop_back();  // timings that do not line up count for nothing
   CHECK_FALSE(piece_takes_heuristic(broken));
-  for (PieceStatus status : {PieceStatus::splits_k, PieceStatus::rejected, PieceStatus::not_timed}) {
+  for (PieceStatus status : {PieceStatus::splits_k, PieceStatus::rejected, PieceStatus::past_scan}) {
     RefinePiece p = m.pieces[0];
     p.status = status;
     CHECK_FALSE(piece_takes_heuristic(p));
   }
+  // In the class but not timed (budget): the pick, which is the library default itself there.
+  RefinePiece untimed = piece(1, 50, 0, 0, PieceStatus::not_timed);
+  CHECK(piece_takes_heuristic(untimed));
 }
 
 TEST_CASE("the refined entry has one bucket per piece choice, merged, covering every M", "[algos]") {

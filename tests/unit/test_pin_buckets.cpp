@@ -98,18 +98,65 @@ TEST_CASE("the pin table looks up a bucketed entry from its file without derivin
   std::string path = write_temp("bucketed-pins", document({bucketed_entry(4096, 71)}));
   PinTable& table = PinTable::instance();
   table.configure(path, false);
-  PinEntry entry =
+  const auto entry =
       table.lookup(PinKey{"sm_90", 130100, "bf16", "forward", 4096, 4096, 0}, []() -> LtConfig {
         FAIL("a pinned key must not be derived");
         return {};
       });
-  CHECK(entry.config_for_rows(3).algo_id == 71);
-  CHECK(entry.config_for_rows(3000).algo_id == 66);
+  CHECK(entry->config_for_rows(3).algo_id == 71);
+  CHECK(entry->config_for_rows(3000).algo_id == 66);
+  // Shared, not copied: the same table for every lookup.
+  CHECK(table.lookup(PinKey{"sm_90", 130100, "bf16", "forward", 4096, 4096, 0}, [] { return LtConfig{}; }) ==
+        entry);
   std::remove(path.c_str());
   table.configure("contract/cublaslt-pins.json", false);
 }
 
+TEST_CASE("a bucketed pin is written compactly: each kernel once, buckets by index, a line each",
+          "[pins]") {
+  // Three buckets, two kernels: the first kernel serves [1,8] and [17,inf).
+  nlohmann::json entry = bucketed_entry(4096, 71);
+  entry["buckets"] = {{{"min_rows", 1}, {"max_rows", 8}, {"config", config_json(66, 1)}},
+                      {{"min_rows", 9}, {"max_rows", 16}, {"config", config_json(71, 1)}},
+                      {{"min_rows", 17}, {"config", config_json(66, 1)}}};
+  const PinEntry parsed = parse_pin_document(document({entry}), "pins.json").front();
+  const nlohmann::json compact = parsed.to_json();
+  REQUIRE(compact["configs"].size() == 2);
+  CHECK(compact["buckets"][0]["config"] == 0);
+  CHECK(compact["buckets"][1]["config"] == 1);
+  CHECK(compact["buckets"][2]["config"] == 0);
+  CHECK(parsed.table_fingerprint.size() == 16);
+  // The compact form parses to the same table, with the same fingerprint.
+  const PinEntry again = parse_pin_document(document({compact}), "again.json").front();
+  for (std::int64_t m : {1, 8, 9, 16, 17, 100000}) {
+    CHECK(again.config_for_rows(m).same_kernel(parsed.config_for_rows(m)));
+  }
+  CHECK(again.table_fingerprint == parsed.table_fingerprint);
+  // A different table has a different fingerprint.
+  nlohmann::json other = entry;
+  other["buckets"][1]["max_rows"] = 15;
+  other["buckets"][2]["min_rows"] = 16;
+  CHECK(parse_pin_document(document({other}), "pins.json").front().table_fingerprint !=
+        parsed.table_fingerprint);
+  // The file text: a bucket and a configuration per line, and it reads back as the same document.
+  const std::string text = pin_file_text(document({compact}));
+  CHECK(text.find("{\"config\": 1, \"max_rows\": 16, \"min_rows\": 9}") != std::string::npos);
+  CHECK(text.find("\"algo_id\": 71, ") != std::string::npos);
+  CHECK(nlohmann::json::parse(text) == document({compact}));
+}
+
 TEST_CASE("malformed bucketed pins are BadInput naming the JSON path", "[pins]") {
+  nlohmann::json compact = parse_pin_document(document({bucketed_entry(4096, 71)}), "p.json").front().to_json();
+  nlohmann::json out_of_range = compact;
+  out_of_range["buckets"][1]["config"] = 2;
+  expect_bad_input(document({out_of_range}), "$.pins[0].buckets[1].config", "an integer in [0, 1], got 2");
+  nlohmann::json no_list = compact;
+  no_list.erase("configs");
+  expect_bad_input(document({no_list}), "$.pins[0].buckets[0].config", "no \"configs\" list");
+  nlohmann::json single_with_list = {{"key", key_json(6144)}, {"config", config_json(66, 1)},
+                                     {"configs", nlohmann::json::array()}};
+  expect_bad_input(document({single_with_list}), "$.pins[0].configs", "no configs list");
+
   nlohmann::json gap = bucketed_entry(4096, 71);
   gap["buckets"][1]["min_rows"] = 66;
   expect_bad_input(document({gap}), "$.pins[0].buckets", "starts at 66, expected 65");

@@ -19,23 +19,23 @@ TEST_CASE("the committed pin table serves its keys and derives missing ones once
   table.configure(std::string(BITCHECK_SOURCE_DIR) + "/contract/cublaslt-pins.json", false);
   PinKey pinned{"sm_90", 130100, "fp16", "forward", 4096, 4096, 0};
   auto entry = table.lookup(pinned, []() -> LtConfig { FAIL("a pinned key must not be derived"); return {}; });
-  CHECK(entry.source.find("pin file") == 0);
-  CHECK(entry.buckets.empty());
-  CHECK(entry.config.splitk_num == 1);
-  CHECK(entry.config.algo_id >= 0);
+  CHECK(entry->source.find("pin file") == 0);
+  CHECK(entry->buckets.empty());
+  CHECK(entry->config.splitk_num == 1);
+  CHECK(entry->config.algo_id >= 0);
 
   // The bf16 forward Llama shapes are bucketed (written by `bitcheck algos`): every M from 1 up
   // falls in exactly one bucket, and every bucket is split-K 1.
   for (std::int64_t n : {4096, 6144, 28672, 128256}) {
     PinKey bucketed{"sm_90", 130100, "bf16", "forward", n, 4096, 0};
     auto buckets = table.lookup(bucketed, []() -> LtConfig { FAIL("a pinned key must not be derived"); return {}; });
-    REQUIRE_FALSE(buckets.buckets.empty());
+    REQUIRE_FALSE(buckets->buckets.empty());
     for (std::int64_t rows : {1, 16, 17, 64, 257, 1000, 4096, 8192, 100000}) {
       int holding = 0;
-      for (const auto& bucket : buckets.buckets) holding += bucket.contains(rows) ? 1 : 0;
+      for (const auto& bucket : buckets->buckets) holding += bucket.contains(rows) ? 1 : 0;
       CHECK(holding == 1);
-      REQUIRE(buckets.bucket_for_rows(rows) != nullptr);
-      CHECK(buckets.config_for_rows(rows).splitk_num == 1);
+      REQUIRE(buckets->bucket_for_rows(rows) != nullptr);
+      CHECK(buckets->config_for_rows(rows).splitk_num == 1);
     }
   }
 
@@ -47,8 +47,8 @@ TEST_CASE("the committed pin table serves its keys and derives missing ones once
     config.algo_id = 1;
     return config;
   };
-  CHECK(table.lookup(missing, derive).source == "derived");
-  CHECK(table.lookup(missing, derive).config.algo_id == 1);
+  CHECK(table.lookup(missing, derive)->source == "derived");
+  CHECK(table.lookup(missing, derive)->config.algo_id == 1);
   CHECK(derivations == 1);  // once per key, never per call
 }
 
