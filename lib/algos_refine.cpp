@@ -186,6 +186,28 @@ std::vector<std::int64_t> verification_rows(const RefineMeasurements& m, const n
   return {rows.begin(), rows.end()};
 }
 
+namespace {
+
+// Every configuration a report names, once, by index: the table's and the heuristic's.
+struct ConfigIndex {
+  std::vector<std::string> names;
+  std::map<std::string, std::size_t> index;
+  std::size_t operator()(const std::string& name) {
+    auto found = index.find(name);
+    if (found != index.end()) return found->second;
+    names.push_back(name);
+    return index[name] = names.size() - 1;
+  }
+};
+
+bool listed_in_markdown(const RefinePiece& piece) {
+  // Pieces that took the pick untimed are the library default itself there: counted, not listed.
+  return piece.status != PieceStatus::same && piece.status != PieceStatus::not_timed &&
+         piece.status != PieceStatus::past_scan;
+}
+
+}  // namespace
+
 nlohmann::json refine_report_json(const RefineMeasurements& m, const nlohmann::json& refined,
                                   const PinVerification& check) {
   const RefineRequest& r = m.request;
@@ -197,32 +219,36 @@ nlohmann::json refine_report_json(const RefineMeasurements& m, const nlohmann::j
   report["scan_seconds"] = m.scan_seconds;
   report["seconds"] = m.seconds;
   report["base_pin_file"] = r.base_pin_file;
+  report["base_buckets"] = m.base_entry.at("buckets").size();
   report["notes"] = m.notes;
+  ConfigIndex configs;
   nlohmann::json segments = nlohmann::json::array();
   for (const auto& s : m.segments) {
-    segments.push_back({{"min_rows", s.min_rows}, {"max_rows", s.max_rows}, {"splitk", s.splitk},
-                        {"describe", s.describe}});
+    segments.push_back({s.min_rows, s.max_rows, configs(s.describe)});
   }
-  report["heuristic_segments"] = segments;
   nlohmann::json pieces = nlohmann::json::array();
   for (const RefinePiece& piece : m.pieces) {
-    nlohmann::json j = {{"min_rows", piece.min_rows},
+    nlohmann::json j = {{"rows", {piece.min_rows, piece.max_rows}},
                         {"status", to_string(piece.status)},
-                        {"table", describe(table_config(m, piece))},
+                        {"table", configs(describe(table_config(m, piece)))},
                         {"takes_heuristic", piece_takes_heuristic(piece)}};
-    if (piece.max_rows) j["max_rows"] = piece.max_rows;
-    if (piece.segment) j["heuristic"] = m.segments[*piece.segment].describe;
-    if (!piece.detail.empty()) j["detail"] = piece.detail;
-    nlohmann::json timings = nlohmann::json::array();
-    for (std::size_t i = 0; i < piece.timed_rows.size(); ++i) {
-      timings.push_back({{"rows", piece.timed_rows[i]},
-                         {"table_us", piece.table_us[i]},
-                         {"heuristic_us", piece.heuristic_us[i]},
-                         {"table_speed_vs_heuristic", piece.heuristic_us[i] / piece.table_us[i]}});
+    if (piece.segment) j["heuristic"] = configs(m.segments[*piece.segment].describe);
+    if (!piece.detail.empty() && piece.status != PieceStatus::not_timed) j["detail"] = piece.detail;
+    if (!piece.timed_rows.empty()) {
+      nlohmann::json timings = nlohmann::json::array();
+      for (std::size_t i = 0; i < piece.timed_rows.size(); ++i)
+        timings.push_back({piece.timed_rows[i], piece.table_us[i], piece.heuristic_us[i]});
+      j["timings"] = timings;
     }
-    if (!timings.empty()) j["timings"] = timings;
     pieces.push_back(j);
   }
+  report["legend"] = {
+      {"configs", "every configuration named in heuristic_segments and pieces, by index"},
+      {"heuristic_segments", "[min_rows, max_rows, config]: the heuristic's pick over that M range"},
+      {"pieces", "rows [min, max] (max 0: unbounded); table and heuristic: config indices; timings: "
+                 "[M, table_us, heuristic_us]"}};
+  report["configs"] = configs.names;
+  report["heuristic_segments"] = segments;
   report["pieces"] = pieces;
   report["verification"] = {{"rows_run", check.rows.size()},
                             {"largest_rows", check.rows.empty() ? 0 : check.rows.back()},
@@ -230,8 +256,7 @@ nlohmann::json refine_report_json(const RefineMeasurements& m, const nlohmann::j
                             {"seconds", check.seconds},
                             {"passed", !check.mismatch.has_value()}};
   if (check.mismatch) report["verification"]["mismatch"] = *check.mismatch;
-  report["base_buckets"] = m.base_entry.at("buckets").size();
-  report["refined_entry"] = refined;
+  report["refined"] = {{"buckets", refined.at("buckets").size()}};
   return report;
 }
 
@@ -267,39 +292,42 @@ std::string refine_report_markdown(const RefineMeasurements& m, const nlohmann::
      << (check.mismatch ? "**FAILED**: " + *check.mismatch : std::string("all identical")) << " ("
      << format("%.1f", check.seconds) << " s)\n";
   for (const auto& note : m.notes) md << "- note: " << note << "\n";
-  md << "\n## Pieces where the heuristic's pick differs from the table\n\n"
-        "| M | status | table speed vs the pick per timed M | table | heuristic's pick | detail |\n"
-        "|---|---|---|---|---|---|\n";
+  double worst = 0;
+  bool any = false;
   for (const RefinePiece& piece : m.pieces) {
-    if (piece.status == PieceStatus::same) continue;
-    md << "| " << range_text(piece.min_rows, piece.max_rows) << " | "
-       << (piece_takes_heuristic(piece) ? "**pick**" : to_string(piece.status)) << " | ";
+    if (piece.status != PieceStatus::timed || piece_takes_heuristic(piece)) continue;
+    worst = any ? std::min(worst, worst_table_speed(piece)) : worst_table_speed(piece);
+    any = true;
+  }
+  if (any) {
+    md << "- where the table stayed after timing, its worst speed against the heuristic's pick: "
+       << format("%.3fx", worst) << "\n";
+  }
+  ConfigIndex configs;
+  std::ostringstream rows;
+  for (const RefinePiece& piece : m.pieces) {
+    if (!listed_in_markdown(piece)) continue;
+    rows << "| " << range_text(piece.min_rows, piece.max_rows) << " | "
+         << (piece_takes_heuristic(piece) ? "**pick**" : to_string(piece.status)) << " | ";
     for (std::size_t i = 0; i < piece.timed_rows.size(); ++i) {
-      md << (i ? " " : "") << piece.timed_rows[i] << ":"
-         << format("%.3f", piece.heuristic_us[i] / piece.table_us[i]);
+      rows << (i ? " " : "") << piece.timed_rows[i] << ":"
+           << format("%.3f", piece.heuristic_us[i] / piece.table_us[i]);
     }
-    md << " | " << describe(table_config(m, piece)) << " | "
-       << (piece.segment ? m.segments[*piece.segment].describe : std::string("-")) << " | "
-       << piece.detail << " |\n";
+    rows << " | c" << configs(describe(table_config(m, piece))) << " | "
+         << (piece.segment ? "c" + std::to_string(configs(m.segments[*piece.segment].describe))
+                           : std::string("-"))
+         << " | " << piece.detail << " |\n";
   }
-  md << "\n## Refined table\n\n| bucket | configuration |\n|---|---|\n";
-  for (const auto& bucket : refined.at("buckets")) {
-    md << "| " << range_text(bucket.at("min_rows"), bucket.value("max_rows", std::int64_t(0)))
-       << " | " << describe(bucket.at("config")) << " |\n";
-  }
-  if (!m.pieces.empty()) {
-    double worst = 0;
-    bool any = false;
-    for (const RefinePiece& piece : m.pieces) {
-      if (piece.status != PieceStatus::timed || piece_takes_heuristic(piece)) continue;
-      worst = any ? std::min(worst, worst_table_speed(piece)) : worst_table_speed(piece);
-      any = true;
-    }
-    if (any) {
-      md << "\nWhere the table stayed after timing, its worst speed against the heuristic's pick was "
-         << format("%.3fx", worst) << ".\n";
-    }
-  }
+  md << "\n## Pieces timed or left to the table\n\n"
+        "Pieces where the table already runs the heuristic's pick (`same`) or that took it "
+        "untimed are counted above, not listed. Speed: the table's configuration against the "
+        "heuristic's pick at each timed M (heuristic time / table time).\n\n"
+        "| M | status | table speed per timed M | table | heuristic's pick | detail |\n"
+        "|---|---|---|---|---|---|\n"
+     << rows.str();
+  md << "\n## Configurations\n\n| | configuration |\n|---|---|\n";
+  for (std::size_t i = 0; i < configs.names.size(); ++i)
+    md << "| c" << i << " | " << configs.names[i] << " |\n";
   return md.str();
 }
 

@@ -224,14 +224,17 @@ void merge_pin_entry(const std::string& path, const nlohmann::json& entry) {
                              {"pins", nlohmann::json::array()}};
   if (std::filesystem::exists(path)) document = load_json_file(path);
   const std::vector<PinEntry> existing = parse_pin_document(document, path);
+  // Written in the compact form (each kernel once, buckets by index), whatever form it came in.
+  const nlohmann::json compact =
+      parse_pin_document(wrapped, "the pin entry to merge").front().to_json();
   bool replaced = false;
   for (std::size_t i = 0; i < existing.size(); ++i) {
     if (existing[i].key == key) {
-      document["pins"][i] = entry;
+      document["pins"][i] = compact;
       replaced = true;
     }
   }
-  if (!replaced) document["pins"].push_back(entry);
+  if (!replaced) document["pins"].push_back(compact);
   parse_pin_document(document, path);
   write_file_atomically(path, pin_file_text(document));
 }

@@ -151,8 +151,11 @@ TEST_CASE("the refine report names each piece's status and the verification resu
   passed.rows = verification_rows(m, entry);
   passed.rows_compared = 12345;
   const std::string md = refine_report_markdown(m, entry, passed);
-  CHECK_THAT(md, Catch::Contains("| [1,50] | **pick** | 1:1.000 2:0.900 3:1.000 |"));
+  CHECK_THAT(md, Catch::Contains("| [1,50] | **pick** | 1:1.000 2:0.900 3:1.000 | c0 | c1 |"));
+  CHECK_THAT(md, Catch::Contains("| [51,100] | timed | 51:1.000 52:1.100 53:1.200 | c0 | c2 |"));
   CHECK_THAT(md, Catch::Contains("| [201,300] | other_bits |"));
+  CHECK_THAT(md, Catch::Contains("| c1 | tile 3 |"));
+  CHECK(md.find("| [101,200] |") == std::string::npos);  // same kernel: counted, not listed
   CHECK_THAT(md, Catch::Contains("all identical"));
   CHECK_THAT(md, Catch::Contains("1 take the heuristic's pick (50 of the scanned M)"));
   PinVerification failed = passed;
@@ -162,5 +165,8 @@ TEST_CASE("the refine report names each piece's status and the verification resu
   CHECK(json["verification"]["passed"] == false);
   CHECK(json["pieces"].size() == 5);
   CHECK(json["pieces"][0]["takes_heuristic"] == true);
-  CHECK(json["pieces"][0]["timings"][1]["table_speed_vs_heuristic"] == Approx(0.9));
+  CHECK(json["pieces"][0]["timings"][1] == nlohmann::json({2, 10.0, 9.0}));
+  CHECK(json["configs"][json["pieces"][0]["heuristic"].get<std::size_t>()] == "tile 3");
+  CHECK(json["heuristic_segments"][2] == nlohmann::json({201, 300, json["pieces"][3]["heuristic"]}));
+  CHECK(json["refined"]["buckets"] == 3);
 }

@@ -201,6 +201,12 @@ TEST_CASE("merging a pin entry replaces its key and keeps every other entry", "[
   CHECK(entries[1].config_for_rows(1).algo_id == 72);
   CHECK(entries[0].measured["note"] == "kept");
 
+  // Written compactly whatever form it came in: the configurations listed once, buckets by index.
+  const nlohmann::json written = bitcheck::load_json_file(path)["pins"][1];
+  CHECK(written["configs"].size() == 2);
+  CHECK(written["buckets"][0]["config"] == 0);
+  CHECK(written["buckets"][1]["config"] == 1);
+
   merge_pin_entry(path, bucketed_entry(28672, 73));  // new key: appended
   entries = parse_pin_document(bitcheck::load_json_file(path), path);
   REQUIRE(entries.size() == 3);
