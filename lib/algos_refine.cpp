@@ -112,7 +112,7 @@ bool piece_takes_heuristic(const RefinePiece& piece) {
     return false;
   }
   for (std::size_t i = 0; i < piece.timed_rows.size(); ++i) {
-    if (piece.heuristic_us[i] < piece.table_us[i]) return true;
+    if (piece.heuristic_us[i] < kKeepMargin * piece.table_us[i]) return true;
   }
   return false;
 }
@@ -162,7 +162,7 @@ nlohmann::json refined_pin_entry(const RefineMeasurements& m) {
       {"method",
        "bitcheck algos --refine: where the heuristic's own pick is split-K 1 and gives the table's "
        "bits at both ends of its M segment, it replaces the table's configuration unless that was "
-       "timed at least as fast at every timed M; the result verified row for row against the table "
+       "timed 3 % faster at every timed M; the result verified row for row against the table "
        "at every M up to " +
            std::to_string(m.request.verify_all_rows) + " and at both edges of every bucket"},
       {"scan_rows", m.request.scan_rows},
@@ -276,7 +276,7 @@ std::string refine_report_markdown(const RefineMeasurements& m, const nlohmann::
      << " segments of one kernel; cut with the table's buckets: " << m.pieces.size() << " pieces\n";
   md << "- a piece takes the heuristic's pick when it is split-K 1 and gives the table's bits at "
         "both ends of its segment (every row, same X rows), unless the table's configuration was "
-        "at least as fast at every timed M of the piece (its ends and its geometric middle; each "
+        "3 % faster at every timed M of the piece (its ends and its geometric middle; each "
         "side timed twice, interleaved, the faster counts); pieces left untimed by the budget take "
         "the pick, which is the library default itself at those M\n";
   md << "- pieces: " << c.taken << " take the heuristic's pick (" << c.rows_taken

@@ -53,7 +53,12 @@ nlohmann::json find_base_entry(const RefineRequest& request, const cuda::DeviceI
         throw BadInput(request.base_pin_file, "/pins/" + std::to_string(i) + "/buckets",
                        "a bucketed pin (from `bitcheck algos`) to refine, found a single config");
       }
-      return document["pins"][i];
+      // Each bucket with its configuration written out (the file may name them by index).
+      nlohmann::json entry = document["pins"][i];
+      entry.erase("configs");
+      for (std::size_t b = 0; b < entries[i].buckets.size(); ++b)
+        entry["buckets"][b]["config"] = cuda::lt_config_to_json(entries[i].buckets[b].config);
+      return entry;
     }
   }
   throw BadInput(request.base_pin_file, "/pins",

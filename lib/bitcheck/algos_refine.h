@@ -6,8 +6,7 @@
 // axis where the pick changes (its segments), and intersects those with the table's buckets
 // (pieces). A piece takes the heuristic's pick when the pick is split-K 1 and gives the table's
 // bits (row fingerprints at both ends of its segment equal the table's), unless the table's own
-// configuration, timed against it in the same run, was at least as fast at every timed M of the
-// piece. Where the pick is taken, the table runs what the library default runs. The refined table
+// configuration, timed against it in the same run, was 3 % faster at every timed M of the piece. Where the pick is taken, the table runs what the library default runs. The refined table
 // is then verified row for row against the table's own bits at every M up to 2048 and at both
 // edges of every bucket; a table that fails is never written.
 #pragma once
@@ -98,8 +97,12 @@ PinVerification verify_cublaslt_pin(const RefineRequest& request, const nlohmann
 
 // ---- host side ---------------------------------------------------------------------------------
 
+// The table's configuration stays in a piece only when it was timed this much faster than the
+// heuristic's pick at every timed M: the pick is the library default itself, so keeping the table
+// on a win inside the timing noise would risk a loss against the default where nothing was gained.
+constexpr double kKeepMargin = 1.03;
 // Whether a piece takes the heuristic's pick: the pick is in the class (timed or not_timed) and the
-// table was not timed at least as fast at every timed M.
+// table was not timed kKeepMargin times faster at every timed M.
 bool piece_takes_heuristic(const RefinePiece& piece);
 // The refined pin-file entry: one bucket per piece (the chosen configuration), adjacent buckets of
 // one kernel merged (workspace the larger); key and bit_class of the base, with a record of the
