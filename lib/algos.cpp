@@ -18,12 +18,6 @@
 namespace bitcheck {
 namespace {
 
-std::string format(const char* pattern, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, pattern, value);
-  return buffer;
-}
-
 std::string hex64(std::uint64_t value) {
   char buffer[17];
   std::snprintf(buffer, sizeof buffer, "%016llx", static_cast<unsigned long long>(value));
@@ -229,9 +223,9 @@ CandidateVerdict judge_candidate(const AlgoCandidate& candidate, double accuracy
   }
   if (!(worst_accuracy <= accuracy_limit)) {
     verdict.status = CandidateStatus::inaccurate;
-    verdict.detail = "error " + format("%.3g", worst_accuracy) +
+    verdict.detail = "error " + printf_number("%.3g", worst_accuracy) +
                      "x the rounding bound at M=" + std::to_string(worst_accuracy_rows) +
-                     " (limit " + format("%.3g", accuracy_limit) + ")";
+                     " (limit " + printf_number("%.3g", accuracy_limit) + ")";
     return verdict;
   }
   verdict.status = CandidateStatus::usable;
@@ -425,11 +419,19 @@ std::vector<BestRow> best_rows(const AlgoMeasurements& m, const AlgoAnalysis& an
 
 }  // namespace
 
+nlohmann::json algos_report_head(const std::string& tool, const std::string& dtype,
+                                 const std::string& form, std::int64_t n, std::int64_t k,
+                                 const nlohmann::json& device, std::uint64_t seed) {
+  return {{"schema_version", 1},
+          {"tool", tool},
+          {"shape", {{"dtype", dtype}, {"form", form}, {"N", n}, {"K", k}}},
+          {"device", device},
+          {"seed", seed}};
+}
+
 nlohmann::json algos_report_json(const AlgoMeasurements& m, const AlgoAnalysis& analysis) {
-  nlohmann::json report = {{"schema_version", 1}, {"tool", "bitcheck algos"}};
-  report["shape"] = {{"dtype", m.dtype}, {"form", m.form}, {"N", m.n}, {"K", m.k}};
-  report["device"] = m.device;
-  report["seed"] = m.seed;
+  nlohmann::json report =
+      algos_report_head("bitcheck algos", m.dtype, m.form, m.n, m.k, m.device, m.seed);
   report["tested_rows"] = m.tested_rows;
   report["checked_rows"] = m.checked_rows;
   report["accuracy_limit"] = m.accuracy_limit;
@@ -517,7 +519,7 @@ std::string algos_terminal_table(const AlgoMeasurements& m, const AlgoAnalysis& 
   for (const auto& v : analysis.verdicts) usable += v.status == CandidateStatus::usable;
   out << "bitcheck algos: " << shape_text(m) << ": " << m.candidates.size() << " candidates, "
       << usable << " invariant and accurate, " << analysis.classes.size() << " bit-classes ("
-      << format("%.1f", m.seconds) << " s)\n";
+      << printf_number("%.1f", m.seconds) << " s)\n";
   for (const auto& note : m.notes) out << "  note: " << note << "\n";
   char line[512];
   std::snprintf(line, sizeof line, "  %-6s %-10s %-8s %-8s %-8s %s\n", "class", "fingerprint",
@@ -534,7 +536,7 @@ std::string algos_terminal_table(const AlgoMeasurements& m, const AlgoAnalysis& 
                   ((analysis.best && *analysis.best == c ? "*" : " ") + std::to_string(c)).c_str(),
                   analysis.classes[c].fingerprint.substr(0, 10).c_str(),
                   analysis.classes[c].members.size(), table.complete ? "yes" : "no",
-                  format("%.3f", table.score).c_str(), choices.c_str());
+                  printf_number("%.3f", table.score).c_str(), choices.c_str());
     out << line;
   }
   if (!analysis.best) {
@@ -563,14 +565,14 @@ std::string algos_report_markdown(const AlgoMeasurements& m, const AlgoAnalysis&
      << m.device.value("cublaslt_version", 0) << "\n";
   md << "- " << m.candidates.size() << " candidates run at M = ";
   for (std::size_t i = 0; i < m.tested_rows.size(); ++i) md << (i ? ", " : "") << m.tested_rows[i];
-  md << " (seed " << m.seed << ", " << format("%.1f", m.seconds)
+  md << " (seed " << m.seed << ", " << printf_number("%.1f", m.seconds)
      << " s); accepted by cuBLASLt checked at " << m.checked_rows.size() << " M values up to "
      << (m.checked_rows.empty() ? 0 : m.checked_rows.back()) << "\n";
   md << "- bit-class: candidates whose output rows are bitwise identical on every row both "
         "computed, the same X rows "
         "at every M; a candidate is used only when its own rows never change with M and its error "
         "stays within "
-     << format("%.3g", m.accuracy_limit) << "x the rounding bound of an fp64 reference\n";
+     << printf_number("%.3g", m.accuracy_limit) << "x the rounding bound of an fp64 reference\n";
   md << "- speed: heuristic median time / chosen median time at the same M, same run (above 1 = "
         "faster)\n";
   md << "- per bucket: the member whose worst speed over the bucket's tested M (its upper edge and, "
@@ -584,19 +586,19 @@ std::string algos_report_markdown(const AlgoMeasurements& m, const AlgoAnalysis&
     const ClassTable& table = analysis.tables[*analysis.best];
     md << "Class " << *analysis.best << " (fingerprint `"
        << analysis.classes[*analysis.best].fingerprint << "`), score "
-       << format("%.3f", table.score) << " (geometric mean of speed over the tested M).\n\n";
+       << printf_number("%.3f", table.score) << " (geometric mean of speed over the tested M).\n\n";
     md << "| bucket | candidate | configuration | speed |\n|---|---|---|---|\n";
     for (const auto& choice : table.choices) {
       md << "| " << choice.bucket.label() << " | c" << *choice.candidate << " | "
          << m.candidates[*choice.candidate].describe << " | "
-         << format("%.3fx", choice.speed_vs_heuristic) << " |\n";
+         << printf_number("%.3fx", choice.speed_vs_heuristic) << " |\n";
     }
     md << "\n| M | heuristic us | chosen us | speed | target | met | heuristic configuration |\n"
           "|---|---|---|---|---|---|---|\n";
     for (const BestRow& row : best_rows(m, analysis)) {
-      md << "| " << row.rows << " | " << format("%.1f", row.heuristic_us) << " | "
-         << format("%.1f", row.chosen_us) << " | " << format("%.3fx", row.speed) << " | "
-         << format("%.2fx", row.target) << " | " << (row.speed >= row.target ? "yes" : "**no**")
+      md << "| " << row.rows << " | " << printf_number("%.1f", row.heuristic_us) << " | "
+         << printf_number("%.1f", row.chosen_us) << " | " << printf_number("%.3fx", row.speed) << " | "
+         << printf_number("%.2fx", row.target) << " | " << (row.speed >= row.target ? "yes" : "**no**")
          << " | " << (m.heuristic_describe.count(row.rows) ? m.heuristic_describe.at(row.rows) : "")
          << " |\n";
     }
@@ -609,7 +611,7 @@ std::string algos_report_markdown(const AlgoMeasurements& m, const AlgoAnalysis&
     for (std::size_t i = 0; i < bc.members.size(); ++i)
       md << (i ? " " : "") << "c" << bc.members[i];
     md << " | " << (analysis.tables[c].complete ? "yes" : "no") << " | "
-       << format("%.3f", analysis.tables[c].score) << " |\n";
+       << printf_number("%.3f", analysis.tables[c].score) << " |\n";
   }
   md << "\n## Candidates\n\n| # | status | classes | origin | configuration | speed per M | detail "
         "|\n"
@@ -624,7 +626,7 @@ std::string algos_report_markdown(const AlgoMeasurements& m, const AlgoAnalysis&
     for (const auto& [rows, run] : c.runs) {
       auto heuristic = heuristic_at(m, rows);
       if (run.median_us <= 0 || !heuristic) continue;
-      md << (first ? "" : " ") << rows << ":" << format("%.2f", *heuristic / run.median_us)
+      md << (first ? "" : " ") << rows << ":" << printf_number("%.2f", *heuristic / run.median_us)
          << (run.fully_timed ? "" : "~");
       first = false;
     }
@@ -674,6 +676,19 @@ nlohmann::json algos_pin_entry(const AlgoMeasurements& m, const AlgoAnalysis& an
 
 // ---- the command ------------------------------------------------------------------------------
 
+void write_algos_report_files(const std::string& out_dir, const std::string& stem,
+                              nlohmann::json report, const std::string& markdown,
+                              const std::vector<std::string>& argv) {
+  report["meta"] = environment_meta();
+  report["meta"]["argv"] = argv;
+  report["meta"]["started_at"] = utc_timestamp();
+  std::filesystem::create_directories(out_dir);
+  const auto dir = std::filesystem::path(out_dir);
+  write_file_atomically((dir / (stem + ".json")).string(), report.dump() + "\n");
+  write_file_atomically((dir / (stem + ".md")).string(), markdown);
+  std::cout << "wrote " << (dir / (stem + ".json")).string() << " and .md\n";
+}
+
 namespace {
 
 void validate(const AlgosRequest& request) {
@@ -717,18 +732,10 @@ int run_algos(const AlgosOptions& options) {
   std::cout << algos_terminal_table(measurements, analysis);
 
   if (!options.out_dir.empty()) {
-    nlohmann::json report = algos_report_json(measurements, analysis);
-    report["meta"] = environment_meta();
-    report["meta"]["argv"] = options.argv;
-    report["meta"]["started_at"] = utc_timestamp();
     const std::string stem = "algos-" + measurements.dtype + "-" + measurements.form + "-N" +
                              std::to_string(measurements.n) + "-K" + std::to_string(measurements.k);
-    std::filesystem::create_directories(options.out_dir);
-    const auto dir = std::filesystem::path(options.out_dir);
-    write_file_atomically((dir / (stem + ".json")).string(), report.dump(1) + "\n");
-    write_file_atomically((dir / (stem + ".md")).string(),
-                          algos_report_markdown(measurements, analysis));
-    std::cout << "wrote " << (dir / (stem + ".json")).string() << " and .md\n";
+    write_algos_report_files(options.out_dir, stem, algos_report_json(measurements, analysis),
+                             algos_report_markdown(measurements, analysis), options.argv);
   }
   if (!analysis.best) return exit_findings;
   if (!options.pin_file.empty()) {

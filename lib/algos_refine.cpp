@@ -20,12 +20,6 @@
 namespace bitcheck {
 namespace {
 
-std::string format(const char* pattern, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, pattern, value);
-  return buffer;
-}
-
 // Pin-file configurations select the same kernel: every field but workspace_bytes and the words.
 bool same_kernel(const nlohmann::json& a, const nlohmann::json& b) {
   for (auto it = a.begin(); it != a.end(); ++it) {
@@ -211,10 +205,8 @@ bool listed_in_markdown(const RefinePiece& piece) {
 nlohmann::json refine_report_json(const RefineMeasurements& m, const nlohmann::json& refined,
                                   const PinVerification& check) {
   const RefineRequest& r = m.request;
-  nlohmann::json report = {{"schema_version", 1}, {"tool", "bitcheck algos --refine"}};
-  report["shape"] = {{"dtype", r.dtype}, {"form", r.form}, {"N", r.n}, {"K", r.k}};
-  report["device"] = m.device;
-  report["seed"] = r.seed;
+  nlohmann::json report =
+      algos_report_head("bitcheck algos --refine", r.dtype, r.form, r.n, r.k, m.device, r.seed);
   report["scan_rows"] = r.scan_rows;
   report["scan_seconds"] = m.scan_seconds;
   report["seconds"] = m.seconds;
@@ -268,8 +260,8 @@ std::string refine_report_markdown(const RefineMeasurements& m, const nlohmann::
   md << "# bitcheck algos --refine: " << shape_text(r) << "\n\n";
   md << "- device: " << m.device.value("gpu_name", std::string("?")) << " ("
      << m.device.value("arch", std::string("?")) << "), cuBLASLt "
-     << m.device.value("cublaslt_version", 0) << "; " << format("%.1f", m.seconds) << " s ("
-     << format("%.1f", m.scan_seconds) << " s of heuristic queries)\n";
+     << m.device.value("cublaslt_version", 0) << "; " << printf_number("%.1f", m.seconds) << " s ("
+     << printf_number("%.1f", m.scan_seconds) << " s of heuristic queries)\n";
   md << "- base: the bucketed pin in `" << r.base_pin_file << "`, "
      << m.base_entry.at("buckets").size() << " buckets\n";
   md << "- the heuristic asked at every M from 1 to " << r.scan_rows << ": " << m.segments.size()
@@ -290,7 +282,7 @@ std::string refine_report_markdown(const RefineMeasurements& m, const nlohmann::
      << r.scan_rows << "), " << check.rows_compared << " output rows compared with the base table's at M = "
      << (check.rows.empty() ? 0 : check.rows.back()) << ": "
      << (check.mismatch ? "**FAILED**: " + *check.mismatch : std::string("all identical")) << " ("
-     << format("%.1f", check.seconds) << " s)\n";
+     << printf_number("%.1f", check.seconds) << " s)\n";
   for (const auto& note : m.notes) md << "- note: " << note << "\n";
   double worst = 0;
   bool any = false;
@@ -301,7 +293,7 @@ std::string refine_report_markdown(const RefineMeasurements& m, const nlohmann::
   }
   if (any) {
     md << "- where the table stayed after timing, its worst speed against the heuristic's pick: "
-       << format("%.3fx", worst) << "\n";
+       << printf_number("%.3fx", worst) << "\n";
   }
   ConfigIndex configs;
   std::ostringstream rows;
@@ -311,7 +303,7 @@ std::string refine_report_markdown(const RefineMeasurements& m, const nlohmann::
          << (piece_takes_heuristic(piece) ? "**pick**" : to_string(piece.status)) << " | ";
     for (std::size_t i = 0; i < piece.timed_rows.size(); ++i) {
       rows << (i ? " " : "") << piece.timed_rows[i] << ":"
-           << format("%.3f", piece.heuristic_us[i] / piece.table_us[i]);
+           << printf_number("%.3f", piece.heuristic_us[i] / piece.table_us[i]);
     }
     rows << " | c" << configs(describe(table_config(m, piece))) << " | "
          << (piece.segment ? "c" + std::to_string(configs(m.segments[*piece.segment].describe))
@@ -356,7 +348,7 @@ int run_algos_refine(const RefineOptions& options) {
       verify_cublaslt_pin(r, refined, m.base_entry, verification_rows(m, refined));
   const Counts c = count(m);
   std::cout << "bitcheck algos --refine: " << shape_text(r) << ": " << m.segments.size()
-            << " heuristic segments up to M=" << r.scan_rows << " (" << format("%.1f", m.scan_seconds)
+            << " heuristic segments up to M=" << r.scan_rows << " (" << printf_number("%.1f", m.scan_seconds)
             << " s), " << m.pieces.size() << " pieces, " << c.taken << " take the heuristic's pick; "
             << m.base_entry.at("buckets").size() << " -> " << refined.at("buckets").size()
             << " buckets\n";
@@ -366,17 +358,10 @@ int run_algos_refine(const RefineOptions& options) {
             << "\n";
 
   if (!options.out_dir.empty()) {
-    nlohmann::json report = refine_report_json(m, refined, check);
-    report["meta"] = environment_meta();
-    report["meta"]["argv"] = options.argv;
-    report["meta"]["started_at"] = utc_timestamp();
     const std::string stem = "algos-refine-" + r.dtype + "-" + r.form + "-N" + std::to_string(r.n) +
                              "-K" + std::to_string(r.k);
-    std::filesystem::create_directories(options.out_dir);
-    const auto dir = std::filesystem::path(options.out_dir);
-    write_file_atomically((dir / (stem + ".json")).string(), report.dump() + "\n");
-    write_file_atomically((dir / (stem + ".md")).string(), refine_report_markdown(m, refined, check));
-    std::cout << "wrote " << (dir / (stem + ".json")).string() << " and .md\n";
+    write_algos_report_files(options.out_dir, stem, refine_report_json(m, refined, check),
+                             refine_report_markdown(m, refined, check), options.argv);
   }
   if (check.mismatch) return exit_findings;
   if (!options.pin_file.empty()) {

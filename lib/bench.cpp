@@ -27,12 +27,6 @@ struct Row {
   double same_bytes_copy_gbps = -1;  // memory-bound ops: a copy of the bytes the impl moves
 };
 
-std::string format(const char* pattern, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, pattern, value);
-  return buffer;
-}
-
 // Benchmarks `impl` for `rounds` rounds, keeping the fastest round's median (machines are shared).
 void measure(Impl& impl, const CaseSpec& spec, const BenchSettings& settings, Row& row) {
   try {
@@ -111,12 +105,12 @@ std::string render_cost_of_invariance_markdown(const nlohmann::json& cost) {
     Dims dims = entry["dims"].get<Dims>();
     md << "| " << entry["op"].get<std::string>() << " | " << entry["dtype"].get<std::string>() << " | "
        << entry["pass"].get<std::string>() << " | " << dims_string(dims) << " | " << entry["impl"].get<std::string>()
-       << " | " << entry["versus"].get<std::string>() << " | " << format("%.2fx", entry["geomean_cost"].get<double>())
-       << " | " << format("%.2fx", entry["worst_cost"].get<double>()) << " ("
-       << entry["worst_rows"].get<std::int64_t>() << ") | " << format("%.2fx", entry["best_cost"].get<double>()) << " | ";
+       << " | " << entry["versus"].get<std::string>() << " | " << printf_number("%.2fx", entry["geomean_cost"].get<double>())
+       << " | " << printf_number("%.2fx", entry["worst_cost"].get<double>()) << " ("
+       << entry["worst_rows"].get<std::int64_t>() << ") | " << printf_number("%.2fx", entry["best_cost"].get<double>()) << " | ";
     bool first = true;
     for (const auto& point : entry["per_rows"]) {
-      md << (first ? "" : " ") << point["rows"].get<std::int64_t>() << ":" << format("%.2f", point["cost"].get<double>());
+      md << (first ? "" : " ") << point["rows"].get<std::int64_t>() << ":" << printf_number("%.2f", point["cost"].get<double>());
       first = false;
     }
     md << " |\n";
@@ -216,7 +210,7 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
           double ratio = other.measurement->median_ms / m.median_ms;
           j["ratio_to_baseline"] = ratio;
           j["baseline"] = op->bench_baseline;
-          versus = format("%.3fx", ratio);
+          versus = printf_number("%.3fx", ratio);
         }
       }
     } else if (!op->bench_external_baseline.empty()) {
@@ -227,18 +221,18 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
       if (row.same_bytes_copy_gbps > 0) {
         j["same_bytes_copy_gbps"] = row.same_bytes_copy_gbps;
         j["fraction_of_same_bytes_copy"] = gbps / row.same_bytes_copy_gbps;
-        versus = format("%.0f%% of same-bytes copy", 100.0 * gbps / row.same_bytes_copy_gbps) + " (" +
-                 format("%.0f GB/s)", row.same_bytes_copy_gbps);
+        versus = printf_number("%.0f%% of same-bytes copy", 100.0 * gbps / row.same_bytes_copy_gbps) + " (" +
+                 printf_number("%.0f GB/s)", row.same_bytes_copy_gbps);
       }
-      if (copy_gbps > 0) versus += (versus.empty() ? "" : "; ") + format("%.0f%% of 1 GiB copy", 100.0 * gbps / copy_gbps);
+      if (copy_gbps > 0) versus += (versus.empty() ? "" : "; ") + printf_number("%.0f%% of 1 GiB copy", 100.0 * gbps / copy_gbps);
     }
     table.push_back(j);
     std::string config = m.config.contains("describe") ? m.config["describe"].get<std::string>()
                          : m.config.contains("path")   ? m.config["path"].get<std::string>()
                                                        : "";
     md << "| " << row.spec.op << " | " << row.spec.dtype_name << " | " << dims_string(row.spec.dims) << " | "
-       << row.spec.rows << " | " << row.impl << " | " << format("%.4f", m.median_ms) << " | "
-       << (tflops > 0 ? format("%.1f", tflops) : "") << " | " << format("%.0f", gbps) << " | " << versus << " | "
+       << row.spec.rows << " | " << row.impl << " | " << printf_number("%.4f", m.median_ms) << " | "
+       << (tflops > 0 ? printf_number("%.1f", tflops) : "") << " | " << printf_number("%.0f", gbps) << " | " << versus << " | "
        << config << " |\n";
   }
 
@@ -261,7 +255,7 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
   header << "# bitcheck bench\n\n- device: " << report["meta"]["cuda"].value("gpu_name", "?") << " ("
          << report["meta"]["cuda"].value("sm_count", 0) << " SMs), cuBLASLt "
          << report["meta"]["cuda"].value("cublaslt_version", 0) << "\n- copy bandwidth measured in this run: "
-         << format("%.0f", copy_gbps) << " GB/s (1 GiB device-to-device copy, read + write)\n- method: " << report["meta"]["method"].get<std::string>()
+         << printf_number("%.0f", copy_gbps) << " GB/s (1 GiB device-to-device copy, read + write)\n- method: " << report["meta"]["method"].get<std::string>()
          << "\n- ratios: baseline median time / impl median time (above 1 = faster than the library default)\n\n";
   write_file_atomically((std::filesystem::path(options.out_dir) / "bench.md").string(),
                         header.str() + md.str() + "\n" + cost_markdown);

@@ -434,4 +434,10 @@ std::string render_terminal_summary(const nlohmann::json& report) {
   return out.str();
 }
 
+std::string printf_number(const char* pattern, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, pattern, value);
+  return buffer;
+}
+
 }  // namespace bitcheck

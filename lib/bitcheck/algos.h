@@ -137,6 +137,11 @@ AlgoAnalysis analyze_algos(const AlgoMeasurements& measurements,
 // Speed targets against the heuristic, same run: >= 0.95 at M >= 64, >= 0.8 below.
 double algos_target(std::int64_t rows);
 
+// The first fields of an algos report: schema_version, tool, shape, device, seed.
+nlohmann::json algos_report_head(const std::string& tool, const std::string& dtype,
+                                 const std::string& form, std::int64_t n, std::int64_t k,
+                                 const nlohmann::json& device, std::uint64_t seed);
+
 // The whole result (classes, members, per-M timings and ratios, the chosen table) as JSON,
 // markdown, and the terminal table.
 nlohmann::json algos_report_json(const AlgoMeasurements& measurements,
@@ -172,6 +177,12 @@ struct AlgosOptions {
   std::string pin_file;  // empty: no pins written
   std::vector<std::string> argv;
 };
+
+// Writes OUT_DIR/STEM.json (the report with a meta block: environment, argv, time; unindented) and
+// OUT_DIR/STEM.md, each atomically, and says so on stdout.
+void write_algos_report_files(const std::string& out_dir, const std::string& stem,
+                              nlohmann::json report, const std::string& markdown,
+                              const std::vector<std::string>& argv);
 
 // Validates the request (BadInput naming the flag), measures on the device, analyses, prints the
 // table, writes OUT/algos-<dtype>-<form>-N<n>-K<k>.{json,md} and merges the best table into the

@@ -92,4 +92,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 
 std::string render_terminal_summary(const nlohmann::json& report);
 
+// One number through a printf pattern, e.g. printf_number("%.3fx", 0.95) == "0.950x".
+std::string printf_number(const char* pattern, double value);
+
 }  // namespace bitcheck
