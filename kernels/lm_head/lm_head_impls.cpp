@@ -56,7 +56,7 @@ class LmHeadGemms {
     }
     LtConfig config =
         path_ == GemmPath::cublaslt_pinned
-            ? pinned(batch, "forward")
+            ? pinned(batch, "forward", m)
             : heuristic(batch, "forward", cuda::lt_heuristic_config(dtype, m, v, hidden), m);
     cuda::lt_gemm(config, dtype, h, table, logits, m, v, hidden, workspace(), lt_workspace_bytes,
                   nullptr);
@@ -75,7 +75,7 @@ class LmHeadGemms {
     auto table = vd::shared_parameter(batch, "table");
     LtConfig config =
         path_ == GemmPath::cublaslt_pinned
-            ? pinned(batch, "input_grad")
+            ? pinned(batch, "input_grad", m)
             : heuristic(batch, "input_grad", cuda::lt_heuristic_config_nn(dtype, m, v, hidden), m);
     cuda::lt_gemm_nn(config, dtype, dlogits, table->get(), dh, m, v, hidden, workspace(),
                      lt_workspace_bytes, nullptr);
@@ -113,13 +113,15 @@ class LmHeadGemms {
     return workspace_.get();
   }
 
-  LtConfig pinned(Batch& batch, const std::string& form) {
-    return pinned_config(batch.spec->dtype, form, batch.spec->dim("V"), batch.spec->dim("H"),
+  LtConfig pinned(Batch& batch, const std::string& form, std::int64_t rows) {
+    return pinned_config(batch.spec->dtype, form, batch.spec->dim("V"), batch.spec->dim("H"), rows,
                          &batch);
   }
 
+  // The pinned configuration for a GEMM of `rows` rows: a bucketed pin (the same key as a matmul of
+  // N = V, K = H) picks its bucket by M, all buckets one bit-class.
   static LtConfig pinned_config(DType host_dtype, const std::string& form, std::int64_t v,
-                                std::int64_t hidden, Batch* batch) {
+                                std::int64_t hidden, std::int64_t rows, Batch* batch) {
     const cuda::GemmDType dtype = vd::device_dtype(host_dtype);
     cuda::DeviceInfo device = cuda::query_device();
     cuda::PinKey key{
@@ -129,12 +131,18 @@ class LmHeadGemms {
                                : cuda::lt_derive_pinned_config_nn(dtype, v, hidden);
     });
     const cuda::PinEntry& entry = *found;
+    const LtConfig& config = entry.config_for_rows(rows);
     if (batch) {
-      nlohmann::json j = cuda::lt_config_to_json(entry.config);
+      nlohmann::json j = cuda::lt_config_to_json(config);
       j["source"] = entry.source;
+      if (const cuda::PinBucket* used = entry.bucket_for_rows(rows)) {
+        j["bucket"] = {{"min_rows", used->min_rows}, {"max_rows", used->max_rows}, {"rows", rows}};
+        j["bit_class"] = entry.bit_class;
+        j["table"] = {{"buckets", entry.buckets.size()}, {"fingerprint", entry.table_fingerprint}};
+      }
       record(*batch, form, j);
     }
-    return entry.config;
+    return config;
   }
 
  private:
@@ -197,7 +205,7 @@ BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec,
   }
   LtConfig config;
   if (gemms.path() == GemmPath::cublaslt_pinned)
-    config = LmHeadGemms::pinned_config(spec.dtype, "forward", v, hidden, nullptr);
+    config = LmHeadGemms::pinned_config(spec.dtype, "forward", v, hidden, m, nullptr);
   if (gemms.path() == GemmPath::cublaslt_heuristic)
     config = cuda::lt_heuristic_config(dtype, m, v, hidden);
   BenchMeasurement measurement = vd::time_rotated(

@@ -871,6 +871,12 @@ namespace {
 void run_matmul(const LtConfig& config, const ProblemKey& key, const void* a, const void* b,
                 void* d, float beta, void* workspace, std::size_t workspace_bytes,
                 CUstream_st* stream) {
+  // A default LtConfig names no algorithm (a bucketed pin's unused single config, for instance);
+  // cuBLASLt would run some kernel of its own choosing for it, unpinned and unrecorded.
+  if (config.algo_id < 0) {
+    throw std::invalid_argument("no cuBLASLt algorithm in the configuration (" + config.describe() +
+                                ") for " + shape_text(key));
+  }
   const CheckedAlgo& checked = cached_check(config, key);
   if (checked.status != CUBLAS_STATUS_SUCCESS) {
     throw CudaError("cuBLASLt rejects " + config.describe() + " for " + shape_text(key) + ": " +

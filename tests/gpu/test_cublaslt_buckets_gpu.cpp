@@ -134,3 +134,31 @@ TEST_CASE("every bucketed pin committed for this device gives identical rows acr
   WARN(checked << " committed bucketed pins checked for " << device.arch() << ", cuBLASLt "
                << device.cublaslt_version);
 }
+
+TEST_CASE("lm_head's pinned GEMM takes its bucket from a bucketed pin of the same key",
+          "[gpu][lm_head][algos]") {
+  // lm_head at V = 128256, H = 4096 shares the key of the matmul N = 128256, K = 4096, which is a
+  // bucketed pin for the H200: each M must run its bucket's configuration (a bucketed entry's
+  // single config names no algorithm and is refused).
+  cuda::PinTable::instance().configure("contract/cublaslt-pins.json", false);
+  const cuda::DeviceInfo device = cuda::query_device();
+  const auto entry = cuda::PinTable::instance().lookup(
+      cuda::PinKey{device.arch(), device.cublaslt_version, "bf16", "forward", 128256, 4096, 0},
+      [] { return cuda::LtConfig{}; });
+  if (entry->buckets.empty()) {
+    WARN("no bucketed pin for (128256, 4096) on this device");
+    return;
+  }
+  for (const std::int64_t rows : {33, 300}) {
+    CaseSpec spec = case_support::make_case("lm_head", "cublaslt-pinned", DType::bf16, Pass::forward,
+                                            {{"V", 128256}, {"H", 4096}}, rows, 7);
+    spec.alone_rows = 4;
+    CaseResult result = case_support::run(spec);
+    INFO(case_support::describe(result));
+    CHECK(result.verdict == Verdict::pass);
+    const nlohmann::json& used = result.impl_config["gemm"]["forward"];
+    CHECK(used["algo_id"].get<int>() >= 0);
+    REQUIRE(used.contains("bucket"));
+    CHECK(used["table"]["fingerprint"] == entry->table_fingerprint);
+  }
+}

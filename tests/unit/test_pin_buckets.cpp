@@ -94,6 +94,20 @@ TEST_CASE("a bucketed pin serves each M from its bucket - single-config pins sti
   CHECK(again[1].config.same_kernel(entries[1].config));
 }
 
+TEST_CASE("a configuration without an algorithm is refused before cuBLASLt sees it", "[pins]") {
+  // A bucketed entry's single `config` is unused and names no algorithm: running it must fail
+  // loudly rather than let cuBLASLt pick a kernel (no device needed: refused before any call).
+  const PinEntry bucketed =
+      parse_pin_document(document({bucketed_entry(4096, 71)}), "pins.json").front();
+  CHECK(bucketed.config.algo_id < 0);
+  CHECK_THROWS_WITH(lt_gemm(bucketed.config, GemmDType::bf16, nullptr, nullptr, nullptr, 1, 4096,
+                            4096, nullptr, 0, nullptr),
+                    Catch::Contains("no cuBLASLt algorithm in the configuration"));
+  CHECK_THROWS_AS(lt_gemm_nn(LtConfig{}, GemmDType::bf16, nullptr, nullptr, nullptr, 1, 4096, 4096,
+                             nullptr, 0, nullptr),
+                  std::invalid_argument);
+}
+
 TEST_CASE("the pin table looks up a bucketed entry from its file without deriving", "[pins]") {
   std::string path = write_temp("bucketed-pins", document({bucketed_entry(4096, 71)}));
   PinTable& table = PinTable::instance();
