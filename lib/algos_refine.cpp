@@ -37,6 +37,7 @@ const nlohmann::json& table_config(const RefineMeasurements& m, const RefinePiec
 }
 
 const nlohmann::json& chosen_config(const RefineMeasurements& m, const RefinePiece& piece) {
+  if (!piece.searched_config.is_null()) return piece.searched_config;
   return piece_takes_heuristic(piece) ? m.segments.at(*piece.segment).config
                                       : table_config(m, piece);
 }
@@ -64,7 +65,7 @@ std::string shape_text(const RefineRequest& r) {
 }
 
 struct Counts {
-  std::size_t taken = 0, kept_timed = 0;
+  std::size_t taken = 0, kept_timed = 0, searched = 0;
   std::map<PieceStatus, std::size_t> by_status;
   std::int64_t rows_taken = 0;  // M values (up to the scan) that run the heuristic's pick now
 };
@@ -79,6 +80,7 @@ Counts count(const RefineMeasurements& m) {
     } else if (piece.status == PieceStatus::timed) {
       ++c.kept_timed;
     }
+    if (!piece.searched_config.is_null()) ++c.searched;
   }
   return c;
 }
@@ -162,6 +164,7 @@ nlohmann::json refined_pin_entry(const RefineMeasurements& m) {
       {"scan_rows", m.request.scan_rows},
       {"heuristic_segments", m.segments.size()},
       {"pieces_taken", c.taken},
+      {"split_k_pieces_searched", c.searched},
       {"base_buckets", m.base_entry.at("buckets").size()}};
   return entry;
 }
@@ -228,17 +231,23 @@ nlohmann::json refine_report_json(const RefineMeasurements& m, const nlohmann::j
     if (!piece.detail.empty() && piece.status != PieceStatus::not_timed) j["detail"] = piece.detail;
     if (!piece.timed_rows.empty()) {
       nlohmann::json timings = nlohmann::json::array();
-      for (std::size_t i = 0; i < piece.timed_rows.size(); ++i)
-        timings.push_back({piece.timed_rows[i], piece.table_us[i], piece.heuristic_us[i]});
+      for (std::size_t i = 0; i < piece.timed_rows.size(); ++i) {
+        nlohmann::json t = {piece.timed_rows[i], piece.table_us[i], piece.heuristic_us[i]};
+        if (i < piece.searched_us.size()) t.push_back(piece.searched_us[i]);
+        timings.push_back(t);
+      }
       j["timings"] = timings;
     }
+    if (piece.searched_candidates > 0) j["searched_candidates"] = piece.searched_candidates;
+    if (!piece.searched_describe.empty()) j["searched"] = configs(piece.searched_describe);
     pieces.push_back(j);
   }
   report["legend"] = {
       {"configs", "every configuration named in heuristic_segments and pieces, by index"},
       {"heuristic_segments", "[min_rows, max_rows, config]: the heuristic's pick over that M range"},
-      {"pieces", "rows [min, max] (max 0: unbounded); table and heuristic: config indices; timings: "
-                 "[M, table_us, heuristic_us]"}};
+      {"pieces", "rows [min, max] (max 0: unbounded); table, heuristic and searched: config indices; "
+                 "timings: [M, table_us, heuristic_us] and, where the heuristic splits K, the fastest "
+                 "in-class listed configuration's us"}};
   report["configs"] = configs.names;
   report["heuristic_segments"] = segments;
   report["pieces"] = pieces;
@@ -276,6 +285,9 @@ std::string refine_report_markdown(const RefineMeasurements& m, const nlohmann::
   for (const auto& [status, n] : c.by_status) {
     if (status != PieceStatus::timed) md << ", " << n << " " << to_string(status);
   }
+  md << "\n- pieces where the heuristic splits K: " << c.searched
+     << " run a faster split-K-1 configuration of the class that cuBLASLt lists at their M"
+     << " (up to " << r.split_k_candidates << " tried per piece)";
   md << "\n- refined table: " << refined.at("buckets").size() << " buckets\n";
   md << "- verification: " << check.rows.size() << " M values (every M up to "
      << std::min(r.verify_all_rows, r.scan_rows) << ", both edges of every bucket, M = "
@@ -299,23 +311,33 @@ std::string refine_report_markdown(const RefineMeasurements& m, const nlohmann::
   std::ostringstream rows;
   for (const RefinePiece& piece : m.pieces) {
     if (!listed_in_markdown(piece)) continue;
+    const bool searched = !piece.searched_config.is_null();
     rows << "| " << range_text(piece.min_rows, piece.max_rows) << " | "
-         << (piece_takes_heuristic(piece) ? "**pick**" : to_string(piece.status)) << " | ";
+         << (piece_takes_heuristic(piece) ? "**pick**"
+             : searched                   ? "splits_k, **searched**"
+                                          : to_string(piece.status))
+         << " | ";
     for (std::size_t i = 0; i < piece.timed_rows.size(); ++i) {
+      // Where a listed configuration was searched: its speed against the heuristic's (split-K)
+      // pick and the table's, else the table's against the pick.
+      const double chosen_us = i < piece.searched_us.size() && searched ? piece.searched_us[i]
+                                                                         : piece.table_us[i];
       rows << (i ? " " : "") << piece.timed_rows[i] << ":"
-           << printf_number("%.3f", piece.heuristic_us[i] / piece.table_us[i]);
+           << printf_number("%.3f", piece.heuristic_us[i] / chosen_us);
     }
     rows << " | c" << configs(describe(table_config(m, piece))) << " | "
          << (piece.segment ? "c" + std::to_string(configs(m.segments[*piece.segment].describe))
                            : std::string("-"))
-         << " | " << piece.detail << " |\n";
+         << " | " << (searched ? "c" + std::to_string(configs(piece.searched_describe)) : "") << " | "
+         << piece.detail << " |\n";
   }
   md << "\n## Pieces timed or left to the table\n\n"
         "Pieces where the table already runs the heuristic's pick (`same`) or that took it "
-        "untimed are counted above, not listed. Speed: the table's configuration against the "
-        "heuristic's pick at each timed M (heuristic time / table time).\n\n"
-        "| M | status | table speed per timed M | table | heuristic's pick | detail |\n"
-        "|---|---|---|---|---|---|\n"
+        "untimed are counted above, not listed. Speed: heuristic time / time of the configuration "
+        "the piece runs now, at each timed M (the table's, or where the heuristic splits K and a "
+        "listed split-K-1 configuration of the class beat the table by 3 %, that one).\n\n"
+        "| M | status | speed per timed M | table | heuristic's pick | searched | detail |\n"
+        "|---|---|---|---|---|---|---|\n"
      << rows.str();
   md << "\n## Configurations\n\n| | configuration |\n|---|---|\n";
   for (std::size_t i = 0; i < configs.names.size(); ++i)

@@ -221,6 +221,8 @@ class Refine {
       if (!problem.empty()) {
         piece.status = status;
         piece.detail = problem;
+        if (status == PieceStatus::splits_k && seconds_since(start) <= request_.budget_seconds)
+          search_split_k(piece, table, pick);
         continue;
       }
       if (seconds_since(start) > request_.budget_seconds) {
@@ -229,12 +231,7 @@ class Refine {
         ++over_budget;
         continue;
       }
-      std::set<std::int64_t> rows = {piece.min_rows, piece.max_rows};
-      if (piece.max_rows - piece.min_rows >= 2) {
-        rows.insert(std::clamp<std::int64_t>(
-            std::llround(std::sqrt(double(piece.min_rows) * double(piece.max_rows))),
-            piece.min_rows + 1, piece.max_rows - 1));
-      }
+      const std::set<std::int64_t> rows = timed_rows(piece);
       piece.status = PieceStatus::timed;
       for (const std::int64_t m_rows : rows) {
         // Both twice, interleaved; the faster of each pair counts (the same method for both).
@@ -254,7 +251,106 @@ class Refine {
     }
   }
 
+  // A piece's ends and its geometric middle.
+  static std::set<std::int64_t> timed_rows(const RefinePiece& piece) {
+    std::set<std::int64_t> rows = {piece.min_rows, piece.max_rows};
+    if (piece.max_rows - piece.min_rows >= 2) {
+      rows.insert(std::clamp<std::int64_t>(
+          std::llround(std::sqrt(double(piece.min_rows) * double(piece.max_rows))),
+          piece.min_rows + 1, piece.max_rows - 1));
+    }
+    return rows;
+  }
+
+  // Whether `config` gives the table's bits at M = rows (every row), cached per configuration
+  // and M; false when cuBLASLt rejects it there.
+  bool in_class(const LtConfig& config, std::int64_t rows) {
+    const auto key = std::make_pair(config.describe(), rows);
+    auto cached = in_class_.find(key);
+    if (cached != in_class_.end()) return cached->second;
+    bool same = false;
+    if (rig_->accepts(config, rows)) {
+      try {
+        same = first_difference(rig_->row_fingerprints(config, rows), reference_) < 0;
+      } catch (const cuda::CudaError& error) {
+        if (error.sticky()) throw;
+      }
+    }
+    return in_class_[key] = same;
+  }
+
+  // Where the heuristic splits K (another bit-class), the table's configuration was chosen for a
+  // whole bucket: try the split-K-1 configurations cuBLASLt lists at this piece's M (the pick
+  // without its split first), keep those with the table's bits at both ends of the piece, time
+  // them against the table and the heuristic's pick, and take the fastest when it beats the table
+  // by kKeepMargin at every timed M.
+  void search_split_k(RefinePiece& piece, const LtConfig& table, const LtConfig& pick) {
+    const std::set<std::int64_t> rows = timed_rows(piece);
+    const std::int64_t middle = *std::next(rows.begin(), static_cast<long>(rows.size() / 2));
+    std::vector<LtConfig> candidates;
+    auto offer = [&](LtConfig config) {
+      if (config.splitk_num != 1 || config.same_kernel(table) ||
+          static_cast<int>(candidates.size()) >= request_.split_k_candidates ||
+          std::any_of(candidates.begin(), candidates.end(),
+                      [&](const LtConfig& c) { return c.same_kernel(config); })) {
+        return;
+      }
+      candidates.push_back(config);
+    };
+    LtConfig unsplit = pick;
+    unsplit.splitk_num = 1;
+    unsplit.reduction_scheme = 0;  // CUBLASLT_REDUCTION_SCHEME_NONE
+    offer(unsplit);
+    for (const LtConfig& listed : cuda::lt_enumerate_configs(
+             rig_->dtype(), middle, rig_->n(), rig_->k(), 4 * request_.split_k_candidates,
+             rig_->form())) {
+      offer(listed);
+    }
+    std::vector<LtConfig> usable;
+    for (const LtConfig& config : candidates) {
+      if (in_class(config, piece.min_rows) && in_class(config, piece.max_rows))
+        usable.push_back(config);
+    }
+    piece.searched_candidates = static_cast<int>(usable.size());
+    if (usable.empty()) return;
+    const int warmup = request_.warmup, repeats = request_.repeats;
+    std::vector<std::vector<double>> usable_us(usable.size());
+    for (const std::int64_t m_rows : rows) {
+      piece.timed_rows.push_back(m_rows);
+      piece.table_us.push_back(rig_->median_us(table, m_rows, warmup, repeats));
+      piece.heuristic_us.push_back(rig_->median_us(pick, m_rows, warmup, repeats));
+      for (std::size_t c = 0; c < usable.size(); ++c)
+        usable_us[c].push_back(rig_->median_us(usable[c], m_rows, warmup, repeats));
+      // A second round, interleaved; the faster counts.
+      piece.table_us.back() =
+          std::min(piece.table_us.back(), rig_->median_us(table, m_rows, warmup, repeats));
+      piece.heuristic_us.back() =
+          std::min(piece.heuristic_us.back(), rig_->median_us(pick, m_rows, warmup, repeats));
+      for (std::size_t c = 0; c < usable.size(); ++c)
+        usable_us[c].back() =
+            std::min(usable_us[c].back(), rig_->median_us(usable[c], m_rows, warmup, repeats));
+    }
+    // The candidate whose worst time against the table is least.
+    std::size_t best = 0;
+    double best_worst = 0;
+    for (std::size_t c = 0; c < usable.size(); ++c) {
+      double worst = 0;
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        worst = std::max(worst, usable_us[c][i] / piece.table_us[i]);
+      if (c == 0 || worst < best_worst) {
+        best = c;
+        best_worst = worst;
+      }
+    }
+    piece.searched_us = usable_us[best];
+    if (best_worst * kKeepMargin <= 1.0) {
+      piece.searched_config = cuda::lt_config_to_json(usable[best]);
+      piece.searched_describe = usable[best].describe();
+    }
+  }
+
   RefineRequest request_;
+  std::map<std::pair<std::string, std::int64_t>, bool> in_class_;
   std::unique_ptr<cuda::GemmRig> rig_;
   std::vector<std::uint64_t> reference_;
   std::vector<LtConfig> segment_configs_;

@@ -31,7 +31,8 @@ struct HeuristicSegment {
 // Where the heuristic's pick stands against the table in one piece.
 enum class PieceStatus {
   same,            // the table already runs the heuristic's pick here
-  splits_k,        // the heuristic splits K here: another bit-class, the table stays
+  splits_k,        // the heuristic splits K here: another bit-class; the table stays, or the
+                   // fastest in-class configuration cuBLASLt lists at these M (searched_config)
   other_bits,      // the heuristic's pick gives other bits than the table (detail says where)
   rejected,        // cuBLASLt rejects the pick at an end of the piece, or it failed to run
   timed,           // both timed at the piece's M values (the choice is the host's)
@@ -51,6 +52,13 @@ struct RefinePiece {
   std::vector<std::int64_t> timed_rows;  // the piece's ends and its geometric middle
   std::vector<double> table_us;          // per timed M: the table's configuration
   std::vector<double> heuristic_us;      // per timed M: the heuristic's pick
+  // splits_k pieces: the fastest of the class's split-K-1 configurations cuBLASLt lists at the
+  // piece's M (checked against the table's bits), when it beat the table by kKeepMargin at every
+  // timed M; null otherwise. Its times per timed M, and how many candidates were in the class.
+  nlohmann::json searched_config;
+  std::string searched_describe;
+  std::vector<double> searched_us;
+  int searched_candidates = 0;
 };
 
 struct RefineRequest {
@@ -61,6 +69,7 @@ struct RefineRequest {
   std::int64_t scan_rows = 16384;  // the heuristic is asked at every M from 1 to this
   std::int64_t verify_all_rows = 2048;  // verification runs every M up to this
   double budget_seconds = 240;     // timing stops starting new pieces after this
+  int split_k_candidates = 24;     // splits_k pieces: listed split-K-1 configurations tried
   int warmup = 3;
   int repeats = 20;
   bool progress = true;

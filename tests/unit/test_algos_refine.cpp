@@ -173,3 +173,31 @@ TEST_CASE("the refine report names each piece's status and the verification resu
   CHECK(json["heuristic_segments"][2] == nlohmann::json({201, 300, json["pieces"][3]["heuristic"]}));
   CHECK(json["refined"]["buckets"] == 3);
 }
+
+TEST_CASE("where the heuristic splits K, a searched in-class configuration replaces the table",
+          "[algos]") {
+  RefineMeasurements m = measurements();
+  // [201,300]: the heuristic splits K there; a listed split-K-1 configuration of the class won.
+  m.pieces[3].status = PieceStatus::splits_k;
+  m.pieces[3].timed_rows = {201, 245, 300};
+  m.pieces[3].table_us = {10, 10, 10};
+  m.pieces[3].heuristic_us = {8, 8, 8};
+  m.pieces[3].searched_us = {9, 9, 9};
+  m.pieces[3].searched_candidates = 5;
+  m.pieces[3].searched_config = config(5);
+  m.pieces[3].searched_describe = "tile 5";
+  CHECK_FALSE(piece_takes_heuristic(m.pieces[3]));
+  const nlohmann::json entry = refined_pin_entry(m);
+  REQUIRE(entry["buckets"].size() == 5);
+  CHECK(entry["buckets"][3]["min_rows"] == 201);
+  CHECK(entry["buckets"][3]["max_rows"] == 300);
+  CHECK(entry["buckets"][3]["config"]["tile_id"] == 5);
+  CHECK(entry["buckets"][4]["config"]["tile_id"] == 2);  // past the scan: the table
+  CHECK(entry["bit_class"]["refined"]["split_k_pieces_searched"] == 1);
+  PinVerification passed;
+  const std::string md = refine_report_markdown(m, entry, passed);
+  CHECK_THAT(md, Catch::Contains("| [201,300] | splits_k, **searched** | 201:0.889 245:0.889 300:0.889 | c3 | c4 | c5 |"));
+  const nlohmann::json json = refine_report_json(m, entry, passed);
+  CHECK(json["pieces"][3]["timings"][0] == nlohmann::json({201, 10.0, 8.0, 9.0}));
+  CHECK(json["configs"][json["pieces"][3]["searched"].get<std::size_t>()] == "tile 5");
+}
