@@ -135,11 +135,7 @@ class LmHeadGemms {
     if (batch) {
       nlohmann::json j = cuda::lt_config_to_json(config);
       j["source"] = entry.source;
-      if (const cuda::PinBucket* used = entry.bucket_for_rows(rows)) {
-        j["bucket"] = {{"min_rows", used->min_rows}, {"max_rows", used->max_rows}, {"rows", rows}};
-        j["bit_class"] = entry.bit_class;
-        j["table"] = {{"buckets", entry.buckets.size()}, {"fingerprint", entry.table_fingerprint}};
-      }
+      if (!entry.buckets.empty()) j.update(entry.bucket_record(rows));
       record(*batch, form, j);
     }
     return config;

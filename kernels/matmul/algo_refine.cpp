@@ -158,6 +158,36 @@ class Refine {
     }
   }
 
+  // Why `config` at M = rows is not in the table's class (empty: it is): rejected by cuBLASLt or a
+  // failed run (status rejected), or a row with other bits (status other_bits). Cached per
+  // configuration and M.
+  std::string bits_problem(const LtConfig& config, std::int64_t rows, PieceStatus& status) {
+    const auto key = std::make_pair(config.describe(), rows);
+    auto cached = bits_problems_.find(key);
+    if (cached == bits_problems_.end()) {
+      std::pair<PieceStatus, std::string> found{PieceStatus::timed, ""};
+      if (!rig_->accepts(config, rows)) {
+        found = {PieceStatus::rejected,
+                 "cuBLASLt rejects it at M=" + std::to_string(rows) + " with 32 MiB workspace"};
+      } else {
+        try {
+          const std::int64_t row = first_difference(rig_->row_fingerprints(config, rows), reference_);
+          if (row >= 0) {
+            found = {PieceStatus::other_bits,
+                     "row " + std::to_string(row) + " at M=" + std::to_string(rows) +
+                         " differs from the table's at M=" + std::to_string(request_.scan_rows)};
+          }
+        } catch (const cuda::CudaError& error) {
+          if (error.sticky()) throw;
+          found = {PieceStatus::rejected, error.what()};
+        }
+      }
+      cached = bits_problems_.emplace(key, found).first;
+    }
+    if (!cached->second.second.empty()) status = cached->second.first;
+    return cached->second.second;
+  }
+
   // Why the segment's pick cannot stand in for the table (empty: it can): split-K, rejection at
   // an end of the segment, or other bits than the table at either end (rows compared: all rows
   // of the run, up to the scan).
@@ -176,26 +206,10 @@ class Refine {
       problem = "the heuristic splits K " + std::to_string(pick.splitk_num) + " ways";
     } else {
       for (const std::int64_t rows : {segment.min_rows, segment.max_rows}) {
-        if (!rig_->accepts(pick, rows)) {
-          status = PieceStatus::rejected;
-          problem = "cuBLASLt rejects it at M=" + std::to_string(rows) + " with 32 MiB workspace";
-          break;
-        }
-        try {
-          const std::int64_t row = first_difference(rig_->row_fingerprints(pick, rows), reference_);
-          if (row >= 0) {
-            status = PieceStatus::other_bits;
-            problem = "row " + std::to_string(row) + " at M=" + std::to_string(rows) +
-                      " differs from the table's at M=" + std::to_string(request_.scan_rows);
-            break;
-          }
-        } catch (const cuda::CudaError& error) {
-          if (error.sticky()) throw;
-          status = PieceStatus::rejected;
-          problem = error.what();
-          break;
-        }
+        problem = bits_problem(pick, rows, status);
+        if (!problem.empty()) break;
       }
+      if (problem.empty()) status = PieceStatus::timed;
     }
     segment_problems_[s] = problem;
     segment_status_[s] = status;
@@ -262,23 +276,6 @@ class Refine {
     return rows;
   }
 
-  // Whether `config` gives the table's bits at M = rows (every row), cached per configuration
-  // and M; false when cuBLASLt rejects it there.
-  bool in_class(const LtConfig& config, std::int64_t rows) {
-    const auto key = std::make_pair(config.describe(), rows);
-    auto cached = in_class_.find(key);
-    if (cached != in_class_.end()) return cached->second;
-    bool same = false;
-    if (rig_->accepts(config, rows)) {
-      try {
-        same = first_difference(rig_->row_fingerprints(config, rows), reference_) < 0;
-      } catch (const cuda::CudaError& error) {
-        if (error.sticky()) throw;
-      }
-    }
-    return in_class_[key] = same;
-  }
-
   // Where the heuristic splits K (another bit-class), the table's configuration was chosen for a
   // whole bucket: try the split-K-1 configurations cuBLASLt lists at this piece's M (the pick
   // without its split first), keep those with the table's bits at both ends of the piece, time
@@ -308,8 +305,11 @@ class Refine {
     }
     std::vector<LtConfig> usable;
     for (const LtConfig& config : candidates) {
-      if (in_class(config, piece.min_rows) && in_class(config, piece.max_rows))
+      PieceStatus status = PieceStatus::timed;
+      if (bits_problem(config, piece.min_rows, status).empty() &&
+          bits_problem(config, piece.max_rows, status).empty()) {
         usable.push_back(config);
+      }
     }
     piece.searched_candidates = static_cast<int>(usable.size());
     if (usable.empty()) return;
@@ -350,7 +350,7 @@ class Refine {
   }
 
   RefineRequest request_;
-  std::map<std::pair<std::string, std::int64_t>, bool> in_class_;
+  std::map<std::pair<std::string, std::int64_t>, std::pair<PieceStatus, std::string>> bits_problems_;
   std::unique_ptr<cuda::GemmRig> rig_;
   std::vector<std::uint64_t> reference_;
   std::vector<LtConfig> segment_configs_;

@@ -161,15 +161,10 @@ class CudaMatmul : public Impl {
     return config;
   }
 
-  // The bucket used, the bit-class and a fingerprint of the whole table go into the record (the
-  // runner keeps one invocation's record per case); a table can hold thousands of buckets, so not
-  // the table itself: the pin file is named by `source`.
+  // The bucket used, the bit-class and the table's size and fingerprint go into the record (the
+  // runner keeps one invocation's record per case); the pin file is named by `source`.
   static void record_buckets(Batch& batch, const std::string& form, const cuda::PinEntry& entry, std::int64_t rows) {
-    nlohmann::json& j = batch.impl_config["cublaslt"][form];
-    const cuda::PinBucket* used = entry.bucket_for_rows(rows);
-    j["bucket"] = {{"min_rows", used->min_rows}, {"max_rows", used->max_rows}, {"rows", rows}};
-    j["bit_class"] = entry.bit_class;
-    j["table"] = {{"buckets", entry.buckets.size()}, {"fingerprint", entry.table_fingerprint}};
+    batch.impl_config["cublaslt"][form].update(entry.bucket_record(rows));
   }
 
   static void record(Batch& batch, const std::string& form, const LtConfig& config, const std::string& source) {

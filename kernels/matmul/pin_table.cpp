@@ -53,6 +53,14 @@ const PinBucket* PinEntry::bucket_for_rows(std::int64_t rows) const {
   return bucket.contains(rows) ? &bucket : nullptr;
 }
 
+nlohmann::json PinEntry::bucket_record(std::int64_t rows) const {
+  const PinBucket* used = bucket_for_rows(rows);
+  if (used == nullptr) return nullptr;
+  return {{"bucket", {{"min_rows", used->min_rows}, {"max_rows", used->max_rows}, {"rows", rows}}},
+          {"bit_class", bit_class},
+          {"table", {{"buckets", buckets.size()}, {"fingerprint", table_fingerprint}}}};
+}
+
 const LtConfig& PinEntry::config_for_rows(std::int64_t rows) const {
   if (buckets.empty()) return config;
   if (const PinBucket* bucket = bucket_for_rows(rows)) return bucket->config;
@@ -218,15 +226,15 @@ std::vector<PinEntry> parse_pin_document(const nlohmann::json& document, const s
 
 void merge_pin_entry(const std::string& path, const nlohmann::json& entry) {
   const nlohmann::json wrapped = {{"schema_version", 1}, {"pins", nlohmann::json::array({entry})}};
-  const PinKey key = parse_pin_document(wrapped, "the pin entry to merge").front().key;
+  const PinEntry parsed = parse_pin_document(wrapped, "the pin entry to merge").front();
+  const PinKey& key = parsed.key;
   nlohmann::json document = {{"schema_version", 1},
                              {"description", "cuBLASLt configurations pinned per (arch, cuBLASLt version, dtype, form, N, K)"},
                              {"pins", nlohmann::json::array()}};
   if (std::filesystem::exists(path)) document = load_json_file(path);
   const std::vector<PinEntry> existing = parse_pin_document(document, path);
   // Written in the compact form (each kernel once, buckets by index), whatever form it came in.
-  const nlohmann::json compact =
-      parse_pin_document(wrapped, "the pin entry to merge").front().to_json();
+  const nlohmann::json compact = parsed.to_json();
   bool replaced = false;
   for (std::size_t i = 0; i < existing.size(); ++i) {
     if (existing[i].key == key) {

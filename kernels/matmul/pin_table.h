@@ -49,6 +49,9 @@ struct PinEntry {
   // when rows < 1.
   const LtConfig& config_for_rows(std::int64_t rows) const;
   const PinBucket* bucket_for_rows(std::int64_t rows) const;  // nullptr when unbucketed
+  // What a case records of a bucketed pin at `rows`: the bucket used, the bit-class, and the
+  // table's size and fingerprint (not every bucket). Null when unbucketed.
+  nlohmann::json bucket_record(std::int64_t rows) const;
   nlohmann::json to_json() const;  // the pin-file form of the entry (bucketed: compact)
 };
 

@@ -78,10 +78,16 @@ TEST_CASE("a bucketed pin serves each M from its bucket - single-config pins sti
   CHECK(bucketed.config_for_rows(65).algo_id == 66);
   CHECK(bucketed.config_for_rows(1000000).splitk_num == 1);
   CHECK(bucketed.bucket_for_rows(65)->min_rows == 65);
+  const nlohmann::json record = bucketed.bucket_record(70);  // what a case records
+  CHECK(record["bucket"] == nlohmann::json({{"min_rows", 65}, {"max_rows", 0}, {"rows", 70}}));
+  CHECK(record["table"]["buckets"] == 2);
+  CHECK(record["table"]["fingerprint"] == bucketed.table_fingerprint);
+  CHECK(record["bit_class"]["fingerprint"] == "0123456789abcdef");
   CHECK(bucketed.bit_class["fingerprint"] == "0123456789abcdef");
   CHECK_THROWS_AS(bucketed.config_for_rows(0), std::invalid_argument);
   CHECK(entries[1].buckets.empty());
   CHECK(entries[1].bucket_for_rows(5) == nullptr);
+  CHECK(entries[1].bucket_record(5).is_null());
   CHECK(entries[1].config_for_rows(5).algo_id == 66);  // one configuration for every M
   CHECK(entries[1].source == "pin file pins.json");
 
