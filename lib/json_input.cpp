@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "bitcheck/error.h"
 
@@ -18,9 +20,70 @@ nlohmann::json load_json_file(const std::string& path) {
   return parse_json_text(buffer.str(), path);
 }
 
+namespace {
+
+// Tracks the JSON path while nlohmann's parser reads, so that an object naming the same key twice
+// (which the parser would read as "last value wins") is refused with the key's full path.
+class DuplicateKeyCheck {
+ public:
+  explicit DuplicateKeyCheck(std::string file_label) : file_(std::move(file_label)) {}
+
+  bool operator()(int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start:
+        frames_.push_back({event == Event::array_start, 0, {}, "", child_path()});
+        break;
+      case Event::key: {
+        Frame& frame = frames_.back();
+        frame.key = parsed.get<std::string>();
+        if (!frame.keys.insert(frame.key).second) {
+          throw BadInput(file_, frame.path + "." + frame.key,
+                         "each key once per object (\"" + frame.key + "\" appears twice: which value is meant is ambiguous)");
+        }
+        break;
+      }
+      case Event::object_end:
+      case Event::array_end:
+        frames_.pop_back();
+        next_element();
+        break;
+      case Event::value:
+        next_element();
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool array = false;
+    std::size_t index = 0;
+    std::set<std::string> keys;
+    std::string key;
+    std::string path;
+  };
+
+  std::string child_path() const {
+    if (frames_.empty()) return "$";
+    const Frame& parent = frames_.back();
+    if (parent.array) return parent.path + "[" + std::to_string(parent.index) + "]";
+    return parent.path + "." + parent.key;
+  }
+  void next_element() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  }
+
+  std::string file_;
+  std::vector<Frame> frames_;
+};
+
+}  // namespace
+
 nlohmann::json parse_json_text(const std::string& text, const std::string& file_label) {
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text, DuplicateKeyCheck(file_label));
   } catch (const nlohmann::json::parse_error& error) {
     std::string message = error.what();
     auto colon = message.find("parse error");

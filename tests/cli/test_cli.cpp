@@ -171,6 +171,8 @@ TEST_CASE("bad spec files exit 2 naming file, JSON path and expectation, with no
        {data_dir + "spec_unknown_layout.json", "$.ops.rmsnorm.layouts[1]", "zigzag"}},
       {"missing dim", "--spec " + quote(data_dir + "spec_missing_dim.json"),
        {data_dir + "spec_missing_dim.json", "$.ops.matmul.shapes[1].K", "missing"}},
+      {"duplicate key", "--spec " + quote(data_dir + "spec_duplicate_key.json"),
+       {data_dir + "spec_duplicate_key.json", "$.ops.matmul.shapes[1].N", "appears twice"}},
       {"unreadable path", "--spec /nonexistent.json", {"/nonexistent.json", ": $: ", "readable file"}},
       {"invalid contract", "--contract " + quote(data_dir + "contract_invalid_json.json"),
        {data_dir + "contract_invalid_json.json", "valid JSON"}},

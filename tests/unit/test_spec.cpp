@@ -165,6 +165,7 @@ TEST_CASE("every bad spec is BadInput naming file, JSON path and expectation", "
       {"spec_unknown_field.json", "$.ops.matmul.batch", "no such field"},
       {"spec_unknown_layout.json", "$.ops.rmsnorm.layouts[1]", "a layout"},
       {"spec_missing_dim.json", "$.ops.matmul.shapes[1].K", "missing"},
+      {"spec_duplicate_key.json", "$.ops.matmul.shapes[1].N", "each key once per object"},
   };
   for (const auto& bad : cases) {
     const std::string path = data_dir + bad.file;
