@@ -1,9 +1,8 @@
 // The manifest: every op, listed once here in a fixed order (the order of the status matrix and of
 // "first failing op"). Each op's register_<op>() (kernels/<op>/) adds its parts; every op's
 // definition and CPU impls come first, then the test impls' CPU part, the CUDA backend, the test
-// impls' CUDA part and every op's CUDA impls, and last the impls composed of the others (the chain).
-#include <array>
-
+// impls' CUDA part and every op's CUDA impls, and last the impls composed of the others (the
+// chain).
 #include "add_rmsnorm/add_rmsnorm.h"
 #include "attention/attention.h"
 #include "bitcheck/op.h"
@@ -24,18 +23,18 @@ namespace {
 
 using RegisterOp = void (*)(Registry&, OpPart);
 
-constexpr std::array<RegisterOp, 11> manifest = {
-    register_matmul,
-    register_rmsnorm,
-    register_embedding,
-    register_lm_head,
-    register_logprob,
-    register_lm_head_logprob,
-    register_elementwise,  // silu, gelu_tanh, gelu_erf, swiglu, residual_add, scale, cast
-    register_add_rmsnorm,
-    register_rope,
-    register_attention,
-    register_chain,  // after the ops it composes
+constexpr RegisterOp manifest[] = {
+    register_matmul,           // kernels/matmul/
+    register_rmsnorm,          // kernels/rmsnorm/
+    register_embedding,        // kernels/embedding/
+    register_lm_head,          // kernels/lm_head/
+    register_logprob,          // kernels/logprob/
+    register_lm_head_logprob,  // kernels/lm_head_logprob/
+    register_elementwise,  // kernels/elementwise/: silu, gelu, swiglu, residual_add, scale, cast
+    register_add_rmsnorm,  // kernels/add_rmsnorm/
+    register_rope,         // kernels/rope/
+    register_attention,    // kernels/attention/
+    register_chain,        // kernels/chain/, after the ops it composes
 };
 
 void register_part(Registry& registry, OpPart part) {

@@ -6,6 +6,7 @@
 #include <memory>
 
 namespace bitcheck {
+#if !BITCHECK_HAVE_CUDA
 namespace {
 
 class AbsentCudaBackend : public DeviceBackend {
@@ -20,6 +21,7 @@ class AbsentCudaBackend : public DeviceBackend {
 };
 
 }  // namespace
+#endif
 
 void register_cuda_backend(Registry& registry) {
 #if BITCHECK_HAVE_CUDA

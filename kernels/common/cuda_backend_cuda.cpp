@@ -50,7 +50,8 @@ class CudaBackend : public DeviceBackend {
     try {
       return cuda::free_device_memory();
     } catch (const cuda::CudaError&) {
-      return std::nullopt;  // a poisoned context: the case runs and fails with the CUDA error itself
+      return std::nullopt;  // a poisoned context: the case runs and fails with the CUDA error
+                            // itself
     }
   }
 
