@@ -4,7 +4,7 @@
 
 namespace bitcheck {
 void register_rmsnorm(Registry& registry, OpPart part);
-void register_rmsnorm_op(Registry& registry);  // rmsnorm.cpp: the OpDef
-void register_rmsnorm_cpu(Registry& registry);  // rmsnorm_cpu.cpp
+void register_rmsnorm_op(Registry& registry);    // rmsnorm.cpp: the OpDef
+void register_rmsnorm_cpu(Registry& registry);   // rmsnorm_cpu.cpp
 void register_rmsnorm_cuda(Registry& registry);  // rmsnorm_cuda.cpp (CUDA build)
 }  // namespace bitcheck

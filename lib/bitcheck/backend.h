@@ -4,18 +4,18 @@
 // with the Registry; the harness reaches it only through Registry::device_backend.
 #pragma once
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace bitcheck {
 
 class Registry;
 
 struct BackendOptions {
-  std::string pin_file = "contract/cublaslt-pins.json";  // cuBLASLt pins (read; derived when absent)
-  bool write_pins = false;                               // write derived pins back at the end
+  std::string pin_file =
+      "contract/cublaslt-pins.json";  // cuBLASLt pins (read; derived when absent)
+  bool write_pins = false;            // write derived pins back at the end
 };
 
 class DeviceBackend {
