@@ -10,7 +10,7 @@
 #include <map>
 #include <sstream>
 
-#include "bitcheck/backends.h"
+#include "bitcheck/backend.h"
 #include "bitcheck/error.h"
 #include "bitcheck/report.h"
 #include "bitcheck/sweep.h"
@@ -135,7 +135,8 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
   BenchSettings settings;
   settings.warmup = options.warmup;
   settings.repeats = options.repeats;
-  const double copy_gbps = cuda_copy_bandwidth_gbps();
+  const DeviceBackend& device = *registry.device_backend("cuda");
+  const double copy_gbps = device.copy_bandwidth_gbps();
 
   // One group per (op, dtype, pass, shape, M): every impl of the op on that point, interleaved.
   std::map<std::string, std::vector<CaseSpec>> groups;
@@ -166,7 +167,7 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
       if (!row.measurement || !op->bench_baseline.empty() || !op->bench_external_baseline.empty()) continue;
       for (int round = 0; round < options.rounds; ++round) {
         row.same_bytes_copy_gbps = std::max(row.same_bytes_copy_gbps,
-                                            cuda_copy_bandwidth_gbps(row.measurement->bytes_moved, settings.warmup,
+                                            device.copy_bandwidth_gbps(row.measurement->bytes_moved, settings.warmup,
                                                                      settings.repeats, settings.rotate_bytes));
       }
     }
@@ -237,7 +238,7 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
   }
 
   nlohmann::json report = {{"schema_version", 1}, {"tool", "bitcheck bench"}};
-  report["meta"] = environment_meta();
+  report["meta"] = environment_meta(registry);
   report["meta"]["argv"] = options.argv;
   report["meta"]["started_at"] = utc_timestamp();
   report["meta"]["copy_bandwidth_gbps"] = copy_gbps;

@@ -137,8 +137,9 @@ CheckedCase run_case_checked(Runner& runner, const Registry& registry, const Cas
   CheckedCase checked;
   // A kernel fault can surface after the impl returned (asynchronous work): asked after every
   // CUDA case that ran, so the fault is charged to the case that caused it.
-  if (result.backend == "cuda" && result.verdict != Verdict::skipped) {
-    checked.context_fault = cuda_context_fault();
+  const DeviceBackend* device = registry.device_backend(result.backend);
+  if (result.backend == "cuda" && device && result.verdict != Verdict::skipped) {
+    checked.context_fault = device->context_fault();
     if (checked.context_fault && result.verdict != Verdict::error) {
       result.verdict = Verdict::error;
       result.reason = "the CUDA context was poisoned after the case ran: " + *checked.context_fault;
@@ -311,8 +312,8 @@ int run_sweep_worker(const Registry& registry, int fd) {
   std::optional<Contract> contract;
   try {
     nlohmann::json hello = nlohmann::json::parse(*hello_line);
-    configure_cuda_backend(
-        {hello.at("pins").get<std::string>(), hello.at("write_pins").get<bool>()});
+    configure_device_backends(
+        registry, {hello.at("pins").get<std::string>(), hello.at("write_pins").get<bool>()});
     contract = load_contract_or_embedded(hello.at("contract").get<std::string>(), registry);
   } catch (const std::exception& error) {
     write_line(fd, dump_line({{"startup_error", error.what()}}));
@@ -343,11 +344,11 @@ int run_sweep_worker(const Registry& registry, int fd) {
     if (!write_line(fd, dump_line(reply))) return exit_internal;
     if (context_fault) {
       // No CUDA call can be trusted any more, not even the runtime's teardown: leave at once.
-      finish_cuda_backend();
+      finish_device_backends(registry);
       std::_Exit(exit_internal);
     }
   }
-  finish_cuda_backend();
+  finish_device_backends(registry);
   return exit_pass;
 }
 

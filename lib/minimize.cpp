@@ -234,7 +234,7 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
   std::vector<std::string> op_order;
   for (const OpDef* registered : registry.ops()) op_order.push_back(registered->name);
   nlohmann::json minimized =
-      build_report(meta, environment_meta(), {minimizer.best_result()}, op_order);
+      build_report(meta, environment_meta(registry), {minimizer.best_result()}, op_order);
   minimized["meta"]["minimized_from"] = {{"report", options.report_path},
                                          {"case", options.case_id},
                                          {"trials", minimizer.trials()},

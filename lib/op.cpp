@@ -143,4 +143,38 @@ std::vector<std::string> Registry::backends() const {
   return names;
 }
 
+void Registry::set_device_backend(const std::string& backend,
+                                  std::unique_ptr<DeviceBackend> device) {
+  device_backends_[backend] = std::move(device);
+}
+
+DeviceBackend* Registry::device_backend(const std::string& backend) const {
+  auto it = device_backends_.find(backend);
+  return it == device_backends_.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::string> Registry::device_backend_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, device] : device_backends_) names.push_back(name);
+  return names;
+}
+
+nlohmann::json device_backends_meta(const Registry& registry) {
+  nlohmann::json meta = nlohmann::json::object();
+  for (const auto& name : registry.device_backend_names()) {
+    meta[name] = registry.device_backend(name)->meta();
+  }
+  return meta;
+}
+
+void configure_device_backends(const Registry& registry, const BackendOptions& options) {
+  for (const auto& name : registry.device_backend_names()) {
+    registry.device_backend(name)->configure(options);
+  }
+}
+
+void finish_device_backends(const Registry& registry) {
+  for (const auto& name : registry.device_backend_names()) registry.device_backend(name)->finish();
+}
+
 }  // namespace bitcheck

@@ -14,7 +14,7 @@
 
 #include "bitcheck/dtype.h"
 #include "bitcheck/matrix_render.h"
-#include "ops/chain.h"
+#include "chain/chain.h"
 
 namespace bitcheck {
 namespace {

@@ -12,7 +12,7 @@
 #include "bitcheck/runner.h"
 #include "bitcheck/special_values.h"
 #include "bitcheck/sweep.h"
-#include "ops/chain.h"
+#include "chain/chain.h"
 
 namespace bitcheck {
 

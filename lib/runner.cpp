@@ -227,7 +227,7 @@ std::optional<std::string> skip_reason(const Registry& registry, const Contract&
   }
   if (auto reason = impl.skip_reason(spec)) return reason;
   // Last, once the case is known to be valid: a device case too large for the free memory.
-  return device_memory_skip_reason(op, impl, spec);
+  return device_memory_skip_reason(registry, op, impl, spec);
 }
 
 // All of [0, rows) when small, else `limit` indices including the first and last.

@@ -12,7 +12,7 @@
 #include <iostream>
 #include <memory>
 
-#include "bitcheck/backends.h"
+#include "bitcheck/backend.h"
 #include "bitcheck/build_info.h"
 #include "bitcheck/error.h"
 #include "bitcheck/isolation.h"
@@ -28,14 +28,14 @@ std::string utc_timestamp() {
   return buffer;
 }
 
-nlohmann::json environment_meta() {
+nlohmann::json environment_meta(const Registry& registry) {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   nlohmann::json meta = {{"bitcheck_version", version_string()},
                          {"git_revision", git_revision()},
                          {"host", host},
                          {"compile_flags", compile_flags()}};
-  meta["cuda"] = cuda_backend_meta();
+  meta.update(device_backends_meta(registry));
   return meta;
 }
 
@@ -96,7 +96,7 @@ SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry) {
 int run_sweep(const SweepOptions& options, const Registry& registry) {
   if (!options.devices.empty()) return run_sweep_on_devices(options, registry);
   auto start = std::chrono::steady_clock::now();
-  configure_cuda_backend(options.cuda);
+  configure_device_backends(registry, options.cuda);
   SweepPlan plan = plan_sweep(options, registry);
   const Contract& contract = plan.contract;
   const SweepSpec& spec = plan.spec;
@@ -150,7 +150,7 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   std::vector<std::string> op_order;
   for (const OpDef* op : registry.ops()) op_order.push_back(op->name);
   meta.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  nlohmann::json report = build_report_from_json(meta, environment_meta(), results, op_order);
+  nlohmann::json report = build_report_from_json(meta, environment_meta(registry), results, op_order);
   report["meta"]["isolation"] = isolation;
   std::vector<std::string> deferred_controls;
   if (options.overrides.shard_count > 1) {
@@ -171,7 +171,7 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   std::string path = (std::filesystem::path(options.out_dir) / options.report_name).string();
   write_file_atomically(path, report.dump(1) + "\n");
 
-  finish_cuda_backend();
+  finish_device_backends(registry);
   std::cout << render_terminal_summary(report);
   for (const auto& note : deferred_controls) {
     std::cout << "shard " << options.overrides.shard_index << "/" << options.overrides.shard_count << ": " << note

@@ -21,7 +21,7 @@ cp "$build/apps/bitcheck" "$bundle/bin/"
 # The GPU tests only: the unit and CLI tests run in CI, and the device tool carries at most 64 MiB.
 cp "$build/tests/bitcheck_gpu_tests" "$bundle/tests/"
 # Probes, among them sanitizer_probe: the per-tool controls of scripts/gpu-sanitize.sh.
-for probe in "$build"/kernels/*_probe; do
+for probe in "$build"/tests/probes/*_probe; do
   [ -x "$probe" ] && cp "$probe" "$bundle/bin/"
 done
 # Libraries the GPU machine lacks: everything resolved outside the system and CUDA directories

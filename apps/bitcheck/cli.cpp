@@ -367,7 +367,7 @@ int run(int argc, char** argv) {
       return run_algos(algos);
     }
     if (*bench_cmd) {
-      configure_cuda_backend({bench_pins, false});
+      configure_device_backends(registry, {bench_pins, false});
       return run_bench(bench, registry);
     }
     if (*list_cmd) {

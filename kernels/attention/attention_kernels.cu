@@ -16,7 +16,7 @@
 // device only; both kernels share the per-row softmax (softmax_block) and epilogue (store_rows).
 //
 // The backward takes whole sequences and uses no atomics (only the named control,
-// dq_atomic_scratch, does). Tensor-core path (bf16/fp16, head dim 64/128; attention_impls.cpp
+// dq_atomic_scratch, does). Tensor-core path (bf16/fp16, head dim 64/128; attention_cuda.cpp
 // selects it with tensor_core_backward, on unless BITCHECK_ATTENTION_BACKWARD=simt): dq of a query row sums
 // its keys in blocks of attention_mma_kv_block from position 0 up to its own block, in order; dk
 // and dv of a key row sum, for each head of its group in order, the query blocks of the same size
@@ -40,10 +40,10 @@
 #include <string>
 #include <type_traits>
 
-#include "../cuda_check.cuh"
-#include "../convert.cuh"
+#include "../common/cuda_check.cuh"
+#include "../common/convert.cuh"
 #include "attention_kernels.h"
-#include "../wgmma.cuh"
+#include "../common/wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define BITCHECK_ATTENTION_SM90A 1

@@ -6,7 +6,7 @@
 // 2048-element tile for a control) form the scalar tail, done by the last block. Which logical
 // element falls in the tail therefore
 // depends on the batch (slot and row count). The fixed-order impl makes that harmless: body and tail
-// call the same formula (lib/ops/elementwise_math.h) with the same Variant::exact, whose every
+// call the same formula (kernels/common/elementwise_math.h) with the same Variant::exact, whose every
 // operation is an explicitly rounded fp32 operation (__fmul_rn & co., no FMA contraction, no fast
 // math), so an element's bits depend only on its inputs. A control passes another tail variant.
 #include <cuda_bf16.h>
@@ -18,9 +18,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "../cuda_check.cuh"
-#include "../vector_io.cuh"
-#include "../../lib/ops/elementwise_math.h"
+#include "../common/cuda_check.cuh"
+#include "../common/vector_io.cuh"
+#include "../common/elementwise_math.h"
 #include "elementwise_kernels.h"
 
 namespace bitcheck::cuda {
@@ -60,7 +60,7 @@ __device__ __forceinline__ void apply(Variant variant, const float* in, float pa
   }
 }
 
-// Inputs and outputs of `op` in a pass (lib/ops/elementwise_math.h lists them).
+// Inputs and outputs of `op` in a pass (kernels/common/elementwise_math.h lists them).
 constexpr int op_inputs(Op op, bool backward) {
   switch (op) {
     case Op::swiglu: return backward ? 3 : 2;

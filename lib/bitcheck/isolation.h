@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "bitcheck/backends.h"
+#include "bitcheck/backend.h"
 #include "bitcheck/op.h"
 #include "bitcheck/runner.h"
 
@@ -19,7 +19,7 @@ namespace bitcheck {
 struct WorkerSettings {
   std::string executable;     // the bitcheck binary that has the __sweep-worker subcommand
   std::string contract_path;  // empty: the embedded contract
-  CudaBackendOptions cuda;
+  BackendOptions cuda;
   // A case whose result has not come back after this many seconds is `error` and its worker is
   // killed (a hung kernel or host loop); 0: no limit.
   double case_timeout_seconds = 0;

@@ -1,6 +1,6 @@
 // The op / impl / case model. An OpDef names its tensors and owns the FP32 reference; an Impl
 // computes the op on one backend for one physical batch (an Invocation of a layout). Ops and impls
-// are registered explicitly through register_all() in registry.cpp.
+// are registered explicitly through register_all() in kernels/manifest.cpp.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bitcheck/backend.h"
 #include "bitcheck/dtype.h"
 #include "bitcheck/tensor.h"
 
@@ -236,6 +237,8 @@ class Registry {
   void add_impl(const std::string& op, std::unique_ptr<Impl> impl);
   // A backend that is compiled out or has no device: its impls' cases are skipped with the reason.
   void set_backend_status(const std::string& backend, bool available, std::string reason);
+  // A backend with a device (CUDA): what the harness asks of it (bitcheck/backend.h).
+  void set_device_backend(const std::string& backend, std::unique_ptr<DeviceBackend> device);
 
   const OpDef* find_op(const std::string& name) const;
   Impl* find_impl(const std::string& op, const std::string& impl) const;
@@ -244,11 +247,14 @@ class Registry {
   bool backend_available(const std::string& backend) const;
   std::string backend_reason(const std::string& backend) const;
   std::vector<std::string> backends() const;
+  DeviceBackend* device_backend(const std::string& backend) const;  // nullptr: none registered
+  std::vector<std::string> device_backend_names() const;
 
  private:
   std::vector<OpDef> ops_;
   std::map<std::string, std::vector<std::unique_ptr<Impl>>> impls_;
   std::map<std::string, std::pair<bool, std::string>> backends_;
+  std::map<std::string, std::unique_ptr<DeviceBackend>> device_backends_;
 };
 
 // Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which compose

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bitcheck/backends.h"
+#include "bitcheck/backend.h"
 #include "bitcheck/spec.h"
 
 namespace bitcheck {
@@ -19,7 +19,7 @@ struct SweepOptions {
   std::string report_name = "report.json";
   std::vector<std::string> argv;
   bool progress = true;  // a progress line on stderr when it is a terminal
-  CudaBackendOptions cuda;
+  BackendOptions cuda;
   std::size_t max_cases = 20000;  // a spec expanding to more is refused unless confirmed
   bool confirmed = false;         // --yes
   // Fault isolation (isolation.h): cases run in a worker process, so a crash or a sticky CUDA error
@@ -43,7 +43,11 @@ struct SweepPlan {
 };
 SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry);
 
-// Host, git revision, compile flags, CUDA device and library versions.
+// Host, git revision, compile flags, and each device backend's device and library versions (the
+// CUDA backend's under "cuda").
+nlohmann::json environment_meta(const Registry& registry);
+// The same for a command that holds no Registry (the cuBLASLt tuner): the registry of register_all
+// (defined beside the tuner, lib/algos_environment.cpp, since it reaches the manifest).
 nlohmann::json environment_meta();
 std::string utc_timestamp();
 

@@ -15,7 +15,7 @@
 #include "bitcheck/contract.h"
 #include "bitcheck/dtype.h"
 #include "bitcheck/runner.h"
-#include "runtime.h"
+#include "common/runtime.h"
 
 using namespace bitcheck;
 

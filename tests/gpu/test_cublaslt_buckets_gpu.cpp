@@ -10,7 +10,7 @@
 #include "bitcheck/algos.h"
 #include "bitcheck/json_input.h"
 #include "matmul/pin_table.h"
-#include "runtime.h"
+#include "common/runtime.h"
 #include "unit/case_support.h"
 
 using namespace bitcheck;

@@ -11,7 +11,7 @@
 #include "bitcheck/json_input.h"
 #include "matmul/algo_search_device.h"
 #include "matmul/pin_table.h"
-#include "runtime.h"
+#include "common/runtime.h"
 
 using namespace bitcheck;
 

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda_impls.h"
+#include "logprob/logprob.h"
 #include "logprob/logprob_kernels.h"
-#include "vocab/vocab_device.h"
-#include "runtime.h"
+#include "common/vocab_device.h"
+#include "common/runtime.h"
 #include "unit/vocab_case.h"
 
 using namespace bitcheck;

@@ -2,7 +2,7 @@
 // CUDA control drifts.
 #include <catch2/catch.hpp>
 
-#include "norm/rmsnorm_kernels.h"
+#include "rmsnorm/rmsnorm_kernels.h"
 #include "unit/op_case.h"
 
 using namespace bitcheck;
@@ -19,7 +19,7 @@ TEST_CASE("rmsnorm cuda fixed-order passes on the vector and scalar paths", "[gp
   }
 }
 
-// The forward row layouts (kernels/norm/rmsnorm_kernels.cu, rmsnorm_forward_row_layout), each row
+// The forward row layouts (kernels/rmsnorm/rmsnorm_kernels.cu, rmsnorm_forward_row_layout), each row
 // alone against the same row in a batch of 300 (and every other layout), in every dtype: one-warp
 // rows, four a block (H 8: one 16-byte unit in bf16/fp16, 31 idle lanes; 264: 33 units, lane 0
 // holds two; in fp32 66 units over two warps), several warps a row, one row a block (2048, 4096,

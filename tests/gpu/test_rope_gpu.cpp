@@ -4,10 +4,10 @@
 #include <cstring>
 #include <vector>
 
-#include "ops/rope_math.h"
-#include "norm/adapter_support.h"
+#include "rope/rope_math.h"
+#include "common/adapter_support.h"
 #include "rope/rope_kernels.h"
-#include "runtime.h"
+#include "common/runtime.h"
 #include "unit/op_case.h"
 
 using namespace bitcheck;

@@ -8,7 +8,7 @@
 
 #include "bitcheck/contract.h"
 #include "bitcheck/runner.h"
-#include "ops/attention.h"
+#include "attention/attention.h"
 
 using namespace bitcheck;
 

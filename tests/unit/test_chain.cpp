@@ -8,10 +8,8 @@
 #include "bitcheck/report.h"
 #include "bitcheck/runner.h"
 #include "case_support.h"
-#include "cpu/cpu_impls.h"
-#include "ops/attention.h"
-#include "ops/chain.h"
-#include "ops/ops.h"
+#include "attention/attention.h"
+#include "chain/chain.h"
 
 using namespace bitcheck;
 

@@ -9,7 +9,7 @@
 
 #include "bitcheck/dtype.h"
 #include "bitcheck/rng.h"
-#include "ops/elementwise_math.h"
+#include "common/elementwise_math.h"
 
 using namespace bitcheck;
 
@@ -23,7 +23,7 @@ std::vector<float> random_row(DType dtype, const char* name, std::int64_t row, s
   return values;
 }
 
-// The CUDA rmsnorm row sum with `threads` threads per row (kernels/norm/rmsnorm_kernels.cu): thread
+// The CUDA rmsnorm row sum with `threads` threads per row (kernels/rmsnorm/rmsnorm_kernels.cu): thread
 // t sums groups of 8 t, t + threads, ... in order; an xor tree per warp; warp 0 adds warp sums.
 float block_sum_of_squares(const std::vector<float>& v, int threads) {
   const std::size_t groups = v.size() / 8;

@@ -61,7 +61,7 @@ TEST_CASE("device memory: CPU cases are never skipped for it", "[unit][isolation
   const Registry& registry = world().registry;
   CaseSpec huge = make_case("matmul", "cpu-fixed-order", DType::bf16, Pass::forward,
                             {{"N", 1 << 20}, {"K", 1 << 20}}, 1 << 16, 1);
-  CHECK_FALSE(device_memory_skip_reason(*registry.find_op("matmul"),
+  CHECK_FALSE(device_memory_skip_reason(registry, *registry.find_op("matmul"),
                                         *registry.find_impl("matmul", "cpu-fixed-order"), huge));
 }
 
