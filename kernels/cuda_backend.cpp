@@ -4,8 +4,8 @@
 #include "bitcheck/op.h"
 #include "bench_support.h"
 #include "cuda_impls.h"
-#include "matmul/pin_table.h"
 #include "runtime.h"
+#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 
@@ -44,12 +44,11 @@ nlohmann::json cuda_backend_meta() {
 }
 
 void configure_cuda_backend(const CudaBackendOptions& options) {
-  cuda::PinTable::instance().configure(options.pin_file, options.write_pins);
+  cuda::configure_pins(options.pin_file, options.write_pins);
 }
 
 std::string finish_cuda_backend() {
-  cuda::PinTable& pins = cuda::PinTable::instance();
-  pins.write_back_if_requested();
+  cuda::write_back_pins();
   return "";
 }
 

@@ -1,12 +1,13 @@
 // Command-line parsing and dispatch. Every subcommand's work lives in lib/; this file maps flags
 // to options and exceptions to exit codes.
 #include "cli.h"
+#include "pins.h"
 
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "bitcheck/algos.h"
-#include "bitcheck/algos_refine.h"
+#include "tuner/search.h"
+#include "tuner/refine.h"
 #include "bitcheck/bench.h"
 #include "bitcheck/build_info.h"
 #include "bitcheck/contract.h"
@@ -159,7 +160,7 @@ int run(int argc, char** argv) {
   auto* merge_cmd = app.add_subcommand("merge", "Combine shard reports into one report");
   merge_cmd->add_option("--out", merge_output, "Merged report file")->required();
   merge_cmd->add_option("reports", merge_inputs, "Shard reports")->required()->check(CLI::ExistingFile);
-  sweep_cmd->add_option("--pins", sweep.cuda.pin_file, "cuBLASLt pin table (default: contract/cublaslt-pins.json)");
+  sweep_cmd->add_option("--pins", sweep.cuda.pin_file, "cuBLASLt pin directory, or one pin file (default: contract/pins)");
   sweep_cmd->add_flag("--write-pins", sweep.cuda.write_pins, "Write pins derived in this run back to the pin table");
 
   BenchOptions bench;
@@ -174,8 +175,8 @@ int run(int argc, char** argv) {
   bench_cmd->add_option("--repeats", bench.repeats, "Timed launches per measurement (median)");
   bench_cmd->add_option("--rounds", bench.rounds, "Interleaved rounds per point (fastest median kept)");
   bench_cmd->add_option("--out", bench.out_dir, "Directory for bench.json and bench.md");
-  std::string bench_pins = "contract/cublaslt-pins.json";
-  bench_cmd->add_option("--pins", bench_pins, "cuBLASLt pin table");
+  std::string bench_pins = "contract/pins";
+  bench_cmd->add_option("--pins", bench_pins, "cuBLASLt pin directory, or one pin file (default: contract/pins)");
 
   AlgosOptions algos;
   for (int i = 0; i < argc; ++i) algos.argv.emplace_back(argv[i]);
@@ -198,12 +199,13 @@ int run(int argc, char** argv) {
   algos_cmd->add_option("--repeats", algos.request.repeats, "Timed launches per full measurement (median)");
   algos_cmd->add_option("--warmup", algos.request.warmup, "Warm-up launches before timing");
   algos_cmd->add_option("--out", algos.out_dir, "Directory for algos-<dtype>-<form>-N<n>-K<k>.json and .md");
-  algos_cmd->add_option("--write-pins", algos.pin_file, "Merge the best table into this pin file");
+  algos_cmd->add_option("--write-pins", algos.pin_file, "Merge the best table into this pin directory (the key's own file, e.g. contract/pins) or pin file");
   bool algos_no_progress = false;
   algos_cmd->add_flag("--no-progress", algos_no_progress, "No progress line");
   std::string algos_refine;
   algos_cmd->add_option("--refine", algos_refine,
-                        "Instead of searching: refine this file's bucketed pin for the shape so it "
+                        "Instead of searching: refine the bucketed pin for the shape in this pin directory or file "
+                        "(the searched tables: kernels/tuner/searched) so it "
                         "follows the heuristic's split-K-1 pick per M where that gives the table's bits "
                         "and is faster; verified row for row before --write-pins merges it");
   std::int64_t algos_scan_rows = 16384, algos_verify_all_rows = 2048;
@@ -225,6 +227,9 @@ int run(int argc, char** argv) {
   for (auto* cmd : {show_cmd, check_cmd}) {
     cmd->add_option("--contract", contract_path, "Contract JSON (default: embedded contract/contract.json)");
   }
+
+  PinsCommand pins;
+  add_pins_command(app, pins);
 
   // Hidden: the worker process of an isolated sweep (see lib/bitcheck/isolation.h).
   int worker_fd = -1;
@@ -370,6 +375,7 @@ int run(int argc, char** argv) {
       configure_cuda_backend({bench_pins, false});
       return run_bench(bench, registry);
     }
+    if (*pins.command) return run_pins_command(pins);
     if (*list_cmd) {
       print_list(registry, load_embedded_contract(registry), list_json);
       return exit_pass;

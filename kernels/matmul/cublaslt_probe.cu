@@ -17,6 +17,7 @@
 #include "../cuda_check.cuh"
 #include "../runtime.h"
 #include "cublaslt_gemm.h"
+#include "tuner/enumerate.h"
 
 namespace bc = bitcheck::cuda;
 using bc::GemmDType;

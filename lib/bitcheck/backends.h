@@ -15,7 +15,7 @@ void register_cuda_backend(Registry& registry);
 nlohmann::json cuda_backend_meta();
 
 struct CudaBackendOptions {
-  std::string pin_file = "contract/cublaslt-pins.json";  // cuBLASLt pins (read; derived when absent)
+  std::string pin_file = "contract/pins";  // cuBLASLt pin directory or file (read; derived when absent)
   bool write_pins = false;                               // write derived pins back at the end
 };
 void configure_cuda_backend(const CudaBackendOptions& options);
