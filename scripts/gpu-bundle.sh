@@ -36,5 +36,7 @@ for binary in "$bundle"/bin/* "$bundle"/tests/*; do
   if command -v patchelf >/dev/null; then patchelf --set-rpath '$ORIGIN/../lib' "$binary"; fi
 done
 cp -r "$root/sweeps" "$root/contract" "$bundle/"
+# The searched cuBLASLt tables, the input of `bitcheck algos --refine kernels/tuner/searched`.
+mkdir -p "$bundle/kernels/tuner" && cp -r "$root/kernels/tuner/searched" "$bundle/kernels/tuner/"
 git -C "$root" rev-parse --short=12 HEAD > "$bundle/REVISION" 2>/dev/null || echo unknown > "$bundle/REVISION"
 du -sh "$bundle" | awk '{print "bundle: " $2 " (" $1 ")"}'

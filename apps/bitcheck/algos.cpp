@@ -1,12 +1,13 @@
 // `bitcheck algos`: search cuBLASLt configurations of one GEMM shape (bit-classes, fastest per M
 // bucket, pin table), or with --refine, refine a bucketed pin of the shape.
-#include "bitcheck/algos.h"
+#include "tuner/search.h"
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "bitcheck/algos_refine.h"
+#include "bitcheck/sweep.h"
+#include "tuner/refine.h"
 #include "commands.h"
 
 namespace bitcheck::cli {
@@ -42,6 +43,7 @@ int run_refine(const AlgosFlags& flags) {
   refine.out_dir = algos.out_dir;
   refine.pin_file = algos.pin_file;
   refine.argv = algos.argv;
+  refine.environment = algos.environment;
   return run_algos_refine(refine);
 }
 
@@ -85,10 +87,12 @@ void add_algos_command(CLI::App& app, Context& context) {
   command->add_option("--out", flags->algos.out_dir,
                       "Directory for algos-<dtype>-<form>-N<n>-K<k>.json and .md");
   command->add_option("--write-pins", flags->algos.pin_file,
-                      "Merge the best table into this pin file");
+                      "Merge the best table into this pin directory (the key's own file, e.g. "
+                      "contract/pins) or pin file");
   command->add_flag("--no-progress", flags->no_progress, "No progress line");
   command->add_option("--refine", flags->refine,
-                      "Instead of searching: refine this file's bucketed pin for the shape so it "
+                      "Instead of searching: refine the bucketed pin for the shape in this pin "
+                      "directory or file (the searched tables: kernels/tuner/searched) so it "
                       "follows the heuristic's split-K-1 pick per M where that gives the table's "
                       "bits and is faster; verified row for row before --write-pins merges it");
   command->add_option("--scan-rows", flags->scan_rows,
@@ -96,7 +100,10 @@ void add_algos_command(CLI::App& app, Context& context) {
   command->add_option(
       "--verify-all-rows", flags->verify_all_rows,
       "--refine: verify every M up to this, besides every bucket edge (default 2048)");
-  context.on(command, [flags](const Registry&) { return run(*flags); });
+  context.on(command, [flags](const Registry& registry) {
+    flags->algos.environment = environment_meta(registry);
+    return run(*flags);
+  });
 }
 
 }  // namespace bitcheck::cli

@@ -12,7 +12,7 @@ namespace {
 
 struct BenchFlags {
   BenchOptions bench;
-  std::string pin_file = "contract/cublaslt-pins.json";
+  std::string pin_file = "contract/pins";
 };
 
 int run(const BenchFlags& flags, const Registry& registry) {
@@ -43,7 +43,7 @@ void add_bench_command(CLI::App& app, Context& context) {
   command->add_option("--rounds", bench.rounds,
                       "Interleaved rounds per point (fastest median kept)");
   command->add_option("--out", bench.out_dir, "Directory for bench.json and bench.md");
-  command->add_option("--pins", flags->pin_file, "cuBLASLt pin table");
+  command->add_option("--pins", flags->pin_file, "cuBLASLt pin directory, or one pin file (default: contract/pins)");
   context.on(command, [flags](const Registry& registry) { return run(*flags, registry); });
 }
 

@@ -16,6 +16,7 @@ void add_bench_command(CLI::App& app, Context& context);
 void add_algos_command(CLI::App& app, Context& context);
 void add_list_command(CLI::App& app, Context& context);
 void add_contract_command(CLI::App& app, Context& context);
+void add_pins_command(CLI::App& app, Context& context);
 void add_sweep_worker_command(CLI::App& app, Context& context);
 
 }  // namespace bitcheck::cli

@@ -96,7 +96,7 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
           "set), merged into one report; on the CPU backend only the parallelism")
       ->delimiter(',');
   command.add_option("--pins", sweep.cuda.pin_file,
-                     "cuBLASLt pin table (default: contract/cublaslt-pins.json)");
+                     "cuBLASLt pin directory, or one pin file (default: contract/pins)");
   command.add_flag("--write-pins", sweep.cuda.write_pins,
                    "Write pins derived in this run back to the pin table");
 }

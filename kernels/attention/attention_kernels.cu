@@ -40,10 +40,10 @@
 #include <string>
 #include <type_traits>
 
-#include "../common/cuda_check.cuh"
-#include "../common/convert.cuh"
+#include "common/cuda_check.cuh"
+#include "common/convert.cuh"
 #include "attention_kernels.h"
-#include "../common/wgmma.cuh"
+#include "common/wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define BITCHECK_ATTENTION_SM90A 1

@@ -9,7 +9,7 @@
 #include "common/bench_support.h"
 #include "common/cuda_backend.h"
 #include "common/runtime.h"
-#include "matmul/pin_table.h"
+#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 namespace {
@@ -35,12 +35,11 @@ class CudaBackend : public DeviceBackend {
   }
 
   void configure(const BackendOptions& options) override {
-    cuda::PinTable::instance().configure(options.pin_file, options.write_pins);
+    cuda::configure_pins(options.pin_file, options.write_pins);
   }
 
   std::string finish() override {
-    cuda::PinTable& pins = cuda::PinTable::instance();
-    pins.write_back_if_requested();
+    cuda::write_back_pins();
     return "";
   }
 

@@ -18,9 +18,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "../common/cuda_check.cuh"
-#include "../common/vector_io.cuh"
-#include "../common/elementwise_math.h"
+#include "common/cuda_check.cuh"
+#include "common/vector_io.cuh"
+#include "common/elementwise_math.h"
 #include "elementwise_kernels.h"
 
 namespace bitcheck::cuda {

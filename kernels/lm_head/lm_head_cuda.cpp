@@ -13,9 +13,9 @@
 #include "logprob/logprob_kernels.h"
 #include "matmul/cublaslt_gemm.h"
 #include "matmul/fixed_order_gemm.h"
-#include "matmul/pin_table.h"
 #include "common/runtime.h"
 #include "common/vocab_device.h"
+#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 namespace {
@@ -127,19 +127,12 @@ class LmHeadGemms {
     cuda::DeviceInfo device = cuda::query_device();
     cuda::PinKey key{
         device.arch(), device.cublaslt_version, to_string(host_dtype), form, v, hidden, 0};
-    const auto found = cuda::PinTable::instance().lookup(key, [&] {
+    const cuda::PinnedConfig found = cuda::lookup_pin(key, rows, [&] {
       return form == "forward" ? cuda::lt_derive_pinned_config(dtype, v, hidden)
                                : cuda::lt_derive_pinned_config_nn(dtype, v, hidden);
     });
-    const cuda::PinEntry& entry = *found;
-    const LtConfig& config = entry.config_for_rows(rows);
-    if (batch) {
-      nlohmann::json j = cuda::lt_config_to_json(config);
-      j["source"] = entry.source;
-      if (!entry.buckets.empty()) j.update(entry.bucket_record(rows));
-      record(*batch, form, j);
-    }
-    return config;
+    if (batch) record(*batch, form, found.record());
+    return found.config();
   }
 
  private:

@@ -39,10 +39,10 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "../common/async_copy.cuh"
-#include "../common/cuda_check.cuh"
-#include "../common/convert.cuh"
-#include "../common/vector_io.cuh"
+#include "common/async_copy.cuh"
+#include "common/cuda_check.cuh"
+#include "common/convert.cuh"
+#include "common/vector_io.cuh"
 #include "logprob_kernels.h"
 
 namespace bitcheck::cuda {

@@ -34,10 +34,10 @@
 #include <string>
 #include <utility>
 
-#include "../common/async_copy.cuh"
-#include "../common/cuda_check.cuh"
-#include "../common/convert.cuh"
-#include "../common/wgmma.cuh"
+#include "common/async_copy.cuh"
+#include "common/cuda_check.cuh"
+#include "common/convert.cuh"
+#include "common/wgmma.cuh"
 #include "fixed_order_gemm.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -12,8 +12,8 @@
 #include "matmul/matmul.h"
 #include "common/bench_support.h"
 #include "fixed_order_gemm.h"
-#include "pin_table.h"
 #include "common/runtime.h"
+#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 namespace {
@@ -113,25 +113,18 @@ class CudaMatmul : public Impl {
                   std::int64_t chunk, Batch* batch, std::int64_t rows = 0) {
     cuda::DeviceInfo device = cuda::query_device();
     cuda::PinKey key{device.arch(), device.cublaslt_version, to_string(host_dtype), form, n, k, chunk};
-    const auto found = cuda::PinTable::instance().lookup(key, [&] {
+    const cuda::PinnedConfig found = cuda::lookup_pin(key, rows > 0 ? rows : chunk, [&] {
       std::string f = form;
       if (f == "forward") return cuda::lt_derive_pinned_config(dtype, n, k);
       if (f == "input_grad") return cuda::lt_derive_pinned_config_nn(dtype, n, k);
       return cuda::lt_derive_pinned_config_dw(dtype, n, k, chunk);
     });
-    const cuda::PinEntry& entry = *found;
-    const LtConfig& config = entry.config_for_rows(rows > 0 ? rows : chunk);
     if (batch) {
-      record(*batch, form, config, entry.source);
-      if (!entry.buckets.empty()) record_buckets(*batch, form, entry, rows);
+      // The runner keeps one invocation's record per case; the pin file is named by `source`.
+      if (batch->impl_config.is_null()) batch->impl_config = nlohmann::json::object();
+      batch->impl_config["cublaslt"][form] = found.record();
     }
-    return config;
-  }
-
-  // The bucket used, the bit-class and the table's size and fingerprint go into the record (the
-  // runner keeps one invocation's record per case); the pin file is named by `source`.
-  static void record_buckets(Batch& batch, const std::string& form, const cuda::PinEntry& entry, std::int64_t rows) {
-    batch.impl_config["cublaslt"][form].update(entry.bucket_record(rows));
+    return found.config();
   }
 
   static void record(Batch& batch, const std::string& form, const LtConfig& config, const std::string& source) {

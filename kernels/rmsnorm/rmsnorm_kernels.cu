@@ -38,8 +38,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "../common/cuda_check.cuh"
-#include "../common/vector_io.cuh"
+#include "common/cuda_check.cuh"
+#include "common/vector_io.cuh"
 #include "rmsnorm_kernels.h"
 
 namespace bitcheck::cuda {

@@ -23,9 +23,9 @@
 #include <cuda_runtime.h>
 
 #include "rope_math.h"
-#include "../common/cuda_check.cuh"
-#include "../common/convert.cuh"
-#include "../common/vector_io.cuh"
+#include "common/cuda_check.cuh"
+#include "common/convert.cuh"
+#include "common/vector_io.cuh"
 #include "rope_kernels.h"
 
 namespace bitcheck::cuda {

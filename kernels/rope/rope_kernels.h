@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "../common/device_dtype.h"
+#include "common/device_dtype.h"
 
 struct CUstream_st;
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../common/elementwise_math.h"
+#include "common/elementwise_math.h"
 
 namespace bitcheck::rope {
 

@@ -1,7 +1,7 @@
 // Kernels that fault on purpose (test only): __trap() and a store through an unmapped address.
 #include <cstdint>
 
-#include "../common/cuda_check.cuh"
+#include "common/cuda_check.cuh"
 #include "fault_kernels.h"
 
 namespace bitcheck::cuda {

@@ -46,9 +46,6 @@ SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry);
 // Host, git revision, compile flags, and each device backend's device and library versions (the
 // CUDA backend's under "cuda").
 nlohmann::json environment_meta(const Registry& registry);
-// The same for a command that holds no Registry (the cuBLASLt tuner): the registry of register_all
-// (defined beside the tuner, lib/algos_environment.cpp, since it reaches the manifest).
-nlohmann::json environment_meta();
 std::string utc_timestamp();
 
 // Runs the sweep and writes the report; returns the exit code (0/1/3). BadInput propagates (2).

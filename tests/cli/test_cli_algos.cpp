@@ -52,7 +52,7 @@ TEST_CASE("algos without a GPU exits 3 with the reason and writes no report or p
 
 TEST_CASE("algos --refine refuses bad flags and a missing pin file with exit 2", "[cli][algos]") {
   TempDir dir;
-  const std::string pins = quote(std::filesystem::path(BITCHECK_SOURCE_DIR) / "contract/cublaslt-pins.json");
+  const std::string pins = quote(std::filesystem::path(BITCHECK_SOURCE_DIR) / "contract/pins");
   struct BadFlag {
     std::string args, message;
   };

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 
-#include "bitcheck/algos.h"
-#include "bitcheck/algos_refine.h"
+#include "tuner/search.h"
+#include "tuner/refine.h"
 
 using namespace bitcheck;
 

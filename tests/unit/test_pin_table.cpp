@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "bitcheck/error.h"
-#include "matmul/pin_table.h"
+#include "tuner/pins.h"
 
 using bitcheck::cuda::LtConfig;
 using bitcheck::cuda::PinKey;
@@ -16,7 +16,7 @@ using bitcheck::cuda::PinTable;
 
 TEST_CASE("the committed pin table serves its keys and derives missing ones once", "[pins]") {
   PinTable& table = PinTable::instance();
-  table.configure(std::string(BITCHECK_SOURCE_DIR) + "/contract/cublaslt-pins.json", false);
+  table.configure(std::string(BITCHECK_SOURCE_DIR) + "/contract/pins", false);
   PinKey pinned{"sm_90", 130100, "fp16", "forward", 4096, 4096, 0};
   auto entry = table.lookup(pinned, []() -> LtConfig { FAIL("a pinned key must not be derived"); return {}; });
   CHECK(entry->source.find("pin file") == 0);
@@ -65,6 +65,6 @@ TEST_CASE("a malformed pin table is BadInput with file and path", "[pins]") {
     CHECK(error.json_path() == "$.pins[0].key.cublaslt_version");
   }
   std::remove(path.c_str());
-  table.configure("contract/cublaslt-pins.json", false);
+  table.configure("contract/pins", false);
 }
 #endif

@@ -105,7 +105,7 @@ TEST_CASE("a report of real CPU cases round-trips through JSON", "[report]") {
   meta.contract_source = contract.source;
   meta.started_at = "2025-01-01T00:00:00Z";
   meta.wall_seconds = 1.5;
-  const std::string text = build_report(meta, environment_meta(), results, op_order).dump(1);
+  const std::string text = build_report(meta, environment_meta(registry), results, op_order).dump(1);
   const json report = json::parse(text);
 
   CHECK(report["schema_version"] == report_schema_version);
