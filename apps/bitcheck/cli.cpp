@@ -338,7 +338,7 @@ int run(int argc, char** argv) {
         throw BadInput(merge_inputs.front(), "$.results", std::string("shards of one sweep (") + error.what() + ")");
       }
       write_file_atomically(merge_output, merged.dump(1) + "\n");
-      std::cout << render_terminal_summary(merged) << "merged " << merge_inputs.size() << " reports ("
+      std::cout << render_terminal_summary(merged, registry) << "merged " << merge_inputs.size() << " reports ("
                 << merged["results"].size() << " cases) into " << merge_output << "\n";
       return merged["summary"]["exit_code"].get<int>();
     }
