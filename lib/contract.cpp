@@ -223,4 +223,8 @@ Contract load_embedded_contract(const Registry& registry) {
                         embedded_contract_label, registry);
 }
 
+Contract load_contract_or_embedded(const std::string& path, const Registry& registry) {
+  return path.empty() ? load_embedded_contract(registry) : load_contract(path, registry);
+}
+
 }  // namespace bitcheck

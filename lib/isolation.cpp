@@ -21,11 +21,10 @@
 #include <thread>
 #include <vector>
 
+#include "bitcheck/case_json.h"
+#include "bitcheck/contract.h"
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
-#include "bitcheck/report.h"
-#include "bitcheck/repro.h"
-#include "bitcheck/sweep.h"
 
 namespace bitcheck {
 namespace {
@@ -109,8 +108,8 @@ std::string signal_name(int signal_number) {
   return "signal " + std::to_string(signal_number);
 }
 
-nlohmann::json failed_case_json(const Registry& registry, const CaseSpec& spec,
-                                const std::string& reason, double seconds) {
+CaseResult failed_case(const Registry& registry, const CaseSpec& spec, const std::string& reason,
+                       double seconds) {
   CaseResult result;
   result.spec = spec;
   result.verdict = Verdict::error;
@@ -121,7 +120,7 @@ nlohmann::json failed_case_json(const Registry& registry, const CaseSpec& spec,
     result.expected_to_drift = impl->expected_to_drift(spec.pass);
   }
   result.timings.total_seconds = seconds;
-  return case_to_json(result);
+  return result;
 }
 
 CheckedCase run_case_checked(Runner& runner, const Registry& registry, const CaseSpec& spec) {
@@ -130,8 +129,8 @@ CheckedCase run_case_checked(Runner& runner, const Registry& registry, const Cas
   try {
     result = runner.run_case(spec);
   } catch (const std::exception& error) {
-    return {failed_case_json(registry, spec, error.what(),
-                             std::chrono::duration<double>(Clock::now() - start).count()),
+    return {failed_case(registry, spec, error.what(),
+                        std::chrono::duration<double>(Clock::now() - start).count()),
             std::nullopt};
   }
   CheckedCase checked;
@@ -145,7 +144,7 @@ CheckedCase run_case_checked(Runner& runner, const Registry& registry, const Cas
       result.reason = "the CUDA context was poisoned after the case ran: " + *checked.context_fault;
     }
   }
-  checked.result = case_to_json(result);
+  checked.result = std::move(result);
   return checked;
 }
 
@@ -258,7 +257,7 @@ void IsolatedRunner::stop() {
   pid_ = -1;
 }
 
-nlohmann::json IsolatedRunner::run_case(const CaseSpec& spec) {
+CaseResult IsolatedRunner::run_case(const CaseSpec& spec) {
   auto start = Clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   if (pid_ < 0) start_worker();
@@ -274,7 +273,7 @@ nlohmann::json IsolatedRunner::run_case(const CaseSpec& spec) {
     reap();
     std::ostringstream limit;
     limit << settings_.case_timeout_seconds;
-    return failed_case_json(registry_, spec,
+    return failed_case(registry_, spec,
                             "did not finish within the per-case limit of " + limit.str() +
                                 " s (--case-timeout): its worker process was killed and the sweep went on with the "
                                 "next case in a fresh worker",
@@ -282,7 +281,7 @@ nlohmann::json IsolatedRunner::run_case(const CaseSpec& spec) {
   }
   if (!line) {
     ++faults_;
-    return failed_case_json(registry_, spec,
+    return failed_case(registry_, spec,
                             "the worker process running this case " + reap() +
                                 "; the sweep went on with the next case in a fresh worker",
                             seconds());
@@ -296,13 +295,23 @@ nlohmann::json IsolatedRunner::run_case(const CaseSpec& spec) {
             : std::string("the worker process sent an unreadable result for this case");
     ::kill(pid_, SIGKILL);
     reap();
-    return failed_case_json(registry_, spec, why, seconds());
+    return failed_case(registry_, spec, why, seconds());
   }
   if (reply.contains("context_fault")) {
     ++faults_;
     reap();  // the worker exits after a sticky fault; the next case gets a fresh CUDA context
   }
-  return reply["result"];
+  try {
+    return case_from_json(JsonCursor(reply["result"], worker_label, "$.result"));
+  } catch (const BadInput& error) {
+    ++faults_;
+    if (pid_ >= 0) ::kill(pid_, SIGKILL);
+    reap();
+    return failed_case(registry_, spec,
+                       std::string("the worker process sent an unreadable result for this case: ") +
+                           error.what(),
+                       seconds());
+  }
 }
 
 int run_sweep_worker(const Registry& registry, int fd) {
@@ -333,7 +342,7 @@ int run_sweep_worker(const Registry& registry, int fd) {
             ": a field of CaseSpec is missing from case_to_json or case_spec_from_json");
       }
       CheckedCase checked = run_case_checked(runner, registry, spec);
-      reply = {{"result", checked.result}};
+      reply = {{"result", case_to_json(checked.result)}};
       if (checked.context_fault) reply["context_fault"] = *checked.context_fault;
       context_fault = checked.context_fault;
     } catch (const std::exception& error) {

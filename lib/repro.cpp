@@ -5,42 +5,13 @@
 #include <fstream>
 #include <iostream>
 
+#include "bitcheck/case_json.h"
 #include "bitcheck/contract.h"
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
-#include "bitcheck/report.h"
 #include "bitcheck/runner.h"
-#include "bitcheck/special_values.h"
-#include "bitcheck/sweep.h"
-#include "chain/chain.h"
 
 namespace bitcheck {
-
-CaseSpec case_spec_from_json(const JsonCursor& c) {
-  CaseSpec spec;
-  spec.op = c.at("op").as_string();
-  spec.impl = c.at("impl").as_string();
-  spec.dtype_name = c.at("dtype").as_string();
-  spec.dtype = parse_dtype(spec.dtype_name).value_or(DType::fp32);
-  auto pass = parse_pass(c.at("pass").as_string());
-  if (!pass) c.at("pass").fail("forward or backward");
-  spec.pass = *pass;
-  JsonCursor dims = c.at("dims");
-  for (const auto& name : dims.keys()) spec.dims[name] = dims.at(name).as_int(1, INT64_MAX);
-  spec.rows = c.at("rows").as_int(1, INT64_MAX);
-  spec.seed = static_cast<std::uint64_t>(c.at("seed").as_int(0, INT64_MAX));
-  spec.layouts = c.at("layouts").as_string_list();
-  spec.repeats = static_cast<int>(c.at("repeats").as_int(2, 100));
-  spec.alone_rows = c.at("alone_rows").as_int(1, INT64_MAX);
-  if (auto index = c.find("case_index")) spec.index = index->as_int(0, INT64_MAX);
-  if (auto special = c.find("special_values")) {
-    spec.special_values = special->as_number();
-    if (!(spec.special_values >= 0.0 && spec.special_values <= max_special_value_rate)) {
-      special->fail("a special-value rate in [0, " + special_value_rate_string(max_special_value_rate) + "]");
-    }
-  }
-  return spec;
-}
 
 std::string shell_quote(const std::string& text) {
   std::string quoted = "'";
@@ -119,8 +90,10 @@ int run_repro(const ReproOptions& options, const Registry& registry) {
             << shell_quote(spec.id()) << "\n";
   std::cout << "verdict: " << to_string(result.verdict) << " (report: " << recorded_verdict << ")\n";
   for (const auto& drift : result.drift) std::cout << "  " << drift_to_json(drift).dump() << "\n";
-  if (spec.op == "chain") {
-    for (const auto& line : chain::failing_op_lines(case_to_json(result)["chain"])) std::cout << "chain " << line << "\n";
+  const OpDef* op = registry.find_op(spec.op);
+  if (op->report_extension && op->report_extension->case_lines && result.verdict != Verdict::skipped) {
+    const nlohmann::json details = case_entry(result, registry)[op->report_extension->key];
+    for (const auto& line : op->report_extension->case_lines(details)) std::cout << op->name << " " << line << "\n";
   }
   if (!result.reason.empty()) std::cout << "  reason: " << result.reason << "\n";
   bool same_bits = recorded_fingerprint.empty() || recorded_fingerprint == result.fingerprint;

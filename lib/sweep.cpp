@@ -39,10 +39,6 @@ nlohmann::json environment_meta(const Registry& registry) {
   return meta;
 }
 
-Contract load_contract_or_embedded(const std::string& path, const Registry& registry) {
-  return path.empty() ? load_embedded_contract(registry) : load_contract(path, registry);
-}
-
 namespace {
 // Set by SIGINT/SIGTERM: the sweep stops after the case in flight and writes a partial report
 // marked interrupted. A second signal ends the process at once (the handler resets itself).
@@ -65,12 +61,12 @@ bool use_isolation(const SweepOptions& options, const Registry& registry, const 
 
 // One case: in the worker when isolated. In process, a sticky CUDA error leaves every later CUDA
 // case unrunnable: each is `error`, naming the case that poisoned the context.
-nlohmann::json run_sweep_case(const CaseSpec& spec, const Registry& registry, Runner& runner,
-                              IsolatedRunner* isolated, std::optional<std::string>& poisoned_by) {
+CaseResult run_sweep_case(const CaseSpec& spec, const Registry& registry, Runner& runner,
+                          IsolatedRunner* isolated, std::optional<std::string>& poisoned_by) {
   if (isolated) return isolated->run_case(spec);
   const Impl* impl = registry.find_impl(spec.op, spec.impl);
   if (poisoned_by && impl && impl->backend() == "cuda") {
-    return failed_case_json(registry, spec, "not run: " + *poisoned_by + " (--isolate keeps a fault to its own case)", 0.0);
+    return failed_case(registry, spec, "not run: " + *poisoned_by + " (--isolate keeps a fault to its own case)", 0.0);
   }
   CheckedCase checked = run_case_checked(runner, registry, spec);
   if (checked.context_fault) poisoned_by = "case " + spec.id() + " poisoned the CUDA context with " + *checked.context_fault;
@@ -121,7 +117,7 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
     isolated = std::make_unique<IsolatedRunner>(registry, settings);
   }
   std::optional<std::string> poisoned_by;
-  std::vector<nlohmann::json> results;
+  std::vector<CaseResult> results;
   results.reserve(cases.size());
   auto last_note = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -150,29 +146,19 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   std::vector<std::string> op_order;
   for (const OpDef* op : registry.ops()) op_order.push_back(op->name);
   meta.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  nlohmann::json report = build_report_from_json(meta, environment_meta(registry), results, op_order);
-  report["meta"]["isolation"] = isolation;
+  Summary summary = summarize(results, op_order);
   std::vector<std::string> deferred_controls;
   if (options.overrides.shard_count > 1) {
-    // A control group's cases are spread over the shards, so one shard's cases of a group may all
-    // pass while another's drift: whether the harness lost sight is judged on the merged report
-    // (bitcheck merge), not here.
-    nlohmann::json& summary = report["summary"];
-    for (const auto& failure : summary["harness_failures"]) deferred_controls.push_back(failure.get<std::string>());
-    summary["harness_failures"] = nlohmann::json::array();
-    int code = 0;
-    for (const auto& c : results) {
-      const std::string verdict = c.value("verdict", "");
-      if (verdict == "error") code = 3;
-      if (code == 0 && !c.value("control", false) && (verdict == "drift" || verdict == "nondeterministic" || verdict == "inaccurate")) code = 1;
-    }
-    summary["exit_code"] = code;
+    deferred_controls = summary.harness_failures;
+    summary = shard_summary(std::move(summary));
   }
+  nlohmann::json report = build_report(meta, environment_meta(registry), results, summary, registry);
+  report["meta"]["isolation"] = isolation;
   std::string path = (std::filesystem::path(options.out_dir) / options.report_name).string();
   write_file_atomically(path, report.dump(1) + "\n");
 
   finish_device_backends(registry);
-  std::cout << render_terminal_summary(report);
+  std::cout << render_terminal_summary(report, registry);
   for (const auto& note : deferred_controls) {
     std::cout << "shard " << options.overrides.shard_index << "/" << options.overrides.shard_count << ": " << note
               << " here; judged on the merged report\n";
@@ -186,7 +172,7 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
               << cases.size() << " cases; the report holds those and is marked interrupted\n";
     return exit_internal;
   }
-  return report["summary"]["exit_code"].get<int>();
+  return summary.exit_code;
 }
 
 }  // namespace bitcheck

@@ -308,7 +308,7 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     std::cerr << "bitcheck: shard logs kept in " << work_dir << "\n";
   }
 
-  std::cout << render_terminal_summary(merged);
+  std::cout << render_terminal_summary(merged, registry);
   std::cout << "report: " << path << " (" << merged["results"].size() << " of " << plan.cases.size()
             << " cases, " << count << " shards on devices " << join(options.devices) << ", "
             << static_cast<int>(meta["wall_seconds"].get<double>() + 0.5) << " s)\n";

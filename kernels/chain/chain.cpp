@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <stdexcept>
 
 #include "bitcheck/layout.h"
@@ -247,6 +248,8 @@ void register_chain_op(Registry& registry) {
     if (auto layout = in_order_layout(name, spec)) return layout;
     return attention_layout(name, spec);
   };
+  op.report_extension =
+      ReportExtension{"chain", chain::op_status, chain::failing_op_lines, chain::run_summary};
   registry.add_op(std::move(op));
 }
 
@@ -373,6 +376,36 @@ std::vector<std::string> failing_op_lines(const nlohmann::json& status) {
     lines.push_back(line);
   }
   return lines;
+}
+
+std::string run_summary(const nlohmann::json& results) {
+  std::ostringstream out;
+  std::int64_t localized = 0, swaps = 0;
+  std::vector<std::string> elsewhere;
+  for (const auto& result : results) {
+    if (!result.contains("chain") || result["chain"].is_null()) continue;
+    const auto& status = result["chain"];
+    if (status.contains("localized")) {
+      if (status["localized"].is_null()) continue;
+      ++swaps;
+      if (status["localized"].get<bool>()) {
+        ++localized;
+      } else {
+        elsewhere.push_back(result["id"].get<std::string>());
+      }
+      continue;
+    }
+    if (result["verdict"] == "pass") continue;
+    out << "chain " << result["id"].get<std::string>() << " "
+        << result["verdict"].get<std::string>() << "\n";
+    for (const auto& line : failing_op_lines(status)) out << "  " << line << "\n";
+  }
+  if (swaps > 0) {
+    out << "chain controls: " << localized << "/" << swaps
+        << " drifting swaps first fail at the swapped op\n";
+    for (const auto& id : elsewhere) out << "  NOT LOCALIZED: " << id << "\n";
+  }
+  return out.str();
 }
 
 }  // namespace chain

@@ -66,6 +66,11 @@ nlohmann::json op_status(const nlohmann::json& case_json);
 // failing op l0.qkv (matmul, layer 0) ...".
 std::vector<std::string> failing_op_lines(const nlohmann::json& status);
 
+// The terminal summary over a report's results: the first failing op of each failing invariant
+// chain, and whether every control swapped into the chain drifted first at the op it was swapped
+// into.
+std::string run_summary(const nlohmann::json& results);
+
 // The layer of a call or chain tensor name ("bwd.l1.down.dw" -> 1), -1 outside the layers.
 std::int64_t layer_of(const std::string& name);
 // The op a chain impl swaps ("cpu-fixed-order+matmul=cpu-split-k-by-rows" -> "matmul"), or empty.

@@ -61,6 +61,8 @@ Contract parse_contract(const nlohmann::json& document, const std::string& file,
 Contract load_contract(const std::string& path, const Registry& registry);
 // The copy of contract/contract.json compiled into the binary (used when no --contract is given).
 Contract load_embedded_contract(const Registry& registry);
+// load_contract(path), or the embedded contract when `path` is empty.
+Contract load_contract_or_embedded(const std::string& path, const Registry& registry);
 const char* embedded_contract_json();
 
 }  // namespace bitcheck

@@ -29,14 +29,14 @@ struct WorkerSettings {
 // left the CUDA context poisoned (a sticky error): no later CUDA call in this process can be
 // trusted.
 struct CheckedCase {
-  nlohmann::json result;
+  CaseResult result;
   std::optional<std::string> context_fault;
 };
 CheckedCase run_case_checked(Runner& runner, const Registry& registry, const CaseSpec& spec);
 
-// The report entry of a case that could not produce a result of its own (`error`, with the reason).
-nlohmann::json failed_case_json(const Registry& registry, const CaseSpec& spec,
-                                const std::string& reason, double seconds);
+// A case that could not produce a result of its own: `error`, with the reason.
+CaseResult failed_case(const Registry& registry, const CaseSpec& spec, const std::string& reason,
+                       double seconds);
 
 // The parent's side: one worker for many cases, restarted only after a fault.
 class IsolatedRunner {
@@ -46,8 +46,9 @@ class IsolatedRunner {
   IsolatedRunner(const IsolatedRunner&) = delete;
   IsolatedRunner& operator=(const IsolatedRunner&) = delete;
 
-  // The case's result as the report records it. Throws only when a worker cannot be started.
-  nlohmann::json run_case(const CaseSpec& spec);
+  // The case's result, read back from the worker's line. Throws only when a worker cannot be
+  // started.
+  CaseResult run_case(const CaseSpec& spec);
   int workers_started() const { return workers_started_; }
   int faults() const { return faults_; }
 

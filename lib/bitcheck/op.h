@@ -184,6 +184,18 @@ struct ReferenceRequest {
   std::map<std::string, std::vector<std::int64_t>> columns;
 };
 
+// Ops whose cases say more than the three checks do (the chain: each call's status in execution
+// order) extend the report through this; the pipeline never names an op.
+struct ReportExtension {
+  std::string key;  // the field of a case's report entry that holds the details
+  // The details of a case that ran (not skipped), from its report entry.
+  std::function<nlohmann::json(const nlohmann::json& case_entry)> details;
+  // A case's lines for the terminal (repro), from its details.
+  std::function<std::vector<std::string>(const nlohmann::json& details)> case_lines;
+  // The terminal summary's text over a report's results ("" when nothing applies).
+  std::function<std::string(const nlohmann::json& results)> run_summary;
+};
+
 struct OpDef {
   std::string name;
   std::string summary;
@@ -229,6 +241,8 @@ struct OpDef {
   // The contract row of an output: {tolerance key, tensor} (the chain: "l0.qkv.y" ->
   // {"matmul", "y"}). Unset: {tolerance_key, the output's name}.
   std::function<std::pair<std::string, std::string>(const std::string& output)> threshold_of;
+  // Unset for ops whose report entry is the three checks alone.
+  std::optional<ReportExtension> report_extension;
 };
 
 class Registry {

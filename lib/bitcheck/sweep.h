@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bitcheck/backend.h"
+#include "bitcheck/contract.h"
 #include "bitcheck/spec.h"
 
 namespace bitcheck {
@@ -54,7 +55,5 @@ int run_sweep(const SweepOptions& options, const Registry& registry);
 // a shard report to a temporary directory; SIGINT/SIGTERM are forwarded to the children and the
 // merged partial report is marked interrupted. Same exit codes as run_sweep.
 int run_sweep_on_devices(const SweepOptions& options, const Registry& registry);
-
-Contract load_contract_or_embedded(const std::string& path, const Registry& registry);
 
 }  // namespace bitcheck
