@@ -16,6 +16,7 @@
 #include "bitcheck/matrix_render.h"
 #include "bitcheck/report.h"
 #include "bitcheck/report_diff.h"
+#include "bitcheck/report_page.h"
 #include "bitcheck/repro.h"
 #include "bitcheck/layout.h"
 #include "bitcheck/minimize.h"
@@ -129,6 +130,11 @@ int run(int argc, char** argv) {
   matrix_cmd->add_option("report", matrix_report, "Report JSON")->required()->check(CLI::ExistingFile);
   matrix_cmd->add_option("--format", matrix_format, "md, html or junit")->check(CLI::IsMember({"md", "html", "junit"}));
   matrix_cmd->add_option("--out", matrix_output, "Output file (default: standard output)");
+  std::vector<std::string> matrix_previous;
+  std::string matrix_bench;
+  matrix_cmd->add_option("--previous", matrix_previous, "html: earlier reports, the last night's first (what changed, history)")
+      ->check(CLI::ExistingFile);
+  matrix_cmd->add_option("--bench", matrix_bench, "html: a bench.json to plot the cost of invariance from")->check(CLI::ExistingFile);
 
   ReproOptions repro;
   repro.binary = argv[0];
@@ -292,7 +298,9 @@ int run(int argc, char** argv) {
       nlohmann::json report = load_json_file(matrix_report);
       JsonCursor root(report, matrix_report);
       for (const char* field : {"results", "summary", "status_matrix", "meta"}) root.at(field);
-      std::string text = matrix_format == "html"    ? render_matrix_html(report)
+      ReportPageOptions page;
+      if (matrix_format == "html") page = load_report_page_options(matrix_report, matrix_output, matrix_previous, matrix_bench);
+      std::string text = matrix_format == "html"    ? render_report_page(report, page)
                          : matrix_format == "junit" ? render_junit(report)
                                                     : render_matrix_markdown(report);
       if (matrix_output.empty()) {
