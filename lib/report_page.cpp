@@ -205,7 +205,7 @@ td.cell.dim{opacity:.35}
 #filter{font-size:1em;padding:4px 8px;width:32em;max-width:100%}
 .change-group{margin:.5em 0}.change-group summary{cursor:pointer}
 .changes li.regression{color:#b71c1c;font-weight:600}.changes li.fixed{color:#1b5e20}
-.note{color:#555}.bad{background:var(--drift)}.good{background:var(--pass)}
+.observed-drift{background:#fff3cd}.observed-held{background:#e8f5e9}.note{color:#555}.bad{background:var(--drift)}.good{background:var(--pass)}
 #cases table{width:100%}tr.case-row{cursor:pointer}tr.case-row:focus{outline:2px solid #1565c0}
 tr.detail>td{background:#fafafa}.finding td,.finding th{font-size:12.5px}
 .repro{display:flex;gap:.5em;align-items:center;margin:.4em 0}.repro code{background:#f1f1f1;padding:2px 6px;word-break:break-all}
@@ -446,41 +446,64 @@ std::string library_default_rows(const nlohmann::json& report) {
     for (const auto& [verdict, n] : g.other) did += "; " + std::to_string(n) + " " + verdict;
     out << "<tr><td>" << escape_html(g.op) << "</td><td>" << escape_html(g.impl) << "</td><td>"
         << escape_html(g.dtype) << "</td><td>" << escape_html(g.pass) << "</td><td class=\""
-        << (g.drifted ? "st-drift" : "st-pass") << "\">" << escape_html(did) << "</td><td>"
+        << (g.drifted ? "observed-drift" : "observed-held") << "\">" << escape_html(did)
+        << "</td><td>"
         << filter_button("op:" + g.op + " impl:" + g.impl + " dtype:" + g.dtype + " pass:" + g.pass)
         << "</td></tr>\n";
   }
   return out.str();
 }
 
+// One row per control (op, impl), one column per dtype and pass: drifted / cases, and whether the
+// group drifted at all.
 std::string controls_section(const nlohmann::json& report) {
+  const auto& matrix = report["status_matrix"];
+  std::vector<std::string> order;
+  std::map<std::string, std::map<std::string, const nlohmann::json*>>
+      rows;  // op|impl -> dtype pass
+  const nlohmann::json controls = report["summary"].value("controls", nlohmann::json::array());
+  for (const auto& g : controls) {
+    if (is_library_default(str(g, "impl"))) continue;
+    const std::string key = str(g, "op") + "|" + str(g, "impl");
+    if (!rows.count(key)) order.push_back(key);
+    rows[key][str(g, "dtype") + " " + str(g, "pass")] = &g;
+  }
   std::ostringstream out;
   out << "<section id=\"controls\">\n<h2>Controls and library defaults</h2>\n<h3>Controls (must "
-         "drift)</h3>\n"
-         "<p class=\"note\">Each control is built to drift; one that does not means the harness "
-         "lost its sight, "
-         "a failure of the run.</p>\n<table "
-         "id=\"controls-table\"><thead><tr><th>op</th><th>impl</th><th>dtype</th>"
-         "<th>pass</th><th>drifted / cases</th><th>status</th><th></th></tr></thead><tbody>\n";
-  for (const auto& g : report["summary"].value("controls", nlohmann::json::array())) {
-    if (is_library_default(str(g, "impl"))) continue;
-    const bool lost = g.value("lost_sight", false);
-    out << "<tr><td>" << escape_html(str(g, "op")) << "</td><td>" << escape_html(str(g, "impl"))
-        << "</td><td>" << escape_html(str(g, "dtype")) << "</td><td>" << escape_html(str(g, "pass"))
-        << "</td><td>" << escape_html(str(g, "drifted")) << " / " << escape_html(str(g, "cases"))
-        << "</td><td class=\""
-        << (lost ? "st-drift\">LOST SIGHT: did not drift" : "st-pass\">drifts") << "</td><td>"
-        << filter_button("op:" + str(g, "op") + " impl:" + str(g, "impl") +
-                         " dtype:" + str(g, "dtype") + " pass:" + str(g, "pass"))
-        << "</td></tr>\n";
+         "drift)</h3>\n<p class=\"note\">Each control is built to drift; a group that does not "
+         "means "
+         "the harness lost its sight, a failure of the run. Cells: drifted / cases.</p>\n<table "
+         "id=\"controls-table\"><thead><tr><th>op</th><th>impl</th>";
+  for (const auto& dtype : matrix["dtypes"]) {
+    for (const char* pass : passes) {
+      out << "<th>" << escape_html(dtype.get<std::string>()) << " " << pass << "</th>";
+    }
+  }
+  out << "<th></th></tr></thead><tbody>\n";
+  for (const auto& key : order) {
+    const auto bar = key.find('|');
+    const std::string op = key.substr(0, bar), impl = key.substr(bar + 1);
+    out << "<tr><td>" << escape_html(op) << "</td><td>" << escape_html(impl) << "</td>";
+    for (const auto& dtype : matrix["dtypes"]) {
+      for (const char* pass : passes) {
+        auto found = rows[key].find(dtype.get<std::string>() + " " + pass);
+        if (found == rows[key].end()) {
+          out << "<td>-</td>";
+          continue;
+        }
+        const nlohmann::json& g = *found->second;
+        const bool lost = g.value("lost_sight", false);
+        out << "<td class=\"" << (lost ? "st-drift\">LOST SIGHT " : "st-pass\">drifts ")
+            << escape_html(str(g, "drifted")) << " / " << escape_html(str(g, "cases")) << "</td>";
+      }
+    }
+    out << "<td>" << filter_button("op:" + op + " impl:" + impl) << "</td></tr>\n";
   }
   out << "</tbody></table>\n<h3>Library defaults (observations)</h3>\n<p class=\"note\">Whether "
-         "the library's own "
-         "path drifts depends on the GPU, the shape and the library version: what it did here, "
-         "never a "
-         "failure.</p>\n<table "
-         "id=\"observations-table\"><thead><tr><th>op</th><th>impl</th><th>dtype</th>"
-         "<th>pass</th><th>what it did</th><th></th></tr></thead><tbody>\n"
+         "the library's own path drifts depends on the GPU, the shape and the library version: "
+         "what it did here, never a failure.</p>\n<table id=\"observations-table\"><thead><tr>"
+         "<th>op</th><th>impl</th><th>dtype</th><th>pass</th><th>what it did</th><th></th></tr>"
+         "</thead><tbody>\n"
       << library_default_rows(report) << "</tbody></table>\n</section>\n";
   return out.str();
 }
@@ -490,7 +513,10 @@ const char* const plot_colors[] = {"#1565c0", "#c62828", "#2e7d32",
 
 // One SVG per op, dtype, pass and shape: each impl's cost against M on a log axis, the 1.0 line.
 std::string cost_plot(const std::string& title, const std::vector<const nlohmann::json*>& series) {
-  const double width = 520, height = 240, left = 48, right = 16, top = 26, bottom = 34;
+  // The legend sits between the title and the plot area, one line per impl.
+  const double legend = 14 * double(series.size());
+  const double width = 520, height = 220 + legend, left = 48, right = 16, top = 26 + legend,
+               bottom = 34;
   double min_m = 1e300, max_m = 0, min_cost = 0.9, max_cost = 1.1;
   std::set<std::int64_t> all_m;
   for (const auto* s : series) {
@@ -559,9 +585,9 @@ std::string cost_plot(const std::string& title, const std::vector<const nlohmann
           << " at M = " << m << ": " << printf_number("%.3f", cost) << "x the time of "
           << escape_html(versus) << "</title></circle>";
     }
-    out << "<rect x=\"" << left + 8 << "\" y=\"" << top + 4 + 14 * double(index)
-        << "\" width=\"10\" height=\"10\" fill=\"" << color << "\"/><text x=\"" << left + 22
-        << "\" y=\"" << top + 13 + 14 * double(index) << "\">" << escape_html(impl) << " vs "
+    out << "<rect x=\"" << left << "\" y=\"" << 20 + 14 * double(index)
+        << "\" width=\"10\" height=\"10\" fill=\"" << color << "\"/><text x=\"" << left + 14
+        << "\" y=\"" << 29 + 14 * double(index) << "\">" << escape_html(impl) << " vs "
         << escape_html(versus) << "</text>";
     ++index;
   }
