@@ -126,7 +126,6 @@ TEST_CASE("page: report strings are escaped in the markup and in the embedded JS
   CHECK(count(page, "<script") == 2);
   CHECK(count(page, "</script>") == 2);
   CHECK(page.find("<img") == std::string::npos);
-  CHECK(page.find("onerror=alert") == std::string::npos);
   CHECK(page.find("&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;") != std::string::npos);
   CHECK_FALSE(fetches_outside(page));
 
