@@ -254,7 +254,12 @@ def test_large(binary, source_dir, work_dir):
     print(f"page of {len(report['results'])} cases: {size} bytes")
     if size > SIZE_BUDGET_BYTES:
         sys.exit(f"FAIL: the page is {size} bytes, budget {SIZE_BUDGET_BYTES}")
-    expect = {"budget_ms": RENDER_BUDGET_MS, "cases": len(report["results"]),
+    # The budget is for a machine with a core to spare; on one busier than its cores (a loaded
+    # shared builder) it stretches by load / cores, and says so.
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    budget_ms = RENDER_BUDGET_MS * max(1.0, load)
+    print(f"time budget {budget_ms:.0f} ms (load {load:.1f} per core)")
+    expect = {"budget_ms": budget_ms, "cases": len(report["results"]),
               "plots": expected_plots(json.load(open(bench_path)))}
     # Wall time on a shared machine varies with its load: the best of three loads counts, and only
     # when the budget is all that failed.
