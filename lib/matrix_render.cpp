@@ -1,4 +1,4 @@
-// Status matrix renderers: markdown, HTML, JUnit XML.
+// Status matrix renderers: markdown and JUnit XML (the HTML page is report_page.cpp).
 #include "bitcheck/matrix_render.h"
 
 #include <cstdio>
@@ -136,37 +136,6 @@ std::string render_matrix_markdown(const nlohmann::json& report) {
     failures << "\n";
   }
   if (!failures.str().empty()) out << "\n## Failing cases of invariant impls\n\n" << failures.str();
-  return out.str();
-}
-
-std::string render_matrix_html(const nlohmann::json& report) {
-  const auto& matrix = report["status_matrix"];
-  static const std::map<std::string, std::string> colors = {
-      {"pass", "#c8e6c9"}, {"drift", "#ffcdd2"}, {"nondeterministic", "#f8bbd0"},
-      {"inaccurate", "#ffe0b2"}, {"error", "#e1bee7"}, {"skipped", "#eeeeee"}};
-  std::ostringstream out;
-  out << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bitcheck status matrix</title>\n"
-      << "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-      << "td,th{border:1px solid #999;padding:4px 8px;text-align:left}pre{white-space:pre-wrap}</style>"
-      << "</head><body>\n<h1>bitcheck status matrix</h1>\n<p>" << escape_xml(report["meta"].value("command_line", ""))
-      << "</p>\n<table id=\"matrix\"><tr><th>op</th>";
-  for (const auto& dtype : matrix["dtypes"]) {
-    for (const char* pass : passes) out << "<th>" << escape_xml(dtype.get<std::string>()) << " " << pass << "</th>";
-  }
-  out << "</tr>\n";
-  for (const auto& op : matrix["ops"]) {
-    out << "<tr><th>" << escape_xml(op.get<std::string>()) << "</th>";
-    for (const auto& dtype : matrix["dtypes"]) {
-      for (const char* pass : passes) {
-        const nlohmann::json* cell = cell_of(matrix, op, dtype, pass);
-        std::string status = cell ? (*cell)["status"].get<std::string>() : "skipped";
-        out << "<td class=\"" << status << "\" style=\"background:" << colors.at(status) << "\">"
-            << escape_xml(cell_text(cell)) << "</td>";
-      }
-    }
-    out << "</tr>\n";
-  }
-  out << "</table>\n<h2>Summary</h2>\n<pre>" << escape_xml(report["summary"].dump(2)) << "</pre>\n</body></html>\n";
   return out.str();
 }
 

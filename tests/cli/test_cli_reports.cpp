@@ -49,7 +49,7 @@ TEST_CASE("merging a shard twice is refused", "[cli][shard]") {
   CHECK_FALSE(std::filesystem::exists(dir / "m.json"));
 }
 
-TEST_CASE("matrix renders markdown, HTML and JUnit from a report", "[cli][matrix]") {
+TEST_CASE("matrix renders markdown, the HTML page and JUnit from a report", "[cli][matrix]") {
   TempDir dir;
   REQUIRE(run_bitcheck(dir, "sweep --op matmul --backend cpu --batch 1,7 --dtype bf16 --no-progress --out " + quote(dir.path())).exit_code == 0);
   const std::string report = quote(dir / "report.json");
@@ -62,8 +62,25 @@ TEST_CASE("matrix renders markdown, HTML and JUnit from a report", "[cli][matrix
   REQUIRE(run_bitcheck(dir, "matrix " + report + " --format html --out " + quote(dir / "m.html")).exit_code == 0);
   std::string html = read_file(dir / "m.html");
   CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
-  CHECK(html.find("<td class=\"pass\"") != std::string::npos);
+  CHECK(html.find("<td class=\"cell st-pass\"") != std::string::npos);
   CHECK(html.find("</html>") != std::string::npos);
+  // The replay commands name the report as seen from the page's folder.
+  CHECK(html.find("\"report\":\"'report.json'\"") != std::string::npos);
+
+  // The page with what changed (against itself: nothing), history and the cost plots of a bench.
+  const std::string bench = quote(source_dir + "/reports/gpu/nightly/bench/bench.json");
+  REQUIRE(run_bitcheck(dir, "matrix " + report + " --format html --previous " + report + " --bench " + bench +
+                                " --out " + quote(dir / "page.html")).exit_code == 0);
+  html = read_file(dir / "page.html");
+  CHECK(html.find("Regressions (newly failing, or a control that lost its drift): 0") != std::string::npos);
+  CHECK(html.find("id=\"history-table\"") != std::string::npos);
+  CHECK(html.find("<circle class=\"pt\"") != std::string::npos);
+
+  // A bench file that is not one is bad input, named.
+  std::ofstream(dir / "bad-bench.json") << "{\"results\": [{\"op\": 1}]}";
+  Run bad = run_bitcheck(dir, "matrix " + report + " --format html --bench " + quote(dir / "bad-bench.json"));
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("bad-bench.json") != std::string::npos);
 
   Run junit = run_bitcheck(dir, "matrix " + report + " --format junit");
   REQUIRE(junit.exit_code == 0);
