@@ -52,7 +52,8 @@ bool write_line(int fd, const std::string& text) {
 // `timeout_seconds` (> 0) pass first (then *timed_out is set).
 std::optional<std::string> read_line(int fd, std::string& buffer, double timeout_seconds = 0,
                                      bool* timed_out = nullptr) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   for (;;) {
     auto newline = buffer.find('\n');
     if (newline != std::string::npos) {
@@ -61,9 +62,13 @@ std::optional<std::string> read_line(int fd, std::string& buffer, double timeout
       return line;
     }
     if (timeout_seconds > 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       pollfd waiting = {fd, POLLIN, 0};
-      const int ready = left.count() > 0 ? ::poll(&waiting, 1, static_cast<int>(std::min<long long>(left.count(), 1 << 30))) : 0;
+      const int ready =
+          left.count() > 0
+              ? ::poll(&waiting, 1, static_cast<int>(std::min<long long>(left.count(), 1 << 30)))
+              : 0;
       if (ready < 0 && errno == EINTR) continue;
       if (ready == 0) {
         if (timed_out) *timed_out = true;
@@ -273,18 +278,19 @@ CaseResult IsolatedRunner::run_case(const CaseSpec& spec) {
     reap();
     std::ostringstream limit;
     limit << settings_.case_timeout_seconds;
-    return failed_case(registry_, spec,
-                            "did not finish within the per-case limit of " + limit.str() +
-                                " s (--case-timeout): its worker process was killed and the sweep went on with the "
-                                "next case in a fresh worker",
-                            seconds());
+    return failed_case(
+        registry_, spec,
+        "did not finish within the per-case limit of " + limit.str() +
+            " s (--case-timeout): its worker process was killed and the sweep went on with the "
+            "next case in a fresh worker",
+        seconds());
   }
   if (!line) {
     ++faults_;
     return failed_case(registry_, spec,
-                            "the worker process running this case " + reap() +
-                                "; the sweep went on with the next case in a fresh worker",
-                            seconds());
+                       "the worker process running this case " + reap() +
+                           "; the sweep went on with the next case in a fresh worker",
+                       seconds());
   }
   nlohmann::json reply = nlohmann::json::parse(*line, nullptr, false);
   if (!reply.is_object() || !reply.contains("result") || !reply["result"].is_object()) {
@@ -307,10 +313,10 @@ CaseResult IsolatedRunner::run_case(const CaseSpec& spec) {
     ++faults_;
     if (pid_ >= 0) ::kill(pid_, SIGKILL);
     reap();
-    return failed_case(registry_, spec,
-                       std::string("the worker process sent an unreadable result for this case: ") +
-                           error.what(),
-                       seconds());
+    return failed_case(
+        registry_, spec,
+        std::string("the worker process sent an unreadable result for this case: ") + error.what(),
+        seconds());
   }
 }
 

@@ -9,7 +9,9 @@
 
 namespace bitcheck {
 
-std::string to_string(Pass pass) { return pass == Pass::forward ? "forward" : "backward"; }
+std::string to_string(Pass pass) {
+  return pass == Pass::forward ? "forward" : "backward";
+}
 
 std::optional<Pass> parse_pass(const std::string& name) {
   if (name == "forward") return Pass::forward;
@@ -19,10 +21,14 @@ std::optional<Pass> parse_pass(const std::string& name) {
 
 std::string to_string(TensorRole role) {
   switch (role) {
-    case TensorRole::row_input: return "row_input";
-    case TensorRole::parameter: return "parameter";
-    case TensorRole::row_output: return "row_output";
-    case TensorRole::reduction_output: return "reduction_output";
+    case TensorRole::row_input:
+      return "row_input";
+    case TensorRole::parameter:
+      return "parameter";
+    case TensorRole::row_output:
+      return "row_output";
+    case TensorRole::reduction_output:
+      return "reduction_output";
   }
   return "unknown";
 }
@@ -37,15 +43,17 @@ std::string dims_string(const Dims& dims) {
 }
 
 std::string CaseSpec::id() const {
-  std::string text = op + "/" + impl + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) +
-                     "/M=" + std::to_string(rows) + "/seed=" + std::to_string(seed);
+  std::string text = op + "/" + impl + "/" + dtype_name + "/" + to_string(pass) + "/" +
+                     dims_string(dims) + "/M=" + std::to_string(rows) +
+                     "/seed=" + std::to_string(seed);
   if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
   return text;
 }
 
 std::string CaseSpec::input_group() const {
-  std::string text = op + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) + "/M=" + std::to_string(rows) +
-                     "/seed=" + std::to_string(seed) + "/alone=" + std::to_string(alone_rows);
+  std::string text = op + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) +
+                     "/M=" + std::to_string(rows) + "/seed=" + std::to_string(seed) +
+                     "/alone=" + std::to_string(alone_rows);
   if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
   return text;
 }

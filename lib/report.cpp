@@ -26,7 +26,8 @@ std::vector<std::string> op_order_of(const Registry& registry) {
 }  // namespace
 
 nlohmann::json matrix_to_json(const StatusMatrix& matrix) {
-  nlohmann::json j = {{"ops", matrix.ops}, {"dtypes", matrix.dtypes}, {"passes", {"forward", "backward"}}};
+  nlohmann::json j = {
+      {"ops", matrix.ops}, {"dtypes", matrix.dtypes}, {"passes", {"forward", "backward"}}};
   j["cells"] = nlohmann::json::object();
   for (const auto& [op, by_dtype] : matrix.cells) {
     for (const auto& [dtype, by_pass] : by_dtype) {
@@ -46,7 +47,8 @@ void refresh_report_summary(nlohmann::json& report, const std::vector<std::strin
   report["status_matrix"] = matrix_to_json(build_matrix(outcomes, op_order));
 }
 
-nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports, const std::vector<std::string>& sources,
+nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports,
+                             const std::vector<std::string>& sources,
                              const std::vector<std::string>& op_order) {
   if (reports.empty()) throw std::invalid_argument("merge needs at least one report");
   nlohmann::json merged = reports.front();
@@ -58,22 +60,26 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports, const s
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& report = reports[i];
     if (report.value("schema_version", 0) != report_schema_version) {
-      throw std::invalid_argument(sources[i] + ": report schema_version " + std::to_string(report.value("schema_version", 0)) +
+      throw std::invalid_argument(sources[i] + ": report schema_version " +
+                                  std::to_string(report.value("schema_version", 0)) +
                                   ", expected " + std::to_string(report_schema_version));
     }
     for (const auto& c : report.at("results")) {
       std::string id = c.at("id").get<std::string>();
-      if (!ids.insert(id).second) throw std::invalid_argument(sources[i] + ": case " + id + " is in two shards");
+      if (!ids.insert(id).second)
+        throw std::invalid_argument(sources[i] + ": case " + id + " is in two shards");
       merged["results"].push_back(c);
     }
-    merged["meta"]["shards"].push_back({{"source", sources[i]},
-                                        {"command_line", report["meta"].value("command_line", "")},
-                                        {"host", report["meta"].value("host", "")},
-                                        {"wall_seconds", report["meta"].value("wall_seconds", 0.0)}});
+    merged["meta"]["shards"].push_back(
+        {{"source", sources[i]},
+         {"command_line", report["meta"].value("command_line", "")},
+         {"host", report["meta"].value("host", "")},
+         {"wall_seconds", report["meta"].value("wall_seconds", 0.0)}});
     wall = std::max(wall, report["meta"].value("wall_seconds", 0.0));
     if (i > 0 && report["meta"].contains("time_split")) {  // shard 0's split is the starting value
       for (const auto& [part, seconds] : report["meta"]["time_split"].items()) {
-        merged["meta"]["time_split"][part] = merged["meta"]["time_split"].value(part, 0.0) + seconds.get<double>();
+        merged["meta"]["time_split"][part] =
+            merged["meta"]["time_split"].value(part, 0.0) + seconds.get<double>();
       }
     }
     interrupted = interrupted || report["meta"].value("interrupted", false);
@@ -83,20 +89,30 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports, const s
   // Shards of one sweep: restore the spec's case order so merged equals unsharded.
   auto order_key = [](const nlohmann::json& c) { return c.value("case_index", std::int64_t(0)); };
   std::stable_sort(merged["results"].begin(), merged["results"].end(),
-                   [&](const nlohmann::json& a, const nlohmann::json& b) { return order_key(a) < order_key(b); });
+                   [&](const nlohmann::json& a, const nlohmann::json& b) {
+                     return order_key(a) < order_key(b);
+                   });
   refresh_report_summary(merged, op_order);
   return merged;
 }
 
 nlohmann::json summary_to_json(const Summary& summary) {
-  nlohmann::json j = {{"cases", summary.cases}, {"verdicts", summary.verdicts}, {"exit_code", summary.exit_code}};
-  j["first_failing_op"] = summary.first_failing_op ? nlohmann::json(*summary.first_failing_op) : nlohmann::json();
-  j["first_failing_case"] = summary.first_failing_case ? nlohmann::json(*summary.first_failing_case) : nlohmann::json();
+  nlohmann::json j = {
+      {"cases", summary.cases}, {"verdicts", summary.verdicts}, {"exit_code", summary.exit_code}};
+  j["first_failing_op"] =
+      summary.first_failing_op ? nlohmann::json(*summary.first_failing_op) : nlohmann::json();
+  j["first_failing_case"] =
+      summary.first_failing_case ? nlohmann::json(*summary.first_failing_case) : nlohmann::json();
   j["harness_failures"] = summary.harness_failures;
   j["controls"] = nlohmann::json::array();
   for (const auto& g : summary.controls) {
-    j["controls"].push_back({{"op", g.op}, {"impl", g.impl}, {"dtype", g.dtype}, {"pass", g.pass},
-                             {"cases", g.cases}, {"drifted", g.drifted}, {"lost_sight", g.lost_sight()}});
+    j["controls"].push_back({{"op", g.op},
+                             {"impl", g.impl},
+                             {"dtype", g.dtype},
+                             {"pass", g.pass},
+                             {"cases", g.cases},
+                             {"drifted", g.drifted},
+                             {"lost_sight", g.lost_sight()}});
   }
   return j;
 }
@@ -167,7 +183,8 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   std::filesystem::rename(temporary, target, error);
   if (error) {
     std::filesystem::remove(temporary);
-    throw std::runtime_error("cannot rename " + temporary.string() + " to " + path + ": " + error.message());
+    throw std::runtime_error("cannot rename " + temporary.string() + " to " + path + ": " +
+                             error.message());
   }
 }
 
@@ -175,21 +192,26 @@ std::string render_terminal_summary(const nlohmann::json& report, const Registry
   std::ostringstream out;
   const auto& matrix = report["status_matrix"];
   std::size_t name_width = 4;
-  for (const auto& op : matrix["ops"]) name_width = std::max(name_width, op.get<std::string>().size());
+  for (const auto& op : matrix["ops"])
+    name_width = std::max(name_width, op.get<std::string>().size());
   auto padded = [](const std::string& text, std::size_t width) {
     return text + std::string(width > text.size() ? width - text.size() : 1, ' ');
   };
   constexpr std::size_t cell_width = 26;
-  out << "status matrix (invariant impls; cases that ran, + skipped)\n  " << padded("op", name_width + 2)
-      << padded("pass", 10);
+  out << "status matrix (invariant impls; cases that ran, + skipped)\n  "
+      << padded("op", name_width + 2) << padded("pass", 10);
   for (const auto& dtype : matrix["dtypes"]) out << padded(dtype.get<std::string>(), cell_width);
   out << "\n";
   for (const auto& op : matrix["ops"]) {
     for (const char* pass : {"forward", "backward"}) {
-      std::string line = "  " + padded(std::string(pass) == "forward" ? op.get<std::string>() : "", name_width + 2) +
-                         padded(pass, 10);
+      std::string line =
+          "  " +
+          padded(std::string(pass) == "forward" ? op.get<std::string>() : "", name_width + 2) +
+          padded(pass, 10);
       for (const auto& dtype : matrix["dtypes"]) {
-        line += padded(matrix_cell_text(matrix, op.get<std::string>(), dtype.get<std::string>(), pass), cell_width);
+        line +=
+            padded(matrix_cell_text(matrix, op.get<std::string>(), dtype.get<std::string>(), pass),
+                   cell_width);
       }
       line.erase(line.find_last_not_of(' ') + 1);
       out << line << "\n";
@@ -201,18 +223,22 @@ std::string render_terminal_summary(const nlohmann::json& report, const Registry
     ++groups;
     if (!g["lost_sight"].get<bool>()) ++drifted;
   }
-  out << "controls: " << drifted << "/" << groups << " (control x dtype x pass) groups drifted as expected\n";
-  for (const auto& failure : summary["harness_failures"]) out << "HARNESS FAILURE: " << failure.get<std::string>() << "\n";
+  out << "controls: " << drifted << "/" << groups
+      << " (control x dtype x pass) groups drifted as expected\n";
+  for (const auto& failure : summary["harness_failures"])
+    out << "HARNESS FAILURE: " << failure.get<std::string>() << "\n";
   if (report["meta"].contains("time_split")) {
     const auto& split = report["meta"]["time_split"];
     char line[200];
-    std::snprintf(line, sizeof line, "time: impls %.1f s, references %.1f s, comparisons %.1f s, inputs %.1f s\n",
+    std::snprintf(line, sizeof line,
+                  "time: impls %.1f s, references %.1f s, comparisons %.1f s, inputs %.1f s\n",
                   split["impl_seconds"].get<double>(), split["reference_seconds"].get<double>(),
                   split["compare_seconds"].get<double>(), split["inputs_seconds"].get<double>());
     out << line;
   }
   out << "verdicts:";
-  for (const auto& [verdict, n] : summary["verdicts"].items()) out << " " << verdict << "=" << n.get<std::int64_t>();
+  for (const auto& [verdict, n] : summary["verdicts"].items())
+    out << " " << verdict << "=" << n.get<std::int64_t>();
   out << "\n";
   for (const OpDef* op : registry.ops()) {
     if (op->report_extension && op->report_extension->run_summary) {

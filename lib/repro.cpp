@@ -23,17 +23,26 @@ namespace {
 
 void dump(const std::string& dir, const CaseArtifacts& artifacts, const CaseResult& result) {
   std::filesystem::create_directories(dir);
-  nlohmann::json index = {{"case", result.spec.id()}, {"verdict", to_string(result.verdict)}, {"tensors", nlohmann::json::array()}};
-  auto add = [&](const std::string& file, const std::string& role, const std::string& layout, const Tensor& tensor) {
+  nlohmann::json index = {{"case", result.spec.id()},
+                          {"verdict", to_string(result.verdict)},
+                          {"tensors", nlohmann::json::array()}};
+  auto add = [&](const std::string& file, const std::string& role, const std::string& layout,
+                 const Tensor& tensor) {
     write_npy((std::filesystem::path(dir) / file).string(), tensor);
-    index["tensors"].push_back({{"file", file}, {"role", role}, {"layout", layout}, {"dtype", to_string(tensor.dtype())},
+    index["tensors"].push_back({{"file", file},
+                                {"role", role},
+                                {"layout", layout},
+                                {"dtype", to_string(tensor.dtype())},
                                 {"shape", tensor.shape()}});
   };
-  for (const auto& [name, tensor] : artifacts.inputs) add("input." + name + ".npy", "input (logical rows)", "", tensor);
+  for (const auto& [name, tensor] : artifacts.inputs)
+    add("input." + name + ".npy", "input (logical rows)", "", tensor);
   for (const auto& [layout, outputs] : artifacts.layout_outputs) {
-    for (const auto& [name, tensor] : outputs) add("output." + layout + "." + name + ".npy", "output (logical rows)", layout, tensor);
+    for (const auto& [name, tensor] : outputs)
+      add("output." + layout + "." + name + ".npy", "output (logical rows)", layout, tensor);
   }
-  for (const auto& [name, tensor] : artifacts.reference) add("reference." + name + ".npy", "fp32 reference", "", tensor);
+  for (const auto& [name, tensor] : artifacts.reference)
+    add("reference." + name + ".npy", "fp32 reference", "", tensor);
   index["reference_rows"] = artifacts.reference_rows;
   std::ofstream(std::filesystem::path(dir) / "index.json") << index.dump(2) << "\n";
 }
@@ -74,11 +83,15 @@ int run_repro(const ReproOptions& options, const Registry& registry) {
   for (const auto& c : root.at("results").items()) {
     if (c.at("id").as_string() == options.case_id) found = c;
   }
-  if (!found) throw BadInput(options.report_path, "$.results[*].id", "a case with id \"" + options.case_id + "\"");
+  if (!found)
+    throw BadInput(options.report_path, "$.results[*].id",
+                   "a case with id \"" + options.case_id + "\"");
   CaseSpec spec = case_spec_from_json(*found);
-  if (!registry.find_impl(spec.op, spec.impl)) found->at("impl").fail("an impl this bitcheck build has");
+  if (!registry.find_impl(spec.op, spec.impl))
+    found->at("impl").fail("an impl this bitcheck build has");
   const std::string recorded_verdict = found->at("verdict").as_string();
-  const std::string recorded_fingerprint = found->find("fingerprint") ? found->at("fingerprint").as_string() : "";
+  const std::string recorded_fingerprint =
+      found->find("fingerprint") ? found->at("fingerprint").as_string() : "";
 
   Contract contract = load_contract_or_embedded(options.contract_path, registry);
   Runner runner(registry, contract);
@@ -86,18 +99,22 @@ int run_repro(const ReproOptions& options, const Registry& registry) {
   CaseResult result = runner.run_case(spec, options.dump_dir.empty() ? nullptr : &artifacts);
 
   std::cout << "case: " << spec.id() << "\n";
-  std::cout << "replay: " << options.binary << " repro " << shell_quote(options.report_path) << " --case "
-            << shell_quote(spec.id()) << "\n";
-  std::cout << "verdict: " << to_string(result.verdict) << " (report: " << recorded_verdict << ")\n";
+  std::cout << "replay: " << options.binary << " repro " << shell_quote(options.report_path)
+            << " --case " << shell_quote(spec.id()) << "\n";
+  std::cout << "verdict: " << to_string(result.verdict) << " (report: " << recorded_verdict
+            << ")\n";
   for (const auto& drift : result.drift) std::cout << "  " << drift_to_json(drift).dump() << "\n";
   const OpDef* op = registry.find_op(spec.op);
-  if (op->report_extension && op->report_extension->case_lines && result.verdict != Verdict::skipped) {
+  if (op->report_extension && op->report_extension->case_lines &&
+      result.verdict != Verdict::skipped) {
     const nlohmann::json details = case_entry(result, registry)[op->report_extension->key];
-    for (const auto& line : op->report_extension->case_lines(details)) std::cout << op->name << " " << line << "\n";
+    for (const auto& line : op->report_extension->case_lines(details))
+      std::cout << op->name << " " << line << "\n";
   }
   if (!result.reason.empty()) std::cout << "  reason: " << result.reason << "\n";
   bool same_bits = recorded_fingerprint.empty() || recorded_fingerprint == result.fingerprint;
-  std::cout << "fingerprint: " << result.fingerprint << " (report: " << (recorded_fingerprint.empty() ? "none" : recorded_fingerprint)
+  std::cout << "fingerprint: " << result.fingerprint
+            << " (report: " << (recorded_fingerprint.empty() ? "none" : recorded_fingerprint)
             << ") -> " << (same_bits ? "same bits" : "DIFFERENT BITS") << "\n";
   if (!options.dump_dir.empty()) {
     dump(options.dump_dir, artifacts, result);

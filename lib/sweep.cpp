@@ -48,10 +48,12 @@ extern "C" void on_interrupt(int signal_number) {
   std::signal(signal_number, SIG_DFL);
 }
 
-bool use_isolation(const SweepOptions& options, const Registry& registry, const std::vector<CaseSpec>& cases) {
+bool use_isolation(const SweepOptions& options, const Registry& registry,
+                   const std::vector<CaseSpec>& cases) {
   if (options.isolation == SweepOptions::Isolation::off) return false;
   if (options.isolation == SweepOptions::Isolation::on) return true;
-  if (options.case_timeout_seconds > 0 && !options.worker_executable.empty()) return true;  // only a worker can be stopped
+  if (options.case_timeout_seconds > 0 && !options.worker_executable.empty())
+    return true;  // only a worker can be stopped
   if (options.worker_executable.empty() || !registry.backend_available("cuda")) return false;
   return std::any_of(cases.begin(), cases.end(), [&](const CaseSpec& c) {
     const Impl* impl = registry.find_impl(c.op, c.impl);
@@ -66,10 +68,13 @@ CaseResult run_sweep_case(const CaseSpec& spec, const Registry& registry, Runner
   if (isolated) return isolated->run_case(spec);
   const Impl* impl = registry.find_impl(spec.op, spec.impl);
   if (poisoned_by && impl && impl->backend() == "cuda") {
-    return failed_case(registry, spec, "not run: " + *poisoned_by + " (--isolate keeps a fault to its own case)", 0.0);
+    return failed_case(registry, spec,
+                       "not run: " + *poisoned_by + " (--isolate keeps a fault to its own case)",
+                       0.0);
   }
   CheckedCase checked = run_case_checked(runner, registry, spec);
-  if (checked.context_fault) poisoned_by = "case " + spec.id() + " poisoned the CUDA context with " + *checked.context_fault;
+  if (checked.context_fault)
+    poisoned_by = "case " + spec.id() + " poisoned the CUDA context with " + *checked.context_fault;
   return checked.result;
 }
 }  // namespace
@@ -77,14 +82,19 @@ CaseResult run_sweep_case(const CaseSpec& spec, const Registry& registry, Runner
 SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry) {
   SweepPlan plan;
   plan.contract = load_contract_or_embedded(options.contract_path, registry);
-  plan.spec = options.spec_path.empty() ? load_embedded_sweep_spec(registry, plan.contract)
-                                        : load_sweep_spec(options.spec_path, registry, plan.contract);
+  plan.spec = options.spec_path.empty()
+                  ? load_embedded_sweep_spec(registry, plan.contract)
+                  : load_sweep_spec(options.spec_path, registry, plan.contract);
   plan.spec = apply_overrides(plan.spec, options.overrides, registry, plan.contract);
   plan.cases = expand_cases(plan.spec, registry, options.overrides);
-  if (plan.cases.empty()) throw BadInput("command line", "--impl/--backend", "filters that leave at least one case");
+  if (plan.cases.empty())
+    throw BadInput("command line", "--impl/--backend", "filters that leave at least one case");
   if (plan.cases.size() > options.max_cases && !options.confirmed) {
-    throw BadInput(plan.spec.source, "$.ops", "at most " + std::to_string(options.max_cases) + " cases without --yes (this sweep expands to " +
-                                                 std::to_string(plan.cases.size()) + "; narrow it with --op/--dtype/--batch or pass --yes)");
+    throw BadInput(plan.spec.source, "$.ops",
+                   "at most " + std::to_string(options.max_cases) +
+                       " cases without --yes (this sweep expands to " +
+                       std::to_string(plan.cases.size()) +
+                       "; narrow it with --op/--dtype/--batch or pass --yes)");
   }
   return plan;
 }
@@ -126,12 +136,15 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
       break;
     }
     if (show_progress) {
-      std::cerr << "\r\033[K[" << (i + 1) << "/" << cases.size() << "] " << cases[i].id() << std::flush;
-    } else if (options.progress && std::chrono::steady_clock::now() - last_note > std::chrono::seconds(15)) {
+      std::cerr << "\r\033[K[" << (i + 1) << "/" << cases.size() << "] " << cases[i].id()
+                << std::flush;
+    } else if (options.progress &&
+               std::chrono::steady_clock::now() - last_note > std::chrono::seconds(15)) {
       // Not a terminal (a log): a plain line every 15 s, so a cut-off run shows how far it got.
       last_note = std::chrono::steady_clock::now();
       std::cerr << "[" << (i + 1) << "/" << cases.size() << "] "
-                << static_cast<int>(std::chrono::duration<double>(last_note - start).count()) << " s " << cases[i].id() << "\n";
+                << static_cast<int>(std::chrono::duration<double>(last_note - start).count())
+                << " s " << cases[i].id() << "\n";
     }
     results.push_back(run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by));
   }
@@ -145,14 +158,16 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
 
   std::vector<std::string> op_order;
   for (const OpDef* op : registry.ops()) op_order.push_back(op->name);
-  meta.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  meta.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Summary summary = summarize(results, op_order);
   std::vector<std::string> deferred_controls;
   if (options.overrides.shard_count > 1) {
     deferred_controls = summary.harness_failures;
     summary = shard_summary(std::move(summary));
   }
-  nlohmann::json report = build_report(meta, environment_meta(registry), results, summary, registry);
+  nlohmann::json report =
+      build_report(meta, environment_meta(registry), results, summary, registry);
   report["meta"]["isolation"] = isolation;
   std::string path = (std::filesystem::path(options.out_dir) / options.report_name).string();
   write_file_atomically(path, report.dump(1) + "\n");
@@ -160,16 +175,17 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   finish_device_backends(registry);
   std::cout << render_terminal_summary(report, registry);
   for (const auto& note : deferred_controls) {
-    std::cout << "shard " << options.overrides.shard_index << "/" << options.overrides.shard_count << ": " << note
-              << " here; judged on the merged report\n";
+    std::cout << "shard " << options.overrides.shard_index << "/" << options.overrides.shard_count
+              << ": " << note << " here; judged on the merged report\n";
   }
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   std::cout << "report: " << path << " (" << results.size() << " of " << cases.size() << " cases, "
             << static_cast<int>(meta.wall_seconds + 0.5) << " s)\n";
   if (meta.interrupted) {
-    std::cerr << "bitcheck: interrupted by signal " << interrupt_signal << " after " << results.size() << " of "
-              << cases.size() << " cases; the report holds those and is marked interrupted\n";
+    std::cerr << "bitcheck: interrupted by signal " << interrupt_signal << " after "
+              << results.size() << " of " << cases.size()
+              << " cases; the report holds those and is marked interrupted\n";
     return exit_internal;
   }
   return summary.exit_code;

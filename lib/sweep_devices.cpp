@@ -151,7 +151,8 @@ std::string latest_progress(const std::string& log_path) {
   log.seekg(0, std::ios::end);
   std::streamoff size = log.tellg();
   log.seekg(std::max<std::streamoff>(0, size - 4096));
-  std::string tail = "\n" + std::string((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  std::string tail =
+      "\n" + std::string((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   std::size_t line = tail.rfind("\n[", tail.size() > 1 ? tail.size() - 2 : 0);
   if (line == std::string::npos) return "";
   std::size_t close = tail.find(']', line);

@@ -1,14 +1,13 @@
 // `bitcheck algos`: search cuBLASLt configurations of one GEMM shape (bit-classes, fastest per M
 // bucket, pin table), or with --refine, refine a bucketed pin of the shape.
-#include "tuner/search.h"
-
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "bitcheck/sweep.h"
-#include "tuner/refine.h"
 #include "commands.h"
+#include "tuner/refine.h"
+#include "tuner/search.h"
 
 namespace bitcheck::cli {
 namespace {

@@ -43,7 +43,8 @@ void add_bench_command(CLI::App& app, Context& context) {
   command->add_option("--rounds", bench.rounds,
                       "Interleaved rounds per point (fastest median kept)");
   command->add_option("--out", bench.out_dir, "Directory for bench.json and bench.md");
-  command->add_option("--pins", flags->pin_file, "cuBLASLt pin directory, or one pin file (default: contract/pins)");
+  command->add_option("--pins", flags->pin_file,
+                      "cuBLASLt pin directory, or one pin file (default: contract/pins)");
   context.on(command, [flags](const Registry& registry) { return run(*flags, registry); });
 }
 

@@ -54,7 +54,9 @@ void add_matrix_command(CLI::App& app, Context& context) {
       ->add_option("--previous", flags->previous,
                    "html: earlier reports, the last night's first (what changed, history)")
       ->check(CLI::ExistingFile);
-  command->add_option("--bench", flags->bench, "html: a bench.json to plot the cost of invariance from")
+  command
+      ->add_option("--bench", flags->bench,
+                   "html: a bench.json to plot the cost of invariance from")
       ->check(CLI::ExistingFile);
   context.on(command, [flags](const Registry&) { return run(*flags); });
 }

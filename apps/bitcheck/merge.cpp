@@ -39,8 +39,8 @@ int run(const MergeFlags& flags, const Registry& registry) {
                    std::string("shards of one sweep (") + error.what() + ")");
   }
   write_file_atomically(flags.output, merged.dump(1) + "\n");
-  std::cout << render_terminal_summary(merged, registry) << "merged " << flags.inputs.size() << " reports ("
-            << merged["results"].size() << " cases) into " << flags.output << "\n";
+  std::cout << render_terminal_summary(merged, registry) << "merged " << flags.inputs.size()
+            << " reports (" << merged["results"].size() << " cases) into " << flags.output << "\n";
   return merged["summary"]["exit_code"].get<int>();
 }
 

@@ -2,15 +2,18 @@
 // updated residual stream, an output), y = h * rsqrt(mean(h^2) + 1e-6) * weight. Backward takes the
 // gradients of both outputs (dy, dh) and gives dx = dresidual = dh + rmsnorm_backward(dy) per row
 // and dweight over tokens (fp32 accumulator).
-#include "common/eigen_view.h"
 #include "add_rmsnorm/add_rmsnorm.h"
+
+#include "common/eigen_view.h"
 
 namespace bitcheck {
 
 void register_add_rmsnorm_op(Registry& registry) {
   OpDef op;
   op.name = "add_rmsnorm";
-  op.summary = "h = x + residual (rounded to the dtype), y = rmsnorm(h) * weight; backward dx = dresidual, dweight";
+  op.summary =
+      "h = x + residual (rounded to the dtype), y = rmsnorm(h) * weight; backward dx = dresidual, "
+      "dweight";
   op.dim_names = {"H"};
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t h = spec.dim("H");
@@ -68,7 +71,8 @@ void register_add_rmsnorm_op(Registry& registry) {
 
 void register_add_rmsnorm(Registry& registry, OpPart part) {
   register_op_part(registry, part,
-                   {register_add_rmsnorm_op, register_add_rmsnorm_cpu, BITCHECK_CUDA_PART(register_add_rmsnorm_cuda)});
+                   {register_add_rmsnorm_op, register_add_rmsnorm_cpu,
+                    BITCHECK_CUDA_PART(register_add_rmsnorm_cuda)});
 }
 
 }  // namespace bitcheck

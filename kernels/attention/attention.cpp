@@ -20,7 +20,8 @@ std::vector<std::int64_t> sequence_lengths(const CaseSpec& spec) {
   const std::uint64_t key = hash_name("attention/sequence_length");
   std::vector<std::int64_t> lengths;
   for (std::int64_t s = 0; s < spec.rows; ++s) {
-    lengths.push_back(1 + static_cast<std::int64_t>(counter_index(spec.seed, key, s, 0, static_cast<std::uint64_t>(longest))));
+    lengths.push_back(1 + static_cast<std::int64_t>(counter_index(
+                              spec.seed, key, s, 0, static_cast<std::uint64_t>(longest))));
   }
   return lengths;
 }
@@ -32,7 +33,9 @@ std::vector<std::int64_t> sequence_offsets(const CaseSpec& spec) {
   return offsets;
 }
 
-float softmax_scale(const CaseSpec& spec) { return 1.0f / std::sqrt(static_cast<float>(spec.dim("D"))); }
+float softmax_scale(const CaseSpec& spec) {
+  return 1.0f / std::sqrt(static_cast<float>(spec.dim("D")));
+}
 
 }  // namespace attention
 
@@ -49,8 +52,8 @@ std::vector<std::string> attention_layout_names() {
 }
 
 // Appends tokens [start, start + length) of `sequence` as one segment of `invocation`.
-void append_segment(Invocation& invocation, const std::vector<std::int64_t>& offsets, std::int64_t sequence,
-                    std::int64_t start, std::int64_t length) {
+void append_segment(Invocation& invocation, const std::vector<std::int64_t>& offsets,
+                    std::int64_t sequence, std::int64_t start, std::int64_t length) {
   Segment segment{sequence, invocation.slots(), length, start};
   for (std::int64_t p = start; p < start + length; ++p) {
     invocation.slot_rows.push_back(offsets[static_cast<std::size_t>(sequence)] + p);
@@ -67,15 +70,17 @@ std::vector<std::int64_t> shuffled_sequences(std::int64_t count, LayoutRandom& r
 
 // Chunked prefill: invocation j holds chunk j (tokens [j*chunk, (j+1)*chunk)) of every sequence
 // still that long, sequences in a fresh random order each time, each against its KV cache.
-Layout chunked(const std::string& name, std::int64_t chunk, const std::vector<std::int64_t>& lengths,
-               const std::vector<std::int64_t>& offsets, LayoutRandom& random) {
+Layout chunked(const std::string& name, std::int64_t chunk,
+               const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& offsets,
+               LayoutRandom& random) {
   Layout layout{name, {}, false};
   const std::int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   for (std::int64_t start = 0; start < longest; start += chunk) {
     Invocation invocation;
     for (std::int64_t s : shuffled_sequences(static_cast<std::int64_t>(lengths.size()), random)) {
       std::int64_t length = lengths[static_cast<std::size_t>(s)];
-      if (length > start) append_segment(invocation, offsets, s, start, std::min(chunk, length - start));
+      if (length > start)
+        append_segment(invocation, offsets, s, start, std::min(chunk, length - start));
     }
     layout.invocations.push_back(std::move(invocation));
   }
@@ -84,7 +89,8 @@ Layout chunked(const std::string& name, std::int64_t chunk, const std::vector<st
 
 // Decode: a packed prefill of a random prompt of each sequence, then one token of every unfinished
 // sequence per invocation, each position compared with the prefill row of that position.
-Layout decode(const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& offsets, LayoutRandom& random) {
+Layout decode(const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& offsets,
+              LayoutRandom& random) {
   Layout layout{"decode", {}, false};
   std::vector<std::int64_t> prompts;
   Invocation prefill;
@@ -97,7 +103,8 @@ Layout decode(const std::vector<std::int64_t>& lengths, const std::vector<std::i
   for (std::int64_t position = 1; position < longest; ++position) {
     Invocation step;
     for (std::size_t s = 0; s < lengths.size(); ++s) {
-      if (position >= prompts[s] && position < lengths[s]) append_segment(step, offsets, static_cast<std::int64_t>(s), position, 1);
+      if (position >= prompts[s] && position < lengths[s])
+        append_segment(step, offsets, static_cast<std::int64_t>(s), position, 1);
     }
     if (!step.segments.empty()) layout.invocations.push_back(std::move(step));
   }
@@ -108,7 +115,8 @@ std::optional<Layout> make_attention_layout(const std::string& name, const CaseS
   const std::vector<std::int64_t> lengths = attention::sequence_lengths(spec);
   const std::vector<std::int64_t> offsets = attention::sequence_offsets(spec);
   const auto count = static_cast<std::int64_t>(lengths.size());
-  LayoutRandom random(spec.seed ^ hash_name("attention/" + name) ^ static_cast<std::uint64_t>(spec.rows));
+  LayoutRandom random(spec.seed ^ hash_name("attention/" + name) ^
+                      static_cast<std::uint64_t>(spec.rows));
   if (name == seq_alone) {
     Layout layout{name, {}, true};
     for (std::int64_t s = 0; s < count; ++s) {
@@ -127,11 +135,13 @@ std::optional<Layout> make_attention_layout(const std::string& name, const CaseS
   }
   if (name == "padded") {
     // Every sequence in a block of (longest + a random margin) slots, NaN pad slots after it.
-    const std::int64_t block = *std::max_element(lengths.begin(), lengths.end()) + random.uniform_int(0, 3);
+    const std::int64_t block =
+        *std::max_element(lengths.begin(), lengths.end()) + random.uniform_int(0, 3);
     Invocation invocation;
     for (std::int64_t s : shuffled_sequences(count, random)) {
       append_segment(invocation, offsets, s, 0, lengths[static_cast<std::size_t>(s)]);
-      invocation.slot_rows.resize(static_cast<std::size_t>(invocation.segments.back().first_slot + block), -1);
+      invocation.slot_rows.resize(
+          static_cast<std::size_t>(invocation.segments.back().first_slot + block), -1);
     }
     return Layout{name, {std::move(invocation)}, false};
   }
@@ -139,14 +149,16 @@ std::optional<Layout> make_attention_layout(const std::string& name, const CaseS
   // sequences (dk, dv reduce over every later query), so they apply to the forward pass only.
   if (spec.pass != Pass::forward) return std::nullopt;
   for (std::int64_t chunk : chunk_sizes) {
-    if (name == "chunked_" + std::to_string(chunk)) return chunked(name, chunk, lengths, offsets, random);
+    if (name == "chunked_" + std::to_string(chunk))
+      return chunked(name, chunk, lengths, offsets, random);
   }
   if (name == "decode") return decode(lengths, offsets, random);
   return std::nullopt;
 }
 
 // Rows [first, last) of `tensor` restricted to columns of head `head` (width `dim`), as a matrix.
-MatrixF head_rows(const Tensor& tensor, std::int64_t first, std::int64_t last, std::int64_t head, std::int64_t dim) {
+MatrixF head_rows(const Tensor& tensor, std::int64_t first, std::int64_t last, std::int64_t head,
+                  std::int64_t dim) {
   const std::int64_t width = tensor.row_size();
   MatrixF m(last - first, dim);
   for (std::int64_t r = first; r < last; ++r) {
@@ -160,7 +172,8 @@ MatrixF head_rows(const Tensor& tensor, std::int64_t first, std::int64_t last, s
 MatrixF causal_scores(const MatrixF& q, const MatrixF& k, std::int64_t q_first, float scale) {
   MatrixF s = (q * k.transpose()) * scale;
   for (Eigen::Index i = 0; i < s.rows(); ++i) {
-    for (Eigen::Index j = q_first + i + 1; j < s.cols(); ++j) s(i, j) = -std::numeric_limits<float>::infinity();
+    for (Eigen::Index j = q_first + i + 1; j < s.cols(); ++j)
+      s(i, j) = -std::numeric_limits<float>::infinity();
   }
   return s;
 }
@@ -183,8 +196,10 @@ struct Shape {
   std::int64_t group() const { return heads / kv_heads; }
 };
 
-void reference_forward(const CaseSpec& spec, const Shape& shape, const std::map<std::string, Tensor>& inputs,
-                       const std::vector<std::int64_t>& rows, std::map<std::string, Tensor>& outputs) {
+void reference_forward(const CaseSpec& spec, const Shape& shape,
+                       const std::map<std::string, Tensor>& inputs,
+                       const std::vector<std::int64_t>& rows,
+                       std::map<std::string, Tensor>& outputs) {
   const std::vector<std::int64_t> offsets = attention::sequence_offsets(spec);
   const float scale = attention::softmax_scale(spec);
   const Tensor &q = inputs.at("q"), &k = inputs.at("k"), &v = inputs.at("v");
@@ -195,7 +210,8 @@ void reference_forward(const CaseSpec& spec, const Shape& shape, const std::map<
     const std::int64_t first = *(std::upper_bound(offsets.begin(), offsets.end(), row) - 1);
     for (std::int64_t h = 0; h < shape.heads; ++h) {
       const std::int64_t kv = h / shape.group();
-      MatrixF keys = head_rows(k, first, row + 1, kv, shape.dim), values = head_rows(v, first, row + 1, kv, shape.dim);
+      MatrixF keys = head_rows(k, first, row + 1, kv, shape.dim),
+              values = head_rows(v, first, row + 1, kv, shape.dim);
       MatrixF s = (head_rows(q, row, row + 1, h, shape.dim) * keys.transpose()) * scale;
       lse(static_cast<Eigen::Index>(i), h) = softmax_rows(s)(0);
       o.block(static_cast<Eigen::Index>(i), h * shape.dim, 1, shape.dim) = s * values;
@@ -207,13 +223,17 @@ void reference_forward(const CaseSpec& spec, const Shape& shape, const std::map<
 
 // Backward on the sequences holding requested rows: for each, queries from the earliest requested
 // position on (dk, dv of a key reduce over the queries at or after it), per head, as matrices.
-void reference_backward(const CaseSpec& spec, const Shape& shape, const std::map<std::string, Tensor>& inputs,
-                        const std::vector<std::int64_t>& rows, std::map<std::string, Tensor>& outputs) {
+void reference_backward(const CaseSpec& spec, const Shape& shape,
+                        const std::map<std::string, Tensor>& inputs,
+                        const std::vector<std::int64_t>& rows,
+                        std::map<std::string, Tensor>& outputs) {
   const std::vector<std::int64_t> offsets = attention::sequence_offsets(spec);
   const float scale = attention::softmax_scale(spec);
-  const Tensor &q = inputs.at("q"), &k = inputs.at("k"), &v = inputs.at("v"), &dout = inputs.at("do");
+  const Tensor &q = inputs.at("q"), &k = inputs.at("k"), &v = inputs.at("v"),
+               &dout = inputs.at("do");
   const auto count = static_cast<Eigen::Index>(rows.size());
-  MatrixF dq(count, shape.heads * shape.dim), dk(count, shape.kv_heads * shape.dim), dv(count, shape.kv_heads * shape.dim);
+  MatrixF dq(count, shape.heads * shape.dim), dk(count, shape.kv_heads * shape.dim),
+      dv(count, shape.kv_heads * shape.dim);
   dk.setZero();
   dv.setZero();
   for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
@@ -227,15 +247,18 @@ void reference_backward(const CaseSpec& spec, const Shape& shape, const std::map
     for (std::size_t i : mine) q_first = std::min(q_first, rows[i]);
     for (std::int64_t h = 0; h < shape.heads; ++h) {
       const std::int64_t kv = h / shape.group();
-      MatrixF qh = head_rows(q, q_first, end, h, shape.dim), doh = head_rows(dout, q_first, end, h, shape.dim);
-      MatrixF kh = head_rows(k, first, end, kv, shape.dim), vh = head_rows(v, first, end, kv, shape.dim);
+      MatrixF qh = head_rows(q, q_first, end, h, shape.dim),
+              doh = head_rows(dout, q_first, end, h, shape.dim);
+      MatrixF kh = head_rows(k, first, end, kv, shape.dim),
+              vh = head_rows(v, first, end, kv, shape.dim);
       MatrixF p = causal_scores(qh, kh, q_first - first, scale);
       softmax_rows(p);
       MatrixF oh = p * vh;
       Eigen::VectorXf delta = (doh.array() * oh.array()).rowwise().sum();
       MatrixF dp = doh * vh.transpose();
       MatrixF ds = p.array() * (dp.array().colwise() - delta.array());
-      MatrixF dqh = (ds * kh) * scale, dkh = (ds.transpose() * qh) * scale, dvh = p.transpose() * doh;
+      MatrixF dqh = (ds * kh) * scale, dkh = (ds.transpose() * qh) * scale,
+              dvh = p.transpose() * doh;
       for (std::size_t i : mine) {
         const auto r = static_cast<Eigen::Index>(i);
         dq.block(r, h * shape.dim, 1, shape.dim) = dqh.row(rows[i] - q_first);
@@ -254,7 +277,9 @@ void reference_backward(const CaseSpec& spec, const Shape& shape, const std::map
 void register_attention_op(Registry& registry) {
   OpDef op;
   op.name = "attention";
-  op.summary = "causal self-attention, grouped-query heads, fp32 softmax and lse; backward dq (per query), dk and dv (per key, over queries)";
+  op.summary =
+      "causal self-attention, grouped-query heads, fp32 softmax and lse; backward dq (per query), "
+      "dk and dv (per key, over queries)";
   op.dim_names = {"H", "KVH", "D", "L"};
   op.bench_external_baseline = "scripts/bench-attention-sdpa.py (PyTorch SDPA, same shapes)";
   op.tensors = [](const CaseSpec& spec) {
@@ -299,8 +324,9 @@ void register_attention_op(Registry& registry) {
 }
 
 void register_attention(Registry& registry, OpPart part) {
-  register_op_part(registry, part,
-                   {register_attention_op, register_attention_cpu, BITCHECK_CUDA_PART(register_attention_cuda)});
+  register_op_part(
+      registry, part,
+      {register_attention_op, register_attention_cpu, BITCHECK_CUDA_PART(register_attention_cuda)});
 }
 
 }  // namespace bitcheck

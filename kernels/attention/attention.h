@@ -22,7 +22,8 @@ float softmax_scale(const CaseSpec& spec);
 }  // namespace bitcheck::attention
 
 namespace bitcheck {
-// attention's registration: register_attention(), its one line in kernels/manifest.cpp, and its parts.
+// attention's registration: register_attention(), its one line in kernels/manifest.cpp, and its
+// parts.
 void register_attention(Registry& registry, OpPart part);
 void register_attention_op(Registry& registry);    // attention.cpp: the OpDef
 void register_attention_cpu(Registry& registry);   // attention_cpu.cpp

@@ -10,7 +10,6 @@
 #include <stdexcept>
 
 #include "attention/attention.h"
-#include "attention/attention.h"
 
 namespace bitcheck {
 namespace {
@@ -46,10 +45,14 @@ class AttentionCpu : public Impl {
 
   std::string name() const override {
     switch (kind_) {
-      case Kind::fixed_order: return "cpu-fixed-order";
-      case Kind::split_kv_by_batch: return "cpu-split-kv-by-batch";
-      case Kind::kv_block_by_length: return "cpu-kv-block-by-length";
-      case Kind::atomic_dq: return "cpu-atomic-dq";
+      case Kind::fixed_order:
+        return "cpu-fixed-order";
+      case Kind::split_kv_by_batch:
+        return "cpu-split-kv-by-batch";
+      case Kind::kv_block_by_length:
+        return "cpu-kv-block-by-length";
+      case Kind::atomic_dq:
+        return "cpu-atomic-dq";
     }
     return "";
   }
@@ -58,13 +61,17 @@ class AttentionCpu : public Impl {
   std::string description() const override {
     switch (kind_) {
       case Kind::fixed_order:
-        return "KV cache written first; KV blocks of 16 from position 0 upward for prefill, chunks and decode; dq over key blocks in order, dk/dv over queries in order";
+        return "KV cache written first; KV blocks of 16 from position 0 upward for prefill, chunks "
+               "and decode; dq over key blocks in order, dk/dv over queries in order";
       case Kind::split_kv_by_batch:
-        return "control: split-KV with ceil(4 / sequences in the batch) splits, partials combined by log-sum-exp (flash-decoding sized by the batch)";
+        return "control: split-KV with ceil(4 / sequences in the batch) splits, partials combined "
+               "by log-sum-exp (flash-decoding sized by the batch)";
       case Kind::kv_block_by_length:
-        return "control: KV block of 16 keys when the sequence so far is at most 32 tokens, else 32 (a prefill tile picked from the sequence length)";
+        return "control: KV block of 16 keys when the sequence so far is at most 32 tokens, else "
+               "32 (a prefill tile picked from the sequence length)";
       case Kind::atomic_dq:
-        return "control: dq accumulated per KV block in arrival order, modelled as rotated by the sequence's slot (atomicAdd in flash-attention backward)";
+        return "control: dq accumulated per KV block in arrival order, modelled as rotated by the "
+               "sequence's slot (atomicAdd in flash-attention backward)";
     }
     return "";
   }
@@ -76,7 +83,8 @@ class AttentionCpu : public Impl {
 
   void run(Batch& batch) override {
     const CaseSpec& spec = *batch.spec;
-    const HeadShape dims{spec.dim("H"), spec.dim("KVH"), spec.dim("D"), attention::softmax_scale(spec)};
+    const HeadShape dims{spec.dim("H"), spec.dim("KVH"), spec.dim("D"),
+                         attention::softmax_scale(spec)};
     if (batch.spec->pass == Pass::forward) {
       forward(batch, dims);
     } else {
@@ -88,7 +96,8 @@ class AttentionCpu : public Impl {
   KvCache& cache(Batch& batch, const HeadShape& dims) const {
     if (!batch.layout_state) {
       auto created = std::make_shared<KvCache>();
-      const auto size = static_cast<std::size_t>(attention::sequence_offsets(*batch.spec).back() * dims.kv_heads * dims.dim);
+      const auto size = static_cast<std::size_t>(attention::sequence_offsets(*batch.spec).back() *
+                                                 dims.kv_heads * dims.dim);
       created->k.assign(size, std::numeric_limits<float>::quiet_NaN());
       created->v.assign(size, std::numeric_limits<float>::quiet_NaN());
       batch.layout_state = created;
@@ -98,8 +107,9 @@ class AttentionCpu : public Impl {
 
   // Online softmax of query row `q` (head h) over keys [first_key, last_key) of the sequence whose
   // position 0 is cache row `base`, in blocks of `block` keys aligned to position 0.
-  static void attend(const float* q, std::int64_t h, const KvCache& cache, std::int64_t base, std::int64_t first_key,
-                     std::int64_t last_key, std::int64_t block, const HeadShape& dims, Partial& state) {
+  static void attend(const float* q, std::int64_t h, const KvCache& cache, std::int64_t base,
+                     std::int64_t first_key, std::int64_t last_key, std::int64_t block,
+                     const HeadShape& dims, Partial& state) {
     const std::int64_t kv = h / (dims.heads / dims.kv_heads);
     state.acc.assign(static_cast<std::size_t>(dims.dim), 0.0f);
     std::vector<float> scores(static_cast<std::size_t>(block));
@@ -107,7 +117,8 @@ class AttentionCpu : public Impl {
       const std::int64_t end = std::min(last_key, start + block);
       float block_max = -std::numeric_limits<float>::infinity();
       for (std::int64_t j = start; j < end; ++j) {
-        const float* key = &cache.k[static_cast<std::size_t>(((base + j) * dims.kv_heads + kv) * dims.dim)];
+        const float* key =
+            &cache.k[static_cast<std::size_t>(((base + j) * dims.kv_heads + kv) * dims.dim)];
         float dot = 0.0f;
         for (std::int64_t d = 0; d < dims.dim; ++d) dot += q[d] * key[d];
         scores[static_cast<std::size_t>(j - start)] = dot * dims.scale;
@@ -120,8 +131,10 @@ class AttentionCpu : public Impl {
       for (std::int64_t j = start; j < end; ++j) {
         const float p = std::exp(scores[static_cast<std::size_t>(j - start)] - m_new);
         block_sum += p;
-        const float* value = &cache.v[static_cast<std::size_t>(((base + j) * dims.kv_heads + kv) * dims.dim)];
-        for (std::int64_t d = 0; d < dims.dim; ++d) state.acc[static_cast<std::size_t>(d)] += p * value[d];
+        const float* value =
+            &cache.v[static_cast<std::size_t>(((base + j) * dims.kv_heads + kv) * dims.dim)];
+        for (std::int64_t d = 0; d < dims.dim; ++d)
+          state.acc[static_cast<std::size_t>(d)] += p * value[d];
       }
       state.l = state.l * alpha + block_sum;
       state.m = m_new;
@@ -140,14 +153,16 @@ class AttentionCpu : public Impl {
   }
 
   // Attention of query row q (head h) at `position` over keys 0..position: o (normalized) and lse.
-  void query(const float* q, std::int64_t h, const KvCache& kv_cache, std::int64_t base, std::int64_t position,
-             std::int64_t block, std::int64_t split_count, const HeadShape& dims, std::vector<float>& o, float& lse) const {
+  void query(const float* q, std::int64_t h, const KvCache& kv_cache, std::int64_t base,
+             std::int64_t position, std::int64_t block, std::int64_t split_count,
+             const HeadShape& dims, std::vector<float>& o, float& lse) const {
     const std::int64_t blocks = position / block + 1;
     const std::int64_t blocks_per_split = (blocks + split_count - 1) / split_count;
     Partial total;
     for (std::int64_t first = 0; first < blocks; first += blocks_per_split) {
       Partial part;
-      attend(q, h, kv_cache, base, first * block, std::min(position + 1, (first + blocks_per_split) * block), block, dims, part);
+      attend(q, h, kv_cache, base, first * block,
+             std::min(position + 1, (first + blocks_per_split) * block), block, dims, part);
       if (first == 0) {
         total = part;
         continue;
@@ -155,23 +170,28 @@ class AttentionCpu : public Impl {
       // Split-KV combine: rescale both partials to the larger maximum.
       const float m = std::max(total.m, part.m);
       const float a = std::exp(total.m - m), b = std::exp(part.m - m);
-      for (std::size_t d = 0; d < total.acc.size(); ++d) total.acc[d] = total.acc[d] * a + part.acc[d] * b;
+      for (std::size_t d = 0; d < total.acc.size(); ++d)
+        total.acc[d] = total.acc[d] * a + part.acc[d] * b;
       total.l = total.l * a + part.l * b;
       total.m = m;
     }
     o.resize(static_cast<std::size_t>(dims.dim));
-    for (std::int64_t d = 0; d < dims.dim; ++d) o[static_cast<std::size_t>(d)] = total.acc[static_cast<std::size_t>(d)] / total.l;
+    for (std::int64_t d = 0; d < dims.dim; ++d)
+      o[static_cast<std::size_t>(d)] = total.acc[static_cast<std::size_t>(d)] / total.l;
     lse = total.m + std::log(total.l);
   }
 
   // Writes the invocation's keys and values into the cache (before any query reads it); returns
   // the cache row of position 0 of each segment's sequence.
-  static std::vector<std::int64_t> write_cache(const Batch& batch, KvCache& cache, const HeadShape& dims) {
+  static std::vector<std::int64_t> write_cache(const Batch& batch, KvCache& cache,
+                                               const HeadShape& dims) {
     const Tensor &k = batch.in("k"), &v = batch.in("v");
     const std::int64_t width = dims.kv_heads * dims.dim;
     std::vector<std::int64_t> bases;
     for (const Segment& segment : batch.invocation->segments) {
-      const std::int64_t base = batch.invocation->slot_rows[static_cast<std::size_t>(segment.first_slot)] - segment.start_position;
+      const std::int64_t base =
+          batch.invocation->slot_rows[static_cast<std::size_t>(segment.first_slot)] -
+          segment.start_position;
       bases.push_back(base);
       for (std::int64_t i = 0; i < segment.length; ++i) {
         const std::int64_t slot = segment.first_slot + i, row = base + segment.start_position + i;
@@ -184,10 +204,12 @@ class AttentionCpu : public Impl {
     return bases;
   }
 
-  static std::vector<float> head_row(const Tensor& tensor, std::int64_t slot, std::int64_t h, std::int64_t dim) {
+  static std::vector<float> head_row(const Tensor& tensor, std::int64_t slot, std::int64_t h,
+                                     std::int64_t dim) {
     std::vector<float> row(static_cast<std::size_t>(dim));
     const std::int64_t width = tensor.row_size();
-    for (std::int64_t d = 0; d < dim; ++d) row[static_cast<std::size_t>(d)] = tensor.get(slot * width + h * dim + d);
+    for (std::int64_t d = 0; d < dim; ++d)
+      row[static_cast<std::size_t>(d)] = tensor.get(slot * width + h * dim + d);
     return row;
   }
 
@@ -204,9 +226,10 @@ class AttentionCpu : public Impl {
         const std::int64_t slot = segment.first_slot + i;
         for (std::int64_t h = 0; h < dims.heads; ++h) {
           float row_lse = 0.0f;
-          query(head_row(q, slot, h, dims.dim).data(), h, kv_cache, bases[s], segment.start_position + i,
-                block_size(segment), split_count, dims, out, row_lse);
-          for (std::int64_t d = 0; d < dims.dim; ++d) o.set((slot * dims.heads + h) * dims.dim + d, out[static_cast<std::size_t>(d)]);
+          query(head_row(q, slot, h, dims.dim).data(), h, kv_cache, bases[s],
+                segment.start_position + i, block_size(segment), split_count, dims, out, row_lse);
+          for (std::int64_t d = 0; d < dims.dim; ++d)
+            o.set((slot * dims.heads + h) * dims.dim + d, out[static_cast<std::size_t>(d)]);
           lse.set(slot * dims.heads + h, row_lse);
         }
       }
@@ -223,20 +246,24 @@ class AttentionCpu : public Impl {
     const std::int64_t group = dims.heads / dims.kv_heads, block = attention::cpu_kv_block;
     for (std::size_t s = 0; s < batch.invocation->segments.size(); ++s) {
       const Segment& segment = batch.invocation->segments[s];
-      if (segment.start_position != 0) throw std::invalid_argument("attention backward needs whole sequences");
+      if (segment.start_position != 0)
+        throw std::invalid_argument("attention backward needs whole sequences");
       const std::int64_t n = segment.length, first = segment.first_slot;
       auto key_at = [&](const std::vector<float>& rows, std::int64_t j, std::int64_t kv) {
         return &rows[static_cast<std::size_t>(((bases[s] + j) * dims.kv_heads + kv) * dims.dim)];
       };
-      std::vector<float> dk_acc(static_cast<std::size_t>(n * dims.kv_heads * dims.dim), 0.0f), dv_acc(dk_acc.size(), 0.0f);
+      std::vector<float> dk_acc(static_cast<std::size_t>(n * dims.kv_heads * dims.dim), 0.0f),
+          dv_acc(dk_acc.size(), 0.0f);
       for (std::int64_t h = 0; h < dims.heads; ++h) {
         const std::int64_t kv = h / group;
         for (std::int64_t i = 0; i < n; ++i) {
-          std::vector<float> qi = head_row(q, first + i, h, dims.dim), doi = head_row(dout, first + i, h, dims.dim), o;
+          std::vector<float> qi = head_row(q, first + i, h, dims.dim),
+                             doi = head_row(dout, first + i, h, dims.dim), o;
           float lse = 0.0f;
           query(qi.data(), h, kv_cache, bases[s], i, block, 1, dims, o, lse);
           float delta = 0.0f;
-          for (std::int64_t d = 0; d < dims.dim; ++d) delta += doi[static_cast<std::size_t>(d)] * o[static_cast<std::size_t>(d)];
+          for (std::int64_t d = 0; d < dims.dim; ++d)
+            delta += doi[static_cast<std::size_t>(d)] * o[static_cast<std::size_t>(d)];
           std::vector<float> ds(static_cast<std::size_t>(i + 1)), p(ds.size());
           for (std::int64_t j = 0; j <= i; ++j) {
             const float *key = key_at(kv_cache.k, j, kv), *value = key_at(kv_cache.v, j, kv);
@@ -252,7 +279,8 @@ class AttentionCpu : public Impl {
           for (std::int64_t j = 0; j <= i; ++j) {
             for (std::int64_t d = 0; d < dims.dim; ++d) {
               const auto at = static_cast<std::size_t>((j * dims.kv_heads + kv) * dims.dim + d);
-              dk_acc[at] += ds[static_cast<std::size_t>(j)] * qi[static_cast<std::size_t>(d)] * dims.scale;
+              dk_acc[at] +=
+                  ds[static_cast<std::size_t>(j)] * qi[static_cast<std::size_t>(d)] * dims.scale;
               dv_acc[at] += p[static_cast<std::size_t>(j)] * doi[static_cast<std::size_t>(d)];
             }
           }
@@ -271,8 +299,9 @@ class AttentionCpu : public Impl {
   // dq of query i (head h) = scale * sum_j ds_j k_j: one partial sum per KV block of 16, the
   // partials added in block order (fixed) or, for the atomic control, in an order rotated by the
   // sequence's first slot (the order atomicAdds from the KV-block CTAs happen to land).
-  void dq_row(const std::vector<float>& ds, std::int64_t i, std::int64_t kv, const KvCache& kv_cache, std::int64_t base,
-              std::int64_t first_slot, const HeadShape& dims, Tensor& dq, std::int64_t h) const {
+  void dq_row(const std::vector<float>& ds, std::int64_t i, std::int64_t kv,
+              const KvCache& kv_cache, std::int64_t base, std::int64_t first_slot,
+              const HeadShape& dims, Tensor& dq, std::int64_t h) const {
     const std::int64_t block = attention::cpu_kv_block, blocks = i / block + 1;
     std::vector<float> acc(static_cast<std::size_t>(dims.dim), 0.0f), part(acc.size());
     const std::int64_t rotation = kind_ == Kind::atomic_dq ? first_slot % blocks : 0;
@@ -280,12 +309,15 @@ class AttentionCpu : public Impl {
       const std::int64_t start = ((b + rotation) % blocks) * block;
       std::fill(part.begin(), part.end(), 0.0f);
       for (std::int64_t j = start; j < std::min(i + 1, start + block); ++j) {
-        const float* key = &kv_cache.k[static_cast<std::size_t>(((base + j) * dims.kv_heads + kv) * dims.dim)];
-        for (std::int64_t d = 0; d < dims.dim; ++d) part[static_cast<std::size_t>(d)] += ds[static_cast<std::size_t>(j)] * key[d];
+        const float* key =
+            &kv_cache.k[static_cast<std::size_t>(((base + j) * dims.kv_heads + kv) * dims.dim)];
+        for (std::int64_t d = 0; d < dims.dim; ++d)
+          part[static_cast<std::size_t>(d)] += ds[static_cast<std::size_t>(j)] * key[d];
       }
       for (std::size_t d = 0; d < acc.size(); ++d) acc[d] += part[d] * dims.scale;
     }
-    for (std::int64_t d = 0; d < dims.dim; ++d) dq.set(((first_slot + i) * dims.heads + h) * dims.dim + d, acc[static_cast<std::size_t>(d)]);
+    for (std::int64_t d = 0; d < dims.dim; ++d)
+      dq.set(((first_slot + i) * dims.heads + h) * dims.dim + d, acc[static_cast<std::size_t>(d)]);
   }
 
   Kind kind_;
@@ -295,8 +327,10 @@ class AttentionCpu : public Impl {
 
 void register_attention_cpu(Registry& registry) {
   registry.add_impl("attention", std::make_unique<AttentionCpu>(AttentionCpu::Kind::fixed_order));
-  registry.add_impl("attention", std::make_unique<AttentionCpu>(AttentionCpu::Kind::split_kv_by_batch));
-  registry.add_impl("attention", std::make_unique<AttentionCpu>(AttentionCpu::Kind::kv_block_by_length));
+  registry.add_impl("attention",
+                    std::make_unique<AttentionCpu>(AttentionCpu::Kind::split_kv_by_batch));
+  registry.add_impl("attention",
+                    std::make_unique<AttentionCpu>(AttentionCpu::Kind::kv_block_by_length));
   registry.add_impl("attention", std::make_unique<AttentionCpu>(AttentionCpu::Kind::atomic_dq));
 }
 

@@ -9,12 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention.h"
 #include "attention_kernels.h"
+#include "bitcheck/op.h"
 #include "common/adapter_support.h"
 #include "common/bench_support.h"
-#include "bitcheck/op.h"
-#include "attention/attention.h"
-#include "attention/attention.h"
 #include "common/runtime.h"
 
 namespace bitcheck {
@@ -67,8 +66,8 @@ struct KvCache {
 };
 
 AttentionShape shape_of(const CaseSpec& spec) {
-  return {static_cast<int>(spec.dim("H")), static_cast<int>(spec.dim("KVH")), static_cast<int>(spec.dim("D")),
-          attention::softmax_scale(spec)};
+  return {static_cast<int>(spec.dim("H")), static_cast<int>(spec.dim("KVH")),
+          static_cast<int>(spec.dim("D")), attention::softmax_scale(spec)};
 }
 
 bool uses_mma(const CaseSpec& spec) {
@@ -77,12 +76,14 @@ bool uses_mma(const CaseSpec& spec) {
 
 // Tiles longest-running first (a tile's work grows with its last position), so the causal tail of
 // the grid is short; the order changes no result.
-std::vector<AttentionTile> tiles_of(const std::vector<AttentionToken>& first_tokens, const std::vector<int>& lengths) {
+std::vector<AttentionTile> tiles_of(const std::vector<AttentionToken>& first_tokens,
+                                    const std::vector<int>& lengths) {
   std::vector<AttentionTile> tiles;
   for (std::size_t s = 0; s < first_tokens.size(); ++s) {
     for (int i = 0; i < lengths[s]; i += cuda::attention_mma_tile_queries) {
       const AttentionToken& t = first_tokens[s];
-      tiles.push_back({t.slot + i, std::min(cuda::attention_mma_tile_queries, lengths[s] - i), t.position + i, t.cache_base});
+      tiles.push_back({t.slot + i, std::min(cuda::attention_mma_tile_queries, lengths[s] - i),
+                       t.position + i, t.cache_base});
     }
   }
   std::stable_sort(tiles.begin(), tiles.end(), [](const AttentionTile& a, const AttentionTile& b) {
@@ -104,44 +105,57 @@ int longest_tile(const std::vector<AttentionTile>& tiles) {
 struct BackwardTiles {
   std::vector<AttentionBackwardTile> queries, keys;
 };
-BackwardTiles backward_tiles_of(const std::vector<AttentionToken>& first_tokens, const std::vector<int>& lengths) {
+BackwardTiles backward_tiles_of(const std::vector<AttentionToken>& first_tokens,
+                                const std::vector<int>& lengths) {
   BackwardTiles tiles;
   for (std::size_t s = 0; s < first_tokens.size(); ++s) {
     const int slot = first_tokens[s].slot;
     for (int i = 0; i < lengths[s]; i += cuda::attention_mma_backward_tile) {
-      tiles.queries.push_back({slot + i, std::min(cuda::attention_mma_backward_tile, lengths[s] - i), i, slot, lengths[s]});
+      tiles.queries.push_back({slot + i,
+                               std::min(cuda::attention_mma_backward_tile, lengths[s] - i), i, slot,
+                               lengths[s]});
     }
   }
   tiles.keys = tiles.queries;
-  std::stable_sort(tiles.queries.begin(), tiles.queries.end(), [](const AttentionBackwardTile& a, const AttentionBackwardTile& b) {
-    return a.start_position > b.start_position;
-  });
-  std::stable_sort(tiles.keys.begin(), tiles.keys.end(), [](const AttentionBackwardTile& a, const AttentionBackwardTile& b) {
-    return a.sequence_length - a.start_position > b.sequence_length - b.start_position;
-  });
+  std::stable_sort(tiles.queries.begin(), tiles.queries.end(),
+                   [](const AttentionBackwardTile& a, const AttentionBackwardTile& b) {
+                     return a.start_position > b.start_position;
+                   });
+  std::stable_sort(tiles.keys.begin(), tiles.keys.end(),
+                   [](const AttentionBackwardTile& a, const AttentionBackwardTile& b) {
+                     return a.sequence_length - a.start_position >
+                            b.sequence_length - b.start_position;
+                   });
   return tiles;
 }
 
 // The fixed-order backward: tensor cores where the dtype and head dim allow, else SIMT.
-void fixed_order_backward(const CaseSpec& spec, DeviceDType dtype, const AttentionShape& shape, const void* q, const void* k,
-                          const void* v, const void* o, const float* lse, const void* dout, float* delta, void* dq, void* dk,
-                          void* dv, const std::vector<AttentionToken>& tokens, const DeviceBuffer& token_buffer,
-                          const std::vector<AttentionToken>& first_tokens, const std::vector<int>& lengths, int max_position) {
+void fixed_order_backward(const CaseSpec& spec, DeviceDType dtype, const AttentionShape& shape,
+                          const void* q, const void* k, const void* v, const void* o,
+                          const float* lse, const void* dout, float* delta, void* dq, void* dk,
+                          void* dv, const std::vector<AttentionToken>& tokens,
+                          const DeviceBuffer& token_buffer,
+                          const std::vector<AttentionToken>& first_tokens,
+                          const std::vector<int>& lengths, int max_position) {
   if (tensor_core_backward() && uses_mma(spec)) {
     const BackwardTiles tiles = backward_tiles_of(first_tokens, lengths);
     DeviceBuffer query_tiles = upload(tiles.queries), key_tiles = upload(tiles.keys);
-    cuda::attention_backward_mma(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv, token_buffer.as<AttentionToken>(),
-                                 static_cast<int>(tokens.size()), query_tiles.as<AttentionBackwardTile>(),
-                                 key_tiles.as<AttentionBackwardTile>(), static_cast<int>(tiles.queries.size()), shape, nullptr);
+    cuda::attention_backward_mma(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv,
+                                 token_buffer.as<AttentionToken>(), static_cast<int>(tokens.size()),
+                                 query_tiles.as<AttentionBackwardTile>(),
+                                 key_tiles.as<AttentionBackwardTile>(),
+                                 static_cast<int>(tiles.queries.size()), shape, nullptr);
     return;
   }
-  cuda::attention_backward(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv, token_buffer.as<AttentionToken>(),
-                           static_cast<int>(tokens.size()), max_position, shape, nullptr, nullptr);
+  cuda::attention_backward(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv,
+                           token_buffer.as<AttentionToken>(), static_cast<int>(tokens.size()),
+                           max_position, shape, nullptr, nullptr);
 }
 
 const char* backward_path(const CaseSpec& spec) {
-  return tensor_core_backward() && uses_mma(spec) ? "mma.sync m16n8k16, dq per 64-query tile, dk/dv per 64-key tile"
-                                                : "simt, one warp per query (dq) and per key (dk, dv)";
+  return tensor_core_backward() && uses_mma(spec)
+             ? "mma.sync m16n8k16, dq per 64-query tile, dk/dv per 64-key tile"
+             : "simt, one warp per query (dq) and per key (dk, dv)";
 }
 
 class CudaAttention : public Impl {
@@ -151,10 +165,14 @@ class CudaAttention : public Impl {
 
   std::string name() const override {
     switch (kind_) {
-      case Kind::fixed_order: return "fixed-order";
-      case Kind::split_kv_by_batch: return "split-kv-by-batch";
-      case Kind::kv_block_by_length: return "kv-block-by-length";
-      case Kind::atomic_dq: return "atomic-dq";
+      case Kind::fixed_order:
+        return "fixed-order";
+      case Kind::split_kv_by_batch:
+        return "split-kv-by-batch";
+      case Kind::kv_block_by_length:
+        return "kv-block-by-length";
+      case Kind::atomic_dq:
+        return "atomic-dq";
     }
     return "";
   }
@@ -163,13 +181,19 @@ class CudaAttention : public Impl {
   std::string description() const override {
     switch (kind_) {
       case Kind::fixed_order:
-        return "KV cache written first; KV blocks of 64 from position 0 upward for prefill, chunks and decode (mma.sync m16n8k16 for bf16/fp16 at D 64/128, SIMT fp32 otherwise), no split-KV; backward dq per query over key blocks and dk/dv per key over query blocks in order (mma.sync where the forward uses it), no atomics";
+        return "KV cache written first; KV blocks of 64 from position 0 upward for prefill, chunks "
+               "and decode (mma.sync m16n8k16 for bf16/fp16 at D 64/128, SIMT fp32 otherwise), no "
+               "split-KV; backward dq per query over key blocks and dk/dv per key over query "
+               "blocks in order (mma.sync where the forward uses it), no atomics";
       case Kind::split_kv_by_batch:
-        return "control: split-KV forward with max(1, 8 / sequences) splits combined by log-sum-exp (flash-decoding sized by the batch)";
+        return "control: split-KV forward with max(1, 8 / sequences) splits combined by "
+               "log-sum-exp (flash-decoding sized by the batch)";
       case Kind::kv_block_by_length:
-        return "control: KV block of 32 keys for sequences ending at <= 64 tokens, else 64 (a prefill tile picked from the sequence length)";
+        return "control: KV block of 32 keys for sequences ending at <= 64 tokens, else 64 (a "
+               "prefill tile picked from the sequence length)";
       case Kind::atomic_dq:
-        return "control: backward dq from per-64-key-block partials added with atomicAdd (flash-attention backward)";
+        return "control: backward dq from per-64-key-block partials added with atomicAdd "
+               "(flash-attention backward)";
     }
     return "";
   }
@@ -179,7 +203,8 @@ class CudaAttention : public Impl {
     return pass == Pass::forward;
   }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
-    if (spec.dim("D") > 128 || spec.dim("D") % 8) return "attention kernels need head dim <= 128 and a multiple of 8";
+    if (spec.dim("D") > 128 || spec.dim("D") % 8)
+      return "attention kernels need head dim <= 128 and a multiple of 8";
     return std::nullopt;
   }
 
@@ -191,7 +216,8 @@ class CudaAttention : public Impl {
     const std::size_t element = dtype_size(spec.dtype);
     if (!batch.layout_state) {
       auto created = std::make_shared<KvCache>();
-      const std::size_t bytes = static_cast<std::size_t>(attention::sequence_offsets(spec).back() * kv_width) * element;
+      const std::size_t bytes =
+          static_cast<std::size_t>(attention::sequence_offsets(spec).back() * kv_width) * element;
       created->k = DeviceBuffer(bytes);
       created->v = DeviceBuffer(bytes);
       created->k.fill_bytes(0);
@@ -205,29 +231,38 @@ class CudaAttention : public Impl {
     std::vector<AttentionToken> tokens, first_tokens;
     int max_position = 0;
     for (const Segment& segment : batch.invocation->segments) {
-      const auto base = static_cast<int>(batch.invocation->slot_rows[static_cast<std::size_t>(segment.first_slot)] - segment.start_position);
-      if (spec.pass == Pass::backward && segment.start_position != 0) throw std::invalid_argument("attention backward needs whole sequences");
+      const auto base = static_cast<int>(
+          batch.invocation->slot_rows[static_cast<std::size_t>(segment.first_slot)] -
+          segment.start_position);
+      if (spec.pass == Pass::backward && segment.start_position != 0)
+        throw std::invalid_argument("attention backward needs whole sequences");
       for (std::int64_t i = 0; i < segment.length; ++i) {
-        const auto slot = static_cast<int>(segment.first_slot + i), position = static_cast<int>(segment.start_position + i);
+        const auto slot = static_cast<int>(segment.first_slot + i),
+                   position = static_cast<int>(segment.start_position + i);
         cache_rows[static_cast<std::size_t>(slot)] = base + position;
         // Backward reads keys from the invocation's own slots: base = slot of position 0.
-        const int key_base = spec.pass == Pass::forward ? base : static_cast<int>(segment.first_slot);
+        const int key_base =
+            spec.pass == Pass::forward ? base : static_cast<int>(segment.first_slot);
         tokens.push_back({slot, position, key_base, static_cast<int>(segment.length)});
         max_position = std::max(max_position, position);
       }
-      first_tokens.push_back({static_cast<int>(segment.first_slot), static_cast<int>(segment.start_position),
-                              spec.pass == Pass::forward ? base : static_cast<int>(segment.first_slot), 0});
+      first_tokens.push_back(
+          {static_cast<int>(segment.first_slot), static_cast<int>(segment.start_position),
+           spec.pass == Pass::forward ? base : static_cast<int>(segment.first_slot), 0});
       lengths.push_back(static_cast<int>(segment.length));
     }
 
     DeviceBuffer q = upload(batch.in("q")), k = upload(batch.in("k")), v = upload(batch.in("v"));
     const std::size_t q_bytes = batch.in("q").bytes();
-    DeviceBuffer o = output_buffer(q_bytes), lse = output_buffer(static_cast<std::size_t>(batch.slots() * shape.heads) * sizeof(float));
+    DeviceBuffer o = output_buffer(q_bytes),
+                 lse = output_buffer(static_cast<std::size_t>(batch.slots() * shape.heads) *
+                                     sizeof(float));
     if (spec.pass == Pass::forward) {
       // The cache is written before attention reads it; keys come from the cache only.
       DeviceBuffer rows = upload(cache_rows);
-      cuda::attention_write_cache(dtype, k.get(), v.get(), cache.k.get(), cache.v.get(), rows.as<int>(),
-                                  static_cast<int>(batch.slots()), static_cast<int>(kv_width), nullptr);
+      cuda::attention_write_cache(dtype, k.get(), v.get(), cache.k.get(), cache.v.get(),
+                                  rows.as<int>(), static_cast<int>(batch.slots()),
+                                  static_cast<int>(kv_width), nullptr);
       forward(batch, dtype, shape, q, cache.k, cache.v, tokens, first_tokens, lengths, o, lse);
       o.download(batch.out("o").data(), batch.out("o").bytes());
       lse.download(batch.out("lse").data(), batch.out("lse").bytes());
@@ -237,19 +272,23 @@ class CudaAttention : public Impl {
     forward(batch, dtype, shape, q, k, v, tokens, first_tokens, lengths, o, lse);
     DeviceBuffer dout = upload(batch.in("do"));
     DeviceBuffer delta(static_cast<std::size_t>(batch.slots() * shape.heads) * sizeof(float));
-    DeviceBuffer dq = output_buffer(q_bytes), dk = output_buffer(batch.in("k").bytes()), dv = output_buffer(batch.in("k").bytes());
+    DeviceBuffer dq = output_buffer(q_bytes), dk = output_buffer(batch.in("k").bytes()),
+                 dv = output_buffer(batch.in("k").bytes());
     DeviceBuffer token_buffer = upload(tokens), atomic_scratch;
     if (kind_ == Kind::atomic_dq) {
-      atomic_scratch = DeviceBuffer(static_cast<std::size_t>(batch.slots() * shape.heads * shape.dim) * sizeof(float));
+      atomic_scratch = DeviceBuffer(
+          static_cast<std::size_t>(batch.slots() * shape.heads * shape.dim) * sizeof(float));
       atomic_scratch.fill_bytes(0);
     }
     if (kind_ == Kind::atomic_dq) {
-      cuda::attention_backward(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(), delta.as<float>(), dq.get(),
-                               dk.get(), dv.get(), token_buffer.as<AttentionToken>(), static_cast<int>(tokens.size()), max_position,
-                               shape, atomic_scratch.as<float>(), nullptr);
+      cuda::attention_backward(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
+                               dout.get(), delta.as<float>(), dq.get(), dk.get(), dv.get(),
+                               token_buffer.as<AttentionToken>(), static_cast<int>(tokens.size()),
+                               max_position, shape, atomic_scratch.as<float>(), nullptr);
     } else {
-      fixed_order_backward(spec, dtype, shape, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(), delta.as<float>(),
-                           dq.get(), dk.get(), dv.get(), tokens, token_buffer, first_tokens, lengths, max_position);
+      fixed_order_backward(spec, dtype, shape, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
+                           dout.get(), delta.as<float>(), dq.get(), dk.get(), dv.get(), tokens,
+                           token_buffer, first_tokens, lengths, max_position);
       batch.impl_config["backward_path"] = backward_path(spec);
     }
     dq.download(batch.out("dq").data(), batch.out("dq").bytes());
@@ -257,20 +296,26 @@ class CudaAttention : public Impl {
     dv.download(batch.out("dv").data(), batch.out("dv").bytes());
   }
 
-  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec, const BenchSettings& settings) override;
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override;
 
  private:
-  void forward(Batch& batch, DeviceDType dtype, const AttentionShape& shape, const DeviceBuffer& q, const DeviceBuffer& keys,
-               const DeviceBuffer& values,
-               const std::vector<AttentionToken>& tokens, const std::vector<AttentionToken>& first_tokens,
-               const std::vector<int>& lengths, DeviceBuffer& o, DeviceBuffer& lse) {
+  void forward(Batch& batch, DeviceDType dtype, const AttentionShape& shape, const DeviceBuffer& q,
+               const DeviceBuffer& keys, const DeviceBuffer& values,
+               const std::vector<AttentionToken>& tokens,
+               const std::vector<AttentionToken>& first_tokens, const std::vector<int>& lengths,
+               DeviceBuffer& o, DeviceBuffer& lse) {
     const CaseSpec& spec = *batch.spec;
     auto simt = [&](const std::vector<AttentionToken>& subset, int kv_block, int splits) {
       if (subset.empty()) return;
       DeviceBuffer token_buffer = upload(subset), scratch;
-      if (splits > 1) scratch = DeviceBuffer(subset.size() * static_cast<std::size_t>(shape.heads * splits * (shape.dim + 2)) * sizeof(float));
-      cuda::attention_forward_simt(dtype, q.get(), keys.get(), values.get(), o.get(), lse.as<float>(),
-                                   token_buffer.as<AttentionToken>(), static_cast<int>(subset.size()), shape, kv_block, splits,
+      if (splits > 1)
+        scratch = DeviceBuffer(subset.size() *
+                               static_cast<std::size_t>(shape.heads * splits * (shape.dim + 2)) *
+                               sizeof(float));
+      cuda::attention_forward_simt(dtype, q.get(), keys.get(), values.get(), o.get(),
+                                   lse.as<float>(), token_buffer.as<AttentionToken>(),
+                                   static_cast<int>(subset.size()), shape, kv_block, splits,
                                    splits > 1 ? scratch.as<float>() : nullptr, nullptr);
     };
     // The controls' forward (and the atomic-dq control's recompute, which stays fixed-order).
@@ -288,7 +333,8 @@ class CudaAttention : public Impl {
         const bool is_small = first_tokens[s].position + lengths[s] <= small_block_up_to_length;
         for (int i = 0; i < lengths[s]; ++i) (is_small ? small : large).push_back(tokens[next++]);
       }
-      batch.impl_config = {{"path", "simt"}, {"kv_block", "32 when the sequence ends at <= 64 tokens, else 64"}};
+      batch.impl_config = {{"path", "simt"},
+                           {"kv_block", "32 when the sequence ends at <= 64 tokens, else 64"}};
       simt(small, 32, 1);
       simt(large, 64, 1);
       return;
@@ -296,10 +342,13 @@ class CudaAttention : public Impl {
     if (uses_mma(spec)) {
       std::vector<AttentionTile> tiles = tiles_of(first_tokens, lengths);
       DeviceBuffer tile_buffer = upload(tiles);
-      cuda::attention_forward_mma(dtype, q.get(), keys.get(), values.get(), o.get(), lse.as<float>(),
-                                  tile_buffer.as<AttentionTile>(), static_cast<int>(tiles.size()), shape, nullptr, false,
+      cuda::attention_forward_mma(dtype, q.get(), keys.get(), values.get(), o.get(),
+                                  lse.as<float>(), tile_buffer.as<AttentionTile>(),
+                                  static_cast<int>(tiles.size()), shape, nullptr, false,
                                   longest_tile(tiles));
-      batch.impl_config = {{"path", forward_path_name(true)}, {"kv_block", cuda::attention_mma_kv_block}, {"splits", 1}};
+      batch.impl_config = {{"path", forward_path_name(true)},
+                           {"kv_block", cuda::attention_mma_kv_block},
+                           {"splits", 1}};
       return;
     }
     batch.impl_config = {{"path", "simt"}, {"kv_block", fixed_simt_kv_block}, {"splits", 1}};
@@ -318,10 +367,13 @@ BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings
   const DeviceDType dtype = device_dtype(spec.dtype);
   const auto length = static_cast<int>(spec.dim("L")), sequences = static_cast<int>(spec.rows);
   const std::size_t element = dtype_size(spec.dtype);
-  const std::size_t q_bytes = static_cast<std::size_t>(sequences) * static_cast<std::size_t>(shape.heads * shape.dim) * element;
-  const std::size_t kv_bytes = static_cast<std::size_t>(length) * static_cast<std::size_t>(sequences) *
+  const std::size_t q_bytes = static_cast<std::size_t>(sequences) *
+                              static_cast<std::size_t>(shape.heads * shape.dim) * element;
+  const std::size_t kv_bytes = static_cast<std::size_t>(length) *
+                               static_cast<std::size_t>(sequences) *
                                static_cast<std::size_t>(shape.kv_heads * shape.dim) * element;
-  DeviceBuffer q = cuda_bench::random_input(q_bytes, spec.dtype, 1), k = cuda_bench::random_input(kv_bytes, spec.dtype, 2),
+  DeviceBuffer q = cuda_bench::random_input(q_bytes, spec.dtype, 1),
+               k = cuda_bench::random_input(kv_bytes, spec.dtype, 2),
                v = cuda_bench::random_input(kv_bytes, spec.dtype, 3), o(q_bytes);
   DeviceBuffer lse(static_cast<std::size_t>(sequences * shape.heads) * sizeof(float));
   std::vector<AttentionToken> tokens, first_tokens;
@@ -336,19 +388,25 @@ BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings
   DeviceBuffer tile_buffer = upload(tiles), token_buffer = upload(tokens);
   BenchMeasurement measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
     if (mma) {
-      cuda::attention_forward_mma(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), tile_buffer.as<AttentionTile>(),
-                                  static_cast<int>(tiles.size()), shape, nullptr, false, longest_tile(tiles));
+      cuda::attention_forward_mma(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
+                                  tile_buffer.as<AttentionTile>(), static_cast<int>(tiles.size()),
+                                  shape, nullptr, false, longest_tile(tiles));
     } else {
-      cuda::attention_forward_simt(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), token_buffer.as<AttentionToken>(),
-                                   static_cast<int>(tokens.size()), shape, fixed_simt_kv_block, 1, nullptr, nullptr);
+      cuda::attention_forward_simt(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
+                                   token_buffer.as<AttentionToken>(),
+                                   static_cast<int>(tokens.size()), shape, fixed_simt_kv_block, 1,
+                                   nullptr, nullptr);
     }
   });
   measurement.flops = 4.0 * sequences * static_cast<double>(length) * shape.heads * shape.dim;
   measurement.bytes_moved = static_cast<double>(2 * q_bytes + 2 * kv_bytes);
-  measurement.config = {{"path", std::string("decode step, ") + forward_path_name(mma)},
-                        {"sequences", sequences}, {"cache_length", length}, {"splits", 1},
-                        {"latency_us", measurement.median_ms * 1e3},
-                        {"note", "one query per sequence over the whole cache, no split-KV (fixed order)"}};
+  measurement.config = {
+      {"path", std::string("decode step, ") + forward_path_name(mma)},
+      {"sequences", sequences},
+      {"cache_length", length},
+      {"splits", 1},
+      {"latency_us", measurement.median_ms * 1e3},
+      {"note", "one query per sequence over the whole cache, no split-KV (fixed order)"}};
   return measurement;
 }
 
@@ -356,20 +414,28 @@ BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings
 // serve as the cache). Forward: o and lse; backward: the forward recompute plus the backward.
 // Causal flops: forward 2*2*L*L/2*H*D per sequence, backward 2.5x that. A spec entry whose only
 // layout is "decode" times one decode step instead (decode_step_benchmark).
-std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec, const BenchSettings& settings) {
+std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec,
+                                                         const BenchSettings& settings) {
   if (kind_ != Kind::fixed_order) return std::nullopt;
   if (spec.pass == Pass::forward && spec.layouts == std::vector<std::string>{"decode"})
     return decode_step_benchmark(spec, settings);
   const AttentionShape shape = shape_of(spec);
   const DeviceDType dtype = device_dtype(spec.dtype);
   const auto length = static_cast<int>(spec.dim("L")), sequences = static_cast<int>(spec.rows);
-  const std::size_t element = dtype_size(spec.dtype), tokens_total = static_cast<std::size_t>(length) * static_cast<std::size_t>(sequences);
-  const std::size_t q_bytes = tokens_total * static_cast<std::size_t>(shape.heads * shape.dim) * element;
-  const std::size_t kv_bytes = tokens_total * static_cast<std::size_t>(shape.kv_heads * shape.dim) * element;
-  DeviceBuffer q = cuda_bench::random_input(q_bytes, spec.dtype, 1), k = cuda_bench::random_input(kv_bytes, spec.dtype, 2),
+  const std::size_t element = dtype_size(spec.dtype),
+                    tokens_total =
+                        static_cast<std::size_t>(length) * static_cast<std::size_t>(sequences);
+  const std::size_t q_bytes =
+      tokens_total * static_cast<std::size_t>(shape.heads * shape.dim) * element;
+  const std::size_t kv_bytes =
+      tokens_total * static_cast<std::size_t>(shape.kv_heads * shape.dim) * element;
+  DeviceBuffer q = cuda_bench::random_input(q_bytes, spec.dtype, 1),
+               k = cuda_bench::random_input(kv_bytes, spec.dtype, 2),
                v = cuda_bench::random_input(kv_bytes, spec.dtype, 3), o(q_bytes),
-               dout = cuda_bench::random_input(q_bytes, spec.dtype, 4), dq(q_bytes), dk(kv_bytes), dv(kv_bytes);
-  DeviceBuffer lse(tokens_total * static_cast<std::size_t>(shape.heads) * sizeof(float)), delta(lse.bytes());
+               dout = cuda_bench::random_input(q_bytes, spec.dtype, 4), dq(q_bytes), dk(kv_bytes),
+               dv(kv_bytes);
+  DeviceBuffer lse(tokens_total * static_cast<std::size_t>(shape.heads) * sizeof(float)),
+      delta(lse.bytes());
   std::vector<AttentionToken> tokens, first_tokens;
   std::vector<int> lengths;
   for (int s = 0; s < sequences; ++s) {
@@ -382,30 +448,40 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec, c
   const bool mma = uses_mma(spec);
   auto run_forward = [&] {
     if (mma) {
-      cuda::attention_forward_mma(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), tile_buffer.as<AttentionTile>(),
-                                  static_cast<int>(tiles.size()), shape, nullptr, false, longest_tile(tiles));
+      cuda::attention_forward_mma(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
+                                  tile_buffer.as<AttentionTile>(), static_cast<int>(tiles.size()),
+                                  shape, nullptr, false, longest_tile(tiles));
     } else {
-      cuda::attention_forward_simt(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), token_buffer.as<AttentionToken>(),
-                                   static_cast<int>(tokens.size()), shape, fixed_simt_kv_block, 1, nullptr, nullptr);
+      cuda::attention_forward_simt(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
+                                   token_buffer.as<AttentionToken>(),
+                                   static_cast<int>(tokens.size()), shape, fixed_simt_kv_block, 1,
+                                   nullptr, nullptr);
     }
   };
   auto run_once = [&] {
     run_forward();
     if (spec.pass == Pass::backward) {
-      fixed_order_backward(spec, dtype, shape, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(), delta.as<float>(),
-                           dq.get(), dk.get(), dv.get(), tokens, token_buffer, first_tokens, lengths, length - 1);
+      fixed_order_backward(spec, dtype, shape, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
+                           dout.get(), delta.as<float>(), dq.get(), dk.get(), dv.get(), tokens,
+                           token_buffer, first_tokens, lengths, length - 1);
     }
   };
   // One input set: attention is compute-bound at these lengths (see the config note).
-  BenchMeasurement measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) { run_once(); });
-  const double forward_flops = 4.0 * sequences * (static_cast<double>(length) * length / 2.0) * shape.heads * shape.dim;
-  measurement.flops = spec.pass == Pass::forward ? forward_flops : forward_flops * 3.5;  // recompute + 2.5x backward
+  BenchMeasurement measurement =
+      cuda_bench::time_rotated(settings, 1, [&](std::size_t) { run_once(); });
+  const double forward_flops =
+      4.0 * sequences * (static_cast<double>(length) * length / 2.0) * shape.heads * shape.dim;
+  measurement.flops = spec.pass == Pass::forward
+                          ? forward_flops
+                          : forward_flops * 3.5;  // recompute + 2.5x backward
   measurement.bytes_moved = static_cast<double>(3 * q_bytes + 2 * kv_bytes);
-  measurement.config = {{"path", forward_path_name(mma)},
-                        {"backward_path", backward_path(spec)},
-                        {"sequences", sequences}, {"length", length},
-                        {"note", "inputs are not rotated: attention is compute-bound at these lengths"},
-                        {"tflops", measurement.flops / (measurement.median_ms * 1e-3) / 1e12}};
+  measurement.config = {
+      {"path", forward_path_name(mma)},
+      {"backward_path", backward_path(spec)},
+      {"sequences", sequences},
+      {"length", length},
+      {"note", "inputs are not rotated: attention is compute-bound at these lengths"},
+      {"tflops", measurement.flops / (measurement.median_ms * 1e-3) / 1e12}};
   return measurement;
 }
 
@@ -413,8 +489,10 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec, c
 
 void register_attention_cuda(Registry& registry) {
   registry.add_impl("attention", std::make_unique<CudaAttention>(CudaAttention::Kind::fixed_order));
-  registry.add_impl("attention", std::make_unique<CudaAttention>(CudaAttention::Kind::split_kv_by_batch));
-  registry.add_impl("attention", std::make_unique<CudaAttention>(CudaAttention::Kind::kv_block_by_length));
+  registry.add_impl("attention",
+                    std::make_unique<CudaAttention>(CudaAttention::Kind::split_kv_by_batch));
+  registry.add_impl("attention",
+                    std::make_unique<CudaAttention>(CudaAttention::Kind::kv_block_by_length));
   registry.add_impl("attention", std::make_unique<CudaAttention>(CudaAttention::Kind::atomic_dq));
 }
 

@@ -11,9 +11,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "attention/attention.h"
 #include "bitcheck/layout.h"
 #include "bitcheck/rng.h"
-#include "attention/attention.h"
 
 namespace bitcheck {
 namespace {
@@ -237,7 +237,8 @@ void register_chain_op(Registry& registry) {
   op.logical_rows = [](const CaseSpec& spec) { return attention::sequence_offsets(spec).back(); };
   op.parts = [](const CaseSpec& spec) {
     std::vector<CaseSpec> parts;
-    for (const chain::Call& call : chain::calls(spec)) parts.push_back(chain::call_spec(spec, call, ""));
+    for (const chain::Call& call : chain::calls(spec))
+      parts.push_back(chain::call_spec(spec, call, ""));
     return parts;
   };
   op.layout_names = attention_op.layout_names;

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.h"
 #include "bitcheck/op.h"
 #include "device_dtype.h"
-#include "bench_support.h"
 #include "runtime.h"
 
 namespace bitcheck::cuda_support {

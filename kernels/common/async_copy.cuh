@@ -54,8 +54,8 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, std::uint32_t bytes,
                                           std::uint64_t* bar) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          smem_addr(dst)),
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
@@ -74,11 +74,10 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, s
 // columns past the tensor's end are not written), in this thread's current bulk group.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int inner,
                                              int outer) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-          reinterpret_cast<std::uint64_t>(map)),
-      "r"(smem_addr(src)), "r"(inner), "r"(outer)
-      : "memory");
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<std::uint64_t>(map)),
+               "r"(smem_addr(src)), "r"(inner), "r"(outer)
+               : "memory");
 }
 
 __device__ __forceinline__ void bulk_commit_group() {

@@ -16,12 +16,14 @@ namespace bitcheck::cuda_bench {
 // settings.rotate_bytes (at most 64, and at most half the free device memory).
 inline std::size_t rotation_sets(std::size_t set_bytes, const BenchSettings& settings) {
   set_bytes = std::max<std::size_t>(set_bytes, 1);
-  std::size_t sets = std::clamp<std::size_t>((settings.rotate_bytes + set_bytes - 1) / set_bytes + 1, 1, 64);
-  return std::min<std::size_t>(sets, std::max<std::size_t>(1, cuda::free_device_memory() / 2 / set_bytes));
+  std::size_t sets =
+      std::clamp<std::size_t>((settings.rotate_bytes + set_bytes - 1) / set_bytes + 1, 1, 64);
+  return std::min<std::size_t>(
+      sets, std::max<std::size_t>(1, cuda::free_device_memory() / 2 / set_bytes));
 }
 
-// A benchmark input of `bytes` in `dtype`: pseudo-random, uniform in [-1, 1), never zero (seeded, so
-// every impl of a point sees the same data). Constant inputs understate the power a GEMM or an
+// A benchmark input of `bytes` in `dtype`: pseudo-random, uniform in [-1, 1), never zero (seeded,
+// so every impl of a point sees the same data). Constant inputs understate the power a GEMM or an
 // attention kernel draws and so overstate its speed, and differently for different kernels.
 inline cuda::DeviceBuffer random_input(std::size_t bytes, DType dtype, std::uint64_t seed) {
   cuda::DeviceBuffer buffer(std::max<std::size_t>(bytes, 16));
@@ -56,7 +58,8 @@ BenchMeasurement time_rotated(const BenchSettings& settings, std::size_t sets, L
 // half written), timed by the same method (rotated sets larger than L2, warm-up, event-timed
 // median). bytes_moved is what the impl's measurement reports.
 inline BenchMeasurement time_same_bytes_copy(double bytes_moved, const BenchSettings& settings) {
-  const std::size_t copy_bytes = std::max<std::size_t>(static_cast<std::size_t>(bytes_moved / 2), 16);
+  const std::size_t copy_bytes =
+      std::max<std::size_t>(static_cast<std::size_t>(bytes_moved / 2), 16);
   const std::size_t sets = rotation_sets(2 * copy_bytes, settings);
   std::vector<cuda::DeviceBuffer> sources, destinations;
   for (std::size_t s = 0; s < sets; ++s) {

@@ -9,7 +9,8 @@
 #include "runtime.h"
 
 namespace bitcheck::cuda::detail {
-[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file,
+                                   int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
                                      int line);
 inline void check(cudaError_t status, const char* call, const char* file, int line) {

@@ -29,7 +29,8 @@ MatrixF to_matrix_columns(const Tensor& tensor, const std::vector<std::int64_t>&
 Tensor from_matrix(const MatrixF& matrix) {
   Tensor tensor(DType::fp32, {matrix.rows(), matrix.cols()});
   for (Eigen::Index r = 0; r < matrix.rows(); ++r) {
-    for (Eigen::Index c = 0; c < matrix.cols(); ++c) tensor.set(r * matrix.cols() + c, matrix(r, c));
+    for (Eigen::Index c = 0; c < matrix.cols(); ++c)
+      tensor.set(r * matrix.cols() + c, matrix(r, c));
   }
   return tensor;
 }

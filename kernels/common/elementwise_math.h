@@ -27,9 +27,10 @@ enum class Op : int { silu, gelu_tanh, gelu_erf, swiglu, residual_add, scale, ca
 // are what a control's scalar tail does instead of the vector body's formula.
 enum class Variant : int {
   exact,
-  tail_approx,            // tanh via the bf16 hardware approximation; gelu_erf through the tanh form
-  downcast_intermediate,  // the key intermediate rounded to bf16 (a tail written with bf16 temporaries)
-  round_toward_zero,      // cast: the fp32 -> dtype rounding truncates instead of rounding to nearest
+  tail_approx,  // tanh via the bf16 hardware approximation; gelu_erf through the tanh form
+  downcast_intermediate,  // the key intermediate rounded to bf16 (a tail written with bf16
+                          // temporaries)
+  round_toward_zero,  // cast: the fp32 -> dtype rounding truncates instead of rounding to nearest
 };
 
 // Elements per vector group of the vectorized kernels (16 bytes of bf16/fp16; two 16-byte loads of
@@ -156,7 +157,9 @@ BITCHECK_HOST_DEVICE float sigmoid(Variant variant, float x) {
   return maybe_bf16(variant, sigmoid_of(x));
 }
 
-BITCHECK_HOST_DEVICE float silu(Variant variant, float x) { return mul(x, sigmoid(variant, x)); }
+BITCHECK_HOST_DEVICE float silu(Variant variant, float x) {
+  return mul(x, sigmoid(variant, x));
+}
 
 // d silu / dx = s * (1 + x * (1 - s)), s = sigmoid(x).
 BITCHECK_HOST_DEVICE float silu_derivative(Variant variant, float x) {
@@ -202,23 +205,49 @@ BITCHECK_HOST_DEVICE float gelu_erf_derivative(Variant variant, float x) {
 //   residual_add  forward: x, residual -> y       backward: dy -> dx, dresidual
 //   scale         forward: x -> y                 backward: x, dy -> dx   (dscale is a reduction)
 //   cast          forward: x, x32 -> y32, y       backward: dy32, dy -> dx, dx32
-BITCHECK_HOST_DEVICE void forward(Op op, Variant variant, const float* in, float parameter, float* out) {
+BITCHECK_HOST_DEVICE void forward(Op op, Variant variant, const float* in, float parameter,
+                                  float* out) {
   switch (op) {
-    case Op::silu: out[0] = silu(variant, in[0]); return;
-    case Op::gelu_tanh: out[0] = gelu_tanh(variant, in[0]); return;
-    case Op::gelu_erf: out[0] = gelu_erf(variant, in[0]); return;
-    case Op::swiglu: out[0] = mul(maybe_bf16(variant, silu(variant == Variant::tail_approx ? variant : Variant::exact, in[0])), in[1]); return;
-    case Op::residual_add: out[0] = maybe_bf16(variant, add(in[0], in[1])); return;
-    case Op::scale: out[0] = mul(in[0], maybe_bf16(variant, parameter)); return;
-    case Op::cast: out[0] = in[0]; out[1] = in[1]; return;
+    case Op::silu:
+      out[0] = silu(variant, in[0]);
+      return;
+    case Op::gelu_tanh:
+      out[0] = gelu_tanh(variant, in[0]);
+      return;
+    case Op::gelu_erf:
+      out[0] = gelu_erf(variant, in[0]);
+      return;
+    case Op::swiglu:
+      out[0] =
+          mul(maybe_bf16(variant,
+                         silu(variant == Variant::tail_approx ? variant : Variant::exact, in[0])),
+              in[1]);
+      return;
+    case Op::residual_add:
+      out[0] = maybe_bf16(variant, add(in[0], in[1]));
+      return;
+    case Op::scale:
+      out[0] = mul(in[0], maybe_bf16(variant, parameter));
+      return;
+    case Op::cast:
+      out[0] = in[0];
+      out[1] = in[1];
+      return;
   }
 }
 
-BITCHECK_HOST_DEVICE void backward(Op op, Variant variant, const float* in, float parameter, float* out) {
+BITCHECK_HOST_DEVICE void backward(Op op, Variant variant, const float* in, float parameter,
+                                   float* out) {
   switch (op) {
-    case Op::silu: out[0] = mul(in[1], silu_derivative(variant, in[0])); return;
-    case Op::gelu_tanh: out[0] = mul(in[1], gelu_tanh_derivative(variant, in[0])); return;
-    case Op::gelu_erf: out[0] = mul(in[1], gelu_erf_derivative(variant, in[0])); return;
+    case Op::silu:
+      out[0] = mul(in[1], silu_derivative(variant, in[0]));
+      return;
+    case Op::gelu_tanh:
+      out[0] = mul(in[1], gelu_tanh_derivative(variant, in[0]));
+      return;
+    case Op::gelu_erf:
+      out[0] = mul(in[1], gelu_erf_derivative(variant, in[0]));
+      return;
     case Op::swiglu: {
       // da = dy * b * silu'(a), db = dy * silu(a).
       Variant inner = variant == Variant::tail_approx ? variant : Variant::exact;
@@ -226,9 +255,17 @@ BITCHECK_HOST_DEVICE void backward(Op op, Variant variant, const float* in, floa
       out[1] = mul(in[2], maybe_bf16(variant, silu(inner, in[0])));
       return;
     }
-    case Op::residual_add: out[0] = in[0]; out[1] = maybe_bf16(variant, in[0]); return;
-    case Op::scale: out[0] = mul(in[1], maybe_bf16(variant, parameter)); return;
-    case Op::cast: out[0] = in[0]; out[1] = in[1]; return;
+    case Op::residual_add:
+      out[0] = in[0];
+      out[1] = maybe_bf16(variant, in[0]);
+      return;
+    case Op::scale:
+      out[0] = mul(in[1], maybe_bf16(variant, parameter));
+      return;
+    case Op::cast:
+      out[0] = in[0];
+      out[1] = in[1];
+      return;
   }
 }
 

@@ -83,8 +83,12 @@ DeviceInfo query_device(int device_index) {
   return info;
 }
 
-void set_device(int device_index) { BITCHECK_CUDA_CALL(cudaSetDevice(device_index)); }
-void synchronize() { BITCHECK_CUDA_CALL(cudaDeviceSynchronize()); }
+void set_device(int device_index) {
+  BITCHECK_CUDA_CALL(cudaSetDevice(device_index));
+}
+void synchronize() {
+  BITCHECK_CUDA_CALL(cudaDeviceSynchronize());
+}
 
 std::size_t free_device_memory() {
   std::size_t free_bytes = 0, total_bytes = 0;
@@ -122,11 +126,13 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 void DeviceBuffer::upload(const void* host, std::size_t bytes) {
-  if (bytes > bytes_) throw std::invalid_argument("DeviceBuffer::upload: more bytes than allocated");
+  if (bytes > bytes_)
+    throw std::invalid_argument("DeviceBuffer::upload: more bytes than allocated");
   if (bytes) BITCHECK_CUDA_CALL(cudaMemcpy(pointer_, host, bytes, cudaMemcpyHostToDevice));
 }
 void DeviceBuffer::download(void* host, std::size_t bytes) const {
-  if (bytes > bytes_) throw std::invalid_argument("DeviceBuffer::download: more bytes than allocated");
+  if (bytes > bytes_)
+    throw std::invalid_argument("DeviceBuffer::download: more bytes than allocated");
   if (bytes) BITCHECK_CUDA_CALL(cudaMemcpy(host, pointer_, bytes, cudaMemcpyDeviceToHost));
 }
 void DeviceBuffer::fill_bytes(int byte_value) {
@@ -145,7 +151,8 @@ template <typename T>
 __global__ void fill_uniform_kernel(T* out, std::size_t count, std::uint64_t seed) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count;
        i += std::size_t(gridDim.x) * blockDim.x) {
-    float value = float(mix64(seed * 0x9e3779b97f4a7c15ULL + i) >> 40) * (2.0f / float(1 << 24)) - 1.0f;
+    float value =
+        float(mix64(seed * 0x9e3779b97f4a7c15ULL + i) >> 40) * (2.0f / float(1 << 24)) - 1.0f;
     if (fabsf(value) < 1e-3f) value = 0.5f;
     out[i] = T(value);
   }
@@ -185,7 +192,9 @@ EventTimer::~EventTimer() {
   BITCHECK_CUDA_CALL_NOEXCEPT(cudaEventDestroy(static_cast<cudaEvent_t>(start_event_)));
   BITCHECK_CUDA_CALL_NOEXCEPT(cudaEventDestroy(static_cast<cudaEvent_t>(stop_event_)));
 }
-void EventTimer::start() { BITCHECK_CUDA_CALL(cudaEventRecord(static_cast<cudaEvent_t>(start_event_))); }
+void EventTimer::start() {
+  BITCHECK_CUDA_CALL(cudaEventRecord(static_cast<cudaEvent_t>(start_event_)));
+}
 float EventTimer::stop_ms() {
   auto stop = static_cast<cudaEvent_t>(stop_event_);
   BITCHECK_CUDA_CALL(cudaEventRecord(stop));
@@ -196,7 +205,8 @@ float EventTimer::stop_ms() {
 }
 
 void copy_device_to_device(void* destination, const void* source, std::size_t bytes) {
-  if (bytes) BITCHECK_CUDA_CALL(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice));
+  if (bytes)
+    BITCHECK_CUDA_CALL(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice));
 }
 
 double measure_copy_bandwidth_gbps(std::size_t bytes, int repeats) {

@@ -80,8 +80,8 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-// `count` elements of `dtype` at `data`, pseudo-random, uniform in [-1, 1), never zero: element i is
-// a function of (seed, i) alone. Benchmark and search inputs: tensor-core and exp-heavy kernels
+// `count` elements of `dtype` at `data`, pseudo-random, uniform in [-1, 1), never zero: element i
+// is a function of (seed, i) alone. Benchmark and search inputs: tensor-core and exp-heavy kernels
 // draw less power on constant data and would run faster than on real activations. Queued on the
 // default stream.
 void fill_uniform(void* data, std::size_t count, DeviceDType dtype, std::uint64_t seed);

@@ -13,8 +13,9 @@ std::vector<std::int64_t> real_slots(const Batch& batch) {
   return slots;
 }
 
-void tree_reduce_by_slot_count(const Batch& batch, std::int64_t width, std::vector<float>& accumulator,
-                               const std::function<void(std::int64_t, std::vector<float>&)>& add_token) {
+void tree_reduce_by_slot_count(
+    const Batch& batch, std::int64_t width, std::vector<float>& accumulator,
+    const std::function<void(std::int64_t, std::vector<float>&)>& add_token) {
   const std::int64_t slots = batch.slots();
   const std::int64_t leaf = std::max<std::int64_t>(1, (slots + 3) / 4);
   std::vector<std::vector<float>> partials;

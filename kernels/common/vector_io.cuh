@@ -1,7 +1,7 @@
 // Vector loads and stores of 8 consecutive elements of a bf16, fp16 or fp32 buffer (one 16-byte
-// access for 16-bit dtypes, two for fp32), converted to and from fp32, for the memory-bound kernels.
-// Conversions are exact (widening) and round-to-nearest-even (narrowing): the same bits as the
-// scalar __float2bfloat16_rn / __float2half_rn path, so a vector body and a scalar tail agree.
+// access for 16-bit dtypes, two for fp32), converted to and from fp32, for the memory-bound
+// kernels. Conversions are exact (widening) and round-to-nearest-even (narrowing): the same bits as
+// the scalar __float2bfloat16_rn / __float2half_rn path, so a vector body and a scalar tail agree.
 // Callers guarantee 16-byte alignment (group * 8 elements from a 16-byte aligned base).
 #pragma once
 #include <cuda_bf16.h>
@@ -33,7 +33,8 @@ __device__ __forceinline__ void widen_group8(const uint4 raw, DeviceDType dtype,
 }
 
 // Elements group * 8 .. group * 8 + 7 of `base`.
-__device__ __forceinline__ void load_group8(const void* base, DeviceDType dtype, int64_t group, float* values) {
+__device__ __forceinline__ void load_group8(const void* base, DeviceDType dtype, int64_t group,
+                                            float* values) {
   if (dtype == DeviceDType::fp32) {
     const float4* p = static_cast<const float4*>(base) + group * 2;
     const float4 a = p[0], b = p[1];
@@ -62,7 +63,8 @@ __device__ __forceinline__ uint4 narrow_group8(const float* values, DeviceDType 
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-__device__ __forceinline__ void store_group8(void* base, DeviceDType dtype, int64_t group, const float* values) {
+__device__ __forceinline__ void store_group8(void* base, DeviceDType dtype, int64_t group,
+                                             const float* values) {
   if (dtype == DeviceDType::fp32) {
     float4* p = static_cast<float4*>(base) + group * 2;
     p[0] = make_float4(values[0], values[1], values[2], values[3]);

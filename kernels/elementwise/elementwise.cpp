@@ -1,11 +1,12 @@
-// The elementwise family, one op each: silu, gelu_tanh, gelu_erf, swiglu (silu(a) * b), residual_add
-// (into an fp32 residual stream), scale (per-channel fp32 vector) and cast (dtype <-> fp32), forward
-// and backward, with independent FP32 Eigen references.
+// The elementwise family, one op each: silu, gelu_tanh, gelu_erf, swiglu (silu(a) * b),
+// residual_add (into an fp32 residual stream), scale (per-channel fp32 vector) and cast (dtype <->
+// fp32), forward and backward, with independent FP32 Eigen references.
+#include "elementwise/elementwise.h"
+
 #include <cmath>
 
 #include "common/eigen_view.h"
 #include "elementwise/elementwise_ops.h"
-#include "elementwise/elementwise.h"
 
 namespace bitcheck {
 namespace {
@@ -16,7 +17,9 @@ using Array = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajo
 // Inputs span a few units so sigmoid, tanh and erf are exercised beyond their linear part.
 constexpr float activation_input_scale = 4.0f;
 
-Array sigmoid(const Array& x) { return 1.0f / (1.0f + (-x).exp()); }
+Array sigmoid(const Array& x) {
+  return 1.0f / (1.0f + (-x).exp());
+}
 Array erf_of(const Array& x) {
   return x.unaryExpr([](float v) { return std::erf(v); });
 }
@@ -36,7 +39,9 @@ MatrixF rows_of(const std::map<std::string, Tensor>& inputs, const std::string& 
 void reference_rows(Op op, Pass pass, const std::map<std::string, Tensor>& inputs,
                     const ReferenceRequest& request, std::map<std::string, Tensor>& outputs) {
   auto in = [&](const std::string& name) { return Array(rows_of(inputs, name, request).array()); };
-  auto put = [&](const std::string& name, const Array& value) { outputs[name] = from_matrix(value.matrix()); };
+  auto put = [&](const std::string& name, const Array& value) {
+    outputs[name] = from_matrix(value.matrix());
+  };
   const bool forward = pass == Pass::forward;
   switch (op) {
     case Op::silu: {
@@ -95,7 +100,8 @@ void register_one(Registry& registry, const ElementwiseOpInfo& info) {
     reference_rows(op, spec.pass, inputs, request, outputs);
     if (op == Op::scale && spec.pass == Pass::backward) {
       // dscale[c] = sum over all tokens of dy[t, c] * x[t, c].
-      MatrixF dscale = (to_matrix(inputs.at("dy")).array() * to_matrix(inputs.at("x")).array()).colwise().sum();
+      MatrixF dscale =
+          (to_matrix(inputs.at("dy")).array() * to_matrix(inputs.at("x")).array()).colwise().sum();
       outputs["dscale"] = from_matrix(dscale);
     }
   };
@@ -107,15 +113,22 @@ void register_one(Registry& registry, const ElementwiseOpInfo& info) {
 const std::vector<ElementwiseOpInfo>& elementwise_ops() {
   static const std::vector<ElementwiseOpInfo> ops = {
       {"silu", Op::silu, "y = x * sigmoid(x); backward dx = dy * silu'(x)", true},
-      {"gelu_tanh", Op::gelu_tanh, "y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); backward dx", true},
+      {"gelu_tanh", Op::gelu_tanh,
+       "y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); backward dx", true},
       {"gelu_erf", Op::gelu_erf, "y = 0.5 x (1 + erf(x / sqrt 2)); backward dx", true},
       {"swiglu", Op::swiglu, "y = silu(a) * b (a, b: the gate and up rows); backward da, db", true},
       {"residual_add", Op::residual_add,
-       "y (fp32 residual stream) = x (case dtype) + residual (fp32); backward dx = dy rounded to the case dtype, dresidual = dy", false},
+       "y (fp32 residual stream) = x (case dtype) + residual (fp32); backward dx = dy rounded to "
+       "the case dtype, dresidual = dy",
+       false},
       {"scale", Op::scale,
-       "y = x * scale (per-channel fp32 vector); backward dx = dy * scale, dscale = sum over tokens of dy * x (fp32)", false},
+       "y = x * scale (per-channel fp32 vector); backward dx = dy * scale, dscale = sum over "
+       "tokens of dy * x (fp32)",
+       false},
       {"cast", Op::cast,
-       "y32 = fp32(x) (case dtype -> fp32, exact) and y = dtype(x32) (fp32 -> case dtype, round to nearest even); backward dx = dtype(dy32), dx32 = fp32(dy)", false},
+       "y32 = fp32(x) (case dtype -> fp32, exact) and y = dtype(x32) (fp32 -> case dtype, round to "
+       "nearest even); backward dx = dtype(dy32), dx32 = fp32(dy)",
+       false},
   };
   return ops;
 }
@@ -137,11 +150,13 @@ std::vector<TensorDecl> elementwise_tensors(Op op, const CaseSpec& spec) {
       if (forward) return {row_in("x", dt, activation_input_scale), row_out("y", dt)};
       return {row_in("x", dt, activation_input_scale), row_in("dy", dt), row_out("dx", dt)};
     case Op::swiglu:
-      if (forward) return {row_in("a", dt, activation_input_scale), row_in("b", dt), row_out("y", dt)};
-      return {row_in("a", dt, activation_input_scale), row_in("b", dt), row_in("dy", dt), row_out("da", dt),
-              row_out("db", dt)};
+      if (forward)
+        return {row_in("a", dt, activation_input_scale), row_in("b", dt), row_out("y", dt)};
+      return {row_in("a", dt, activation_input_scale), row_in("b", dt), row_in("dy", dt),
+              row_out("da", dt), row_out("db", dt)};
     case Op::residual_add:
-      if (forward) return {row_in("x", dt), row_in("residual", DType::fp32), row_out("y", DType::fp32)};
+      if (forward)
+        return {row_in("x", dt), row_in("residual", DType::fp32), row_out("y", DType::fp32)};
       return {row_in("dy", DType::fp32), row_out("dx", dt), row_out("dresidual", DType::fp32)};
     case Op::scale: {
       TensorDecl scale{"scale", TensorRole::parameter, DType::fp32, {1, h}};
@@ -150,8 +165,11 @@ std::vector<TensorDecl> elementwise_tensors(Op op, const CaseSpec& spec) {
               TensorDecl{"dscale", TensorRole::reduction_output, DType::fp32, {1, h}}};
     }
     case Op::cast:
-      if (forward) return {row_in("x", dt), row_in("x32", DType::fp32), row_out("y32", DType::fp32), row_out("y", dt)};
-      return {row_in("dy32", DType::fp32), row_in("dy", dt), row_out("dx", dt), row_out("dx32", DType::fp32)};
+      if (forward)
+        return {row_in("x", dt), row_in("x32", DType::fp32), row_out("y32", DType::fp32),
+                row_out("y", dt)};
+      return {row_in("dy32", DType::fp32), row_in("dy", dt), row_out("dx", dt),
+              row_out("dx32", DType::fp32)};
   }
   return {};
 }
@@ -162,7 +180,8 @@ void register_elementwise_ops(Registry& registry) {
 
 void register_elementwise(Registry& registry, OpPart part) {
   register_op_part(registry, part,
-                   {register_elementwise_ops, register_elementwise_cpu, BITCHECK_CUDA_PART(register_elementwise_cuda)});
+                   {register_elementwise_ops, register_elementwise_cpu,
+                    BITCHECK_CUDA_PART(register_elementwise_cuda)});
 }
 
 }  // namespace bitcheck

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <memory>
 
-#include "elementwise/elementwise.h"
 #include "common/token_reduction.h"
+#include "elementwise/elementwise.h"
 #include "elementwise/elementwise_ops.h"
 
 namespace bitcheck {
@@ -18,7 +18,8 @@ using elementwise::Variant;
 // Writes `value` rounded toward zero (instead of to nearest) into a 16-bit tensor.
 void set_toward_zero(Tensor& tensor, std::int64_t index, float value) {
   float nearest = round_to(tensor.dtype(), value);
-  if (tensor.dtype() == DType::fp32 || std::isnan(value) || std::fabs(nearest) <= std::fabs(value)) {
+  if (tensor.dtype() == DType::fp32 || std::isnan(value) ||
+      std::fabs(nearest) <= std::fabs(value)) {
     tensor.set(index, value);
     return;
   }
@@ -31,10 +32,14 @@ class ElementwiseCpu : public Impl {
 
   std::string name() const override {
     switch (tail_) {
-      case Variant::exact: return "cpu-fixed-order";
-      case Variant::tail_approx: return "cpu-tail-approx";
-      case Variant::downcast_intermediate: return "cpu-tail-downcast-bf16";
-      case Variant::round_toward_zero: return "cpu-tail-round-toward-zero";
+      case Variant::exact:
+        return "cpu-fixed-order";
+      case Variant::tail_approx:
+        return "cpu-tail-approx";
+      case Variant::downcast_intermediate:
+        return "cpu-tail-downcast-bf16";
+      case Variant::round_toward_zero:
+        return "cpu-tail-round-toward-zero";
     }
     return "";
   }
@@ -43,13 +48,18 @@ class ElementwiseCpu : public Impl {
   std::string description() const override {
     switch (tail_) {
       case Variant::exact:
-        return "one formula for every element (explicitly rounded fp32 operations); dscale summed over tokens in token order";
+        return "one formula for every element (explicitly rounded fp32 operations); dscale summed "
+               "over tokens in token order";
       case Variant::tail_approx:
-        return "control: the scalar tail (the partial last 2048-element tile of the flattened batch) evaluates tanh in bf16 precision, as a packed-bf16 tail does (gelu_erf: the tanh form), the body the exact fp32 formula";
+        return "control: the scalar tail (the partial last 2048-element tile of the flattened "
+               "batch) evaluates tanh in bf16 precision, as a packed-bf16 tail does (gelu_erf: the "
+               "tanh form), the body the exact fp32 formula";
       case Variant::downcast_intermediate:
-        return "control: the scalar tail rounds its key intermediate (sigmoid, tanh, erf, silu(a), the sum, the scale) to bf16 before finishing in fp32";
+        return "control: the scalar tail rounds its key intermediate (sigmoid, tanh, erf, silu(a), "
+               "the sum, the scale) to bf16 before finishing in fp32";
       case Variant::round_toward_zero:
-        return "control: the scalar tail converts fp32 to the 16-bit dtype by truncation instead of round-to-nearest-even";
+        return "control: the scalar tail converts fp32 to the 16-bit dtype by truncation instead "
+               "of round-to-nearest-even";
     }
     return "";
   }
@@ -124,7 +134,8 @@ void register_elementwise_cpu(Registry& registry) {
     } else {
       variants.push_back(Variant::downcast_intermediate);
     }
-    for (Variant variant : variants) registry.add_impl(info.name, std::make_unique<ElementwiseCpu>(info, variant));
+    for (Variant variant : variants)
+      registry.add_impl(info.name, std::make_unique<ElementwiseCpu>(info, variant));
   }
 }
 

@@ -4,12 +4,12 @@
 #include <memory>
 
 #include "bitcheck/op.h"
-#include "elementwise/elementwise.h"
-#include "elementwise_kernels.h"
 #include "common/adapter_support.h"
-#include "rmsnorm/rmsnorm_kernels.h"
-#include "elementwise/elementwise_ops.h"
 #include "common/runtime.h"
+#include "elementwise/elementwise.h"
+#include "elementwise/elementwise_ops.h"
+#include "elementwise_kernels.h"
+#include "rmsnorm/rmsnorm_kernels.h"
 
 namespace bitcheck {
 namespace {
@@ -24,10 +24,14 @@ class CudaElementwise : public Impl {
 
   std::string name() const override {
     switch (tail_) {
-      case Variant::exact: return "fixed-order";
-      case Variant::tail_approx: return "tail-approx";
-      case Variant::downcast_intermediate: return "tail-downcast-bf16";
-      case Variant::round_toward_zero: return "tail-round-toward-zero";
+      case Variant::exact:
+        return "fixed-order";
+      case Variant::tail_approx:
+        return "tail-approx";
+      case Variant::downcast_intermediate:
+        return "tail-downcast-bf16";
+      case Variant::round_toward_zero:
+        return "tail-round-toward-zero";
     }
     return "";
   }
@@ -36,13 +40,18 @@ class CudaElementwise : public Impl {
   std::string description() const override {
     switch (tail_) {
       case Variant::exact:
-        return "16-byte vector body and scalar tail evaluate the same explicitly rounded fp32 formula; dscale summed over tokens in token order (no atomics)";
+        return "16-byte vector body and scalar tail evaluate the same explicitly rounded fp32 "
+               "formula; dscale summed over tokens in token order (no atomics)";
       case Variant::tail_approx:
-        return "control: the scalar tail (the partial last 2048-element tile) evaluates tanh with the packed-bf16 hardware approximation tanh.approx.bf16 (sigmoid through tanh; gelu_erf: the tanh form) while the vector body uses the accurate fp32 formula";
+        return "control: the scalar tail (the partial last 2048-element tile) evaluates tanh with "
+               "the packed-bf16 hardware approximation tanh.approx.bf16 (sigmoid through tanh; "
+               "gelu_erf: the tanh form) while the vector body uses the accurate fp32 formula";
       case Variant::downcast_intermediate:
-        return "control: the scalar tail (the partial last 2048-element tile) rounds its key intermediate to bf16 (a tail written with __nv_bfloat16 temporaries)";
+        return "control: the scalar tail (the partial last 2048-element tile) rounds its key "
+               "intermediate to bf16 (a tail written with __nv_bfloat16 temporaries)";
       case Variant::round_toward_zero:
-        return "control: the scalar tail (the partial last 2048-element tile) narrows fp32 with round-toward-zero (__float2bfloat16_rz) instead of round-to-nearest-even";
+        return "control: the scalar tail (the partial last 2048-element tile) narrows fp32 with "
+               "round-toward-zero (__float2bfloat16_rz) instead of round-to-nearest-even";
     }
     return "";
   }
@@ -75,21 +84,24 @@ class CudaElementwise : public Impl {
       }
     }
     cuda::elementwise_launch(launch, nullptr);
-    for (std::size_t k = 0; k < outputs.size(); ++k) support::download(outputs[k], *host_outputs[k]);
+    for (std::size_t k = 0; k < outputs.size(); ++k)
+      support::download(outputs[k], *host_outputs[k]);
     if (!reduction.empty()) {
       // dscale += dy * x over the real tokens, in order: inputs[0] is x, inputs[1] is dy.
       Tensor& dscale = batch.out(reduction);
       DeviceBuffer accumulator = support::upload(dscale);
       std::vector<std::int32_t> tokens = support::real_slot_list(batch);
       DeviceBuffer token_buffer = support::upload(tokens);
-      cuda::token_column_accumulate(support::device_dtype(batch.spec->dtype), inputs[1].get(), inputs[0].get(),
-                                    nullptr, nullptr, token_buffer.as<std::int32_t>(),
-                                    static_cast<std::int64_t>(tokens.size()), h, accumulator.as<float>(), nullptr);
+      cuda::token_column_accumulate(
+          support::device_dtype(batch.spec->dtype), inputs[1].get(), inputs[0].get(), nullptr,
+          nullptr, token_buffer.as<std::int32_t>(), static_cast<std::int64_t>(tokens.size()), h,
+          accumulator.as<float>(), nullptr);
       support::download(accumulator, dscale);
     }
   }
 
-  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec, const BenchSettings& settings) override {
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
     const std::int64_t h = spec.dim("H"), count = spec.rows * h;
     std::vector<TensorDecl> decls = elementwise_tensors(info_.op, spec);
     std::size_t set_bytes = 0;
@@ -103,12 +115,14 @@ class CudaElementwise : public Impl {
     std::vector<DeviceBuffer> buffers;
     DeviceBuffer parameter, accumulator, tokens;
     std::vector<std::int32_t> token_list(static_cast<std::size_t>(spec.rows));
-    for (std::size_t t = 0; t < token_list.size(); ++t) token_list[t] = static_cast<std::int32_t>(t);
+    for (std::size_t t = 0; t < token_list.size(); ++t)
+      token_list[t] = static_cast<std::int32_t>(t);
     double bytes_moved = static_cast<double>(set_bytes);
     for (const auto& decl : decls) {
       if (decl.role == TensorRole::parameter || decl.role == TensorRole::reduction_output) {
         const std::size_t bytes = static_cast<std::size_t>(h) * sizeof(float);
-        (decl.role == TensorRole::parameter ? parameter : accumulator) = support::random_input(bytes, DType::fp32, 1);
+        (decl.role == TensorRole::parameter ? parameter : accumulator) =
+            support::random_input(bytes, DType::fp32, 1);
         bytes_moved += static_cast<double>(bytes) * (decl.role == TensorRole::parameter ? 1 : 2);
       }
     }
@@ -132,11 +146,13 @@ class CudaElementwise : public Impl {
       cuda::elementwise_launch(launches[s], nullptr);
       if (accumulator.get()) {
         cuda::token_column_accumulate(dtype, launches[s].in[1], launches[s].in[0], nullptr, nullptr,
-                                      tokens.as<std::int32_t>(), spec.rows, h, accumulator.as<float>(), nullptr);
+                                      tokens.as<std::int32_t>(), spec.rows, h,
+                                      accumulator.as<float>(), nullptr);
       }
     });
     measurement.bytes_moved = bytes_moved;
-    measurement.config = {{"vector_elements", elementwise::vector_elements}, {"rotated_sets", sets}};
+    measurement.config = {{"vector_elements", elementwise::vector_elements},
+                          {"rotated_sets", sets}};
     return measurement;
   }
 
@@ -149,8 +165,10 @@ class CudaElementwise : public Impl {
     launch.count = count;
     launch.width = spec.dim("H");
     for (const auto& decl : elementwise_tensors(info_.op, spec)) {
-      if (decl.role == TensorRole::row_input) launch.in_dtype[launch.inputs++] = support::device_dtype(decl.dtype);
-      if (decl.role == TensorRole::row_output) launch.out_dtype[launch.outputs++] = support::device_dtype(decl.dtype);
+      if (decl.role == TensorRole::row_input)
+        launch.in_dtype[launch.inputs++] = support::device_dtype(decl.dtype);
+      if (decl.role == TensorRole::row_output)
+        launch.out_dtype[launch.outputs++] = support::device_dtype(decl.dtype);
     }
     return launch;
   }
@@ -166,8 +184,10 @@ void register_elementwise_cuda(Registry& registry) {
   for (const auto& info : elementwise_ops()) {
     std::vector<Variant> variants = {Variant::exact};
     if (info.has_transcendental) variants.push_back(Variant::tail_approx);
-    variants.push_back(info.op == elementwise::Op::cast ? Variant::round_toward_zero : Variant::downcast_intermediate);
-    for (Variant variant : variants) registry.add_impl(info.name, std::make_unique<CudaElementwise>(info, variant));
+    variants.push_back(info.op == elementwise::Op::cast ? Variant::round_toward_zero
+                                                        : Variant::downcast_intermediate);
+    for (Variant variant : variants)
+      registry.add_impl(info.name, std::make_unique<CudaElementwise>(info, variant));
   }
 }
 

@@ -1,11 +1,12 @@
 // embedding: out[t] = table[id[t]] (a gather of one row per token). Backward: dtable[v] = sum of
 // dout[t] over the tokens t with id[t] == v, reduced over tokens into an fp32 accumulator.
+#include "embedding/embedding.h"
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "common/eigen_view.h"
-#include "embedding/embedding.h"
 #include "common/vocab_ops.h"
 
 namespace bitcheck {
@@ -79,8 +80,9 @@ void register_embedding_op(Registry& registry) {
 }
 
 void register_embedding(Registry& registry, OpPart part) {
-  register_op_part(registry, part,
-                   {register_embedding_op, register_embedding_cpu, BITCHECK_CUDA_PART(register_embedding_cuda)});
+  register_op_part(
+      registry, part,
+      {register_embedding_op, register_embedding_cpu, BITCHECK_CUDA_PART(register_embedding_cuda)});
 }
 
 }  // namespace bitcheck

@@ -9,9 +9,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "embedding/embedding.h"
 #include "common/token_reduction.h"
 #include "common/vocab_cpu.h"
+#include "embedding/embedding.h"
 
 namespace bitcheck {
 namespace {

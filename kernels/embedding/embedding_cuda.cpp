@@ -6,10 +6,10 @@
 #include <numeric>
 
 #include "bitcheck/op.h"
-#include "embedding/embedding.h"
-#include "embedding_kernels.h"
 #include "common/runtime.h"
 #include "common/vocab_device.h"
+#include "embedding/embedding.h"
+#include "embedding_kernels.h"
 
 namespace bitcheck {
 namespace {
@@ -125,7 +125,8 @@ std::optional<BenchMeasurement> CudaEmbedding::benchmark(const CaseSpec& spec,
   const std::size_t set_bytes =
       static_cast<std::size_t>(rows) * (2 * row_bytes + sizeof(std::int32_t));
   const std::size_t sets = vd::rotation_sets(set_bytes, settings);
-  cuda::DeviceBuffer table = vd::random_input(static_cast<std::size_t>(vocab) * row_bytes, spec.dtype, 1);
+  cuda::DeviceBuffer table =
+      vd::random_input(static_cast<std::size_t>(vocab) * row_bytes, spec.dtype, 1);
   std::vector<std::int32_t> slot_list(static_cast<std::size_t>(rows));
   std::iota(slot_list.begin(), slot_list.end(), 0);
   cuda::DeviceBuffer slots = vd::upload(slot_list);
@@ -143,12 +144,10 @@ std::optional<BenchMeasurement> CudaEmbedding::benchmark(const CaseSpec& spec,
   }
   vd::ErrorRecord error;
   const cuda::DeviceDType dtype = vd::device_dtype(spec.dtype);
-  BenchMeasurement measurement = vd::time_rotated(
-      settings, sets,
-      [&](std::size_t i) {
-        cuda::embedding_gather(dtype, ids[i].as<std::int32_t>(), slots.as<std::int32_t>(), rows,
-                               table.get(), vocab, hidden, outs[i].get(), error.get(), nullptr);
-      });
+  BenchMeasurement measurement = vd::time_rotated(settings, sets, [&](std::size_t i) {
+    cuda::embedding_gather(dtype, ids[i].as<std::int32_t>(), slots.as<std::int32_t>(), rows,
+                           table.get(), vocab, hidden, outs[i].get(), error.get(), nullptr);
+  });
   error.check("embedding benchmark", vocab);
   measurement.bytes_moved = static_cast<double>(set_bytes);
   measurement.config = {{"rotation_sets", sets}, {"kernel", "embedding_gather"}};

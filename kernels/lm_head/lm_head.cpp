@@ -1,8 +1,9 @@
 // lm_head: logits[V] = h[H] · tableᵀ, the vocabulary projection with the embedding table as the
 // (tied) weight. Backward: dh = dlogits · table per row, dtable = dlogitsᵀ · h over tokens (fp32).
+#include "lm_head/lm_head.h"
+
 #include <cmath>
 
-#include "lm_head/lm_head.h"
 #include "common/vocab_ops.h"
 
 namespace bitcheck {
@@ -43,7 +44,8 @@ void register_lm_head_op(Registry& registry) {
     };
     if (spec.pass == Pass::forward) {
       MatrixF table_rows = to_matrix(inputs.at("table"), columns_of("logits"));
-      outputs["logits"] = from_matrix(to_matrix(inputs.at("h"), request.rows) * table_rows.transpose());
+      outputs["logits"] =
+          from_matrix(to_matrix(inputs.at("h"), request.rows) * table_rows.transpose());
       return;
     }
     outputs["dh"] = from_matrix(to_matrix(inputs.at("dlogits"), request.rows) *
@@ -55,8 +57,9 @@ void register_lm_head_op(Registry& registry) {
 }
 
 void register_lm_head(Registry& registry, OpPart part) {
-  register_op_part(registry, part,
-                   {register_lm_head_op, register_lm_head_cpu, BITCHECK_CUDA_PART(register_lm_head_cuda)});
+  register_op_part(
+      registry, part,
+      {register_lm_head_op, register_lm_head_cpu, BITCHECK_CUDA_PART(register_lm_head_cuda)});
 }
 
 }  // namespace bitcheck

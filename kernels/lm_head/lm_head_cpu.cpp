@@ -5,8 +5,8 @@
 // are read.
 #include <memory>
 
-#include "lm_head/lm_head.h"
 #include "common/vocab_cpu.h"
+#include "lm_head/lm_head.h"
 
 namespace bitcheck {
 namespace {

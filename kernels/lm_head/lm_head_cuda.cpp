@@ -8,13 +8,13 @@
 #include <numeric>
 
 #include "bitcheck/op.h"
+#include "common/runtime.h"
+#include "common/vocab_device.h"
 #include "lm_head/lm_head.h"
 #include "lm_head_logprob/lm_head_logprob.h"
 #include "logprob/logprob_kernels.h"
 #include "matmul/cublaslt_gemm.h"
 #include "matmul/fixed_order_gemm.h"
-#include "common/runtime.h"
-#include "common/vocab_device.h"
 #include "tuner/pin_lookup.h"
 
 namespace bitcheck {
@@ -190,7 +190,8 @@ BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec,
   DeviceBuffer table = vd::random_input(table_bytes, spec.dtype, 1);
   std::vector<DeviceBuffer> hs, outs;
   for (std::size_t i = 0; i < sets; ++i) {
-    hs.push_back(vd::random_input(static_cast<std::size_t>(m * hidden) * element, spec.dtype, 2 + i));
+    hs.push_back(
+        vd::random_input(static_cast<std::size_t>(m * hidden) * element, spec.dtype, 2 + i));
     outs.emplace_back(static_cast<std::size_t>(m * v) * element);
   }
   LtConfig config;
@@ -198,17 +199,14 @@ BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec,
     config = LmHeadGemms::pinned_config(spec.dtype, "forward", v, hidden, m, nullptr);
   if (gemms.path() == GemmPath::cublaslt_heuristic)
     config = cuda::lt_heuristic_config(dtype, m, v, hidden);
-  BenchMeasurement measurement = vd::time_rotated(
-      settings, sets,
-      [&](std::size_t i) {
-        if (gemms.path() == GemmPath::fixed_order) {
-          cuda::fixed_order_gemm(dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden,
-                                 nullptr);
-        } else {
-          cuda::lt_gemm(config, dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden,
-                        gemms.workspace(), lt_workspace_bytes, nullptr);
-        }
-      });
+  BenchMeasurement measurement = vd::time_rotated(settings, sets, [&](std::size_t i) {
+    if (gemms.path() == GemmPath::fixed_order) {
+      cuda::fixed_order_gemm(dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden, nullptr);
+    } else {
+      cuda::lt_gemm(config, dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden,
+                    gemms.workspace(), lt_workspace_bytes, nullptr);
+    }
+  });
   measurement.flops =
       2.0 * static_cast<double>(m) * static_cast<double>(v) * static_cast<double>(hidden);
   measurement.bytes_moved = static_cast<double>(set_bytes + table_bytes);
@@ -286,7 +284,8 @@ class CudaLmHeadLogprob : public Impl {
   }
   std::string description() const override {
     return gemm_description(gemms_.path()) +
-           "; logits stored in the case dtype feed the fixed-order logprob kernels (a split of the vocabulary fixed by V)";
+           "; logits stored in the case dtype feed the fixed-order logprob kernels (a split of the "
+           "vocabulary fixed by V)";
   }
   bool supports(Pass) const override { return true; }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {

@@ -3,6 +3,7 @@
 // log_softmax(logits)[target] in fp32. Backward: dlogits (case dtype) = dlogprob * (onehot -
 // softmax), dh = dlogits·table per row, dtable = dlogitsᵀ·h over tokens (fp32).
 #include "lm_head_logprob/lm_head_logprob.h"
+
 #include "common/vocab_ops.h"
 
 namespace bitcheck {
@@ -85,7 +86,8 @@ void register_lm_head_logprob_op(Registry& registry) {
 
 void register_lm_head_logprob(Registry& registry, OpPart part) {
   register_op_part(registry, part,
-                   {register_lm_head_logprob_op, register_lm_head_logprob_cpu, BITCHECK_CUDA_PART(register_lm_head_logprob_cuda)});
+                   {register_lm_head_logprob_op, register_lm_head_logprob_cpu,
+                    BITCHECK_CUDA_PART(register_lm_head_logprob_cuda)});
 }
 
 }  // namespace bitcheck

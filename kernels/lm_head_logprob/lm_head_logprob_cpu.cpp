@@ -3,8 +3,8 @@
 // the same two paths. The control uses the LM head's K-split-by-rows path.
 #include <memory>
 
-#include "lm_head_logprob/lm_head_logprob.h"
 #include "common/vocab_cpu.h"
+#include "lm_head_logprob/lm_head_logprob.h"
 
 namespace bitcheck {
 namespace {

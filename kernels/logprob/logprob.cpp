@@ -1,10 +1,11 @@
 // logprob: log-softmax over the vocabulary plus a gather of the target token, per row:
 // logprob = logits[target] - log(sum_v exp(logits[v])), fp32 output. Backward:
 // dlogits = dlogprob * (onehot(target) - softmax(logits)), in the logits dtype.
+#include "logprob/logprob.h"
+
 #include <cmath>
 #include <stdexcept>
 
-#include "logprob/logprob.h"
 #include "common/vocab_ops.h"
 
 namespace bitcheck {
@@ -92,8 +93,9 @@ void register_logprob_op(Registry& registry) {
 }
 
 void register_logprob(Registry& registry, OpPart part) {
-  register_op_part(registry, part,
-                   {register_logprob_op, register_logprob_cpu, BITCHECK_CUDA_PART(register_logprob_cuda)});
+  register_op_part(
+      registry, part,
+      {register_logprob_op, register_logprob_cpu, BITCHECK_CUDA_PART(register_logprob_cuda)});
 }
 
 }  // namespace bitcheck

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <memory>
 
-#include "logprob/logprob.h"
 #include "common/token_reduction.h"
 #include "common/vocab_cpu.h"
 #include "common/vocab_ops.h"
+#include "logprob/logprob.h"
 
 namespace bitcheck {
 

@@ -5,10 +5,10 @@
 #include <numeric>
 
 #include "bitcheck/op.h"
-#include "logprob/logprob.h"
-#include "logprob_kernels.h"
 #include "common/runtime.h"
 #include "common/vocab_device.h"
+#include "logprob/logprob.h"
+#include "logprob_kernels.h"
 
 namespace bitcheck {
 namespace {
@@ -123,20 +123,18 @@ std::optional<BenchMeasurement> CudaLogprob::benchmark(const CaseSpec& spec,
       std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, vocab, split)));
   vd::ErrorRecord error;
   const cuda::DeviceDType dtype = vd::device_dtype(spec.dtype);
-  BenchMeasurement measurement = vd::time_rotated(
-      settings, sets,
-      [&](std::size_t i) {
-        if (forward) {
-          cuda::logprob_forward(dtype, logits[i].get(), targets.as<std::int32_t>(),
-                                slots.as<std::int32_t>(), slots.as<std::int32_t>(), rows, vocab,
-                                outs[i].as<float>(), split, workspace.get(), error.get(), nullptr);
-        } else {
-          cuda::logprob_backward(dtype, logits[i].get(), targets.as<std::int32_t>(),
-                                 dlogprob.as<float>(), slots.as<std::int32_t>(),
-                                 slots.as<std::int32_t>(), rows, vocab, outs[i].get(), split,
-                                 workspace.get(), error.get(), nullptr);
-        }
-      });
+  BenchMeasurement measurement = vd::time_rotated(settings, sets, [&](std::size_t i) {
+    if (forward) {
+      cuda::logprob_forward(dtype, logits[i].get(), targets.as<std::int32_t>(),
+                            slots.as<std::int32_t>(), slots.as<std::int32_t>(), rows, vocab,
+                            outs[i].as<float>(), split, workspace.get(), error.get(), nullptr);
+    } else {
+      cuda::logprob_backward(dtype, logits[i].get(), targets.as<std::int32_t>(),
+                             dlogprob.as<float>(), slots.as<std::int32_t>(),
+                             slots.as<std::int32_t>(), rows, vocab, outs[i].get(), split,
+                             workspace.get(), error.get(), nullptr);
+    }
+  });
   error.check("logprob benchmark", vocab);
   measurement.bytes_moved = static_cast<double>(set_bytes);
   measurement.config = config_for(split, dtype, vocab, spec.pass);

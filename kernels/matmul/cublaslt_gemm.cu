@@ -1,8 +1,12 @@
 // cuBLASLt GEMMs behind cublaslt_gemm.h: the process-wide handle, cached descriptors per shape,
 // LtConfig <-> cublasLtMatmulAlgo_t, heuristic and pinned derivation. The enumeration of
 // configurations for the search lives with the tuner (kernels/tuner/enumerate.cu).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -10,10 +14,6 @@
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <cmath>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include "common/cuda_check.cuh"
 #include "cublaslt_gemm.h"
@@ -604,12 +604,15 @@ __global__ void fill_uniform_kernel(void* data, int64_t count, GemmDType dtype, 
   }
 }
 
-std::size_t element_bytes(GemmDType dtype) { return dtype == GemmDType::fp32 ? 4 : 2; }
+std::size_t element_bytes(GemmDType dtype) {
+  return dtype == GemmDType::fp32 ? 4 : 2;
+}
 
 std::vector<float> to_host_floats(const void* device, int64_t count, GemmDType dtype) {
   std::vector<float> values(static_cast<std::size_t>(count));
   if (dtype == GemmDType::fp32) {
-    BITCHECK_CUDA_CALL(cudaMemcpy(values.data(), device, values.size() * 4, cudaMemcpyDeviceToHost));
+    BITCHECK_CUDA_CALL(
+        cudaMemcpy(values.data(), device, values.size() * 4, cudaMemcpyDeviceToHost));
     return values;
   }
   std::vector<uint16_t> raw(static_cast<std::size_t>(count));
@@ -627,7 +630,9 @@ std::vector<float> to_host_floats(const void* device, int64_t count, GemmDType d
 
 struct DeviceScratch {
   void* pointer = nullptr;
-  explicit DeviceScratch(std::size_t bytes) { BITCHECK_CUDA_CALL(cudaMalloc(&pointer, std::max<std::size_t>(bytes, 16))); }
+  explicit DeviceScratch(std::size_t bytes) {
+    BITCHECK_CUDA_CALL(cudaMalloc(&pointer, std::max<std::size_t>(bytes, 16)));
+  }
   ~DeviceScratch() { cudaFree(pointer); }
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
@@ -643,14 +648,28 @@ double relative_rms_difference(const LtConfig& candidate, const LtConfig& refere
   int64_t a_count = 0, b_count = 0, out_count = 0;
   GemmDType out_dtype = key.dtype;
   switch (key.form) {
-    case LtGemmForm::forward: a_count = M * K; b_count = N * K; out_count = M * N; break;
-    case LtGemmForm::input_grad: a_count = M * N; b_count = N * K; out_count = M * K; break;
-    case LtGemmForm::weight_grad: a_count = M * N; b_count = M * K; out_count = N * K; out_dtype = GemmDType::fp32; break;
+    case LtGemmForm::forward:
+      a_count = M * K;
+      b_count = N * K;
+      out_count = M * N;
+      break;
+    case LtGemmForm::input_grad:
+      a_count = M * N;
+      b_count = N * K;
+      out_count = M * K;
+      break;
+    case LtGemmForm::weight_grad:
+      a_count = M * N;
+      b_count = M * K;
+      out_count = N * K;
+      out_dtype = GemmDType::fp32;
+      break;
   }
   const std::size_t workspace_bytes = std::max<std::size_t>(
       std::max<uint64_t>(candidate.workspace_bytes, reference.workspace_bytes), 1);
   DeviceScratch a(a_count * element_bytes(key.dtype)), b(b_count * element_bytes(key.dtype));
-  DeviceScratch out_candidate(out_count * element_bytes(out_dtype)), out_reference(out_count * element_bytes(out_dtype));
+  DeviceScratch out_candidate(out_count * element_bytes(out_dtype)),
+      out_reference(out_count * element_bytes(out_dtype));
   DeviceScratch workspace(workspace_bytes);
   fill_uniform_kernel<<<264, 256>>>(a.pointer, a_count, key.dtype, 0x5EED0001ull);
   fill_uniform_kernel<<<264, 256>>>(b.pointer, b_count, key.dtype, 0x5EED0002ull);
@@ -658,14 +677,16 @@ double relative_rms_difference(const LtConfig& candidate, const LtConfig& refere
   auto run = [&](const LtConfig& config, void* out) {
     switch (key.form) {
       case LtGemmForm::forward:
-        lt_gemm(config, key.dtype, a.pointer, b.pointer, out, M, N, K, workspace.pointer, workspace_bytes, nullptr);
+        lt_gemm(config, key.dtype, a.pointer, b.pointer, out, M, N, K, workspace.pointer,
+                workspace_bytes, nullptr);
         break;
       case LtGemmForm::input_grad:
-        lt_gemm_nn(config, key.dtype, a.pointer, b.pointer, out, M, N, K, workspace.pointer, workspace_bytes, nullptr);
+        lt_gemm_nn(config, key.dtype, a.pointer, b.pointer, out, M, N, K, workspace.pointer,
+                   workspace_bytes, nullptr);
         break;
       case LtGemmForm::weight_grad:
-        lt_gemm_dw_chunk(config, key.dtype, a.pointer, b.pointer, static_cast<float*>(out), M, N, K, false,
-                         workspace.pointer, workspace_bytes, nullptr);
+        lt_gemm_dw_chunk(config, key.dtype, a.pointer, b.pointer, static_cast<float*>(out), M, N, K,
+                         false, workspace.pointer, workspace_bytes, nullptr);
         break;
     }
   };
@@ -713,10 +734,13 @@ LtConfig derive_pinned(ProblemKey key, int64_t tune_rows, const std::vector<int6
     std::size_t workspace = 0;
     if (!valid_for_rows(candidate, key, check_rows, workspace)) continue;
     candidate.workspace_bytes = workspace;
-    if (relative_rms_difference(candidate, trusted, gate_key, gate_key.M) > kDerivedConfigMaxRelativeRms) continue;
+    if (relative_rms_difference(candidate, trusted, gate_key, gate_key.M) >
+        kDerivedConfigMaxRelativeRms)
+      continue;
     return candidate;
   }
-  throw_no_config("no split-K-1 configuration is valid at every checked M and agrees with the heuristic", key);
+  throw_no_config(
+      "no split-K-1 configuration is valid at every checked M and agrees with the heuristic", key);
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // matmul: Y[M,N] = X[M,K] · W[N,K]^T (the QKV / MLP / LM-head projection). Backward: dX = dY · W
 // per row, dW = dY^T · X reduced over tokens (fp32 accumulator).
+#include "matmul/matmul.h"
+
 #include <cmath>
 
 #include "common/eigen_view.h"
-#include "matmul/matmul.h"
 
 namespace bitcheck {
 
@@ -55,8 +56,9 @@ void register_matmul_op(Registry& registry) {
 }
 
 void register_matmul(Registry& registry, OpPart part) {
-  register_op_part(registry, part,
-                   {register_matmul_op, register_matmul_cpu, BITCHECK_CUDA_PART(register_matmul_cuda)});
+  register_op_part(
+      registry, part,
+      {register_matmul_op, register_matmul_cpu, BITCHECK_CUDA_PART(register_matmul_cuda)});
 }
 
 }  // namespace bitcheck

@@ -3,8 +3,8 @@
 // split-K chosen from the batch size and a dW tree sized by the padded token count.
 #include <memory>
 
-#include "matmul/matmul.h"
 #include "common/token_reduction.h"
+#include "matmul/matmul.h"
 
 namespace bitcheck {
 namespace {
@@ -16,7 +16,8 @@ constexpr std::int64_t split_k_below_rows = 4;
 constexpr std::int64_t split_k_parts = 4;
 
 float dot_in_order(const Tensor& a, std::int64_t a_offset, std::int64_t a_stride, const Tensor& b,
-                   std::int64_t b_offset, std::int64_t b_stride, std::int64_t first, std::int64_t last) {
+                   std::int64_t b_offset, std::int64_t b_stride, std::int64_t first,
+                   std::int64_t last) {
   float sum = 0.0f;
   for (std::int64_t i = first; i < last; ++i) {
     sum += a.get(a_offset + i * a_stride) * b.get(b_offset + i * b_stride);
@@ -31,9 +32,12 @@ class MatmulCpu : public Impl {
 
   std::string name() const override {
     switch (kind_) {
-      case Kind::fixed_order: return "cpu-fixed-order";
-      case Kind::split_k_by_rows: return "cpu-split-k-by-rows";
-      case Kind::dw_tree_by_tokens: return "cpu-dw-tree-by-tokens";
+      case Kind::fixed_order:
+        return "cpu-fixed-order";
+      case Kind::split_k_by_rows:
+        return "cpu-split-k-by-rows";
+      case Kind::dw_tree_by_tokens:
+        return "cpu-dw-tree-by-tokens";
     }
     return "";
   }
@@ -46,11 +50,15 @@ class MatmulCpu : public Impl {
   std::string description() const override {
     switch (kind_) {
       case Kind::fixed_order:
-        return "K summed in index order per row; dW summed over tokens in token order into the fp32 accumulator";
+        return "K summed in index order per row; dW summed over tokens in token order into the "
+               "fp32 accumulator";
       case Kind::split_k_by_rows:
-        return "control: with fewer than 4 rows, splits the K sum into 4 partials reduced in the output dtype, like a library heuristic choosing split-K (OUTPUT_TYPE reduction) for small M";
+        return "control: with fewer than 4 rows, splits the K sum into 4 partials reduced in the "
+               "output dtype, like a library heuristic choosing split-K (OUTPUT_TYPE reduction) "
+               "for small M";
       case Kind::dw_tree_by_tokens:
-        return "control: dW reduced with a tree whose leaves hold ceil(slots/4) tokens, so padding and micro-batching reshape the sum";
+        return "control: dW reduced with a tree whose leaves hold ceil(slots/4) tokens, so padding "
+               "and micro-batching reshape the sum";
     }
     return "";
   }
@@ -59,15 +67,17 @@ class MatmulCpu : public Impl {
   void run(Batch& batch) override {
     const std::int64_t n = batch.spec->dim("N"), k = batch.spec->dim("K");
     const Tensor& w = batch.in("w");
-    const bool split = kind_ == Kind::split_k_by_rows && batch.invocation->valid_rows() < split_k_below_rows;
-    auto dot = [&](const Tensor& a, std::int64_t a_offset, std::int64_t a_stride, std::int64_t b_offset,
-                   std::int64_t b_stride, std::int64_t length) {
+    const bool split =
+        kind_ == Kind::split_k_by_rows && batch.invocation->valid_rows() < split_k_below_rows;
+    auto dot = [&](const Tensor& a, std::int64_t a_offset, std::int64_t a_stride,
+                   std::int64_t b_offset, std::int64_t b_stride, std::int64_t length) {
       if (!split) return dot_in_order(a, a_offset, a_stride, w, b_offset, b_stride, 0, length);
       // Partials reduced in the output dtype, as cuBLASLt's OUTPUT_TYPE split-K reduction does.
       float total = 0.0f;
       std::int64_t part = (length + split_k_parts - 1) / split_k_parts;
       for (std::int64_t first = 0; first < length; first += part) {
-        float partial = dot_in_order(a, a_offset, a_stride, w, b_offset, b_stride, first, std::min(length, first + part));
+        float partial = dot_in_order(a, a_offset, a_stride, w, b_offset, b_stride, first,
+                                     std::min(length, first + part));
         total = round_to(a.dtype(), total + round_to(a.dtype(), partial));
       }
       return total;
@@ -90,20 +100,23 @@ class MatmulCpu : public Impl {
   }
 
  private:
-  void accumulate_dw(Batch& batch, const Tensor& x, const Tensor& dy, std::int64_t n, std::int64_t k) {
+  void accumulate_dw(Batch& batch, const Tensor& x, const Tensor& dy, std::int64_t n,
+                     std::int64_t k) {
     Tensor& dw = batch.out("dw");
     std::vector<float> accumulator(static_cast<std::size_t>(n * k));
     for (std::int64_t i = 0; i < n * k; ++i) accumulator[static_cast<std::size_t>(i)] = dw.get(i);
     auto add_token = [&](std::int64_t s, std::vector<float>& sum) {
       for (std::int64_t j = 0; j < n; ++j) {
         float g = dy.get(s * n + j);
-        for (std::int64_t c = 0; c < k; ++c) sum[static_cast<std::size_t>(j * k + c)] += g * x.get(s * k + c);
+        for (std::int64_t c = 0; c < k; ++c)
+          sum[static_cast<std::size_t>(j * k + c)] += g * x.get(s * k + c);
       }
     };
     if (kind_ == Kind::dw_tree_by_tokens) {
       tree_reduce_by_slot_count(batch, n * k, accumulator, add_token);
     } else {
-      for (std::int64_t s : real_slots(batch)) add_token(s, accumulator);  // token order, carried in
+      for (std::int64_t s : real_slots(batch))
+        add_token(s, accumulator);  // token order, carried in
     }
     for (std::int64_t i = 0; i < n * k; ++i) dw.set(i, accumulator[static_cast<std::size_t>(i)]);
   }

@@ -1,14 +1,16 @@
 // rmsnorm: y = x / sqrt(mean(x^2) + eps) * weight, per row. Backward: dx per row and dweight
 // reduced over tokens (fp32 accumulator).
-#include "common/eigen_view.h"
 #include "rmsnorm/rmsnorm.h"
+
+#include "common/eigen_view.h"
 
 namespace bitcheck {
 
 void register_rmsnorm_op(Registry& registry) {
   OpDef op;
   op.name = "rmsnorm";
-  op.summary = "y = x * rsqrt(mean(x^2) + 1e-6) * weight; backward dx (per row), dweight (over tokens)";
+  op.summary =
+      "y = x * rsqrt(mean(x^2) + 1e-6) * weight; backward dx (per row), dweight (over tokens)";
   op.dim_names = {"H"};
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t h = spec.dim("H");
@@ -44,10 +46,12 @@ void register_rmsnorm_op(Registry& registry) {
     MatrixF xhat = x.array().colwise() * inverse_rms.array();
     MatrixF g = dy.array().rowwise() * weight.array();  // dL/dxhat
     Eigen::VectorXf projection = (g.array() * xhat.array()).rowwise().mean();
-    MatrixF dx = (g.array() - xhat.array().colwise() * projection.array()).colwise() * inverse_rms.array();
+    MatrixF dx =
+        (g.array() - xhat.array().colwise() * projection.array()).colwise() * inverse_rms.array();
     outputs["dx"] = from_matrix(dx);
     MatrixF all_xhat = normalize(to_matrix(inputs.at("x")));
-    Eigen::RowVectorXf dweight = (to_matrix(inputs.at("dy")).array() * all_xhat.array()).colwise().sum();
+    Eigen::RowVectorXf dweight =
+        (to_matrix(inputs.at("dy")).array() * all_xhat.array()).colwise().sum();
     MatrixF dweight_rows(1, dweight.size());
     dweight_rows.row(0) = dweight;
     outputs["dweight"] = from_matrix(dweight_rows);
@@ -56,8 +60,9 @@ void register_rmsnorm_op(Registry& registry) {
 }
 
 void register_rmsnorm(Registry& registry, OpPart part) {
-  register_op_part(registry, part,
-                   {register_rmsnorm_op, register_rmsnorm_cpu, BITCHECK_CUDA_PART(register_rmsnorm_cuda)});
+  register_op_part(
+      registry, part,
+      {register_rmsnorm_op, register_rmsnorm_cpu, BITCHECK_CUDA_PART(register_rmsnorm_cuda)});
 }
 
 }  // namespace bitcheck

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <memory>
 
-#include "rmsnorm/rmsnorm.h"
 #include "common/token_reduction.h"
+#include "rmsnorm/rmsnorm.h"
 
 namespace bitcheck {
 namespace {
@@ -22,9 +22,12 @@ class RmsnormCpu : public Impl {
 
   std::string name() const override {
     switch (kind_) {
-      case Kind::fixed_order: return "cpu-fixed-order";
-      case Kind::split_row_small_batch: return "cpu-split-row-small-batch";
-      case Kind::dweight_tree_by_tokens: return "cpu-dweight-tree-by-tokens";
+      case Kind::fixed_order:
+        return "cpu-fixed-order";
+      case Kind::split_row_small_batch:
+        return "cpu-split-row-small-batch";
+      case Kind::dweight_tree_by_tokens:
+        return "cpu-dweight-tree-by-tokens";
     }
     return "";
   }
@@ -39,7 +42,9 @@ class RmsnormCpu : public Impl {
       case Kind::fixed_order:
         return "row sum of squares in index order; dweight summed over tokens in token order";
       case Kind::split_row_small_batch:
-        return "control: with fewer than 4 rows, each row's sum of squares is split in two halves whose partials pass through an io-dtype workspace (a row split across blocks when rows are few)";
+        return "control: with fewer than 4 rows, each row's sum of squares is split in two halves "
+               "whose partials pass through an io-dtype workspace (a row split across blocks when "
+               "rows are few)";
       case Kind::dweight_tree_by_tokens:
         return "control: dweight reduced with a tree sized by the padded token count";
     }
@@ -51,7 +56,8 @@ class RmsnormCpu : public Impl {
     const std::int64_t h = batch.spec->dim("H");
     const Tensor& x = batch.in("x");
     const Tensor& weight = batch.in("weight");
-    const bool split = kind_ == Kind::split_row_small_batch && batch.invocation->valid_rows() < split_row_below_rows;
+    const bool split = kind_ == Kind::split_row_small_batch &&
+                       batch.invocation->valid_rows() < split_row_below_rows;
     auto inverse_rms = [&](std::int64_t slot) {
       auto squares = [&](std::int64_t first, std::int64_t last) {
         float sum = 0.0f;
@@ -63,7 +69,8 @@ class RmsnormCpu : public Impl {
       };
       // Split: each half's partial passes through a workspace in the io dtype (rounded to it).
       const DType dtype = batch.spec->dtype;
-      float sum = split ? round_to(dtype, squares(0, h / 2)) + round_to(dtype, squares(h / 2, h)) : squares(0, h);
+      float sum = split ? round_to(dtype, squares(0, h / 2)) + round_to(dtype, squares(h / 2, h))
+                        : squares(0, h);
       return 1.0f / std::sqrt(sum / static_cast<float>(h) + rms_eps);
     };
     if (batch.spec->pass == Pass::forward) {
@@ -93,7 +100,8 @@ class RmsnormCpu : public Impl {
     }
     auto add_token = [&](std::int64_t s, std::vector<float>& sum) {
       float r = inverse_rms(s);
-      for (std::int64_t i = 0; i < h; ++i) sum[static_cast<std::size_t>(i)] += dy.get(s * h + i) * (x.get(s * h + i) * r);
+      for (std::int64_t i = 0; i < h; ++i)
+        sum[static_cast<std::size_t>(i)] += dy.get(s * h + i) * (x.get(s * h + i) * r);
     };
     if (kind_ == Kind::dweight_tree_by_tokens) {
       tree_reduce_by_slot_count(batch, h, accumulator, add_token);
@@ -111,8 +119,10 @@ class RmsnormCpu : public Impl {
 
 void register_rmsnorm_cpu(Registry& registry) {
   registry.add_impl("rmsnorm", std::make_unique<RmsnormCpu>(RmsnormCpu::Kind::fixed_order));
-  registry.add_impl("rmsnorm", std::make_unique<RmsnormCpu>(RmsnormCpu::Kind::split_row_small_batch));
-  registry.add_impl("rmsnorm", std::make_unique<RmsnormCpu>(RmsnormCpu::Kind::dweight_tree_by_tokens));
+  registry.add_impl("rmsnorm",
+                    std::make_unique<RmsnormCpu>(RmsnormCpu::Kind::split_row_small_batch));
+  registry.add_impl("rmsnorm",
+                    std::make_unique<RmsnormCpu>(RmsnormCpu::Kind::dweight_tree_by_tokens));
 }
 
 }  // namespace bitcheck

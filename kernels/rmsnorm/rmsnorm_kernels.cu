@@ -49,25 +49,36 @@ constexpr float kEps = 1e-6f;
 
 __device__ __forceinline__ float load(const void* base, DeviceDType dtype, int64_t index) {
   switch (dtype) {
-    case DeviceDType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
-    case DeviceDType::fp16: return __half2float(static_cast<const __half*>(base)[index]);
-    default: return static_cast<const float*>(base)[index];
+    case DeviceDType::bf16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
+    case DeviceDType::fp16:
+      return __half2float(static_cast<const __half*>(base)[index]);
+    default:
+      return static_cast<const float*>(base)[index];
   }
 }
 
 __device__ __forceinline__ void store(void* base, DeviceDType dtype, int64_t index, float value) {
   switch (dtype) {
-    case DeviceDType::bf16: static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16_rn(value); return;
-    case DeviceDType::fp16: static_cast<__half*>(base)[index] = __float2half_rn(value); return;
-    default: static_cast<float*>(base)[index] = value;
+    case DeviceDType::bf16:
+      static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16_rn(value);
+      return;
+    case DeviceDType::fp16:
+      static_cast<__half*>(base)[index] = __float2half_rn(value);
+      return;
+    default:
+      static_cast<float*>(base)[index] = value;
   }
 }
 
 __device__ __forceinline__ float round_to_dtype(DeviceDType dtype, float value) {
   switch (dtype) {
-    case DeviceDType::bf16: return __bfloat162float(__float2bfloat16_rn(value));
-    case DeviceDType::fp16: return __half2float(__float2half_rn(value));
-    default: return value;
+    case DeviceDType::bf16:
+      return __bfloat162float(__float2bfloat16_rn(value));
+    case DeviceDType::fp16:
+      return __half2float(__float2half_rn(value));
+    default:
+      return value;
   }
 }
 
@@ -103,7 +114,8 @@ __device__ __forceinline__ float2 block_sum2(float2 v) {
 }
 
 // Per-thread partial sums in the fixed element order: (sum of v^2, sum of dy * w * v).
-__device__ __forceinline__ float2 row_partials(const RmsnormLaunch& a, int64_t row, bool with_gradient) {
+__device__ __forceinline__ float2 row_partials(const RmsnormLaunch& a, int64_t row,
+                                               bool with_gradient) {
   const int group = a.width % 8 == 0 ? 8 : 1;
   const int64_t groups = a.width / group;
   float2 sum = make_float2(0.f, 0.f);
@@ -113,7 +125,8 @@ __device__ __forceinline__ float2 row_partials(const RmsnormLaunch& a, int64_t r
       const float v = row_value(a, row + column);
       sum.x = __fadd_rn(sum.x, __fmul_rn(v, v));
       if (with_gradient) {
-        const float gradient = __fmul_rn(load(a.dy, a.dtype, row + column), load(a.weight, a.dtype, column));
+        const float gradient =
+            __fmul_rn(load(a.dy, a.dtype, row + column), load(a.weight, a.dtype, column));
         sum.y = __fadd_rn(sum.y, __fmul_rn(gradient, v));
       }
     }
@@ -122,7 +135,8 @@ __device__ __forceinline__ float2 row_partials(const RmsnormLaunch& a, int64_t r
 }
 
 __device__ __forceinline__ float inverse_rms_of(float sum_of_squares, int64_t width) {
-  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum_of_squares, static_cast<float>(width)), kEps)));
+  return __fdiv_rn(
+      1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum_of_squares, static_cast<float>(width)), kEps)));
 }
 
 // Split rows (control): block (split, token) reduces columns [split * slice, (split + 1) * slice)
@@ -151,7 +165,8 @@ __global__ void rmsnorm_partials_kernel(RmsnormLaunch a, bool with_gradient) {
 
 // The row's (sum of v^2, sum of dy * w * v): reduced by this block, or the split partials added
 // in slice order. Every thread of the block calls it.
-__device__ __forceinline__ float2 row_sums(const RmsnormLaunch& a, int64_t row, bool with_gradient) {
+__device__ __forceinline__ float2 row_sums(const RmsnormLaunch& a, int64_t row,
+                                           bool with_gradient) {
   if (a.row_splits <= 1) return block_sum2(row_partials(a, row, with_gradient));
   float2 sum = make_float2(0.f, 0.f);
   for (int s = 0; s < a.row_splits; ++s) {
@@ -190,8 +205,8 @@ __global__ void rmsnorm_backward_rows_kernel(RmsnormLaunch a) {
   }
 }
 
-// Backward vector kernel: block of rmsnorm_fixed_block_threads; thread t holds groups t, t + 256, ...
-// (at most kGroups of them) of 8 elements. Same per-thread order as row_partials (groups in
+// Backward vector kernel: block of rmsnorm_fixed_block_threads; thread t holds groups t, t + 256,
+// ... (at most kGroups of them) of 8 elements. Same per-thread order as row_partials (groups in
 // increasing order, elements in index order), same block_sum2: same bits, one pass over memory.
 constexpr int kVectorThreads = rmsnorm_fixed_block_threads;
 
@@ -254,9 +269,11 @@ __global__ void __launch_bounds__(kVectorThreads) rmsnorm_backward_vector_kernel
 // must run (width not a multiple of 8, a misaligned buffer, a split-row control, a block size other
 // than 256, or a row too long to keep in registers).
 int vector_groups_per_thread(const RmsnormLaunch& a, int max_groups) {
-  if (a.width % vector_group != 0 || a.row_splits > 1 || a.block_threads != kVectorThreads) return 0;
-  for (const void* p : {a.x, a.residual, a.weight, static_cast<const void*>(a.y), static_cast<const void*>(a.h_out),
-                        a.dy, a.dh, static_cast<const void*>(a.dx), static_cast<const void*>(a.dresidual)}) {
+  if (a.width % vector_group != 0 || a.row_splits > 1 || a.block_threads != kVectorThreads)
+    return 0;
+  for (const void* p :
+       {a.x, a.residual, a.weight, static_cast<const void*>(a.y), static_cast<const void*>(a.h_out),
+        a.dy, a.dh, static_cast<const void*>(a.dx), static_cast<const void*>(a.dresidual)}) {
     if (!aligned_16(p)) return 0;
   }
   const int64_t per_thread = (a.width / vector_group + kVectorThreads - 1) / kVectorThreads;
@@ -316,10 +333,12 @@ struct Unit<DeviceDType::fp32> {
   static constexpr int kElements = 4;
   static constexpr int kElementBytes = 4;
   __device__ static __forceinline__ void unpack(const uint4& u, float* f) {
-    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
+    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z),
+    f[3] = __uint_as_float(u.w);
   }
   __device__ static __forceinline__ uint4 pack(const float* f) {
-    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+                      __float_as_uint(f[3]));
   }
 };
 
@@ -338,7 +357,8 @@ __device__ __forceinline__ uint4 load_unit(const void* base, int64_t unit, bool 
     const uint16_t* p = static_cast<const uint16_t*>(base) + unit * 8;
     uint32_t w[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = static_cast<uint32_t>(p[2 * i]) | (static_cast<uint32_t>(p[2 * i + 1]) << 16);
+    for (int i = 0; i < 4; ++i)
+      w[i] = static_cast<uint32_t>(p[2 * i]) | (static_cast<uint32_t>(p[2 * i + 1]) << 16);
     return make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
@@ -390,8 +410,8 @@ __global__ void __launch_bounds__(kMaxRowThreads, kUnits <= 2 ? 2 : 1)
     rmsnorm_forward_rows_kernel(RmsnormLaunch a, int units) {
   using U = Unit<D>;
   const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  // Only the last block of one-warp rows has rows past the end; their warps (whole warps: blockDim.x
-  // is 32 then) leave before any shuffle, and that kernel shape has no block barrier.
+  // Only the last block of one-warp rows has rows past the end; their warps (whole warps:
+  // blockDim.x is 32 then) leave before any shuffle, and that kernel shape has no block barrier.
   if (index >= a.token_count) return;
   const int64_t row = static_cast<int64_t>(a.tokens[index]) * units;
   const int threads = static_cast<int>(blockDim.x);
@@ -458,23 +478,35 @@ __global__ void __launch_bounds__(kMaxRowThreads, kUnits <= 2 ? 2 : 1)
 }
 
 template <DeviceDType D, bool kFused>
-void launch_forward_rows(const RmsnormLaunch& a, const RmsnormRowLayout& layout, bool aligned, CUstream_st* stream) {
-  const dim3 block(static_cast<unsigned>(layout.threads_per_row), static_cast<unsigned>(layout.rows_per_block));
-  const unsigned blocks = static_cast<unsigned>((a.token_count + layout.rows_per_block - 1) / layout.rows_per_block);
+void launch_forward_rows(const RmsnormLaunch& a, const RmsnormRowLayout& layout, bool aligned,
+                         CUstream_st* stream) {
+  const dim3 block(static_cast<unsigned>(layout.threads_per_row),
+                   static_cast<unsigned>(layout.rows_per_block));
+  const unsigned blocks =
+      static_cast<unsigned>((a.token_count + layout.rows_per_block - 1) / layout.rows_per_block);
   const int units = static_cast<int>(layout.units);
   if (!aligned) {
-    rmsnorm_forward_rows_kernel<D, kMaxUnitsPerThread, false, kFused><<<blocks, block, 0, stream>>>(a, units);
+    rmsnorm_forward_rows_kernel<D, kMaxUnitsPerThread, false, kFused>
+        <<<blocks, block, 0, stream>>>(a, units);
     return;
   }
   switch (layout.units_per_thread) {
-    case 1: rmsnorm_forward_rows_kernel<D, 1, true, kFused><<<blocks, block, 0, stream>>>(a, units); break;
-    case 2: rmsnorm_forward_rows_kernel<D, 2, true, kFused><<<blocks, block, 0, stream>>>(a, units); break;
-    default: rmsnorm_forward_rows_kernel<D, kMaxUnitsPerThread, true, kFused><<<blocks, block, 0, stream>>>(a, units); break;
+    case 1:
+      rmsnorm_forward_rows_kernel<D, 1, true, kFused><<<blocks, block, 0, stream>>>(a, units);
+      break;
+    case 2:
+      rmsnorm_forward_rows_kernel<D, 2, true, kFused><<<blocks, block, 0, stream>>>(a, units);
+      break;
+    default:
+      rmsnorm_forward_rows_kernel<D, kMaxUnitsPerThread, true, kFused>
+          <<<blocks, block, 0, stream>>>(a, units);
+      break;
   }
 }
 
 template <DeviceDType D>
-void launch_forward_rows(const RmsnormLaunch& a, const RmsnormRowLayout& layout, bool aligned, CUstream_st* stream) {
+void launch_forward_rows(const RmsnormLaunch& a, const RmsnormRowLayout& layout, bool aligned,
+                         CUstream_st* stream) {
   if (a.residual) {
     launch_forward_rows<D, true>(a, layout, aligned, stream);
   } else {
@@ -485,10 +517,10 @@ void launch_forward_rows(const RmsnormLaunch& a, const RmsnormRowLayout& layout,
 constexpr int kColumns = 32;     // columns per block (one per lane)
 constexpr int kTokenWarps = 32;  // tokens whose contributions are loaded in parallel per step
 
-__global__ void __launch_bounds__(kColumns * kTokenWarps)
+__global__ void __launch_bounds__(kColumns* kTokenWarps)
     token_column_kernel(DeviceDType dtype, const void* dy, const void* x, const void* residual,
-                        const float* inverse_rms, const int32_t* tokens, int64_t token_count, int64_t width,
-                        float* accumulator) {
+                        const float* inverse_rms, const int32_t* tokens, int64_t token_count,
+                        int64_t width, float* accumulator) {
   __shared__ float staged[kTokenWarps][kColumns];
   const int lane = threadIdx.x, warp = threadIdx.y;
   const int64_t column = static_cast<int64_t>(blockIdx.x) * kColumns + lane;
@@ -522,7 +554,8 @@ namespace {
 void launch_partials(const RmsnormLaunch& a, bool with_gradient, CUstream_st* stream) {
   if (a.row_splits <= 1) return;
   if (!a.partials || a.token_count > 65535) {
-    throw std::invalid_argument("rmsnorm split rows: need a partials workspace and at most 65535 tokens");
+    throw std::invalid_argument(
+        "rmsnorm split rows: need a partials workspace and at most 65535 tokens");
   }
   const dim3 grid(static_cast<unsigned>(a.row_splits), static_cast<unsigned>(a.token_count));
   rmsnorm_partials_kernel<<<grid, a.block_threads, 0, stream>>>(a, with_gradient);
@@ -536,7 +569,8 @@ RmsnormRowLayout rmsnorm_forward_row_layout(DeviceDType dtype, int64_t width) {
   const int64_t row_bytes = width * (dtype == DeviceDType::fp32 ? 4 : 2);
   if (width <= 0 || row_bytes % kUnitBytes != 0) return layout;
   const int64_t units = row_bytes / kUnitBytes;
-  const int64_t warps = std::min<int64_t>(kMaxWarpsPerRow, (units + 32 * kUnitsPerThread - 1) / (32 * kUnitsPerThread));
+  const int64_t warps = std::min<int64_t>(
+      kMaxWarpsPerRow, (units + 32 * kUnitsPerThread - 1) / (32 * kUnitsPerThread));
   const int64_t per_thread = (units + 32 * warps - 1) / (32 * warps);
   if (per_thread > kMaxUnitsPerThread) return layout;
   layout.units = units;
@@ -549,15 +583,23 @@ RmsnormRowLayout rmsnorm_forward_row_layout(DeviceDType dtype, int64_t width) {
 void rmsnorm_forward(const RmsnormLaunch& a, CUstream_st* stream) {
   if (a.token_count == 0) return;
   const RmsnormRowLayout layout = rmsnorm_forward_row_layout(a.dtype, a.width);
-  if (layout.threads_per_row > 0 && a.row_splits <= 1 && a.block_threads == rmsnorm_fixed_block_threads) {
+  if (layout.threads_per_row > 0 && a.row_splits <= 1 &&
+      a.block_threads == rmsnorm_fixed_block_threads) {
     bool aligned = true;
-    for (const void* p : {a.x, a.residual, a.weight, static_cast<const void*>(a.y), static_cast<const void*>(a.h_out)}) {
+    for (const void* p : {a.x, a.residual, a.weight, static_cast<const void*>(a.y),
+                          static_cast<const void*>(a.h_out)}) {
       aligned = aligned && aligned_16(p);
     }
     switch (a.dtype) {
-      case DeviceDType::bf16: launch_forward_rows<DeviceDType::bf16>(a, layout, aligned, stream); break;
-      case DeviceDType::fp16: launch_forward_rows<DeviceDType::fp16>(a, layout, aligned, stream); break;
-      default: launch_forward_rows<DeviceDType::fp32>(a, layout, aligned, stream); break;
+      case DeviceDType::bf16:
+        launch_forward_rows<DeviceDType::bf16>(a, layout, aligned, stream);
+        break;
+      case DeviceDType::fp16:
+        launch_forward_rows<DeviceDType::fp16>(a, layout, aligned, stream);
+        break;
+      default:
+        launch_forward_rows<DeviceDType::fp32>(a, layout, aligned, stream);
+        break;
     }
   } else {
     launch_partials(a, false, stream);
@@ -570,9 +612,15 @@ void rmsnorm_backward_rows(const RmsnormLaunch& a, CUstream_st* stream) {
   if (a.token_count == 0) return;
   const unsigned blocks = static_cast<unsigned>(a.token_count);
   switch (vector_groups_per_thread(a, 4)) {
-    case 1: rmsnorm_backward_vector_kernel<1><<<blocks, kVectorThreads, 0, stream>>>(a); break;
-    case 2: rmsnorm_backward_vector_kernel<2><<<blocks, kVectorThreads, 0, stream>>>(a); break;
-    case 4: rmsnorm_backward_vector_kernel<4><<<blocks, kVectorThreads, 0, stream>>>(a); break;
+    case 1:
+      rmsnorm_backward_vector_kernel<1><<<blocks, kVectorThreads, 0, stream>>>(a);
+      break;
+    case 2:
+      rmsnorm_backward_vector_kernel<2><<<blocks, kVectorThreads, 0, stream>>>(a);
+      break;
+    case 4:
+      rmsnorm_backward_vector_kernel<4><<<blocks, kVectorThreads, 0, stream>>>(a);
+      break;
     default:
       launch_partials(a, true, stream);
       rmsnorm_backward_rows_kernel<<<blocks, a.block_threads, 0, stream>>>(a);
@@ -585,8 +633,8 @@ void token_column_accumulate(DeviceDType dtype, const void* dy, const void* x, c
                              int64_t width, float* accumulator, CUstream_st* stream) {
   if (token_count == 0 || width == 0) return;
   const unsigned blocks = static_cast<unsigned>((width + kColumns - 1) / kColumns);
-  token_column_kernel<<<blocks, dim3(kColumns, kTokenWarps), 0, stream>>>(dtype, dy, x, residual, inverse_rms,
-                                                                          tokens, token_count, width, accumulator);
+  token_column_kernel<<<blocks, dim3(kColumns, kTokenWarps), 0, stream>>>(
+      dtype, dy, x, residual, inverse_rms, tokens, token_count, width, accumulator);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,10 +1,11 @@
 // rope: rotary position embedding of one token's heads (q or k), NeoX (rotate_half) or GPT-J
 // (interleaved) pairing, rotary dim <= head dim (the rest passes through), each row carrying its
 // own position (an i32 row input up to 131072). Backward rotates the gradient by -angle.
+#include "rope/rope.h"
+
 #include <cmath>
 
 #include "common/eigen_view.h"
-#include "rope/rope.h"
 #include "rope/rope_math.h"
 
 namespace bitcheck {
@@ -12,7 +13,9 @@ namespace bitcheck {
 void register_rope_op(Registry& registry) {
   OpDef op;
   op.name = "rope";
-  op.summary = "y = rotate(x, fp32(pos) * inv_freq) per head; style 1 = NeoX pairs (i, i+R/2), 2 = GPT-J pairs (2i, 2i+1); backward dx = rotate(dy, -angle)";
+  op.summary =
+      "y = rotate(x, fp32(pos) * inv_freq) per head; style 1 = NeoX pairs (i, i+R/2), 2 = GPT-J "
+      "pairs (2i, 2i+1); backward dx = rotate(dy, -angle)";
   op.dim_names = {"heads", "head_dim", "rotary_dim", "style"};
   op.shape_problem = [](const CaseSpec& spec) -> std::optional<std::string> {
     if (spec.dim("rotary_dim") % 2 != 0) return "rotary_dim must be even";
@@ -24,12 +27,15 @@ void register_rope_op(Registry& registry) {
   };
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t width = spec.dim("heads") * spec.dim("head_dim");
-    TensorDecl positions{"positions", TensorRole::row_input, DType::i32, {1}, Generator::index, 1.0f, rope::max_position};
+    TensorDecl positions{"positions", TensorRole::row_input, DType::i32, {1}, Generator::index,
+                         1.0f,        rope::max_position};
     if (spec.pass == Pass::forward) {
-      return std::vector<TensorDecl>{{"x", TensorRole::row_input, spec.dtype, {width}}, positions,
+      return std::vector<TensorDecl>{{"x", TensorRole::row_input, spec.dtype, {width}},
+                                     positions,
                                      {"y", TensorRole::row_output, spec.dtype, {width}}};
     }
-    return std::vector<TensorDecl>{{"dy", TensorRole::row_input, spec.dtype, {width}}, positions,
+    return std::vector<TensorDecl>{{"dy", TensorRole::row_input, spec.dtype, {width}},
+                                   positions,
                                    {"dx", TensorRole::row_output, spec.dtype, {width}}};
   };
   // Same fp32 angle as the contract defines (the angle's rounding is part of the op), then sin,
@@ -46,7 +52,8 @@ void register_rope_op(Registry& registry) {
     for (Eigen::Index r = 0; r < in.rows(); ++r) {
       std::int32_t position = positions.get_int(request.rows[static_cast<std::size_t>(r)]);
       for (std::int64_t i = 0; i < rotary_dim / 2; ++i) {
-        double theta = static_cast<double>(static_cast<float>(position) * inverse_frequency[static_cast<std::size_t>(i)]);
+        double theta = static_cast<double>(static_cast<float>(position) *
+                                           inverse_frequency[static_cast<std::size_t>(i)]);
         double c = std::cos(theta), s = backward ? -std::sin(theta) : std::sin(theta);
         std::int64_t first = 0, second = 0;
         rope::pair_indices(style, rotary_dim, i, first, second);

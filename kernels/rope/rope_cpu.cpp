@@ -5,8 +5,8 @@
 #include <cmath>
 #include <memory>
 
-#include "rope/rope.h"
 #include "common/token_reduction.h"
+#include "rope/rope.h"
 #include "rope/rope_math.h"
 
 namespace bitcheck {
@@ -16,13 +16,17 @@ class RopeCpu : public Impl {
  public:
   explicit RopeCpu(bool chunk_relative) : chunk_relative_(chunk_relative) {}
 
-  std::string name() const override { return chunk_relative_ ? "cpu-chunk-relative-angle" : "cpu-fixed-order"; }
+  std::string name() const override {
+    return chunk_relative_ ? "cpu-chunk-relative-angle" : "cpu-fixed-order";
+  }
   std::string backend() const override { return "cpu"; }
   bool claims_invariance() const override { return !chunk_relative_; }
   std::string description() const override {
-    return chunk_relative_
-               ? "control: angle = (pos - chunk_start) * inv_freq + chunk_start * inv_freq with chunk_start the invocation's first real position (chunk-relative RoPE in chunked prefill)"
-               : "angle = fp32(pos) * inv_freq in fp32, sinf/cosf, explicitly rounded rotation: nothing depends on the batch";
+    return chunk_relative_ ? "control: angle = (pos - chunk_start) * inv_freq + chunk_start * "
+                             "inv_freq with chunk_start the invocation's first real position "
+                             "(chunk-relative RoPE in chunked prefill)"
+                           : "angle = fp32(pos) * inv_freq in fp32, sinf/cosf, explicitly rounded "
+                             "rotation: nothing depends on the batch";
   }
   bool supports(Pass) const override { return true; }
 
@@ -42,10 +46,12 @@ class RopeCpu : public Impl {
     for (std::int64_t s : slots) {
       const std::int32_t position = positions.get_int(s);
       const std::int64_t row = s * width;
-      for (std::int64_t e = 0; e < width; ++e) out.set(row + e, in.get(row + e));  // pass-through part
+      for (std::int64_t e = 0; e < width; ++e)
+        out.set(row + e, in.get(row + e));  // pass-through part
       for (std::int64_t i = 0; i < rotary_dim / 2; ++i) {
         const float f = inverse_frequency[static_cast<std::size_t>(i)];
-        const float theta = chunk_relative_ ? rope::chunk_relative_angle(position, chunk_start, f) : rope::angle(position, f);
+        const float theta = chunk_relative_ ? rope::chunk_relative_angle(position, chunk_start, f)
+                                            : rope::angle(position, f);
         const float c = std::cos(theta), sn = std::sin(theta);
         std::int64_t first = 0, second = 0;
         rope::pair_indices(style, rotary_dim, i, first, second);

@@ -4,11 +4,11 @@
 #include <memory>
 
 #include "bitcheck/op.h"
-#include "rope/rope.h"
 #include "common/adapter_support.h"
+#include "common/runtime.h"
+#include "rope/rope.h"
 #include "rope/rope_math.h"
 #include "rope_kernels.h"
-#include "common/runtime.h"
 
 namespace bitcheck {
 namespace {
@@ -20,13 +20,18 @@ class CudaRope : public Impl {
  public:
   explicit CudaRope(bool chunk_relative) : chunk_relative_(chunk_relative) {}
 
-  std::string name() const override { return chunk_relative_ ? "chunk-relative-angle" : "fixed-order"; }
+  std::string name() const override {
+    return chunk_relative_ ? "chunk-relative-angle" : "fixed-order";
+  }
   std::string backend() const override { return "cuda"; }
   bool claims_invariance() const override { return !chunk_relative_; }
   std::string description() const override {
-    return chunk_relative_
-               ? "control: angle = (pos - chunk_start) * inv_freq + chunk_start * inv_freq, chunk_start = the invocation's first real position"
-               : "angle = fp32(pos) * inv_freq (inv_freq rounded once from double), sincosf once per (slot, pair), explicitly rounded rotation; the 16-byte vector kernel and the scalar kernel (odd shapes, unaligned buffers) evaluate the same per-element formula";
+    return chunk_relative_ ? "control: angle = (pos - chunk_start) * inv_freq + chunk_start * "
+                             "inv_freq, chunk_start = the invocation's first real position"
+                           : "angle = fp32(pos) * inv_freq (inv_freq rounded once from double), "
+                             "sincosf once per (slot, pair), explicitly rounded rotation; the "
+                             "16-byte vector kernel and the scalar kernel (odd shapes, unaligned "
+                             "buffers) evaluate the same per-element formula";
   }
   bool supports(Pass) const override { return true; }
 
@@ -54,14 +59,18 @@ class CudaRope : public Impl {
     support::download(out, host_out);
   }
 
-  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec, const BenchSettings& settings) override {
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
     cuda::RopeLaunch base = base_launch(spec, spec.rows);
-    const std::size_t row_bytes = static_cast<std::size_t>(spec.rows * base.heads * base.head_dim) * dtype_size(spec.dtype);
-    const std::size_t set_bytes = 2 * row_bytes + static_cast<std::size_t>(spec.rows) * sizeof(std::int32_t);
+    const std::size_t row_bytes =
+        static_cast<std::size_t>(spec.rows * base.heads * base.head_dim) * dtype_size(spec.dtype);
+    const std::size_t set_bytes =
+        2 * row_bytes + static_cast<std::size_t>(spec.rows) * sizeof(std::int32_t);
     const std::size_t sets = support::rotation_sets(set_bytes, settings);
     std::vector<std::int32_t> position_list(static_cast<std::size_t>(spec.rows));
     for (std::size_t t = 0; t < position_list.size(); ++t) {
-      position_list[t] = static_cast<std::int32_t>((t * 7919) % static_cast<std::size_t>(rope::max_position));
+      position_list[t] =
+          static_cast<std::int32_t>((t * 7919) % static_cast<std::size_t>(rope::max_position));
     }
     const DeviceBuffer& frequencies = frequencies_for(base.rotary_dim);
     std::vector<DeviceBuffer> buffers;
@@ -77,8 +86,8 @@ class CudaRope : public Impl {
       launch.inverse_frequency = frequencies.as<float>();
       launches.push_back(launch);
     }
-    BenchMeasurement measurement =
-        support::time_rotated(settings, sets, [&](std::size_t s) { cuda::rope_launch(launches[s], nullptr); });
+    BenchMeasurement measurement = support::time_rotated(
+        settings, sets, [&](std::size_t s) { cuda::rope_launch(launches[s], nullptr); });
     measurement.bytes_moved = static_cast<double>(set_bytes);
     measurement.config = {{"rotated_sets", sets}};
     return measurement;

@@ -22,11 +22,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "rope_math.h"
-#include "common/cuda_check.cuh"
 #include "common/convert.cuh"
+#include "common/cuda_check.cuh"
 #include "common/vector_io.cuh"
 #include "rope_kernels.h"
+#include "rope_math.h"
 
 namespace bitcheck::cuda {
 namespace {
@@ -37,7 +37,6 @@ constexpr int kGroup = 8;            // elements per 16-byte group (two 16-byte 
 constexpr int kUnitPairs = 8;        // rotary pairs per unit
 constexpr int kUnitElements = 16;    // rotary elements per unit
 constexpr std::size_t kMaxAngleTableBytes = 48 * 1024;
-
 
 // The one per-element formula of both kernels: the angle of (position, pair), and the rotation of a
 // pair in fp32 rounded back to T.

@@ -1,14 +1,14 @@
-// Test-only CPU impls. matmul/test-crash: a CPU impl that kills its process with SIGSEGV, as a host-side out-of-bounds
-// access would. Test only (BITCHECK_TEST_IMPLS=1): it proves that an isolated sweep records the
-// case as `error`, naming the signal, and runs every other case.
+// Test-only CPU impls. matmul/test-crash: a CPU impl that kills its process with SIGSEGV, as a
+// host-side out-of-bounds access would. Test only (BITCHECK_TEST_IMPLS=1): it proves that an
+// isolated sweep records the case as `error`, naming the signal, and runs every other case.
 #include <sys/resource.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <thread>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include "bitcheck/op.h"
 #include "testing/testing.h"
@@ -42,7 +42,8 @@ class HangingCpu : public Impl {
   std::string backend() const override { return "cpu"; }
   bool claims_invariance() const override { return true; }
   std::string description() const override {
-    return "test only (BITCHECK_TEST_IMPLS=1 and BITCHECK_TEST_HANG=1): sleeps forever in run(), to prove the "
+    return "test only (BITCHECK_TEST_IMPLS=1 and BITCHECK_TEST_HANG=1): sleeps forever in run(), "
+           "to prove the "
            "per-case timeout";
   }
   bool supports(Pass pass) const override { return pass == Pass::forward; }
@@ -67,8 +68,9 @@ void register_test_impls_cpu(Registry& registry) {
 }
 
 void register_testing(Registry& registry, OpPart part) {
-  register_op_part(registry, part,
-                   {nullptr, register_test_impls_cpu, BITCHECK_CUDA_PART(register_test_impls_cuda)});
+  register_op_part(
+      registry, part,
+      {nullptr, register_test_impls_cpu, BITCHECK_CUDA_PART(register_test_impls_cuda)});
 }
 
 }  // namespace bitcheck

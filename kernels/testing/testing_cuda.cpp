@@ -7,10 +7,9 @@
 #include <stdexcept>
 
 #include "bitcheck/op.h"
-#include "testing/testing.h"
-#include "testing/testing.h"
-#include "testing/fault_kernels.h"
 #include "common/runtime.h"
+#include "testing/fault_kernels.h"
+#include "testing/testing.h"
 
 namespace bitcheck {
 namespace {

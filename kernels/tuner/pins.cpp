@@ -5,15 +5,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <iterator>
 #include <functional>
+#include <iterator>
 #include <stdexcept>
 
-#include "tuner/pin_summary.h"
-#include "tuner/search.h"
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
 #include "bitcheck/report.h"
+#include "tuner/pin_summary.h"
+#include "tuner/search.h"
 
 namespace bitcheck::cuda {
 
@@ -23,8 +23,9 @@ bool PinKey::operator==(const PinKey& other) const {
 }
 
 nlohmann::json PinKey::to_json() const {
-  nlohmann::json j = {{"arch", arch}, {"cublaslt_version", cublaslt_version}, {"dtype", dtype},
-                      {"form", form}, {"N", n}, {"K", k}};
+  nlohmann::json j = {{"arch", arch},   {"cublaslt_version", cublaslt_version},
+                      {"dtype", dtype}, {"form", form},
+                      {"N", n},         {"K", k}};
   if (form == "weight_grad") j["chunk_tokens"] = chunk_tokens;
   return j;
 }
@@ -65,8 +66,8 @@ nlohmann::json PinEntry::bucket_record(std::int64_t rows) const {
 const LtConfig& PinEntry::config_for_rows(std::int64_t rows) const {
   if (buckets.empty()) return config;
   if (const PinBucket* bucket = bucket_for_rows(rows)) return bucket->config;
-  throw std::invalid_argument("the bucketed cuBLASLt pin for " + key.to_json().dump() + " has no bucket for M=" +
-                              std::to_string(rows));
+  throw std::invalid_argument("the bucketed cuBLASLt pin for " + key.to_json().dump() +
+                              " has no bucket for M=" + std::to_string(rows));
 }
 
 nlohmann::json PinEntry::to_json() const {
@@ -80,8 +81,9 @@ nlohmann::json PinEntry::to_json() const {
     j["buckets"] = nlohmann::json::array();
     for (const auto& bucket : buckets) {
       std::size_t index = 0;
-      while (index < distinct.size() && !(distinct[index].same_kernel(bucket.config) &&
-                                          distinct[index].workspace_bytes == bucket.config.workspace_bytes)) {
+      while (index < distinct.size() &&
+             !(distinct[index].same_kernel(bucket.config) &&
+               distinct[index].workspace_bytes == bucket.config.workspace_bytes)) {
         ++index;
       }
       if (index == distinct.size()) {
@@ -136,7 +138,8 @@ LtConfig read_config(const JsonCursor& cursor) {
 PinKey read_key(const JsonCursor& key) {
   PinKey result;
   result.arch = key.at("arch").as_string();
-  result.cublaslt_version = static_cast<std::size_t>(key.at("cublaslt_version").as_int(0, INT64_MAX));
+  result.cublaslt_version =
+      static_cast<std::size_t>(key.at("cublaslt_version").as_int(0, INT64_MAX));
   result.dtype = key.at("dtype").as_string();
   result.form = key.at("form").as_string();
   result.n = key.at("N").as_int(1, INT64_MAX);
@@ -165,7 +168,8 @@ void read_buckets(const JsonCursor& pin, const JsonCursor& buckets, PinEntry& en
     if (auto max_rows = bucket.find("max_rows")) read.max_rows = max_rows->as_int(1, INT64_MAX);
     const JsonCursor config = bucket.at("config");
     if (config.node().is_number()) {
-      if (config_count == 0) config.fail("a configuration object (the entry has no \"configs\" list)");
+      if (config_count == 0)
+        config.fail("a configuration object (the entry has no \"configs\" list)");
       read.config = configs[static_cast<std::size_t>(config.as_int(0, config_count - 1))];
     } else {
       read.config = read_config(config);
@@ -174,7 +178,8 @@ void read_buckets(const JsonCursor& pin, const JsonCursor& buckets, PinEntry& en
     ranges.push_back({read.min_rows, read.max_rows});
   }
   if (auto problem = bucket_coverage_problem(ranges)) {
-    buckets.fail("M buckets covering every M from 1 in order, the last without max_rows (" + *problem + ")");
+    buckets.fail("M buckets covering every M from 1 in order, the last without max_rows (" +
+                 *problem + ")");
   }
   JsonCursor bit_class = pin.at("bit_class");
   bit_class.expect_object();
@@ -202,10 +207,13 @@ std::vector<PinEntry> parse_pin_document(const nlohmann::json& document, const s
     auto config = pin.find("config");
     auto buckets = pin.find("buckets");
     if (config.has_value() == buckets.has_value()) {
-      pin.fail("exactly one of \"config\" (one configuration for every M) and \"buckets\" (one per M bucket)");
+      pin.fail(
+          "exactly one of \"config\" (one configuration for every M) and \"buckets\" (one per M "
+          "bucket)");
     }
     if (config) {
-      if (pin.find("bit_class")) pin.at("bit_class").fail("no bit_class beside a single \"config\"");
+      if (pin.find("bit_class"))
+        pin.at("bit_class").fail("no bit_class beside a single \"config\"");
       if (pin.find("configs")) pin.at("configs").fail("no configs list beside a single \"config\"");
       entry.config = read_config(*config);
     } else {
@@ -229,7 +237,8 @@ namespace {
 
 constexpr const char* kPinFileDescription =
     "cuBLASLt configuration pinned for the key in the file's name (arch, cuBLASLt version, dtype, "
-    "form, N, K): one split-K-1 configuration for every M, or one per M bucket all of one bit-class "
+    "form, N, K): one split-K-1 configuration for every M, or one per M bucket all of one "
+    "bit-class "
     "(bitcheck algos); how they were made: contract/pins/README.md";
 
 nlohmann::json empty_pin_document(const std::string& description) {
@@ -237,7 +246,8 @@ nlohmann::json empty_pin_document(const std::string& description) {
 }
 
 // Replaces the entry with the key of `entry` in the file at `file`, or appends it.
-void merge_into_file(const std::string& file, const PinEntry& entry, const std::string& description) {
+void merge_into_file(const std::string& file, const PinEntry& entry,
+                     const std::string& description) {
   nlohmann::json document = empty_pin_document(description);
   if (std::filesystem::exists(file)) document = load_json_file(file);
   const std::vector<PinEntry> existing = parse_pin_document(document, file);
@@ -259,7 +269,9 @@ void merge_into_file(const std::string& file, const PinEntry& entry, const std::
 
 }  // namespace
 
-std::string pin_file_name(const PinKey& key) { return pin_key_name(key.to_json()) + ".json"; }
+std::string pin_file_name(const PinKey& key) {
+  return pin_key_name(key.to_json()) + ".json";
+}
 
 bool is_pin_directory(const std::string& path) {
   if (std::filesystem::is_directory(path)) return true;
@@ -292,7 +304,8 @@ std::vector<PinEntry> read_pin_entries(const std::string& path) {
       const std::string where = "/pins/" + std::to_string(i) + "/key";
       const std::string expected = pin_file_name(parsed[i].key);
       if (directory && std::filesystem::path(file.path).filename() != expected) {
-        throw BadInput(file.path, where, "only the key its name says (this key belongs in " + expected + ")");
+        throw BadInput(file.path, where,
+                       "only the key its name says (this key belongs in " + expected + ")");
       }
       for (const auto& earlier : entries) {
         if (earlier.key == parsed[i].key) throw BadInput(file.path, where, "a key not held twice");

@@ -8,11 +8,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "matmul/cublaslt_gemm.h"
 #include "tuner/pin_lookup.h"
@@ -24,7 +23,9 @@ struct PinBucket {
   std::int64_t min_rows = 1;
   std::int64_t max_rows = 0;
   LtConfig config;
-  bool contains(std::int64_t rows) const { return rows >= min_rows && (max_rows == 0 || rows <= max_rows); }
+  bool contains(std::int64_t rows) const {
+    return rows >= min_rows && (max_rows == 0 || rows <= max_rows);
+  }
 };
 
 struct PinEntry {
@@ -80,7 +81,8 @@ class PinTable {
   void configure(const std::string& path, bool write_back);
   // The pinned configuration for `key`, deriving (and remembering) it when the file has none.
   // Shared, never copied per call: a bucketed table can hold thousands of buckets.
-  std::shared_ptr<const PinEntry> lookup(const PinKey& key, const std::function<LtConfig()>& derive);
+  std::shared_ptr<const PinEntry> lookup(const PinKey& key,
+                                         const std::function<LtConfig()>& derive);
   // Writes the pins derived in this run when write-back was requested: each into its key's file
   // in a directory, or the whole table into a single file.
   void write_back_if_requested();

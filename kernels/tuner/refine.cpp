@@ -12,10 +12,10 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "tuner/search.h"
 #include "bitcheck/error.h"
 #include "bitcheck/report.h"
 #include "bitcheck/sweep.h"
+#include "tuner/search.h"
 
 namespace bitcheck {
 namespace {
@@ -27,7 +27,8 @@ bool same_kernel(const nlohmann::json& a, const nlohmann::json& b) {
     if (!b.contains(it.key()) || b.at(it.key()) != it.value()) return false;
   }
   for (auto it = b.begin(); it != b.end(); ++it) {
-    if (it.key() != "workspace_bytes" && it.key() != "describe" && !a.contains(it.key())) return false;
+    if (it.key() != "workspace_bytes" && it.key() != "describe" && !a.contains(it.key()))
+      return false;
   }
   return true;
 }
@@ -47,7 +48,8 @@ std::string describe(const nlohmann::json& config) {
 }
 
 std::string range_text(std::int64_t low, std::int64_t high) {
-  return "[" + std::to_string(low) + "," + (high == 0 ? std::string("inf)") : std::to_string(high) + "]");
+  return "[" + std::to_string(low) + "," +
+         (high == 0 ? std::string("inf)") : std::to_string(high) + "]");
 }
 
 // Worst (lowest) heuristic-pick-over-table speed of a timed piece: table time / pick time.
@@ -89,13 +91,20 @@ Counts count(const RefineMeasurements& m) {
 
 std::string to_string(PieceStatus status) {
   switch (status) {
-    case PieceStatus::same: return "same";
-    case PieceStatus::splits_k: return "splits_k";
-    case PieceStatus::other_bits: return "other_bits";
-    case PieceStatus::rejected: return "rejected";
-    case PieceStatus::timed: return "timed";
-    case PieceStatus::not_timed: return "not_timed";
-    case PieceStatus::past_scan: return "past_scan";
+    case PieceStatus::same:
+      return "same";
+    case PieceStatus::splits_k:
+      return "splits_k";
+    case PieceStatus::other_bits:
+      return "other_bits";
+    case PieceStatus::rejected:
+      return "rejected";
+    case PieceStatus::timed:
+      return "timed";
+    case PieceStatus::not_timed:
+      return "not_timed";
+    case PieceStatus::past_scan:
+      return "past_scan";
   }
   return "unknown";
 }
@@ -118,7 +127,8 @@ nlohmann::json refined_pin_entry(const RefineMeasurements& m) {
   std::int64_t next = 1;
   for (const RefinePiece& piece : m.pieces) {
     if (piece.min_rows != next) {
-      throw std::logic_error("refined_pin_entry: piece " + range_text(piece.min_rows, piece.max_rows) +
+      throw std::logic_error("refined_pin_entry: piece " +
+                             range_text(piece.min_rows, piece.max_rows) +
                              " does not start at M=" + std::to_string(next));
     }
     const nlohmann::json& config = chosen_config(m, piece);
@@ -131,7 +141,8 @@ nlohmann::json refined_pin_entry(const RefineMeasurements& m) {
         last["config"]["workspace_bytes"] = workspace;
         std::string words = describe(config);
         const auto at = words.rfind(" workspace=");
-        if (at != std::string::npos) words = words.substr(0, at) + " workspace=" + std::to_string(workspace);
+        if (at != std::string::npos)
+          words = words.substr(0, at) + " workspace=" + std::to_string(workspace);
         last["config"]["describe"] = words;
       }
       if (piece.max_rows) {
@@ -150,7 +161,8 @@ nlohmann::json refined_pin_entry(const RefineMeasurements& m) {
     }
     next = piece.max_rows + 1;
   }
-  if (next != 0) throw std::logic_error("refined_pin_entry: the pieces end at M=" + std::to_string(next - 1));
+  if (next != 0)
+    throw std::logic_error("refined_pin_entry: the pieces end at M=" + std::to_string(next - 1));
   const Counts c = count(m);
   nlohmann::json entry = m.base_entry;
   entry["buckets"] = buckets;
@@ -169,7 +181,8 @@ nlohmann::json refined_pin_entry(const RefineMeasurements& m) {
   return entry;
 }
 
-std::vector<std::int64_t> verification_rows(const RefineMeasurements& m, const nlohmann::json& entry) {
+std::vector<std::int64_t> verification_rows(const RefineMeasurements& m,
+                                            const nlohmann::json& entry) {
   std::set<std::int64_t> rows;
   const std::int64_t scan = m.request.scan_rows;
   for (std::int64_t r = 1; r <= std::min(m.request.verify_all_rows, scan); ++r) rows.insert(r);
@@ -244,10 +257,12 @@ nlohmann::json refine_report_json(const RefineMeasurements& m, const nlohmann::j
   }
   report["legend"] = {
       {"configs", "every configuration named in heuristic_segments and pieces, by index"},
-      {"heuristic_segments", "[min_rows, max_rows, config]: the heuristic's pick over that M range"},
-      {"pieces", "rows [min, max] (max 0: unbounded); table, heuristic and searched: config indices; "
-                 "timings: [M, table_us, heuristic_us] and, where the heuristic splits K, the fastest "
-                 "in-class listed configuration's us"}};
+      {"heuristic_segments",
+       "[min_rows, max_rows, config]: the heuristic's pick over that M range"},
+      {"pieces",
+       "rows [min, max] (max 0: unbounded); table, heuristic and searched: config indices; "
+       "timings: [M, table_us, heuristic_us] and, where the heuristic splits K, the fastest "
+       "in-class listed configuration's us"}};
   report["configs"] = configs.names;
   report["heuristic_segments"] = segments;
   report["pieces"] = pieces;
@@ -290,8 +305,9 @@ std::string refine_report_markdown(const RefineMeasurements& m, const nlohmann::
      << " (up to " << r.split_k_candidates << " tried per piece)";
   md << "\n- refined table: " << refined.at("buckets").size() << " buckets\n";
   md << "- verification: " << check.rows.size() << " M values (every M up to "
-     << std::min(r.verify_all_rows, r.scan_rows) << ", both edges of every bucket, M = "
-     << r.scan_rows << "), " << check.rows_compared << " output rows compared with the base table's at M = "
+     << std::min(r.verify_all_rows, r.scan_rows)
+     << ", both edges of every bucket, M = " << r.scan_rows << "), " << check.rows_compared
+     << " output rows compared with the base table's at M = "
      << (check.rows.empty() ? 0 : check.rows.back()) << ": "
      << (check.mismatch ? "**FAILED**: " + *check.mismatch : std::string("all identical")) << " ("
      << printf_number("%.1f", check.seconds) << " s)\n";
@@ -320,16 +336,16 @@ std::string refine_report_markdown(const RefineMeasurements& m, const nlohmann::
     for (std::size_t i = 0; i < piece.timed_rows.size(); ++i) {
       // Where a listed configuration was searched: its speed against the heuristic's (split-K)
       // pick and the table's, else the table's against the pick.
-      const double chosen_us = i < piece.searched_us.size() && searched ? piece.searched_us[i]
-                                                                         : piece.table_us[i];
+      const double chosen_us =
+          i < piece.searched_us.size() && searched ? piece.searched_us[i] : piece.table_us[i];
       rows << (i ? " " : "") << piece.timed_rows[i] << ":"
            << printf_number("%.3f", piece.heuristic_us[i] / chosen_us);
     }
     rows << " | c" << configs(describe(table_config(m, piece))) << " | "
          << (piece.segment ? "c" + std::to_string(configs(m.segments[*piece.segment].describe))
                            : std::string("-"))
-         << " | " << (searched ? "c" + std::to_string(configs(piece.searched_describe)) : "") << " | "
-         << piece.detail << " |\n";
+         << " | " << (searched ? "c" + std::to_string(configs(piece.searched_describe)) : "")
+         << " | " << piece.detail << " |\n";
   }
   md << "\n## Pieces timed or left to the table\n\n"
         "Pieces where the table already runs the heuristic's pick (`same`) or that took it "
@@ -357,8 +373,10 @@ int run_algos_refine(const RefineOptions& options) {
   if (r.scan_rows < 1 || r.scan_rows > 65536)
     throw BadInput(where, "--scan-rows", "1 to 65536, got " + std::to_string(r.scan_rows));
   if (r.verify_all_rows < 1)
-    throw BadInput(where, "--verify-all-rows", "at least 1, got " + std::to_string(r.verify_all_rows));
-  if (!(r.budget_seconds > 0)) throw BadInput(where, "--budget-seconds", "a positive number of seconds");
+    throw BadInput(where, "--verify-all-rows",
+                   "at least 1, got " + std::to_string(r.verify_all_rows));
+  if (!(r.budget_seconds > 0))
+    throw BadInput(where, "--budget-seconds", "a positive number of seconds");
   if (r.repeats < 1) throw BadInput(where, "--repeats", "at least 1");
   if (r.warmup < 0) throw BadInput(where, "--warmup", "0 or more");
   if (!std::filesystem::exists(r.base_pin_file))
@@ -370,14 +388,14 @@ int run_algos_refine(const RefineOptions& options) {
       verify_cublaslt_pin(r, refined, m.base_entry, verification_rows(m, refined));
   const Counts c = count(m);
   std::cout << "bitcheck algos --refine: " << shape_text(r) << ": " << m.segments.size()
-            << " heuristic segments up to M=" << r.scan_rows << " (" << printf_number("%.1f", m.scan_seconds)
-            << " s), " << m.pieces.size() << " pieces, " << c.taken << " take the heuristic's pick; "
-            << m.base_entry.at("buckets").size() << " -> " << refined.at("buckets").size()
-            << " buckets\n";
+            << " heuristic segments up to M=" << r.scan_rows << " ("
+            << printf_number("%.1f", m.scan_seconds) << " s), " << m.pieces.size() << " pieces, "
+            << c.taken << " take the heuristic's pick; " << m.base_entry.at("buckets").size()
+            << " -> " << refined.at("buckets").size() << " buckets\n";
   for (const auto& note : m.notes) std::cout << "  note: " << note << "\n";
   std::cout << "  verification: " << check.rows.size() << " M values, " << check.rows_compared
-            << " rows: " << (check.mismatch ? "FAILED: " + *check.mismatch : std::string("identical"))
-            << "\n";
+            << " rows: "
+            << (check.mismatch ? "FAILED: " + *check.mismatch : std::string("identical")) << "\n";
 
   if (!options.out_dir.empty()) {
     const std::string stem = "algos-refine-" + r.dtype + "-" + r.form + "-N" + std::to_string(r.n) +

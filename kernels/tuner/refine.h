@@ -6,16 +6,16 @@
 // axis where the pick changes (its segments), and intersects those with the table's buckets
 // (pieces). A piece takes the heuristic's pick when the pick is split-K 1 and gives the table's
 // bits (row fingerprints at both ends of its segment equal the table's), unless the table's own
-// configuration, timed against it in the same run, was 3 % faster at every timed M of the piece. Where the pick is taken, the table runs what the library default runs. The refined table
-// is then verified row for row against the table's own bits at every M up to 2048 and at both
-// edges of every bucket; a table that fails is never written.
+// configuration, timed against it in the same run, was 3 % faster at every timed M of the piece.
+// Where the pick is taken, the table runs what the library default runs. The refined table is then
+// verified row for row against the table's own bits at every M up to 2048 and at both edges of
+// every bucket; a table that fails is never written.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace bitcheck {
 
@@ -30,14 +30,14 @@ struct HeuristicSegment {
 
 // Where the heuristic's pick stands against the table in one piece.
 enum class PieceStatus {
-  same,            // the table already runs the heuristic's pick here
-  splits_k,        // the heuristic splits K here: another bit-class; the table stays, or the
-                   // fastest in-class configuration cuBLASLt lists at these M (searched_config)
-  other_bits,      // the heuristic's pick gives other bits than the table (detail says where)
-  rejected,        // cuBLASLt rejects the pick at an end of the piece, or it failed to run
-  timed,           // both timed at the piece's M values (the choice is the host's)
-  not_timed,       // in the class, not timed (budget spent): takes the pick, the default itself
-  past_scan,       // beyond the scanned M: the table stays
+  same,        // the table already runs the heuristic's pick here
+  splits_k,    // the heuristic splits K here: another bit-class; the table stays, or the
+               // fastest in-class configuration cuBLASLt lists at these M (searched_config)
+  other_bits,  // the heuristic's pick gives other bits than the table (detail says where)
+  rejected,    // cuBLASLt rejects the pick at an end of the piece, or it failed to run
+  timed,       // both timed at the piece's M values (the choice is the host's)
+  not_timed,   // in the class, not timed (budget spent): takes the pick, the default itself
+  past_scan,   // beyond the scanned M: the table stays
 };
 std::string to_string(PieceStatus status);
 
@@ -66,10 +66,10 @@ struct RefineRequest {
   std::string form = "forward";
   std::int64_t n = 0, k = 0;
   std::uint64_t seed = 1;
-  std::int64_t scan_rows = 16384;  // the heuristic is asked at every M from 1 to this
+  std::int64_t scan_rows = 16384;       // the heuristic is asked at every M from 1 to this
   std::int64_t verify_all_rows = 2048;  // verification runs every M up to this
-  double budget_seconds = 240;     // timing stops starting new pieces after this
-  int split_k_candidates = 24;     // splits_k pieces: listed split-K-1 configurations tried
+  double budget_seconds = 240;          // timing stops starting new pieces after this
+  int split_k_candidates = 24;          // splits_k pieces: listed split-K-1 configurations tried
   int warmup = 3;
   int repeats = 20;
   bool progress = true;
@@ -89,8 +89,8 @@ struct RefineMeasurements {
 
 // The refined table's rows against the table it came from, on the same inputs.
 struct PinVerification {
-  std::vector<std::int64_t> rows;  // every M run
-  std::int64_t rows_compared = 0;  // output rows compared, over all M
+  std::vector<std::int64_t> rows;       // every M run
+  std::int64_t rows_compared = 0;       // output rows compared, over all M
   std::optional<std::string> mismatch;  // the first row whose bits differ, and where
   double seconds = 0;
 };
@@ -129,8 +129,8 @@ std::string refine_report_markdown(const RefineMeasurements& measurements,
 
 struct RefineOptions {
   RefineRequest request;
-  std::string out_dir;        // empty: no report files
-  std::string pin_file;       // empty: nothing merged
+  std::string out_dir;   // empty: no report files
+  std::string pin_file;  // empty: nothing merged
   std::vector<std::string> argv;
   nlohmann::json environment;  // the report's meta block (environment_meta of the app's registry)
 };

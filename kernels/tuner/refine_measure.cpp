@@ -8,13 +8,13 @@
 #include <map>
 #include <set>
 
-#include "tuner/refine.h"
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
-#include "tuner/enumerate.h"
-#include "tuner/rig.h"
-#include "tuner/pins.h"
 #include "common/runtime.h"
+#include "tuner/enumerate.h"
+#include "tuner/pins.h"
+#include "tuner/refine.h"
+#include "tuner/rig.h"
 
 namespace bitcheck {
 namespace {
@@ -90,8 +90,8 @@ class Refine {
     rig_ = std::make_unique<cuda::GemmRig>(request_.dtype, request_.form, request_.n, request_.k,
                                            request_.seed, request_.scan_rows);
     progress("reference: the table at M=" + std::to_string(request_.scan_rows));
-    reference_ = rig_->row_fingerprints(base.config_for_rows(request_.scan_rows),
-                                        request_.scan_rows);
+    reference_ =
+        rig_->row_fingerprints(base.config_for_rows(request_.scan_rows), request_.scan_rows);
     scan(m);
     make_pieces(m, base);
     judge_and_time(m, base, start);
@@ -114,7 +114,8 @@ class Refine {
       const LtConfig pick = rig_->heuristic(rows);
       if (!configs.empty() && configs.back().same_kernel(pick)) {
         m.segments.back().max_rows = rows;
-        configs.back().workspace_bytes = std::max(configs.back().workspace_bytes, pick.workspace_bytes);
+        configs.back().workspace_bytes =
+            std::max(configs.back().workspace_bytes, pick.workspace_bytes);
         continue;
       }
       configs.push_back(pick);
@@ -143,7 +144,8 @@ class Refine {
         while (m.segments[s].max_rows < low) ++s;
         RefinePiece piece;
         piece.min_rows = low;
-        piece.max_rows = high == 0 ? m.segments[s].max_rows : std::min(high, m.segments[s].max_rows);
+        piece.max_rows =
+            high == 0 ? m.segments[s].max_rows : std::min(high, m.segments[s].max_rows);
         piece.bucket = b;
         piece.segment = s;
         m.pieces.push_back(piece);
@@ -174,7 +176,8 @@ class Refine {
                  "cuBLASLt rejects it at M=" + std::to_string(rows) + " with 32 MiB workspace"};
       } else {
         try {
-          const std::int64_t row = first_difference(rig_->row_fingerprints(config, rows), reference_);
+          const std::int64_t row =
+              first_difference(rig_->row_fingerprints(config, rows), reference_);
           if (row >= 0) {
             found = {PieceStatus::other_bits,
                      "row " + std::to_string(row) + " at M=" + std::to_string(rows) +
@@ -254,8 +257,10 @@ class Refine {
         // Both twice, interleaved; the faster of each pair counts (the same method for both).
         double table_us = rig_->median_us(table, m_rows, request_.warmup, request_.repeats);
         double pick_us = rig_->median_us(pick, m_rows, request_.warmup, request_.repeats);
-        table_us = std::min(table_us, rig_->median_us(table, m_rows, request_.warmup, request_.repeats));
-        pick_us = std::min(pick_us, rig_->median_us(pick, m_rows, request_.warmup, request_.repeats));
+        table_us =
+            std::min(table_us, rig_->median_us(table, m_rows, request_.warmup, request_.repeats));
+        pick_us =
+            std::min(pick_us, rig_->median_us(pick, m_rows, request_.warmup, request_.repeats));
         piece.timed_rows.push_back(m_rows);
         piece.table_us.push_back(table_us);
         piece.heuristic_us.push_back(pick_us);
@@ -301,9 +306,9 @@ class Refine {
     unsplit.splitk_num = 1;
     unsplit.reduction_scheme = 0;  // CUBLASLT_REDUCTION_SCHEME_NONE
     offer(unsplit);
-    for (const LtConfig& listed : cuda::lt_enumerate_configs(
-             rig_->dtype(), middle, rig_->n(), rig_->k(), 4 * request_.split_k_candidates,
-             rig_->form())) {
+    for (const LtConfig& listed :
+         cuda::lt_enumerate_configs(rig_->dtype(), middle, rig_->n(), rig_->k(),
+                                    4 * request_.split_k_candidates, rig_->form())) {
       offer(listed);
     }
     std::vector<LtConfig> usable;
@@ -353,7 +358,8 @@ class Refine {
   }
 
   RefineRequest request_;
-  std::map<std::pair<std::string, std::int64_t>, std::pair<PieceStatus, std::string>> bits_problems_;
+  std::map<std::pair<std::string, std::int64_t>, std::pair<PieceStatus, std::string>>
+      bits_problems_;
   std::unique_ptr<cuda::GemmRig> rig_;
   std::vector<std::uint64_t> reference_;
   std::vector<LtConfig> segment_configs_;
@@ -390,8 +396,8 @@ PinVerification verify_cublaslt_pin(const RefineRequest& request, const nlohmann
     result.rows_compared += m;
     if (row >= 0 && !result.mismatch) {
       result.mismatch = "row " + std::to_string(row) + " at M=" + std::to_string(m) + " (" +
-                        config.describe() + ") differs from the reference table's at M=" +
-                        std::to_string(largest);
+                        config.describe() +
+                        ") differs from the reference table's at M=" + std::to_string(largest);
     }
   }
   if (request.progress) std::cerr << "\r\033[K";

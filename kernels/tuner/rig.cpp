@@ -12,8 +12,8 @@ GemmDType gemm_dtype_named(const std::string& name) {
   return name == "bf16" ? GemmDType::bf16 : name == "fp16" ? GemmDType::fp16 : GemmDType::fp32;
 }
 
-GemmRig::GemmRig(const std::string& dtype, const std::string& form, std::int64_t n,
-                 std::int64_t k, std::uint64_t seed, std::int64_t max_rows)
+GemmRig::GemmRig(const std::string& dtype, const std::string& form, std::int64_t n, std::int64_t k,
+                 std::uint64_t seed, std::int64_t max_rows)
     : dtype_(gemm_dtype_named(dtype)),
       host_dtype_(*parse_dtype(dtype)),
       form_(form == "input_grad" ? LtGemmForm::input_grad : LtGemmForm::forward),
@@ -32,7 +32,8 @@ GemmRig::GemmRig(const std::string& dtype, const std::string& form, std::int64_t
   }
   // W copies to rotate through at small M (where W is the working set), as the benchmark does.
   BenchSettings rotation;
-  const std::size_t w_sets = std::min<std::size_t>(cuda_bench::rotation_sets(w_bytes, rotation), 16);
+  const std::size_t w_sets =
+      std::min<std::size_t>(cuda_bench::rotation_sets(w_bytes, rotation), 16);
   for (std::size_t i = 0; i < w_sets; ++i) {
     w_.emplace_back(w_bytes);
     algo_fill_random(dtype_, w_.back().get(), static_cast<std::size_t>(n * k),
@@ -46,11 +47,11 @@ GemmRig::GemmRig(const std::string& dtype, const std::string& form, std::int64_t
 void GemmRig::launch(const LtConfig& config, std::int64_t rows, std::size_t w_index,
                      std::size_t xy_index) {
   if (form_ == LtGemmForm::forward) {
-    lt_gemm(config, dtype_, x_[xy_index].get(), w_[w_index].get(), y_[xy_index].get(), rows, n_,
-            k_, workspace_.get(), kAlgoWorkspaceBytes, nullptr);
+    lt_gemm(config, dtype_, x_[xy_index].get(), w_[w_index].get(), y_[xy_index].get(), rows, n_, k_,
+            workspace_.get(), kAlgoWorkspaceBytes, nullptr);
   } else {
-    lt_gemm_nn(config, dtype_, x_[xy_index].get(), w_[w_index].get(), y_[xy_index].get(), rows,
-               n_, k_, workspace_.get(), kAlgoWorkspaceBytes, nullptr);
+    lt_gemm_nn(config, dtype_, x_[xy_index].get(), w_[w_index].get(), y_[xy_index].get(), rows, n_,
+               k_, workspace_.get(), kAlgoWorkspaceBytes, nullptr);
   }
 }
 

@@ -1,6 +1,6 @@
-// The GEMM rig of `bitcheck algos` and `algos --refine`: random inputs for one shape up to a largest
-// M (row r of X is the same whatever M is), a workspace, per-row output fingerprints and the
-// benchmark timing method of every CUDA impl (bench_support.h). Plain C++: no CUDA headers.
+// The GEMM rig of `bitcheck algos` and `algos --refine`: random inputs for one shape up to a
+// largest M (row r of X is the same whatever M is), a workspace, per-row output fingerprints and
+// the benchmark timing method of every CUDA impl (bench_support.h). Plain C++: no CUDA headers.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "bitcheck/dtype.h"
-#include "matmul/cublaslt_gemm.h"
 #include "common/runtime.h"
+#include "matmul/cublaslt_gemm.h"
 
 namespace bitcheck::cuda {
 

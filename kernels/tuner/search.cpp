@@ -149,8 +149,8 @@ const std::vector<std::int64_t>& default_algos_rows() {
   // best configuration most), each with M + 1 just past it, the batch sizes serving hits (3, 7,
   // 31, 100, 255, 1000), then 2048, 4096 and 8192 with their M + 1.
   static const std::vector<std::int64_t> rows = {
-      1,   2,   3,   7,   16,  17,  31,   32,   33,   48,   49,   64,   65,
-      96,  97,  100, 128, 129, 192, 193,  255,  256,  257,  320,  321,  384,
+      1,   2,   3,   7,   16,  17,   31,   32,   33,   48,   49,   64,   65,
+      96,  97,  100, 128, 129, 192,  193,  255,  256,  257,  320,  321,  384,
       385, 512, 513, 768, 769, 1000, 1024, 1025, 2048, 2049, 4096, 4097, 8192};
   return rows;
 }
@@ -295,8 +295,7 @@ ClassTable choose_class_table(const AlgoMeasurements& measurements, const BitCla
         for (std::int64_t rows : choice.tested_rows) {
           auto time = time_at(candidate, rows);
           auto heuristic = heuristic_at(measurements, rows);
-          if (!time || !heuristic ||
-              (full_timings_only && !candidate.runs.at(rows).fully_timed)) {
+          if (!time || !heuristic || (full_timings_only && !candidate.runs.at(rows).fully_timed)) {
             eligible = false;
             break;
           }
@@ -320,7 +319,8 @@ ClassTable choose_class_table(const AlgoMeasurements& measurements, const BitCla
     }
     // Adjacent buckets with the same configuration become one (a shorter pin table, same choice
     // for every M).
-    if (!table.choices.empty() && choice.candidate && table.choices.back().candidate == choice.candidate) {
+    if (!table.choices.empty() && choice.candidate &&
+        table.choices.back().candidate == choice.candidate) {
       BucketChoice& previous = table.choices.back();
       previous.bucket.max_rows = choice.bucket.max_rows;
       previous.tested_rows.insert(previous.tested_rows.end(), choice.tested_rows.begin(),
@@ -575,7 +575,8 @@ std::string algos_report_markdown(const AlgoMeasurements& m, const AlgoAnalysis&
      << printf_number("%.3g", m.accuracy_limit) << "x the rounding bound of an fp64 reference\n";
   md << "- speed: heuristic median time / chosen median time at the same M, same run (above 1 = "
         "faster)\n";
-  md << "- per bucket: the member whose worst speed over the bucket's tested M (its upper edge and, "
+  md << "- per bucket: the member whose worst speed over the bucket's tested M (its upper edge "
+        "and, "
         "where the bucket holds 3 or more M, one inside it) is highest; the speed shown is the "
         "geometric mean over those M\n";
   for (const auto& note : m.notes) md << "- note: " << note << "\n";
@@ -597,9 +598,10 @@ std::string algos_report_markdown(const AlgoMeasurements& m, const AlgoAnalysis&
           "|---|---|---|---|---|---|---|\n";
     for (const BestRow& row : best_rows(m, analysis)) {
       md << "| " << row.rows << " | " << printf_number("%.1f", row.heuristic_us) << " | "
-         << printf_number("%.1f", row.chosen_us) << " | " << printf_number("%.3fx", row.speed) << " | "
-         << printf_number("%.2fx", row.target) << " | " << (row.speed >= row.target ? "yes" : "**no**")
-         << " | " << (m.heuristic_describe.count(row.rows) ? m.heuristic_describe.at(row.rows) : "")
+         << printf_number("%.1f", row.chosen_us) << " | " << printf_number("%.3fx", row.speed)
+         << " | " << printf_number("%.2fx", row.target) << " | "
+         << (row.speed >= row.target ? "yes" : "**no**") << " | "
+         << (m.heuristic_describe.count(row.rows) ? m.heuristic_describe.at(row.rows) : "")
          << " |\n";
     }
   }

@@ -112,9 +112,10 @@ struct BucketChoice {
 
 struct ClassTable {
   std::size_t bit_class = 0;
-  std::vector<BucketChoice> choices;  // one per bucket; adjacent buckets of one configuration merged
-  bool complete = false;              // every bucket has a configuration
-  double score = 0;                   // geometric mean over all tested M of heuristic / chosen
+  std::vector<BucketChoice>
+      choices;            // one per bucket; adjacent buckets of one configuration merged
+  bool complete = false;  // every bucket has a configuration
+  double score = 0;       // geometric mean over all tested M of heuristic / chosen
   std::map<std::int64_t, double> speed_vs_heuristic;  // per tested M
 };
 

@@ -10,15 +10,15 @@
 #include <memory>
 #include <set>
 
-#include "common/bench_support.h"
-#include "tuner/search.h"
 #include "bitcheck/dtype.h"
-#include "tuner/rig.h"
-#include "tuner/enumerate.h"
-#include "tuner/search_device.h"
-#include "matmul/cublaslt_gemm.h"
-#include "tuner/pins.h"
+#include "common/bench_support.h"
 #include "common/runtime.h"
+#include "matmul/cublaslt_gemm.h"
+#include "tuner/enumerate.h"
+#include "tuner/pins.h"
+#include "tuner/rig.h"
+#include "tuner/search.h"
+#include "tuner/search_device.h"
 
 namespace bitcheck {
 namespace {
@@ -286,7 +286,8 @@ class Search {
       progress("timing M=" + std::to_string(rows));
       const LtConfig library_default = heuristic(rows);
       m.heuristic_describe[rows] = library_default.describe();
-      double heuristic_us = rig_->median_us(library_default, rows, request_.warmup, request_.repeats);
+      double heuristic_us =
+          rig_->median_us(library_default, rows, request_.warmup, request_.repeats);
       double best_estimate = heuristic_us;
       for (std::size_t i = 0; i < m.candidates.size(); ++i) {
         auto run = m.candidates[i].runs.find(rows);
@@ -318,8 +319,8 @@ class Search {
         run.median_us = rig_->median_us(configs_[i], rows, request_.warmup, request_.repeats);
         run.fully_timed = true;
       }
-      heuristic_us = std::min(heuristic_us,
-                              rig_->median_us(library_default, rows, request_.warmup, request_.repeats));
+      heuristic_us = std::min(
+          heuristic_us, rig_->median_us(library_default, rows, request_.warmup, request_.repeats));
       m.heuristic_us[rows] = heuristic_us;
     }
   }

@@ -13,8 +13,9 @@ namespace bitcheck {
 class Registry;
 
 struct BackendOptions {
-  std::string pin_file = "contract/pins";  // cuBLASLt pin directory or file (read; derived when absent)
-  bool write_pins = false;                 // write derived pins back at the end
+  std::string pin_file =
+      "contract/pins";      // cuBLASLt pin directory or file (read; derived when absent)
+  bool write_pins = false;  // write derived pins back at the end
 };
 
 class DeviceBackend {

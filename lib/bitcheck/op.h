@@ -6,11 +6,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bitcheck/backend.h"
 #include "bitcheck/dtype.h"
@@ -36,12 +35,13 @@ struct CaseSpec {
   std::int64_t rows = 1;  // logical rows (tokens) in the case: the batch size M
   std::uint64_t seed = 1;
   std::vector<std::string> layouts;
-  int repeats = 2;              // canonical runs for the determinism check (>= 2)
+  int repeats = 2;               // canonical runs for the determinism check (>= 2)
   std::int64_t alone_rows = 64;  // rows computed alone (batch 1); all rows when rows <= this
   std::int64_t index = 0;        // position in the sweep's full case list (shards keep it)
   // Fraction of float row-input elements replaced by NaN, +-Inf, subnormals and -0 (0 = off).
   double special_values = 0;
-  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/special=rate" when special values are on
+  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/special=rate" when special values are
+  // on
   std::string id() const;
   // The case's inputs and reference without its impl: cases of one group get identical inputs and
   // one FP32 reference (the runner computes it once per group; shards keep a group together).
@@ -271,11 +271,11 @@ class Registry {
   std::map<std::string, std::unique_ptr<DeviceBackend>> device_backends_;
 };
 
-// Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which compose
-// whatever is registered before them: a test can add its own impls first).
+// Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which
+// compose whatever is registered before them: a test can add its own impls first).
 void register_ops_and_cpu(Registry& registry);
-// The manifest: register_ops_and_cpu, the test impls (BITCHECK_TEST_IMPLS=1), the CUDA backend (when
-// built) and the chain's impls.
+// The manifest: register_ops_and_cpu, the test impls (BITCHECK_TEST_IMPLS=1), the CUDA backend
+// (when built) and the chain's impls.
 void register_all(Registry& registry);
 
 }  // namespace bitcheck

@@ -3,11 +3,10 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bitcheck/case_json.h"
 #include "bitcheck/runner.h"
@@ -29,7 +28,8 @@ struct RunMeta {
 // Recomputes summary, first failing op and status matrix of a report from its results.
 void refresh_report_summary(nlohmann::json& report, const std::vector<std::string>& op_order);
 // Combines shard reports into one (results concatenated, duplicates refused, summary recomputed).
-nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports, const std::vector<std::string>& sources,
+nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports,
+                             const std::vector<std::string>& sources,
                              const std::vector<std::string>& op_order);
 nlohmann::json matrix_to_json(const StatusMatrix& matrix);
 nlohmann::json summary_to_json(const Summary& summary);

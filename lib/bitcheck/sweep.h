@@ -1,10 +1,9 @@
 // The sweep driver behind `bitcheck sweep`: contract + spec -> cases -> runner -> report.
 #pragma once
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bitcheck/backend.h"
 #include "bitcheck/contract.h"
@@ -27,7 +26,8 @@ struct SweepOptions {
   // costs only its own case. automatic: on when CUDA cases can run (--isolate / --no-isolate).
   enum class Isolation { automatic, on, off };
   Isolation isolation = Isolation::automatic;
-  std::string worker_executable;  // the binary with the __sweep-worker subcommand; empty: in process
+  std::string
+      worker_executable;  // the binary with the __sweep-worker subcommand; empty: in process
   double case_timeout_seconds = 0;  // --case-timeout: an isolated case's time limit (0: none)
   std::vector<std::string> skip_done_reports;  // --skip-done (their ids are in overrides.skip_ids)
   // --devices: one shard per entry, run in parallel as child processes of this binary with

@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <fstream>
 
-#include "tuner/search.h"
 #include "bitcheck/json_input.h"
 #include "common/runtime.h"
 #include "tuner/pins.h"
+#include "tuner/search.h"
 #include "unit/case_support.h"
 
 using namespace bitcheck;
@@ -93,8 +93,9 @@ TEST_CASE(
     const bool usable = analysis.verdicts[i].status == CandidateStatus::usable;
     bool runs_in_first_bucket = true;  // accepted at every checked M of the first bucket
     for (std::int64_t rows : measurements.checked_rows) {
-      if (rows <= first_max && std::find(candidate.accepted_rows.begin(), candidate.accepted_rows.end(),
-                                  rows) == candidate.accepted_rows.end()) {
+      if (rows <= first_max &&
+          std::find(candidate.accepted_rows.begin(), candidate.accepted_rows.end(), rows) ==
+              candidate.accepted_rows.end()) {
         runs_in_first_bucket = false;
       }
     }
@@ -149,8 +150,8 @@ TEST_CASE("lm_head's pinned GEMM takes its bucket from a bucketed pin of the sam
     return;
   }
   for (const std::int64_t rows : {33, 300}) {
-    CaseSpec spec = case_support::make_case("lm_head", "cublaslt-pinned", DType::bf16, Pass::forward,
-                                            {{"V", 128256}, {"H", 4096}}, rows, 7);
+    CaseSpec spec = case_support::make_case("lm_head", "cublaslt-pinned", DType::bf16,
+                                            Pass::forward, {{"V", 128256}, {"H", 4096}}, rows, 7);
     spec.alone_rows = 4;
     CaseResult result = case_support::run(spec);
     INFO(case_support::describe(result));

@@ -6,11 +6,11 @@
 #include <catch2/catch.hpp>
 #include <set>
 
-#include "tuner/search.h"
-#include "tuner/refine.h"
 #include "bitcheck/json_input.h"
 #include "common/runtime.h"
 #include "tuner/pins.h"
+#include "tuner/refine.h"
+#include "tuner/search.h"
 #include "tuner/search_device.h"
 
 using namespace bitcheck;
@@ -97,7 +97,8 @@ TEST_CASE("verify_cublaslt_pin finds a planted split-K bucket - committed tables
   REQUIRE(cuda::lt_config_supports(split, cuda::LtGemmForm::forward, cuda::GemmDType::bf16, 300,
                                    pin.request.n, pin.request.k));
   bucket["config"] = cuda::lt_config_to_json(split);
-  const PinVerification control = verify_cublaslt_pin(pin.request, planted, pin.entry, {1, 2, 300, 4096});
+  const PinVerification control =
+      verify_cublaslt_pin(pin.request, planted, pin.entry, {1, 2, 300, 4096});
   INFO("planted in bucket " << index << ": " << split.describe());
   REQUIRE(control.mismatch.has_value());
   CHECK_THAT(*control.mismatch, Catch::Contains("at M=300 "));
@@ -133,6 +134,6 @@ TEST_CASE("algos --refine on a committed table follows the heuristic and verifie
       CHECK((piece.status == PieceStatus::timed || piece.status == PieceStatus::not_timed));
   }
   WARN(m.segments.size() << " heuristic segments up to M=1024, " << m.pieces.size() << " pieces, "
-                         << refined["buckets"].size() << " buckets after refinement ("
-                         << m.seconds << " s, " << m.scan_seconds << " s of queries)");
+                         << refined["buckets"].size() << " buckets after refinement (" << m.seconds
+                         << " s, " << m.scan_seconds << " s of queries)");
 }

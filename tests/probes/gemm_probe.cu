@@ -32,7 +32,9 @@ int failures = 0;
 const char* dtype_name(GemmDType t) {
   return t == GemmDType::bf16 ? "bf16" : t == GemmDType::fp16 ? "fp16" : "fp32";
 }
-size_t dtype_bytes(GemmDType t) { return t == GemmDType::fp32 ? 4 : 2; }
+size_t dtype_bytes(GemmDType t) {
+  return t == GemmDType::fp32 ? 4 : 2;
+}
 
 __device__ uint64_t mix64(uint64_t z) {
   z += 0x9E3779B97F4A7C15ull;
@@ -48,9 +50,12 @@ __global__ void fill_random(void* out, int dtype, int64_t count, uint64_t seed) 
     const uint64_t bits = mix64(seed * 0x100000001B3ull + uint64_t(i));
     float v = float(int64_t(bits >> 40) - (int64_t(1) << 23)) / float(1 << 23);
     if (fabsf(v) < 1e-3f) v = 0.5f;
-    if (dtype == 0) static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
-    else if (dtype == 1) static_cast<__half*>(out)[i] = __float2half_rn(v);
-    else static_cast<float*>(out)[i] = v;
+    if (dtype == 0)
+      static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+    else if (dtype == 1)
+      static_cast<__half*>(out)[i] = __float2half_rn(v);
+    else
+      static_cast<float*>(out)[i] = v;
   }
 }
 
@@ -62,7 +67,8 @@ __device__ double load_as_double(const void* p, int dtype, int64_t i) {
 
 // One warp per (sampled row, n): ref = Σ_k x·w in fp64, magnitude = Σ_k |x·w|.
 __global__ void reference_rows(const void* x, const void* w, int dtype, const int64_t* rows,
-                               int row_count, int64_t N, int64_t K, double* ref, double* magnitude) {
+                               int row_count, int64_t N, int64_t K, double* ref,
+                               double* magnitude) {
   const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= int64_t(row_count) * N) return;
@@ -103,9 +109,12 @@ float host_to_float(const std::vector<uint8_t>& bytes, GemmDType t, int64_t i) {
   // fp16 -> float (normal, subnormal, inf/nan)
   const uint32_t sign = (h >> 15) & 1, exponent = (h >> 10) & 31, mantissa = h & 1023;
   float v;
-  if (exponent == 0) v = std::ldexp(float(mantissa), -24);
-  else if (exponent == 31) v = mantissa ? NAN : INFINITY;
-  else v = std::ldexp(float(mantissa | 1024), int(exponent) - 25);
+  if (exponent == 0)
+    v = std::ldexp(float(mantissa), -24);
+  else if (exponent == 31)
+    v = mantissa ? NAN : INFINITY;
+  else
+    v = std::ldexp(float(mantissa | 1024), int(exponent) - 25);
   return sign ? -v : v;
 }
 
@@ -152,20 +161,20 @@ struct Accuracy {
 // Compares `rows` of y (row-major, N columns) with the fp64 reference. normalized = |y-ref| /
 // (u_out·|ref| + 2^-16·Σ|x·w|): <= 1 passes (one output rounding plus an fp32 accumulation error).
 Accuracy check_accuracy(const bc::DeviceBuffer& x, const bc::DeviceBuffer& w,
-                        const std::vector<uint8_t>& y, GemmDType t, const std::vector<int64_t>& rows,
-                        int64_t N, int64_t K) {
+                        const std::vector<uint8_t>& y, GemmDType t,
+                        const std::vector<int64_t>& rows, int64_t N, int64_t K) {
   bc::DeviceBuffer rows_device(rows.size() * 8);
   rows_device.upload(rows.data(), rows.size() * 8);
   bc::DeviceBuffer ref(rows.size() * N * 8), magnitude(rows.size() * N * 8);
   const int64_t threads = int64_t(rows.size()) * N * 32;
   reference_rows<<<unsigned((threads + 255) / 256), 256>>>(
-      x.get(), w.get(), int(t), rows_device.as<int64_t>(), int(rows.size()), N, K,
-      ref.as<double>(), magnitude.as<double>());
+      x.get(), w.get(), int(t), rows_device.as<int64_t>(), int(rows.size()), N, K, ref.as<double>(),
+      magnitude.as<double>());
   BITCHECK_CUDA_LAUNCH_CHECK();
   std::vector<double> ref_host(rows.size() * N), magnitude_host(rows.size() * N);
   ref.download(ref_host.data(), ref_host.size() * 8);
   magnitude.download(magnitude_host.data(), magnitude_host.size() * 8);
-  const double u_out = t == GemmDType::bf16 ? std::ldexp(1.0, -8)
+  const double u_out = t == GemmDType::bf16   ? std::ldexp(1.0, -8)
                        : t == GemmDType::fp16 ? std::ldexp(1.0, -11)
                                               : std::ldexp(1.0, -24);
   Accuracy a;
@@ -188,8 +197,8 @@ Accuracy check_accuracy(const bc::DeviceBuffer& x, const bc::DeviceBuffer& w,
 // (a)+(b): full run at M_max with gemms[0], then sub-batches of M rows at several offsets, through
 // every function in `gemms`, must reproduce the same rows bit for bit; the full run repeated must
 // too (determinism).
-void check_forward(const char* path_name, const std::vector<Gemm>& gemms, GemmDType t,
-                   int64_t N, int64_t K, int64_t m_max, const std::vector<int64_t>& ms) {
+void check_forward(const char* path_name, const std::vector<Gemm>& gemms, GemmDType t, int64_t N,
+                   int64_t K, int64_t m_max, const std::vector<int64_t>& ms) {
   const GemmFunction& gemm = gemms[0].run;
   const size_t eb = dtype_bytes(t);
   bc::DeviceBuffer x(m_max * K * eb), w(N * K * eb), y_full(m_max * N * eb), y_sub(m_max * N * eb);
@@ -209,38 +218,42 @@ void check_forward(const char* path_name, const std::vector<Gemm>& gemms, GemmDT
   for (int64_t m : ms) {
     if (m > m_max) continue;
     for (int64_t offset : {int64_t(0), (m_max - m) / 2 + 1, m_max - m})
-    for (const Gemm& sub_gemm : gemms) {
-      if (offset + m > m_max) continue;
-      y_sub.fill_bytes(0xFF);
-      sub_gemm.run(t, static_cast<const uint8_t*>(x.get()) + offset * K * eb, w.get(), y_sub.get(), m, N,
-           K, nullptr);
-      bc::synchronize();
-      const auto sub = download(y_sub, m * N * eb);
-      ++batches;
-      for (int64_t r = 0; r < m; ++r) {
-        ++compared_rows;
-        if (std::memcmp(sub.data() + r * N * eb, full.data() + (offset + r) * N * eb, N * eb) != 0) {
-          if (mismatched_rows++ == 0)
-            first_mismatch = sub_gemm.name + " M=" + std::to_string(m) + " offset=" +
-                             std::to_string(offset) + " row=" + std::to_string(r);
-          if (std::find(mismatching.begin(), mismatching.end(), sub_gemm.name) == mismatching.end())
-            mismatching.push_back(sub_gemm.name);
+      for (const Gemm& sub_gemm : gemms) {
+        if (offset + m > m_max) continue;
+        y_sub.fill_bytes(0xFF);
+        sub_gemm.run(t, static_cast<const uint8_t*>(x.get()) + offset * K * eb, w.get(),
+                     y_sub.get(), m, N, K, nullptr);
+        bc::synchronize();
+        const auto sub = download(y_sub, m * N * eb);
+        ++batches;
+        for (int64_t r = 0; r < m; ++r) {
+          ++compared_rows;
+          if (std::memcmp(sub.data() + r * N * eb, full.data() + (offset + r) * N * eb, N * eb) !=
+              0) {
+            if (mismatched_rows++ == 0)
+              first_mismatch = sub_gemm.name + " M=" + std::to_string(m) +
+                               " offset=" + std::to_string(offset) + " row=" + std::to_string(r);
+            if (std::find(mismatching.begin(), mismatching.end(), sub_gemm.name) ==
+                mismatching.end())
+              mismatching.push_back(sub_gemm.name);
+          }
         }
       }
-    }
   }
   std::vector<int64_t> rows;
   const int64_t sample = std::min<int64_t>(m_max, 24);
-  for (int64_t i = 0; i < sample; ++i) rows.push_back(i * (m_max - 1) / std::max<int64_t>(sample - 1, 1));
+  for (int64_t i = 0; i < sample; ++i)
+    rows.push_back(i * (m_max - 1) / std::max<int64_t>(sample - 1, 1));
   const Accuracy a = check_accuracy(x, w, full, t, rows, N, K);
   const bool ok = deterministic && mismatched_rows == 0 && !a.nan && a.max_normalized <= 1.0;
   if (!ok) ++failures;
-  std::printf("%-5s %-18s N=%-6lld K=%-6lld Mmax=%-5lld batches=%-3lld rows=%-6lld mismatched=%-4lld "
-              "determ=%s max_abs=%.3g max_rel=%.3g norm=%.3f nan=%d %s %s\n",
-              dtype_name(t), path_name, (long long)N, (long long)K, (long long)m_max,
-              (long long)batches, (long long)compared_rows, (long long)mismatched_rows,
-              deterministic ? "yes" : "NO", a.max_abs_err, a.max_rel_err, a.max_normalized,
-              int(a.nan), ok ? "PASS" : "FAIL", first_mismatch.c_str());
+  std::printf(
+      "%-5s %-18s N=%-6lld K=%-6lld Mmax=%-5lld batches=%-3lld rows=%-6lld mismatched=%-4lld "
+      "determ=%s max_abs=%.3g max_rel=%.3g norm=%.3f nan=%d %s %s\n",
+      dtype_name(t), path_name, (long long)N, (long long)K, (long long)m_max, (long long)batches,
+      (long long)compared_rows, (long long)mismatched_rows, deterministic ? "yes" : "NO",
+      a.max_abs_err, a.max_rel_err, a.max_normalized, int(a.nan), ok ? "PASS" : "FAIL",
+      first_mismatch.c_str());
   if (!mismatching.empty()) {
     std::printf("      mismatching:");
     for (const std::string& name : mismatching) std::printf(" [%s]", name.c_str());
@@ -276,7 +289,8 @@ void check_dw(GemmDType t, int64_t T, int64_t N, int64_t K) {
     for (int64_t k = 0; k < K; ++k) {
       double sum = host_to_float(dw0, GemmDType::fp32, n * K + k), magnitude = std::fabs(sum);
       for (int64_t s = 0; s < T; ++s) {
-        const double p = double(host_to_float(dy_h, t, s * N + n)) * host_to_float(x_h, t, s * K + k);
+        const double p =
+            double(host_to_float(dy_h, t, s * N + n)) * host_to_float(x_h, t, s * K + k);
         sum += p;
         magnitude += std::fabs(p);
       }
@@ -286,12 +300,15 @@ void check_dw(GemmDType t, int64_t T, int64_t N, int64_t K) {
     }
   const bool ok = equal && max_norm <= 1.0;
   if (!ok) ++failures;
-  std::printf("%-5s dw_accumulate      T=%-5lld N=%-4lld K=%-4lld split_equal=%s max_abs=%.3g norm=%.3f %s\n",
-              dtype_name(t), (long long)T, (long long)N, (long long)K, equal ? "yes" : "NO", max_abs,
-              max_norm, ok ? "PASS" : "FAIL");
+  std::printf(
+      "%-5s dw_accumulate      T=%-5lld N=%-4lld K=%-4lld split_equal=%s max_abs=%.3g norm=%.3f "
+      "%s\n",
+      dtype_name(t), (long long)T, (long long)N, (long long)K, equal ? "yes" : "NO", max_abs,
+      max_norm, ok ? "PASS" : "FAIL");
 }
 
-// ---- benchmark -----------------------------------------------------------------------------------
+// ---- benchmark
+// -----------------------------------------------------------------------------------
 struct Lt {
   cublasLtHandle_t handle = nullptr;
   bc::DeviceBuffer workspace{32u << 20};
@@ -316,8 +333,8 @@ struct LtPlan {
 void make_plan(Lt& lt, LtPlan& plan, int64_t M, int64_t N, int64_t K) {
   BITCHECK_CUDA_CALL(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
-  BITCHECK_CUDA_CALL(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
-                                                    sizeof(transpose)));
+  BITCHECK_CUDA_CALL(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                    &transpose, sizeof(transpose)));
   BITCHECK_CUDA_CALL(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB,
                                                     &no_transpose, sizeof(no_transpose)));
   BITCHECK_CUDA_CALL(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, K, N, K));
@@ -326,11 +343,12 @@ void make_plan(Lt& lt, LtPlan& plan, int64_t M, int64_t N, int64_t K) {
   cublasLtMatmulPreference_t preference;
   BITCHECK_CUDA_CALL(cublasLtMatmulPreferenceCreate(&preference));
   const size_t workspace_bytes = lt.workspace.bytes();
-  BITCHECK_CUDA_CALL(cublasLtMatmulPreferenceSetAttribute(
-      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes)));
+  BITCHECK_CUDA_CALL(
+      cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace_bytes, sizeof(workspace_bytes)));
   int found = 0;
-  BITCHECK_CUDA_CALL(cublasLtMatmulAlgoGetHeuristic(lt.handle, plan.op, plan.a, plan.b, plan.c,
-                                                    plan.c, preference, 1, &plan.heuristic, &found));
+  BITCHECK_CUDA_CALL(cublasLtMatmulAlgoGetHeuristic(
+      lt.handle, plan.op, plan.a, plan.b, plan.c, plan.c, preference, 1, &plan.heuristic, &found));
   cublasLtMatmulPreferenceDestroy(preference);
   if (found < 1) throw std::runtime_error("cuBLASLt heuristic found no algorithm");
 }
@@ -363,7 +381,8 @@ std::pair<double, double> median_ms_interleaved(A&& first, B&& second, int sets,
   std::vector<float> times_first(repeats), times_second(repeats);
   for (int i = 0; i < repeats; ++i) {
     BITCHECK_CUDA_CALL(cudaEventElapsedTime(&times_first[i], events[2 * i], events[2 * i + 1]));
-    BITCHECK_CUDA_CALL(cudaEventElapsedTime(&times_second[i], events[2 * i + 1], events[2 * i + 2]));
+    BITCHECK_CUDA_CALL(
+        cudaEventElapsedTime(&times_second[i], events[2 * i + 1], events[2 * i + 2]));
   }
   for (auto& e : events) cudaEventDestroy(e);
   std::nth_element(times_first.begin(), times_first.begin() + repeats / 2, times_first.end());
@@ -382,9 +401,16 @@ struct RotatedBuffers {
   std::vector<bc::DeviceBuffer> w, x, y;
   int count = 0;
   RotatedBuffers(GemmDType t, int64_t N, int64_t K, int64_t m_max) {
-    const int w_sets = sets_for(N * K * 2), x_sets = sets_for(m_max * K * 2), y_sets = sets_for(m_max * N * 2);
-    for (int i = 0; i < w_sets; ++i) { w.emplace_back(N * K * 2); fill(w.back(), t, 100 + i); }
-    for (int i = 0; i < x_sets; ++i) { x.emplace_back(m_max * K * 2); fill(x.back(), t, 200 + i); }
+    const int w_sets = sets_for(N * K * 2), x_sets = sets_for(m_max * K * 2),
+              y_sets = sets_for(m_max * N * 2);
+    for (int i = 0; i < w_sets; ++i) {
+      w.emplace_back(N * K * 2);
+      fill(w.back(), t, 100 + i);
+    }
+    for (int i = 0; i < x_sets; ++i) {
+      x.emplace_back(m_max * K * 2);
+      fill(x.back(), t, 200 + i);
+    }
     for (int i = 0; i < y_sets; ++i) y.emplace_back(m_max * N * 2);
     count = std::max({w_sets, x_sets, y_sets});
   }
@@ -406,8 +432,9 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
   const GemmDType t = GemmDType::bf16;
   const int64_t m_max = *std::max_element(ms.begin(), ms.end());
   RotatedBuffers buffers(t, N, K, m_max);
-  std::vector<bc::DeviceBuffer>& w = buffers.w, &x = buffers.x, &y = buffers.y;
-  const int w_sets = int(w.size()), x_sets = int(x.size()), y_sets = int(y.size()), sets = buffers.count;
+  std::vector<bc::DeviceBuffer>&w = buffers.w, &x = buffers.x, &y = buffers.y;
+  const int w_sets = int(w.size()), x_sets = int(x.size()), y_sets = int(y.size()),
+            sets = buffers.count;
   // Reference rows for the invariance check: the first 64 rows computed at M=64.
   const int64_t ref_rows = 64;
   bc::fixed_order_gemm(t, x[0].get(), w[0].get(), y[0].get(), ref_rows, N, K, nullptr);
@@ -422,11 +449,14 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
     const auto theirs = download(y[0], ref_rows * N * 2);
     double max_diff = 0, max_ref = 0;
     for (int64_t i = 0; i < ref_rows * N; ++i) {
-      max_diff = std::max(max_diff, double(std::fabs(host_to_float(theirs, t, i) - host_to_float(reference, t, i))));
+      max_diff =
+          std::max(max_diff,
+                   double(std::fabs(host_to_float(theirs, t, i) - host_to_float(reference, t, i))));
       max_ref = std::max(max_ref, double(std::fabs(host_to_float(reference, t, i))));
     }
-    std::printf("  N=%lld K=%lld: max |fixed_order - cuBLASLt| over %lld rows = %.3g (max |y| %.3g)\n",
-                (long long)N, (long long)K, (long long)ref_rows, max_diff, max_ref);
+    std::printf(
+        "  N=%lld K=%lld: max |fixed_order - cuBLASLt| over %lld rows = %.3g (max |y| %.3g)\n",
+        (long long)N, (long long)K, (long long)ref_rows, max_diff, max_ref);
     if (!(max_diff <= 0.02 * max_ref)) ++failures;
   }
   for (int64_t m : ms) {
@@ -436,8 +466,9 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
       y[0].fill_bytes(0xFF);
       gemm.run(t, x[0].get(), w[0].get(), y[0].get(), m, N, K, nullptr);
       bc::synchronize();
-      invariant = invariant && download(y[0], rows * N * 2) ==
-                  std::vector<uint8_t>(reference.begin(), reference.begin() + rows * N * 2);
+      invariant = invariant &&
+                  download(y[0], rows * N * 2) ==
+                      std::vector<uint8_t>(reference.begin(), reference.begin() + rows * N * 2);
     }
     if (!invariant) ++failures;
     const double flops = 2.0 * double(m) * double(N) * double(K);
@@ -449,14 +480,17 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
           bc::fixed_order_gemm(t, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m,
                                N, K, nullptr);
         },
-        [&](int i) { run_lt(lt, plan, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get()); },
+        [&](int i) {
+          run_lt(lt, plan, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get());
+        },
         sets, repeats);
     table.push_back({N, K, m, chosen_tile(m, N, sm_count), flops / mine * 1e-9,
                      flops / theirs * 1e-9, invariant});
-    std::printf("  N=%-6lld K=%-5lld M=%-5lld fixed_order %7.1f cuBLASLt %7.1f TFLOP/s ratio %.3f bits %s\n",
-                (long long)N, (long long)K, (long long)m, table.back().mine_tflops,
-                table.back().lt_tflops, table.back().mine_tflops / table.back().lt_tflops,
-                invariant ? "same" : "DIFFER");
+    std::printf(
+        "  N=%-6lld K=%-5lld M=%-5lld fixed_order %7.1f cuBLASLt %7.1f TFLOP/s ratio %.3f bits "
+        "%s\n",
+        (long long)N, (long long)K, (long long)m, table.back().mine_tflops, table.back().lt_tflops,
+        table.back().mine_tflops / table.back().lt_tflops, invariant ? "same" : "DIFFER");
     std::fflush(stdout);
   }
 }
@@ -465,26 +499,38 @@ void bench_shape(Lt& lt, int sm_count, int64_t N, int64_t K, const std::vector<i
 // calibrate the wave costs in fixed_order_gemm.cu (time per wave of one tile per SM).
 void time_tile_shapes(int sm_count) {
   const GemmDType t = GemmDType::bf16;
-  const int64_t shapes[][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
-  const std::vector<int64_t> ms = {1, 16, 64, 100, 257, 320, 513, 769, 1000, 1025, 2049, 2200, 4096, 4097};
-  std::printf("\n| N | K | M | tile | tiles | waves | median us | us per wave | auto tile | auto us |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  const int64_t shapes[][2] = {
+      {4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
+  const std::vector<int64_t> ms = {1,   16,   64,   100,  257,  320,  513,
+                                   769, 1000, 1025, 2049, 2200, 4096, 4097};
+  std::printf(
+      "\n| N | K | M | tile | tiles | waves | median us | us per wave | auto tile | auto us "
+      "|\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& s : shapes) {
     const int64_t N = s[0], K = s[1], m_max = ms.back();
     RotatedBuffers buffers(t, N, K, m_max);
-    std::vector<bc::DeviceBuffer>& w = buffers.w, &x = buffers.x, &y = buffers.y;
-    const int w_sets = int(w.size()), x_sets = int(x.size()), y_sets = int(y.size()), sets = buffers.count;
+    std::vector<bc::DeviceBuffer>&w = buffers.w, &x = buffers.x, &y = buffers.y;
+    const int w_sets = int(w.size()), x_sets = int(x.size()), y_sets = int(y.size()),
+              sets = buffers.count;
     for (int64_t m : ms) {
       const bc::detail::GemmTile chosen = chosen_tile(m, N, sm_count);
       for (const bc::detail::GemmTile& tile : bc::detail::fixed_order_gemm_tiles()) {
         const auto [forced, automatic] = median_ms_interleaved(
-            [&](int i) { bc::detail::fixed_order_gemm_tile(t, tile, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m, N, K, nullptr); },
-            [&](int i) { bc::fixed_order_gemm(t, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(), m, N, K, nullptr); },
+            [&](int i) {
+              bc::detail::fixed_order_gemm_tile(t, tile, x[i % x_sets].get(), w[i % w_sets].get(),
+                                                y[i % y_sets].get(), m, N, K, nullptr);
+            },
+            [&](int i) {
+              bc::fixed_order_gemm(t, x[i % x_sets].get(), w[i % w_sets].get(), y[i % y_sets].get(),
+                                   m, N, K, nullptr);
+            },
             sets, 15);
         const int64_t tiles = (m + tile.rows - 1) / tile.rows * ((N + tile.cols - 1) / tile.cols);
         const int64_t waves = (tiles + sm_count - 1) / sm_count;
-        std::printf("| %lld | %lld | %lld | %s | %lld | %lld | %.1f | %.1f | %s | %.1f |\n", (long long)N,
-                    (long long)K, (long long)m, tile.name().c_str(), (long long)tiles, (long long)waves,
-                    forced * 1e3, forced * 1e3 / double(waves), chosen.name().c_str(), automatic * 1e3);
+        std::printf("| %lld | %lld | %lld | %s | %lld | %lld | %.1f | %.1f | %s | %.1f |\n",
+                    (long long)N, (long long)K, (long long)m, tile.name().c_str(), (long long)tiles,
+                    (long long)waves, forced * 1e3, forced * 1e3 / double(waves),
+                    chosen.name().c_str(), automatic * 1e3);
       }
       std::fflush(stdout);
     }
@@ -503,14 +549,17 @@ int run(int argc, char** argv) {
               device.arch().c_str(), device.sm_count, device.driver_version, device.runtime_version,
               device.cublaslt_version);
   std::printf("paths: bf16 %s, fp16 %s, fp32 %s\n", bc::fixed_order_gemm_path(GemmDType::bf16),
-              bc::fixed_order_gemm_path(GemmDType::fp16), bc::fixed_order_gemm_path(GemmDType::fp32));
+              bc::fixed_order_gemm_path(GemmDType::fp16),
+              bc::fixed_order_gemm_path(GemmDType::fp32));
 
   if (tiles) {
     time_tile_shapes(device.sm_count);
     return 0;
   }
-  std::printf("\n== invariance (bitwise, sub-batches vs full batch) + accuracy (fp64 reference) ==\n");
-  const std::vector<int64_t> ms_small = {1, 2, 3, 5, 8, 16, 17, 31, 63, 64, 65, 127, 128, 129, 200, 255, 256, 300};
+  std::printf(
+      "\n== invariance (bitwise, sub-batches vs full batch) + accuracy (fp64 reference) ==\n");
+  const std::vector<int64_t> ms_small = {1,  2,  3,   5,   8,   16,  17,  31,  63,
+                                         64, 65, 127, 128, 129, 200, 255, 256, 300};
   const std::vector<int64_t> ms_big = {1, 3, 16, 64, 127, 128, 129, 256, 511, 1000, 1024};
   const bool hopper = std::string(bc::fixed_order_gemm_path(GemmDType::bf16)) != "portable-fma";
   // On sm_90 every sub-batch also runs with every forced tile shape.
@@ -542,13 +591,19 @@ int run(int argc, char** argv) {
     Lt lt;
     std::vector<BenchRow> table;
     const std::vector<int64_t> ms = {1, 16, 64, 256, 512, 1024, 2048, 4096, 8192};
-    const int64_t shapes[][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
-    for (const auto& s : shapes) bench_shape(lt, device.sm_count, s[0], s[1], s[0] == 128256 ? std::vector<int64_t>{1, 16, 64, 256, 512, 1024, 2048, 4096} : ms, table);
-    std::printf("\n| N | K | M | tile | fixed-order TFLOP/s | cuBLASLt TFLOP/s | ratio | bits vs M=64 (auto and every forced shape) |\n|---|---|---|---|---|---|---|---|\n");
+    const int64_t shapes[][2] = {
+        {4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
+    for (const auto& s : shapes)
+      bench_shape(lt, device.sm_count, s[0], s[1],
+                  s[0] == 128256 ? std::vector<int64_t>{1, 16, 64, 256, 512, 1024, 2048, 4096} : ms,
+                  table);
+    std::printf(
+        "\n| N | K | M | tile | fixed-order TFLOP/s | cuBLASLt TFLOP/s | ratio | bits vs M=64 "
+        "(auto and every forced shape) |\n|---|---|---|---|---|---|---|---|\n");
     for (const auto& r : table)
       std::printf("| %lld | %lld | %lld | %s | %.1f | %.1f | %.3f | %s |\n", (long long)r.N,
-                  (long long)r.K, (long long)r.M, r.chosen.name().c_str(), r.mine_tflops, r.lt_tflops,
-                  r.mine_tflops / r.lt_tflops, r.invariant ? "same" : "DIFFER");
+                  (long long)r.K, (long long)r.M, r.chosen.name().c_str(), r.mine_tflops,
+                  r.lt_tflops, r.mine_tflops / r.lt_tflops, r.invariant ? "same" : "DIFFER");
   }
   std::printf("\n%s (%d failing checks)\n", failures == 0 ? "ALL PASS" : "FAILURES", failures);
   return failures == 0 ? 0 : 1;

@@ -25,7 +25,9 @@ namespace {
 constexpr int kThreads = 64;  // two warps: racecheck sees hazards between warps
 
 // memcheck: one element past the end of the allocation.
-__global__ void out_of_bounds_store_kernel(float* data, int count) { data[count + threadIdx.x] = 1.0f; }
+__global__ void out_of_bounds_store_kernel(float* data, int count) {
+  data[count + threadIdx.x] = 1.0f;
+}
 
 // racecheck: every thread writes the same shared word with no barrier, then one thread reads it.
 __global__ void shared_race_kernel(float* out) {
@@ -61,7 +63,8 @@ int report(const char* what, cudaError_t status) {
 }  // namespace
 
 bool known_probe(const char* tool) {
-  for (const char* name : {"memcheck", "racecheck", "initcheck", "synccheck", "clean", "tma-store"}) {
+  for (const char* name :
+       {"memcheck", "racecheck", "initcheck", "synccheck", "clean", "tma-store"}) {
     if (std::strcmp(tool, name) == 0) return true;
   }
   return false;
@@ -81,7 +84,8 @@ int run_tma_store() {
   cudaMemcpy(x, ones_x.data(), M * K * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(w, ones_w.data(), N * K * 2, cudaMemcpyHostToDevice);
   int wrong = 0;
-  for (const detail::GemmTile& tile : {detail::GemmTile{128, 256, false}, detail::GemmTile{128, 192, true}}) {
+  for (const detail::GemmTile& tile :
+       {detail::GemmTile{128, 256, false}, detail::GemmTile{128, 192, true}}) {
     try {
       detail::fixed_order_gemm_tile(GemmDType::bf16, tile, x, w, y, M, N, K, nullptr);
     } catch (const std::exception& error) {  // not sm_90: no TMA stores to ask about
@@ -92,8 +96,8 @@ int run_tma_store() {
     cudaMemcpy(host.data(), y, M * N * 2, cudaMemcpyDeviceToHost);  // the read initcheck judges
     int tile_wrong = 0;
     for (uint16_t value : host) tile_wrong += value != 0x4280;  // bf16 64.0
-    std::printf("sanitizer_probe tma-store: tile %s: %d of %lld values wrong\n", tile.name().c_str(),
-                tile_wrong, static_cast<long long>(M * N));
+    std::printf("sanitizer_probe tma-store: tile %s: %d of %lld values wrong\n",
+                tile.name().c_str(), tile_wrong, static_cast<long long>(M * N));
     wrong += tile_wrong;
     cudaFree(y);  // a fresh, never-written buffer for the next tile
     if (cudaMalloc(&y, M * N * 2) != cudaSuccess) return 3;
@@ -136,7 +140,8 @@ int run_probe(const char* tool) {
 
 int main(int argc, char** argv) {
   if (argc != 2 || !bitcheck::cuda::known_probe(argv[1])) {
-    std::fprintf(stderr, "usage: sanitizer_probe memcheck|racecheck|initcheck|synccheck|clean|tma-store\n");
+    std::fprintf(stderr,
+                 "usage: sanitizer_probe memcheck|racecheck|initcheck|synccheck|clean|tma-store\n");
     return 2;
   }
   return bitcheck::cuda::run_probe(argv[1]);

@@ -4,9 +4,8 @@
 // until the audit says so. The evidence is tests/data/audit/evidence.json: per report, each
 // result's op, backend, impl, control flag and verdict and the summary's control groups, extracted
 // from the full reports (several MB, not committed) by tests/data/audit/make-evidence.py.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -124,7 +123,8 @@ TEST_CASE("the elementwise and RoPE audit matches the committed GPU reports", "[
     CHECK(verdict == (all_pass ? "pass" : "needs-fix"));
   }
   // Every elementwise op and RoPE is in the audit.
-  for (const char* op : {"silu", "gelu_tanh", "gelu_erf", "swiglu", "residual_add", "scale", "cast", "rope"}) {
+  for (const char* op :
+       {"silu", "gelu_tanh", "gelu_erf", "swiglu", "residual_add", "scale", "cast", "rope"}) {
     CHECK(std::count(ops_seen.begin(), ops_seen.end(), op) == 1);
   }
 }

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 
+#include "attention/attention.h"
 #include "bitcheck/contract.h"
 #include "bitcheck/report.h"
 #include "bitcheck/runner.h"
 #include "case_support.h"
-#include "attention/attention.h"
 #include "chain/chain.h"
 
 using namespace bitcheck;

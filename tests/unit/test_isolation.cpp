@@ -99,8 +99,8 @@ TEST_CASE("a case checked in process: a CPU case never asks for a CUDA fault",
 TEST_CASE("a case that could not report is an error with the reason", "[unit][isolation]") {
   CaseSpec spec = make_case("matmul", "cpu-split-k-by-rows", DType::bf16, Pass::forward,
                             {{"N", 64}, {"K", 128}}, 7, 1);
-  json failed = case_to_json(failed_case(world().registry, spec,
-                                          "the worker process running this case was killed", 1.5));
+  json failed = case_to_json(
+      failed_case(world().registry, spec, "the worker process running this case was killed", 1.5));
   CHECK(failed["verdict"] == "error");
   CHECK(failed["reason"] == "the worker process running this case was killed");
   CHECK(failed["backend"] == "cpu");

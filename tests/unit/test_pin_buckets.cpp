@@ -1,6 +1,7 @@
 // Bucketed cuBLASLt pins (written by `bitcheck algos`): parsing, the configuration per M, the
 // pin-file form, merging one entry into a file or a pin directory (one file per key), and malformed
-// tables as BadInput naming the file and JSON path. Host code of the CUDA backend: built only with it, runs without a GPU.
+// tables as BadInput naming the file and JSON path. Host code of the CUDA backend: built only with
+// it, runs without a GPU.
 #include <catch2/catch.hpp>
 
 #ifdef BITCHECK_HAVE_CUDA
@@ -69,7 +70,8 @@ void expect_bad_input(const nlohmann::json& doc, const std::string& json_path,
 
 }  // namespace
 
-TEST_CASE("a bucketed pin serves each M from its bucket - single-config pins still load", "[pins]") {
+TEST_CASE("a bucketed pin serves each M from its bucket - single-config pins still load",
+          "[pins]") {
   nlohmann::json single = {{"key", key_json(6144)}, {"config", config_json(66, 1)}};
   auto entries = parse_pin_document(document({bucketed_entry(4096, 71), single}), "pins.json");
   REQUIRE(entries.size() == 2);
@@ -129,8 +131,8 @@ TEST_CASE("the pin table looks up a bucketed entry from its file without derivin
   CHECK(entry->config_for_rows(3).algo_id == 71);
   CHECK(entry->config_for_rows(3000).algo_id == 66);
   // Shared, not copied: the same table for every lookup.
-  CHECK(table.lookup(PinKey{"sm_90", 130100, "bf16", "forward", 4096, 4096, 0}, [] { return LtConfig{}; }) ==
-        entry);
+  CHECK(table.lookup(PinKey{"sm_90", 130100, "bf16", "forward", 4096, 4096, 0},
+                     [] { return LtConfig{}; }) == entry);
   std::remove(path.c_str());
   table.configure("contract/pins", false);
 }
@@ -169,14 +171,17 @@ TEST_CASE("a bucketed pin is written compactly: each kernel once, buckets by ind
 }
 
 TEST_CASE("malformed bucketed pins are BadInput naming the JSON path", "[pins]") {
-  nlohmann::json compact = parse_pin_document(document({bucketed_entry(4096, 71)}), "p.json").front().to_json();
+  nlohmann::json compact =
+      parse_pin_document(document({bucketed_entry(4096, 71)}), "p.json").front().to_json();
   nlohmann::json out_of_range = compact;
   out_of_range["buckets"][1]["config"] = 2;
-  expect_bad_input(document({out_of_range}), "$.pins[0].buckets[1].config", "an integer in [0, 1], got 2");
+  expect_bad_input(document({out_of_range}), "$.pins[0].buckets[1].config",
+                   "an integer in [0, 1], got 2");
   nlohmann::json no_list = compact;
   no_list.erase("configs");
   expect_bad_input(document({no_list}), "$.pins[0].buckets[0].config", "no \"configs\" list");
-  nlohmann::json single_with_list = {{"key", key_json(6144)}, {"config", config_json(66, 1)},
+  nlohmann::json single_with_list = {{"key", key_json(6144)},
+                                     {"config", config_json(66, 1)},
                                      {"configs", nlohmann::json::array()}};
   expect_bad_input(document({single_with_list}), "$.pins[0].configs", "no configs list");
 

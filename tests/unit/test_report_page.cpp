@@ -180,15 +180,17 @@ TEST_CASE("page: what changed lists the regression first, then fixes, with links
   CHECK(page.find("id=\"history-table\"") != std::string::npos);
 }
 
-TEST_CASE("page: a 2,100-case report with the GPU nightly's bench is self-contained and about 1 MB at most",
-          "[page]") {
+TEST_CASE(
+    "page: a 2,100-case report with the GPU nightly's bench is self-contained and about 1 MB at "
+    "most",
+    "[page]") {
   nlohmann::json results = nlohmann::json::array();
   const char* impls[] = {"fixed-order", "cublaslt-pinned", "cublaslt-heuristic", "split-k-by-rows"};
   for (int i = 0; i < 2100; ++i) {
     const std::string impl = impls[i % 4];
     const bool control = i % 4 >= 2;
-    const std::string id = "matmul/" + impl + "/bf16/forward/K=4096,N=4096/M=" + std::to_string(i / 4 + 1) +
-                           "/seed=1";
+    const std::string id =
+        "matmul/" + impl + "/bf16/forward/K=4096,N=4096/M=" + std::to_string(i / 4 + 1) + "/seed=1";
     results.push_back(one_case(id, impl, control ? "drift" : "pass", control));
   }
   const nlohmann::json report = report_with(results, "pass");
