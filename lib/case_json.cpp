@@ -183,6 +183,7 @@ nlohmann::json case_to_json(const CaseResult& result) {
                       {"alone_rows", spec.alone_rows},
                       {"layouts", spec.layouts},
                       {"verdict", to_string(result.verdict)}};
+  if (result.is_observation) j["observation"] = true;
   if (spec.special_values > 0) j["special_values"] = spec.special_values;
   if (!result.reason.empty()) j["reason"] = result.reason;
   if (result.verdict == Verdict::skipped) return j;
@@ -246,6 +247,7 @@ CaseResult case_from_json(const JsonCursor& c) {
   result.spec = case_spec_from_json(c);
   result.backend = c.at("backend").as_string();
   result.is_control = c.at("control").as_bool();
+  if (auto observation = c.find("observation")) result.is_observation = observation->as_bool();
   auto verdict = parse_verdict(c.at("verdict").as_string());
   if (!verdict) c.at("verdict").fail("a verdict");
   result.verdict = *verdict;
@@ -281,6 +283,7 @@ CaseOutcome outcome_from_json(const nlohmann::json& c) {
   o.verdict = parse_verdict(c.at("verdict").get<std::string>()).value_or(Verdict::error);
   o.control = c.value("control", false);
   o.expected_to_drift = c.value("expected_to_drift", false);
+  o.observation = c.value("observation", false);
   return o;
 }
 

@@ -1,7 +1,12 @@
-// Device-memory limit: the footprint estimate of a case and the comparison with free memory.
+// Memory limits: the footprint estimate of a case and the comparison with the device's free memory
+// (device impls) or the host's available memory (CPU impls).
 #include "bitcheck/device_memory.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "bitcheck/dtype.h"
 
@@ -43,24 +48,45 @@ std::size_t device_memory_margin(std::size_t free_bytes) {
   return (std::size_t(512) << 20) + free_bytes / 16;
 }
 
-std::optional<std::string> device_memory_shortfall(std::size_t needed_bytes,
-                                                   std::size_t free_bytes) {
+std::optional<std::string> device_memory_shortfall(std::size_t needed_bytes, std::size_t free_bytes,
+                                                   const std::string& memory) {
   const std::size_t margin = device_memory_margin(free_bytes);
   if (needed_bytes <= free_bytes && free_bytes - needed_bytes >= margin) return std::nullopt;
-  return "needs ~" + gibibytes(needed_bytes) + " GiB of device memory, " + gibibytes(free_bytes) +
-         " GiB free (" + gibibytes(margin) + " GiB kept as margin)";
+  return "needs ~" + gibibytes(needed_bytes) + " GiB of " + memory + " memory, " +
+         gibibytes(free_bytes) + " GiB free (" + gibibytes(margin) + " GiB kept as margin)";
+}
+
+std::optional<std::size_t> host_available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    std::size_t kibibytes = 0;
+    if (fields >> name >> kibibytes && name == "MemAvailable:") return kibibytes * 1024;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return std::nullopt;
+  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page_size);
 }
 
 std::optional<std::string> device_memory_skip_reason(const Registry& registry, const OpDef& op,
                                                      const Impl& impl, const CaseSpec& spec) {
+  const std::int64_t rows = op.logical_rows ? op.logical_rows(spec) : spec.rows;
+  const std::size_t footprint =
+      device_footprint_bytes(op.tensors(spec), rows, impl.device_workspace_bytes(spec));
   const DeviceBackend* device = registry.device_backend(impl.backend());
-  if (!device) return std::nullopt;
+  if (!device) {
+    std::optional<std::size_t> available = host_available_memory_bytes();
+    if (!available) return std::nullopt;
+    const std::size_t needed = footprint > SIZE_MAX / host_copies_per_tensor
+                                   ? SIZE_MAX
+                                   : footprint * host_copies_per_tensor;
+    return device_memory_shortfall(needed, *available, "host");
+  }
   std::optional<std::size_t> free_bytes = device->free_memory_bytes();
   if (!free_bytes) return std::nullopt;
-  const std::int64_t rows = op.logical_rows ? op.logical_rows(spec) : spec.rows;
-  return device_memory_shortfall(
-      device_footprint_bytes(op.tensors(spec), rows, impl.device_workspace_bytes(spec)),
-      *free_bytes);
+  return device_memory_shortfall(footprint, *free_bytes);
 }
 
 }  // namespace bitcheck

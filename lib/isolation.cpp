@@ -123,6 +123,7 @@ CaseResult failed_case(const Registry& registry, const CaseSpec& spec, const std
     result.backend = impl->backend();
     result.is_control = !impl->claims_invariance();
     result.expected_to_drift = impl->expected_to_drift(spec.pass);
+    result.is_observation = impl->is_library_default();
   }
   result.timings.total_seconds = seconds;
   return result;

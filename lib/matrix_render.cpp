@@ -5,6 +5,8 @@
 #include <map>
 #include <sstream>
 
+#include "bitcheck/report_page.h"  // escape_html, for the JUnit XML too
+
 namespace bitcheck {
 namespace {
 
@@ -36,29 +38,6 @@ std::string cell_text(const nlohmann::json* cell) {
                           : status + " " + std::to_string(worst) + " of " + std::to_string(ran);
   if (skipped) text += " (+" + std::to_string(skipped) + " skipped)";
   return text;
-}
-
-std::string escape_xml(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 std::string finding_text(const nlohmann::json& c) {
@@ -179,22 +158,22 @@ std::string render_junit(const nlohmann::json& report) {
       else if (!control && verdict != "pass")
         ++failures;
     }
-    out << "  <testsuite name=\"" << escape_xml(op) << "\" tests=\"" << cases.size()
+    out << "  <testsuite name=\"" << escape_html(op) << "\" tests=\"" << cases.size()
         << "\" failures=\"" << failures << "\" errors=\"" << errors << "\" skipped=\"" << skipped
         << "\">\n";
     for (const auto* c : cases) {
       std::string verdict = (*c)["verdict"].get<std::string>();
       bool control = c->value("control", false);
       double seconds = c->contains("timings") ? (*c)["timings"].value("total_seconds", 0.0) : 0.0;
-      out << "    <testcase classname=\"" << escape_xml(op + "." + (*c)["impl"].get<std::string>())
-          << "\" name=\"" << escape_xml((*c)["id"].get<std::string>()) << "\" time=\"" << seconds
+      out << "    <testcase classname=\"" << escape_html(op + "." + (*c)["impl"].get<std::string>())
+          << "\" name=\"" << escape_html((*c)["id"].get<std::string>()) << "\" time=\"" << seconds
           << "\">";
       if (verdict == "skipped") {
-        out << "<skipped message=\"" << escape_xml(c->value("reason", "")) << "\"/>";
+        out << "<skipped message=\"" << escape_html(c->value("reason", "")) << "\"/>";
       } else if (verdict == "error") {
-        out << "<error message=\"" << escape_xml(c->value("reason", "")) << "\"/>";
+        out << "<error message=\"" << escape_html(c->value("reason", "")) << "\"/>";
       } else if (!control && verdict != "pass") {
-        out << "<failure message=\"" << verdict << "\">" << escape_xml(finding_text(*c))
+        out << "<failure message=\"" << verdict << "\">" << escape_html(finding_text(*c))
             << "</failure>";
       } else if (control) {
         out << "<system-out>control: " << verdict << " (expected drift)</system-out>";

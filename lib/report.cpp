@@ -114,6 +114,15 @@ nlohmann::json summary_to_json(const Summary& summary) {
                              {"drifted", g.drifted},
                              {"lost_sight", g.lost_sight()}});
   }
+  j["observations"] = nlohmann::json::array();
+  for (const auto& g : summary.observations) {
+    j["observations"].push_back({{"op", g.op},
+                                 {"impl", g.impl},
+                                 {"dtype", g.dtype},
+                                 {"pass", g.pass},
+                                 {"cases", g.cases},
+                                 {"drifted", g.drifted}});
+  }
   return j;
 }
 
@@ -227,6 +236,24 @@ std::string render_terminal_summary(const nlohmann::json& report, const Registry
       << " (control x dtype x pass) groups drifted as expected\n";
   for (const auto& failure : summary["harness_failures"])
     out << "HARNESS FAILURE: " << failure.get<std::string>() << "\n";
+  if (summary.contains("observations") && !summary["observations"].empty()) {
+    std::int64_t observed = 0, drifting = 0;
+    std::string held;
+    for (const auto& g : summary["observations"]) {
+      ++observed;
+      if (g["drifted"].get<std::int64_t>() > 0) {
+        ++drifting;
+      } else {
+        held += (held.empty() ? "" : ", ") + g["op"].get<std::string>() + "/" +
+                g["impl"].get<std::string>() + " " + g["dtype"].get<std::string>() + " " +
+                g["pass"].get<std::string>();
+      }
+    }
+    out << "library defaults (observed, not a failure): " << drifting << "/" << observed
+        << " (impl x dtype x pass) groups drifted on this device";
+    if (!held.empty()) out << "; held: " << held;
+    out << "\n";
+  }
   if (report["meta"].contains("time_split")) {
     const auto& split = report["meta"]["time_split"];
     char line[200];

@@ -26,7 +26,8 @@ namespace {
 const char* const passes[] = {"forward", "backward"};
 
 // Impls that are a library's own default path: their drift is an observation about this GPU and
-// library version, not a control that must drift (chains swap one op for them: "...=impl").
+// library version, not a control that must drift (chains swap one op for them: "...=impl"). A
+// report marks their cases "observation"; reports written before that are known by these names.
 const char* const library_default_impls[] = {"cublaslt-heuristic"};
 
 // Findings kept per case in the page: every finding of a failing invariant case up to this many,
@@ -50,7 +51,9 @@ bool is_library_default(const std::string& impl) {
 
 CaseKind kind_of(const nlohmann::json& c) {
   if (!c.value("control", false)) return CaseKind::invariant;
-  return is_library_default(c.value("impl", "")) ? CaseKind::library_default : CaseKind::control;
+  const bool library_default =
+      c.value("observation", false) || is_library_default(c.value("impl", ""));
+  return library_default ? CaseKind::library_default : CaseKind::control;
 }
 
 std::string str(const nlohmann::json& object, const char* key) {

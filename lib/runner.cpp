@@ -621,6 +621,7 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   result.backend = impl->backend();
   result.is_control = !impl->claims_invariance();
   result.expected_to_drift = impl->expected_to_drift(spec.pass);
+  result.is_observation = impl->is_library_default();
   if (auto reason = skip_reason(state_->registry, state_->contract, *op, *impl, spec)) {
     result.verdict = Verdict::skipped;
     result.reason = *reason;

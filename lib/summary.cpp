@@ -20,8 +20,8 @@ std::int64_t count(const Summary& summary, Verdict verdict) {
 }  // namespace
 
 CaseOutcome outcome_of(const CaseResult& r) {
-  return {r.spec.id(), r.spec.op,    r.spec.impl,        r.spec.dtype_name, to_string(r.spec.pass),
-          r.verdict,   r.is_control, r.expected_to_drift};
+  return {r.spec.id(), r.spec.op,    r.spec.impl,         r.spec.dtype_name, to_string(r.spec.pass),
+          r.verdict,   r.is_control, r.expected_to_drift, r.is_observation};
 }
 
 int exit_code_of(const Summary& summary) {
@@ -36,18 +36,22 @@ Summary summarize(const std::vector<CaseOutcome>& results,
                   const std::vector<std::string>& op_order) {
   Summary summary;
   summary.cases = static_cast<std::int64_t>(results.size());
-  std::map<std::string, ControlGroup> groups;
+  std::map<std::string, ControlGroup> groups, observed;
+  auto count_into = [](std::map<std::string, ControlGroup>& into, const CaseOutcome& r) {
+    ControlGroup& group = into[r.op + "/" + r.impl + "/" + r.dtype + "/" + r.pass];
+    group.op = r.op;
+    group.impl = r.impl;
+    group.dtype = r.dtype;
+    group.pass = r.pass;
+    group.cases++;
+    if (r.verdict == Verdict::drift || r.verdict == Verdict::nondeterministic) group.drifted++;
+  };
   for (const auto& r : results) {
     if (r.control) {
+      if (r.observation && r.verdict != Verdict::skipped && r.verdict != Verdict::error)
+        count_into(observed, r);
       if (!r.expected_to_drift || r.verdict == Verdict::skipped) continue;
-      std::string key = r.op + "/" + r.impl + "/" + r.dtype + "/" + r.pass;
-      ControlGroup& group = groups[key];
-      group.op = r.op;
-      group.impl = r.impl;
-      group.dtype = r.dtype;
-      group.pass = r.pass;
-      group.cases++;
-      if (r.verdict == Verdict::drift || r.verdict == Verdict::nondeterministic) group.drifted++;
+      count_into(groups, r);
       if (r.verdict == Verdict::error) summary.control_errors++;
       continue;
     }
@@ -71,6 +75,7 @@ Summary summarize(const std::vector<CaseOutcome>& results,
           " cases: the harness lost its sight");
     }
   }
+  for (const auto& [key, group] : observed) summary.observations.push_back(group);
   summary.exit_code = exit_code_of(summary);
   return summary;
 }

@@ -24,6 +24,7 @@ nlohmann::json list_json(const Registry& registry, const Contract& contract) {
       op_json["impls"].push_back({{"name", impl->name()},
                                   {"backend", impl->backend()},
                                   {"claims_invariance", impl->claims_invariance()},
+                                  {"library_default", impl->is_library_default()},
                                   {"description", impl->description()}});
     }
     j["ops"].push_back(op_json);
@@ -38,15 +39,17 @@ nlohmann::json list_json(const Registry& registry, const Contract& contract) {
 }
 
 void print_list_text(const nlohmann::json& j) {
-  std::cout << "ops and impls (* = control, expected to drift):\n";
+  std::cout << "ops and impls (* = control, expected to drift; ~ = library default, observed):\n";
   for (const auto& op : j["ops"]) {
     std::cout << "  " << op["name"].get<std::string>() << "  " << op["summary"].get<std::string>()
               << "\n";
     for (const auto& impl : op["impls"]) {
-      std::cout << "    " << (impl["claims_invariance"].get<bool>() ? " " : "*") << " "
-                << op["name"].get<std::string>() << "/" << impl["name"].get<std::string>() << " ["
-                << impl["backend"].get<std::string>() << "] "
-                << impl["description"].get<std::string>() << "\n";
+      const char* mark = impl["claims_invariance"].get<bool>() ? " "
+                         : impl["library_default"].get<bool>() ? "~"
+                                                               : "*";
+      std::cout << "    " << mark << " " << op["name"].get<std::string>() << "/"
+                << impl["name"].get<std::string>() << " [" << impl["backend"].get<std::string>()
+                << "] " << impl["description"].get<std::string>() << "\n";
     }
   }
   std::cout << "dtypes:";

@@ -76,6 +76,7 @@ class ChainImpl : public Impl {
   }
   std::string backend() const override { return backend_; }
   bool claims_invariance() const override { return !swapped_ || swapped_->claims_invariance(); }
+  bool is_library_default() const override { return swapped_ && swapped_->is_library_default(); }
   std::string description() const override {
     std::string text;
     for (const auto& [op, impl] : base_)

@@ -15,6 +15,7 @@
 #include "logprob/logprob_kernels.h"
 #include "matmul/cublaslt_gemm.h"
 #include "matmul/fixed_order_gemm.h"
+#include "matmul/split_k_control.h"
 #include "tuner/pin_lookup.h"
 
 namespace bitcheck {
@@ -26,7 +27,7 @@ using cuda::LtConfig;
 
 constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
 
-enum class GemmPath { fixed_order, cublaslt_pinned, cublaslt_heuristic };
+enum class GemmPath { fixed_order, cublaslt_pinned, cublaslt_heuristic, split_k_by_rows };
 
 const char* path_name(GemmPath path) {
   switch (path) {
@@ -36,8 +37,14 @@ const char* path_name(GemmPath path) {
       return "cublaslt-pinned";
     case GemmPath::cublaslt_heuristic:
       return "cublaslt-heuristic";
+    case GemmPath::split_k_by_rows:
+      return "split-k-by-rows";
   }
   return "";
+}
+
+bool claims_invariance(GemmPath path) {
+  return path == GemmPath::fixed_order || path == GemmPath::cublaslt_pinned;
 }
 
 // The three products of the LM head on one path. V plays the GEMM's N and H its K.
@@ -50,6 +57,10 @@ class LmHeadGemms {
   void logits(Batch& batch, const void* h, const void* table, void* logits, std::int64_t m) {
     const std::int64_t v = batch.spec->dim("V"), hidden = batch.spec->dim("H");
     const cuda::GemmDType dtype = vd::device_dtype(batch.spec->dtype);
+    if (path_ == GemmPath::split_k_by_rows) {
+      split_k(batch, "forward", h, *vd::shared_parameter(batch, "table"), logits, m, hidden, v);
+      return;
+    }
     if (path_ == GemmPath::fixed_order) {
       cuda::fixed_order_gemm(dtype, h, table, logits, m, v, hidden, nullptr);
       record(batch, "forward", {{"path", cuda::fixed_order_gemm_path(dtype)}});
@@ -67,6 +78,11 @@ class LmHeadGemms {
   void input_grad(Batch& batch, const void* dlogits, void* dh, std::int64_t m) {
     const std::int64_t v = batch.spec->dim("V"), hidden = batch.spec->dim("H");
     const cuda::GemmDType dtype = vd::device_dtype(batch.spec->dtype);
+    if (path_ == GemmPath::split_k_by_rows) {
+      auto table_t = vd::shared_parameter(batch, "table", vd::transposed, "^T");
+      split_k(batch, "input_grad", dlogits, *table_t, dh, m, v, hidden);
+      return;
+    }
     if (path_ == GemmPath::fixed_order) {
       // dh = dlogits · (tableᵀ)ᵀ: the forward kernel over the transposed table, K' = V in order.
       auto table_t = vd::shared_parameter(batch, "table", vd::transposed, "^T");
@@ -136,6 +152,23 @@ class LmHeadGemms {
   }
 
  private:
+  // The control's product: out[M,C] = x[M,R] · w[C,R]ᵀ split into partials over R when the
+  // invocation holds few real rows (cuda::split_k_gemm works on host rows of x).
+  static void split_k(Batch& batch, const std::string& form, const void* x, const DeviceBuffer& w,
+                      void* out, std::int64_t m, std::int64_t reduction, std::int64_t columns) {
+    const int parts =
+        batch.invocation->valid_rows() < cuda::split_k_below_rows ? cuda::split_k_parts : 1;
+    const DType dtype = batch.spec->dtype;
+    Tensor x_host(dtype, {m, reduction}), out_host(dtype, {m, columns});
+    DeviceBuffer staged(std::max<std::size_t>(x_host.bytes(), 16));
+    cuda::copy_device_to_device(staged.get(), x, x_host.bytes());
+    vd::download(staged, x_host);
+    cuda::split_k_gemm(x_host, w, columns, parts, out_host);
+    DeviceBuffer result = vd::upload(out_host);
+    cuda::copy_device_to_device(out, result.get(), out_host.bytes());
+    record(batch, form, {{"split_k_parts", parts}});
+  }
+
   static LtConfig heuristic(Batch& batch, const std::string& form, const LtConfig& config,
                             std::int64_t m) {
     nlohmann::json j = cuda::lt_config_to_json(config);
@@ -164,14 +197,20 @@ std::string gemm_description(GemmPath path) {
              "chunk of tokens cannot match one token at a time, and the alone layout splits the "
              "tokens one by one)";
     case GemmPath::cublaslt_heuristic:
-      return "control: cuBLASLt heuristic per shape (split-K chosen per M); at vocabulary shapes "
-             "it keeps split-K 1 for logits but splits dh's V-long sum when rows are few";
+      return "library default (observed): cuBLASLt heuristic per shape (split-K chosen per M); on "
+             "an H200 at vocabulary shapes it kept split-K 1 for logits but split dh's V-long sum "
+             "when rows were few";
+    case GemmPath::split_k_by_rows:
+      return "control: with fewer than 4 rows, the fixed-order GEMM's H sum (logits) and V sum "
+             "(dh) split into 4 partials reduced in the output dtype, like a library heuristic "
+             "choosing split-K for small M; dtable as fixed-order";
   }
   return "";
 }
 
 void check_gemm_shape(const CaseSpec& spec, GemmPath path, std::optional<std::string>& reason) {
-  if (path == GemmPath::fixed_order && (spec.dim("V") % 8 || spec.dim("H") % 8)) {
+  const bool fixed_order_gemm = path == GemmPath::fixed_order || path == GemmPath::split_k_by_rows;
+  if (fixed_order_gemm && (spec.dim("V") % 8 || spec.dim("H") % 8)) {
     reason = "fixed-order GEMM needs V and H multiples of 8";
   }
 }
@@ -223,12 +262,10 @@ class CudaLmHead : public Impl {
 
   std::string name() const override { return path_name(gemms_.path()); }
   std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return gemms_.path() != GemmPath::cublaslt_heuristic; }
-  // Measured on H200 / cuBLASLt 13.1 (docs/notes-cublaslt.md): at vocabulary shapes the
-  // heuristic picks split-K 1 for every M in the forward product, so only dh's V-long sum drifts.
-  bool expected_to_drift(Pass pass) const override {
-    return !claims_invariance() && pass == Pass::backward;
-  }
+  bool claims_invariance() const override { return bitcheck::claims_invariance(gemms_.path()); }
+  // The library default: whether it drifts is observed (on an H200 with cuBLASLt 13.1 its forward
+  // kept split-K 1 at every M and only dh's V-long sum drifted; docs/notes-cublaslt.md).
+  bool is_library_default() const override { return gemms_.path() == GemmPath::cublaslt_heuristic; }
   std::string description() const override { return gemm_description(gemms_.path()); }
   bool supports(Pass) const override { return true; }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
@@ -264,7 +301,8 @@ class CudaLmHead : public Impl {
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
                                             const BenchSettings& settings) override {
-    if (spec.pass != Pass::forward) return std::nullopt;
+    if (spec.pass != Pass::forward || gemms_.path() == GemmPath::split_k_by_rows)
+      return std::nullopt;
     return benchmark_logits(gemms_, spec, settings);
   }
 
@@ -278,10 +316,8 @@ class CudaLmHeadLogprob : public Impl {
 
   std::string name() const override { return path_name(gemms_.path()); }
   std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return gemms_.path() != GemmPath::cublaslt_heuristic; }
-  bool expected_to_drift(Pass pass) const override {
-    return !claims_invariance() && pass == Pass::backward;
-  }
+  bool claims_invariance() const override { return bitcheck::claims_invariance(gemms_.path()); }
+  bool is_library_default() const override { return gemms_.path() == GemmPath::cublaslt_heuristic; }
   std::string description() const override {
     return gemm_description(gemms_.path()) +
            "; logits stored in the case dtype feed the fixed-order logprob kernels (a split of the "
@@ -348,7 +384,8 @@ class CudaLmHeadLogprob : public Impl {
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
                                             const BenchSettings& settings) override {
-    if (spec.pass != Pass::forward) return std::nullopt;
+    if (spec.pass != Pass::forward || gemms_.path() == GemmPath::split_k_by_rows)
+      return std::nullopt;
     return benchmark_logits(gemms_, spec,
                             settings);  // the GEMM dominates; logprob has its own benchmark
   }
@@ -363,12 +400,15 @@ void register_lm_head_cuda(Registry& registry) {
   registry.add_impl("lm_head", std::make_unique<CudaLmHead>(GemmPath::fixed_order));
   registry.add_impl("lm_head", std::make_unique<CudaLmHead>(GemmPath::cublaslt_pinned));
   registry.add_impl("lm_head", std::make_unique<CudaLmHead>(GemmPath::cublaslt_heuristic));
+  registry.add_impl("lm_head", std::make_unique<CudaLmHead>(GemmPath::split_k_by_rows));
 }
 
 void register_lm_head_logprob_cuda(Registry& registry) {
   registry.add_impl("lm_head_logprob", std::make_unique<CudaLmHeadLogprob>(GemmPath::fixed_order));
   registry.add_impl("lm_head_logprob",
                     std::make_unique<CudaLmHeadLogprob>(GemmPath::cublaslt_heuristic));
+  registry.add_impl("lm_head_logprob",
+                    std::make_unique<CudaLmHeadLogprob>(GemmPath::split_k_by_rows));
 }
 
 }  // namespace bitcheck

@@ -13,6 +13,7 @@
 #include "cublaslt_gemm.h"
 #include "fixed_order_gemm.h"
 #include "matmul/matmul.h"
+#include "matmul/split_k_control.h"
 #include "tuner/pin_lookup.h"
 
 namespace bitcheck {
@@ -33,7 +34,7 @@ constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
 
 class CudaMatmul : public Impl {
  public:
-  enum class Kind { fixed_order, cublaslt_pinned, cublaslt_heuristic };
+  enum class Kind { fixed_order, cublaslt_pinned, cublaslt_heuristic, split_k_by_rows };
   explicit CudaMatmul(Kind kind) : kind_(kind) {}
 
   std::string name() const override {
@@ -44,11 +45,18 @@ class CudaMatmul : public Impl {
         return "cublaslt-pinned";
       case Kind::cublaslt_heuristic:
         return "cublaslt-heuristic";
+      case Kind::split_k_by_rows:
+        return "split-k-by-rows";
     }
     return "";
   }
   std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return kind_ != Kind::cublaslt_heuristic; }
+  bool claims_invariance() const override {
+    return kind_ == Kind::fixed_order || kind_ == Kind::cublaslt_pinned;
+  }
+  // The heuristic is the library default: whether it drifts depends on the GPU, the shape and the
+  // cuBLASLt version, so its cases are observations (the split-K-by-rows control drifts always).
+  bool is_library_default() const override { return kind_ == Kind::cublaslt_heuristic; }
   std::string description() const override {
     switch (kind_) {
       case Kind::fixed_order:
@@ -60,8 +68,12 @@ class CudaMatmul : public Impl {
                "split-K-1 configuration, or one per M bucket all of one bit-class (bitcheck "
                "algos); dW in fixed 256-token chunks summed in order";
       case Kind::cublaslt_heuristic:
-        return "control: the library default, heuristic configuration per shape (split-K chosen "
+        return "library default (observed): heuristic configuration per shape (split-K chosen "
                "per M), dW over the invocation's tokens at once";
+      case Kind::split_k_by_rows:
+        return "control: with fewer than 4 rows, the fixed-order GEMM's K sum (dX: N sum) split "
+               "into 4 partials reduced in the output dtype, like a library heuristic choosing "
+               "split-K for small M; dW as fixed-order";
     }
     return "";
   }
@@ -70,7 +82,8 @@ class CudaMatmul : public Impl {
     return kind_ == Kind::cublaslt_pinned ? lt_dw_chunk_tokens : 1;
   }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
-    if (kind_ == Kind::fixed_order && (spec.dim("N") % 8 || spec.dim("K") % 8)) {
+    if ((kind_ == Kind::fixed_order || kind_ == Kind::split_k_by_rows) &&
+        (spec.dim("N") % 8 || spec.dim("K") % 8)) {
       return "fixed-order GEMM needs N and K multiples of 8";
     }
     return std::nullopt;
@@ -80,6 +93,10 @@ class CudaMatmul : public Impl {
     const CaseSpec& spec = *batch.spec;
     const std::int64_t n = spec.dim("N"), k = spec.dim("K"), m = batch.slots();
     const GemmDType dtype = cuda_support::device_dtype(spec.dtype);
+    if (kind_ == Kind::split_k_by_rows) {
+      run_split_k(batch, dtype, n, k);
+      return;
+    }
     const DeviceBuffer& w = device_parameter(batch, "w", false);
     if (spec.pass == Pass::forward) {
       DeviceBuffer x = upload(batch.in("x"));
@@ -148,6 +165,22 @@ class CudaMatmul : public Impl {
     batch.impl_config["cublaslt"][form] = j;
   }
 
+  // The control: split when the invocation holds few real rows (alone, small micro-batches).
+  void run_split_k(Batch& batch, GemmDType dtype, std::int64_t n, std::int64_t k) {
+    const int parts =
+        batch.invocation->valid_rows() < cuda::split_k_below_rows ? cuda::split_k_parts : 1;
+    batch.impl_config = {{"split_k_parts", parts}};
+    if (batch.spec->pass == Pass::forward) {
+      cuda::split_k_gemm(batch.in("x"), device_parameter(batch, "w", false), n, parts,
+                         batch.out("y"));
+      return;
+    }
+    // dX[M,K] = dY[M,N] · W = dY · (Wᵀ)ᵀ: the reduction runs over N.
+    cuda::split_k_gemm(batch.in("dy"), device_parameter(batch, "w", true), k, parts,
+                       batch.out("dx"));
+    weight_grad(dtype, batch, n, k);
+  }
+
   void forward(GemmDType dtype, const void* x, const void* w, void* y, std::int64_t m,
                std::int64_t n, std::int64_t k, Batch& batch) {
     switch (kind_) {
@@ -214,7 +247,7 @@ class CudaMatmul : public Impl {
     Tensor dy = compact_rows(batch.in("dy"), real_slot_list(batch));
     Tensor x = compact_rows(batch.in("x"), real_slot_list(batch));
     const std::int64_t tokens = dy.rows();
-    if (tokens > 0 && kind_ == Kind::fixed_order) {
+    if (tokens > 0 && (kind_ == Kind::fixed_order || kind_ == Kind::split_k_by_rows)) {
       DeviceBuffer dy_device = upload(dy), x_device = upload(x);
       cuda::fixed_order_gemm_dw_accumulate(dtype, dy_device.get(), x_device.get(),
                                            dw_device.as<float>(), tokens, n, k, nullptr);
@@ -256,8 +289,8 @@ class CudaMatmul : public Impl {
 
 std::optional<BenchMeasurement> CudaMatmul::benchmark(const CaseSpec& spec,
                                                       const BenchSettings& settings) {
-  if (spec.pass != Pass::forward)
-    return std::nullopt;  // the GEMM benchmark times the forward product
+  if (spec.pass != Pass::forward || kind_ == Kind::split_k_by_rows)
+    return std::nullopt;  // the GEMM benchmark times the forward product of the GEMM impls
   const std::int64_t m = spec.rows, n = spec.dim("N"), k = spec.dim("K");
   const GemmDType dtype = cuda_support::device_dtype(spec.dtype);
   const std::size_t element = dtype_size(spec.dtype);
@@ -311,6 +344,7 @@ void register_matmul_cuda(Registry& registry) {
   registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::fixed_order));
   registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::cublaslt_pinned));
   registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::cublaslt_heuristic));
+  registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::split_k_by_rows));
 }
 
 }  // namespace bitcheck

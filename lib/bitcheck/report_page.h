@@ -28,7 +28,7 @@ ReportPageOptions load_report_page_options(const std::string& report_path,
                                            const std::vector<std::string>& previous_paths,
                                            const std::string& bench_path);
 
-// Text made safe for HTML element content and quoted attribute values.
+// Text made safe for HTML (and XML) element content and quoted attribute values.
 std::string escape_html(const std::string& text);
 
 }  // namespace bitcheck

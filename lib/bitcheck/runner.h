@@ -30,6 +30,7 @@ struct CaseResult {
   std::string backend;
   bool is_control = false;
   bool expected_to_drift = false;
+  bool is_observation = false;  // a library default: what it did is observed, never a failure
   std::vector<std::string> layouts_run;
   std::vector<DriftMetrics> drift;           // layout comparisons that differ
   std::int64_t layout_comparisons = 0;       // comparisons made (tensor x layout)

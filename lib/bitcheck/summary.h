@@ -20,6 +20,7 @@ struct CaseOutcome {
   Verdict verdict = Verdict::skipped;
   bool control = false;
   bool expected_to_drift = false;
+  bool observation = false;  // a library default (Impl::is_library_default)
 };
 CaseOutcome outcome_of(const CaseResult& result);
 
@@ -35,16 +36,22 @@ struct StatusMatrix {
       cells;  // op->dtype->pass
 };
 
-struct ControlGroup {  // one control impl x dtype x pass expected to drift
-  std::string op, impl, dtype, pass;
-  std::int64_t cases = 0, drifted = 0;
-  bool lost_sight() const { return cases > 0 && drifted == 0; }
+// One control impl x dtype x pass expected to drift, or one library default's impl x dtype x pass
+// observed (Summary::observations).
+std::string op, impl, dtype, pass;
+std::int64_t cases = 0, drifted = 0;
+bool lost_sight() const {
+  return cases > 0 && drifted == 0;
+}
 };
 
 struct Summary {
   std::int64_t cases = 0;
   std::map<std::string, std::int64_t> verdicts;  // over invariant impls
   std::vector<ControlGroup> controls;
+  // What each library default did on this device: drifted in some cases or in none. Never a
+  // failure: it describes the library, GPU and shapes, not the harness.
+  std::vector<ControlGroup> observations;
   std::int64_t control_errors = 0;  // controls expected to drift whose case errored
   std::optional<std::string> first_failing_op;
   std::optional<std::string> first_failing_case;

@@ -57,12 +57,22 @@ TEST_CASE("device memory: a case that fits runs, one that does not is skipped wi
   CHECK(device_memory_shortfall(SIZE_MAX, free_bytes));
 }
 
-TEST_CASE("device memory: CPU cases are never skipped for it", "[unit][isolation][memory]") {
+TEST_CASE(
+    "host memory: a CPU case too large for the host is skipped with its size, a small one runs",
+    "[unit][isolation][memory]") {
   const Registry& registry = world().registry;
+  const OpDef& matmul = *registry.find_op("matmul");
+  const Impl& cpu = *registry.find_impl("matmul", "cpu-fixed-order");
+  REQUIRE(host_available_memory_bytes());
   CaseSpec huge = make_case("matmul", "cpu-fixed-order", DType::bf16, Pass::forward,
                             {{"N", 1 << 20}, {"K", 1 << 20}}, 1 << 16, 1);
-  CHECK_FALSE(device_memory_skip_reason(registry, *registry.find_op("matmul"),
-                                        *registry.find_impl("matmul", "cpu-fixed-order"), huge));
+  auto reason = device_memory_skip_reason(registry, matmul, cpu, huge);
+  REQUIRE(reason);
+  CHECK_THAT(*reason, Catch::StartsWith("needs ~") && Catch::Contains("GiB of host memory") &&
+                          Catch::Contains("GiB free"));
+  CaseSpec small = make_case("matmul", "cpu-fixed-order", DType::bf16, Pass::forward,
+                             {{"N", 64}, {"K", 64}}, 8, 1);
+  CHECK_FALSE(device_memory_skip_reason(registry, matmul, cpu, small));  // control
 }
 
 TEST_CASE("a case travels to the worker and back unchanged", "[unit][isolation]") {
