@@ -1,5 +1,6 @@
 // `bitcheck sweep`: loads the contract and spec, expands cases, runs them with a progress line,
 // writes the report atomically and prints the status matrix and the first failing op.
+#include "bitcheck/plugin_loader.h"
 #include "bitcheck/sweep.h"
 
 #include <unistd.h>
@@ -36,6 +37,7 @@ nlohmann::json environment_meta() {
                          {"host", host},
                          {"compile_flags", compile_flags()}};
   meta["cuda"] = cuda_backend_meta();
+  add_plugin_meta(meta);
   return meta;
 }
 
@@ -56,6 +58,10 @@ bool use_isolation(const SweepOptions& options, const Registry& registry, const 
   if (options.isolation == SweepOptions::Isolation::off) return false;
   if (options.isolation == SweepOptions::Isolation::on) return true;
   if (options.case_timeout_seconds > 0 && !options.worker_executable.empty()) return true;  // only a worker can be stopped
+  // Code from outside (plugins, Python) may crash: its cases run in a worker too.
+  if (!options.worker_executable.empty() &&
+      std::any_of(cases.begin(), cases.end(), [](const CaseSpec& c) { return is_external_impl(c.impl); }))
+    return true;
   if (options.worker_executable.empty() || !registry.backend_available("cuda")) return false;
   return std::any_of(cases.begin(), cases.end(), [&](const CaseSpec& c) {
     const Impl* impl = registry.find_impl(c.op, c.impl);

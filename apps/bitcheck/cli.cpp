@@ -20,6 +20,7 @@
 #include "bitcheck/layout.h"
 #include "bitcheck/minimize.h"
 #include "bitcheck/op.h"
+#include "bitcheck/plugin_loader.h"
 #include "bitcheck/special_values.h"
 #include "bitcheck/sweep.h"
 
@@ -112,6 +113,12 @@ int run(int argc, char** argv) {
       ->add_option("--case-timeout", sweep.case_timeout_seconds,
                    "Seconds a case may run before it is `error` and its worker process is killed (a hung kernel); implies --isolate")
       ->excludes(no_isolate_flag);
+  ExternalImpls external;  // --plugin / --py-impl (sweep, list, bench and the sweep's worker)
+  auto add_external_options = [&external](CLI::App* command) {
+    command->add_option("--plugin", external.plugins, "Load impls from this C ABI plugin (include/bitcheck/plugin.h)");
+    command->add_option("--py-impl", external.py_impls, "Run this Python function as an impl (module:function, see python/bitcheck_py)");
+  };
+  add_external_options(sweep_cmd);
   sweep.worker_executable = "/proc/self/exe";  // this binary, even if its file was replaced meanwhile
   bool special_values = false;
   double special_values_rate = 0;
@@ -216,6 +223,7 @@ int run(int argc, char** argv) {
   std::string list_contract;
   auto* list_cmd = app.add_subcommand("list", "List ops, impls, dtypes, backends and layouts");
   list_cmd->add_flag("--json", list_json, "Machine-readable output");
+  add_external_options(list_cmd);
 
   std::string contract_path;
   auto* contract_cmd = app.add_subcommand("contract", "Show or check the numerical contract");
@@ -230,6 +238,8 @@ int run(int argc, char** argv) {
   int worker_fd = -1;
   auto* worker_cmd = app.add_subcommand("__sweep-worker", "Run sweep cases sent over a socket")->group("");
   worker_cmd->add_option("--fd", worker_fd, "Socket to the sweep process")->required();
+  add_external_options(worker_cmd);
+  add_external_options(bench_cmd);
 
   try {
     app.parse(argc, argv);
@@ -241,6 +251,14 @@ int run(int argc, char** argv) {
   try {
     Registry registry;
     register_all(registry);
+    if (*sweep_cmd && !sweep.spec_path.empty()) {
+      ExternalImpls of_spec = external_impls_of_spec(sweep.spec_path);
+      external.plugins.insert(external.plugins.end(), of_spec.plugins.begin(), of_spec.plugins.end());
+      external.py_impls.insert(external.py_impls.end(), of_spec.py_impls.begin(), of_spec.py_impls.end());
+    }
+    if (*repro_cmd) external = external_impls_of_report(repro.report_path);
+    if (*minimize_cmd) external = external_impls_of_report(minimize.report_path);
+    load_external_impls(registry, external);
     if (*worker_cmd) return run_sweep_worker(registry, worker_fd);
     if (*sweep_cmd) {
       if (!(sweep.case_timeout_seconds >= 0) || sweep.case_timeout_seconds > 7 * 24 * 3600.0) {
