@@ -3,6 +3,7 @@ stdin, one reply each on stdout. Anything the user's code prints goes to stderr,
 channel."""
 import importlib
 import json
+import os
 import struct
 import sys
 import traceback
@@ -27,6 +28,15 @@ def write_message(stream, message):
 
 
 _functions = {}
+_package_dir = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_traceback(error):
+    """The traceback without this package's own frames: what the user's code did."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if not os.path.abspath(frame.filename).startswith(_package_dir + os.sep)]
+    return ("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) +
+            "".join(traceback.format_exception_only(type(error), error)))
 
 
 def resolve(module_function):
@@ -63,8 +73,10 @@ def main():
             return 0
         try:
             reply = handle(request)
-        except Exception:  # the case becomes `error` with this traceback
-            reply = {"ok": False, "error": traceback.format_exc()}
+        except calls.ResultError as error:
+            reply = {"ok": False, "error": str(error)}
+        except Exception as error:  # the case becomes `error` with this traceback
+            reply = {"ok": False, "error": user_traceback(error)}
         write_message(channel_out, reply)
 
 

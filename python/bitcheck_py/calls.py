@@ -48,16 +48,20 @@ def describe(shape, dtype):
     return f"shape {tuple(shape)} {np.dtype(dtype).name}"
 
 
+class ResultError(ValueError):
+    """A result of the wrong shape or dtype: reported by its message alone."""
+
+
 def check_result(op, name, result, shape, dtype):
     result = np.asarray(result) if not hasattr(result, "shape") else result
     if hasattr(result, "detach"):  # a torch tensor on the CPU
         result = result.detach().cpu().numpy()
     squeezed = tuple(shape[:-1]) if len(shape) > 1 and shape[-1] == 1 else None
     if tuple(result.shape) != tuple(shape) and tuple(result.shape) != squeezed:
-        raise ValueError(f"{op} output {name}: expected {describe(shape, dtype)}, "
+        raise ResultError(f"{op} output {name}: expected {describe(shape, dtype)}, "
                          f"got {describe(result.shape, result.dtype)}")
     if result.dtype != np.dtype(dtype):
-        raise ValueError(f"{op} output {name}: expected {describe(shape, dtype)}, "
+        raise ResultError(f"{op} output {name}: expected {describe(shape, dtype)}, "
                          f"got {describe(result.shape, result.dtype)}")
     return result.reshape(shape)
 
@@ -90,7 +94,7 @@ def run(function, call):
         results = (results,)
     if len(results) != len(outputs):
         names = ", ".join(t["name"] for t, _ in outputs)
-        raise ValueError(f"{call['op']}: expected {len(outputs)} outputs ({names}), "
+        raise ResultError(f"{call['op']}: expected {len(outputs)} outputs ({names}), "
                          f"got {len(results)}")
     for (tensor, array), result in zip(outputs, results):
         dtype = tensor["dtype"]
