@@ -111,7 +111,8 @@ class PluginImpl : public Impl {
       described.name = tensor_name.c_str();
       described.data = data;
       described.dtype = dtype_names.back().c_str();
-      described.role = role == roles.end() ? BITCHECK_ROW_INPUT : static_cast<int32_t>(role->second);
+      described.role =
+          role == roles.end() ? BITCHECK_ROW_INPUT : static_cast<int32_t>(role->second);
       described.ndim = static_cast<int32_t>(tensor.shape().size());
       described.shape = tensor.shape().data();
       described.rows = tensor.rows();
@@ -195,8 +196,8 @@ int declare_plugin(void* host, uint32_t abi_version, const char* plugin_name) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
   });
   if (!valid) {
-    plugin.fail("plugin_name", "a non-empty name of letters, digits, '_', '-' or '.', got \"" +
-                                   name + "\"");
+    plugin.fail("plugin_name",
+                "a non-empty name of letters, digits, '_', '-' or '.', got \"" + name + "\"");
     return 1;
   }
   plugin.name = name;
@@ -229,7 +230,8 @@ int add_plugin_impl(void* host, const bitcheck_impl_desc* desc) {
   const OpDef* op = plugin.registry->find_op(info.op);
   if (!op) {
     std::string known;
-    for (const OpDef* candidate : plugin.registry->ops()) known += (known.empty() ? "" : ", ") + candidate->name;
+    for (const OpDef* candidate : plugin.registry->ops())
+      known += (known.empty() ? "" : ", ") + candidate->name;
     plugin.fail(field + "op", "an op bitcheck has (" + known + "), got \"" + info.op + "\"");
     return 1;
   }
@@ -246,15 +248,18 @@ int add_plugin_impl(void* host, const bitcheck_impl_desc* desc) {
   for (const auto& dtype : info.dtypes) {
     auto parsed = parse_dtype(dtype);
     if (!parsed || !is_floating(*parsed)) {
-      plugin.fail(field + "dtypes", "dtypes bitcheck runs (fp32, bf16, fp16), got \"" + dtype + "\"");
+      plugin.fail(field + "dtypes",
+                  "dtypes bitcheck runs (fp32, bf16, fp16), got \"" + dtype + "\"");
       return 1;
     }
   }
   for (const auto& pass_name : split_list(text(desc->passes))) {
     auto pass = parse_pass(pass_name);
     if (!pass || (*pass == Pass::backward && !op->has_backward)) {
-      plugin.fail(field + "passes", std::string(op->has_backward ? "forward and/or backward" : "forward (" + op->name + " has no backward)") +
-                                        ", got \"" + pass_name + "\"");
+      plugin.fail(field + "passes",
+                  std::string(op->has_backward ? "forward and/or backward"
+                                               : "forward (" + op->name + " has no backward)") +
+                      ", got \"" + pass_name + "\"");
       return 1;
     }
     info.passes.push_back(*pass);
@@ -273,12 +278,13 @@ int add_plugin_impl(void* host, const bitcheck_impl_desc* desc) {
   info.run = desc->run;
   info.user_data = desc->user_data;
   auto impl = std::make_unique<PluginImpl>(std::move(info), *op);
-  const bool duplicate = plugin.registry->find_impl(op->name, impl->name()) ||
-                         std::any_of(plugin.impls.begin(), plugin.impls.end(), [&](const auto& other) {
-                           return other->name() == impl->name();
-                         });
+  const bool duplicate =
+      plugin.registry->find_impl(op->name, impl->name()) ||
+      std::any_of(plugin.impls.begin(), plugin.impls.end(),
+                  [&](const auto& other) { return other->name() == impl->name(); });
   if (duplicate) {
-    plugin.fail(field + "name", "an impl name not registered before, got \"" + impl->name() + "\" twice");
+    plugin.fail(field + "name",
+                "an impl name not registered before, got \"" + impl->name() + "\" twice");
     return 1;
   }
   plugin.impls.push_back(std::move(impl));
@@ -290,9 +296,12 @@ void load_plugin(Registry& registry, const std::string& path) {
   void* library = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!library) {
     const char* why = ::dlerror();
-    throw BadInput(path, "(file)", std::string("a shared library dlopen can load: ") + (why ? why : "unknown error"));
+    throw BadInput(
+        path, "(file)",
+        std::string("a shared library dlopen can load: ") + (why ? why : "unknown error"));
   }
-  auto entry = reinterpret_cast<bitcheck_plugin_register_fn>(::dlsym(library, BITCHECK_PLUGIN_ENTRY));
+  auto entry =
+      reinterpret_cast<bitcheck_plugin_register_fn>(::dlsym(library, BITCHECK_PLUGIN_ENTRY));
   if (!entry) {
     throw BadInput(path, BITCHECK_PLUGIN_ENTRY,
                    "the exported symbol extern \"C\" int " BITCHECK_PLUGIN_ENTRY
@@ -301,11 +310,14 @@ void load_plugin(Registry& registry, const std::string& path) {
   LoadingPlugin plugin;
   plugin.registry = &registry;
   plugin.path = path;
-  bitcheck_registrar registrar{BITCHECK_PLUGIN_ABI_VERSION, &plugin, declare_plugin, add_plugin_impl};
+  bitcheck_registrar registrar{BITCHECK_PLUGIN_ABI_VERSION, &plugin, declare_plugin,
+                               add_plugin_impl};
   const int status = entry(&registrar);
   if (plugin.problem) throw *plugin.problem;
-  if (!plugin.declared) throw BadInput(path, "declare", "a call to registrar->declare in " BITCHECK_PLUGIN_ENTRY);
-  if (status != 0) throw BadInput(path, BITCHECK_PLUGIN_ENTRY, "return value 0, got " + std::to_string(status));
+  if (!plugin.declared)
+    throw BadInput(path, "declare", "a call to registrar->declare in " BITCHECK_PLUGIN_ENTRY);
+  if (status != 0)
+    throw BadInput(path, BITCHECK_PLUGIN_ENTRY, "return value 0, got " + std::to_string(status));
   if (plugin.impls.empty()) throw BadInput(path, "add_impl", "at least one impl registered");
   for (auto& impl : plugin.impls) {
     const std::string op = static_cast<PluginImpl&>(*impl).info().op;
@@ -358,12 +370,15 @@ ExternalImpls external_impls_of_report(const std::string& report_path) {
   return impls;
 }
 
-const ExternalImpls& loaded_external_impls() { return loaded(); }
+const ExternalImpls& loaded_external_impls() {
+  return loaded();
+}
 
 std::vector<std::string> external_impl_arguments() {
   std::vector<std::string> arguments;
   for (const auto& path : loaded().plugins) arguments.insert(arguments.end(), {"--plugin", path});
-  for (const auto& function : loaded().py_impls) arguments.insert(arguments.end(), {"--py-impl", function});
+  for (const auto& function : loaded().py_impls)
+    arguments.insert(arguments.end(), {"--py-impl", function});
   return arguments;
 }
 

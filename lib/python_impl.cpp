@@ -51,7 +51,8 @@ class SharedBuffer {
     }
     void* mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
-    if (mapped == MAP_FAILED) throw std::runtime_error("mmap " + name_ + ": " + std::strerror(errno));
+    if (mapped == MAP_FAILED)
+      throw std::runtime_error("mmap " + name_ + ": " + std::strerror(errno));
     data_ = static_cast<unsigned char*>(mapped);
     size_ = bytes;
   }
@@ -79,10 +80,12 @@ class PythonWorker {
 
   nlohmann::json request(const nlohmann::json& message) {
     if (pid_ < 0) start();
-    const std::string payload = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string payload =
+        message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     const auto length = static_cast<std::uint32_t>(payload.size());
-    unsigned char header[4] = {static_cast<unsigned char>(length), static_cast<unsigned char>(length >> 8),
-                               static_cast<unsigned char>(length >> 16), static_cast<unsigned char>(length >> 24)};
+    unsigned char header[4] = {
+        static_cast<unsigned char>(length), static_cast<unsigned char>(length >> 8),
+        static_cast<unsigned char>(length >> 16), static_cast<unsigned char>(length >> 24)};
     std::string reply;
     if (write_all(header, 4) && write_all(payload.data(), payload.size()) && read_all(header, 4)) {
       const std::uint32_t reply_length = header[0] | (header[1] << 8) | (header[2] << 16) |
@@ -107,7 +110,8 @@ class PythonWorker {
     std::string path = environment_or("BITCHECK_PYTHON_DIR", BITCHECK_PYTHON_SOURCE_DIR);
     const char* existing = std::getenv("PYTHONPATH");
     // The user's modules are found from the working directory, as `python3 -m` would.
-    std::string python_path = path + ":" + (existing && *existing ? std::string(existing) + ":" : "") + ".";
+    std::string python_path =
+        path + ":" + (existing && *existing ? std::string(existing) + ":" : "") + ".";
     std::vector<std::string> args = {python, "-m", "bitcheck_py", "worker"};
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
@@ -223,7 +227,8 @@ class PythonImpl : public Impl {
     std::vector<Placed> placed;
     std::size_t bytes = 0;
     for (const TensorDecl& decl : op_.tensors(spec)) {
-      const bool output = decl.role == TensorRole::row_output || decl.role == TensorRole::reduction_output;
+      const bool output =
+          decl.role == TensorRole::row_output || decl.role == TensorRole::reduction_output;
       Tensor* tensor = nullptr;
       if (output) {
         tensor = &batch.out(decl.name);
@@ -263,7 +268,8 @@ class PythonImpl : public Impl {
                            {"tensors", tensors}};
     nlohmann::json reply = worker.request(call);
     if (!reply.value("ok", false)) {
-      throw std::runtime_error(name() + " failed: " + reply.value("error", std::string("no error text")));
+      throw std::runtime_error(name() +
+                               " failed: " + reply.value("error", std::string("no error text")));
     }
     for (const Placed& p : placed) {
       if (p.output) std::memcpy(p.tensor->data(), base + p.offset, p.tensor->bytes());
@@ -286,11 +292,13 @@ void register_python_impl(Registry& registry, const std::string& module_function
   try {
     reply = python_worker().request({{"type", "describe"}, {"function", module_function}});
   } catch (const std::exception& error) {
-    throw BadInput(module_function, "--py-impl", std::string("a Python worker that starts: ") + error.what());
+    throw BadInput(module_function, "--py-impl",
+                   std::string("a Python worker that starts: ") + error.what());
   }
   if (!reply.value("ok", false)) {
     throw BadInput(module_function, "--py-impl",
-                   "an importable function with its bitcheck_py declaration:\n" + reply.value("error", std::string("")));
+                   "an importable function with its bitcheck_py declaration:\n" +
+                       reply.value("error", std::string("")));
   }
   PythonImplInfo info;
   info.function = module_function;
@@ -298,17 +306,21 @@ void register_python_impl(Registry& registry, const std::string& module_function
   const OpDef* op = registry.find_op(info.op);
   if (!op) throw BadInput(module_function, "op", "an op bitcheck has, got \"" + info.op + "\"");
   info.claims_invariance = reply.value("invariant", false);
-  info.description = reply.value("description", std::string()) + " (Python " + module_function + ")";
+  info.description =
+      reply.value("description", std::string()) + " (Python " + module_function + ")";
   for (const auto& dtype : reply.value("dtypes", std::vector<std::string>{})) {
     auto parsed = parse_dtype(dtype);
     if (!parsed || !is_floating(*parsed)) {
-      throw BadInput(module_function, "dtypes", "dtypes bitcheck runs (fp32, bf16, fp16), got \"" + dtype + "\"");
+      throw BadInput(module_function, "dtypes",
+                     "dtypes bitcheck runs (fp32, bf16, fp16), got \"" + dtype + "\"");
     }
     info.dtypes.push_back(dtype);
   }
   for (const auto& pass_name : reply.value("passes", std::vector<std::string>{"forward"})) {
     auto pass = parse_pass(pass_name);
-    if (!pass) throw BadInput(module_function, "passes", "forward and/or backward, got \"" + pass_name + "\"");
+    if (!pass)
+      throw BadInput(module_function, "passes",
+                     "forward and/or backward, got \"" + pass_name + "\"");
     info.passes.push_back(*pass);
   }
   auto impl = std::make_unique<PythonImpl>(std::move(info), *op);

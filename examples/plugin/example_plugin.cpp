@@ -1,8 +1,8 @@
 // The example plugin: matmul (y = x w^T) impls registered through the C ABI alone. `fixed-order`
 // sums K in index order, one row at a time, so no property of the batch reaches a row's
 // arithmetic: it claims invariance. `split-k-by-batch` is a control: below 4 real rows it splits
-// the K sum into 4 partials reduced in the output precision, as a heuristic picking split-K for small
-// M does, so a row drifts by construction between batch sizes.
+// the K sum into 4 partials reduced in the output precision, as a heuristic picking split-K for
+// small M does, so a row drifts by construction between batch sizes.
 #include <bitcheck/plugin.h>
 
 #include <cmath>
@@ -14,7 +14,8 @@ namespace {
 
 float load(const bitcheck_tensor& t, std::int64_t i) {
   if (std::strcmp(t.dtype, "fp32") == 0) return static_cast<const float*>(t.data)[i];
-  std::uint32_t bits = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(t.data)[i]) << 16;
+  std::uint32_t bits = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(t.data)[i])
+                       << 16;
   float value;
   std::memcpy(&value, &bits, 4);
   return value;  // bf16 (the plugin declares fp32 and bf16 only)
@@ -79,7 +80,8 @@ int matmul(const bitcheck_call* call, bool split_by_batch) {
       } else {
         for (std::int64_t first = 0; first < k; first += part) {
           const std::int64_t last = first + part < k ? first + part : k;
-          value = round_to_dtype(call->dtype, value + round_to_dtype(call->dtype, dot(*x, s, *w, j, first, last)));
+          value = round_to_dtype(
+              call->dtype, value + round_to_dtype(call->dtype, dot(*x, s, *w, j, first, last)));
         }
       }
       store(*y, s * y->row_stride + j, value);
@@ -88,8 +90,12 @@ int matmul(const bitcheck_call* call, bool split_by_batch) {
   return BITCHECK_PLUGIN_OK;
 }
 
-int run_fixed_order(const bitcheck_call* call, void*) { return matmul(call, false); }
-int run_split_k(const bitcheck_call* call, void*) { return matmul(call, true); }
+int run_fixed_order(const bitcheck_call* call, void*) {
+  return matmul(call, false);
+}
+int run_split_k(const bitcheck_call* call, void*) {
+  return matmul(call, true);
+}
 
 }  // namespace
 
@@ -99,20 +105,35 @@ int example_plugin_run_fixed_order_cuda(const bitcheck_call* call, void* user_da
 
 extern "C" int bitcheck_plugin_register(const bitcheck_registrar* registrar) {
   if (registrar->declare(registrar->host, BITCHECK_PLUGIN_ABI_VERSION, "example") != 0) return 1;
-  bitcheck_impl_desc fixed_order = {
-      "matmul", "fixed-order", "cpu", "K summed in index order, one row at a time",
-      1, "fp32,bf16", "forward", 0, run_fixed_order, nullptr};
+  bitcheck_impl_desc fixed_order = {"matmul",
+                                    "fixed-order",
+                                    "cpu",
+                                    "K summed in index order, one row at a time",
+                                    1,
+                                    "fp32,bf16",
+                                    "forward",
+                                    0,
+                                    run_fixed_order,
+                                    nullptr};
   bitcheck_impl_desc split_k = {
-      "matmul", "split-k-by-batch", "cpu",
-      "control: below 4 rows, K split into 4 partials reduced in the output dtype",
-      0, "fp32,bf16", "forward", 0, run_split_k, nullptr};
+      "matmul",    "split-k-by-batch",
+      "cpu",       "control: below 4 rows, K split into 4 partials reduced in the output dtype",
+      0,           "fp32,bf16",
+      "forward",   0,
+      run_split_k, nullptr};
   if (registrar->add_impl(registrar->host, &fixed_order) != 0) return 1;
   if (registrar->add_impl(registrar->host, &split_k) != 0) return 1;
 #ifdef EXAMPLE_PLUGIN_WITH_CUDA
-  bitcheck_impl_desc fixed_order_cuda = {
-      "matmul", "fixed-order-cuda", "cuda",
-      "one thread per output element, K summed in index order",
-      1, "fp32,bf16", "forward", 0, example_plugin_run_fixed_order_cuda, nullptr};
+  bitcheck_impl_desc fixed_order_cuda = {"matmul",
+                                         "fixed-order-cuda",
+                                         "cuda",
+                                         "one thread per output element, K summed in index order",
+                                         1,
+                                         "fp32,bf16",
+                                         "forward",
+                                         0,
+                                         example_plugin_run_fixed_order_cuda,
+                                         nullptr};
   if (registrar->add_impl(registrar->host, &fixed_order_cuda) != 0) return 1;
 #endif
   return 0;

@@ -13,16 +13,24 @@ namespace {
 template <typename T>
 __device__ float to_float(T value);
 template <>
-__device__ float to_float<float>(float value) { return value; }
+__device__ float to_float<float>(float value) {
+  return value;
+}
 template <>
-__device__ float to_float<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
+__device__ float to_float<__nv_bfloat16>(__nv_bfloat16 value) {
+  return __bfloat162float(value);
+}
 
 template <typename T>
 __device__ T from_float(float value);
 template <>
-__device__ float from_float<float>(float value) { return value; }
+__device__ float from_float<float>(float value) {
+  return value;
+}
 template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
+__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
+  return __float2bfloat16_rn(value);
+}
 
 template <typename T>
 __global__ void fixed_order_matmul(const T* x, const T* w, T* y, const long long* slot_rows,
@@ -61,10 +69,9 @@ int example_plugin_run_fixed_order_cuda(const bitcheck_call* call, void*) {
     const dim3 block(128);
     const dim3 grid(static_cast<unsigned>((n + 127) / 128), static_cast<unsigned>(call->slots));
     if (std::strcmp(call->dtype, "fp32") == 0) {
-      fixed_order_matmul<<<grid, block, 0, stream>>>(static_cast<const float*>(x->data),
-                                                     static_cast<const float*>(w->data),
-                                                     static_cast<float*>(y->data), slot_rows,
-                                                     call->slots, n, k);
+      fixed_order_matmul<<<grid, block, 0, stream>>>(
+          static_cast<const float*>(x->data), static_cast<const float*>(w->data),
+          static_cast<float*>(y->data), slot_rows, call->slots, n, k);
     } else {
       fixed_order_matmul<<<grid, block, 0, stream>>>(
           static_cast<const __nv_bfloat16*>(x->data), static_cast<const __nv_bfloat16*>(w->data),

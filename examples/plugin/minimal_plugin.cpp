@@ -16,7 +16,8 @@ static int run(const bitcheck_call* call, void*) {
     if (call->slot_rows[s] < 0) continue;  // pad slot
     for (int64_t j = 0; j < w->rows; ++j) {
       float sum = 0.0f;
-      for (int64_t k = 0; k < x->row_stride; ++k) sum += xs[s * x->row_stride + k] * ws[j * w->row_stride + k];
+      for (int64_t k = 0; k < x->row_stride; ++k)
+        sum += xs[s * x->row_stride + k] * ws[j * w->row_stride + k];
       static_cast<float*>(y->data)[s * y->row_stride + j] = sum;
     }
   }
@@ -25,6 +26,7 @@ static int run(const bitcheck_call* call, void*) {
 
 extern "C" int bitcheck_plugin_register(const bitcheck_registrar* r) {
   if (r->declare(r->host, BITCHECK_PLUGIN_ABI_VERSION, "mine") != 0) return 1;
-  bitcheck_impl_desc matmul = {"matmul", "fixed-order", "cpu", "K in index order", 1, "fp32", "forward", 0, run, nullptr};
+  bitcheck_impl_desc matmul = {
+      "matmul", "fixed-order", "cpu", "K in index order", 1, "fp32", "forward", 0, run, nullptr};
   return r->add_impl(r->host, &matmul);
 }

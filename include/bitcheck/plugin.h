@@ -37,9 +37,10 @@ typedef struct bitcheck_dim {
 #define BITCHECK_REDUCTION_OUTPUT 3 /* fp32 accumulator over tokens, carried across invocations */
 
 /* One tensor of the call. Row-major; the first dimension is `rows` (slots for row tensors). Inputs
- * must not be written. `data` is a host pointer for a cpu impl and a device pointer for a cuda impl. */
+ * must not be written. `data` is a host pointer for a cpu impl and a device pointer for a cuda
+ * impl. */
 typedef struct bitcheck_tensor {
-  const char* name;  /* "x", "w", "y", "dx", "dw", ... (see `bitcheck list --json`) */
+  const char* name; /* "x", "w", "y", "dx", "dw", ... (see `bitcheck list --json`) */
   void* data;
   const char* dtype; /* "fp32", "bf16", "fp16" or "i32" */
   int32_t role;      /* BITCHECK_ROW_INPUT ... BITCHECK_REDUCTION_OUTPUT */
@@ -77,8 +78,8 @@ typedef struct bitcheck_call {
   int32_t reserved;
   void* workspace; /* workspace_bytes of scratch (host or device, as `data`), or NULL */
   size_t workspace_bytes;
-  void* stream;       /* cudaStream_t for a cuda impl, NULL for cpu */
-  char* error;        /* on failure, a NUL-terminated message (truncated to error_capacity) */
+  void* stream; /* cudaStream_t for a cuda impl, NULL for cpu */
+  char* error;  /* on failure, a NUL-terminated message (truncated to error_capacity) */
   size_t error_capacity;
 } bitcheck_call;
 
@@ -86,14 +87,14 @@ typedef struct bitcheck_call {
 typedef int (*bitcheck_run_fn)(const bitcheck_call* call, void* user_data);
 
 typedef struct bitcheck_impl_desc {
-  const char* op;          /* an existing op: "matmul", "rmsnorm", ... */
-  const char* name;        /* unique within the plugin; shown as plugin:<plugin>/<name> */
-  const char* backend;     /* "cpu" or "cuda" */
-  const char* description; /* what fixes its order, or for a control the failure it models */
+  const char* op;            /* an existing op: "matmul", "rmsnorm", ... */
+  const char* name;          /* unique within the plugin; shown as plugin:<plugin>/<name> */
+  const char* backend;       /* "cpu" or "cuda" */
+  const char* description;   /* what fixes its order, or for a control the failure it models */
   int32_t claims_invariance; /* 1: invariant; 0: a control, expected to drift */
-  const char* dtypes;      /* comma-separated, e.g. "fp32,bf16" */
-  const char* passes;      /* comma-separated: "forward", "forward,backward" */
-  size_t workspace_bytes;  /* scratch passed to every run */
+  const char* dtypes;        /* comma-separated, e.g. "fp32,bf16" */
+  const char* passes;        /* comma-separated: "forward", "forward,backward" */
+  size_t workspace_bytes;    /* scratch passed to every run */
   bitcheck_run_fn run;
   void* user_data;
 } bitcheck_impl_desc;

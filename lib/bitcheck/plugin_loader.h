@@ -2,10 +2,9 @@
 // Python functions (run in a `python3 -m bitcheck_py` worker). Both register impls of existing ops
 // under a namespace: plugin:<plugin>/<impl> and py:<module>:<function>.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace bitcheck {
 

@@ -71,9 +71,11 @@ TEST_CASE("the example plugin's fixed-order matmul passes and its split-K contro
   CHECK(list.out.find("matmul/plugin:example/fixed-order [cpu]") != std::string::npos);
   CHECK(list.out.find("* matmul/plugin:example/split-k-by-batch [cpu]") != std::string::npos);
 
-  Run sweep = run_bitcheck(dir, "sweep --plugin " + quote(example_plugin) + small_matmul +
-                                    " --impl plugin:example/fixed-order,plugin:example/split-k-by-batch"
-                                    " --out " + quote(dir.path()));
+  Run sweep =
+      run_bitcheck(dir, "sweep --plugin " + quote(example_plugin) + small_matmul +
+                            " --impl plugin:example/fixed-order,plugin:example/split-k-by-batch"
+                            " --out " +
+                            quote(dir.path()));
   INFO(sweep.out << sweep.err);
   REQUIRE(sweep.exit_code == 0);
   json report = json::parse(read_file(dir / "report.json"));
@@ -95,7 +97,8 @@ TEST_CASE("the example plugin's fixed-order matmul passes and its split-K contro
     if (c["verdict"] == "drift") drift_id = c["id"];
   }
   REQUIRE_FALSE(drift_id.empty());
-  Run repro = run_bitcheck(dir, "repro " + quote(dir / "report.json") + " --case " + quote(drift_id));
+  Run repro =
+      run_bitcheck(dir, "repro " + quote(dir / "report.json") + " --case " + quote(drift_id));
   INFO(repro.out << repro.err);
   CHECK(repro.exit_code == 0);
   CHECK(repro.out.find("verdict: drift (report: drift)") != std::string::npos);
@@ -104,14 +107,16 @@ TEST_CASE("the example plugin's fixed-order matmul passes and its split-K contro
 
 TEST_CASE("a spec's plugins field loads the plugin", "[cli][plugins]") {
   TempDir dir;
-  std::ofstream(dir / "spec.json") << json{{"schema_version", 1},
-                                           {"plugins", {example_plugin}},
-                                           {"defaults", {{"impls", {"plugin:example/fixed-order"}}}},
-                                           {"ops", {{"matmul", {{"shapes", {{{"N", 8}, {"K", 16}}}}}}}}}
-                                          .dump();
-  Run sweep = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") +
-                                    " --backend cpu --dtype fp32 --pass forward --batch 1,3 --no-progress --out " +
-                                    quote(dir.path()));
+  std::ofstream(dir / "spec.json")
+      << json{{"schema_version", 1},
+              {"plugins", {example_plugin}},
+              {"defaults", {{"impls", {"plugin:example/fixed-order"}}}},
+              {"ops", {{"matmul", {{"shapes", {{{"N", 8}, {"K", 16}}}}}}}}}
+             .dump();
+  Run sweep = run_bitcheck(
+      dir, "sweep --spec " + quote(dir / "spec.json") +
+               " --backend cpu --dtype fp32 --pass forward --batch 1,3 --no-progress --out " +
+               quote(dir.path()));
   INFO(sweep.out << sweep.err);
   REQUIRE(sweep.exit_code == 0);
   json report = json::parse(read_file(dir / "report.json"));
@@ -124,7 +129,9 @@ TEST_CASE("bad plugins exit 2 naming the plugin file and the field", "[cli][plug
       {"wrong_abi", "abi_version: expected 1"},
       {"missing_symbol", "bitcheck_plugin_register: expected the exported symbol"},
       {"unknown_op", "impl \"bad-op\" field op: expected an op bitcheck has"},
-      {"bad_dtype", "impl \"bad-dtype\" field dtypes: expected dtypes bitcheck runs (fp32, bf16, fp16), got \"fp8\""},
+      {"bad_dtype",
+       "impl \"bad-dtype\" field dtypes: expected dtypes bitcheck runs (fp32, bf16, fp16), got "
+       "\"fp8\""},
   };
   for (const auto& [variant, message] : cases) {
     Run run = run_bitcheck(dir, "sweep --plugin " + quote(test_plugin(variant)) + small_matmul +
@@ -135,21 +142,24 @@ TEST_CASE("bad plugins exit 2 naming the plugin file and the field", "[cli][plug
   }
   Run missing = run_bitcheck(dir, "list --plugin " + quote(dir / "no-such-plugin.so"));
   CHECK(missing.exit_code == 2);
-  CHECK(missing.err.find("no-such-plugin.so: (file): expected a shared library") != std::string::npos);
+  CHECK(missing.err.find("no-such-plugin.so: (file): expected a shared library") !=
+        std::string::npos);
 }
 
 TEST_CASE("a plugin run that returns an error or crashes is that case's error; the sweep completes",
           "[cli][plugins][isolation]") {
   TempDir dir;
-  Run sweep = run_bitcheck(dir, "sweep --plugin " + quote(test_plugin("faulty")) + small_matmul +
-                                    " --impl plugin:test/returns-error,plugin:test/crashes,cpu-fixed-order --out " +
-                                    quote(dir.path()));
+  Run sweep = run_bitcheck(
+      dir, "sweep --plugin " + quote(test_plugin("faulty")) + small_matmul +
+               " --impl plugin:test/returns-error,plugin:test/crashes,cpu-fixed-order --out " +
+               quote(dir.path()));
   INFO(sweep.out << sweep.err);
   CHECK(sweep.exit_code == 3);
   json report = json::parse(read_file(dir / "report.json"));
   for (const auto& c : results_of("plugin:test/returns-error", report)) {
     CHECK(c["verdict"] == "error");
-    CHECK(c["reason"].get<std::string>().find("the plugin refused this call on purpose") != std::string::npos);
+    CHECK(c["reason"].get<std::string>().find("the plugin refused this call on purpose") !=
+          std::string::npos);
   }
   json crashed = results_of("plugin:test/crashes", report);
   REQUIRE(crashed.size() == 6);
@@ -171,9 +181,11 @@ TEST_CASE("a numpy Python impl passes, its control drifts, and repro reruns it",
   INFO(list.err);
   REQUIRE(list.exit_code == 0);
   CHECK(list.out.find("matmul/py:numpy_matmul:fixed_order [cpu]") != std::string::npos);
-  Run sweep = run_bitcheck(dir, "sweep --py-impl numpy_matmul:fixed_order --py-impl numpy_matmul:split_k_by_batch" +
-                                    small_matmul + " --impl py:numpy_matmul:fixed_order,py:numpy_matmul:split_k_by_batch --out " +
-                                    quote(dir.path()));
+  Run sweep = run_bitcheck(
+      dir, "sweep --py-impl numpy_matmul:fixed_order --py-impl numpy_matmul:split_k_by_batch" +
+               small_matmul +
+               " --impl py:numpy_matmul:fixed_order,py:numpy_matmul:split_k_by_batch --out " +
+               quote(dir.path()));
   INFO(sweep.out << sweep.err);
   REQUIRE(sweep.exit_code == 0);
   json report = json::parse(read_file(dir / "report.json"));
@@ -186,7 +198,8 @@ TEST_CASE("a numpy Python impl passes, its control drifts, and repro reruns it",
     if (c["verdict"] == "drift") drift_id = c["id"];
   }
   REQUIRE_FALSE(drift_id.empty());
-  Run repro = run_bitcheck(dir, "repro " + quote(dir / "report.json") + " --case " + quote(drift_id));
+  Run repro =
+      run_bitcheck(dir, "repro " + quote(dir / "report.json") + " --case " + quote(drift_id));
   INFO(repro.out << repro.err);
   CHECK(repro.exit_code == 0);
   CHECK(repro.out.find("-> same bits") != std::string::npos);
@@ -199,10 +212,14 @@ TEST_CASE("Python failures are case errors with the reason; the sweep completes"
     return;
   }
   TempDir dir;
-  const std::string impls = "py:broken:raises,py:broken:wrong_shape,py:broken:wrong_dtype,py:broken:hangs";
-  Run sweep = run_bitcheck(dir, "sweep --py-impl broken:raises --py-impl broken:wrong_shape --py-impl broken:wrong_dtype"
-                                " --py-impl broken:hangs --op matmul --backend cpu --dtype fp32 --pass forward --batch 3"
-                                " --no-progress --case-timeout 10 --impl " + impls + " --out " + quote(dir.path()));
+  const std::string impls =
+      "py:broken:raises,py:broken:wrong_shape,py:broken:wrong_dtype,py:broken:hangs";
+  Run sweep = run_bitcheck(
+      dir,
+      "sweep --py-impl broken:raises --py-impl broken:wrong_shape --py-impl broken:wrong_dtype"
+      " --py-impl broken:hangs --op matmul --backend cpu --dtype fp32 --pass forward --batch 3"
+      " --no-progress --case-timeout 10 --impl " +
+          impls + " --out " + quote(dir.path()));
   INFO(sweep.out << sweep.err);
   CHECK(sweep.exit_code == 3);
   json report = json::parse(read_file(dir / "report.json"));
@@ -227,5 +244,7 @@ TEST_CASE("Python failures are case errors with the reason; the sweep completes"
 
   Run undeclared = run_bitcheck(dir, "list --py-impl broken:no_such_function");
   CHECK(undeclared.exit_code == 2);
-  CHECK(undeclared.err.find("broken:no_such_function: --py-impl: expected an importable function") != std::string::npos);
+  CHECK(
+      undeclared.err.find("broken:no_such_function: --py-impl: expected an importable function") !=
+      std::string::npos);
 }

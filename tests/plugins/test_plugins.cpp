@@ -25,7 +25,9 @@ bitcheck_impl_desc impl(const char* op, const char* name, const char* dtypes, bi
 }  // namespace
 
 #ifdef TEST_PLUGIN_MISSING_SYMBOL
-extern "C" int bitcheck_plugin_register_misspelled(const bitcheck_registrar*) { return 0; }
+extern "C" int bitcheck_plugin_register_misspelled(const bitcheck_registrar*) {
+  return 0;
+}
 #else
 extern "C" int bitcheck_plugin_register(const bitcheck_registrar* registrar) {
 #ifdef TEST_PLUGIN_WRONG_ABI
