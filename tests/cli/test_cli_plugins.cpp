@@ -52,7 +52,10 @@ class PythonEnvironment {
     setenv("BITCHECK_PYTHON", python_.c_str(), 1);
     setenv("PYTHONPATH", python_examples.c_str(), 1);
   }
-  ~PythonEnvironment() { unsetenv("PYTHONPATH"); }
+  ~PythonEnvironment() {
+    unsetenv("PYTHONPATH");
+    unsetenv("BITCHECK_PYTHON");
+  }
   PythonEnvironment(const PythonEnvironment&) = delete;
   PythonEnvironment& operator=(const PythonEnvironment&) = delete;
   bool ready() const { return !python_.empty(); }
@@ -146,8 +149,9 @@ TEST_CASE("bad plugins exit 2 naming the plugin file and the field", "[cli][plug
         std::string::npos);
 }
 
-TEST_CASE("a plugin run that returns an error or crashes is that case's error; the sweep completes",
-          "[cli][plugins][isolation]") {
+TEST_CASE(
+    "a plugin run that returns an error or crashes is that case's error and the sweep completes",
+    "[cli][plugins][isolation]") {
   TempDir dir;
   Run sweep = run_bitcheck(
       dir, "sweep --plugin " + quote(test_plugin("faulty")) + small_matmul +
@@ -205,7 +209,8 @@ TEST_CASE("a numpy Python impl passes, its control drifts, and repro reruns it",
   CHECK(repro.out.find("-> same bits") != std::string::npos);
 }
 
-TEST_CASE("Python failures are case errors with the reason; the sweep completes", "[cli][python]") {
+TEST_CASE("Python failures are case errors with the reason and the sweep completes",
+          "[cli][python]") {
   PythonEnvironment python;
   if (!python.ready()) {
     WARN("no python3 with numpy: skipped");
