@@ -10,7 +10,7 @@
 #include <map>
 #include <sstream>
 
-#include "bitcheck/backends.h"
+#include "bitcheck/backend.h"
 #include "bitcheck/error.h"
 #include "bitcheck/report.h"
 #include "bitcheck/sweep.h"
@@ -32,7 +32,8 @@ void measure(Impl& impl, const CaseSpec& spec, const BenchSettings& settings, Ro
   try {
     std::optional<BenchMeasurement> result = impl.benchmark(spec, settings);
     if (!result) return;
-    if (!row.measurement || result->median_ms < row.measurement->median_ms) row.measurement = result;
+    if (!row.measurement || result->median_ms < row.measurement->median_ms)
+      row.measurement = result;
   } catch (const std::exception& error) {
     row.error = error.what();
   }
@@ -51,22 +52,28 @@ nlohmann::json cost_of_invariance(const nlohmann::json& results) {
     if (row.contains("ratio_to_baseline") && row["ratio_to_baseline"].get<double>() > 0) {
       cost = 1.0 / row["ratio_to_baseline"].get<double>();
       versus = row.value("baseline", std::string("library default"));
-    } else if (row.contains("fraction_of_same_bytes_copy") && row["fraction_of_same_bytes_copy"].get<double>() > 0) {
+    } else if (row.contains("fraction_of_same_bytes_copy") &&
+               row["fraction_of_same_bytes_copy"].get<double>() > 0) {
       cost = 1.0 / row["fraction_of_same_bytes_copy"].get<double>();
       versus = "copy of the same bytes";
-    } else if (row.contains("fraction_of_copy_bandwidth") && row["fraction_of_copy_bandwidth"].get<double>() > 0) {
+    } else if (row.contains("fraction_of_copy_bandwidth") &&
+               row["fraction_of_copy_bandwidth"].get<double>() > 0) {
       cost = 1.0 / row["fraction_of_copy_bandwidth"].get<double>();
       versus = "copy at full bandwidth";
     } else {
       continue;
     }
-    const std::string key = row["op"].get<std::string>() + "|" + row["dtype"].get<std::string>() + "|" +
-                            row["pass"].get<std::string>() + "|" + row["dims"].dump() + "|" +
+    const std::string key = row["op"].get<std::string>() + "|" + row["dtype"].get<std::string>() +
+                            "|" + row["pass"].get<std::string>() + "|" + row["dims"].dump() + "|" +
                             row["impl"].get<std::string>() + "|" + versus;
     if (!groups.count(key)) {
       order.push_back(key);
-      groups[key] = {{"op", row["op"]},     {"dtype", row["dtype"]},  {"pass", row["pass"]},
-                     {"dims", row["dims"]}, {"impl", row["impl"]},    {"versus", versus},
+      groups[key] = {{"op", row["op"]},
+                     {"dtype", row["dtype"]},
+                     {"pass", row["pass"]},
+                     {"dims", row["dims"]},
+                     {"impl", row["impl"]},
+                     {"versus", versus},
                      {"per_rows", nlohmann::json::array()}};
     }
     groups[key]["per_rows"].push_back({{"rows", row["rows"]}, {"cost", cost}});
@@ -96,21 +103,26 @@ nlohmann::json cost_of_invariance(const nlohmann::json& results) {
 
 std::string render_cost_of_invariance_markdown(const nlohmann::json& cost) {
   std::ostringstream md;
-  md << "## Cost of invariance\n\nTime of each invariant impl over the library default's at the same M (matmul: "
-        "cublaslt-heuristic) or, for memory-bound ops, over a device copy of the same bytes: 1.00x = free, "
+  md << "## Cost of invariance\n\nTime of each invariant impl over the library default's at the "
+        "same M (matmul: "
+        "cublaslt-heuristic) or, for memory-bound ops, over a device copy of the same bytes: 1.00x "
+        "= free, "
         "2.00x = twice the time.\n\n";
   md << "| op | dtype | pass | shape | impl | versus | geomean | worst (M) | best | per M |\n"
         "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& entry : cost) {
     Dims dims = entry["dims"].get<Dims>();
-    md << "| " << entry["op"].get<std::string>() << " | " << entry["dtype"].get<std::string>() << " | "
-       << entry["pass"].get<std::string>() << " | " << dims_string(dims) << " | " << entry["impl"].get<std::string>()
-       << " | " << entry["versus"].get<std::string>() << " | " << printf_number("%.2fx", entry["geomean_cost"].get<double>())
-       << " | " << printf_number("%.2fx", entry["worst_cost"].get<double>()) << " ("
-       << entry["worst_rows"].get<std::int64_t>() << ") | " << printf_number("%.2fx", entry["best_cost"].get<double>()) << " | ";
+    md << "| " << entry["op"].get<std::string>() << " | " << entry["dtype"].get<std::string>()
+       << " | " << entry["pass"].get<std::string>() << " | " << dims_string(dims) << " | "
+       << entry["impl"].get<std::string>() << " | " << entry["versus"].get<std::string>() << " | "
+       << printf_number("%.2fx", entry["geomean_cost"].get<double>()) << " | "
+       << printf_number("%.2fx", entry["worst_cost"].get<double>()) << " ("
+       << entry["worst_rows"].get<std::int64_t>() << ") | "
+       << printf_number("%.2fx", entry["best_cost"].get<double>()) << " | ";
     bool first = true;
     for (const auto& point : entry["per_rows"]) {
-      md << (first ? "" : " ") << point["rows"].get<std::int64_t>() << ":" << printf_number("%.2f", point["cost"].get<double>());
+      md << (first ? "" : " ") << point["rows"].get<std::int64_t>() << ":"
+         << printf_number("%.2f", point["cost"].get<double>());
       first = false;
     }
     md << " |\n";
@@ -120,8 +132,9 @@ std::string render_cost_of_invariance_markdown(const nlohmann::json& cost) {
 
 int run_bench(const BenchOptions& options, const Registry& registry) {
   Contract contract = load_contract_or_embedded(options.contract_path, registry);
-  SweepSpec spec = options.spec_path.empty() ? load_embedded_sweep_spec(registry, contract)
-                                             : load_sweep_spec(options.spec_path, registry, contract);
+  SweepSpec spec = options.spec_path.empty()
+                       ? load_embedded_sweep_spec(registry, contract)
+                       : load_sweep_spec(options.spec_path, registry, contract);
   SweepOverrides overrides = options.overrides;
   if (overrides.passes.empty()) overrides.passes = {"forward"};
   overrides.backend = "cuda";
@@ -135,14 +148,16 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
   BenchSettings settings;
   settings.warmup = options.warmup;
   settings.repeats = options.repeats;
-  const double copy_gbps = cuda_copy_bandwidth_gbps();
+  const DeviceBackend& device = *registry.device_backend("cuda");
+  const double copy_gbps = device.copy_bandwidth_gbps();
 
   // One group per (op, dtype, pass, shape, M): every impl of the op on that point, interleaved.
   std::map<std::string, std::vector<CaseSpec>> groups;
   std::vector<std::string> order;
   for (const auto& c : cases) {
     if (contract.dtype_skip_reason(c.dtype_name)) continue;
-    std::string key = c.op + "|" + c.dtype_name + "|" + to_string(c.pass) + "|" + dims_string(c.dims) + "|" + std::to_string(c.rows);
+    std::string key = c.op + "|" + c.dtype_name + "|" + to_string(c.pass) + "|" +
+                      dims_string(c.dims) + "|" + std::to_string(c.rows);
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(c);
   }
@@ -158,16 +173,19 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
       group_rows.push_back({c, c.impl, impl->claims_invariance(), std::nullopt, ""});
     }
     for (int round = 0; round < options.rounds; ++round) {
-      for (auto& row : group_rows) measure(*registry.find_impl(row.spec.op, row.impl), row.spec, settings, row);
+      for (auto& row : group_rows)
+        measure(*registry.find_impl(row.spec.op, row.impl), row.spec, settings, row);
     }
     // Memory-bound ops: the yardstick is a device copy of the same bytes, timed alike, in this run.
     for (auto& row : group_rows) {
       const OpDef* op = registry.find_op(row.spec.op);
-      if (!row.measurement || !op->bench_baseline.empty() || !op->bench_external_baseline.empty()) continue;
+      if (!row.measurement || !op->bench_baseline.empty() || !op->bench_external_baseline.empty())
+        continue;
       for (int round = 0; round < options.rounds; ++round) {
-        row.same_bytes_copy_gbps = std::max(row.same_bytes_copy_gbps,
-                                            cuda_copy_bandwidth_gbps(row.measurement->bytes_moved, settings.warmup,
-                                                                     settings.repeats, settings.rotate_bytes));
+        row.same_bytes_copy_gbps =
+            std::max(row.same_bytes_copy_gbps,
+                     device.copy_bandwidth_gbps(row.measurement->bytes_moved, settings.warmup,
+                                                settings.repeats, settings.rotate_bytes));
       }
     }
     for (auto& row : group_rows) {
@@ -183,14 +201,19 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
   md << "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& row : rows) {
     const OpDef* op = registry.find_op(row.spec.op);
-    nlohmann::json j = {{"op", row.spec.op}, {"impl", row.impl}, {"dtype", row.spec.dtype_name},
-                        {"pass", to_string(row.spec.pass)}, {"dims", row.spec.dims}, {"rows", row.spec.rows},
+    nlohmann::json j = {{"op", row.spec.op},
+                        {"impl", row.impl},
+                        {"dtype", row.spec.dtype_name},
+                        {"pass", to_string(row.spec.pass)},
+                        {"dims", row.spec.dims},
+                        {"rows", row.spec.rows},
                         {"claims_invariance", row.claims_invariance}};
     if (!row.error.empty()) {
       j["error"] = row.error;
       table.push_back(j);
-      md << "| " << row.spec.op << " | " << row.spec.dtype_name << " | " << dims_string(row.spec.dims) << " | "
-         << row.spec.rows << " | " << row.impl << " | error: " << row.error << " | | | | |\n";
+      md << "| " << row.spec.op << " | " << row.spec.dtype_name << " | "
+         << dims_string(row.spec.dims) << " | " << row.spec.rows << " | " << row.impl
+         << " | error: " << row.error << " | | | | |\n";
       continue;
     }
     const BenchMeasurement& m = *row.measurement;
@@ -221,42 +244,51 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
       if (row.same_bytes_copy_gbps > 0) {
         j["same_bytes_copy_gbps"] = row.same_bytes_copy_gbps;
         j["fraction_of_same_bytes_copy"] = gbps / row.same_bytes_copy_gbps;
-        versus = printf_number("%.0f%% of same-bytes copy", 100.0 * gbps / row.same_bytes_copy_gbps) + " (" +
-                 printf_number("%.0f GB/s)", row.same_bytes_copy_gbps);
+        versus =
+            printf_number("%.0f%% of same-bytes copy", 100.0 * gbps / row.same_bytes_copy_gbps) +
+            " (" + printf_number("%.0f GB/s)", row.same_bytes_copy_gbps);
       }
-      if (copy_gbps > 0) versus += (versus.empty() ? "" : "; ") + printf_number("%.0f%% of 1 GiB copy", 100.0 * gbps / copy_gbps);
+      if (copy_gbps > 0)
+        versus += (versus.empty() ? "" : "; ") +
+                  printf_number("%.0f%% of 1 GiB copy", 100.0 * gbps / copy_gbps);
     }
     table.push_back(j);
     std::string config = m.config.contains("describe") ? m.config["describe"].get<std::string>()
                          : m.config.contains("path")   ? m.config["path"].get<std::string>()
                                                        : "";
-    md << "| " << row.spec.op << " | " << row.spec.dtype_name << " | " << dims_string(row.spec.dims) << " | "
-       << row.spec.rows << " | " << row.impl << " | " << printf_number("%.4f", m.median_ms) << " | "
-       << (tflops > 0 ? printf_number("%.1f", tflops) : "") << " | " << printf_number("%.0f", gbps) << " | " << versus << " | "
-       << config << " |\n";
+    md << "| " << row.spec.op << " | " << row.spec.dtype_name << " | " << dims_string(row.spec.dims)
+       << " | " << row.spec.rows << " | " << row.impl << " | " << printf_number("%.4f", m.median_ms)
+       << " | " << (tflops > 0 ? printf_number("%.1f", tflops) : "") << " | "
+       << printf_number("%.0f", gbps) << " | " << versus << " | " << config << " |\n";
   }
 
   nlohmann::json report = {{"schema_version", 1}, {"tool", "bitcheck bench"}};
-  report["meta"] = environment_meta();
+  report["meta"] = environment_meta(registry);
   report["meta"]["argv"] = options.argv;
   report["meta"]["started_at"] = utc_timestamp();
   report["meta"]["copy_bandwidth_gbps"] = copy_gbps;
-  report["meta"]["method"] = "CUDA events around each launch after " + std::to_string(options.warmup) +
-                             " warm-up launches; median of " + std::to_string(options.repeats) +
-                             " launches, inputs rotated over sets larger than L2; " +
-                             std::to_string(options.rounds) + " interleaved rounds per point, fastest median kept; " +
-                             "memory-bound ops against a device-to-device copy of the same bytes timed the same way";
+  report["meta"]["method"] =
+      "CUDA events around each launch after " + std::to_string(options.warmup) +
+      " warm-up launches; median of " + std::to_string(options.repeats) +
+      " launches, inputs rotated over sets larger than L2; " + std::to_string(options.rounds) +
+      " interleaved rounds per point, fastest median kept; " +
+      "memory-bound ops against a device-to-device copy of the same bytes timed the same way";
   report["results"] = table;
   report["cost_of_invariance"] = cost_of_invariance(table);
-  const std::string cost_markdown = render_cost_of_invariance_markdown(report["cost_of_invariance"]);
+  const std::string cost_markdown =
+      render_cost_of_invariance_markdown(report["cost_of_invariance"]);
   std::filesystem::create_directories(options.out_dir);
-  write_file_atomically((std::filesystem::path(options.out_dir) / "bench.json").string(), report.dump(1) + "\n");
+  write_file_atomically((std::filesystem::path(options.out_dir) / "bench.json").string(),
+                        report.dump(1) + "\n");
   std::ostringstream header;
-  header << "# bitcheck bench\n\n- device: " << report["meta"]["cuda"].value("gpu_name", "?") << " ("
-         << report["meta"]["cuda"].value("sm_count", 0) << " SMs), cuBLASLt "
-         << report["meta"]["cuda"].value("cublaslt_version", 0) << "\n- copy bandwidth measured in this run: "
-         << printf_number("%.0f", copy_gbps) << " GB/s (1 GiB device-to-device copy, read + write)\n- method: " << report["meta"]["method"].get<std::string>()
-         << "\n- ratios: baseline median time / impl median time (above 1 = faster than the library default)\n\n";
+  header << "# bitcheck bench\n\n- device: " << report["meta"]["cuda"].value("gpu_name", "?")
+         << " (" << report["meta"]["cuda"].value("sm_count", 0) << " SMs), cuBLASLt "
+         << report["meta"]["cuda"].value("cublaslt_version", 0)
+         << "\n- copy bandwidth measured in this run: " << printf_number("%.0f", copy_gbps)
+         << " GB/s (1 GiB device-to-device copy, read + write)\n- method: "
+         << report["meta"]["method"].get<std::string>()
+         << "\n- ratios: baseline median time / impl median time (above 1 = faster than the "
+            "library default)\n\n";
   write_file_atomically((std::filesystem::path(options.out_dir) / "bench.md").string(),
                         header.str() + md.str() + "\n" + cost_markdown);
   std::cout << md.str() << "\n" << cost_markdown;

@@ -30,8 +30,10 @@ void DriftComparator::compare_row(std::int64_t logical_row, const Tensor& expect
   const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(expected.dtype());
   metrics_.compared += width;
   // Fast path: identical rows (the common case) are one memcmp.
-  if (std::memcmp(static_cast<const std::byte*>(expected.data()) + row_bytes * static_cast<std::size_t>(expected_row),
-                  static_cast<const std::byte*>(actual.data()) + row_bytes * static_cast<std::size_t>(actual_row),
+  if (std::memcmp(static_cast<const std::byte*>(expected.data()) +
+                      row_bytes * static_cast<std::size_t>(expected_row),
+                  static_cast<const std::byte*>(actual.data()) +
+                      row_bytes * static_cast<std::size_t>(actual_row),
                   row_bytes) == 0) {
     return;
   }
@@ -50,7 +52,7 @@ void DriftComparator::compare_row(std::int64_t logical_row, const Tensor& expect
     metrics_.max_ulp_distance =
         std::max(metrics_.max_ulp_distance, ulp_distance(metrics_.dtype, e_bits, a_bits));
     if (!metrics_.first_mismatch) {
-      metrics_.first_mismatch = Mismatch{logical_row, column, static_cast<float>(e),
+      metrics_.first_mismatch = Mismatch{logical_row,           column, static_cast<float>(e),
                                          static_cast<float>(a), e_bits, a_bits};
     }
   }
@@ -72,7 +74,8 @@ AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
   metrics.atol = atol;
   metrics.rtol = rtol;
   const std::int64_t width = actual.row_size();
-  const bool sampled = !columns.empty() && reference.row_size() == static_cast<std::int64_t>(columns.size());
+  const bool sampled =
+      !columns.empty() && reference.row_size() == static_cast<std::int64_t>(columns.size());
   const std::int64_t reference_width = reference.row_size();
   double worst_excess = -1.0;
   for (std::size_t i = 0; i < actual_rows.size(); ++i) {
@@ -85,8 +88,12 @@ AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
       auto record_worst = [&](double excess) {
         if (excess <= worst_excess) return;
         worst_excess = excess;
-        metrics.worst = Mismatch{row_ids[i], column, static_cast<float>(r), static_cast<float>(a),
-                                 reference.bits(r_index), actual.bits(a_index)};
+        metrics.worst = Mismatch{row_ids[i],
+                                 column,
+                                 static_cast<float>(r),
+                                 static_cast<float>(a),
+                                 reference.bits(r_index),
+                                 actual.bits(a_index)};
       };
       if (std::isnan(a) || std::isnan(r)) {
         if (rules.nan_matches_reference && std::isnan(a) && std::isnan(r)) {

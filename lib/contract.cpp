@@ -56,7 +56,8 @@ void parse_accumulation(const JsonCursor& root, Contract& contract) {
     contract.accumulation[dtype] = accumulation.at(dtype).as_string();
   }
   for (const char* narrow : {"bf16", "fp16"}) {
-    if (!contract.knows_dtype(narrow) || contract.dtypes[narrow] == DTypeStatus::out_of_scope) continue;
+    if (!contract.knows_dtype(narrow) || contract.dtypes[narrow] == DTypeStatus::out_of_scope)
+      continue;
     auto it = contract.accumulation.find(narrow);
     if (it == contract.accumulation.end() || it->second != "fp32") {
       throw BadInput(root.file(), std::string("$.accumulation.") + narrow,
@@ -85,8 +86,9 @@ void parse_thresholds(const JsonCursor& root, const Registry& registry, Contract
     for (const OpDef* op : registry.ops())
       known_key = known_key || (op->tolerance_key == key && !op->threshold_of);
     if (!known_key)
-      per_dtype.fail("a registered op's tolerance key (see `bitcheck list`; the chain has none: "
-                     "each of its calls is held to its own op's row)");
+      per_dtype.fail(
+          "a registered op's tolerance key (see `bitcheck list`; the chain has none: "
+          "each of its calls is held to its own op's row)");
     for (const auto& dtype : per_dtype.keys()) {
       JsonCursor row = per_dtype.at(dtype);
       row.allow_only({"atol", "rtol", "derivation", "tensors"});
@@ -109,8 +111,9 @@ void parse_thresholds(const JsonCursor& root, const Registry& registry, Contract
       if (status == DTypeStatus::out_of_scope) continue;
       auto op_rows = contract.thresholds.find(op->tolerance_key);
       if (op_rows == contract.thresholds.end() || !op_rows->second.count(dtype)) {
-        throw BadInput(root.file(), "$.thresholds." + op->tolerance_key + "." + dtype,
-                       "a threshold row {atol, rtol, derivation} (every op needs one per in-scope dtype)");
+        throw BadInput(
+            root.file(), "$.thresholds." + op->tolerance_key + "." + dtype,
+            "a threshold row {atol, rtol, derivation} (every op needs one per in-scope dtype)");
       }
     }
   }
@@ -141,10 +144,14 @@ void parse_special_values(const JsonCursor& root, Contract& contract) {
 
 std::string to_string(DTypeStatus status) {
   switch (status) {
-    case DTypeStatus::mandatory: return "mandatory";
-    case DTypeStatus::reference: return "reference";
-    case DTypeStatus::optional: return "optional";
-    case DTypeStatus::out_of_scope: return "out_of_scope";
+    case DTypeStatus::mandatory:
+      return "mandatory";
+    case DTypeStatus::reference:
+      return "reference";
+    case DTypeStatus::optional:
+      return "optional";
+    case DTypeStatus::out_of_scope:
+      return "out_of_scope";
   }
   return "unknown";
 }
@@ -221,6 +228,10 @@ Contract load_contract(const std::string& path, const Registry& registry) {
 Contract load_embedded_contract(const Registry& registry) {
   return parse_contract(parse_json_text(embedded_contract_json(), embedded_contract_label),
                         embedded_contract_label, registry);
+}
+
+Contract load_contract_or_embedded(const std::string& path, const Registry& registry) {
+  return path.empty() ? load_embedded_contract(registry) : load_contract(path, registry);
 }
 
 }  // namespace bitcheck

@@ -3,7 +3,6 @@
 
 #include <cstdio>
 
-#include "bitcheck/backends.h"
 #include "bitcheck/dtype.h"
 
 namespace bitcheck {
@@ -52,10 +51,11 @@ std::optional<std::string> device_memory_shortfall(std::size_t needed_bytes,
          " GiB free (" + gibibytes(margin) + " GiB kept as margin)";
 }
 
-std::optional<std::string> device_memory_skip_reason(const OpDef& op, const Impl& impl,
-                                                     const CaseSpec& spec) {
-  if (impl.backend() != "cuda") return std::nullopt;
-  std::optional<std::size_t> free_bytes = cuda_free_memory_bytes();
+std::optional<std::string> device_memory_skip_reason(const Registry& registry, const OpDef& op,
+                                                     const Impl& impl, const CaseSpec& spec) {
+  const DeviceBackend* device = registry.device_backend(impl.backend());
+  if (!device) return std::nullopt;
+  std::optional<std::size_t> free_bytes = device->free_memory_bytes();
   if (!free_bytes) return std::nullopt;
   const std::int64_t rows = op.logical_rows ? op.logical_rows(spec) : spec.rows;
   return device_memory_shortfall(

@@ -10,10 +10,14 @@ namespace bitcheck {
 
 std::string to_string(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return "bf16";
-    case DType::fp16: return "fp16";
-    case DType::fp32: return "fp32";
-    case DType::i32: return "i32";
+    case DType::bf16:
+      return "bf16";
+    case DType::fp16:
+      return "fp16";
+    case DType::fp32:
+      return "fp32";
+    case DType::i32:
+      return "i32";
   }
   return "unknown";
 }
@@ -30,13 +34,18 @@ std::size_t dtype_size(DType dtype) {
   return dtype == DType::bf16 || dtype == DType::fp16 ? 2 : 4;
 }
 
-bool is_floating(DType dtype) { return dtype != DType::i32; }
+bool is_floating(DType dtype) {
+  return dtype != DType::i32;
+}
 
 int dtype_mantissa_bits(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return 7;
-    case DType::fp16: return 10;
-    default: return 23;
+    case DType::bf16:
+      return 7;
+    case DType::fp16:
+      return 10;
+    default:
+      return 23;
   }
 }
 
@@ -79,7 +88,8 @@ std::uint16_t float_to_fp16_bits(float value) {
     return static_cast<std::uint16_t>(sign | 0x7c00u);
   }
   if (magnitude < 0x38800000u) {  // below 2^-14: fp16 subnormal or zero
-    if (magnitude < 0x33000000u) return static_cast<std::uint16_t>(sign);  // < 2^-25 -> 0 (ties too)
+    if (magnitude < 0x33000000u)
+      return static_cast<std::uint16_t>(sign);  // < 2^-25 -> 0 (ties too)
     // Value = mantissa_with_hidden * 2^(exp-150); fp16 subnormal unit is 2^-24.
     std::uint32_t exponent = magnitude >> 23;
     std::uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
@@ -111,27 +121,38 @@ float fp16_bits_to_float(std::uint16_t bits) {
 
 float round_to(DType dtype, float value) {
   switch (dtype) {
-    case DType::bf16: return bf16_bits_to_float(float_to_bf16_bits(value));
-    case DType::fp16: return fp16_bits_to_float(float_to_fp16_bits(value));
-    default: return value;
+    case DType::bf16:
+      return bf16_bits_to_float(float_to_bf16_bits(value));
+    case DType::fp16:
+      return fp16_bits_to_float(float_to_fp16_bits(value));
+    default:
+      return value;
   }
 }
 
 std::uint32_t encode_bits(DType dtype, float value) {
   switch (dtype) {
-    case DType::bf16: return float_to_bf16_bits(value);
-    case DType::fp16: return float_to_fp16_bits(value);
-    case DType::i32: return static_cast<std::uint32_t>(static_cast<std::int32_t>(value));
-    default: return float_bits(value);
+    case DType::bf16:
+      return float_to_bf16_bits(value);
+    case DType::fp16:
+      return float_to_fp16_bits(value);
+    case DType::i32:
+      return static_cast<std::uint32_t>(static_cast<std::int32_t>(value));
+    default:
+      return float_bits(value);
   }
 }
 
 float decode_bits(DType dtype, std::uint32_t bits) {
   switch (dtype) {
-    case DType::bf16: return bf16_bits_to_float(static_cast<std::uint16_t>(bits));
-    case DType::fp16: return fp16_bits_to_float(static_cast<std::uint16_t>(bits));
-    case DType::i32: return static_cast<float>(static_cast<std::int32_t>(bits));
-    default: return float_from_bits(bits);
+    case DType::bf16:
+      return bf16_bits_to_float(static_cast<std::uint16_t>(bits));
+    case DType::fp16:
+      return fp16_bits_to_float(static_cast<std::uint16_t>(bits));
+    case DType::i32:
+      return static_cast<float>(static_cast<std::int32_t>(bits));
+    default:
+      return float_from_bits(bits);
   }
 }
 

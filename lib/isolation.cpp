@@ -21,12 +21,11 @@
 #include <thread>
 #include <vector>
 
+#include "bitcheck/case_json.h"
+#include "bitcheck/contract.h"
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
 #include "bitcheck/plugin_loader.h"
-#include "bitcheck/report.h"
-#include "bitcheck/repro.h"
-#include "bitcheck/sweep.h"
 
 namespace bitcheck {
 namespace {
@@ -54,7 +53,8 @@ bool write_line(int fd, const std::string& text) {
 // `timeout_seconds` (> 0) pass first (then *timed_out is set).
 std::optional<std::string> read_line(int fd, std::string& buffer, double timeout_seconds = 0,
                                      bool* timed_out = nullptr) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   for (;;) {
     auto newline = buffer.find('\n');
     if (newline != std::string::npos) {
@@ -63,9 +63,13 @@ std::optional<std::string> read_line(int fd, std::string& buffer, double timeout
       return line;
     }
     if (timeout_seconds > 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       pollfd waiting = {fd, POLLIN, 0};
-      const int ready = left.count() > 0 ? ::poll(&waiting, 1, static_cast<int>(std::min<long long>(left.count(), 1 << 30))) : 0;
+      const int ready =
+          left.count() > 0
+              ? ::poll(&waiting, 1, static_cast<int>(std::min<long long>(left.count(), 1 << 30)))
+              : 0;
       if (ready < 0 && errno == EINTR) continue;
       if (ready == 0) {
         if (timed_out) *timed_out = true;
@@ -110,8 +114,8 @@ std::string signal_name(int signal_number) {
   return "signal " + std::to_string(signal_number);
 }
 
-nlohmann::json failed_case_json(const Registry& registry, const CaseSpec& spec,
-                                const std::string& reason, double seconds) {
+CaseResult failed_case(const Registry& registry, const CaseSpec& spec, const std::string& reason,
+                       double seconds) {
   CaseResult result;
   result.spec = spec;
   result.verdict = Verdict::error;
@@ -122,7 +126,7 @@ nlohmann::json failed_case_json(const Registry& registry, const CaseSpec& spec,
     result.expected_to_drift = impl->expected_to_drift(spec.pass);
   }
   result.timings.total_seconds = seconds;
-  return case_to_json(result);
+  return result;
 }
 
 CheckedCase run_case_checked(Runner& runner, const Registry& registry, const CaseSpec& spec) {
@@ -131,21 +135,22 @@ CheckedCase run_case_checked(Runner& runner, const Registry& registry, const Cas
   try {
     result = runner.run_case(spec);
   } catch (const std::exception& error) {
-    return {failed_case_json(registry, spec, error.what(),
-                             std::chrono::duration<double>(Clock::now() - start).count()),
+    return {failed_case(registry, spec, error.what(),
+                        std::chrono::duration<double>(Clock::now() - start).count()),
             std::nullopt};
   }
   CheckedCase checked;
   // A kernel fault can surface after the impl returned (asynchronous work): asked after every
   // CUDA case that ran, so the fault is charged to the case that caused it.
-  if (result.backend == "cuda" && result.verdict != Verdict::skipped) {
-    checked.context_fault = cuda_context_fault();
+  const DeviceBackend* device = registry.device_backend(result.backend);
+  if (result.backend == "cuda" && device && result.verdict != Verdict::skipped) {
+    checked.context_fault = device->context_fault();
     if (checked.context_fault && result.verdict != Verdict::error) {
       result.verdict = Verdict::error;
       result.reason = "the CUDA context was poisoned after the case ran: " + *checked.context_fault;
     }
   }
-  checked.result = case_to_json(result);
+  checked.result = std::move(result);
   return checked;
 }
 
@@ -259,7 +264,7 @@ void IsolatedRunner::stop() {
   pid_ = -1;
 }
 
-nlohmann::json IsolatedRunner::run_case(const CaseSpec& spec) {
+CaseResult IsolatedRunner::run_case(const CaseSpec& spec) {
   auto start = Clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   if (pid_ < 0) start_worker();
@@ -275,18 +280,19 @@ nlohmann::json IsolatedRunner::run_case(const CaseSpec& spec) {
     reap();
     std::ostringstream limit;
     limit << settings_.case_timeout_seconds;
-    return failed_case_json(registry_, spec,
-                            "did not finish within the per-case limit of " + limit.str() +
-                                " s (--case-timeout): its worker process was killed and the sweep went on with the "
-                                "next case in a fresh worker",
-                            seconds());
+    return failed_case(
+        registry_, spec,
+        "did not finish within the per-case limit of " + limit.str() +
+            " s (--case-timeout): its worker process was killed and the sweep went on with the "
+            "next case in a fresh worker",
+        seconds());
   }
   if (!line) {
     ++faults_;
-    return failed_case_json(registry_, spec,
-                            "the worker process running this case " + reap() +
-                                "; the sweep went on with the next case in a fresh worker",
-                            seconds());
+    return failed_case(registry_, spec,
+                       "the worker process running this case " + reap() +
+                           "; the sweep went on with the next case in a fresh worker",
+                       seconds());
   }
   nlohmann::json reply = nlohmann::json::parse(*line, nullptr, false);
   if (!reply.is_object() || !reply.contains("result") || !reply["result"].is_object()) {
@@ -297,13 +303,23 @@ nlohmann::json IsolatedRunner::run_case(const CaseSpec& spec) {
             : std::string("the worker process sent an unreadable result for this case");
     ::kill(pid_, SIGKILL);
     reap();
-    return failed_case_json(registry_, spec, why, seconds());
+    return failed_case(registry_, spec, why, seconds());
   }
   if (reply.contains("context_fault")) {
     ++faults_;
     reap();  // the worker exits after a sticky fault; the next case gets a fresh CUDA context
   }
-  return reply["result"];
+  try {
+    return case_from_json(JsonCursor(reply["result"], worker_label, "$.result"));
+  } catch (const BadInput& error) {
+    ++faults_;
+    if (pid_ >= 0) ::kill(pid_, SIGKILL);
+    reap();
+    return failed_case(
+        registry_, spec,
+        std::string("the worker process sent an unreadable result for this case: ") + error.what(),
+        seconds());
+  }
 }
 
 int run_sweep_worker(const Registry& registry, int fd) {
@@ -313,8 +329,8 @@ int run_sweep_worker(const Registry& registry, int fd) {
   std::optional<Contract> contract;
   try {
     nlohmann::json hello = nlohmann::json::parse(*hello_line);
-    configure_cuda_backend(
-        {hello.at("pins").get<std::string>(), hello.at("write_pins").get<bool>()});
+    configure_device_backends(
+        registry, {hello.at("pins").get<std::string>(), hello.at("write_pins").get<bool>()});
     contract = load_contract_or_embedded(hello.at("contract").get<std::string>(), registry);
   } catch (const std::exception& error) {
     write_line(fd, dump_line({{"startup_error", error.what()}}));
@@ -334,7 +350,7 @@ int run_sweep_worker(const Registry& registry, int fd) {
             ": a field of CaseSpec is missing from case_to_json or case_spec_from_json");
       }
       CheckedCase checked = run_case_checked(runner, registry, spec);
-      reply = {{"result", checked.result}};
+      reply = {{"result", case_to_json(checked.result)}};
       if (checked.context_fault) reply["context_fault"] = *checked.context_fault;
       context_fault = checked.context_fault;
     } catch (const std::exception& error) {
@@ -345,11 +361,11 @@ int run_sweep_worker(const Registry& registry, int fd) {
     if (!write_line(fd, dump_line(reply))) return exit_internal;
     if (context_fault) {
       // No CUDA call can be trusted any more, not even the runtime's teardown: leave at once.
-      finish_cuda_backend();
+      finish_device_backends(registry);
       std::_Exit(exit_internal);
     }
   }
-  finish_cuda_backend();
+  finish_device_backends(registry);
   return exit_pass;
 }
 

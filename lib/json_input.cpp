@@ -40,7 +40,8 @@ class DuplicateKeyCheck {
         frame.key = parsed.get<std::string>();
         if (!frame.keys.insert(frame.key).second) {
           throw BadInput(file_, frame.path + "." + frame.key,
-                         "each key once per object (\"" + frame.key + "\" appears twice: which value is meant is ambiguous)");
+                         "each key once per object (\"" + frame.key +
+                             "\" appears twice: which value is meant is ambiguous)");
         }
         break;
       }
@@ -87,14 +88,18 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& file_
   } catch (const nlohmann::json::parse_error& error) {
     std::string message = error.what();
     auto colon = message.find("parse error");
-    throw BadInput(file_label, "$",
-                   "valid JSON (" + (colon == std::string::npos ? message : message.substr(colon)) + ")");
+    throw BadInput(
+        file_label, "$",
+        "valid JSON (" + (colon == std::string::npos ? message : message.substr(colon)) + ")");
   } catch (const nlohmann::json::exception& error) {
-    // Not a syntax error but still unreadable, e.g. a number beyond double range (found by fuzzing).
+    // Not a syntax error but still unreadable, e.g. a number beyond double range (found by
+    // fuzzing).
     std::string message = error.what();
     auto bracket = message.find("] ");
     throw BadInput(file_label, "$",
-                   "valid JSON (" + (bracket == std::string::npos ? message : message.substr(bracket + 2)) + ")");
+                   "valid JSON (" +
+                       (bracket == std::string::npos ? message : message.substr(bracket + 2)) +
+                       ")");
   }
 }
 
@@ -104,7 +109,9 @@ std::string json_type_name(const nlohmann::json& node) {
   return node.type_name();
 }
 
-void JsonCursor::fail(const std::string& expected) const { throw BadInput(file_, path_, expected); }
+void JsonCursor::fail(const std::string& expected) const {
+  throw BadInput(file_, path_, expected);
+}
 
 void JsonCursor::expect_object() const {
   if (!node_->is_object()) fail("an object, got " + json_type_name(*node_));
@@ -118,7 +125,8 @@ void JsonCursor::expect_array(bool allow_empty) const {
 JsonCursor JsonCursor::at(const std::string& key) const {
   expect_object();
   auto it = node_->find(key);
-  if (it == node_->end()) throw BadInput(file_, path_ + "." + key, "a value (the field is missing)");
+  if (it == node_->end())
+    throw BadInput(file_, path_ + "." + key, "a value (the field is missing)");
   return JsonCursor(*it, file_, path_ + "." + key);
 }
 
@@ -174,12 +182,14 @@ double JsonCursor::as_number() const {
 }
 
 std::int64_t JsonCursor::as_int(std::int64_t minimum, std::int64_t maximum) const {
-  std::string range = "an integer in [" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]";
+  std::string range =
+      "an integer in [" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]";
   if (!node_->is_number_integer()) fail(range + ", got " + json_type_name(*node_));
-  std::int64_t value = node_->is_number_unsigned()
-                           ? static_cast<std::int64_t>(std::min<std::uint64_t>(
-                                 node_->get<std::uint64_t>(), static_cast<std::uint64_t>(INT64_MAX)))
-                           : node_->get<std::int64_t>();
+  std::int64_t value =
+      node_->is_number_unsigned()
+          ? static_cast<std::int64_t>(std::min<std::uint64_t>(
+                node_->get<std::uint64_t>(), static_cast<std::uint64_t>(INT64_MAX)))
+          : node_->get<std::int64_t>();
   if (value < minimum || value > maximum) fail(range + ", got " + std::to_string(value));
   return value;
 }

@@ -42,7 +42,8 @@ Layout padded(const CaseSpec& spec, LayoutRandom& random, bool left) {
 Layout ragged(const CaseSpec& spec, LayoutRandom& random) {
   std::vector<std::int64_t> lengths;
   for (std::int64_t left = spec.rows; left > 0;) {
-    std::int64_t length = std::min(left, random.uniform_int(1, std::max<std::int64_t>(2, spec.rows / 3 + 1)));
+    std::int64_t length =
+        std::min(left, random.uniform_int(1, std::max<std::int64_t>(2, spec.rows / 3 + 1)));
     lengths.push_back(length);
     left -= length;
   }
@@ -87,7 +88,9 @@ bool is_known_layout(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-std::vector<std::int64_t> select_alone_rows(const CaseSpec& spec) { return select_alone_rows(spec, spec.rows); }
+std::vector<std::int64_t> select_alone_rows(const CaseSpec& spec) {
+  return select_alone_rows(spec, spec.rows);
+}
 
 std::vector<std::int64_t> select_alone_rows(const CaseSpec& spec, std::int64_t logical_rows) {
   if (logical_rows <= spec.alone_rows) return all_rows(logical_rows);
@@ -105,7 +108,10 @@ Layout make_layout(const std::string& name, const CaseSpec& spec,
   if (name == "alone") {
     // Alone is a micro-batch of one token per invocation: a token reduction may be compared with
     // the batch only when every row is present and the impl reduces token by token.
-    Layout layout{"alone", {}, static_cast<std::int64_t>(alone_rows.size()) == spec.rows && token_granularity == 1};
+    Layout layout{
+        "alone",
+        {},
+        static_cast<std::int64_t>(alone_rows.size()) == spec.rows && token_granularity == 1};
     for (std::int64_t row : alone_rows) layout.invocations.push_back(one_invocation({row}));
     return layout;
   }
@@ -120,7 +126,8 @@ Layout make_layout(const std::string& name, const CaseSpec& spec,
   if (name == "pad_right") return padded(spec, random, false);
   if (name == "pad_left") return padded(spec, random, true);
   if (name == "ragged") return ragged(spec, random);
-  if (name == "microbatch") return microbatches(spec, random, std::max<std::int64_t>(1, token_granularity));
+  if (name == "microbatch")
+    return microbatches(spec, random, std::max<std::int64_t>(1, token_granularity));
   throw std::invalid_argument("unknown layout '" + name + "'");
 }
 

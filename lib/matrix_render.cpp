@@ -1,4 +1,4 @@
-// Status matrix renderers: markdown, HTML, JUnit XML.
+// Status matrix renderers: markdown and JUnit XML (the HTML page is report_page.cpp).
 #include "bitcheck/matrix_render.h"
 
 #include <cstdio>
@@ -10,10 +10,11 @@ namespace {
 
 const char* const passes[] = {"forward", "backward"};
 
-const nlohmann::json* cell_of(const nlohmann::json& matrix, const std::string& op, const std::string& dtype,
-                              const std::string& pass) {
+const nlohmann::json* cell_of(const nlohmann::json& matrix, const std::string& op,
+                              const std::string& dtype, const std::string& pass) {
   const auto& cells = matrix["cells"];
-  if (!cells.contains(op) || !cells[op].contains(dtype) || !cells[op][dtype].contains(pass)) return nullptr;
+  if (!cells.contains(op) || !cells[op].contains(dtype) || !cells[op][dtype].contains(pass))
+    return nullptr;
   return &cells[op][dtype][pass];
 }
 
@@ -23,13 +24,16 @@ std::string cell_text(const nlohmann::json* cell) {
   std::int64_t ran = 0, skipped = 0, worst = 0;
   std::string status = (*cell)["status"].get<std::string>();
   for (const auto& [verdict, n] : (*cell)["counts"].items()) {
-    if (verdict == "skipped") skipped += n.get<std::int64_t>();
-    else ran += n.get<std::int64_t>();
+    if (verdict == "skipped")
+      skipped += n.get<std::int64_t>();
+    else
+      ran += n.get<std::int64_t>();
     if (verdict == status) worst = n.get<std::int64_t>();
   }
   std::string text;
   if (status == "skipped") return "skipped " + std::to_string(skipped);
-  text = status == "pass" ? "pass " + std::to_string(ran) : status + " " + std::to_string(worst) + " of " + std::to_string(ran);
+  text = status == "pass" ? "pass " + std::to_string(ran)
+                          : status + " " + std::to_string(worst) + " of " + std::to_string(ran);
   if (skipped) text += " (+" + std::to_string(skipped) + " skipped)";
   return text;
 }
@@ -38,11 +42,20 @@ std::string escape_xml(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -54,14 +67,16 @@ std::string finding_text(const nlohmann::json& c) {
   for (const char* list : {"nondeterminism", "drift"}) {
     if (!c.contains(list)) continue;
     for (const auto& d : c[list]) {
-      out << list << ": tensor " << d["tensor"].get<std::string>() << " layout " << d["layout"].get<std::string>()
-          << " vs " << d["reference_layout"].get<std::string>() << ", " << d["mismatch_count"] << " of "
-          << d["compared"] << " differ, max abs " << d["max_abs_diff"] << ", max rel " << d["max_rel_diff"]
-          << ", max ulp " << d["max_ulp_distance"];
+      out << list << ": tensor " << d["tensor"].get<std::string>() << " layout "
+          << d["layout"].get<std::string>() << " vs " << d["reference_layout"].get<std::string>()
+          << ", " << d["mismatch_count"] << " of " << d["compared"] << " differ, max abs "
+          << d["max_abs_diff"] << ", max rel " << d["max_rel_diff"] << ", max ulp "
+          << d["max_ulp_distance"];
       if (d.contains("first_mismatch")) {
         const auto& m = d["first_mismatch"];
-        out << ", first at row " << m["row"] << " column " << m["column"] << ": " << m["expected"] << " ("
-            << m["expected_bits"].get<std::string>() << ") vs " << m["actual"] << " (" << m["actual_bits"].get<std::string>() << ")";
+        out << ", first at row " << m["row"] << " column " << m["column"] << ": " << m["expected"]
+            << " (" << m["expected_bits"].get<std::string>() << ") vs " << m["actual"] << " ("
+            << m["actual_bits"].get<std::string>() << ")";
       }
       out << "\n";
     }
@@ -69,9 +84,9 @@ std::string finding_text(const nlohmann::json& c) {
   if (c.contains("accuracy")) {
     for (const auto& a : c["accuracy"]) {
       if (a["passed"].get<bool>()) continue;
-      out << "inaccurate: tensor " << a["tensor"].get<std::string>() << " max abs error " << a["max_abs_error"]
-          << " (atol " << a["atol"] << ", rtol " << a["rtol"] << "), " << a["violations"] << " violations, "
-          << a["nan_count"] << " NaN\n";
+      out << "inaccurate: tensor " << a["tensor"].get<std::string>() << " max abs error "
+          << a["max_abs_error"] << " (atol " << a["atol"] << ", rtol " << a["rtol"] << "), "
+          << a["violations"] << " violations, " << a["nan_count"] << " NaN\n";
     }
   }
   return out.str();
@@ -79,8 +94,8 @@ std::string finding_text(const nlohmann::json& c) {
 
 }  // namespace
 
-std::string matrix_cell_text(const nlohmann::json& matrix, const std::string& op, const std::string& dtype,
-                             const std::string& pass) {
+std::string matrix_cell_text(const nlohmann::json& matrix, const std::string& op,
+                             const std::string& dtype, const std::string& pass) {
   return cell_text(cell_of(matrix, op, dtype, pass));
 }
 
@@ -90,21 +105,26 @@ std::string render_matrix_markdown(const nlohmann::json& report) {
   std::ostringstream out;
   out << "# bitcheck status matrix\n\n";
   if (meta.contains("shards")) {
-    out << "- merged from " << meta["shards"].size() << " shards; shard 0 ran `" << meta.value("command_line", "")
+    out << "- merged from " << meta["shards"].size() << " shards; shard 0 ran `"
+        << meta.value("command_line", "")
         << "` (the others differ only in --shard and --report-name)\n";
   } else {
     out << "- command: `" << meta.value("command_line", "") << "`\n";
   }
-  out << "- started: " << meta.value("started_at", "") << ", git " << meta.value("git_revision", "") << "\n";
+  out << "- started: " << meta.value("started_at", "") << ", git " << meta.value("git_revision", "")
+      << "\n";
   if (meta.contains("cuda") && meta["cuda"].value("device_available", false)) {
     const auto& cuda = meta["cuda"];
-    out << "- device: " << cuda.value("gpu_name", "") << " (" << cuda.value("sm_count", 0) << " SMs, "
-        << cuda.value("compute_capability", "") << "), driver " << cuda.value("driver_version", 0) << ", CUDA runtime "
-        << cuda.value("cuda_runtime_version", 0) << ", cuBLASLt " << cuda.value("cublaslt_version", 0) << "\n";
+    out << "- device: " << cuda.value("gpu_name", "") << " (" << cuda.value("sm_count", 0)
+        << " SMs, " << cuda.value("compute_capability", "") << "), driver "
+        << cuda.value("driver_version", 0) << ", CUDA runtime "
+        << cuda.value("cuda_runtime_version", 0) << ", cuBLASLt "
+        << cuda.value("cublaslt_version", 0) << "\n";
   }
   out << "- cases: " << report["summary"]["cases"] << "; first failing op: "
-      << (report["summary"]["first_failing_op"].is_null() ? std::string("none")
-                                                          : report["summary"]["first_failing_op"].get<std::string>())
+      << (report["summary"]["first_failing_op"].is_null()
+              ? std::string("none")
+              : report["summary"]["first_failing_op"].get<std::string>())
       << "\n\nCells count cases of invariant impls (controls are listed below).\n\n";
   out << "| op |";
   for (const auto& dtype : matrix["dtypes"]) {
@@ -116,15 +136,18 @@ std::string render_matrix_markdown(const nlohmann::json& report) {
   for (const auto& op : matrix["ops"]) {
     out << "| " << op.get<std::string>() << " |";
     for (const auto& dtype : matrix["dtypes"]) {
-      for (const char* pass : passes) out << " " << cell_text(cell_of(matrix, op, dtype, pass)) << " |";
+      for (const char* pass : passes)
+        out << " " << cell_text(cell_of(matrix, op, dtype, pass)) << " |";
     }
     out << "\n";
   }
-  out << "\n## Controls (must drift)\n\n| op | impl | dtype | pass | drifted / cases |\n|---|---|---|---|---|\n";
+  out << "\n## Controls (must drift)\n\n| op | impl | dtype | pass | drifted / cases "
+         "|\n|---|---|---|---|---|\n";
   for (const auto& g : report["summary"]["controls"]) {
     out << "| " << g["op"].get<std::string>() << " | " << g["impl"].get<std::string>() << " | "
-        << g["dtype"].get<std::string>() << " | " << g["pass"].get<std::string>() << " | " << g["drifted"] << " / "
-        << g["cases"] << (g["lost_sight"].get<bool>() ? " LOST SIGHT" : "") << " |\n";
+        << g["dtype"].get<std::string>() << " | " << g["pass"].get<std::string>() << " | "
+        << g["drifted"] << " / " << g["cases"] << (g["lost_sight"].get<bool>() ? " LOST SIGHT" : "")
+        << " |\n";
   }
   std::ostringstream failures;
   for (const auto& c : report["results"]) {
@@ -139,37 +162,6 @@ std::string render_matrix_markdown(const nlohmann::json& report) {
   return out.str();
 }
 
-std::string render_matrix_html(const nlohmann::json& report) {
-  const auto& matrix = report["status_matrix"];
-  static const std::map<std::string, std::string> colors = {
-      {"pass", "#c8e6c9"}, {"drift", "#ffcdd2"}, {"nondeterministic", "#f8bbd0"},
-      {"inaccurate", "#ffe0b2"}, {"error", "#e1bee7"}, {"skipped", "#eeeeee"}};
-  std::ostringstream out;
-  out << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bitcheck status matrix</title>\n"
-      << "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-      << "td,th{border:1px solid #999;padding:4px 8px;text-align:left}pre{white-space:pre-wrap}</style>"
-      << "</head><body>\n<h1>bitcheck status matrix</h1>\n<p>" << escape_xml(report["meta"].value("command_line", ""))
-      << "</p>\n<table id=\"matrix\"><tr><th>op</th>";
-  for (const auto& dtype : matrix["dtypes"]) {
-    for (const char* pass : passes) out << "<th>" << escape_xml(dtype.get<std::string>()) << " " << pass << "</th>";
-  }
-  out << "</tr>\n";
-  for (const auto& op : matrix["ops"]) {
-    out << "<tr><th>" << escape_xml(op.get<std::string>()) << "</th>";
-    for (const auto& dtype : matrix["dtypes"]) {
-      for (const char* pass : passes) {
-        const nlohmann::json* cell = cell_of(matrix, op, dtype, pass);
-        std::string status = cell ? (*cell)["status"].get<std::string>() : "skipped";
-        out << "<td class=\"" << status << "\" style=\"background:" << colors.at(status) << "\">"
-            << escape_xml(cell_text(cell)) << "</td>";
-      }
-    }
-    out << "</tr>\n";
-  }
-  out << "</table>\n<h2>Summary</h2>\n<pre>" << escape_xml(report["summary"].dump(2)) << "</pre>\n</body></html>\n";
-  return out.str();
-}
-
 std::string render_junit(const nlohmann::json& report) {
   std::map<std::string, std::vector<const nlohmann::json*>> suites;  // op -> cases
   for (const auto& c : report["results"]) suites[c["op"].get<std::string>()].push_back(&c);
@@ -180,24 +172,30 @@ std::string render_junit(const nlohmann::json& report) {
     for (const auto* c : cases) {
       std::string verdict = (*c)["verdict"].get<std::string>();
       bool control = c->value("control", false);
-      if (verdict == "skipped") ++skipped;
-      else if (verdict == "error") ++errors;
-      else if (!control && verdict != "pass") ++failures;
+      if (verdict == "skipped")
+        ++skipped;
+      else if (verdict == "error")
+        ++errors;
+      else if (!control && verdict != "pass")
+        ++failures;
     }
-    out << "  <testsuite name=\"" << escape_xml(op) << "\" tests=\"" << cases.size() << "\" failures=\"" << failures
-        << "\" errors=\"" << errors << "\" skipped=\"" << skipped << "\">\n";
+    out << "  <testsuite name=\"" << escape_xml(op) << "\" tests=\"" << cases.size()
+        << "\" failures=\"" << failures << "\" errors=\"" << errors << "\" skipped=\"" << skipped
+        << "\">\n";
     for (const auto* c : cases) {
       std::string verdict = (*c)["verdict"].get<std::string>();
       bool control = c->value("control", false);
       double seconds = c->contains("timings") ? (*c)["timings"].value("total_seconds", 0.0) : 0.0;
-      out << "    <testcase classname=\"" << escape_xml(op + "." + (*c)["impl"].get<std::string>()) << "\" name=\""
-          << escape_xml((*c)["id"].get<std::string>()) << "\" time=\"" << seconds << "\">";
+      out << "    <testcase classname=\"" << escape_xml(op + "." + (*c)["impl"].get<std::string>())
+          << "\" name=\"" << escape_xml((*c)["id"].get<std::string>()) << "\" time=\"" << seconds
+          << "\">";
       if (verdict == "skipped") {
         out << "<skipped message=\"" << escape_xml(c->value("reason", "")) << "\"/>";
       } else if (verdict == "error") {
         out << "<error message=\"" << escape_xml(c->value("reason", "")) << "\"/>";
       } else if (!control && verdict != "pass") {
-        out << "<failure message=\"" << verdict << "\">" << escape_xml(finding_text(*c)) << "</failure>";
+        out << "<failure message=\"" << verdict << "\">" << escape_xml(finding_text(*c))
+            << "</failure>";
       } else if (control) {
         out << "<system-out>control: " << verdict << " (expected drift)</system-out>";
       }

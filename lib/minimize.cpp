@@ -10,6 +10,7 @@
 #include <functional>
 #include <iostream>
 
+#include "bitcheck/case_json.h"
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
 #include "bitcheck/report.h"
@@ -231,10 +232,8 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
   meta.started_at = utc_timestamp();
   meta.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::vector<std::string> op_order;
-  for (const OpDef* registered : registry.ops()) op_order.push_back(registered->name);
   nlohmann::json minimized =
-      build_report(meta, environment_meta(), {minimizer.best_result()}, op_order);
+      build_report(meta, environment_meta(registry), {minimizer.best_result()}, registry);
   minimized["meta"]["minimized_from"] = {{"report", options.report_path},
                                          {"case", options.case_id},
                                          {"trials", minimizer.trials()},

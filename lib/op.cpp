@@ -9,7 +9,9 @@
 
 namespace bitcheck {
 
-std::string to_string(Pass pass) { return pass == Pass::forward ? "forward" : "backward"; }
+std::string to_string(Pass pass) {
+  return pass == Pass::forward ? "forward" : "backward";
+}
 
 std::optional<Pass> parse_pass(const std::string& name) {
   if (name == "forward") return Pass::forward;
@@ -19,10 +21,14 @@ std::optional<Pass> parse_pass(const std::string& name) {
 
 std::string to_string(TensorRole role) {
   switch (role) {
-    case TensorRole::row_input: return "row_input";
-    case TensorRole::parameter: return "parameter";
-    case TensorRole::row_output: return "row_output";
-    case TensorRole::reduction_output: return "reduction_output";
+    case TensorRole::row_input:
+      return "row_input";
+    case TensorRole::parameter:
+      return "parameter";
+    case TensorRole::row_output:
+      return "row_output";
+    case TensorRole::reduction_output:
+      return "reduction_output";
   }
   return "unknown";
 }
@@ -37,15 +43,17 @@ std::string dims_string(const Dims& dims) {
 }
 
 std::string CaseSpec::id() const {
-  std::string text = op + "/" + impl + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) +
-                     "/M=" + std::to_string(rows) + "/seed=" + std::to_string(seed);
+  std::string text = op + "/" + impl + "/" + dtype_name + "/" + to_string(pass) + "/" +
+                     dims_string(dims) + "/M=" + std::to_string(rows) +
+                     "/seed=" + std::to_string(seed);
   if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
   return text;
 }
 
 std::string CaseSpec::input_group() const {
-  std::string text = op + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) + "/M=" + std::to_string(rows) +
-                     "/seed=" + std::to_string(seed) + "/alone=" + std::to_string(alone_rows);
+  std::string text = op + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) +
+                     "/M=" + std::to_string(rows) + "/seed=" + std::to_string(seed) +
+                     "/alone=" + std::to_string(alone_rows);
   if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
   return text;
 }
@@ -141,6 +149,40 @@ std::vector<std::string> Registry::backends() const {
   std::vector<std::string> names;
   for (const auto& [name, status] : backends_) names.push_back(name);
   return names;
+}
+
+void Registry::set_device_backend(const std::string& backend,
+                                  std::unique_ptr<DeviceBackend> device) {
+  device_backends_[backend] = std::move(device);
+}
+
+DeviceBackend* Registry::device_backend(const std::string& backend) const {
+  auto it = device_backends_.find(backend);
+  return it == device_backends_.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::string> Registry::device_backend_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, device] : device_backends_) names.push_back(name);
+  return names;
+}
+
+nlohmann::json device_backends_meta(const Registry& registry) {
+  nlohmann::json meta = nlohmann::json::object();
+  for (const auto& name : registry.device_backend_names()) {
+    meta[name] = registry.device_backend(name)->meta();
+  }
+  return meta;
+}
+
+void configure_device_backends(const Registry& registry, const BackendOptions& options) {
+  for (const auto& name : registry.device_backend_names()) {
+    registry.device_backend(name)->configure(options);
+  }
+}
+
+void finish_device_backends(const Registry& registry) {
+  for (const auto& name : registry.device_backend_names()) registry.device_backend(name)->finish();
 }
 
 }  // namespace bitcheck

@@ -20,7 +20,8 @@ bool control_drifted(const nlohmann::json& c) {
   return verdict == "drift" || verdict == "nondeterministic";
 }
 
-nlohmann::json entry(const std::string& id, const nlohmann::json* old_case, const nlohmann::json* new_case) {
+nlohmann::json entry(const std::string& id, const nlohmann::json* old_case,
+                     const nlohmann::json* new_case) {
   nlohmann::json j = {{"id", id}};
   if (old_case) j["old"] = (*old_case)["verdict"];
   if (new_case) j["new"] = (*new_case)["verdict"];
@@ -35,8 +36,9 @@ ReportDiff diff_reports(const nlohmann::json& old_report, const nlohmann::json& 
   for (const auto& c : new_report.at("results")) new_cases[c.at("id").get<std::string>()] = &c;
   ReportDiff diff;
   nlohmann::json& d = diff.document;
-  for (const char* key : {"newly_failing", "fixed", "still_failing", "verdict_changes", "fingerprint_changed",
-                          "controls_lost_drift", "controls_regained_drift", "added", "removed"}) {
+  for (const char* key :
+       {"newly_failing", "fixed", "still_failing", "verdict_changes", "fingerprint_changed",
+        "controls_lost_drift", "controls_regained_drift", "added", "removed"}) {
     d[key] = nlohmann::json::array();
   }
   for (const auto& [id, new_case] : new_cases) {
@@ -76,9 +78,11 @@ ReportDiff diff_reports(const nlohmann::json& old_report, const nlohmann::json& 
   d["regression"] = diff.regression;
   for (const char* side : {"old", "new"}) {
     const auto& report = std::string(side) == "old" ? old_report : new_report;
-    d["meta"][side] = {{"git_revision", report["meta"].value("git_revision", "")},
-                       {"started_at", report["meta"].value("started_at", "")},
-                       {"gpu", report["meta"].contains("cuda") ? report["meta"]["cuda"].value("gpu_name", "") : ""}};
+    d["meta"][side] = {
+        {"git_revision", report["meta"].value("git_revision", "")},
+        {"started_at", report["meta"].value("started_at", "")},
+        {"gpu",
+         report["meta"].contains("cuda") ? report["meta"]["cuda"].value("gpu_name", "") : ""}};
   }
   return diff;
 }
@@ -86,11 +90,15 @@ ReportDiff diff_reports(const nlohmann::json& old_report, const nlohmann::json& 
 std::string render_diff(const ReportDiff& diff) {
   std::ostringstream out;
   const auto& d = diff.document;
-  const char* labels[][2] = {{"newly_failing", "newly failing"},     {"fixed", "fixed"},
-                             {"still_failing", "still failing"},     {"controls_lost_drift", "controls that lost their drift"},
+  const char* labels[][2] = {{"newly_failing", "newly failing"},
+                             {"fixed", "fixed"},
+                             {"still_failing", "still failing"},
+                             {"controls_lost_drift", "controls that lost their drift"},
                              {"controls_regained_drift", "controls drifting again"},
-                             {"fingerprint_changed", "fingerprint changed"}, {"verdict_changes", "verdict changes"},
-                             {"added", "added cases"},               {"removed", "removed cases"}};
+                             {"fingerprint_changed", "fingerprint changed"},
+                             {"verdict_changes", "verdict changes"},
+                             {"added", "added cases"},
+                             {"removed", "removed cases"}};
   for (const auto& label : labels) {
     const auto& list = d[label[0]];
     out << label[1] << ": " << list.size() << "\n";
@@ -101,7 +109,8 @@ std::string render_diff(const ReportDiff& diff) {
         break;
       }
       out << "  " << e["id"].get<std::string>();
-      if (e.contains("old") && e.contains("new")) out << "  " << e["old"].get<std::string>() << " -> " << e["new"].get<std::string>();
+      if (e.contains("old") && e.contains("new"))
+        out << "  " << e["old"].get<std::string>() << " -> " << e["new"].get<std::string>();
       out << "\n";
     }
   }

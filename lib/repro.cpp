@@ -5,42 +5,13 @@
 #include <fstream>
 #include <iostream>
 
+#include "bitcheck/case_json.h"
 #include "bitcheck/contract.h"
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
-#include "bitcheck/report.h"
 #include "bitcheck/runner.h"
-#include "bitcheck/special_values.h"
-#include "bitcheck/sweep.h"
-#include "ops/chain.h"
 
 namespace bitcheck {
-
-CaseSpec case_spec_from_json(const JsonCursor& c) {
-  CaseSpec spec;
-  spec.op = c.at("op").as_string();
-  spec.impl = c.at("impl").as_string();
-  spec.dtype_name = c.at("dtype").as_string();
-  spec.dtype = parse_dtype(spec.dtype_name).value_or(DType::fp32);
-  auto pass = parse_pass(c.at("pass").as_string());
-  if (!pass) c.at("pass").fail("forward or backward");
-  spec.pass = *pass;
-  JsonCursor dims = c.at("dims");
-  for (const auto& name : dims.keys()) spec.dims[name] = dims.at(name).as_int(1, INT64_MAX);
-  spec.rows = c.at("rows").as_int(1, INT64_MAX);
-  spec.seed = static_cast<std::uint64_t>(c.at("seed").as_int(0, INT64_MAX));
-  spec.layouts = c.at("layouts").as_string_list();
-  spec.repeats = static_cast<int>(c.at("repeats").as_int(2, 100));
-  spec.alone_rows = c.at("alone_rows").as_int(1, INT64_MAX);
-  if (auto index = c.find("case_index")) spec.index = index->as_int(0, INT64_MAX);
-  if (auto special = c.find("special_values")) {
-    spec.special_values = special->as_number();
-    if (!(spec.special_values >= 0.0 && spec.special_values <= max_special_value_rate)) {
-      special->fail("a special-value rate in [0, " + special_value_rate_string(max_special_value_rate) + "]");
-    }
-  }
-  return spec;
-}
 
 std::string shell_quote(const std::string& text) {
   std::string quoted = "'";
@@ -52,17 +23,26 @@ namespace {
 
 void dump(const std::string& dir, const CaseArtifacts& artifacts, const CaseResult& result) {
   std::filesystem::create_directories(dir);
-  nlohmann::json index = {{"case", result.spec.id()}, {"verdict", to_string(result.verdict)}, {"tensors", nlohmann::json::array()}};
-  auto add = [&](const std::string& file, const std::string& role, const std::string& layout, const Tensor& tensor) {
+  nlohmann::json index = {{"case", result.spec.id()},
+                          {"verdict", to_string(result.verdict)},
+                          {"tensors", nlohmann::json::array()}};
+  auto add = [&](const std::string& file, const std::string& role, const std::string& layout,
+                 const Tensor& tensor) {
     write_npy((std::filesystem::path(dir) / file).string(), tensor);
-    index["tensors"].push_back({{"file", file}, {"role", role}, {"layout", layout}, {"dtype", to_string(tensor.dtype())},
+    index["tensors"].push_back({{"file", file},
+                                {"role", role},
+                                {"layout", layout},
+                                {"dtype", to_string(tensor.dtype())},
                                 {"shape", tensor.shape()}});
   };
-  for (const auto& [name, tensor] : artifacts.inputs) add("input." + name + ".npy", "input (logical rows)", "", tensor);
+  for (const auto& [name, tensor] : artifacts.inputs)
+    add("input." + name + ".npy", "input (logical rows)", "", tensor);
   for (const auto& [layout, outputs] : artifacts.layout_outputs) {
-    for (const auto& [name, tensor] : outputs) add("output." + layout + "." + name + ".npy", "output (logical rows)", layout, tensor);
+    for (const auto& [name, tensor] : outputs)
+      add("output." + layout + "." + name + ".npy", "output (logical rows)", layout, tensor);
   }
-  for (const auto& [name, tensor] : artifacts.reference) add("reference." + name + ".npy", "fp32 reference", "", tensor);
+  for (const auto& [name, tensor] : artifacts.reference)
+    add("reference." + name + ".npy", "fp32 reference", "", tensor);
   index["reference_rows"] = artifacts.reference_rows;
   std::ofstream(std::filesystem::path(dir) / "index.json") << index.dump(2) << "\n";
 }
@@ -103,11 +83,15 @@ int run_repro(const ReproOptions& options, const Registry& registry) {
   for (const auto& c : root.at("results").items()) {
     if (c.at("id").as_string() == options.case_id) found = c;
   }
-  if (!found) throw BadInput(options.report_path, "$.results[*].id", "a case with id \"" + options.case_id + "\"");
+  if (!found)
+    throw BadInput(options.report_path, "$.results[*].id",
+                   "a case with id \"" + options.case_id + "\"");
   CaseSpec spec = case_spec_from_json(*found);
-  if (!registry.find_impl(spec.op, spec.impl)) found->at("impl").fail("an impl this bitcheck build has");
+  if (!registry.find_impl(spec.op, spec.impl))
+    found->at("impl").fail("an impl this bitcheck build has");
   const std::string recorded_verdict = found->at("verdict").as_string();
-  const std::string recorded_fingerprint = found->find("fingerprint") ? found->at("fingerprint").as_string() : "";
+  const std::string recorded_fingerprint =
+      found->find("fingerprint") ? found->at("fingerprint").as_string() : "";
 
   Contract contract = load_contract_or_embedded(options.contract_path, registry);
   Runner runner(registry, contract);
@@ -115,16 +99,22 @@ int run_repro(const ReproOptions& options, const Registry& registry) {
   CaseResult result = runner.run_case(spec, options.dump_dir.empty() ? nullptr : &artifacts);
 
   std::cout << "case: " << spec.id() << "\n";
-  std::cout << "replay: " << options.binary << " repro " << shell_quote(options.report_path) << " --case "
-            << shell_quote(spec.id()) << "\n";
-  std::cout << "verdict: " << to_string(result.verdict) << " (report: " << recorded_verdict << ")\n";
+  std::cout << "replay: " << options.binary << " repro " << shell_quote(options.report_path)
+            << " --case " << shell_quote(spec.id()) << "\n";
+  std::cout << "verdict: " << to_string(result.verdict) << " (report: " << recorded_verdict
+            << ")\n";
   for (const auto& drift : result.drift) std::cout << "  " << drift_to_json(drift).dump() << "\n";
-  if (spec.op == "chain") {
-    for (const auto& line : chain::failing_op_lines(case_to_json(result)["chain"])) std::cout << "chain " << line << "\n";
+  const OpDef* op = registry.find_op(spec.op);
+  if (op->report_extension && op->report_extension->case_lines &&
+      result.verdict != Verdict::skipped) {
+    const nlohmann::json details = case_entry(result, registry)[op->report_extension->key];
+    for (const auto& line : op->report_extension->case_lines(details))
+      std::cout << op->name << " " << line << "\n";
   }
   if (!result.reason.empty()) std::cout << "  reason: " << result.reason << "\n";
   bool same_bits = recorded_fingerprint.empty() || recorded_fingerprint == result.fingerprint;
-  std::cout << "fingerprint: " << result.fingerprint << " (report: " << (recorded_fingerprint.empty() ? "none" : recorded_fingerprint)
+  std::cout << "fingerprint: " << result.fingerprint
+            << " (report: " << (recorded_fingerprint.empty() ? "none" : recorded_fingerprint)
             << ") -> " << (same_bits ? "same bits" : "DIFFERENT BITS") << "\n";
   if (!options.dump_dir.empty()) {
     dump(options.dump_dir, artifacts, result);

@@ -1,14 +1,15 @@
-// Case execution: inputs from the counter-based generator, every layout through the impl, then
-// invariance (bits against the canonical layout), determinism (canonical repeats) and accuracy.
+// Case execution as a pipeline of small steps: the plan (skip checks, tensors, layouts), the inputs
+// from the counter-based generator, each layout through the impl, then the three checks
+// (case_checks.h), from whose typed results the CaseResult is assembled.
 #include "bitcheck/runner.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <set>
 #include <stdexcept>
 #include <thread>
 
+#include "bitcheck/case_checks.h"
 #include "bitcheck/device_memory.h"
 #include "bitcheck/layout.h"
 #include "bitcheck/rng.h"
@@ -52,17 +53,20 @@ Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::ui
         std::int64_t index = r * width + c;
         if (decl.generator == Generator::index) {
           auto bound = static_cast<std::uint64_t>(std::max<std::int64_t>(1, decl.index_bound));
-          tensor.set_int(index, static_cast<std::int32_t>(counter_index(seed, name_hash, r, c, bound)));
+          tensor.set_int(index,
+                         static_cast<std::int32_t>(counter_index(seed, name_hash, r, c, bound)));
         } else {
           tensor.set(index, counter_uniform(seed, name_hash, r, c) * decl.scale);
-          SpecialElement special = special_value_at(decl.dtype, seed, name_hash, r, c, special_value_rate);
+          SpecialElement special =
+              special_value_at(decl.dtype, seed, name_hash, r, c, special_value_rate);
           if (special.kind != SpecialValue::none) tensor.set_bits(index, special.bits);
         }
       }
     }
   };
-  std::int64_t threads = std::min<std::int64_t>(
-      std::max(1u, std::thread::hardware_concurrency()), std::max<std::int64_t>(1, rows * width / (1 << 16)));
+  std::int64_t threads =
+      std::min<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()),
+                             std::max<std::int64_t>(1, rows * width / (1 << 16)));
   if (threads <= 1) {
     fill_rows(0, rows);
     return tensor;
@@ -77,10 +81,40 @@ Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::ui
   return tensor;
 }
 
-struct LayoutResult {
-  std::map<std::string, Tensor> rows;  // row outputs gathered by logical row
-  std::vector<bool> present;           // which logical rows the layout produced
-  std::map<std::string, Tensor> reductions;
+// Parameters (weights, gains) shared by the cases that draw the same ones: the last few, with
+// the ids device impls cache their uploads by. Input ids are unique in the process (not per
+// Runner).
+class ParameterCache {
+ public:
+  std::pair<std::shared_ptr<const Tensor>, std::uint64_t> get(const TensorDecl& decl,
+                                                              std::uint64_t seed) {
+    std::string key = decl.name + "/" + to_string(decl.dtype) + "/" + shape_string(decl.shape) +
+                      "/" + std::to_string(seed) + "/" + std::to_string(decl.scale) + "/" +
+                      std::to_string(decl.index_bound) + "/" +
+                      std::to_string(static_cast<int>(decl.generator));
+    for (const auto& entry : entries_) {
+      if (entry.first == key) return entry.second;
+    }
+    auto tensor = std::make_shared<const Tensor>(generate(decl, decl.shape, seed));
+    if (entries_.size() >= parameter_cache_entries) entries_.erase(entries_.begin());
+    entries_.push_back({key, {tensor, new_input_id()}});
+    return entries_.back().second;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::pair<std::shared_ptr<const Tensor>, std::uint64_t>>>
+      entries_;
+};
+
+// The FP32 reference of the last input group (CaseSpec::input_group): the impls of a group run
+// one after another (the sweep orders them so) and share it. Kept only up to a size.
+struct ReferenceCache {
+  std::string group;
+  std::map<std::string, Tensor> outputs;
+  void clear() {
+    group.clear();
+    outputs.clear();
+  }
 };
 
 struct Inputs {
@@ -88,131 +122,29 @@ struct Inputs {
   std::map<std::string, std::uint64_t> ids;
 };
 
-}  // namespace
+// What a case will do, before anything runs: its tensors, logical rows, the rows computed alone
+// and the layouts in run order (the canonical ones first, so every other layout is compared as
+// soon as it has run and its outputs, gigabytes for GPU-sized cases, are dropped right away).
+struct CasePlan {
+  std::vector<TensorDecl> decls;
+  bool has_rows = false, has_reductions = false;
+  std::int64_t rows = 0;
+  std::vector<std::int64_t> alone_rows;
+  std::string canonical_rows_layout;
+  std::vector<std::string> layouts;
 
-struct Runner::State {
-  const Registry& registry;
-  const Contract& contract;
-  // Input ids are unique in the process (not per Runner): device impls cache uploads by id.
-  static std::uint64_t next_input_id() { return new_input_id(); }
-  std::vector<std::pair<std::string, std::pair<std::shared_ptr<const Tensor>, std::uint64_t>>> parameters;
-  // The FP32 reference of the last input group (CaseSpec::input_group): the impls of a group run
-  // one after another (the sweep orders them so) and share it. Kept only up to a size.
-  std::string reference_group;
-  std::map<std::string, Tensor> reference;
-
-  State(const Registry& r, const Contract& c) : registry(r), contract(c) {}
-
-  std::pair<std::shared_ptr<const Tensor>, std::uint64_t> parameter(const TensorDecl& decl,
-                                                                     std::uint64_t seed) {
-    std::string key = decl.name + "/" + to_string(decl.dtype) + "/" + shape_string(decl.shape) + "/" +
-                      std::to_string(seed) + "/" + std::to_string(decl.scale) + "/" +
-                      std::to_string(decl.index_bound) + "/" + std::to_string(static_cast<int>(decl.generator));
-    for (const auto& entry : parameters) {
-      if (entry.first == key) return entry.second;
-    }
-    auto tensor = std::make_shared<const Tensor>(generate(decl, decl.shape, seed));
-    if (parameters.size() >= parameter_cache_entries) parameters.erase(parameters.begin());
-    parameters.push_back({key, {tensor, next_input_id()}});
-    return parameters.back().second;
+  // 0: the canonical layout for row outputs, 1: the batch layout, 2: any other.
+  int rank(const std::string& layout) const {
+    if (layout == canonical_rows_layout && has_rows) return 0;
+    if (layout == canonical_reduction_layout) return 1;
+    return 2;
   }
-
-  LayoutResult execute(const Layout& layout, Impl& impl, const CaseSpec& spec, std::int64_t rows,
-                       const std::vector<TensorDecl>& decls, const Inputs& inputs,
-                       nlohmann::json& impl_config, double& impl_seconds, bool reductions_wanted) {
-    LayoutResult result;
-    result.present.assign(static_cast<std::size_t>(rows), false);
-    std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
-    auto is_identity = [&](const Invocation& invocation) {
-      bool identity = invocation.slots() == rows;
-      for (std::int64_t s = 0; identity && s < invocation.slots(); ++s) {
-        identity = invocation.slot_rows[static_cast<std::size_t>(s)] == s;
-      }
-      return identity;
-    };
-    // One invocation holding every row in order (the batch layout): its outputs are the logical
-    // outputs, taken over without a copy.
-    const bool whole = layout.invocations.size() == 1 && is_identity(layout.invocations[0]);
-    for (const auto& decl : decls) {
-      if (decl.role == TensorRole::row_output && !whole) {
-        result.rows.emplace(decl.name, Tensor(decl.dtype, full_shape(decl, rows)));
-        result.rows[decl.name].fill_nan();
-      } else if (decl.role == TensorRole::reduction_output) {
-        result.reductions.emplace(decl.name, Tensor(decl.dtype, decl.shape));
-      }
-    }
-    for (std::size_t i = 0; i < layout.invocations.size(); ++i) {
-      const Invocation& invocation = layout.invocations[i];
-      Batch batch;
-      batch.spec = &spec;
-      batch.invocation = &invocation;
-      batch.invocation_index = static_cast<std::int64_t>(i);
-      batch.invocation_count = static_cast<std::int64_t>(layout.invocations.size());
-      batch.reductions_wanted = reductions_wanted;
-      batch.layout_state = layout_state;
-      const bool identity = is_identity(invocation);
-      for (const auto& decl : decls) {
-        if (decl.role == TensorRole::parameter || (decl.role == TensorRole::row_input && identity)) {
-          batch.inputs[decl.name] = inputs.tensors.at(decl.name);
-          batch.input_ids[decl.name] = inputs.ids.at(decl.name);
-        } else if (decl.role == TensorRole::row_input) {
-          const Tensor& logical = *inputs.tensors.at(decl.name);
-          Tensor physical(decl.dtype, full_shape(decl, invocation.slots()));
-          physical.fill_nan();  // pad slots: NaN, so a leak into real rows cannot hide
-          for (std::int64_t s = 0; s < invocation.slots(); ++s) {
-            std::int64_t row = invocation.slot_rows[static_cast<std::size_t>(s)];
-            if (row >= 0) physical.copy_row_from(logical, row, s);
-          }
-          batch.inputs[decl.name] = std::make_shared<const Tensor>(std::move(physical));
-          batch.input_ids[decl.name] = next_input_id();
-        } else if (decl.role == TensorRole::row_output) {
-          Tensor output(decl.dtype, full_shape(decl, invocation.slots()));
-          output.fill_nan();  // poison: an unwritten element shows up as NaN
-          batch.outputs.emplace(decl.name, std::move(output));
-        } else {
-          batch.outputs.emplace(decl.name, std::move(result.reductions[decl.name]));
-        }
-      }
-      auto start = Clock::now();
-      impl.run(batch);
-      impl_seconds += seconds_since(start);
-      layout_state = batch.layout_state;
-      if (!batch.impl_config.is_null()) impl_config = batch.impl_config;
-      for (const auto& decl : decls) {
-        if (!is_output(decl)) continue;
-        Tensor& output = batch.out(decl.name);
-        auto expected = decl.role == TensorRole::row_output ? full_shape(decl, invocation.slots()) : decl.shape;
-        if (output.shape() != expected || output.dtype() != decl.dtype) {
-          throw std::runtime_error("impl " + impl.name() + " returned " + decl.name + " as " +
-                                   to_string(output.dtype()) + shape_string(output.shape()) +
-                                   ", expected " + to_string(decl.dtype) + shape_string(expected));
-        }
-        if (decl.role == TensorRole::reduction_output) {
-          result.reductions[decl.name] = std::move(output);
-          continue;
-        }
-        if (whole) {
-          result.rows[decl.name] = std::move(output);
-          result.present.assign(static_cast<std::size_t>(rows), true);
-          continue;
-        }
-        for (std::int64_t s = 0; s < invocation.slots(); ++s) {
-          std::int64_t row = invocation.slot_rows[static_cast<std::size_t>(s)];
-          if (row < 0) continue;
-          result.rows[decl.name].copy_row_from(output, s, row);
-          result.present[static_cast<std::size_t>(row)] = true;
-        }
-      }
-    }
-    return result;
+  // A canonical layout runs spec.repeats times, for the determinism check.
+  bool canonical(const std::string& layout) const {
+    return (layout == canonical_rows_layout && has_rows) ||
+           (layout == canonical_reduction_layout && has_reductions);
   }
 };
-
-Runner::Runner(const Registry& registry, const Contract& contract)
-    : state_(std::make_unique<State>(registry, contract)) {}
-Runner::~Runner() = default;
-
-namespace {
 
 std::optional<std::string> skip_reason(const Registry& registry, const Contract& contract,
                                        const OpDef& op, const Impl& impl, const CaseSpec& spec) {
@@ -220,14 +152,186 @@ std::optional<std::string> skip_reason(const Registry& registry, const Contract&
   if (!registry.backend_available(impl.backend())) {
     return "backend unavailable: " + registry.backend_reason(impl.backend());
   }
-  if (spec.pass == Pass::backward && !op.has_backward) return "op " + op.name + " has no backward pass";
-  if (!impl.supports(spec.pass)) return "impl " + impl.name() + " has no " + to_string(spec.pass) + " pass";
+  if (spec.pass == Pass::backward && !op.has_backward) {
+    return "op " + op.name + " has no backward pass";
+  }
+  if (!impl.supports(spec.pass)) {
+    return "impl " + impl.name() + " has no " + to_string(spec.pass) + " pass";
+  }
   if (op.shape_problem) {
     if (auto problem = op.shape_problem(spec)) return "shape invalid: " + *problem;
   }
   if (auto reason = impl.skip_reason(spec)) return reason;
   // Last, once the case is known to be valid: a device case too large for the free memory.
-  return device_memory_skip_reason(op, impl, spec);
+  return device_memory_skip_reason(registry, op, impl, spec);
+}
+
+CasePlan plan_case(const OpDef& op, const CaseSpec& spec) {
+  CasePlan plan;
+  plan.decls = op.tensors(spec);
+  for (const auto& decl : plan.decls) {
+    plan.has_rows = plan.has_rows || decl.role == TensorRole::row_output;
+    plan.has_reductions = plan.has_reductions || decl.role == TensorRole::reduction_output;
+  }
+  plan.rows = op.logical_rows ? op.logical_rows(spec) : spec.rows;
+  plan.alone_rows = select_alone_rows(spec, plan.rows);
+  plan.canonical_rows_layout = op.make_layout ? op.canonical_layout : canonical_layout;
+  plan.layouts = spec.layouts;
+  auto ensure = [&](const std::string& name) {
+    if (std::find(plan.layouts.begin(), plan.layouts.end(), name) == plan.layouts.end()) {
+      plan.layouts.insert(plan.layouts.begin(), name);
+    }
+  };
+  // The batch layout is the reference for token reductions and for rows outside the alone
+  // sample, so it runs whenever either exists. It also holds the trajectory a composed op's
+  // per-call references follow.
+  if (plan.has_reductions || op.reference_along ||
+      (plan.has_rows && static_cast<std::int64_t>(plan.alone_rows.size()) < plan.rows)) {
+    ensure(canonical_reduction_layout);
+  }
+  if (plan.has_rows) ensure(plan.canonical_rows_layout);
+  std::stable_sort(
+      plan.layouts.begin(), plan.layouts.end(),
+      [&](const std::string& a, const std::string& b) { return plan.rank(a) < plan.rank(b); });
+  return plan;
+}
+
+// nullopt: the layout does not apply to this op or case (an op's own layout names and the
+// generic ones are disjoint), so it is not run.
+std::optional<Layout> build_layout(const OpDef& op, const Impl& impl, const CaseSpec& spec,
+                                   const CasePlan& plan, const std::string& name) {
+  if (op.make_layout) return op.make_layout(name, spec);
+  if (!is_known_layout(name)) return std::nullopt;
+  return make_layout(name, spec, plan.alone_rows, impl.token_granularity());
+}
+
+Inputs generate_inputs(const CasePlan& plan, const CaseSpec& spec, ParameterCache& parameters) {
+  Inputs inputs;
+  for (const auto& decl : plan.decls) {
+    if (decl.role == TensorRole::parameter) {
+      auto [tensor, id] = parameters.get(decl, spec.seed);
+      inputs.tensors[decl.name] = tensor;
+      inputs.ids[decl.name] = id;
+    } else if (decl.role == TensorRole::row_input) {
+      inputs.tensors[decl.name] = std::make_shared<const Tensor>(
+          generate(decl, full_shape(decl, plan.rows), spec.seed, spec.special_values));
+      inputs.ids[decl.name] = new_input_id();
+    }
+  }
+  return inputs;
+}
+
+bool is_identity(const Invocation& invocation, std::int64_t rows) {
+  bool identity = invocation.slots() == rows;
+  for (std::int64_t s = 0; identity && s < invocation.slots(); ++s) {
+    identity = invocation.slot_rows[static_cast<std::size_t>(s)] == s;
+  }
+  return identity;
+}
+
+// One invocation's batch: parameters and in-order row inputs shared, other row inputs placed in
+// their slots (pad slots NaN), row outputs poisoned, reduction outputs carried across invocations.
+Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
+                 const std::vector<TensorDecl>& decls, const Inputs& inputs, std::int64_t rows,
+                 LayoutOutputs& result, bool reductions_wanted) {
+  const Invocation& invocation = layout.invocations[index];
+  Batch batch;
+  batch.spec = &spec;
+  batch.invocation = &invocation;
+  batch.invocation_index = static_cast<std::int64_t>(index);
+  batch.invocation_count = static_cast<std::int64_t>(layout.invocations.size());
+  batch.reductions_wanted = reductions_wanted;
+  const bool identity = is_identity(invocation, rows);
+  for (const auto& decl : decls) {
+    if (decl.role == TensorRole::parameter || (decl.role == TensorRole::row_input && identity)) {
+      batch.inputs[decl.name] = inputs.tensors.at(decl.name);
+      batch.input_ids[decl.name] = inputs.ids.at(decl.name);
+    } else if (decl.role == TensorRole::row_input) {
+      const Tensor& logical = *inputs.tensors.at(decl.name);
+      Tensor physical(decl.dtype, full_shape(decl, invocation.slots()));
+      physical.fill_nan();  // pad slots: NaN, so a leak into real rows cannot hide
+      for (std::int64_t s = 0; s < invocation.slots(); ++s) {
+        std::int64_t row = invocation.slot_rows[static_cast<std::size_t>(s)];
+        if (row >= 0) physical.copy_row_from(logical, row, s);
+      }
+      batch.inputs[decl.name] = std::make_shared<const Tensor>(std::move(physical));
+      batch.input_ids[decl.name] = new_input_id();
+    } else if (decl.role == TensorRole::row_output) {
+      Tensor output(decl.dtype, full_shape(decl, invocation.slots()));
+      output.fill_nan();  // poison: an unwritten element shows up as NaN
+      batch.outputs.emplace(decl.name, std::move(output));
+    } else {
+      batch.outputs.emplace(decl.name, std::move(result.reductions[decl.name]));
+    }
+  }
+  return batch;
+}
+
+// Takes an invocation's outputs into the layout's: row outputs by logical row (or whole, when the
+// layout is one in-order invocation), reduction outputs as they are.
+void gather_outputs(const Impl& impl, const Invocation& invocation, bool whole,
+                    const std::vector<TensorDecl>& decls, std::int64_t rows, Batch& batch,
+                    LayoutOutputs& result) {
+  for (const auto& decl : decls) {
+    if (!is_output(decl)) continue;
+    Tensor& output = batch.out(decl.name);
+    auto expected =
+        decl.role == TensorRole::row_output ? full_shape(decl, invocation.slots()) : decl.shape;
+    if (output.shape() != expected || output.dtype() != decl.dtype) {
+      throw std::runtime_error("impl " + impl.name() + " returned " + decl.name + " as " +
+                               to_string(output.dtype()) + shape_string(output.shape()) +
+                               ", expected " + to_string(decl.dtype) + shape_string(expected));
+    }
+    if (decl.role == TensorRole::reduction_output) {
+      result.reductions[decl.name] = std::move(output);
+      continue;
+    }
+    if (whole) {
+      result.rows[decl.name] = std::move(output);
+      result.present.assign(static_cast<std::size_t>(rows), true);
+      continue;
+    }
+    for (std::int64_t s = 0; s < invocation.slots(); ++s) {
+      std::int64_t row = invocation.slot_rows[static_cast<std::size_t>(s)];
+      if (row < 0) continue;
+      result.rows[decl.name].copy_row_from(output, s, row);
+      result.present[static_cast<std::size_t>(row)] = true;
+    }
+  }
+}
+
+// Runs every invocation of a layout through the impl; the outputs by logical row.
+LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& spec,
+                             const CasePlan& plan, const Inputs& inputs,
+                             nlohmann::json& impl_config, double& impl_seconds,
+                             bool reductions_wanted) {
+  LayoutOutputs result;
+  result.present.assign(static_cast<std::size_t>(plan.rows), false);
+  std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
+  // One invocation holding every row in order (the batch layout): its outputs are the logical
+  // outputs, taken over without a copy.
+  const bool whole =
+      layout.invocations.size() == 1 && is_identity(layout.invocations[0], plan.rows);
+  for (const auto& decl : plan.decls) {
+    if (decl.role == TensorRole::row_output && !whole) {
+      result.rows.emplace(decl.name, Tensor(decl.dtype, full_shape(decl, plan.rows)));
+      result.rows[decl.name].fill_nan();
+    } else if (decl.role == TensorRole::reduction_output) {
+      result.reductions.emplace(decl.name, Tensor(decl.dtype, decl.shape));
+    }
+  }
+  for (std::size_t i = 0; i < layout.invocations.size(); ++i) {
+    Batch batch =
+        make_batch(spec, layout, i, plan.decls, inputs, plan.rows, result, reductions_wanted);
+    batch.layout_state = layout_state;
+    auto start = Clock::now();
+    impl.run(batch);
+    impl_seconds += seconds_since(start);
+    layout_state = batch.layout_state;
+    if (!batch.impl_config.is_null()) impl_config = batch.impl_config;
+    gather_outputs(impl, layout.invocations[i], whole, plan.decls, plan.rows, batch, result);
+  }
+  return result;
 }
 
 // All of [0, rows) when small, else `limit` indices including the first and last.
@@ -244,43 +348,52 @@ std::vector<std::int64_t> reduction_sample(std::int64_t rows, std::uint64_t seed
   return {chosen.begin(), chosen.end()};
 }
 
-void compare_rows(const std::string& layout, const std::string& reference_layout,
-                  const TensorDecl& decl, const LayoutResult& expected, const LayoutResult& actual,
-                  const std::vector<std::int64_t>& rows, CaseResult& result) {
-  DriftComparator comparator(decl.name, decl.dtype);
-  for (std::int64_t row : rows) {
-    comparator.compare_row(row, expected.rows.at(decl.name), row, actual.rows.at(decl.name), row);
+// The rows (and, for wide outputs, columns) the reference computes.
+ReferenceRequest reference_request(const CasePlan& plan, const CaseSpec& spec) {
+  ReferenceRequest request{plan.alone_rows, {}, {}};
+  for (const auto& decl : plan.decls) {
+    if (decl.role == TensorRole::reduction_output && request.reduction_rows.empty()) {
+      request.reduction_rows = reduction_sample(decl.shape.empty() ? 1 : decl.shape[0], spec.seed);
+    }
+    std::int64_t width = 1;
+    for (std::int64_t extent : decl.shape) width *= extent;
+    if (decl.role == TensorRole::row_output &&
+        width > static_cast<std::int64_t>(max_reference_columns)) {
+      request.columns[decl.name] =
+          reduction_sample(width, spec.seed ^ hash_name(decl.name), max_reference_columns);
+    }
   }
-  ++result.layout_comparisons;
-  DriftMetrics metrics = comparator.metrics();
-  metrics.layout = layout;
-  metrics.reference_layout = reference_layout;
-  if (metrics.drifted()) result.drift.push_back(metrics);
+  return request;
 }
 
-DriftMetrics compare_whole(const std::string& layout, const std::string& reference_layout,
-                           const TensorDecl& decl, const Tensor& expected, const Tensor& actual) {
-  DriftComparator comparator(decl.name, decl.dtype);
-  for (std::int64_t row = 0; row < expected.rows(); ++row) {
-    comparator.compare_row(row, expected, row, actual, row);
+// Row inputs are owned by this case alone once every layout has run: moved, not copied
+// (gigabytes for vocab-sized backward cases). Cached parameters are shared, so copied.
+std::map<std::string, Tensor> take_logical_inputs(Inputs& inputs) {
+  std::map<std::string, Tensor> logical_inputs;
+  for (auto& [name, tensor] : inputs.tensors) {
+    if (tensor.use_count() == 1) {
+      logical_inputs.emplace(name, std::move(*std::const_pointer_cast<Tensor>(tensor)));
+      tensor.reset();
+    } else {
+      logical_inputs.emplace(name, *tensor);
+    }
   }
-  DriftMetrics metrics = comparator.metrics();
-  metrics.layout = layout;
-  metrics.reference_layout = reference_layout;
-  return metrics;
+  return logical_inputs;
 }
 
-std::string fingerprint_outputs(const std::vector<TensorDecl>& decls, const LayoutResult& canonical,
-                                const LayoutResult* reductions,
+std::string fingerprint_outputs(const std::vector<TensorDecl>& decls,
+                                const LayoutOutputs& canonical, const LayoutOutputs* reductions,
                                 const std::vector<std::int64_t>& rows) {
   std::uint64_t hash = 0;
   for (const auto& decl : decls) {
     if (decl.role == TensorRole::row_output) {
       const Tensor& tensor = canonical.rows.at(decl.name);
-      std::size_t row_bytes = static_cast<std::size_t>(tensor.row_size()) * dtype_size(tensor.dtype());
+      std::size_t row_bytes =
+          static_cast<std::size_t>(tensor.row_size()) * dtype_size(tensor.dtype());
       hash = fingerprint_bytes(decl.name.data(), decl.name.size(), hash);
       for (std::int64_t row : rows) {
-        hash = fingerprint_bytes(static_cast<const std::byte*>(tensor.data()) + row_bytes * static_cast<std::size_t>(row),
+        hash = fingerprint_bytes(static_cast<const std::byte*>(tensor.data()) +
+                                     row_bytes * static_cast<std::size_t>(row),
                                  row_bytes, hash);
       }
     } else if (decl.role == TensorRole::reduction_output && reductions) {
@@ -293,6 +406,210 @@ std::string fingerprint_outputs(const std::vector<TensorDecl>& decls, const Layo
 }
 
 }  // namespace
+
+struct Runner::State {
+  const Registry& registry;
+  const Contract& contract;
+  ParameterCache parameters;
+  ReferenceCache reference;
+
+  State(const Registry& r, const Contract& c) : registry(r), contract(c) {}
+};
+
+namespace {
+
+// One case through the pipeline. Each step leaves its typed result in a member, so a case that
+// fails part-way (`error`) still reports the layouts that ran and what they found.
+class CasePipeline {
+ public:
+  CasePipeline(const CaseSpec& spec, const OpDef& op, Impl& impl, const Contract& contract,
+               ParameterCache& parameters, ReferenceCache& reference, CaseArtifacts* artifacts)
+      : spec_(spec),
+        op_(op),
+        impl_(impl),
+        contract_(contract),
+        parameters_(parameters),
+        reference_(reference),
+        artifacts_(artifacts) {}
+
+  void run() {
+    plan_ = plan_case(op_, spec_);
+    canonical_.rows_layout = plan_.canonical_rows_layout;
+    auto inputs_start = Clock::now();
+    inputs_ = generate_inputs(plan_, spec_, parameters_);
+    timings_.inputs_seconds = seconds_since(inputs_start);
+    run_layouts();
+    compute_reference();
+    check_accuracy();
+    keep_artifacts();
+    if (reference_bytes() > max_cached_reference_bytes) reference_.clear();
+  }
+
+  // The CaseResult from the checks' results (partial ones after an error).
+  void assemble(CaseResult& result) {
+    if (complete_) result.verdict = verdict_of(invariance_, determinism_, accuracy_);
+    result.layouts_run = std::move(layouts_run_);
+    result.drift = std::move(invariance_.drift);
+    result.layout_comparisons = invariance_.comparisons;
+    result.nondeterminism = std::move(determinism_.nondeterminism);
+    result.accuracy = std::move(accuracy_.tensors);
+    result.fingerprint = std::move(fingerprint_);
+    result.impl_config = std::move(impl_config_);
+    result.timings = timings_;
+  }
+
+ private:
+  // Every layout through the impl, canonical ones first. Each other layout is checked for
+  // invariance as soon as it has run, the batch layout too (against alone); each canonical
+  // layout's repeats for determinism against its first run.
+  void run_layouts() {
+    for (const auto& name : plan_.layouts) {
+      std::optional<Layout> layout = build_layout(op_, impl_, spec_, plan_, name);
+      if (!layout) continue;
+      const int runs = plan_.canonical(name) ? spec_.repeats : 1;
+      for (int repeat = 0; repeat < runs; ++repeat) {
+        // Reductions are compared in the batch layout (the reference) and in layouts holding
+        // every token in order; kept for a dump too.
+        const bool reductions_wanted = name == canonical_reduction_layout ||
+                                       layout->covers_all_rows_in_order || artifacts_ != nullptr;
+        LayoutOutputs outputs = execute_layout(*layout, impl_, spec_, plan_, inputs_, impl_config_,
+                                               timings_.impl_seconds, reductions_wanted);
+        if (repeat == 0) {
+          keep_or_check(name, *layout, std::move(outputs));
+        } else {
+          auto compare_start = Clock::now();
+          determinism_.append(
+              check_determinism(plan_.decls, name, repeat, kept_.at(name), outputs));
+          timings_.compare_seconds += seconds_since(compare_start);
+        }
+      }
+      layouts_run_.push_back(name);
+    }
+  }
+
+  void keep_or_check(const std::string& name, const Layout& layout, LayoutOutputs outputs) {
+    const int rank = plan_.rank(name);
+    if (rank == 2) {
+      check_layout(name, layout, outputs);
+      if (artifacts_) kept_.emplace(name, std::move(outputs));
+      return;
+    }
+    const LayoutOutputs& kept = kept_.emplace(name, std::move(outputs)).first->second;
+    if (rank == 0) canonical_.alone = &kept;
+    if (rank == 1) {
+      canonical_.batch = &kept;
+      if (canonical_.alone) check_layout(name, layout, kept);  // the batch against alone too
+    }
+  }
+
+  void check_layout(const std::string& name, const Layout& layout, const LayoutOutputs& outputs) {
+    auto compare_start = Clock::now();
+    invariance_.append(
+        check_invariance(plan_.decls, name, layout.covers_all_rows_in_order, outputs, canonical_));
+    timings_.compare_seconds += seconds_since(compare_start);
+  }
+
+  // The FP32 reference on the same rounded inputs: along the impl's own trajectory for composed
+  // ops (for this case alone), else once per input group.
+  void compute_reference() {
+    auto reference_start = Clock::now();
+    request_ = reference_request(plan_, spec_);
+    logical_inputs_ = take_logical_inputs(inputs_);
+    const std::string group = spec_.input_group();
+    if (op_.reference_along) {
+      if (!canonical_.batch) throw std::logic_error(op_.name + ": the batch layout did not run");
+      reference_.clear();
+      op_.reference_along(spec_, logical_inputs_, canonical_.batch->rows, request_,
+                          reference_.outputs);
+    } else if (reference_.group != group) {
+      reference_.clear();
+      std::map<std::string, Tensor> fresh;
+      op_.reference(spec_, logical_inputs_, request_, fresh);
+      reference_.outputs = std::move(fresh);
+      reference_.group = group;
+    }
+    timings_.reference_seconds = seconds_since(reference_start);
+  }
+
+  // Accuracy of the canonical outputs (along a trajectory: the batch layout's, which the
+  // references were fed), then the fingerprint of the canonical bits.
+  void check_accuracy() {
+    auto compare_start = Clock::now();
+    AccuracyInputs inputs;
+    inputs.row_outputs = op_.reference_along ? canonical_.batch : canonical_.alone;
+    inputs.batch = canonical_.batch;
+    inputs.reference = &reference_.outputs;
+    inputs.request = &request_;
+    inputs.threshold_of = [this](const std::string& output) -> const Threshold& {
+      const auto [key, tensor] =
+          op_.threshold_of ? op_.threshold_of(output) : std::make_pair(op_.tolerance_key, output);
+      return contract_.threshold(key, spec_.dtype_name, tensor);
+    };
+    inputs.nonfinite_rules.nan_matches_reference =
+        spec_.special_values > 0 && contract_.special_values.nan == "match_reference_position";
+    for (const auto& decl : plan_.decls) {  // one at a time: an error keeps the ones before it
+      if (is_output(decl))
+        accuracy_.tensors.push_back(check_output_accuracy(op_.name, decl, inputs));
+    }
+    fingerprint_ =
+        fingerprint_outputs(plan_.decls, canonical_.alone ? *canonical_.alone : *canonical_.batch,
+                            canonical_.batch, plan_.alone_rows);
+    timings_.compare_seconds += seconds_since(compare_start);
+    complete_ = true;
+  }
+
+  void keep_artifacts() {
+    if (!artifacts_) return;
+    artifacts_->inputs = std::move(logical_inputs_);
+    for (auto& [name, layout_outputs] : kept_) {
+      auto& outputs = artifacts_->layout_outputs[name];
+      for (auto& [tensor_name, tensor] : layout_outputs.rows) {
+        outputs.emplace(tensor_name, std::move(tensor));
+      }
+      for (auto& [tensor_name, tensor] : layout_outputs.reductions) {
+        outputs.emplace(tensor_name, std::move(tensor));
+      }
+    }
+    artifacts_->reference = reference_.outputs;
+    artifacts_->reference_rows = plan_.alone_rows;
+  }
+
+  std::size_t reference_bytes() const {
+    std::size_t bytes = 0;
+    for (const auto& entry : reference_.outputs) bytes += entry.second.bytes();
+    return bytes;
+  }
+
+  const CaseSpec& spec_;
+  const OpDef& op_;
+  Impl& impl_;
+  const Contract& contract_;
+  ParameterCache& parameters_;
+  ReferenceCache& reference_;
+  CaseArtifacts* artifacts_;
+
+  CasePlan plan_;
+  Inputs inputs_;
+  std::map<std::string, LayoutOutputs> kept_;  // canonical layouts (and every one for a dump)
+  CanonicalOutputs canonical_;
+  ReferenceRequest request_;
+  std::map<std::string, Tensor> logical_inputs_;
+
+  std::vector<std::string> layouts_run_;
+  InvarianceResult invariance_;
+  DeterminismResult determinism_;
+  AccuracyResult accuracy_;
+  std::string fingerprint_;
+  nlohmann::json impl_config_;
+  CaseTimings timings_;
+  bool complete_ = false;
+};
+
+}  // namespace
+
+Runner::Runner(const Registry& registry, const Contract& contract)
+    : state_(std::make_unique<State>(registry, contract)) {}
+Runner::~Runner() = default;
 
 CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   auto case_start = Clock::now();
@@ -309,236 +626,18 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
     result.reason = *reason;
     return result;
   }
-
+  CasePipeline pipeline(spec, *op, *impl, state_->contract, state_->parameters, state_->reference,
+                        artifacts);
+  std::optional<std::string> error;
   try {
-    std::vector<TensorDecl> decls = op->tensors(spec);
-    bool has_rows = false, has_reductions = false;
-    for (const auto& decl : decls) {
-      has_rows = has_rows || decl.role == TensorRole::row_output;
-      has_reductions = has_reductions || decl.role == TensorRole::reduction_output;
-    }
-
-    const std::int64_t rows = op->logical_rows ? op->logical_rows(spec) : spec.rows;
-    auto inputs_start = Clock::now();
-    Inputs inputs;
-    for (const auto& decl : decls) {
-      if (decl.role == TensorRole::parameter) {
-        auto [tensor, id] = state_->parameter(decl, spec.seed);
-        inputs.tensors[decl.name] = tensor;
-        inputs.ids[decl.name] = id;
-      } else if (decl.role == TensorRole::row_input) {
-        inputs.tensors[decl.name] = std::make_shared<const Tensor>(
-            generate(decl, full_shape(decl, rows), spec.seed, spec.special_values));
-        inputs.ids[decl.name] = State::next_input_id();
-      }
-    }
-    result.timings.inputs_seconds = seconds_since(inputs_start);
-
-    std::vector<std::int64_t> alone_rows = select_alone_rows(spec, rows);
-    const std::string canonical_rows_layout = op->make_layout ? op->canonical_layout : canonical_layout;
-    // nullopt: the layout does not apply to this op or case (an op's own layout names and the
-    // generic ones are disjoint), so it is not run.
-    auto build_layout = [&](const std::string& name) -> std::optional<Layout> {
-      if (op->make_layout) return op->make_layout(name, spec);
-      if (!is_known_layout(name)) return std::nullopt;
-      return make_layout(name, spec, alone_rows, impl->token_granularity());
-    };
-    std::vector<std::string> layout_names = spec.layouts;
-    auto ensure = [&](const std::string& name) {
-      if (std::find(layout_names.begin(), layout_names.end(), name) == layout_names.end()) {
-        layout_names.insert(layout_names.begin(), name);
-      }
-    };
-    // The batch layout is the reference for token reductions and for rows outside the alone
-    // sample, so it runs whenever either exists.
-    // It also holds the trajectory a composed op's per-call references follow.
-    if (has_reductions || op->reference_along ||
-        (has_rows && static_cast<std::int64_t>(alone_rows.size()) < rows)) {
-      ensure(canonical_reduction_layout);
-    }
-    if (has_rows) ensure(canonical_rows_layout);
-
-    // Canonical layouts first, so every other layout is compared as soon as it has run and its
-    // outputs (gigabytes for GPU-sized cases) are dropped right away.
-    auto reference_rank = [&](const std::string& name) {
-      if (name == canonical_rows_layout && has_rows) return 0;
-      if (name == canonical_reduction_layout) return 1;
-      return 2;
-    };
-    std::stable_sort(layout_names.begin(), layout_names.end(), [&](const std::string& a, const std::string& b) {
-      return reference_rank(a) < reference_rank(b);
-    });
-    std::map<std::string, LayoutResult> results;
-    const LayoutResult* alone = nullptr;
-    const LayoutResult* packed = nullptr;
-    auto compare_layout = [&](const std::string& name, const LayoutResult& layout_result) {
-      auto compare_start = Clock::now();
-      for (const auto& decl : decls) {
-        if (decl.role == TensorRole::row_output && name != canonical_rows_layout) {
-          std::vector<std::int64_t> against_alone, against_batch;
-          for (std::int64_t row = 0; row < rows; ++row) {
-            if (!layout_result.present[static_cast<std::size_t>(row)]) continue;
-            if (alone->present[static_cast<std::size_t>(row)]) {
-              against_alone.push_back(row);
-            } else if (packed && name != canonical_reduction_layout) {
-              against_batch.push_back(row);  // rows outside the alone sample: against the batch
-            }
-          }
-          compare_rows(name, canonical_rows_layout, decl, *alone, layout_result, against_alone, result);
-          if (!against_batch.empty()) {
-            compare_rows(name, canonical_reduction_layout, decl, *packed, layout_result, against_batch, result);
-          }
-        }
-        if (decl.role == TensorRole::reduction_output && name != canonical_reduction_layout) {
-          if (!build_layout(name)->covers_all_rows_in_order) continue;
-          ++result.layout_comparisons;
-          DriftMetrics metrics = compare_whole(name, canonical_reduction_layout, decl,
-                                               packed->reductions.at(decl.name),
-                                               layout_result.reductions.at(decl.name));
-          if (metrics.drifted()) result.drift.push_back(metrics);
-        }
-      }
-      result.timings.compare_seconds += seconds_since(compare_start);
-    };
-    for (const auto& name : layout_names) {
-      std::optional<Layout> built = build_layout(name);
-      if (!built) continue;
-      const Layout& layout = *built;
-      bool canonical = (name == canonical_rows_layout && has_rows) ||
-                       (name == canonical_reduction_layout && has_reductions);
-      int runs = canonical ? spec.repeats : 1;
-      for (int repeat = 0; repeat < runs; ++repeat) {
-        // Reductions are compared in the batch layout (the reference) and in layouts holding
-        // every token in order; kept for a dump too.
-        const bool reductions_wanted = name == canonical_reduction_layout ||
-                                       layout.covers_all_rows_in_order || artifacts != nullptr;
-        LayoutResult run = state_->execute(layout, *impl, spec, rows, decls, inputs, result.impl_config,
-                                           result.timings.impl_seconds, reductions_wanted);
-        if (repeat == 0) {
-          if (reference_rank(name) < 2) {
-            results.emplace(name, std::move(run));
-            if (reference_rank(name) == 0) alone = &results.at(name);
-            if (reference_rank(name) == 1) {
-              packed = &results.at(name);
-              if (alone) compare_layout(name, *packed);  // the batch is checked against alone too
-            }
-          } else {
-            compare_layout(name, run);
-            if (artifacts) results.emplace(name, std::move(run));
-          }
-          continue;
-        }
-        // Determinism: the canonical layout run again must give identical bits.
-        auto compare_start = Clock::now();
-        const LayoutResult& first = results.at(name);
-        for (const auto& decl : decls) {
-          if (!is_output(decl)) continue;
-          const Tensor& a = decl.role == TensorRole::row_output ? first.rows.at(decl.name) : first.reductions.at(decl.name);
-          const Tensor& b = decl.role == TensorRole::row_output ? run.rows.at(decl.name) : run.reductions.at(decl.name);
-          DriftMetrics metrics = compare_whole(name + " repeat " + std::to_string(repeat + 1), name, decl, a, b);
-          if (metrics.drifted()) result.nondeterminism.push_back(metrics);
-        }
-        result.timings.compare_seconds += seconds_since(compare_start);
-      }
-      result.layouts_run.push_back(name);
-    }
-
-    // Accuracy: the canonical outputs against the FP32 reference on the same rounded inputs.
-    auto reference_start = Clock::now();
-    ReferenceRequest request{alone_rows, {}, {}};
-    for (const auto& decl : decls) {
-      if (decl.role == TensorRole::reduction_output && request.reduction_rows.empty()) {
-        request.reduction_rows = reduction_sample(decl.shape.empty() ? 1 : decl.shape[0], spec.seed);
-      }
-      std::int64_t width = 1;
-      for (std::int64_t extent : decl.shape) width *= extent;
-      if (decl.role == TensorRole::row_output && width > static_cast<std::int64_t>(max_reference_columns)) {
-        request.columns[decl.name] = reduction_sample(width, spec.seed ^ hash_name(decl.name), max_reference_columns);
-      }
-    }
-    // Row inputs are owned by this case alone once every layout has run: moved, not copied
-    // (gigabytes for vocab-sized backward cases). Cached parameters are shared, so copied.
-    std::map<std::string, Tensor> logical_inputs;
-    for (auto& [name, tensor] : inputs.tensors) {
-      if (tensor.use_count() == 1) {
-        logical_inputs.emplace(name, std::move(*std::const_pointer_cast<Tensor>(tensor)));
-        tensor.reset();
-      } else {
-        logical_inputs.emplace(name, *tensor);
-      }
-    }
-    const std::string group = spec.input_group();
-    if (op->reference_along) {
-      // Per-call references along the impl's own outputs: they belong to this case alone.
-      if (!packed) throw std::logic_error(op->name + ": the batch layout did not run");
-      state_->reference_group.clear();
-      state_->reference.clear();
-      op->reference_along(spec, logical_inputs, packed->rows, request, state_->reference);
-    } else if (state_->reference_group != group) {
-      state_->reference_group.clear();
-      state_->reference.clear();
-      std::map<std::string, Tensor> fresh;
-      op->reference(spec, logical_inputs, request, fresh);
-      state_->reference = std::move(fresh);
-      state_->reference_group = group;
-    }
-    const std::map<std::string, Tensor>& reference = state_->reference;
-    result.timings.reference_seconds = seconds_since(reference_start);
-
-    auto compare_start = Clock::now();
-    NonFiniteRules nonfinite_rules;
-    nonfinite_rules.nan_matches_reference =
-        spec.special_values > 0 && state_->contract.special_values.nan == "match_reference_position";
-    for (const auto& decl : decls) {
-      if (!is_output(decl)) continue;
-      const auto [threshold_key, threshold_tensor] =
-          op->threshold_of ? op->threshold_of(decl.name) : std::make_pair(op->tolerance_key, decl.name);
-      const Threshold& threshold = state_->contract.threshold(threshold_key, spec.dtype_name, threshold_tensor);
-      if (!reference.count(decl.name)) throw std::logic_error("reference of " + op->name + " did not produce " + decl.name);
-      if (decl.role == TensorRole::row_output) {
-        auto columns = request.columns.find(decl.name);
-        // Along a trajectory: the outputs the references were fed (the batch layout's).
-        const LayoutResult& checked = op->reference_along ? *packed : *alone;
-        result.accuracy.push_back(check_accuracy(decl.name, checked.rows.at(decl.name), alone_rows,
-                                                 reference.at(decl.name), alone_rows,
-                                                 threshold.atol, threshold.rtol,
-                                                 columns == request.columns.end() ? std::vector<std::int64_t>{} : columns->second,
-                                                 nonfinite_rules));
-      } else {
-        result.accuracy.push_back(check_accuracy(decl.name, packed->reductions.at(decl.name),
-                                                 request.reduction_rows, reference.at(decl.name),
-                                                 request.reduction_rows, threshold.atol, threshold.rtol, {},
-                                                 nonfinite_rules));
-      }
-    }
-    result.fingerprint = fingerprint_outputs(decls, alone ? *alone : *packed, packed, alone_rows);
-    result.timings.compare_seconds += seconds_since(compare_start);
-
-    bool accurate = std::all_of(result.accuracy.begin(), result.accuracy.end(),
-                                [](const AccuracyMetrics& m) { return m.passed(); });
-    result.verdict = !result.nondeterminism.empty() ? Verdict::nondeterministic
-                     : !result.drift.empty()        ? Verdict::drift
-                     : !accurate                    ? Verdict::inaccurate
-                                                    : Verdict::pass;
-    if (artifacts) {
-      artifacts->inputs = std::move(logical_inputs);
-      for (auto& [name, layout_result] : results) {
-        auto& outputs = artifacts->layout_outputs[name];
-        for (auto& [tensor_name, tensor] : layout_result.rows) outputs.emplace(tensor_name, std::move(tensor));
-        for (auto& [tensor_name, tensor] : layout_result.reductions) outputs.emplace(tensor_name, std::move(tensor));
-      }
-      artifacts->reference = reference;
-      artifacts->reference_rows = alone_rows;
-    }
-    std::size_t reference_bytes = 0;
-    for (const auto& entry : reference) reference_bytes += entry.second.bytes();
-    if (reference_bytes > max_cached_reference_bytes) {
-      state_->reference_group.clear();
-      state_->reference.clear();
-    }
-  } catch (const std::exception& error) {
+    pipeline.run();
+  } catch (const std::exception& exception) {
+    error = exception.what();
+  }
+  pipeline.assemble(result);
+  if (error) {
     result.verdict = Verdict::error;
-    result.reason = error.what();
+    result.reason = *error;
   }
   result.timings.total_seconds = seconds_since(case_start);
   return result;

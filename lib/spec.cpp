@@ -24,7 +24,8 @@ bool contains(const std::vector<std::string>& list, const std::string& value) {
 }
 
 // The names of `list` that `wanted` also names, in the order of `list`.
-std::vector<std::string> intersection(const std::vector<std::string>& list, const std::vector<std::string>& wanted) {
+std::vector<std::string> intersection(const std::vector<std::string>& list,
+                                      const std::vector<std::string>& wanted) {
   std::vector<std::string> kept;
   for (const auto& name : list) {
     if (contains(wanted, name)) kept.push_back(name);
@@ -47,8 +48,9 @@ void check_dtype(const Contract& contract, const std::string& dtype, const JsonC
   }
 }
 
-std::vector<std::string> parse_names(const JsonCursor& cursor,
-                                     const std::function<void(const std::string&, const JsonCursor&)>& check) {
+std::vector<std::string> parse_names(
+    const JsonCursor& cursor,
+    const std::function<void(const std::string&, const JsonCursor&)>& check) {
   std::vector<std::string> names;
   if (cursor.node().is_string()) {
     names.push_back(cursor.as_string());
@@ -73,7 +75,8 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
       sweep.impls = parse_names(*impls, [&](const std::string& name, const JsonCursor& at) {
         if (op && !registry.find_impl(op->name, name)) {
           std::string known;
-          for (Impl* impl : registry.impls(op->name)) known += (known.empty() ? "" : ", ") + impl->name();
+          for (Impl* impl : registry.impls(op->name))
+            known += (known.empty() ? "" : ", ") + impl->name();
           at.fail("an impl of " + op->name + " (" + known + "), got \"" + name + "\"");
         }
       });
@@ -91,7 +94,11 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
   }
   if (auto layouts = node.find("layouts")) {
     sweep.layouts = parse_names(*layouts, [&](const std::string& name, const JsonCursor& at) {
-      if (!is_accepted_layout(registry, op, name)) at.fail("a layout (alone, batch, shuffled, pad_right, pad_left, ragged, microbatch, or one of the op's own), got \"" + name + "\"");
+      if (!is_accepted_layout(registry, op, name))
+        at.fail(
+            "a layout (alone, batch, shuffled, pad_right, pad_left, ragged, microbatch, or one of "
+            "the op's own), got \"" +
+            name + "\"");
     });
   }
   if (auto seeds = node.find("seeds")) {
@@ -106,19 +113,22 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
     for (const auto& item : batches->items()) sweep.batches.push_back(item.as_int(1, max_batch));
     if (sweep.batches.empty()) batches->fail("a non-empty list of batch sizes");
   }
-  if (auto repeats = node.find("repeats")) sweep.repeats = static_cast<int>(repeats->as_int(2, 100));
+  if (auto repeats = node.find("repeats"))
+    sweep.repeats = static_cast<int>(repeats->as_int(2, 100));
   // At least 2: the alone sample always holds the first and the last row.
   if (auto alone = node.find("alone_rows")) sweep.alone_rows = alone->as_int(2, max_batch);
   if (auto special = node.find("special_values")) {
-    const std::string expected = "true, false or a rate in [0, " + special_value_rate_string(max_special_value_rate) +
-                                 "] (the fraction of float row-input elements made special; 0 = off), got ";
+    const std::string expected =
+        "true, false or a rate in [0, " + special_value_rate_string(max_special_value_rate) +
+        "] (the fraction of float row-input elements made special; 0 = off), got ";
     if (special->node().is_boolean()) {
       sweep.special_values = special->as_bool() ? default_special_value_rate : 0.0;
     } else if (!special->node().is_number()) {
       special->fail(expected + json_type_name(special->node()));
     } else {
       double rate = special->as_number();
-      if (!(rate >= 0.0 && rate <= max_special_value_rate)) special->fail(expected + special_value_rate_string(rate));
+      if (!(rate >= 0.0 && rate <= max_special_value_rate))
+        special->fail(expected + special_value_rate_string(rate));
       sweep.special_values = rate;
     }
   }
@@ -169,8 +179,8 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
   defaults.seeds = {1};
   defaults.batches = {1, 2, 3, 7, 16, 33};
   if (auto node = root.find("defaults")) {
-    node->allow_only({"impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats", "alone_rows",
-                      "special_values"});
+    node->allow_only({"impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats",
+                      "alone_rows", "special_values"});
     parse_common(*node, registry, contract, nullptr, defaults);
   }
 
@@ -186,11 +196,13 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
     const OpDef* op = registry.find_op(op_name);
     if (!op) {
       std::string known;
-      for (const OpDef* candidate : registry.ops()) known += (known.empty() ? "" : ", ") + candidate->name;
-      (entry.find("op") ? entry.at("op") : entry).fail("a registered op (" + known + "), got \"" + op_name + "\"");
+      for (const OpDef* candidate : registry.ops())
+        known += (known.empty() ? "" : ", ") + candidate->name;
+      (entry.find("op") ? entry.at("op") : entry)
+          .fail("a registered op (" + known + "), got \"" + op_name + "\"");
     }
-    entry.allow_only({"op", "description", "impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats",
-                      "alone_rows", "special_values", "shapes"});
+    entry.allow_only({"op", "description", "impls", "dtypes", "passes", "layouts", "seeds",
+                      "batches", "repeats", "alone_rows", "special_values", "shapes"});
     OpSweep sweep = defaults;
     sweep.op = op_name;
     parse_common(entry, registry, contract, op, sweep);
@@ -199,7 +211,8 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
       for (std::size_t i = 0; i < sweep.impls.size(); ++i) {
         if (registry.find_impl(op_name, sweep.impls[i])) continue;
         throw BadInput(file, "$.defaults.impls[" + std::to_string(i) + "]",
-                       "an impl of every op the spec lists (" + op_name + " has no impl \"" + sweep.impls[i] + "\")");
+                       "an impl of every op the spec lists (" + op_name + " has no impl \"" +
+                           sweep.impls[i] + "\")");
       }
     }
     sweep.shapes = parse_shapes(entry.at("shapes"), *op);
@@ -218,13 +231,14 @@ SweepSpec load_embedded_sweep_spec(const Registry& registry, const Contract& con
                           embedded_spec_label, registry, contract);
 }
 
-SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
-                          const Registry& registry, const Contract& contract) {
+SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const Registry& registry,
+                          const Contract& contract) {
   auto fail = [](const std::string& flag, const std::string& expected) {
     throw BadInput(command_line, flag, expected);
   };
   for (const auto& op : overrides.ops) {
-    if (op != "all" && !registry.find_op(op)) fail("--op", "\"all\" or a registered op (see `bitcheck list`), got \"" + op + "\"");
+    if (op != "all" && !registry.find_op(op))
+      fail("--op", "\"all\" or a registered op (see `bitcheck list`), got \"" + op + "\"");
   }
   for (const auto& impl : overrides.impls) {
     bool found = false;
@@ -232,28 +246,36 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
     if (!found) fail("--impl", "an impl name (see `bitcheck list`), got \"" + impl + "\"");
   }
   for (const auto& dtype : overrides.dtypes) {
-    if (!contract.knows_dtype(dtype)) fail("--dtype", "a dtype named in the contract (bf16, fp16, fp32, fp8), got \"" + dtype + "\"");
+    if (!contract.knows_dtype(dtype))
+      fail("--dtype",
+           "a dtype named in the contract (bf16, fp16, fp32, fp8), got \"" + dtype + "\"");
   }
   for (const auto& pass : overrides.passes) {
     if (!parse_pass(pass)) fail("--pass", "forward or backward, got \"" + pass + "\"");
   }
   for (const auto& layout : overrides.layouts) {
-    if (!is_accepted_layout(registry, nullptr, layout)) fail("--layout", "a layout name, got \"" + layout + "\"");
+    if (!is_accepted_layout(registry, nullptr, layout))
+      fail("--layout", "a layout name, got \"" + layout + "\"");
   }
   for (std::int64_t batch : overrides.batches) {
-    if (batch <= 0 || batch > max_batch) fail("--batch", "a batch size in [1, " + std::to_string(max_batch) + "], got " + std::to_string(batch));
+    if (batch <= 0 || batch > max_batch)
+      fail("--batch",
+           "a batch size in [1, " + std::to_string(max_batch) + "], got " + std::to_string(batch));
   }
   if (overrides.backend != "auto" && overrides.backend != "cpu" && overrides.backend != "cuda") {
     fail("--backend", "auto, cpu or cuda, got \"" + overrides.backend + "\"");
   }
-  if (overrides.repeats && *overrides.repeats < 2) fail("--repeats", "at least 2 (the determinism check compares two runs)");
+  if (overrides.repeats && *overrides.repeats < 2)
+    fail("--repeats", "at least 2 (the determinism check compares two runs)");
   if (overrides.special_values &&
       !(*overrides.special_values >= 0.0 && *overrides.special_values <= max_special_value_rate)) {
-    fail("--special-values-rate", "a rate in [0, " + special_value_rate_string(max_special_value_rate) +
+    fail("--special-values-rate", "a rate in [0, " +
+                                      special_value_rate_string(max_special_value_rate) +
                                       "] (0 turns special values off), got " +
                                       special_value_rate_string(*overrides.special_values));
   }
-  if (overrides.shard_count < 1 || overrides.shard_index < 0 || overrides.shard_index >= overrides.shard_count) {
+  if (overrides.shard_count < 1 || overrides.shard_index < 0 ||
+      overrides.shard_index >= overrides.shard_count) {
     fail("--shard", "i/n with 0 <= i < n");
   }
 
@@ -276,7 +298,8 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
   }
   if (kept.empty()) {
     if (!overrides.dtypes.empty() || !overrides.passes.empty()) {
-      fail("--op/--dtype/--pass", "an op, dtype and pass that some entry of the sweep spec " + spec.source + " runs");
+      fail("--op/--dtype/--pass",
+           "an op, dtype and pass that some entry of the sweep spec " + spec.source + " runs");
     }
     fail("--op", "an op that the sweep spec " + spec.source + " lists");
   }
@@ -370,17 +393,20 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
     }
   }
   // Two entries can still describe one case (the same shape and M in two entries, or --batch
-  // giving two entries the same M): the first keeps it, so no case runs twice or sits in two shards.
+  // giving two entries the same M): the first keeps it, so no case runs twice or sits in two
+  // shards.
   {
     std::set<std::string> seen;
-    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const CaseSpec& c) { return !seen.insert(c.id()).second; }),
+    cases.erase(std::remove_if(cases.begin(), cases.end(),
+                               [&](const CaseSpec& c) { return !seen.insert(c.id()).second; }),
                 cases.end());
     for (std::size_t i = 0; i < cases.size(); ++i) cases[i].index = static_cast<std::int64_t>(i);
   }
   if (!overrides.skip_ids.empty()) {
-    cases.erase(std::remove_if(cases.begin(), cases.end(),
-                               [&](const CaseSpec& c) { return overrides.skip_ids.count(c.id()) > 0; }),
-                cases.end());
+    cases.erase(
+        std::remove_if(cases.begin(), cases.end(),
+                       [&](const CaseSpec& c) { return overrides.skip_ids.count(c.id()) > 0; }),
+        cases.end());
   }
   if (overrides.shard_count <= 1) return cases;
   // Shards balanced by estimated cost over input groups (the impls of one group share inputs and
@@ -413,7 +439,8 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
   for (const auto& group : members) {
     double whole = 0;
     for (std::size_t i : group) whole += cost[i];
-    const auto runs = static_cast<std::size_t>(std::min<double>(static_cast<double>(group.size()), std::max(1.0, std::ceil(whole / share))));
+    const auto runs = static_cast<std::size_t>(std::min<double>(
+        static_cast<double>(group.size()), std::max(1.0, std::ceil(whole / share))));
     const double per_run = whole / static_cast<double>(runs);
     double filled = 0;
     std::size_t run = 0;
@@ -430,11 +457,13 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
   }
   std::vector<std::size_t> order(group_cost.size());
   for (std::size_t g = 0; g < order.size(); ++g) order[g] = g;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return group_cost[a] > group_cost[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return group_cost[a] > group_cost[b]; });
   std::vector<double> load(static_cast<std::size_t>(overrides.shard_count), 0.0);
   std::vector<bool> mine_group(group_cost.size(), false);
   for (std::size_t g : order) {
-    auto lightest = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    auto lightest =
+        static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     load[lightest] += group_cost[g];
     mine_group[g] = static_cast<int>(lightest) == overrides.shard_index;
   }

@@ -23,12 +23,17 @@ struct Format {
 
 Format format_of(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return {16, 8, 7};
-    case DType::fp16: return {16, 5, 10};
-    case DType::fp32: return {32, 8, 23};
-    case DType::i32: break;
+    case DType::bf16:
+      return {16, 8, 7};
+    case DType::fp16:
+      return {16, 5, 10};
+    case DType::fp32:
+      return {32, 8, 23};
+    case DType::i32:
+      break;
   }
-  throw std::invalid_argument("special values exist only for floating dtypes, not " + to_string(dtype));
+  throw std::invalid_argument("special values exist only for floating dtypes, not " +
+                              to_string(dtype));
 }
 
 // Four distinct NaNs: the canonical quiet NaN, a quiet NaN with a low payload bit, a negative quiet
@@ -36,10 +41,14 @@ Format format_of(DType dtype) {
 // so invariance (which compares bits) sees whether every layout takes the same path.
 std::uint32_t nan_bits(const Format& f, std::uint64_t variant) {
   switch (variant % 4) {
-    case 0: return f.exponent() | f.quiet();
-    case 1: return f.exponent() | f.quiet() | 1u;
-    case 2: return f.sign() | f.exponent() | f.quiet() | 2u;
-    default: return f.exponent() | 1u;
+    case 0:
+      return f.exponent() | f.quiet();
+    case 1:
+      return f.exponent() | f.quiet() | 1u;
+    case 2:
+      return f.sign() | f.exponent() | f.quiet() | 2u;
+    default:
+      return f.exponent() | 1u;
   }
 }
 
@@ -54,12 +63,18 @@ std::uint32_t subnormal_bits(const Format& f, std::uint64_t variant) {
 
 std::string to_string(SpecialValue kind) {
   switch (kind) {
-    case SpecialValue::none: return "none";
-    case SpecialValue::nan: return "nan";
-    case SpecialValue::positive_infinity: return "+inf";
-    case SpecialValue::negative_infinity: return "-inf";
-    case SpecialValue::subnormal: return "subnormal";
-    case SpecialValue::negative_zero: return "-0";
+    case SpecialValue::none:
+      return "none";
+    case SpecialValue::nan:
+      return "nan";
+    case SpecialValue::positive_infinity:
+      return "+inf";
+    case SpecialValue::negative_infinity:
+      return "-inf";
+    case SpecialValue::subnormal:
+      return "subnormal";
+    case SpecialValue::negative_zero:
+      return "-0";
   }
   return "unknown";
 }
@@ -89,12 +104,17 @@ SpecialElement special_value_at(DType dtype, std::uint64_t seed, std::uint64_t n
   switch (slot) {
     case 0:
     case 1:
-    case 2: return {SpecialValue::nan, nan_bits(f, variant)};
-    case 3: return {SpecialValue::positive_infinity, f.exponent()};
-    case 4: return {SpecialValue::negative_infinity, f.sign() | f.exponent()};
+    case 2:
+      return {SpecialValue::nan, nan_bits(f, variant)};
+    case 3:
+      return {SpecialValue::positive_infinity, f.exponent()};
+    case 4:
+      return {SpecialValue::negative_infinity, f.sign() | f.exponent()};
     case 5:
-    case 6: return {SpecialValue::subnormal, subnormal_bits(f, variant)};
-    default: return {SpecialValue::negative_zero, f.sign()};
+    case 6:
+      return {SpecialValue::subnormal, subnormal_bits(f, variant)};
+    default:
+      return {SpecialValue::negative_zero, f.sign()};
   }
 }
 

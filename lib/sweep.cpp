@@ -1,6 +1,5 @@
 // `bitcheck sweep`: loads the contract and spec, expands cases, runs them with a progress line,
 // writes the report atomically and prints the status matrix and the first failing op.
-#include "bitcheck/plugin_loader.h"
 #include "bitcheck/sweep.h"
 
 #include <unistd.h>
@@ -13,10 +12,11 @@
 #include <iostream>
 #include <memory>
 
-#include "bitcheck/backends.h"
+#include "bitcheck/backend.h"
 #include "bitcheck/build_info.h"
 #include "bitcheck/error.h"
 #include "bitcheck/isolation.h"
+#include "bitcheck/plugin_loader.h"
 #include "bitcheck/report.h"
 #include "bitcheck/runner.h"
 
@@ -29,20 +29,16 @@ std::string utc_timestamp() {
   return buffer;
 }
 
-nlohmann::json environment_meta() {
+nlohmann::json environment_meta(const Registry& registry) {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   nlohmann::json meta = {{"bitcheck_version", version_string()},
                          {"git_revision", git_revision()},
                          {"host", host},
                          {"compile_flags", compile_flags()}};
-  meta["cuda"] = cuda_backend_meta();
+  meta.update(device_backends_meta(registry));
   add_plugin_meta(meta);
   return meta;
-}
-
-Contract load_contract_or_embedded(const std::string& path, const Registry& registry) {
-  return path.empty() ? load_embedded_contract(registry) : load_contract(path, registry);
 }
 
 namespace {
@@ -54,13 +50,16 @@ extern "C" void on_interrupt(int signal_number) {
   std::signal(signal_number, SIG_DFL);
 }
 
-bool use_isolation(const SweepOptions& options, const Registry& registry, const std::vector<CaseSpec>& cases) {
+bool use_isolation(const SweepOptions& options, const Registry& registry,
+                   const std::vector<CaseSpec>& cases) {
   if (options.isolation == SweepOptions::Isolation::off) return false;
   if (options.isolation == SweepOptions::Isolation::on) return true;
-  if (options.case_timeout_seconds > 0 && !options.worker_executable.empty()) return true;  // only a worker can be stopped
+  if (options.case_timeout_seconds > 0 && !options.worker_executable.empty())
+    return true;  // only a worker can be stopped
   // Code from outside (plugins, Python) may crash: its cases run in a worker too.
   if (!options.worker_executable.empty() &&
-      std::any_of(cases.begin(), cases.end(), [](const CaseSpec& c) { return is_external_impl(c.impl); }))
+      std::any_of(cases.begin(), cases.end(),
+                  [](const CaseSpec& c) { return is_external_impl(c.impl); }))
     return true;
   if (options.worker_executable.empty() || !registry.backend_available("cuda")) return false;
   return std::any_of(cases.begin(), cases.end(), [&](const CaseSpec& c) {
@@ -71,15 +70,18 @@ bool use_isolation(const SweepOptions& options, const Registry& registry, const 
 
 // One case: in the worker when isolated. In process, a sticky CUDA error leaves every later CUDA
 // case unrunnable: each is `error`, naming the case that poisoned the context.
-nlohmann::json run_sweep_case(const CaseSpec& spec, const Registry& registry, Runner& runner,
-                              IsolatedRunner* isolated, std::optional<std::string>& poisoned_by) {
+CaseResult run_sweep_case(const CaseSpec& spec, const Registry& registry, Runner& runner,
+                          IsolatedRunner* isolated, std::optional<std::string>& poisoned_by) {
   if (isolated) return isolated->run_case(spec);
   const Impl* impl = registry.find_impl(spec.op, spec.impl);
   if (poisoned_by && impl && impl->backend() == "cuda") {
-    return failed_case_json(registry, spec, "not run: " + *poisoned_by + " (--isolate keeps a fault to its own case)", 0.0);
+    return failed_case(registry, spec,
+                       "not run: " + *poisoned_by + " (--isolate keeps a fault to its own case)",
+                       0.0);
   }
   CheckedCase checked = run_case_checked(runner, registry, spec);
-  if (checked.context_fault) poisoned_by = "case " + spec.id() + " poisoned the CUDA context with " + *checked.context_fault;
+  if (checked.context_fault)
+    poisoned_by = "case " + spec.id() + " poisoned the CUDA context with " + *checked.context_fault;
   return checked.result;
 }
 }  // namespace
@@ -87,14 +89,19 @@ nlohmann::json run_sweep_case(const CaseSpec& spec, const Registry& registry, Ru
 SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry) {
   SweepPlan plan;
   plan.contract = load_contract_or_embedded(options.contract_path, registry);
-  plan.spec = options.spec_path.empty() ? load_embedded_sweep_spec(registry, plan.contract)
-                                        : load_sweep_spec(options.spec_path, registry, plan.contract);
+  plan.spec = options.spec_path.empty()
+                  ? load_embedded_sweep_spec(registry, plan.contract)
+                  : load_sweep_spec(options.spec_path, registry, plan.contract);
   plan.spec = apply_overrides(plan.spec, options.overrides, registry, plan.contract);
   plan.cases = expand_cases(plan.spec, registry, options.overrides);
-  if (plan.cases.empty()) throw BadInput("command line", "--impl/--backend", "filters that leave at least one case");
+  if (plan.cases.empty())
+    throw BadInput("command line", "--impl/--backend", "filters that leave at least one case");
   if (plan.cases.size() > options.max_cases && !options.confirmed) {
-    throw BadInput(plan.spec.source, "$.ops", "at most " + std::to_string(options.max_cases) + " cases without --yes (this sweep expands to " +
-                                                 std::to_string(plan.cases.size()) + "; narrow it with --op/--dtype/--batch or pass --yes)");
+    throw BadInput(plan.spec.source, "$.ops",
+                   "at most " + std::to_string(options.max_cases) +
+                       " cases without --yes (this sweep expands to " +
+                       std::to_string(plan.cases.size()) +
+                       "; narrow it with --op/--dtype/--batch or pass --yes)");
   }
   return plan;
 }
@@ -102,7 +109,7 @@ SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry) {
 int run_sweep(const SweepOptions& options, const Registry& registry) {
   if (!options.devices.empty()) return run_sweep_on_devices(options, registry);
   auto start = std::chrono::steady_clock::now();
-  configure_cuda_backend(options.cuda);
+  configure_device_backends(registry, options.cuda);
   SweepPlan plan = plan_sweep(options, registry);
   const Contract& contract = plan.contract;
   const SweepSpec& spec = plan.spec;
@@ -127,7 +134,7 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
     isolated = std::make_unique<IsolatedRunner>(registry, settings);
   }
   std::optional<std::string> poisoned_by;
-  std::vector<nlohmann::json> results;
+  std::vector<CaseResult> results;
   results.reserve(cases.size());
   auto last_note = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -136,12 +143,15 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
       break;
     }
     if (show_progress) {
-      std::cerr << "\r\033[K[" << (i + 1) << "/" << cases.size() << "] " << cases[i].id() << std::flush;
-    } else if (options.progress && std::chrono::steady_clock::now() - last_note > std::chrono::seconds(15)) {
+      std::cerr << "\r\033[K[" << (i + 1) << "/" << cases.size() << "] " << cases[i].id()
+                << std::flush;
+    } else if (options.progress &&
+               std::chrono::steady_clock::now() - last_note > std::chrono::seconds(15)) {
       // Not a terminal (a log): a plain line every 15 s, so a cut-off run shows how far it got.
       last_note = std::chrono::steady_clock::now();
       std::cerr << "[" << (i + 1) << "/" << cases.size() << "] "
-                << static_cast<int>(std::chrono::duration<double>(last_note - start).count()) << " s " << cases[i].id() << "\n";
+                << static_cast<int>(std::chrono::duration<double>(last_note - start).count())
+                << " s " << cases[i].id() << "\n";
     }
     results.push_back(run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by));
   }
@@ -155,44 +165,37 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
 
   std::vector<std::string> op_order;
   for (const OpDef* op : registry.ops()) op_order.push_back(op->name);
-  meta.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  nlohmann::json report = build_report_from_json(meta, environment_meta(), results, op_order);
-  report["meta"]["isolation"] = isolation;
+  meta.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Summary summary = summarize(results, op_order);
   std::vector<std::string> deferred_controls;
   if (options.overrides.shard_count > 1) {
-    // A control group's cases are spread over the shards, so one shard's cases of a group may all
-    // pass while another's drift: whether the harness lost sight is judged on the merged report
-    // (bitcheck merge), not here.
-    nlohmann::json& summary = report["summary"];
-    for (const auto& failure : summary["harness_failures"]) deferred_controls.push_back(failure.get<std::string>());
-    summary["harness_failures"] = nlohmann::json::array();
-    int code = 0;
-    for (const auto& c : results) {
-      const std::string verdict = c.value("verdict", "");
-      if (verdict == "error") code = 3;
-      if (code == 0 && !c.value("control", false) && (verdict == "drift" || verdict == "nondeterministic" || verdict == "inaccurate")) code = 1;
-    }
-    summary["exit_code"] = code;
+    deferred_controls = summary.harness_failures;
+    summary = shard_summary(std::move(summary));
   }
+  nlohmann::json report =
+      build_report(meta, environment_meta(registry), results, summary, registry);
+  report["meta"]["isolation"] = isolation;
   std::string path = (std::filesystem::path(options.out_dir) / options.report_name).string();
   write_file_atomically(path, report.dump(1) + "\n");
 
-  finish_cuda_backend();
-  std::cout << render_terminal_summary(report);
+  finish_device_backends(registry);
+  std::cout << render_terminal_summary(report, registry);
   for (const auto& note : deferred_controls) {
-    std::cout << "shard " << options.overrides.shard_index << "/" << options.overrides.shard_count << ": " << note
-              << " here; judged on the merged report\n";
+    std::cout << "shard " << options.overrides.shard_index << "/" << options.overrides.shard_count
+              << ": " << note << " here; judged on the merged report\n";
   }
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   std::cout << "report: " << path << " (" << results.size() << " of " << cases.size() << " cases, "
             << static_cast<int>(meta.wall_seconds + 0.5) << " s)\n";
   if (meta.interrupted) {
-    std::cerr << "bitcheck: interrupted by signal " << interrupt_signal << " after " << results.size() << " of "
-              << cases.size() << " cases; the report holds those and is marked interrupted\n";
+    std::cerr << "bitcheck: interrupted by signal " << interrupt_signal << " after "
+              << results.size() << " of " << cases.size()
+              << " cases; the report holds those and is marked interrupted\n";
     return exit_internal;
   }
-  return report["summary"]["exit_code"].get<int>();
+  return summary.exit_code;
 }
 
 }  // namespace bitcheck

@@ -17,9 +17,9 @@
 #include <sstream>
 #include <thread>
 
-#include "bitcheck/plugin_loader.h"
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
+#include "bitcheck/plugin_loader.h"
 #include "bitcheck/report.h"
 #include "bitcheck/sweep.h"
 
@@ -153,7 +153,8 @@ std::string latest_progress(const std::string& log_path) {
   log.seekg(0, std::ios::end);
   std::streamoff size = log.tellg();
   log.seekg(std::max<std::streamoff>(0, size - 4096));
-  std::string tail = "\n" + std::string((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  std::string tail =
+      "\n" + std::string((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   std::size_t line = tail.rfind("\n[", tail.size() > 1 ? tail.size() - 2 : 0);
   if (line == std::string::npos) return "";
   std::size_t close = tail.find(']', line);
@@ -310,7 +311,7 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     std::cerr << "bitcheck: shard logs kept in " << work_dir << "\n";
   }
 
-  std::cout << render_terminal_summary(merged);
+  std::cout << render_terminal_summary(merged, registry);
   std::cout << "report: " << path << " (" << merged["results"].size() << " of " << plan.cases.size()
             << " cases, " << count << " shards on devices " << join(options.devices) << ", "
             << static_cast<int>(meta["wall_seconds"].get<double>() + 0.5) << " s)\n";

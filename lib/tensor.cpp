@@ -39,8 +39,12 @@ void Tensor::set_bits(std::int64_t index, std::uint32_t value_bits) {
   }
 }
 
-float Tensor::get(std::int64_t index) const { return decode_bits(dtype_, bits(index)); }
-void Tensor::set(std::int64_t index, float value) { set_bits(index, encode_bits(dtype_, value)); }
+float Tensor::get(std::int64_t index) const {
+  return decode_bits(dtype_, bits(index));
+}
+void Tensor::set(std::int64_t index, float value) {
+  set_bits(index, encode_bits(dtype_, value));
+}
 
 void Tensor::fill_nan() {
   std::uint32_t poison = dtype_ == DType::i32

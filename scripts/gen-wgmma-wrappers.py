@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-# Generates kernels/wgmma.cuh (the wgmma wrappers of the fixed-order GEMM and the attention forward):
-#   scripts/gen-wgmma-wrappers.py kernels/wgmma.cuh
+# Generates kernels/common/wgmma.cuh (the wgmma wrappers of the fixed-order GEMM and the attention forward):
+#   scripts/gen-wgmma-wrappers.py kernels/common/wgmma.cuh
 def regs(n, start=0):
     return ", ".join(f"%{i}" for i in range(start, start + n))
 def outs(n):
@@ -85,4 +85,4 @@ __device__ __forceinline__ void ss_m64k16(float (&d)[N / 2], std::uint64_t desc_
 """)
 lines.append("}  // namespace bitcheck::cuda::wgmma\n")
 import sys
-open(sys.argv[1] if len(sys.argv) > 1 else "kernels/wgmma.cuh", "w").write("".join(lines))
+open(sys.argv[1] if len(sys.argv) > 1 else "kernels/common/wgmma.cuh", "w").write("".join(lines))

@@ -21,7 +21,7 @@ cp "$build/apps/bitcheck" "$bundle/bin/"
 # The GPU tests only: the unit and CLI tests run in CI, and the device tool carries at most 64 MiB.
 cp "$build/tests/bitcheck_gpu_tests" "$bundle/tests/"
 # Probes, among them sanitizer_probe: the per-tool controls of scripts/gpu-sanitize.sh.
-for probe in "$build"/kernels/*_probe; do
+for probe in "$build"/tests/probes/*_probe; do
   [ -x "$probe" ] && cp "$probe" "$bundle/bin/"
 done
 # Libraries the GPU machine lacks: everything resolved outside the system and CUDA directories
@@ -36,5 +36,7 @@ for binary in "$bundle"/bin/* "$bundle"/tests/*; do
   if command -v patchelf >/dev/null; then patchelf --set-rpath '$ORIGIN/../lib' "$binary"; fi
 done
 cp -r "$root/sweeps" "$root/contract" "$bundle/"
+# The searched cuBLASLt tables, the input of `bitcheck algos --refine kernels/tuner/searched`.
+mkdir -p "$bundle/kernels/tuner" && cp -r "$root/kernels/tuner/searched" "$bundle/kernels/tuner/"
 git -C "$root" rev-parse --short=12 HEAD > "$bundle/REVISION" 2>/dev/null || echo unknown > "$bundle/REVISION"
 du -sh "$bundle" | awk '{print "bundle: " $2 " (" $1 ")"}'

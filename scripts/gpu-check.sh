@@ -62,7 +62,7 @@ if [ $sweep = 1 ]; then
     # interrupted, so a run that would outlast its slot still returns what it checked.
     limit=(); [ "$deadline" -gt 0 ] && limit=(timeout -s TERM "$deadline")
     CUDA_VISIBLE_DEVICES=${gpu_list[$((i % gpus))]} "${limit[@]}" bin/bitcheck sweep --spec "$spec" --backend cuda --op "$ops" $dtypes --out "$out" \
-      --report-name "shard$i.json" --shard "$i/$jobs" --pins contract/cublaslt-pins.json \
+      --report-name "shard$i.json" --shard "$i/$jobs" --pins contract/pins \
       > "$out/sweep-shard$i.log" 2>&1 &
   done
   wait
@@ -81,7 +81,7 @@ fi
 if [ $bench = 1 ]; then
   echo "== bench"
   bin/bitcheck bench --spec sweeps/gpu.json --op "$ops" --dtype bf16 --out "$out" \
-    --pins contract/cublaslt-pins.json > "$out/bench.log" 2>&1
+    --pins contract/pins > "$out/bench.log" 2>&1
   rc=$?; tail -n 5 "$out/bench.log"; [ $rc = 0 ] || status=1
 fi
 exit $status

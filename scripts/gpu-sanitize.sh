@@ -66,7 +66,7 @@ if [ -z "$sanitizer" ]; then
   done
 fi
 [ -n "$sanitizer" ] || { echo "gpu-sanitize: compute-sanitizer not found (PATH, /usr/local/cuda/bin, /usr/local/cuda-*/bin)" >&2; exit 3; }
-for needed in bin/bitcheck bin/sanitizer_probe sweeps/sanitize.json contract/cublaslt-pins.json; do
+for needed in bin/bitcheck bin/sanitizer_probe sweeps/sanitize.json contract/pins; do
   [ -e "$bundle/$needed" ] || { echo "gpu-sanitize: the bundle lacks $needed (rebuild it with scripts/gpu-bundle.sh)" >&2; exit 3; }
 done
 cd "$bundle" || exit 3
@@ -134,7 +134,7 @@ run_tool() {
   local limit=()
   [ "$timeout_s" -gt 0 ] && limit=(timeout -s TERM "$timeout_s")
   local command=(bin/bitcheck sweep --spec sweeps/sanitize.json --backend cuda --op "$ops" --no-progress
-                 --pins contract/cublaslt-pins.json --out "$out/$tool")
+                 --pins contract/pins --out "$out/$tool")
   # Two tools cannot cover the cases of cuBLASLt impls, seen on an H200 (compute-sanitizer 2025.3.1):
   # racecheck ended every such case in "Internal Sanitizer Error: The Sanitizer failed to handle a
   # hardware exception", counted as errors although --kernel-name excludes those kernels; and

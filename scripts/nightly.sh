@@ -10,20 +10,24 @@
 # and writes the partial report (marked interrupted) that the matrix and diff then use.
 # --bench SPEC (GPU only): after the sweep, `bitcheck bench --spec SPEC` on the first GPU
 # (OUT_DIR/bench/bench.{json,md}); its "Cost of invariance" section is appended to matrix.md.
-# Writes OUT_DIR/{report.json, matrix.md, matrix.html, junit.xml, diff.txt, diff.json, sweep.log}.
+# --previous REPORT may be given several times, the last night's first: the diff is against it, and
+# the page's history shows every one.
+# Writes OUT_DIR/{report.json, matrix.md, index.html, junit.xml, diff.txt, diff.json, sweep.log}:
+# index.html is the page people open (`bitcheck matrix --format html`, with what changed against
+# --previous and the cost-of-invariance plots of the bench).
 # Exit code: the sweep's (0 pass, 1 findings, 3 error or interrupted), or 1 when the diff shows a
 # regression against the previous report.
 set -uo pipefail
 bitcheck=$(realpath "${1:?bitcheck binary}")
 out=${2:?output dir}
 shift 2
-spec="" backend=auto jobs=4 previous="" deadline=0 bench="" extra=()
+spec="" backend=auto jobs=4 previous=() deadline=0 bench="" extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --spec) spec=$2; shift 2 ;;
     --backend) backend=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    --previous) previous=$2; shift 2 ;;
+    --previous) previous+=("$2"); shift 2 ;;
     --deadline) deadline=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
@@ -76,11 +80,14 @@ if [ -n "$bench" ]; then
     echo "nightly: --bench needs a GPU; skipped" >> "$out/sweep.log"
   fi
 fi
-"$bitcheck" matrix "$out/report.json" --format html --out "$out/matrix.html"
+page_args=()
+[ ${#previous[@]} -gt 0 ] && page_args+=(--previous "${previous[@]}")
+[ -n "$bench" ] && [ -f "$out/bench/bench.json" ] && page_args+=(--bench "$out/bench/bench.json")
+"$bitcheck" matrix "$out/report.json" --format html "${page_args[@]}" --out "$out/index.html"
 "$bitcheck" matrix "$out/report.json" --format junit --out "$out/junit.xml"
 cat "$out/sweep.log"
-if [ -n "$previous" ]; then
-  "$bitcheck" diff "$previous" "$out/report.json" --json "$out/diff.json" > "$out/diff.txt"
+if [ ${#previous[@]} -gt 0 ]; then
+  "$bitcheck" diff "${previous[0]}" "$out/report.json" --json "$out/diff.json" > "$out/diff.txt"
   diff_status=$?
   cat "$out/diff.txt"
   [ $diff_status -eq 1 ] && [ $status -eq 0 ] && status=1

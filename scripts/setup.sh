@@ -4,11 +4,23 @@
 # (PATH or /usr/local/cuda); otherwise a CPU-only build.
 #   scripts/setup.sh              install missing packages, configure, build
 #   scripts/setup.sh --deps-only  install missing packages only
+#   scripts/setup.sh --browser    also Chromium and Python 3, for the browser tests (ctest -L browser);
+#                                 BITCHECK_BROWSER=1 in the environment does the same
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BITCHECK_BUILD_DIR:-$root/build}
-packages=(cmake ninja-build g++ git libcli11-dev nlohmann-json3-dev libspdlog-dev libeigen3-dev catch2 patchelf
+packages=(cmake ninja-build g++ git libcli11-dev nlohmann-json3-dev libspdlog-dev libeigen3-dev catch2 patchelf clang-format
           python3-numpy)  # python3-numpy: the CPU path of --py-impl (python/bitcheck_py) and its tests
+deps_only=0
+browser=${BITCHECK_BROWSER:-0}
+for argument in "$@"; do
+  case "$argument" in
+    --deps-only) deps_only=1 ;;
+    --browser) browser=1 ;;
+    *) echo "setup: unknown argument $argument" >&2; exit 2 ;;
+  esac
+done
+[ "$browser" = 1 ] && packages+=(chromium python3)
 
 missing=()
 for package in "${packages[@]}"; do
@@ -21,7 +33,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-[ "${1:-}" = "--deps-only" ] && exit 0
+[ "$deps_only" = 1 ] && exit 0
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --parallel

@@ -12,7 +12,8 @@ namespace test_support {
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "bitcheck-test-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "bitcheck-test-XXXXXX").string();
     if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
     path_ = pattern;
   }

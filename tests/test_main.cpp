@@ -1,8 +1,7 @@
 // Catch2 (v2) main for every bitcheck test binary.
 #define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <string>
 
 // ctest learns the tests from their names (catch_discover_tests) and passes each name back as the

@@ -16,17 +16,18 @@
 // device only; both kernels share the per-row softmax (softmax_block) and epilogue (store_rows).
 //
 // The backward takes whole sequences and uses no atomics (only the named control,
-// dq_atomic_scratch, does). Tensor-core path (bf16/fp16, head dim 64/128; attention_impls.cpp
-// selects it with tensor_core_backward, on unless BITCHECK_ATTENTION_BACKWARD=simt): dq of a query row sums
-// its keys in blocks of attention_mma_kv_block from position 0 up to its own block, in order; dk
-// and dv of a key row sum, for each head of its group in order, the query blocks of the same size
-// from the key's own block to the end of the sequence, in order; everything in fp32. Tiles are 64
-// rows of one sequence starting at a multiple of 64, so which rows share a warp or CTA, and which
-// blocks a warp visits, follow from the sequence alone; and as in the forward the mma gives each
-// element from its own row and column, the causal mask is per element (masked p and ds are exact
-// zeros), and the softmax and ds arithmetic is explicitly rounded, so no row's bits depend on a
-// neighbour. SIMT path (fp32, other head dims, and bf16/fp16 under BITCHECK_ATTENTION_BACKWARD=simt):
-// one warp per query (dq over keys in order) and per key (dk, dv over queries in order).
+// dq_atomic_scratch, does). Tensor-core path (bf16/fp16, head dim 64/128; attention_cuda.cpp
+// selects it with tensor_core_backward, on unless BITCHECK_ATTENTION_BACKWARD=simt): dq of a query
+// row sums its keys in blocks of attention_mma_kv_block from position 0 up to its own block, in
+// order; dk and dv of a key row sum, for each head of its group in order, the query blocks of the
+// same size from the key's own block to the end of the sequence, in order; everything in fp32.
+// Tiles are 64 rows of one sequence starting at a multiple of 64, so which rows share a warp or
+// CTA, and which blocks a warp visits, follow from the sequence alone; and as in the forward the
+// mma gives each element from its own row and column, the causal mask is per element (masked p and
+// ds are exact zeros), and the softmax and ds arithmetic is explicitly rounded, so no row's bits
+// depend on a neighbour. SIMT path (fp32, other head dims, and bf16/fp16 under
+// BITCHECK_ATTENTION_BACKWARD=simt): one warp per query (dq over keys in order) and per key (dk, dv
+// over queries in order).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -40,10 +41,10 @@
 #include <string>
 #include <type_traits>
 
-#include "../cuda_check.cuh"
-#include "../convert.cuh"
 #include "attention_kernels.h"
-#include "../wgmma.cuh"
+#include "common/convert.cuh"
+#include "common/cuda_check.cuh"
+#include "common/wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define BITCHECK_ATTENTION_SM90A 1
@@ -53,16 +54,16 @@ namespace bitcheck::cuda {
 namespace {
 
 constexpr int warp_size = 32;
-constexpr int simt_warps = 4;   // warps per CTA in the SIMT kernels
+constexpr int simt_warps = 4;  // warps per CTA in the SIMT kernels
 constexpr int simt_max_dim = 128;
 constexpr int simt_dims_per_lane = simt_max_dim / warp_size;
 constexpr float log2_e = 1.4426950408889634f;
 constexpr float ln_2 = 0.6931471805599453f;
 
-
 // Butterfly reductions: every lane ends with the same bits (a + b == b + a), in a fixed pattern.
 __device__ __forceinline__ float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 __device__ __forceinline__ float warp_sum(float v) {
@@ -73,12 +74,15 @@ __device__ __forceinline__ float warp_sum(float v) {
 // ---------------------------------------------------------------------------------------------
 // KV cache write: one CTA per slot.
 template <typename T>
-__global__ void write_cache_kernel(const T* k, const T* v, T* k_cache, T* v_cache, const int* cache_rows, int row_width) {
+__global__ void write_cache_kernel(const T* k, const T* v, T* k_cache, T* v_cache,
+                                   const int* cache_rows, int row_width) {
   const int row = cache_rows[blockIdx.x];
   if (row < 0) return;
   for (int c = threadIdx.x; c < row_width; c += blockDim.x) {
-    k_cache[static_cast<std::int64_t>(row) * row_width + c] = k[static_cast<std::int64_t>(blockIdx.x) * row_width + c];
-    v_cache[static_cast<std::int64_t>(row) * row_width + c] = v[static_cast<std::int64_t>(blockIdx.x) * row_width + c];
+    k_cache[static_cast<std::int64_t>(row) * row_width + c] =
+        k[static_cast<std::int64_t>(blockIdx.x) * row_width + c];
+    v_cache[static_cast<std::int64_t>(row) * row_width + c] =
+        v[static_cast<std::int64_t>(blockIdx.x) * row_width + c];
   }
 }
 
@@ -102,20 +106,25 @@ struct ForwardTile {
   static constexpr int stages = 2;
   static constexpr int q_elements = queries * stride;
   static constexpr int kv_elements = keys * stride;  // one stage of K or of V
-  static constexpr int shared_bytes = (q_elements + 2 * stages * kv_elements) * static_cast<int>(sizeof(T));
-  static_assert(queries % 16 == 0 && keys % 16 == 0 && D % 16 == 0, "mma tiles are 16 rows, 16 keys, 16 dims");
+  static constexpr int shared_bytes =
+      (q_elements + 2 * stages * kv_elements) * static_cast<int>(sizeof(T));
+  static_assert(queries % 16 == 0 && keys % 16 == 0 && D % 16 == 0,
+                "mma tiles are 16 rows, 16 keys, 16 dims");
 };
 
 template <typename T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4],
+                                          std::uint32_t b0, std::uint32_t b1) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
     asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
@@ -166,23 +175,32 @@ __device__ __forceinline__ void copy_async_16(void* destination, const void* sou
                "l"(__cvta_generic_to_global(source)), "r"(valid ? 16 : 0)
                : "memory");
 }
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void copy_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
 template <int Pending>  // this thread's copy groups but the newest Pending have landed
-__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory"); }
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
 
 // Every thread of the CTA copies its share of `rows` rows of D elements (row r at source +
 // r * row_stride) into shared rows of D + 8; rows at or past valid_rows become zeros, so padding
 // never reads past the tensor and never holds stale or uninitialized values.
 template <typename T, int D, int rows, int threads>
-__device__ __forceinline__ void load_rows_async(T* shared, const T* source, std::int64_t row_stride, int valid_rows) {
+__device__ __forceinline__ void load_rows_async(T* shared, const T* source, std::int64_t row_stride,
+                                                int valid_rows) {
   constexpr int chunks = D / 8, stride = D + 8;
   static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
 #pragma unroll
   for (int i = 0; i < rows * chunks / threads; ++i) {
-    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks, column = chunk % chunks * 8;
+    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks,
+              column = chunk % chunks * 8;
     const bool valid = row < valid_rows;
-    copy_async_16(shared + row * stride + column, valid ? source + row * row_stride + column : source, valid);
+    copy_async_16(shared + row * stride + column,
+                  valid ? source + row * row_stride + column : source, valid);
   }
 }
 
@@ -190,9 +208,10 @@ __device__ __forceinline__ void load_rows_async(T* shared, const T* source, std:
 // quad t): causal mask, new row max, rescale of l and acc, and s -> p in place. Both tensor-core
 // forward kernels call it on the same accumulator layout, so their per-row arithmetic is the same.
 template <int BN, int D>
-__device__ __forceinline__ void softmax_block(float (&s)[BN / 8][4], float (&acc)[D / 8][4], float (&m)[2], float (&l)[2],
-                                              int first_key, int warp_first_position, const int (&position)[2], int t,
-                                              float scale_log2) {
+__device__ __forceinline__ void softmax_block(float (&s)[BN / 8][4], float (&acc)[D / 8][4],
+                                              float (&m)[2], float (&l)[2], int first_key,
+                                              int warp_first_position, const int (&position)[2],
+                                              int t, float scale_log2) {
   // Per-element causal mask by the row's own position; a block entirely at or before the
   // warp's first row has nothing to mask, and skipping the test there changes no bit.
   if (first_key + BN - 1 > warp_first_position) {
@@ -218,7 +237,8 @@ __device__ __forceinline__ void softmax_block(float (&s)[BN / 8][4], float (&acc
     m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 2));
     // Exactly 1 when the block does not raise the max (a fully masked block among them); exactly
     // 0 on the first real block (m = -inf), never -inf - -inf.
-    alpha[r] = m_new[r] == m[r] ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(m[r], m_new[r]), scale_log2));
+    alpha[r] =
+        m_new[r] == m[r] ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(m[r], m_new[r]), scale_log2));
     m[r] = m_new[r];
     m_scaled[r] = m_new[r] == -INFINITY ? 0.0f : __fmul_rn(m_new[r], scale_log2);
     l[r] = __fmul_rn(l[r], alpha[r]);
@@ -245,9 +265,10 @@ __device__ __forceinline__ void softmax_block(float (&s)[BN / 8][4], float (&acc
 // o = acc / l rounded to T and staged in o_s (16 rows of D + 8 elements that only this warp uses),
 // stored as whole 16-byte chunks, and lse.
 template <typename T, int D>
-__device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const float (&m)[2], float (&l)[2], T* o_s, T* o, float* lse,
-                                           int first_slot, int valid_rows, int h, int lane, std::int64_t q_stride, int heads,
-                                           float scale_log2) {
+__device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const float (&m)[2],
+                                           float (&l)[2], T* o_s, T* o, float* lse, int first_slot,
+                                           int valid_rows, int h, int lane, std::int64_t q_stride,
+                                           int heads, float scale_log2) {
   constexpr int stride = D + 8;
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -278,9 +299,9 @@ __device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const f
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = g + 8 * r;
-    // Explicitly rounded, like the softmax state above: with FMA contraction left to the compiler, a
-    // query's lse differed on an H200 between prefill and the decode / one-token-chunk layouts, where
-    // the query sits in another of its warp's 16 rows (another register of another lane).
+    // Explicitly rounded, like the softmax state above: with FMA contraction left to the compiler,
+    // a query's lse differed on an H200 between prefill and the decode / one-token-chunk layouts,
+    // where the query sits in another of its warp's 16 rows (another register of another lane).
     if (row < valid_rows) {
       lse[(first_slot + row) * static_cast<std::int64_t>(heads) + h] =
           __fmul_rn(__fadd_rn(__fmul_rn(m[r], scale_log2), log2f(l[r])), ln_2);
@@ -294,8 +315,8 @@ __device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const f
 // lane's share of the row sum, summed over the quad at the end) is per row.
 template <typename T, int D>
 __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
-    forward_mma_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse, const AttentionTile* tiles,
-                       AttentionShape shape) {
+    forward_mma_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse,
+                       const AttentionTile* tiles, AttentionShape shape) {
   using Tile = ForwardTile<T, D>;
   constexpr int BN = Tile::keys, stride = Tile::stride, element_bytes = static_cast<int>(sizeof(T));
   constexpr int row_bytes = stride * element_bytes, stage_bytes = Tile::kv_elements * element_bytes;
@@ -305,18 +326,25 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
   T* v_s = k_s + Tile::stages * Tile::kv_elements;
 
   const AttentionTile tile = tiles[blockIdx.x / shape.heads];
-  const int h = static_cast<int>(blockIdx.x % shape.heads), kv_head = h / (shape.heads / shape.kv_heads);
-  const int warp = static_cast<int>(threadIdx.x) / warp_size, lane = static_cast<int>(threadIdx.x) % warp_size;
+  const int h = static_cast<int>(blockIdx.x % shape.heads),
+            kv_head = h / (shape.heads / shape.kv_heads);
+  const int warp = static_cast<int>(threadIdx.x) / warp_size,
+            lane = static_cast<int>(threadIdx.x) % warp_size;
   const int g = lane >> 2, t = lane & 3;
-  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D, kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
+                     kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
   const int last_position = tile.start_position + tile.count - 1, last_block = last_position / BN;
   const T* q_tile = q + tile.first_slot * q_stride + h * D;
   const T* k_sequence = k_cache + tile.cache_base * kv_stride + kv_head * D;  // key of position 0
   const T* v_sequence = v_cache + tile.cache_base * kv_stride + kv_head * D;
   auto load_block = [&](int block, int stage) {  // keys past the tile's last query become zeros
     const int valid_keys = last_position - block * BN + 1;
-    load_rows_async<T, D, BN, Tile::threads>(k_s + stage * Tile::kv_elements, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
-    load_rows_async<T, D, BN, Tile::threads>(v_s + stage * Tile::kv_elements, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    load_rows_async<T, D, BN, Tile::threads>(k_s + stage * Tile::kv_elements,
+                                             k_sequence + block * BN * kv_stride, kv_stride,
+                                             valid_keys);
+    load_rows_async<T, D, BN, Tile::threads>(v_s + stage * Tile::kv_elements,
+                                             v_sequence + block * BN * kv_stride, kv_stride,
+                                             valid_keys);
   };
 
   load_rows_async<T, D, Tile::queries, Tile::threads>(q_s, q_tile, q_stride, tile.count);
@@ -328,15 +356,21 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
   const int r0 = warp * 16;
   std::uint32_t qa[D / 16][4];
   {
-    // A-fragment of rows r0..r0+15, dims 16kc..16kc+15: matrices (rows 0-7 | 8-15) x (dims 0-7 | 8-15).
-    const unsigned q_lane = shared_address(q_s) + ((r0 + (lane & 15)) * stride + (lane >> 4) * 8) * element_bytes;
+    // A-fragment of rows r0..r0+15, dims 16kc..16kc+15: matrices (rows 0-7 | 8-15) x (dims 0-7 |
+    // 8-15).
+    const unsigned q_lane =
+        shared_address(q_s) + ((r0 + (lane & 15)) * stride + (lane >> 4) * 8) * element_bytes;
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc) ldmatrix_x4(qa[kc], q_lane + kc * 16 * element_bytes);
   }
   // K B-fragments for key tiles 2j, 2j + 1: matrices (keys 0-7, dims 0-7 | 8-15), (keys 8-15, ...).
-  const unsigned k_lane = shared_address(k_s) + (((lane & 7) + ((lane >> 4) << 3)) * stride + ((lane >> 3) & 1) * 8) * element_bytes;
-  // V B-fragments (ldmatrix.trans) for dim tiles 2j, 2j + 1: (keys 0-7 | 8-15, dims 0-7), (..., dims 8-15).
-  const unsigned v_lane = shared_address(v_s) + ((lane & 15) * stride + (lane >> 4) * 8) * element_bytes;
+  const unsigned k_lane =
+      shared_address(k_s) +
+      (((lane & 7) + ((lane >> 4) << 3)) * stride + ((lane >> 3) & 1) * 8) * element_bytes;
+  // V B-fragments (ldmatrix.trans) for dim tiles 2j, 2j + 1: (keys 0-7 | 8-15, dims 0-7), (...,
+  // dims 8-15).
+  const unsigned v_lane =
+      shared_address(v_s) + ((lane & 15) * stride + (lane >> 4) * 8) * element_bytes;
 
   float acc[D / 8][4];
 #pragma unroll
@@ -345,7 +379,8 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
   const int warp_first_position = tile.start_position + r0;
   const int position[2] = {warp_first_position + g, warp_first_position + g + 8};
   // Rows past tile.count are padding: never stored, so they need no block of their own.
-  const int warp_last_position = r0 < tile.count ? tile.start_position + min(r0 + 15, tile.count - 1) : -1;
+  const int warp_last_position =
+      r0 < tile.count ? tile.start_position + min(r0 + 15, tile.count - 1) : -1;
   const float scale_log2 = shape.scale * log2_e;
 
   for (int block = 0; block <= last_block; ++block) {
@@ -377,13 +412,15 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
     // 16kc..16kc+15, so P never leaves registers.
 #pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc) {
-      const std::uint32_t pa[4] = {pack_pair<T>(s[2 * kc][0], s[2 * kc][1]), pack_pair<T>(s[2 * kc][2], s[2 * kc][3]),
+      const std::uint32_t pa[4] = {pack_pair<T>(s[2 * kc][0], s[2 * kc][1]),
+                                   pack_pair<T>(s[2 * kc][2], s[2 * kc][3]),
                                    pack_pair<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]),
                                    pack_pair<T>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
 #pragma unroll
       for (int pair = 0; pair < D / 16; ++pair) {
         std::uint32_t vb[4];
-        ldmatrix_x4_trans(vb, v_lane + stage_offset + kc * 16 * row_bytes + pair * 16 * element_bytes);
+        ldmatrix_x4_trans(vb,
+                          v_lane + stage_offset + kc * 16 * row_bytes + pair * 16 * element_bytes);
         mma_16816<T>(acc[2 * pair], pa, vb[0], vb[1]);
         mma_16816<T>(acc[2 * pair + 1], pa, vb[2], vb[3]);
       }
@@ -391,8 +428,8 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
   }
   if (r0 >= tile.count) return;  // padding only; no barrier follows
 
-  store_rows<T, D>(acc, m, l, q_s + r0 * stride, o, lse, tile.first_slot + r0, tile.count - r0, h, lane, q_stride, shape.heads,
-                   scale_log2);
+  store_rows<T, D>(acc, m, l, q_s + r0 * stride, o, lse, tile.first_slot + r0, tile.count - r0, h,
+                   lane, q_stride, shape.heads, scale_log2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -400,23 +437,24 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
 // (softmax_block, store_rows), with the two products on wgmma: S = Q·Kᵀ as m64n64k16 with Q and K
 // K-major in shared memory, O += P·V as m64nDk16 with P in registers and V N-major.
 //
-// With PackHeads (the launcher picks it for decode-like launches with enough tiles to fill the GPU),
-// heads that share a KV head share the CTA and each K/V block it loads: with G = heads / kv_heads
-// in {2, 4, 8}, CTA (tile, head h) of the grid instead takes sub-tile h % G (128 / G queries of the
-// tile) for all G heads of h's group; its row r is head (h - h % G) + r / (128 / G), query
-// r % (128 / G) of the sub-tile. Otherwise it takes the whole tile for head h. A row's arithmetic
-// is the same either way, and for any number of stages: which rows share the CTA and how far ahead
-// it loads are scheduling choices (see the file comment). Each warp's 16 rows are one head's consecutive queries. Each of the two
-// warpgroups walks every block up to the last real query among its rows; blocks past a row's own
-// position are fully masked for it. Q, K and V sit in 128-byte swizzled panels of 64 elements: row
-// r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) * 16).
+// With PackHeads (the launcher picks it for decode-like launches with enough tiles to fill the
+// GPU), heads that share a KV head share the CTA and each K/V block it loads: with G = heads /
+// kv_heads in {2, 4, 8}, CTA (tile, head h) of the grid instead takes sub-tile h % G (128 / G
+// queries of the tile) for all G heads of h's group; its row r is head (h - h % G) + r / (128 / G),
+// query r % (128 / G) of the sub-tile. Otherwise it takes the whole tile for head h. A row's
+// arithmetic is the same either way, and for any number of stages: which rows share the CTA and how
+// far ahead it loads are scheduling choices (see the file comment). Each warp's 16 rows are one
+// head's consecutive queries. Each of the two warpgroups walks every block up to the last real
+// query among its rows; blocks past a row's own position are fully masked for it. Q, K and V sit in
+// 128-byte swizzled panels of 64 elements: row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) *
+// 16).
 template <typename T, int D, int Stages>
 struct WgmmaForwardTile {
   static constexpr int queries = attention_mma_tile_queries;  // rows per CTA
   static constexpr int keys = attention_mma_kv_block;
   static constexpr int warpgroups = queries / 64;
   static constexpr int threads = warpgroups * 128;
-  static constexpr int panels = D / 64;                  // 128-byte panels per row
+  static constexpr int panels = D / 64;  // 128-byte panels per row
   static constexpr int q_panel_bytes = queries * 128;
   static constexpr int kv_panel_bytes = keys * 128;
   static constexpr int q_bytes = panels * q_panel_bytes;
@@ -424,23 +462,28 @@ struct WgmmaForwardTile {
   static constexpr int stages = Stages;  // K/V blocks in flight (2 for prefill, 4 for decode)
   static constexpr int shared_bytes = q_bytes + 2 * stages * kv_bytes + 1024;  // + alignment slack
   static_assert(shared_bytes <= 227 * 1024, "shared memory per block");
-  static_assert(sizeof(T) == 2 && keys == 64 && queries == 128 && D % 64 == 0, "16-bit types, 64-key blocks, 128 rows");
+  static_assert(sizeof(T) == 2 && keys == 64 && queries == 128 && D % 64 == 0,
+                "16-bit types, 64-key blocks, 128 rows");
   static_assert(stages >= 2 && (stages & (stages - 1)) == 0, "a power of two of stages");
   // The output staging (16 rows of D + 8 per warp) reuses the K/V stages after the last block.
-  static_assert(warpgroups * 4 * 16 * (D + 8) * 2 <= 2 * stages * kv_bytes, "staging fits in the K/V stages");
+  static_assert(warpgroups * 4 * 16 * (D + 8) * 2 <= 2 * stages * kv_bytes,
+                "staging fits in the K/V stages");
 };
 
 // Every thread of the CTA copies its share of `rows` rows of D elements into swizzled panels; row r
 // comes from source + r * row_stride, and rows at or past valid_rows become zeros.
 template <typename T, int D, int rows, int threads>
-__device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const T* source, std::int64_t row_stride, int valid_rows) {
+__device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const T* source,
+                                                    std::int64_t row_stride, int valid_rows) {
   constexpr int chunks = D / 8;
   static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
 #pragma unroll
   for (int i = 0; i < rows * chunks / threads; ++i) {
-    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks, column = chunk % chunks;
+    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks,
+              column = chunk % chunks;
     const bool valid = row < valid_rows;
-    unsigned char* destination = shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
+    unsigned char* destination =
+        shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
     copy_async_16(destination, valid ? source + row * row_stride + column * 8 : source, valid);
   }
 }
@@ -448,59 +491,74 @@ __device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const
 // The Q tile of a CTA whose rows are `pack` heads x per_head queries (row r: head first_head +
 // r / per_head, query r % per_head, real when below count); the rest become zeros.
 template <typename T, int D, int rows, int threads>
-__device__ __forceinline__ void load_packed_queries_async(unsigned char* shared, const T* q, std::int64_t q_stride, int first_slot,
+__device__ __forceinline__ void load_packed_queries_async(unsigned char* shared, const T* q,
+                                                          std::int64_t q_stride, int first_slot,
                                                           int first_head, int per_head, int count) {
   constexpr int chunks = D / 8;
   static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
 #pragma unroll
   for (int i = 0; i < rows * chunks / threads; ++i) {
-    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks, column = chunk % chunks;
+    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks,
+              column = chunk % chunks;
     const int query = row % per_head;
     const bool valid = query < count;
-    unsigned char* destination = shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
-    copy_async_16(destination, valid ? q + (first_slot + query) * q_stride + (first_head + row / per_head) * D + column * 8 : q, valid);
+    unsigned char* destination =
+        shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
+    copy_async_16(
+        destination,
+        valid ? q + (first_slot + query) * q_stride + (first_head + row / per_head) * D + column * 8
+              : q,
+        valid);
   }
 }
 
 template <typename T, int D, int Stages, bool PackHeads>
 __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
-    forward_wgmma_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse, const AttentionTile* tiles,
-                         AttentionShape shape) {
+    forward_wgmma_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse,
+                         const AttentionTile* tiles, AttentionShape shape) {
 #ifdef BITCHECK_ATTENTION_SM90A
   using Tile = WgmmaForwardTile<T, D, Stages>;
   constexpr int BN = Tile::keys;
   extern __shared__ unsigned char shared_raw[];
-  unsigned char* shared = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) & ~std::uintptr_t(1023));
+  unsigned char* shared = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) & ~std::uintptr_t(1023));
   unsigned char* q_s = shared;
   unsigned char* k_s = q_s + Tile::q_bytes;  // [stages][panels][keys][128 bytes]
   unsigned char* v_s = k_s + Tile::stages * Tile::kv_bytes;
 
   const AttentionTile tile = tiles[blockIdx.x / shape.heads];
   const int group = shape.heads / shape.kv_heads;
-  const int pack = PackHeads && (group == 2 || group == 4 || group == 8) ? group : 1;  // heads sharing the CTA
-  const int per_head = Tile::queries / pack;                             // queries per head
+  const int pack =
+      PackHeads && (group == 2 || group == 4 || group == 8) ? group : 1;  // heads sharing the CTA
+  const int per_head = Tile::queries / pack;                              // queries per head
   const int within = static_cast<int>(blockIdx.x % shape.heads), first_head = within / pack * pack;
   const int first_query = within % pack * per_head, count = min(tile.count - first_query, per_head);
   if (count <= 0) return;  // a sub-tile past the tile's queries (uniform over the CTA)
   const int kv_head = first_head / group, start = tile.start_position + first_query;
   const int first_slot = tile.first_slot + first_query;
-  const int warp = static_cast<int>(threadIdx.x) / warp_size, lane = static_cast<int>(threadIdx.x) % warp_size;
+  const int warp = static_cast<int>(threadIdx.x) / warp_size,
+            lane = static_cast<int>(threadIdx.x) % warp_size;
   const int warpgroup = warp / 4, g = lane >> 2, t = lane & 3;
-  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D, kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
+                     kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
   const int last_position = start + count - 1, last_block = last_position / BN;
   const T* k_sequence = k_cache + tile.cache_base * kv_stride + kv_head * D;
   const T* v_sequence = v_cache + tile.cache_base * kv_stride + kv_head * D;
   auto load_block = [&](int block, int stage) {  // keys past the CTA's last query become zeros
     const int valid_keys = last_position - block * BN + 1;
-    load_swizzled_async<T, D, BN, Tile::threads>(k_s + stage * Tile::kv_bytes, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
-    load_swizzled_async<T, D, BN, Tile::threads>(v_s + stage * Tile::kv_bytes, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    load_swizzled_async<T, D, BN, Tile::threads>(
+        k_s + stage * Tile::kv_bytes, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    load_swizzled_async<T, D, BN, Tile::threads>(
+        v_s + stage * Tile::kv_bytes, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
   };
   // Copy groups: one per block (Q rides with block 0), Tile::stages - 1 ahead of the block in use;
   // empty groups past the last block keep the count uniform.
   if constexpr (PackHeads) {
-    load_packed_queries_async<T, D, Tile::queries, Tile::threads>(q_s, q, q_stride, first_slot, first_head, per_head, count);
+    load_packed_queries_async<T, D, Tile::queries, Tile::threads>(q_s, q, q_stride, first_slot,
+                                                                  first_head, per_head, count);
   } else {
-    load_swizzled_async<T, D, Tile::queries, Tile::threads>(q_s, q + first_slot * q_stride + first_head * D, q_stride, count);
+    load_swizzled_async<T, D, Tile::queries, Tile::threads>(
+        q_s, q + first_slot * q_stride + first_head * D, q_stride, count);
   }
 #pragma unroll
   for (int i = 0; i < Tile::stages - 1; ++i) {
@@ -517,14 +575,16 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
   const int position[2] = {warp_first_position + g, warp_first_position + g + 8};
   // The warpgroup's queries: 64 consecutive ones of one head, or all per_head of several heads.
   const int group_first_query = per_head >= 64 ? warpgroup * 64 % per_head : 0;
-  const int group_last_query = min(per_head >= 64 ? group_first_query + 63 : per_head - 1, count - 1);
+  const int group_last_query =
+      min(per_head >= 64 ? group_first_query + 63 : per_head - 1, count - 1);
   const int group_last_position = group_first_query < count ? start + group_last_query : -1;
   const float scale_log2 = shape.scale * log2_e;
   const std::uint32_t q_address = shared_address(q_s) + warpgroup * 64 * 128;
 
   for (int block = 0; block <= last_block; ++block) {
     copy_async_wait<Tile::stages - 2>();  // this thread's copies of the block have landed
-    __syncthreads();  // everyone's have, and nobody still reads the stage refilled next (block - 1's)
+    __syncthreads();  // everyone's have, and nobody still reads the stage refilled next (block -
+                      // 1's)
     const int ahead = block + Tile::stages - 1;
     if (ahead <= last_block) load_block(ahead, ahead & (Tile::stages - 1));
     copy_async_commit();
@@ -541,15 +601,16 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
     for (int kk = 0; kk < D / 16; ++kk) {
       const std::uint32_t offset = (kk % 4) * 32;  // 16 elements further along the 128-byte row
       wgmma::ss_m64n64k16<T>(
-          reinterpret_cast<float (&)[BN / 2]>(s),
+          reinterpret_cast<float(&)[BN / 2]>(s),
           wgmma::descriptor(q_address + (kk / 4) * Tile::q_panel_bytes + offset, 16, 1024),
-          wgmma::descriptor(k_address + (kk / 4) * Tile::kv_panel_bytes + offset, 16, 1024), kk > 0);
+          wgmma::descriptor(k_address + (kk / 4) * Tile::kv_panel_bytes + offset, 16, 1024),
+          kk > 0);
     }
     wgmma::commit();
     wgmma::wait_all();
     softmax_block<BN, D>(s, acc, m, l, block * BN, warp_first_position, position, t, scale_log2);
-    // P as the A fragments of keys 16kc..16kc+15 (the accumulator layout of S columns 2kc, 2kc + 1),
-    // all packed before the fence so the four wgmmas issue back to back.
+    // P as the A fragments of keys 16kc..16kc+15 (the accumulator layout of S columns 2kc, 2kc +
+    // 1), all packed before the fence so the four wgmmas issue back to back.
     std::uint32_t pa[BN / 16][4];
 #pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc) {
@@ -563,11 +624,12 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
     for (int kc = 0; kc < BN / 16; ++kc) {
       // V (16 keys x D, N-major): the leading offset steps to the next 64-element panel of D, the
       // stride offset to the next 8 keys.
-      const std::uint64_t v_desc = wgmma::descriptor(v_address + kc * 16 * 128, Tile::kv_panel_bytes, 1024);
+      const std::uint64_t v_desc =
+          wgmma::descriptor(v_address + kc * 16 * 128, Tile::kv_panel_bytes, 1024);
       if constexpr (D == 128) {
-        wgmma::rs_m64n128k16<T>(reinterpret_cast<float (&)[D / 2]>(acc), pa[kc], v_desc);
+        wgmma::rs_m64n128k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
       } else {
-        wgmma::rs_m64n64k16<T>(reinterpret_cast<float (&)[D / 2]>(acc), pa[kc], v_desc);
+        wgmma::rs_m64n64k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
       }
     }
     wgmma::commit();
@@ -577,7 +639,8 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
   __syncthreads();  // every warpgroup is done with K and V: the stages become output staging
   if (warp_query >= count) return;  // padding only; no barrier follows
   T* o_s = reinterpret_cast<T*>(k_s) + warp * 16 * (D + 8);
-  store_rows<T, D>(acc, m, l, o_s, o, lse, first_slot + warp_query, count - warp_query, h, lane, q_stride, shape.heads, scale_log2);
+  store_rows<T, D>(acc, m, l, o_s, o, lse, first_slot + warp_query, count - warp_query, h, lane,
+                   q_stride, shape.heads, scale_log2);
 #else
   __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
 #endif
@@ -588,14 +651,16 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
 // sequential dot product); the value update walks the step's keys in order, each lane owning
 // dims lane, lane + 32, ... The online-softmax rescale happens once per kv_block keys.
 template <typename T>
-__global__ void forward_simt_kernel(const T* q, const T* k_cache, const T* v_cache, T* o, float* lse,
-                                    const AttentionToken* tokens, int token_count, AttentionShape shape, int kv_block,
-                                    int splits, float* scratch) {
+__global__ void forward_simt_kernel(const T* q, const T* k_cache, const T* v_cache, T* o,
+                                    float* lse, const AttentionToken* tokens, int token_count,
+                                    AttentionShape shape, int kv_block, int splits,
+                                    float* scratch) {
   __shared__ float q_shared[simt_warps][simt_max_dim];
   const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size;
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * simt_warps + warp;
   if (item >= static_cast<std::int64_t>(token_count) * shape.heads * splits) return;
-  const int split = static_cast<int>(item % splits), h = static_cast<int>((item / splits) % shape.heads);
+  const int split = static_cast<int>(item % splits),
+            h = static_cast<int>((item / splits) % shape.heads);
   const AttentionToken token = tokens[item / splits / shape.heads];
   const int D = shape.dim, kv_head = h / (shape.heads / shape.kv_heads);
   const std::int64_t kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
@@ -636,18 +701,21 @@ __global__ void forward_simt_kernel(const T* q, const T* k_cache, const T* v_cac
         const float pj = __shfl_sync(0xffffffffu, p[step], j);
         if (key > token.position) break;
         const T* value_row = v_cache + (token.cache_base + key) * kv_stride + kv_head * D;
-        for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) acc[i] += pj * to_float(value_row[lane + i * warp_size]);
+        for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i)
+          acc[i] += pj * to_float(value_row[lane + i * warp_size]);
       }
     }
   }
   const std::int64_t row = static_cast<std::int64_t>(token.slot) * shape.heads + h;
   if (splits == 1) {
-    for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) o[row * D + lane + i * warp_size] = from_float<T>(acc[i] / l);
+    for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i)
+      o[row * D + lane + i * warp_size] = from_float<T>(acc[i] / l);
     if (lane == 0) lse[row] = m + logf(l);
     return;
   }
   float* partial = scratch + (item / splits * splits + split) * (D + 2);
-  for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) partial[lane + i * warp_size] = acc[i];
+  for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i)
+    partial[lane + i * warp_size] = acc[i];
   if (lane == 0) {
     partial[D] = m;
     partial[D + 1] = l;
@@ -656,8 +724,8 @@ __global__ void forward_simt_kernel(const T* q, const T* k_cache, const T* v_cac
 
 // Split-KV combine: one warp per (query, head), splits in order, rescaled to the largest max.
 template <typename T>
-__global__ void combine_kernel(const float* scratch, T* o, float* lse, const AttentionToken* tokens, int token_count,
-                               AttentionShape shape, int splits) {
+__global__ void combine_kernel(const float* scratch, T* o, float* lse, const AttentionToken* tokens,
+                               int token_count, AttentionShape shape, int splits) {
   const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size;
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * simt_warps + warp;
   if (item >= static_cast<std::int64_t>(token_count) * shape.heads) return;
@@ -671,10 +739,12 @@ __global__ void combine_kernel(const float* scratch, T* o, float* lse, const Att
     const float* part = partial + s * (D + 2);
     const float weight = expf(part[D] - m);
     l += part[D + 1] * weight;
-    for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) acc[i] += part[lane + i * warp_size] * weight;
+    for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i)
+      acc[i] += part[lane + i * warp_size] * weight;
   }
   const std::int64_t row = static_cast<std::int64_t>(token.slot) * shape.heads + h;
-  for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) o[row * D + lane + i * warp_size] = from_float<T>(acc[i] / l);
+  for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i)
+    o[row * D + lane + i * warp_size] = from_float<T>(acc[i] / l);
   if (lane == 0) lse[row] = m + logf(l);
 }
 
@@ -682,15 +752,17 @@ __global__ void combine_kernel(const float* scratch, T* o, float* lse, const Att
 // Backward (whole sequences; a token's sequence starts at slot cache_base).
 // delta[slot, h] = sum_d do * o, lanes over dims then a butterfly sum.
 template <typename T>
-__global__ void delta_kernel(const T* o, const T* dout, float* delta, const AttentionToken* tokens, int token_count,
-                             AttentionShape shape) {
+__global__ void delta_kernel(const T* o, const T* dout, float* delta, const AttentionToken* tokens,
+                             int token_count, AttentionShape shape) {
   const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size;
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * simt_warps + warp;
   if (item >= static_cast<std::int64_t>(token_count) * shape.heads) return;
   const int h = static_cast<int>(item % shape.heads);
-  const std::int64_t row = static_cast<std::int64_t>(tokens[item / shape.heads].slot) * shape.heads + h;
+  const std::int64_t row =
+      static_cast<std::int64_t>(tokens[item / shape.heads].slot) * shape.heads + h;
   float sum = 0.0f;
-  for (int d = lane; d < shape.dim; d += warp_size) sum += to_float(dout[row * shape.dim + d]) * to_float(o[row * shape.dim + d]);
+  for (int d = lane; d < shape.dim; d += warp_size)
+    sum += to_float(dout[row * shape.dim + d]) * to_float(o[row * shape.dim + d]);
   sum = warp_sum(sum);
   if (lane == 0) delta[row] = sum;
 }
@@ -700,8 +772,8 @@ struct ScoreGrad {
   float p, ds;
 };
 template <typename Q, typename T>
-__device__ __forceinline__ ScoreGrad score_grad(const Q* q, const Q* dout, const T* k, const T* v, int D,
-                                                float scale, float lse, float delta) {
+__device__ __forceinline__ ScoreGrad score_grad(const Q* q, const Q* dout, const T* k, const T* v,
+                                                int D, float scale, float lse, float delta) {
   float dot = 0.0f, dp = 0.0f;
   for (int d = 0; d < D; ++d) {
     dot += to_float(q[d]) * to_float(k[d]);
@@ -715,17 +787,19 @@ __device__ __forceinline__ ScoreGrad score_grad(const Q* q, const Q* dout, const
 // dq += ds_j k_j walked in key order. With `atomic_scratch`: the control, one warp per (query,
 // head, 64-key block) adding its block's partial with atomicAdd, in whatever order warps finish.
 template <typename T>
-__global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dq,
-                          const AttentionToken* tokens, int token_count, AttentionShape shape, int blocks_per_query,
-                          float* atomic_scratch) {
+__global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
+                          const float* delta, T* dq, const AttentionToken* tokens, int token_count,
+                          AttentionShape shape, int blocks_per_query, float* atomic_scratch) {
   __shared__ float q_shared[simt_warps][simt_max_dim], do_shared[simt_warps][simt_max_dim];
   const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size;
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * simt_warps + warp;
   if (item >= static_cast<std::int64_t>(token_count) * shape.heads * blocks_per_query) return;
-  const int kv_block = static_cast<int>(item % blocks_per_query), h = static_cast<int>((item / blocks_per_query) % shape.heads);
+  const int kv_block = static_cast<int>(item % blocks_per_query),
+            h = static_cast<int>((item / blocks_per_query) % shape.heads);
   const AttentionToken token = tokens[item / blocks_per_query / shape.heads];
   const int D = shape.dim, kv_head = h / (shape.heads / shape.kv_heads);
-  const std::int64_t row = static_cast<std::int64_t>(token.slot) * shape.heads + h, kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+  const std::int64_t row = static_cast<std::int64_t>(token.slot) * shape.heads + h,
+                     kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
   int first_key = 0, last_key = token.position;
   if (atomic_scratch) {
     first_key = kv_block * attention_mma_kv_block;
@@ -744,12 +818,15 @@ __global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, con
     float ds = 0.0f;
     if (key <= last_key) {
       const std::int64_t key_row = (token.cache_base + key) * kv_stride + kv_head * D;
-      ds = score_grad(q_shared[warp], do_shared[warp], k + key_row, v + key_row, D, shape.scale, row_lse, row_delta).ds;
+      ds = score_grad(q_shared[warp], do_shared[warp], k + key_row, v + key_row, D, shape.scale,
+                      row_lse, row_delta)
+               .ds;
     }
     for (int j = 0; j < warp_size && base + j <= last_key; ++j) {
       const float ds_j = __shfl_sync(0xffffffffu, ds, j);
       const T* key_row = k + (token.cache_base + base + j) * kv_stride + kv_head * D;
-      for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) acc[i] += ds_j * to_float(key_row[lane + i * warp_size]);
+      for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i)
+        acc[i] += ds_j * to_float(key_row[lane + i * warp_size]);
     }
   }
   for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) {
@@ -763,23 +840,27 @@ __global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, con
 }
 
 template <typename T>
-__global__ void round_dq_kernel(const float* scratch, T* dq, const AttentionToken* tokens, int token_count, AttentionShape shape) {
+__global__ void round_dq_kernel(const float* scratch, T* dq, const AttentionToken* tokens,
+                                int token_count, AttentionShape shape) {
   const std::int64_t per_token = static_cast<std::int64_t>(shape.heads) * shape.dim;
   const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= token_count * per_token) return;
-  const std::int64_t at = static_cast<std::int64_t>(tokens[index / per_token].slot) * per_token + index % per_token;
+  const std::int64_t at =
+      static_cast<std::int64_t>(tokens[index / per_token].slot) * per_token + index % per_token;
   dq[at] = from_float<T>(scratch[at]);
 }
 
 // dk, dv: one warp per (key, kv head); for each head of the group in order, queries from the key's
 // position to the end of the sequence in order (lane i scores query i of a 32-query step).
 template <typename T>
-__global__ void dkdv_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dk,
-                            T* dv, const AttentionToken* tokens, int token_count, AttentionShape shape) {
+__global__ void dkdv_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
+                            const float* delta, T* dk, T* dv, const AttentionToken* tokens,
+                            int token_count, AttentionShape shape) {
   const int warp = threadIdx.x / warp_size, lane = threadIdx.x % warp_size;
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * simt_warps + warp;
   if (item >= static_cast<std::int64_t>(token_count) * shape.kv_heads) return;
-  const int kv_head = static_cast<int>(item % shape.kv_heads), group = shape.heads / shape.kv_heads, D = shape.dim;
+  const int kv_head = static_cast<int>(item % shape.kv_heads), group = shape.heads / shape.kv_heads,
+            D = shape.dim;
   const AttentionToken token = tokens[item / shape.kv_heads];
   const std::int64_t kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
   const std::int64_t key_row = static_cast<std::int64_t>(token.slot) * kv_stride + kv_head * D;
@@ -790,12 +871,16 @@ __global__ void dkdv_kernel(const T* q, const T* k, const T* v, const T* dout, c
       const int query = base + lane;
       ScoreGrad grad{0.0f, 0.0f};
       if (query < token.sequence_length) {
-        const std::int64_t row = static_cast<std::int64_t>(token.cache_base + query) * shape.heads + h;
-        grad = score_grad(q + row * D, dout + row * D, k + key_row, v + key_row, D, shape.scale, lse[row], delta[row]);
+        const std::int64_t row =
+            static_cast<std::int64_t>(token.cache_base + query) * shape.heads + h;
+        grad = score_grad(q + row * D, dout + row * D, k + key_row, v + key_row, D, shape.scale,
+                          lse[row], delta[row]);
       }
       for (int j = 0; j < warp_size && base + j < token.sequence_length; ++j) {
-        const float p_j = __shfl_sync(0xffffffffu, grad.p, j), ds_j = __shfl_sync(0xffffffffu, grad.ds, j);
-        const std::int64_t row = static_cast<std::int64_t>(token.cache_base + base + j) * shape.heads + h;
+        const float p_j = __shfl_sync(0xffffffffu, grad.p, j),
+                    ds_j = __shfl_sync(0xffffffffu, grad.ds, j);
+        const std::int64_t row =
+            static_cast<std::int64_t>(token.cache_base + base + j) * shape.heads + h;
         for (int i = 0; i < simt_dims_per_lane && lane + i * warp_size < D; ++i) {
           dv_acc[i] += p_j * to_float(dout[row * D + lane + i * warp_size]);
           dk_acc[i] += ds_j * to_float(q[row * D + lane + i * warp_size]);
@@ -827,16 +912,19 @@ __global__ void dkdv_kernel(const T* q, const T* k, const T* v, const T* dout, c
 // [n][k] block.
 template <typename T, int D>
 struct BackwardTile {
-  static constexpr int rows = attention_mma_backward_tile;  // queries (dq) or keys (dk, dv) of a CTA
-  static constexpr int block = attention_mma_kv_block;      // keys (dq) or queries (dk, dv) per step
+  static constexpr int rows =
+      attention_mma_backward_tile;                      // queries (dq) or keys (dk, dv) of a CTA
+  static constexpr int block = attention_mma_kv_block;  // keys (dq) or queries (dk, dv) per step
   static constexpr int warps = rows / 16;
   static constexpr int threads = warps * warp_size;
   static constexpr int stride = D + 8;
   static constexpr int elements = rows * stride;  // one shared tile or block (rows == block)
   // dq: Q, dO and two stages of K and V. dk/dv: K, V, two stages of Q and dO, and of lse, delta.
   static constexpr int dq_shared_bytes = 6 * elements * static_cast<int>(sizeof(T));
-  static constexpr int dkdv_shared_bytes = dq_shared_bytes + 2 * 2 * block * static_cast<int>(sizeof(float));
-  static_assert(rows == block && threads == 2 * block, "shared tiles are interchangeable; a thread per lse or delta");
+  static constexpr int dkdv_shared_bytes =
+      dq_shared_bytes + 2 * 2 * block * static_cast<int>(sizeof(float));
+  static_assert(rows == block && threads == 2 * block,
+                "shared tiles are interchangeable; a thread per lse or delta");
   static_assert(D % 16 == 0, "mma tiles are 16 dims");
 };
 
@@ -846,12 +934,14 @@ __device__ __forceinline__ unsigned a_lane_offset(int lane) {
 }
 template <int stride, int element_bytes>
 __device__ __forceinline__ unsigned b_lane_offset(int lane) {
-  return static_cast<unsigned>((((lane & 7) + ((lane >> 4) << 3)) * stride + ((lane >> 3) & 1) * 8) * element_bytes);
+  return static_cast<unsigned>(
+      (((lane & 7) + ((lane >> 4) << 3)) * stride + ((lane >> 3) & 1) * 8) * element_bytes);
 }
 
 // The A-fragment of columns 16kc..16kc+15 from the accumulators of 8-column tiles 2kc, 2kc + 1.
 template <typename T>
-__device__ __forceinline__ void accumulator_to_a(std::uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+__device__ __forceinline__ void accumulator_to_a(std::uint32_t (&a)[4], const float (&lo)[4],
+                                                 const float (&hi)[4]) {
   a[0] = pack_pair<T>(lo[0], lo[1]);
   a[1] = pack_pair<T>(lo[2], lo[3]);
   a[2] = pack_pair<T>(hi[0], hi[1]);
@@ -861,8 +951,9 @@ __device__ __forceinline__ void accumulator_to_a(std::uint32_t (&a)[4], const fl
 // A warp's 16 accumulator rows (times `scale`, rounded to T) staged in its own shared rows, then
 // stored as 16-byte chunks to rows first_row.. of `out` (rows past `valid_rows` are padding).
 template <typename T, int D>
-__device__ __forceinline__ void store_warp_rows(T* staging, const float (&acc)[D / 8][4], float scale, T* out,
-                                                std::int64_t row_stride, int valid_rows, int lane) {
+__device__ __forceinline__ void store_warp_rows(T* staging, const float (&acc)[D / 8][4],
+                                                float scale, T* out, std::int64_t row_stride,
+                                                int valid_rows, int lane) {
   constexpr int stride = D + 8, chunks = D / 8;
   const int g = lane >> 2, t = lane & 3;
   __syncwarp();
@@ -879,7 +970,8 @@ __device__ __forceinline__ void store_warp_rows(T* staging, const float (&acc)[D
   for (int i = 0; i < 16 * chunks / warp_size; ++i) {
     const int chunk = lane + i * warp_size, row = chunk / chunks, column = chunk % chunks * 8;
     if (row >= valid_rows) continue;
-    *reinterpret_cast<uint4*>(out + row * row_stride + column) = *reinterpret_cast<const uint4*>(staging + row * stride + column);
+    *reinterpret_cast<uint4*>(out + row * row_stride + column) =
+        *reinterpret_cast<const uint4*>(staging + row * stride + column);
   }
 }
 
@@ -893,8 +985,10 @@ __device__ __forceinline__ void store_warp_rows(T* staging, const float (&acc)[D
 // b_offset on). A fragments come from a1_lane / a2_lane (rows of this warp), B fragments from
 // b1_lane / b2_lane; each element's chain is its kc steps in order.
 template <typename T, int D, int N, int row_bytes, int element_bytes>
-__device__ __forceinline__ void paired_products(float (&s)[N / 8][4], float (&dp)[N / 8][4], unsigned a1_lane, unsigned a2_lane,
-                                                unsigned b1_lane, unsigned b2_lane, unsigned b_offset) {
+__device__ __forceinline__ void paired_products(float (&s)[N / 8][4], float (&dp)[N / 8][4],
+                                                unsigned a1_lane, unsigned a2_lane,
+                                                unsigned b1_lane, unsigned b2_lane,
+                                                unsigned b_offset) {
 #pragma unroll
   for (int nt = 0; nt < N / 8; ++nt) {
 #pragma unroll
@@ -921,10 +1015,12 @@ __device__ __forceinline__ void paired_products(float (&s)[N / 8][4], float (&dp
 
 template <typename T, int D>
 __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
-    dq_mma_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dq,
-                  const AttentionBackwardTile* tiles, AttentionShape shape) {
+    dq_mma_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
+                  const float* delta, T* dq, const AttentionBackwardTile* tiles,
+                  AttentionShape shape) {
   using Tile = BackwardTile<T, D>;
-  constexpr int BN = Tile::block, stride = Tile::stride, element_bytes = static_cast<int>(sizeof(T));
+  constexpr int BN = Tile::block, stride = Tile::stride,
+                element_bytes = static_cast<int>(sizeof(T));
   constexpr int row_bytes = stride * element_bytes, stage_bytes = Tile::elements * element_bytes;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   T* q_s = reinterpret_cast<T*>(shared_raw);  // the Q tile; afterwards each warp's dq rows
@@ -933,28 +1029,36 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
   T* v_s = k_s + 2 * Tile::elements;
 
   const AttentionBackwardTile tile = tiles[blockIdx.x / shape.heads];
-  const int h = static_cast<int>(blockIdx.x % shape.heads), kv_head = h / (shape.heads / shape.kv_heads);
-  const int warp = static_cast<int>(threadIdx.x) / warp_size, lane = static_cast<int>(threadIdx.x) % warp_size;
+  const int h = static_cast<int>(blockIdx.x % shape.heads),
+            kv_head = h / (shape.heads / shape.kv_heads);
+  const int warp = static_cast<int>(threadIdx.x) / warp_size,
+            lane = static_cast<int>(threadIdx.x) % warp_size;
   const int g = lane >> 2, t = lane & 3;
-  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D, kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
+                     kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
   const int last_position = tile.start_position + tile.count - 1, last_block = last_position / BN;
   const T* k_sequence = k + tile.sequence_slot * kv_stride + kv_head * D;  // key of position 0
   const T* v_sequence = v + tile.sequence_slot * kv_stride + kv_head * D;
   auto load_block = [&](int block, int stage) {  // keys past the tile's last query become zeros
     const int valid_keys = last_position - block * BN + 1;
-    load_rows_async<T, D, BN, Tile::threads>(k_s + stage * Tile::elements, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
-    load_rows_async<T, D, BN, Tile::threads>(v_s + stage * Tile::elements, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    load_rows_async<T, D, BN, Tile::threads>(
+        k_s + stage * Tile::elements, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    load_rows_async<T, D, BN, Tile::threads>(
+        v_s + stage * Tile::elements, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
   };
 
-  load_rows_async<T, D, Tile::rows, Tile::threads>(q_s, q + tile.first_slot * q_stride + h * D, q_stride, tile.count);
-  load_rows_async<T, D, Tile::rows, Tile::threads>(do_s, dout + tile.first_slot * q_stride + h * D, q_stride, tile.count);
+  load_rows_async<T, D, Tile::rows, Tile::threads>(q_s, q + tile.first_slot * q_stride + h * D,
+                                                   q_stride, tile.count);
+  load_rows_async<T, D, Tile::rows, Tile::threads>(do_s, dout + tile.first_slot * q_stride + h * D,
+                                                   q_stride, tile.count);
   load_block(0, 0);
   copy_async_commit();
 
   const int r0 = warp * 16;
   const int warp_first_position = tile.start_position + r0;
   const int position[2] = {warp_first_position + g, warp_first_position + g + 8};
-  const int warp_last_position = r0 < tile.count ? tile.start_position + min(r0 + 15, tile.count - 1) : -1;
+  const int warp_last_position =
+      r0 < tile.count ? tile.start_position + min(r0 + 15, tile.count - 1) : -1;
   const float scale_log2 = shape.scale * log2_e;
   float lse_log2[2], row_delta[2];
 #pragma unroll
@@ -964,11 +1068,16 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
     lse_log2[r] = row < tile.count ? __fmul_rn(lse[at], log2_e) : 0.0f;
     row_delta[r] = row < tile.count ? delta[at] : 0.0f;
   }
-  const unsigned q_lane = shared_address(q_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
-  const unsigned do_lane = shared_address(do_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
-  const unsigned k_lane = shared_address(k_s) + b_lane_offset<stride, element_bytes>(lane);  // K as B of S
-  const unsigned v_lane = shared_address(v_s) + b_lane_offset<stride, element_bytes>(lane);  // V as B of dP
-  const unsigned k_trans_lane = shared_address(k_s) + a_lane_offset<stride, element_bytes>(lane);  // K as B of dQ
+  const unsigned q_lane =
+      shared_address(q_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
+  const unsigned do_lane =
+      shared_address(do_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
+  const unsigned k_lane =
+      shared_address(k_s) + b_lane_offset<stride, element_bytes>(lane);  // K as B of S
+  const unsigned v_lane =
+      shared_address(v_s) + b_lane_offset<stride, element_bytes>(lane);  // V as B of dP
+  const unsigned k_trans_lane =
+      shared_address(k_s) + a_lane_offset<stride, element_bytes>(lane);  // K as B of dQ
 
   float acc[D / 8][4];
 #pragma unroll
@@ -983,7 +1092,8 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
     const unsigned stage_offset = static_cast<unsigned>((block & 1) * stage_bytes);
 
     float s[BN / 8][4], dp[BN / 8][4];
-    paired_products<T, D, BN, row_bytes, element_bytes>(s, dp, q_lane, do_lane, k_lane, v_lane, stage_offset);
+    paired_products<T, D, BN, row_bytes, element_bytes>(s, dp, q_lane, do_lane, k_lane, v_lane,
+                                                        stage_offset);
     // ds in place of s; the causal mask by the row's own position, needed only where the block
     // reaches past the warp's first row.
     const bool diagonal = block * BN + BN - 1 > warp_first_position;
@@ -1005,7 +1115,8 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
 #pragma unroll
       for (int pair = 0; pair < D / 16; ++pair) {
         std::uint32_t kb[4];
-        ldmatrix_x4_trans(kb, k_trans_lane + stage_offset + kc * 16 * row_bytes + pair * 16 * element_bytes);
+        ldmatrix_x4_trans(
+            kb, k_trans_lane + stage_offset + kc * 16 * row_bytes + pair * 16 * element_bytes);
         mma_16816<T>(acc[2 * pair], dsa, kb[0], kb[1]);
         mma_16816<T>(acc[2 * pair + 1], dsa, kb[2], kb[3]);
       }
@@ -1013,8 +1124,9 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
   }
   if (r0 >= tile.count) return;  // padding only; no barrier follows
   // Only this warp ever read its Q rows: stage dq there.
-  store_warp_rows<T, D>(q_s + r0 * stride, acc, shape.scale, dq + (tile.first_slot + r0) * q_stride + h * D, q_stride,
-                        tile.count - r0, lane);
+  store_warp_rows<T, D>(q_s + r0 * stride, acc, shape.scale,
+                        dq + (tile.first_slot + r0) * q_stride + h * D, q_stride, tile.count - r0,
+                        lane);
 }
 
 // dk, dv: one CTA per (key tile, kv head). Warp w owns tile keys 16w..16w+15 (lane: keys g, g + 8).
@@ -1025,10 +1137,12 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
 // sequence: padding, masked too), dV += Pᵀ·dO, dK += dSᵀ·Q.
 template <typename T, int D>
 __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
-    dkdv_mma_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta, T* dk,
-                    T* dv, const AttentionBackwardTile* tiles, AttentionShape shape) {
+    dkdv_mma_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
+                    const float* delta, T* dk, T* dv, const AttentionBackwardTile* tiles,
+                    AttentionShape shape) {
   using Tile = BackwardTile<T, D>;
-  constexpr int BM = Tile::block, stride = Tile::stride, element_bytes = static_cast<int>(sizeof(T));
+  constexpr int BM = Tile::block, stride = Tile::stride,
+                element_bytes = static_cast<int>(sizeof(T));
   constexpr int QP = D > 64 ? BM / 2 : BM;  // queries per part of a step
   constexpr int row_bytes = stride * element_bytes, stage_bytes = Tile::elements * element_bytes;
   extern __shared__ __align__(16) unsigned char shared_raw[];
@@ -1040,18 +1154,26 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
   float* delta_s = lse_s + 2 * BM;                                // [stages][queries]
 
   const AttentionBackwardTile tile = tiles[blockIdx.x / shape.kv_heads];
-  const int kv_head = static_cast<int>(blockIdx.x % shape.kv_heads), group = shape.heads / shape.kv_heads;
-  const int warp = static_cast<int>(threadIdx.x) / warp_size, lane = static_cast<int>(threadIdx.x) % warp_size;
+  const int kv_head = static_cast<int>(blockIdx.x % shape.kv_heads),
+            group = shape.heads / shape.kv_heads;
+  const int warp = static_cast<int>(threadIdx.x) / warp_size,
+            lane = static_cast<int>(threadIdx.x) % warp_size;
   const int g = lane >> 2, t = lane & 3;
-  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D, kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
+                     kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
   const int first_block = tile.start_position / BM;
-  const int blocks_per_head = (tile.sequence_length - 1) / BM - first_block + 1, steps = group * blocks_per_head;
+  const int blocks_per_head = (tile.sequence_length - 1) / BM - first_block + 1,
+            steps = group * blocks_per_head;
   auto load_step = [&](int step, int stage) {  // queries past the sequence become zeros
-    const int h = kv_head * group + step / blocks_per_head, first_query = (first_block + step % blocks_per_head) * BM;
+    const int h = kv_head * group + step / blocks_per_head,
+              first_query = (first_block + step % blocks_per_head) * BM;
     const int valid_queries = tile.sequence_length - first_query;
     const std::int64_t first_row = tile.sequence_slot + first_query;
-    load_rows_async<T, D, BM, Tile::threads>(q_s + stage * Tile::elements, q + first_row * q_stride + h * D, q_stride, valid_queries);
-    load_rows_async<T, D, BM, Tile::threads>(do_s + stage * Tile::elements, dout + first_row * q_stride + h * D, q_stride, valid_queries);
+    load_rows_async<T, D, BM, Tile::threads>(
+        q_s + stage * Tile::elements, q + first_row * q_stride + h * D, q_stride, valid_queries);
+    load_rows_async<T, D, BM, Tile::threads>(do_s + stage * Tile::elements,
+                                             dout + first_row * q_stride + h * D, q_stride,
+                                             valid_queries);
     const int i = static_cast<int>(threadIdx.x) % BM;
     const std::int64_t at = (first_row + i) * shape.heads + h;
     if (threadIdx.x < BM) {
@@ -1061,20 +1183,28 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
     }
   };
 
-  load_rows_async<T, D, Tile::rows, Tile::threads>(k_s, k + tile.first_slot * kv_stride + kv_head * D, kv_stride, tile.count);
-  load_rows_async<T, D, Tile::rows, Tile::threads>(v_s, v + tile.first_slot * kv_stride + kv_head * D, kv_stride, tile.count);
+  load_rows_async<T, D, Tile::rows, Tile::threads>(
+      k_s, k + tile.first_slot * kv_stride + kv_head * D, kv_stride, tile.count);
+  load_rows_async<T, D, Tile::rows, Tile::threads>(
+      v_s, v + tile.first_slot * kv_stride + kv_head * D, kv_stride, tile.count);
   load_step(0, 0);
   copy_async_commit();
 
   const int r0 = warp * 16;
   const int key_position[2] = {tile.start_position + r0 + g, tile.start_position + r0 + g + 8};
   const float scale_log2 = shape.scale * log2_e;
-  const unsigned k_lane = shared_address(k_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
-  const unsigned v_lane = shared_address(v_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
-  const unsigned q_lane = shared_address(q_s) + b_lane_offset<stride, element_bytes>(lane);    // Q as B of Sᵀ
-  const unsigned do_lane = shared_address(do_s) + b_lane_offset<stride, element_bytes>(lane);  // dO as B of dPᵀ
-  const unsigned q_trans_lane = shared_address(q_s) + a_lane_offset<stride, element_bytes>(lane);    // Q as B of dK
-  const unsigned do_trans_lane = shared_address(do_s) + a_lane_offset<stride, element_bytes>(lane);  // dO as B of dV
+  const unsigned k_lane =
+      shared_address(k_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
+  const unsigned v_lane =
+      shared_address(v_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
+  const unsigned q_lane =
+      shared_address(q_s) + b_lane_offset<stride, element_bytes>(lane);  // Q as B of Sᵀ
+  const unsigned do_lane =
+      shared_address(do_s) + b_lane_offset<stride, element_bytes>(lane);  // dO as B of dPᵀ
+  const unsigned q_trans_lane =
+      shared_address(q_s) + a_lane_offset<stride, element_bytes>(lane);  // Q as B of dK
+  const unsigned do_trans_lane =
+      shared_address(do_s) + a_lane_offset<stride, element_bytes>(lane);  // dO as B of dV
 
   float dk_acc[D / 8][4], dv_acc[D / 8][4];
 #pragma unroll
@@ -1085,7 +1215,7 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
 
   for (int step = 0; step < steps; ++step) {
     copy_async_wait_all();  // this thread's copies of the step have landed
-    __syncthreads();        // everyone's (and the lse, delta stores) have; nobody reads the other stage
+    __syncthreads();  // everyone's (and the lse, delta stores) have; nobody reads the other stage
     if (step + 1 < steps) load_step(step + 1, (step + 1) & 1);
     copy_async_commit();
     if (r0 >= tile.count) continue;  // padding keys only
@@ -1093,12 +1223,14 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
     const unsigned stage_offset = static_cast<unsigned>(stage * stage_bytes);
     const float* lse_step = lse_s + stage * BM;
     const float* delta_step = delta_s + stage * BM;
-    // The step's queries in parts of QP (32 at head dim 128, to stay within the registers), in order.
+    // The step's queries in parts of QP (32 at head dim 128, to stay within the registers), in
+    // order.
 #pragma unroll 1
     for (int part = 0; part < BM / QP; ++part) {
       const unsigned part_offset = stage_offset + static_cast<unsigned>(part * QP * row_bytes);
       float s[QP / 8][4], dp[QP / 8][4];
-      paired_products<T, D, QP, row_bytes, element_bytes>(s, dp, k_lane, v_lane, q_lane, do_lane, part_offset);
+      paired_products<T, D, QP, row_bytes, element_bytes>(s, dp, k_lane, v_lane, q_lane, do_lane,
+                                                          part_offset);
       // pᵀ in place of s, dsᵀ in place of dp.
 #pragma unroll
       for (int nt = 0; nt < QP / 8; ++nt) {
@@ -1135,8 +1267,10 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
   if (r0 >= tile.count) return;  // padding only; no barrier follows
   // Only this warp ever read its K and V rows: stage dk and dv there.
   const std::int64_t out_row = tile.first_slot * kv_stride + kv_head * D + r0 * kv_stride;
-  store_warp_rows<T, D>(k_s + r0 * stride, dk_acc, shape.scale, dk + out_row, kv_stride, tile.count - r0, lane);
-  store_warp_rows<T, D>(v_s + r0 * stride, dv_acc, 1.0f, dv + out_row, kv_stride, tile.count - r0, lane);
+  store_warp_rows<T, D>(k_s + r0 * stride, dk_acc, shape.scale, dk + out_row, kv_stride,
+                        tile.count - r0, lane);
+  store_warp_rows<T, D>(v_s + r0 * stride, dv_acc, 1.0f, dv + out_row, kv_stride, tile.count - r0,
+                        lane);
 }
 
 unsigned warp_grid(std::int64_t items) {
@@ -1146,33 +1280,44 @@ unsigned warp_grid(std::int64_t items) {
 template <typename F>
 void dispatch(DeviceDType dtype, F&& body) {
   switch (dtype) {
-    case DeviceDType::bf16: body(__nv_bfloat16{}); return;
-    case DeviceDType::fp16: body(__half{}); return;
-    case DeviceDType::fp32: body(float{}); return;
+    case DeviceDType::bf16:
+      body(__nv_bfloat16{});
+      return;
+    case DeviceDType::fp16:
+      body(__half{});
+      return;
+    case DeviceDType::fp32:
+      body(float{});
+      return;
   }
 }
 
 template <typename T, int D>
-void launch_mma(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
-                int tile_count, AttentionShape shape, CUstream_st* stream) {
+void launch_mma(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse,
+                const AttentionTile* tiles, int tile_count, AttentionShape shape,
+                CUstream_st* stream) {
   using Tile = ForwardTile<T, D>;
   static bool configured = false;
   if (!configured) {
-    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::shared_bytes));
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(
+        forward_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::shared_bytes));
     configured = true;
   }
   const std::int64_t ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
-  if (ctas > std::numeric_limits<int>::max()) throw std::invalid_argument("attention_forward_mma: tiles * heads exceeds the grid");
-  forward_mma_kernel<T, D><<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
-      static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape);
+  if (ctas > std::numeric_limits<int>::max())
+    throw std::invalid_argument("attention_forward_mma: tiles * heads exceeds the grid");
+  forward_mma_kernel<T, D>
+      <<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
+          static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
+          static_cast<T*>(o), lse, tiles, shape);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
-// Launch shapes of the wgmma forward, a per-launch scheduling choice (no bit depends on it): prefill
-// (some tile longer than 16 queries) on 2 K/V stages, one head per CTA; decode-like launches on 4
-// stages, since one CTA streams a sequence's whole cache, and with the heads of a KV group packed
-// into one CTA when that still leaves at least 64 CTAs with work (fewer CTAs would leave SMs idle
-// while each streams its cache).
+// Launch shapes of the wgmma forward, a per-launch scheduling choice (no bit depends on it):
+// prefill (some tile longer than 16 queries) on 2 K/V stages, one head per CTA; decode-like
+// launches on 4 stages, since one CTA streams a sequence's whole cache, and with the heads of a KV
+// group packed into one CTA when that still leaves at least 64 CTAs with work (fewer CTAs would
+// leave SMs idle while each streams its cache).
 struct WgmmaForwardPlan {
   bool decode_like;
   bool pack_heads;
@@ -1180,59 +1325,78 @@ struct WgmmaForwardPlan {
 WgmmaForwardPlan plan_wgmma_forward(int tile_count, int longest_tile, AttentionShape shape) {
   const int group = shape.heads / shape.kv_heads;
   const bool decode_like = longest_tile <= 16;
-  const bool packable = (group == 2 || group == 4 || group == 8) && longest_tile <= attention_mma_tile_queries / group;
-  return {decode_like, decode_like && packable && static_cast<std::int64_t>(tile_count) * shape.kv_heads >= 64};
+  const bool packable = (group == 2 || group == 4 || group == 8) &&
+                        longest_tile <= attention_mma_tile_queries / group;
+  return {decode_like,
+          decode_like && packable && static_cast<std::int64_t>(tile_count) * shape.kv_heads >= 64};
 }
 
 template <typename T, int D, int Stages, bool PackHeads>
-void launch_wgmma_stages(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
-                         int tile_count, AttentionShape shape, CUstream_st* stream) {
+void launch_wgmma_stages(const void* q, const void* k_cache, const void* v_cache, void* o,
+                         float* lse, const AttentionTile* tiles, int tile_count,
+                         AttentionShape shape, CUstream_st* stream) {
   using Tile = WgmmaForwardTile<T, D, Stages>;
   static bool configured = false;
   if (!configured) {
     BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_wgmma_kernel<T, D, Stages, PackHeads>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::shared_bytes));
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Tile::shared_bytes));
     configured = true;
   }
   const std::int64_t ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
-  if (ctas > std::numeric_limits<int>::max()) throw std::invalid_argument("attention_forward_mma: tiles * heads exceeds the grid");
-  forward_wgmma_kernel<T, D, Stages, PackHeads><<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
-      static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse, tiles, shape);
+  if (ctas > std::numeric_limits<int>::max())
+    throw std::invalid_argument("attention_forward_mma: tiles * heads exceeds the grid");
+  forward_wgmma_kernel<T, D, Stages, PackHeads>
+      <<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
+          static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
+          static_cast<T*>(o), lse, tiles, shape);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T, int D>
-void launch_wgmma(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
-                  int tile_count, int longest_tile, AttentionShape shape, CUstream_st* stream) {
+void launch_wgmma(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse,
+                  const AttentionTile* tiles, int tile_count, int longest_tile,
+                  AttentionShape shape, CUstream_st* stream) {
   const WgmmaForwardPlan plan = plan_wgmma_forward(tile_count, longest_tile, shape);
   if (plan.pack_heads) {
-    launch_wgmma_stages<T, D, 4, true>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+    launch_wgmma_stages<T, D, 4, true>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape,
+                                       stream);
   } else if (plan.decode_like) {
-    launch_wgmma_stages<T, D, 4, false>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+    launch_wgmma_stages<T, D, 4, false>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape,
+                                        stream);
   } else {
-    launch_wgmma_stages<T, D, 2, false>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+    launch_wgmma_stages<T, D, 2, false>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape,
+                                        stream);
   }
 }
 
 template <typename T, int D>
-void launch_backward_mma(const T* q, const T* k, const T* v, const float* lse, const T* dout, const float* delta, T* dq, T* dk,
-                         T* dv, const AttentionBackwardTile* query_tiles, const AttentionBackwardTile* key_tiles, int tile_count,
+void launch_backward_mma(const T* q, const T* k, const T* v, const float* lse, const T* dout,
+                         const float* delta, T* dq, T* dk, T* dv,
+                         const AttentionBackwardTile* query_tiles,
+                         const AttentionBackwardTile* key_tiles, int tile_count,
                          AttentionShape shape, CUstream_st* stream) {
   using Tile = BackwardTile<T, D>;
   static bool configured = false;
   if (!configured) {
-    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(dq_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::dq_shared_bytes));
-    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(dkdv_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::dkdv_shared_bytes));
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(
+        dq_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::dq_shared_bytes));
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(dkdv_mma_kernel<T, D>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Tile::dkdv_shared_bytes));
     configured = true;
   }
   const std::int64_t dq_ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
-  if (dq_ctas > std::numeric_limits<int>::max()) throw std::invalid_argument("attention_backward_mma: tiles * heads exceeds the grid");
-  dq_mma_kernel<T, D><<<static_cast<unsigned>(dq_ctas), Tile::threads, Tile::dq_shared_bytes, stream>>>(q, k, v, dout, lse, delta, dq,
-                                                                                                        query_tiles, shape);
+  if (dq_ctas > std::numeric_limits<int>::max())
+    throw std::invalid_argument("attention_backward_mma: tiles * heads exceeds the grid");
+  dq_mma_kernel<T, D>
+      <<<static_cast<unsigned>(dq_ctas), Tile::threads, Tile::dq_shared_bytes, stream>>>(
+          q, k, v, dout, lse, delta, dq, query_tiles, shape);
   BITCHECK_CUDA_LAUNCH_CHECK();
   const std::int64_t dkdv_ctas = static_cast<std::int64_t>(tile_count) * shape.kv_heads;
-  dkdv_mma_kernel<T, D><<<static_cast<unsigned>(dkdv_ctas), Tile::threads, Tile::dkdv_shared_bytes, stream>>>(
-      q, k, v, dout, lse, delta, dk, dv, key_tiles, shape);
+  dkdv_mma_kernel<T, D>
+      <<<static_cast<unsigned>(dkdv_ctas), Tile::threads, Tile::dkdv_shared_bytes, stream>>>(
+          q, k, v, dout, lse, delta, dk, dv, key_tiles, shape);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
@@ -1252,25 +1416,29 @@ bool attention_forward_uses_wgmma() {
     cudaDeviceProp prop{};
     BITCHECK_CUDA_CALL(cudaGetDeviceProperties(&prop, device));
     const char* path = std::getenv("BITCHECK_ATTENTION_FORWARD");
-    cached[device] = prop.major == 9 && prop.minor == 0 && !(path && std::string(path) == "mma-sync");
+    cached[device] =
+        prop.major == 9 && prop.minor == 0 && !(path && std::string(path) == "mma-sync");
     known[device] = true;
   }
   return cached[device];
 }
 
-void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void* k_cache, void* v_cache,
-                           const int* cache_rows, int slots, int row_width, CUstream_st* stream) {
+void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void* k_cache,
+                           void* v_cache, const int* cache_rows, int slots, int row_width,
+                           CUstream_st* stream) {
   if (slots <= 0) return;
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    write_cache_kernel<T><<<slots, 128, 0, stream>>>(static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(k_cache),
-                                                     static_cast<T*>(v_cache), cache_rows, row_width);
+    write_cache_kernel<T><<<slots, 128, 0, stream>>>(
+        static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(k_cache),
+        static_cast<T*>(v_cache), cache_rows, row_width);
   });
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
-void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache, const void* v_cache, void* o, float* lse,
-                           const AttentionTile* tiles, int tile_count, AttentionShape shape, CUstream_st* stream,
+void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache,
+                           const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
+                           int tile_count, AttentionShape shape, CUstream_st* stream,
                            bool force_mma_sync, int longest_tile) {
   if (tile_count <= 0) return;
   if (dtype == DeviceDType::fp32 || (shape.dim != 64 && shape.dim != 128)) {
@@ -1278,48 +1446,60 @@ void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache
   }
   if (!force_mma_sync && attention_forward_uses_wgmma()) {
     if (dtype == DeviceDType::bf16) {
-      shape.dim == 64 ? launch_wgmma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, longest_tile, shape, stream)
-                      : launch_wgmma<__nv_bfloat16, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, longest_tile, shape, stream);
+      shape.dim == 64 ? launch_wgmma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles,
+                                                        tile_count, longest_tile, shape, stream)
+                      : launch_wgmma<__nv_bfloat16, 128>(q, k_cache, v_cache, o, lse, tiles,
+                                                         tile_count, longest_tile, shape, stream);
     } else {
-      shape.dim == 64 ? launch_wgmma<__half, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, longest_tile, shape, stream)
-                      : launch_wgmma<__half, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, longest_tile, shape, stream);
+      shape.dim == 64 ? launch_wgmma<__half, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count,
+                                                 longest_tile, shape, stream)
+                      : launch_wgmma<__half, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count,
+                                                  longest_tile, shape, stream);
     }
     return;
   }
   if (dtype == DeviceDType::bf16) {
-    shape.dim == 64 ? launch_mma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream)
-                    : launch_mma<__nv_bfloat16, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+    shape.dim == 64 ? launch_mma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count,
+                                                    shape, stream)
+                    : launch_mma<__nv_bfloat16, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count,
+                                                     shape, stream);
   } else {
-    shape.dim == 64 ? launch_mma<__half, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream)
-                    : launch_mma<__half, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
+    shape.dim == 64
+        ? launch_mma<__half, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream)
+        : launch_mma<__half, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape, stream);
   }
 }
 
-void attention_forward_simt(DeviceDType dtype, const void* q, const void* k_cache, const void* v_cache, void* o, float* lse,
-                            const AttentionToken* tokens, int token_count, AttentionShape shape, int kv_block, int splits,
+void attention_forward_simt(DeviceDType dtype, const void* q, const void* k_cache,
+                            const void* v_cache, void* o, float* lse, const AttentionToken* tokens,
+                            int token_count, AttentionShape shape, int kv_block, int splits,
                             float* scratch, CUstream_st* stream) {
   if (token_count <= 0) return;
-  if (shape.dim > simt_max_dim || kv_block % warp_size || kv_block > simt_max_dim || splits < 1 || (splits > 1 && !scratch)) {
-    throw std::invalid_argument("attention_forward_simt: dim <= 128, kv_block a multiple of 32 up to 128, scratch for splits");
+  if (shape.dim > simt_max_dim || kv_block % warp_size || kv_block > simt_max_dim || splits < 1 ||
+      (splits > 1 && !scratch)) {
+    throw std::invalid_argument(
+        "attention_forward_simt: dim <= 128, kv_block a multiple of 32 up to 128, scratch for "
+        "splits");
   }
   const std::int64_t items = static_cast<std::int64_t>(token_count) * shape.heads;
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     forward_simt_kernel<T><<<warp_grid(items * splits), simt_warps * warp_size, 0, stream>>>(
-        static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(o), lse,
-        tokens, token_count, shape, kv_block, splits, scratch);
+        static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
+        static_cast<T*>(o), lse, tokens, token_count, shape, kv_block, splits, scratch);
     BITCHECK_CUDA_LAUNCH_CHECK();
     if (splits > 1) {
-      combine_kernel<T><<<warp_grid(items), simt_warps * warp_size, 0, stream>>>(scratch, static_cast<T*>(o), lse, tokens,
-                                                                                  token_count, shape, splits);
+      combine_kernel<T><<<warp_grid(items), simt_warps * warp_size, 0, stream>>>(
+          scratch, static_cast<T*>(o), lse, tokens, token_count, shape, splits);
       BITCHECK_CUDA_LAUNCH_CHECK();
     }
   });
 }
 
-void attention_backward(DeviceDType dtype, const void* q, const void* k, const void* v, const void* o, const float* lse,
-                        const void* dout, float* delta, void* dq, void* dk, void* dv, const AttentionToken* tokens,
-                        int token_count, int max_position, AttentionShape shape, float* dq_atomic_scratch,
+void attention_backward(DeviceDType dtype, const void* q, const void* k, const void* v,
+                        const void* o, const float* lse, const void* dout, float* delta, void* dq,
+                        void* dk, void* dv, const AttentionToken* tokens, int token_count,
+                        int max_position, AttentionShape shape, float* dq_atomic_scratch,
                         CUstream_st* stream) {
   if (token_count <= 0) return;
   if (shape.dim > simt_max_dim) throw std::invalid_argument("attention_backward: dim <= 128");
@@ -1327,30 +1507,36 @@ void attention_backward(DeviceDType dtype, const void* q, const void* k, const v
   const int blocks_per_query = dq_atomic_scratch ? max_position / attention_mma_kv_block + 1 : 1;
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T *q_t = static_cast<const T*>(q), *k_t = static_cast<const T*>(k), *v_t = static_cast<const T*>(v);
+    const T *q_t = static_cast<const T*>(q), *k_t = static_cast<const T*>(k),
+            *v_t = static_cast<const T*>(v);
     const T* do_t = static_cast<const T*>(dout);
-    delta_kernel<T><<<warp_grid(items), simt_warps * warp_size, 0, stream>>>(static_cast<const T*>(o), do_t, delta, tokens,
-                                                                              token_count, shape);
+    delta_kernel<T><<<warp_grid(items), simt_warps * warp_size, 0, stream>>>(
+        static_cast<const T*>(o), do_t, delta, tokens, token_count, shape);
     BITCHECK_CUDA_LAUNCH_CHECK();
     dq_kernel<T><<<warp_grid(items * blocks_per_query), simt_warps * warp_size, 0, stream>>>(
-        q_t, k_t, v_t, do_t, lse, delta, static_cast<T*>(dq), tokens, token_count, shape, blocks_per_query, dq_atomic_scratch);
+        q_t, k_t, v_t, do_t, lse, delta, static_cast<T*>(dq), tokens, token_count, shape,
+        blocks_per_query, dq_atomic_scratch);
     BITCHECK_CUDA_LAUNCH_CHECK();
     if (dq_atomic_scratch) {
       const std::int64_t elements = items * shape.dim;
-      round_dq_kernel<T><<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(dq_atomic_scratch, static_cast<T*>(dq),
-                                                                                            tokens, token_count, shape);
+      round_dq_kernel<T><<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(
+          dq_atomic_scratch, static_cast<T*>(dq), tokens, token_count, shape);
       BITCHECK_CUDA_LAUNCH_CHECK();
     }
-    dkdv_kernel<T><<<warp_grid(static_cast<std::int64_t>(token_count) * shape.kv_heads), simt_warps * warp_size, 0, stream>>>(
-        q_t, k_t, v_t, do_t, lse, delta, static_cast<T*>(dk), static_cast<T*>(dv), tokens, token_count, shape);
+    dkdv_kernel<T><<<warp_grid(static_cast<std::int64_t>(token_count) * shape.kv_heads),
+                     simt_warps * warp_size, 0, stream>>>(q_t, k_t, v_t, do_t, lse, delta,
+                                                          static_cast<T*>(dk), static_cast<T*>(dv),
+                                                          tokens, token_count, shape);
     BITCHECK_CUDA_LAUNCH_CHECK();
   });
 }
 
-void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, const void* v, const void* o, const float* lse,
-                            const void* dout, float* delta, void* dq, void* dk, void* dv, const AttentionToken* tokens,
-                            int token_count, const AttentionBackwardTile* query_tiles, const AttentionBackwardTile* key_tiles,
-                            int tile_count, AttentionShape shape, CUstream_st* stream) {
+void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, const void* v,
+                            const void* o, const float* lse, const void* dout, float* delta,
+                            void* dq, void* dk, void* dv, const AttentionToken* tokens,
+                            int token_count, const AttentionBackwardTile* query_tiles,
+                            const AttentionBackwardTile* key_tiles, int tile_count,
+                            AttentionShape shape, CUstream_st* stream) {
   if (token_count <= 0 || tile_count <= 0) return;
   if (dtype == DeviceDType::fp32 || (shape.dim != 64 && shape.dim != 128)) {
     throw std::invalid_argument("attention_backward_mma: bf16/fp16 with head dim 64 or 128 only");
@@ -1359,11 +1545,12 @@ void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, con
     using T = decltype(tag);
     constexpr int D = decltype(dim)::value;
     const std::int64_t items = static_cast<std::int64_t>(token_count) * shape.heads;
-    delta_kernel<T><<<warp_grid(items), simt_warps * warp_size, 0, stream>>>(static_cast<const T*>(o), static_cast<const T*>(dout),
-                                                                              delta, tokens, token_count, shape);
+    delta_kernel<T><<<warp_grid(items), simt_warps * warp_size, 0, stream>>>(
+        static_cast<const T*>(o), static_cast<const T*>(dout), delta, tokens, token_count, shape);
     BITCHECK_CUDA_LAUNCH_CHECK();
-    launch_backward_mma<T, D>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), lse,
-                              static_cast<const T*>(dout), delta, static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv),
+    launch_backward_mma<T, D>(static_cast<const T*>(q), static_cast<const T*>(k),
+                              static_cast<const T*>(v), lse, static_cast<const T*>(dout), delta,
+                              static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv),
                               query_tiles, key_tiles, tile_count, shape, stream);
   };
   using Dim64 = std::integral_constant<int, 64>;

@@ -5,10 +5,11 @@
 // vector body (elementwise::body_end: the last count % 8 for the fixed-order impl, the partial last
 // 2048-element tile for a control) form the scalar tail, done by the last block. Which logical
 // element falls in the tail therefore
-// depends on the batch (slot and row count). The fixed-order impl makes that harmless: body and tail
-// call the same formula (lib/ops/elementwise_math.h) with the same Variant::exact, whose every
-// operation is an explicitly rounded fp32 operation (__fmul_rn & co., no FMA contraction, no fast
-// math), so an element's bits depend only on its inputs. A control passes another tail variant.
+// depends on the batch (slot and row count). The fixed-order impl makes that harmless: body and
+// tail call the same formula (kernels/common/elementwise_math.h) with the same Variant::exact,
+// whose every operation is an explicitly rounded fp32 operation (__fmul_rn & co., no FMA
+// contraction, no fast math), so an element's bits depend only on its inputs. A control passes
+// another tail variant.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,9 +19,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "../cuda_check.cuh"
-#include "../vector_io.cuh"
-#include "../../lib/ops/elementwise_math.h"
+#include "common/cuda_check.cuh"
+#include "common/elementwise_math.h"
+#include "common/vector_io.cuh"
 #include "elementwise_kernels.h"
 
 namespace bitcheck::cuda {
@@ -33,26 +34,34 @@ constexpr int kGroup = vector_group;
 
 __device__ __forceinline__ float load_one(const void* base, DeviceDType dtype, int64_t index) {
   switch (dtype) {
-    case DeviceDType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
-    case DeviceDType::fp16: return __half2float(static_cast<const __half*>(base)[index]);
-    default: return static_cast<const float*>(base)[index];
+    case DeviceDType::bf16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
+    case DeviceDType::fp16:
+      return __half2float(static_cast<const __half*>(base)[index]);
+    default:
+      return static_cast<const float*>(base)[index];
   }
 }
 
-__device__ __forceinline__ void store_one(void* base, DeviceDType dtype, int64_t index, float value, bool toward_zero) {
+__device__ __forceinline__ void store_one(void* base, DeviceDType dtype, int64_t index, float value,
+                                          bool toward_zero) {
   switch (dtype) {
     case DeviceDType::bf16:
-      static_cast<__nv_bfloat16*>(base)[index] = toward_zero ? __float2bfloat16_rz(value) : __float2bfloat16_rn(value);
+      static_cast<__nv_bfloat16*>(base)[index] =
+          toward_zero ? __float2bfloat16_rz(value) : __float2bfloat16_rn(value);
       return;
     case DeviceDType::fp16:
-      static_cast<__half*>(base)[index] = toward_zero ? __float2half_rz(value) : __float2half_rn(value);
+      static_cast<__half*>(base)[index] =
+          toward_zero ? __float2half_rz(value) : __float2half_rn(value);
       return;
-    default: static_cast<float*>(base)[index] = value;
+    default:
+      static_cast<float*>(base)[index] = value;
   }
 }
 
 template <Op kOp, bool kBackward>
-__device__ __forceinline__ void apply(Variant variant, const float* in, float parameter, float* out) {
+__device__ __forceinline__ void apply(Variant variant, const float* in, float parameter,
+                                      float* out) {
   if (kBackward) {
     elementwise::backward(kOp, variant, in, parameter, out);
   } else {
@@ -60,13 +69,17 @@ __device__ __forceinline__ void apply(Variant variant, const float* in, float pa
   }
 }
 
-// Inputs and outputs of `op` in a pass (lib/ops/elementwise_math.h lists them).
+// Inputs and outputs of `op` in a pass (kernels/common/elementwise_math.h lists them).
 constexpr int op_inputs(Op op, bool backward) {
   switch (op) {
-    case Op::swiglu: return backward ? 3 : 2;
-    case Op::residual_add: return backward ? 1 : 2;
-    case Op::cast: return 2;
-    default: return backward ? 2 : 1;
+    case Op::swiglu:
+      return backward ? 3 : 2;
+    case Op::residual_add:
+      return backward ? 1 : 2;
+    case Op::cast:
+      return 2;
+    default:
+      return backward ? 2 : 1;
   }
 }
 constexpr int op_outputs(Op op, bool backward) {
@@ -85,7 +98,8 @@ struct RawGroup<true> {
 };
 
 template <bool kNarrow>
-__device__ __forceinline__ RawGroup<kNarrow> load_raw(const void* base, DeviceDType dtype, int64_t group) {
+__device__ __forceinline__ RawGroup<kNarrow> load_raw(const void* base, DeviceDType dtype,
+                                                      int64_t group) {
   RawGroup<kNarrow> raw;
   if constexpr (kNarrow) {
     raw.lo = static_cast<const uint4*>(base)[group];
@@ -102,7 +116,8 @@ __device__ __forceinline__ RawGroup<kNarrow> load_raw(const void* base, DeviceDT
 }
 
 template <bool kNarrow>
-__device__ __forceinline__ void widen(const RawGroup<kNarrow>& raw, DeviceDType dtype, float* values) {
+__device__ __forceinline__ void widen(const RawGroup<kNarrow>& raw, DeviceDType dtype,
+                                      float* values) {
   if constexpr (!kNarrow) {
     if (dtype == DeviceDType::fp32) {
       const uint32_t words[8] = {raw.lo.x, raw.lo.y, raw.lo.z, raw.lo.w,
@@ -206,7 +221,8 @@ void launch_kernel(const ElementwiseLaunch& a, cudaStream_t stream) {
   }
   const int64_t groups = a.count / kGroup;
   const int64_t per_block = static_cast<int64_t>(kThreads) * step_groups(op_inputs(kOp, kBackward));
-  const int blocks = static_cast<int>(std::clamp<int64_t>((groups + per_block - 1) / per_block, 1, resident));
+  const int blocks =
+      static_cast<int>(std::clamp<int64_t>((groups + per_block - 1) / per_block, 1, resident));
   kernel<<<blocks, kThreads, 0, stream>>>(a);
 }
 
@@ -236,24 +252,40 @@ void elementwise_launch(const ElementwiseLaunch& a, CUstream_st* stream) {
   if (a.count <= 0) return;
   const Op op = static_cast<Op>(a.op);
   if (a.inputs != op_inputs(op, a.backward) || a.outputs != op_outputs(op, a.backward)) {
-    throw std::invalid_argument("elementwise_launch: op " + std::to_string(a.op) + (a.backward ? " backward" : " forward") +
-                                " takes " + std::to_string(op_inputs(op, a.backward)) + " row inputs and " +
+    throw std::invalid_argument("elementwise_launch: op " + std::to_string(a.op) +
+                                (a.backward ? " backward" : " forward") + " takes " +
+                                std::to_string(op_inputs(op, a.backward)) + " row inputs and " +
                                 std::to_string(op_outputs(op, a.backward)) + " row outputs, got " +
                                 std::to_string(a.inputs) + " and " + std::to_string(a.outputs));
   }
   for (int k = 0; k < 3; ++k) {
     if (!aligned_16(a.in[k]) || (k < 2 && !aligned_16(a.out[k]))) {
-      throw std::invalid_argument("elementwise_launch: row buffers must be 16-byte aligned (vector body)");
+      throw std::invalid_argument(
+          "elementwise_launch: row buffers must be 16-byte aligned (vector body)");
     }
   }
   switch (op) {
-    case Op::silu: launch_op<Op::silu>(a, stream); break;
-    case Op::gelu_tanh: launch_op<Op::gelu_tanh>(a, stream); break;
-    case Op::gelu_erf: launch_op<Op::gelu_erf>(a, stream); break;
-    case Op::swiglu: launch_op<Op::swiglu>(a, stream); break;
-    case Op::residual_add: launch_op<Op::residual_add>(a, stream); break;
-    case Op::scale: launch_op<Op::scale>(a, stream); break;
-    case Op::cast: launch_op<Op::cast>(a, stream); break;
+    case Op::silu:
+      launch_op<Op::silu>(a, stream);
+      break;
+    case Op::gelu_tanh:
+      launch_op<Op::gelu_tanh>(a, stream);
+      break;
+    case Op::gelu_erf:
+      launch_op<Op::gelu_erf>(a, stream);
+      break;
+    case Op::swiglu:
+      launch_op<Op::swiglu>(a, stream);
+      break;
+    case Op::residual_add:
+      launch_op<Op::residual_add>(a, stream);
+      break;
+    case Op::scale:
+      launch_op<Op::scale>(a, stream);
+      break;
+    case Op::cast:
+      launch_op<Op::cast>(a, stream);
+      break;
   }
   BITCHECK_CUDA_LAUNCH_CHECK();
 }

@@ -3,16 +3,16 @@
 #pragma once
 #include <cstdint>
 
-#include "../device_dtype.h"
+#include "common/device_dtype.h"
 
 struct CUstream_st;
 
 namespace bitcheck::cuda {
 
 // Every row tensor of the op is a flattened buffer of `count` elements (slots x width), each in
-// its own dtype. The formula of each element is the one of lib/ops/elementwise_math.h for `op`
-// (elementwise::Op) and pass; the body uses Variant::exact, the scalar tail `tail_variant`, and
-// the body ends at elementwise::body_end(tail_variant, count) (a control's tail is longer).
+// its own dtype. The formula of each element is the one of kernels/common/elementwise_math.h for
+// `op` (elementwise::Op) and pass; the body uses Variant::exact, the scalar tail `tail_variant`,
+// and the body ends at elementwise::body_end(tail_variant, count) (a control's tail is longer).
 struct ElementwiseLaunch {
   int op = 0;
   bool backward = false;

@@ -13,7 +13,7 @@
 
 #include <stdexcept>
 
-#include "../cuda_check.cuh"
+#include "common/cuda_check.cuh"
 #include "embedding_kernels.h"
 
 namespace bitcheck::cuda {

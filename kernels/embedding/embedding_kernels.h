@@ -8,7 +8,7 @@
 #pragma once
 #include <cstdint>
 
-#include "device_dtype.h"
+#include "common/device_dtype.h"
 
 struct CUstream_st;
 

@@ -39,10 +39,10 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "../async_copy.cuh"
-#include "../cuda_check.cuh"
-#include "../convert.cuh"
-#include "../vector_io.cuh"
+#include "common/async_copy.cuh"
+#include "common/convert.cuh"
+#include "common/cuda_check.cuh"
+#include "common/vector_io.cuh"
 #include "logprob_kernels.h"
 
 namespace bitcheck::cuda {
@@ -69,7 +69,6 @@ cudaStream_t as_stream(CUstream_st* stream) {
 std::int64_t element_bytes(DeviceDType dtype) {
   return dtype == DeviceDType::fp32 ? 4 : 2;
 }
-
 
 // 8 consecutive entries of a row: 16 bytes of bf16/fp16, 32 of fp32.
 template <typename T>
@@ -569,7 +568,8 @@ template <typename T>
 void launch_streamed_forward(const FixedOrderArgs& args, std::int64_t rows, cudaStream_t stream) {
   const std::size_t shared =
       static_cast<std::size_t>(kStreamStages) * kThreads * kStreamUnroll<T> * sizeof(Group<T>);
-  streamed_forward_kernel<T><<<dim3(1, static_cast<unsigned>(rows)), kThreads, shared, stream>>>(args);
+  streamed_forward_kernel<T>
+      <<<dim3(1, static_cast<unsigned>(rows)), kThreads, shared, stream>>>(args);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
@@ -627,7 +627,8 @@ void run(bool backward, DeviceDType dtype, const void* logits, const std::int32_
   args.dlogits = dlogits;
   args.error_record = error_record;
   if (backward) return launch_fixed_order<T, true>(args, rows, plan, s);
-  if (args.vector && streamed_forward_supported<T>()) return launch_streamed_forward<T>(args, rows, s);
+  if (args.vector && streamed_forward_supported<T>())
+    return launch_streamed_forward<T>(args, rows, s);
   launch_fixed_order<T, false>(args, rows, plan, s);
 }
 

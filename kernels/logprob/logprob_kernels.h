@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "device_dtype.h"
+#include "common/device_dtype.h"
 
 struct CUstream_st;
 

@@ -1,7 +1,12 @@
 // cuBLASLt GEMMs behind cublaslt_gemm.h: the process-wide handle, cached descriptors per shape,
-// LtConfig <-> cublasLtMatmulAlgo_t, heuristic, pinned derivation and enumeration.
+// LtConfig <-> cublasLtMatmulAlgo_t, heuristic and pinned derivation. The enumeration of
+// configurations for the search lives with the tuner (kernels/tuner/enumerate.cu).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -10,11 +15,7 @@
 #include <tuple>
 #include <vector>
 
-#include <cmath>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include "../cuda_check.cuh"
+#include "common/cuda_check.cuh"
 #include "cublaslt_gemm.h"
 #include "cublaslt_internal.cuh"
 
@@ -248,10 +249,10 @@ const char* to_string(LtGemmForm form) {
 
 namespace {
 
-constexpr std::size_t kHeuristicWorkspaceBytes = 32u << 20;
 // Pinned configurations are chosen where a training or prefill step spends its time.
 constexpr int64_t kPinnedTuneRows = 8192;
-constexpr int kPinnedCandidateCount = 64;
+
+}  // namespace
 
 cudaDataType_t input_type(GemmDType dtype) {
   switch (dtype) {
@@ -269,6 +270,8 @@ cudaDataType_t output_type(LtGemmForm form, GemmDType dtype) {
   return form == LtGemmForm::weight_grad ? CUDA_R_32F : input_type(dtype);
 }
 
+namespace {
+
 const char* dtype_name(GemmDType dtype) {
   switch (dtype) {
     case GemmDType::bf16:
@@ -280,19 +283,6 @@ const char* dtype_name(GemmDType dtype) {
   }
   return "unknown";
 }
-
-// fp32 accumulation for every dtype; plain 32F (not 32F_FAST_TF32) keeps fp32 inputs in fp32.
-constexpr cublasComputeType_t kComputeType = CUBLAS_COMPUTE_32F;
-constexpr cudaDataType_t kScaleType = CUDA_R_32F;
-
-struct ProblemKey {
-  LtGemmForm form;
-  GemmDType dtype;
-  int64_t M, N, K;
-  bool operator<(const ProblemKey& o) const {
-    return std::tie(form, dtype, M, N, K) < std::tie(o.form, o.dtype, o.M, o.N, o.K);
-  }
-};
 
 std::string shape_text(const ProblemKey& key) {
   return std::string(to_string(key.form)) + " " + dtype_name(key.dtype) +
@@ -352,11 +342,15 @@ Problem make_problem(const ProblemKey& key) {
   return p;
 }
 
+}  // namespace
+
 void require_shape(const ProblemKey& key) {
   if (key.M < 1 || key.N < 1 || key.K < 1) {
     throw std::invalid_argument("cuBLASLt GEMM needs positive dimensions, got " + shape_text(key));
   }
 }
+
+namespace {
 
 std::mutex& cache_mutex() {
   static std::mutex mutex;
@@ -388,6 +382,8 @@ void set_config(cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t
                 T value) {
   BITCHECK_CUDA_CALL(cublasLtMatmulAlgoConfigSetAttribute(&algo, attribute, &value, sizeof(value)));
 }
+
+}  // namespace
 
 LtConfig config_from_algo(const cublasLtMatmulAlgo_t& algo, std::size_t workspace_bytes) {
   LtConfig c;
@@ -422,6 +418,8 @@ bool init_algo(const LtConfig& c, LtGemmForm form, GemmDType dtype, cublasLtMatm
   set_config(algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, c.inner_shape_id);
   return true;
 }
+
+namespace {
 
 // The contract keeps fp32 GEMMs in fp32: refuse any kernel whose inputs are rounded to TF32 or
 // to 16-bit types (emulation), even if cuBLASLt would offer one.
@@ -492,6 +490,8 @@ const CheckedAlgo& cached_check(const LtConfig& config, const ProblemKey& key) {
   return checked.emplace(cache_key, result).first->second;
 }
 
+}  // namespace
+
 std::vector<cublasLtMatmulHeuristicResult_t> heuristic_results(const ProblemKey& key, int count) {
   const Problem& p = cached_problem(key);
   cublasLtMatmulPreference_t preference = nullptr;
@@ -516,6 +516,8 @@ std::vector<cublasLtMatmulHeuristicResult_t> heuristic_results(const ProblemKey&
                 results.end());
   return results;
 }
+
+namespace {
 
 [[noreturn]] void throw_no_config(const std::string& what, const ProblemKey& key) {
   throw CudaError("cuBLASLt: " + what + " for " + shape_text(key), "CUBLAS_STATUS_NOT_SUPPORTED",
@@ -602,12 +604,15 @@ __global__ void fill_uniform_kernel(void* data, int64_t count, GemmDType dtype, 
   }
 }
 
-std::size_t element_bytes(GemmDType dtype) { return dtype == GemmDType::fp32 ? 4 : 2; }
+std::size_t element_bytes(GemmDType dtype) {
+  return dtype == GemmDType::fp32 ? 4 : 2;
+}
 
 std::vector<float> to_host_floats(const void* device, int64_t count, GemmDType dtype) {
   std::vector<float> values(static_cast<std::size_t>(count));
   if (dtype == GemmDType::fp32) {
-    BITCHECK_CUDA_CALL(cudaMemcpy(values.data(), device, values.size() * 4, cudaMemcpyDeviceToHost));
+    BITCHECK_CUDA_CALL(
+        cudaMemcpy(values.data(), device, values.size() * 4, cudaMemcpyDeviceToHost));
     return values;
   }
   std::vector<uint16_t> raw(static_cast<std::size_t>(count));
@@ -625,7 +630,9 @@ std::vector<float> to_host_floats(const void* device, int64_t count, GemmDType d
 
 struct DeviceScratch {
   void* pointer = nullptr;
-  explicit DeviceScratch(std::size_t bytes) { BITCHECK_CUDA_CALL(cudaMalloc(&pointer, std::max<std::size_t>(bytes, 16))); }
+  explicit DeviceScratch(std::size_t bytes) {
+    BITCHECK_CUDA_CALL(cudaMalloc(&pointer, std::max<std::size_t>(bytes, 16)));
+  }
   ~DeviceScratch() { cudaFree(pointer); }
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
@@ -641,14 +648,28 @@ double relative_rms_difference(const LtConfig& candidate, const LtConfig& refere
   int64_t a_count = 0, b_count = 0, out_count = 0;
   GemmDType out_dtype = key.dtype;
   switch (key.form) {
-    case LtGemmForm::forward: a_count = M * K; b_count = N * K; out_count = M * N; break;
-    case LtGemmForm::input_grad: a_count = M * N; b_count = N * K; out_count = M * K; break;
-    case LtGemmForm::weight_grad: a_count = M * N; b_count = M * K; out_count = N * K; out_dtype = GemmDType::fp32; break;
+    case LtGemmForm::forward:
+      a_count = M * K;
+      b_count = N * K;
+      out_count = M * N;
+      break;
+    case LtGemmForm::input_grad:
+      a_count = M * N;
+      b_count = N * K;
+      out_count = M * K;
+      break;
+    case LtGemmForm::weight_grad:
+      a_count = M * N;
+      b_count = M * K;
+      out_count = N * K;
+      out_dtype = GemmDType::fp32;
+      break;
   }
   const std::size_t workspace_bytes = std::max<std::size_t>(
       std::max<uint64_t>(candidate.workspace_bytes, reference.workspace_bytes), 1);
   DeviceScratch a(a_count * element_bytes(key.dtype)), b(b_count * element_bytes(key.dtype));
-  DeviceScratch out_candidate(out_count * element_bytes(out_dtype)), out_reference(out_count * element_bytes(out_dtype));
+  DeviceScratch out_candidate(out_count * element_bytes(out_dtype)),
+      out_reference(out_count * element_bytes(out_dtype));
   DeviceScratch workspace(workspace_bytes);
   fill_uniform_kernel<<<264, 256>>>(a.pointer, a_count, key.dtype, 0x5EED0001ull);
   fill_uniform_kernel<<<264, 256>>>(b.pointer, b_count, key.dtype, 0x5EED0002ull);
@@ -656,14 +677,16 @@ double relative_rms_difference(const LtConfig& candidate, const LtConfig& refere
   auto run = [&](const LtConfig& config, void* out) {
     switch (key.form) {
       case LtGemmForm::forward:
-        lt_gemm(config, key.dtype, a.pointer, b.pointer, out, M, N, K, workspace.pointer, workspace_bytes, nullptr);
+        lt_gemm(config, key.dtype, a.pointer, b.pointer, out, M, N, K, workspace.pointer,
+                workspace_bytes, nullptr);
         break;
       case LtGemmForm::input_grad:
-        lt_gemm_nn(config, key.dtype, a.pointer, b.pointer, out, M, N, K, workspace.pointer, workspace_bytes, nullptr);
+        lt_gemm_nn(config, key.dtype, a.pointer, b.pointer, out, M, N, K, workspace.pointer,
+                   workspace_bytes, nullptr);
         break;
       case LtGemmForm::weight_grad:
-        lt_gemm_dw_chunk(config, key.dtype, a.pointer, b.pointer, static_cast<float*>(out), M, N, K, false,
-                         workspace.pointer, workspace_bytes, nullptr);
+        lt_gemm_dw_chunk(config, key.dtype, a.pointer, b.pointer, static_cast<float*>(out), M, N, K,
+                         false, workspace.pointer, workspace_bytes, nullptr);
         break;
     }
   };
@@ -711,10 +734,13 @@ LtConfig derive_pinned(ProblemKey key, int64_t tune_rows, const std::vector<int6
     std::size_t workspace = 0;
     if (!valid_for_rows(candidate, key, check_rows, workspace)) continue;
     candidate.workspace_bytes = workspace;
-    if (relative_rms_difference(candidate, trusted, gate_key, gate_key.M) > kDerivedConfigMaxRelativeRms) continue;
+    if (relative_rms_difference(candidate, trusted, gate_key, gate_key.M) >
+        kDerivedConfigMaxRelativeRms)
+      continue;
     return candidate;
   }
-  throw_no_config("no split-K-1 configuration is valid at every checked M and agrees with the heuristic", key);
+  throw_no_config(
+      "no split-K-1 configuration is valid at every checked M and agrees with the heuristic", key);
 }
 
 }  // namespace
@@ -739,129 +765,6 @@ bool lt_config_supports(const LtConfig& config, LtGemmForm form, GemmDType dtype
   if (checked.status != CUBLAS_STATUS_SUCCESS) return false;
   if (workspace_bytes_needed != nullptr) *workspace_bytes_needed = checked.workspace_bytes;
   return true;
-}
-
-// ---- enumeration ------------------------------------------------------------------------------
-
-namespace {
-
-template <typename T>
-std::vector<T> capability_list(const cublasLtMatmulAlgo_t& algo,
-                               cublasLtMatmulAlgoCapAttributes_t attribute, T when_empty) {
-  std::size_t bytes = 0;
-  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, nullptr, 0, &bytes) !=
-          CUBLAS_STATUS_SUCCESS ||
-      bytes == 0) {
-    return {when_empty};
-  }
-  std::vector<T> values(bytes / sizeof(T));
-  BITCHECK_CUDA_CALL(
-      cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, values.data(), bytes, &bytes));
-  return values;
-}
-
-// Collects distinct accepted configurations up to a count, checking each candidate once.
-class ConfigCollector {
- public:
-  ConfigCollector(const ProblemKey& key, std::size_t max_count)
-      : key_(key), max_count_(max_count) {}
-  bool full() const { return configs_.size() >= max_count_ || attempts_ >= kMaxAttempts; }
-  void offer(LtConfig config) {
-    if (full()) return;
-    for (const LtConfig& seen : configs_) {
-      if (seen.same_kernel(config)) return;
-    }
-    ++attempts_;
-    std::size_t workspace = 0;
-    if (!lt_config_supports(config, key_.form, key_.dtype, key_.M, key_.N, key_.K, &workspace)) {
-      return;
-    }
-    if (workspace > kHeuristicWorkspaceBytes) return;
-    config.workspace_bytes = workspace;
-    configs_.push_back(config);
-  }
-  std::vector<LtConfig> take() { return std::move(configs_); }
-
- private:
-  // AlgoCheck is host-only and fast, but tiles x stages x algorithms can reach the tens of
-  // thousands; this bounds one enumeration to about a second.
-  static constexpr std::size_t kMaxAttempts = 20000;
-  ProblemKey key_;
-  std::size_t max_count_;
-  std::size_t attempts_ = 0;
-  std::vector<LtConfig> configs_;
-};
-
-// Split-K counts and reduction schemes the algorithm supports, around a heuristic result.
-void offer_split_k_variants(ConfigCollector& collector, const ProblemKey& key,
-                            const LtConfig& base) {
-  cublasLtMatmulAlgo_t algo{};
-  if (!init_algo(base, key.form, key.dtype, algo)) return;
-  collector.offer(without_split_k(base));
-  if (capability<int32_t>(algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) == 0) return;
-  const uint32_t schemes = capability<uint32_t>(algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
-  for (const int32_t splits : {2, 3, 4, 6, 8, 16}) {
-    for (const uint32_t scheme :
-         {CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE,
-          CUBLASLT_REDUCTION_SCHEME_INPLACE}) {
-      if ((schemes & scheme) == 0) continue;
-      LtConfig variant = base;
-      variant.splitk_num = splits;
-      variant.reduction_scheme = scheme;
-      collector.offer(variant);
-    }
-  }
-}
-
-// Every tile and stages pair of every algorithm id, split-K 1, default swizzle and options.
-void offer_algorithm_ids(ConfigCollector& collector, const ProblemKey& key) {
-  const cudaDataType_t in = input_type(key.dtype);
-  const cudaDataType_t out = output_type(key.form, key.dtype);
-  std::vector<int> ids(512);
-  int id_count = 0;
-  BITCHECK_CUDA_CALL(cublasLtMatmulAlgoGetIds(lt_handle(), kComputeType, kScaleType, in, in, out,
-                                              out, static_cast<int>(ids.size()), ids.data(),
-                                              &id_count));
-  ids.resize(static_cast<std::size_t>(id_count));
-  for (const int id : ids) {
-    cublasLtMatmulAlgo_t algo{};
-    if (cublasLtMatmulAlgoInit(lt_handle(), kComputeType, kScaleType, in, in, out, out, id,
-                               &algo) != CUBLAS_STATUS_SUCCESS) {
-      continue;
-    }
-    const auto tiles =
-        capability_list<uint32_t>(algo, CUBLASLT_ALGO_CAP_TILE_IDS, CUBLASLT_MATMUL_TILE_UNDEFINED);
-    const auto stages = capability_list<uint32_t>(algo, CUBLASLT_ALGO_CAP_STAGES_IDS,
-                                                  CUBLASLT_MATMUL_STAGES_UNDEFINED);
-    for (const uint32_t tile : tiles) {
-      for (const uint32_t stage : stages) {
-        if (collector.full()) return;
-        LtConfig config;
-        config.algo_id = id;
-        config.tile_id = tile;
-        config.stages_id = stage;
-        collector.offer(config);
-      }
-    }
-  }
-}
-
-}  // namespace
-
-std::vector<LtConfig> lt_enumerate_configs(GemmDType dtype, int64_t M, int64_t N, int64_t K,
-                                           int max_count, LtGemmForm form) {
-  const ProblemKey key{form, dtype, M, N, K};
-  require_shape(key);
-  if (max_count <= 0) return {};
-  ConfigCollector collector(key, static_cast<std::size_t>(max_count));
-  std::vector<LtConfig> heuristic;
-  for (const auto& result : heuristic_results(key, std::max(max_count, kPinnedCandidateCount))) {
-    heuristic.push_back(config_from_algo(result.algo, result.workspaceSize));
-    collector.offer(heuristic.back());
-  }
-  for (const LtConfig& base : heuristic) offer_split_k_variants(collector, key, base);
-  offer_algorithm_ids(collector, key);
-  return collector.take();
 }
 
 // ---- running --------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // cuBLASLt GEMMs run with an explicit, recordable algorithm configuration (LtConfig): the library
-// heuristic (the control), a pinned split-K-1 configuration derived once per (N, K), enumeration.
+// heuristic (the control), a pinned split-K-1 configuration derived once per (N, K). The tuner
+// (kernels/tuner/) enumerates and searches configurations.
 //
 // Layouts are row-major from the caller's view; all three forms accumulate in fp32
 // (CUBLAS_COMPUTE_32F, never TF32 for fp32 inputs), scale in fp32 and keep the order of the K sum
@@ -66,12 +67,6 @@ LtConfig lt_derive_pinned_config_nn(GemmDType dtype, int64_t N, int64_t K);
 LtConfig lt_derive_pinned_config_dw(GemmDType dtype, int64_t N, int64_t K, int64_t T);
 // The M values (1..16384) at which a pinned forward / input_grad configuration was checked.
 const std::vector<int64_t>& lt_pinned_checked_rows();
-
-// Candidate configurations that cublasLtMatmulAlgoCheck accepts for this shape, at most
-// max_count, distinct kernels only: the heuristic's list first, then split-K variants of those,
-// then tiles and stages of every algorithm id. For weight_grad, M is the chunk's T.
-std::vector<LtConfig> lt_enumerate_configs(GemmDType dtype, int64_t M, int64_t N, int64_t K,
-                                           int max_count, LtGemmForm form = LtGemmForm::forward);
 
 // Whether cuBLASLt accepts `config` for this form, dtype and shape; on success writes the
 // workspace the kernel needs. Never throws for a rejected config.

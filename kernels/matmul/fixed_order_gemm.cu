@@ -22,10 +22,10 @@
 // - dW: dw[n,k] = fmaf(dy[t,n], x[t,k], dw[n,k]) for t = 0..T-1 in order, one thread per element;
 //   the running value lives in dw between calls, so micro-batching the tokens changes nothing.
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <cudaTypedefs.h>
 
 #include <cstdint>
 #include <cstring>
@@ -34,10 +34,10 @@
 #include <string>
 #include <utility>
 
-#include "../async_copy.cuh"
-#include "../cuda_check.cuh"
-#include "../convert.cuh"
-#include "../wgmma.cuh"
+#include "common/async_copy.cuh"
+#include "common/convert.cuh"
+#include "common/cuda_check.cuh"
+#include "common/wgmma.cuh"
 #include "fixed_order_gemm.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -135,9 +135,10 @@ __device__ __forceinline__ uint32_t packed_pair(float a, float b) {
 // as 16 contiguous bytes at the address lane 8q + j gives.
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t address, uint32_t r0, uint32_t r1,
                                                   uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
-               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+      "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+      : "memory");
 }
 using async_copy::bulk_commit_group;
 using async_copy::bulk_wait_group;
@@ -166,8 +167,7 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
   unsigned char* tiles_a = shared;
   unsigned char* tiles_b = shared + kStages * kStageBytesA;
   unsigned char* output = shared + kStages * kStageBytes;
-  uint64_t* full =
-      reinterpret_cast<uint64_t*>(output + Consumers * Config::kEpilogueBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(output + Consumers * Config::kEpilogueBytes);
   uint64_t* empty = full + kStages;
   // Where the X and W tiles of a stage land: X is the A operand unless W is.
   unsigned char* tiles_x = WAsA ? tiles_b : tiles_a;
@@ -328,7 +328,6 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
 constexpr int kPortableTile = 64;
 constexpr int kPortableK = 16;
 
-
 template <typename T>
 __global__ void __launch_bounds__(256)
     portable_gemm_kernel(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K) {
@@ -380,8 +379,8 @@ __global__ void __launch_bounds__(256)
 // dW[n,k] += Σ_t dy[t,n]·x[t,k], t ascending, one fmaf per token. 64x64 dW tile per block, 4x4
 // per thread, 16 tokens at a time staged in shared memory (staging does not reorder the chain).
 template <typename T>
-__global__ void __launch_bounds__(256)
-    dw_accumulate_kernel(const T* dy, const T* x, float* dw, int64_t T_count, int64_t N, int64_t K) {
+__global__ void __launch_bounds__(256) dw_accumulate_kernel(const T* dy, const T* x, float* dw,
+                                                            int64_t T_count, int64_t N, int64_t K) {
   __shared__ float dy_tile[kPortableK][kPortableTile];
   __shared__ float x_tile[kPortableK][kPortableTile];
   const int tx = threadIdx.x % 16;  // k group
@@ -434,7 +433,9 @@ __global__ void __launch_bounds__(256)
 // ------------------------------------------------------------------------------------------------
 // Host side.
 // ------------------------------------------------------------------------------------------------
-cudaStream_t as_stream(CUstream_st* stream) { return reinterpret_cast<cudaStream_t>(stream); }
+cudaStream_t as_stream(CUstream_st* stream) {
+  return reinterpret_cast<cudaStream_t>(stream);
+}
 
 struct DeviceTraits {
   bool hopper = false;
@@ -544,17 +545,27 @@ constexpr KernelShape kernel_shape(double wave_cost) {
 
 const KernelShape kKernelShapes[] = {
     // X as A: 64 * Consumers rows x Extent columns.
-    kernel_shape<2, 256, false>(1.0), kernel_shape<2, 192, false>(0.770),
-    kernel_shape<1, 256, false>(0.549), kernel_shape<2, 128, false>(0.558),
-    kernel_shape<1, 128, false>(0.35), kernel_shape<1, 64, false>(0.35),
-    kernel_shape<1, 192, false>(0.427), kernel_shape<2, 64, false>(0.476),
+    kernel_shape<2, 256, false>(1.0),
+    kernel_shape<2, 192, false>(0.770),
+    kernel_shape<1, 256, false>(0.549),
+    kernel_shape<2, 128, false>(0.558),
+    kernel_shape<1, 128, false>(0.35),
+    kernel_shape<1, 64, false>(0.35),
+    kernel_shape<1, 192, false>(0.427),
+    kernel_shape<2, 64, false>(0.476),
     // W as A: Extent rows x 64 * Consumers columns.
-    kernel_shape<2, 128, true>(0.544), kernel_shape<2, 144, true>(0.571),
-    kernel_shape<2, 160, true>(0.626), kernel_shape<2, 176, true>(0.692),
-    kernel_shape<2, 192, true>(0.754), kernel_shape<2, 208, true>(0.820),
-    kernel_shape<2, 224, true>(0.916), kernel_shape<2, 256, true>(1.034),
-    kernel_shape<3, 128, true>(0.775), kernel_shape<3, 144, true>(0.846),
-    kernel_shape<3, 160, true>(1.004), kernel_shape<3, 176, true>(1.057),
+    kernel_shape<2, 128, true>(0.544),
+    kernel_shape<2, 144, true>(0.571),
+    kernel_shape<2, 160, true>(0.626),
+    kernel_shape<2, 176, true>(0.692),
+    kernel_shape<2, 192, true>(0.754),
+    kernel_shape<2, 208, true>(0.820),
+    kernel_shape<2, 224, true>(0.916),
+    kernel_shape<2, 256, true>(1.034),
+    kernel_shape<3, 128, true>(0.775),
+    kernel_shape<3, 144, true>(0.846),
+    kernel_shape<3, 160, true>(1.004),
+    kernel_shape<3, 176, true>(1.057),
     kernel_shape<3, 192, true>(1.143),
 };
 
@@ -564,8 +575,8 @@ const KernelShape& choose_shape(int64_t M, int64_t N, int sm_count) {
   const KernelShape* best = &kKernelShapes[0];
   double best_cost = -1;
   for (const KernelShape& shape : kKernelShapes) {
-    const int64_t tiles = (M + shape.tile.rows - 1) / shape.tile.rows *
-                          ((N + shape.tile.cols - 1) / shape.tile.cols);
+    const int64_t tiles =
+        (M + shape.tile.rows - 1) / shape.tile.rows * ((N + shape.tile.cols - 1) / shape.tile.cols);
     const double cost = double((tiles + sm_count - 1) / sm_count) * shape.wave_cost;
     if (best_cost < 0 || cost < best_cost) {
       best = &shape;
@@ -593,9 +604,8 @@ void launch_portable(const void* x, const void* w, void* y, int64_t M, int64_t N
                      cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((N + kPortableTile - 1) / kPortableTile),
                   static_cast<unsigned>((M + kPortableTile - 1) / kPortableTile));
-  portable_gemm_kernel<T><<<grid, 256, 0, stream>>>(static_cast<const T*>(x),
-                                                    static_cast<const T*>(w), static_cast<T*>(y),
-                                                    M, N, K);
+  portable_gemm_kernel<T><<<grid, 256, 0, stream>>>(
+      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), M, N, K);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
@@ -603,7 +613,8 @@ void check_shape(const char* what, const void* a, const void* b, const void* c, 
                  int64_t N, int64_t K) {
   const std::string name = what;
   if (M < 1 || N < 1 || K < 1) throw std::invalid_argument(name + ": M, N and K must be >= 1");
-  if (N % 8 != 0 || K % 8 != 0) throw std::invalid_argument(name + ": N and K must be multiples of 8");
+  if (N % 8 != 0 || K % 8 != 0)
+    throw std::invalid_argument(name + ": N and K must be multiples of 8");
   if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
     throw std::invalid_argument(name + ": dimensions must fit in int32");
   for (const void* p : {a, b, c}) {
@@ -645,9 +656,12 @@ void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, vo
   check_shape("fixed_order_gemm_portable", x, w, y, M, N, K);
   const cudaStream_t s = as_stream(stream);
   switch (dtype) {
-    case GemmDType::bf16: return launch_portable<__nv_bfloat16>(x, w, y, M, N, K, s);
-    case GemmDType::fp16: return launch_portable<__half>(x, w, y, M, N, K, s);
-    case GemmDType::fp32: return launch_portable<float>(x, w, y, M, N, K, s);
+    case GemmDType::bf16:
+      return launch_portable<__nv_bfloat16>(x, w, y, M, N, K, s);
+    case GemmDType::fp16:
+      return launch_portable<__half>(x, w, y, M, N, K, s);
+    case GemmDType::fp32:
+      return launch_portable<float>(x, w, y, M, N, K, s);
   }
 }
 
@@ -662,8 +676,10 @@ void fixed_order_gemm_tile(GemmDType dtype, const GemmTile& tile, const void* x,
   check_shape("fixed_order_gemm_tile", x, w, y, M, N, K);
   const KernelShape* shape = find_shape(tile);
   if (!uses_wgmma(dtype) || shape == nullptr)
-    throw std::invalid_argument("fixed_order_gemm_tile: needs bf16/fp16 on sm_90 and a shape of "
-                                "fixed_order_gemm_tiles(), got " + tile.name());
+    throw std::invalid_argument(
+        "fixed_order_gemm_tile: needs bf16/fp16 on sm_90 and a shape of "
+        "fixed_order_gemm_tiles(), got " +
+        tile.name());
   launch_shape(*shape, dtype, x, w, y, M, N, K, as_stream(stream),
                current_device_traits().sm_count);
 }

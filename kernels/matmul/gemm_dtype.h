@@ -1,6 +1,6 @@
 // Element type of the GEMM kernels: the backend-wide device dtype.
 #pragma once
-#include "../device_dtype.h"
+#include "common/device_dtype.h"
 
 namespace bitcheck::cuda {
 using GemmDType = DeviceDType;

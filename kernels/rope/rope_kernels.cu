@@ -4,7 +4,7 @@
 // What an element's bits depend on: the angle of a (position, pair) is always
 // fp32(position) * inv_freq[i] (one __fmul_rn; the control composes it from chunk_start instead),
 // sin/cos come from sincosf (the accurate function; no --use_fast_math, never __sinf), and the
-// rotation uses explicitly rounded operations (lib/ops/rope_math.h) on the element converted to
+// rotation uses explicitly rounded operations (rope_math.h) on the element converted to
 // fp32, rounded back to the dtype once (round to nearest even); dimensions past rotary_dim are
 // copied bit for bit. Both kernels evaluate exactly that per element, so the result is a function
 // of the element's input, its position and its pair index only: not of the batch, the slot, the
@@ -22,11 +22,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "../../lib/ops/rope_math.h"
-#include "../cuda_check.cuh"
-#include "../convert.cuh"
-#include "../vector_io.cuh"
+#include "common/convert.cuh"
+#include "common/cuda_check.cuh"
+#include "common/vector_io.cuh"
 #include "rope_kernels.h"
+#include "rope_math.h"
 
 namespace bitcheck::cuda {
 namespace {
@@ -37,7 +37,6 @@ constexpr int kGroup = 8;            // elements per 16-byte group (two 16-byte 
 constexpr int kUnitPairs = 8;        // rotary pairs per unit
 constexpr int kUnitElements = 16;    // rotary elements per unit
 constexpr std::size_t kMaxAngleTableBytes = 48 * 1024;
-
 
 // The one per-element formula of both kernels: the angle of (position, pair), and the rotation of a
 // pair in fp32 rounded back to T.

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "../device_dtype.h"
+#include "common/device_dtype.h"
 
 struct CUstream_st;
 
@@ -15,8 +15,8 @@ struct RopeLaunch {
   DeviceDType dtype = DeviceDType::bf16;
   const void* in = nullptr;  // [slots, heads * head_dim]: x (forward) or dy (backward)
   void* out = nullptr;
-  const int32_t* positions = nullptr;          // [slots]; negative = pad slot (skipped)
-  const float* inverse_frequency = nullptr;    // [rotary_dim / 2], from rope::inverse_frequencies
+  const int32_t* positions = nullptr;        // [slots]; negative = pad slot (skipped)
+  const float* inverse_frequency = nullptr;  // [rotary_dim / 2], from rope::inverse_frequencies
   int64_t slots = 0, heads = 0, head_dim = 0, rotary_dim = 0, style = 1;
   bool backward = false;
   // Control only: angle composed from the position relative to chunk_start (see rope_math.h).

@@ -2,10 +2,9 @@
 // spec's shapes, in one run, against the op's library default (the same shape, interleaved) or,
 // for memory-bound ops, against the device copy bandwidth measured in the same run.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bitcheck/spec.h"
 

@@ -20,7 +20,7 @@ struct Mismatch {
 // Bitwise comparison of `actual` against `expected` (tolerance zero). The magnitudes describe how
 // far the drift went; any differing bit, a NaN payload included, is a mismatch.
 struct DriftMetrics {
-  std::string layout;     // the layout compared against the canonical one (or "repeat N")
+  std::string layout;  // the layout compared against the canonical one (or "repeat N")
   std::string reference_layout;
   std::string tensor;
   DType dtype = DType::fp32;

@@ -2,10 +2,9 @@
 // decision and per-op, per-dtype accuracy thresholds. The harness refuses an invalid contract.
 #pragma once
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace bitcheck {
 
@@ -30,8 +29,8 @@ struct SpecialValueRules {
   // NaN where the reference is not NaN fails; "never_passes": NaN fails as without special values.
   std::string nan = "match_reference_position";
   std::string infinity = "match_reference_sign";  // a reference +-Inf must be the same infinity
-  std::string finite = "threshold";              // finite reference values: atol + rtol * |ref|
-  std::string signed_zero = "equal";             // accuracy: -0 == +0 (invariance: different bits)
+  std::string finite = "threshold";               // finite reference values: atol + rtol * |ref|
+  std::string signed_zero = "equal";              // accuracy: -0 == +0 (invariance: different bits)
   std::string note;
 };
 
@@ -61,6 +60,8 @@ Contract parse_contract(const nlohmann::json& document, const std::string& file,
 Contract load_contract(const std::string& path, const Registry& registry);
 // The copy of contract/contract.json compiled into the binary (used when no --contract is given).
 Contract load_embedded_contract(const Registry& registry);
+// load_contract(path), or the embedded contract when `path` is empty.
+Contract load_contract_or_embedded(const std::string& path, const Registry& registry);
 const char* embedded_contract_json();
 
 }  // namespace bitcheck

@@ -26,8 +26,9 @@ std::optional<std::string> device_memory_shortfall(std::size_t needed_bytes,
                                                    std::size_t free_bytes);
 
 // For a case of a device impl (CUDA): its footprint at the case's logical rows against the free
-// memory. nullopt when it fits, or when the impl's backend has no device memory to run out of.
-std::optional<std::string> device_memory_skip_reason(const OpDef& op, const Impl& impl,
-                                                     const CaseSpec& spec);
+// memory of the impl's device backend in `registry`. nullopt when it fits, or when the impl's
+// backend has no device memory to run out of.
+std::optional<std::string> device_memory_skip_reason(const Registry& registry, const OpDef& op,
+                                                     const Impl& impl, const CaseSpec& spec);
 
 }  // namespace bitcheck

@@ -1,5 +1,6 @@
-// Element types of the contract (bf16, fp16, fp32) plus int32 for index tensors: round-to-nearest-even
-// conversions, raw bit access and ULP distance. Everything bitwise in bitcheck goes through here.
+// Element types of the contract (bf16, fp16, fp32) plus int32 for index tensors:
+// round-to-nearest-even conversions, raw bit access and ULP distance. Everything bitwise in
+// bitcheck goes through here.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "bitcheck/backends.h"
+#include "bitcheck/backend.h"
 #include "bitcheck/op.h"
 #include "bitcheck/runner.h"
 
@@ -19,7 +19,7 @@ namespace bitcheck {
 struct WorkerSettings {
   std::string executable;     // the bitcheck binary that has the __sweep-worker subcommand
   std::string contract_path;  // empty: the embedded contract
-  CudaBackendOptions cuda;
+  BackendOptions cuda;
   // A case whose result has not come back after this many seconds is `error` and its worker is
   // killed (a hung kernel or host loop); 0: no limit.
   double case_timeout_seconds = 0;
@@ -29,14 +29,14 @@ struct WorkerSettings {
 // left the CUDA context poisoned (a sticky error): no later CUDA call in this process can be
 // trusted.
 struct CheckedCase {
-  nlohmann::json result;
+  CaseResult result;
   std::optional<std::string> context_fault;
 };
 CheckedCase run_case_checked(Runner& runner, const Registry& registry, const CaseSpec& spec);
 
-// The report entry of a case that could not produce a result of its own (`error`, with the reason).
-nlohmann::json failed_case_json(const Registry& registry, const CaseSpec& spec,
-                                const std::string& reason, double seconds);
+// A case that could not produce a result of its own: `error`, with the reason.
+CaseResult failed_case(const Registry& registry, const CaseSpec& spec, const std::string& reason,
+                       double seconds);
 
 // The parent's side: one worker for many cases, restarted only after a fault.
 class IsolatedRunner {
@@ -46,8 +46,9 @@ class IsolatedRunner {
   IsolatedRunner(const IsolatedRunner&) = delete;
   IsolatedRunner& operator=(const IsolatedRunner&) = delete;
 
-  // The case's result as the report records it. Throws only when a worker cannot be started.
-  nlohmann::json run_case(const CaseSpec& spec);
+  // The case's result, read back from the worker's line. Throws only when a worker cannot be
+  // started.
+  CaseResult run_case(const CaseSpec& spec);
   int workers_started() const { return workers_started_; }
   int faults() const { return faults_; }
 

@@ -3,11 +3,10 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace bitcheck {
 
@@ -35,9 +34,9 @@ class JsonCursor {
 
   std::string as_string() const;
   bool as_bool() const;
-  double as_number() const;                                   // finite
+  double as_number() const;                                               // finite
   std::int64_t as_int(std::int64_t minimum, std::int64_t maximum) const;  // integer in range
-  std::vector<std::string> as_string_list() const;            // a string or an array of strings
+  std::vector<std::string> as_string_list() const;  // a string or an array of strings
 
   [[noreturn]] void fail(const std::string& expected) const;
 

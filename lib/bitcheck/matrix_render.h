@@ -1,18 +1,16 @@
 // Renders a report's status matrix (op x dtype x forward/backward) for people and CI systems:
-// markdown, one self-contained HTML page, and JUnit XML (one test case per bitcheck case).
+// markdown and JUnit XML (one test case per bitcheck case); the HTML page is report_page.h.
 #pragma once
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace bitcheck {
 
 // One cell of a report's status matrix as text: "pass 36", "drift 3 of 36 (+2 skipped)", "-".
-std::string matrix_cell_text(const nlohmann::json& matrix, const std::string& op, const std::string& dtype,
-                             const std::string& pass);
+std::string matrix_cell_text(const nlohmann::json& matrix, const std::string& op,
+                             const std::string& dtype, const std::string& pass);
 
 std::string render_matrix_markdown(const nlohmann::json& report);
-std::string render_matrix_html(const nlohmann::json& report);
 std::string render_junit(const nlohmann::json& report);
 
 }  // namespace bitcheck

@@ -1,17 +1,17 @@
 // The op / impl / case model. An OpDef names its tensors and owns the FP32 reference; an Impl
 // computes the op on one backend for one physical batch (an Invocation of a layout). Ops and impls
-// are registered explicitly through register_all() in registry.cpp.
+// are registered explicitly through register_all() in kernels/manifest.cpp.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "bitcheck/backend.h"
 #include "bitcheck/dtype.h"
 #include "bitcheck/tensor.h"
 
@@ -35,12 +35,13 @@ struct CaseSpec {
   std::int64_t rows = 1;  // logical rows (tokens) in the case: the batch size M
   std::uint64_t seed = 1;
   std::vector<std::string> layouts;
-  int repeats = 2;              // canonical runs for the determinism check (>= 2)
+  int repeats = 2;               // canonical runs for the determinism check (>= 2)
   std::int64_t alone_rows = 64;  // rows computed alone (batch 1); all rows when rows <= this
   std::int64_t index = 0;        // position in the sweep's full case list (shards keep it)
   // Fraction of float row-input elements replaced by NaN, +-Inf, subnormals and -0 (0 = off).
   double special_values = 0;
-  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/special=rate" when special values are on
+  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/special=rate" when special values are
+  // on
   std::string id() const;
   // The case's inputs and reference without its impl: cases of one group get identical inputs and
   // one FP32 reference (the runner computes it once per group; shards keep a group together).
@@ -183,6 +184,18 @@ struct ReferenceRequest {
   std::map<std::string, std::vector<std::int64_t>> columns;
 };
 
+// Ops whose cases say more than the three checks do (the chain: each call's status in execution
+// order) extend the report through this; the pipeline never names an op.
+struct ReportExtension {
+  std::string key;  // the field of a case's report entry that holds the details
+  // The details of a case that ran (not skipped), from its report entry.
+  std::function<nlohmann::json(const nlohmann::json& case_entry)> details;
+  // A case's lines for the terminal (repro), from its details.
+  std::function<std::vector<std::string>(const nlohmann::json& details)> case_lines;
+  // The terminal summary's text over a report's results ("" when nothing applies).
+  std::function<std::string(const nlohmann::json& results)> run_summary;
+};
+
 struct OpDef {
   std::string name;
   std::string summary;
@@ -228,6 +241,8 @@ struct OpDef {
   // The contract row of an output: {tolerance key, tensor} (the chain: "l0.qkv.y" ->
   // {"matmul", "y"}). Unset: {tolerance_key, the output's name}.
   std::function<std::pair<std::string, std::string>(const std::string& output)> threshold_of;
+  // Unset for ops whose report entry is the three checks alone.
+  std::optional<ReportExtension> report_extension;
 };
 
 class Registry {
@@ -236,6 +251,8 @@ class Registry {
   void add_impl(const std::string& op, std::unique_ptr<Impl> impl);
   // A backend that is compiled out or has no device: its impls' cases are skipped with the reason.
   void set_backend_status(const std::string& backend, bool available, std::string reason);
+  // A backend with a device (CUDA): what the harness asks of it (bitcheck/backend.h).
+  void set_device_backend(const std::string& backend, std::unique_ptr<DeviceBackend> device);
 
   const OpDef* find_op(const std::string& name) const;
   Impl* find_impl(const std::string& op, const std::string& impl) const;
@@ -244,18 +261,21 @@ class Registry {
   bool backend_available(const std::string& backend) const;
   std::string backend_reason(const std::string& backend) const;
   std::vector<std::string> backends() const;
+  DeviceBackend* device_backend(const std::string& backend) const;  // nullptr: none registered
+  std::vector<std::string> device_backend_names() const;
 
  private:
   std::vector<OpDef> ops_;
   std::map<std::string, std::vector<std::unique_ptr<Impl>>> impls_;
   std::map<std::string, std::pair<bool, std::string>> backends_;
+  std::map<std::string, std::unique_ptr<DeviceBackend>> device_backends_;
 };
 
-// Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which compose
-// whatever is registered before them: a test can add its own impls first).
+// Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which
+// compose whatever is registered before them: a test can add its own impls first).
 void register_ops_and_cpu(Registry& registry);
-// The manifest: register_ops_and_cpu, the test impls (BITCHECK_TEST_IMPLS=1), the CUDA backend (when
-// built) and the chain's impls.
+// The manifest: register_ops_and_cpu, the test impls (BITCHECK_TEST_IMPLS=1), the CUDA backend
+// (when built) and the chain's impls.
 void register_all(Registry& registry);
 
 }  // namespace bitcheck

@@ -2,9 +2,8 @@
 // and outputs whose fingerprint (hash of the canonical output bits) changed — the signal for drift
 // across runs, GPUs and toolkit versions even when every case passes.
 #pragma once
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace bitcheck {
 

@@ -4,14 +4,10 @@
 #pragma once
 #include <string>
 
-#include "bitcheck/json_input.h"
 #include "bitcheck/op.h"
 
 namespace bitcheck {
 
-// The case a report's result describes (op, impl, dtype, pass, dims, rows, seed, layouts, repeats,
-// alone rows, case index); a missing or mistyped field is BadInput naming its JSON path.
-CaseSpec case_spec_from_json(const JsonCursor& case_json);
 // Quotes a word for a POSIX shell, so a printed command can be pasted back.
 std::string shell_quote(const std::string& text);
 

@@ -4,10 +4,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bitcheck/compare.h"
 #include "bitcheck/contract.h"
@@ -43,9 +42,10 @@ struct CaseResult {
 
 // Everything a repro needs to dump: logical inputs, canonical and per-layout outputs, reference.
 struct CaseArtifacts {
-  std::map<std::string, Tensor> inputs;                               // logical rows, in order
-  std::map<std::string, std::map<std::string, Tensor>> layout_outputs;  // layout -> tensor -> logical
-  std::map<std::string, Tensor> reference;                            // rows as in reference_rows
+  std::map<std::string, Tensor> inputs;  // logical rows, in order
+  std::map<std::string, std::map<std::string, Tensor>>
+      layout_outputs;                       // layout -> tensor -> logical
+  std::map<std::string, Tensor> reference;  // rows as in reference_rows
   std::vector<std::int64_t> reference_rows;
 };
 

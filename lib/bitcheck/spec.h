@@ -44,7 +44,7 @@ struct SweepOverrides {
   std::string backend = "auto";  // auto | cpu | cuda
   std::optional<int> repeats;
   std::optional<double> special_values;  // --special-values[-rate]: a rate in [0, 0.5], 0 = off
-  int shard_index = 0;  // --shard i/n: run the cases whose index is i modulo n
+  int shard_index = 0;                   // --shard i/n: run the cases whose index is i modulo n
   int shard_count = 1;
   // --skip-done REPORT: case ids already checked in earlier (e.g. interrupted) reports; they are
   // dropped before sharding, so the shards split what is left.
@@ -59,8 +59,8 @@ SweepSpec load_embedded_sweep_spec(const Registry& registry, const Contract& con
 const char* embedded_sweep_spec_json();
 
 // Validates overrides (BadInput naming the flag) and applies them.
-SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides,
-                          const Registry& registry, const Contract& contract);
+SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const Registry& registry,
+                          const Contract& contract);
 
 // The relative cost --shard balances: a fixed part per case plus one proportional to the bytes of
 // the case's tensors.

@@ -9,7 +9,14 @@
 
 namespace bitcheck {
 
-enum class SpecialValue { none, nan, positive_infinity, negative_infinity, subnormal, negative_zero };
+enum class SpecialValue {
+  none,
+  nan,
+  positive_infinity,
+  negative_infinity,
+  subnormal,
+  negative_zero
+};
 std::string to_string(SpecialValue kind);
 
 // The rate `--special-values` and `"special_values": true` mean: one element in 32.

@@ -1,12 +1,12 @@
 // The sweep driver behind `bitcheck sweep`: contract + spec -> cases -> runner -> report.
 #pragma once
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "bitcheck/backends.h"
+#include "bitcheck/backend.h"
+#include "bitcheck/contract.h"
 #include "bitcheck/spec.h"
 
 namespace bitcheck {
@@ -19,14 +19,15 @@ struct SweepOptions {
   std::string report_name = "report.json";
   std::vector<std::string> argv;
   bool progress = true;  // a progress line on stderr when it is a terminal
-  CudaBackendOptions cuda;
+  BackendOptions cuda;
   std::size_t max_cases = 20000;  // a spec expanding to more is refused unless confirmed
   bool confirmed = false;         // --yes
   // Fault isolation (isolation.h): cases run in a worker process, so a crash or a sticky CUDA error
   // costs only its own case. automatic: on when CUDA cases can run (--isolate / --no-isolate).
   enum class Isolation { automatic, on, off };
   Isolation isolation = Isolation::automatic;
-  std::string worker_executable;  // the binary with the __sweep-worker subcommand; empty: in process
+  std::string
+      worker_executable;  // the binary with the __sweep-worker subcommand; empty: in process
   double case_timeout_seconds = 0;  // --case-timeout: an isolated case's time limit (0: none)
   std::vector<std::string> skip_done_reports;  // --skip-done (their ids are in overrides.skip_ids)
   // --devices: one shard per entry, run in parallel as child processes of this binary with
@@ -43,8 +44,9 @@ struct SweepPlan {
 };
 SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry);
 
-// Host, git revision, compile flags, CUDA device and library versions.
-nlohmann::json environment_meta();
+// Host, git revision, compile flags, and each device backend's device and library versions (the
+// CUDA backend's under "cuda").
+nlohmann::json environment_meta(const Registry& registry);
 std::string utc_timestamp();
 
 // Runs the sweep and writes the report; returns the exit code (0/1/3). BadInput propagates (2).
@@ -53,7 +55,5 @@ int run_sweep(const SweepOptions& options, const Registry& registry);
 // a shard report to a temporary directory; SIGINT/SIGTERM are forwarded to the children and the
 // merged partial report is marked interrupted. Same exit codes as run_sweep.
 int run_sweep_on_devices(const SweepOptions& options, const Registry& registry);
-
-Contract load_contract_or_embedded(const std::string& path, const Registry& registry);
 
 }  // namespace bitcheck

@@ -6,16 +6,14 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "schema/json_schema.h"
 #include "temp_dir.h"
@@ -58,7 +56,8 @@ struct Run {
 
 // Checks one report against the schema; a report is a JSON object with "tool": "bitcheck".
 void check_report_valid(const std::string& path, const nlohmann::json& report) {
-  static const schema_check::JsonSchema schema(nlohmann::json::parse(read_file(source_dir + "/reports/report.schema.json")));
+  static const schema_check::JsonSchema schema(
+      nlohmann::json::parse(read_file(source_dir + "/reports/report.schema.json")));
   std::vector<std::string> errors = schema.validate(report);
   std::string listed;
   for (std::size_t i = 0; i < errors.size() && i < 20; ++i) listed += "\n  " + errors[i];
@@ -78,14 +77,16 @@ void check_reports_in(const std::string& directory) {
     if (seen != checked.end() && seen->second == version) continue;
     checked[path] = version;
     nlohmann::json document = nlohmann::json::parse(read_file(path), nullptr, false);
-    if (document.is_object() && document.value("tool", "") == "bitcheck") check_report_valid(path, document);
+    if (document.is_object() && document.value("tool", "") == "bitcheck")
+      check_report_valid(path, document);
   }
 }
 
 // Runs the binary with `args` (already quoted where needed), capturing stdout and stderr; then
 // checks the reports the run left in `dir` against the schema.
 Run run_bitcheck(const TempDir& dir, const std::string& args) {
-  const std::string command = quote(binary) + " " + args + " > " + quote(dir / "stdout") + " 2> " + quote(dir / "stderr");
+  const std::string command =
+      quote(binary) + " " + args + " > " + quote(dir / "stdout") + " 2> " + quote(dir / "stderr");
   const int status = std::system(command.c_str());
   Run run;
   if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);

@@ -1,17 +1,15 @@
 // The bitcheck binary: exit codes, messages and reports. Every bad input exits 2 naming the file,
 // the JSON path and what was expected, and writes no report.
-#include <catch2/catch.hpp>
-
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/cli_support.h"
 
@@ -36,7 +34,8 @@ void check_bad_input(const BadCall& bad) {
   TempDir dir;
   const std::string out = dir / "out";
   Run run = run_bitcheck(dir, "sweep --no-progress --out " + quote(out) + " " + bad.args);
-  INFO(bad.what << ": bitcheck sweep " << bad.args << "\nstdout: " << run.out << "\nstderr: " << run.err);
+  INFO(bad.what << ": bitcheck sweep " << bad.args << "\nstdout: " << run.out
+                << "\nstderr: " << run.err);
   CHECK(run.exit_code == 2);
   for (const auto& fragment : bad.on_stderr) CHECK_THAT(run.err, Catch::Contains(fragment));
   CHECK_FALSE(std::filesystem::exists(out + "/report.json"));
@@ -51,7 +50,8 @@ TEST_CASE("version and help exit 0", "[cli]") {
   CHECK_THAT(version.out, Catch::Contains("bitcheck"));
   Run help = run_bitcheck(dir, "--help");
   CHECK(help.exit_code == 0);
-  for (const char* subcommand : {"sweep", "list", "contract"}) CHECK_THAT(help.out, Catch::Contains(subcommand));
+  for (const char* subcommand : {"sweep", "list", "contract"})
+    CHECK_THAT(help.out, Catch::Contains(subcommand));
   Run sweep_help = run_bitcheck(dir, "sweep --help");
   CHECK(sweep_help.exit_code == 0);
   CHECK_THAT(sweep_help.out, Catch::Contains("--batch"));
@@ -85,12 +85,14 @@ TEST_CASE("list shows every op, impl, dtype and layout", "[cli]") {
   CHECK(list["layouts"].size() == 7);
 }
 
-TEST_CASE("contract check accepts the contract and refuses a bad one naming file and path", "[cli]") {
+TEST_CASE("contract check accepts the contract and refuses a bad one naming file and path",
+          "[cli]") {
   TempDir dir;
   Run good = run_bitcheck(dir, "contract check");
   CHECK(good.exit_code == 0);
   CHECK_THAT(good.out, Catch::Contains("contract OK"));
-  Run on_disk = run_bitcheck(dir, "contract check --contract " + quote(source_dir + "/contract/contract.json"));
+  Run on_disk = run_bitcheck(
+      dir, "contract check --contract " + quote(source_dir + "/contract/contract.json"));
   CHECK(on_disk.exit_code == 0);
   Run show = run_bitcheck(dir, "contract show");
   REQUIRE(show.exit_code == 0);
@@ -103,7 +105,8 @@ TEST_CASE("contract check accepts the contract and refuses a bad one naming file
   Run bad = run_bitcheck(dir, "contract check --contract " + quote(bad_path));
   INFO(bad.err);
   CHECK(bad.exit_code == 2);
-  CHECK_THAT(bad.err, Catch::Contains(bad_path) && Catch::Contains("$.thresholds.matmul.bf16.atol") &&
+  CHECK_THAT(bad.err, Catch::Contains(bad_path) &&
+                          Catch::Contains("$.thresholds.matmul.bf16.atol") &&
                           Catch::Contains("non-negative"));
 
   const std::string invalid = data_dir + "contract_invalid_json.json";
@@ -119,7 +122,8 @@ TEST_CASE("contract check accepts the contract and refuses a bad one naming file
 TEST_CASE("sweep of the CPU matmul impls exits 0 and writes the report", "[cli][sweep]") {
   TempDir dir;
   const std::string out = dir / "out";
-  Run run = run_bitcheck(dir, "sweep --op matmul --backend cpu --batch 1,7 --no-progress --out " + quote(out));
+  Run run = run_bitcheck(
+      dir, "sweep --op matmul --backend cpu --batch 1,7 --no-progress --out " + quote(out));
   INFO("stdout: " << run.out << "\nstderr: " << run.err);
   REQUIRE(run.exit_code == 0);
   CHECK_THAT(run.out, Catch::Contains("report: " + out + "/report.json"));
@@ -137,50 +141,71 @@ TEST_CASE("sweep of the CPU matmul impls exits 0 and writes the report", "[cli][
     CHECK(result["op"] == "matmul");
     CHECK(result["backend"] == "cpu");
     CHECK((result["rows"] == 1 || result["rows"] == 7));
-    if (result["control"] == false) CHECK((result["verdict"] == "pass" || result["verdict"] == "skipped"));
-    saw_control_drift = saw_control_drift || (result["control"] == true && result["verdict"] == "drift");
+    if (result["control"] == false)
+      CHECK((result["verdict"] == "pass" || result["verdict"] == "skipped"));
+    saw_control_drift =
+        saw_control_drift || (result["control"] == true && result["verdict"] == "drift");
   }
   CHECK(saw_control_drift);
   // Nothing but the report is left in the output directory.
   std::vector<std::string> entries;
-  for (const auto& entry : std::filesystem::directory_iterator(out)) entries.push_back(entry.path().filename().string());
+  for (const auto& entry : std::filesystem::directory_iterator(out))
+    entries.push_back(entry.path().filename().string());
   CHECK(entries == std::vector<std::string>{"report.json"});
 }
 
-TEST_CASE("bad spec files exit 2 naming file, JSON path and expectation, with no report", "[cli][bad-input]") {
+TEST_CASE("bad spec files exit 2 naming file, JSON path and expectation, with no report",
+          "[cli][bad-input]") {
   const std::vector<BadCall> cases = {
-      {"invalid JSON", "--spec " + quote(data_dir + "spec_invalid_json.json"),
+      {"invalid JSON",
+       "--spec " + quote(data_dir + "spec_invalid_json.json"),
        {data_dir + "spec_invalid_json.json", ": $: ", "valid JSON"}},
-      {"unknown op", "--spec " + quote(data_dir + "spec_unknown_op.json"),
+      {"unknown op",
+       "--spec " + quote(data_dir + "spec_unknown_op.json"),
        {data_dir + "spec_unknown_op.json", "$.ops.nope", "a registered op"}},
-      {"unknown impl", "--spec " + quote(data_dir + "spec_unknown_impl.json"),
-       {data_dir + "spec_unknown_impl.json", "$.ops.matmul.impls[1]", "an impl of matmul", "cpu-nope"}},
-      {"unknown dtype", "--spec " + quote(data_dir + "spec_unknown_dtype.json"),
+      {"unknown impl",
+       "--spec " + quote(data_dir + "spec_unknown_impl.json"),
+       {data_dir + "spec_unknown_impl.json", "$.ops.matmul.impls[1]", "an impl of matmul",
+        "cpu-nope"}},
+      {"unknown dtype",
+       "--spec " + quote(data_dir + "spec_unknown_dtype.json"),
        {data_dir + "spec_unknown_dtype.json", "$.ops.matmul.dtypes[1]", "fp64"}},
-      {"zero batch", "--spec " + quote(data_dir + "spec_zero_batch.json"),
+      {"zero batch",
+       "--spec " + quote(data_dir + "spec_zero_batch.json"),
        {data_dir + "spec_zero_batch.json", "$.ops.matmul.batches[1]", "got 0"}},
-      {"negative batch", "--spec " + quote(data_dir + "spec_negative_batch.json"),
+      {"negative batch",
+       "--spec " + quote(data_dir + "spec_negative_batch.json"),
        {data_dir + "spec_negative_batch.json", "$.defaults.batches[0]", "got -3"}},
-      {"missing field", "--spec " + quote(data_dir + "spec_missing_shapes.json"),
+      {"missing field",
+       "--spec " + quote(data_dir + "spec_missing_shapes.json"),
        {data_dir + "spec_missing_shapes.json", "$.ops.matmul.shapes", "missing"}},
-      {"wrong type", "--spec " + quote(data_dir + "spec_batches_string.json"),
+      {"wrong type",
+       "--spec " + quote(data_dir + "spec_batches_string.json"),
        {data_dir + "spec_batches_string.json", "$.defaults.batches", "an array, got string"}},
-      {"unknown field", "--spec " + quote(data_dir + "spec_unknown_field.json"),
+      {"unknown field",
+       "--spec " + quote(data_dir + "spec_unknown_field.json"),
        {data_dir + "spec_unknown_field.json", "$.ops.matmul.batch", "no such field"}},
-      {"unknown layout", "--spec " + quote(data_dir + "spec_unknown_layout.json"),
+      {"unknown layout",
+       "--spec " + quote(data_dir + "spec_unknown_layout.json"),
        {data_dir + "spec_unknown_layout.json", "$.ops.rmsnorm.layouts[1]", "zigzag"}},
-      {"missing dim", "--spec " + quote(data_dir + "spec_missing_dim.json"),
+      {"missing dim",
+       "--spec " + quote(data_dir + "spec_missing_dim.json"),
        {data_dir + "spec_missing_dim.json", "$.ops.matmul.shapes[1].K", "missing"}},
-      {"duplicate key", "--spec " + quote(data_dir + "spec_duplicate_key.json"),
+      {"duplicate key",
+       "--spec " + quote(data_dir + "spec_duplicate_key.json"),
        {data_dir + "spec_duplicate_key.json", "$.ops.matmul.shapes[1].N", "appears twice"}},
-      {"unreadable path", "--spec /nonexistent.json", {"/nonexistent.json", ": $: ", "readable file"}},
-      {"invalid contract", "--contract " + quote(data_dir + "contract_invalid_json.json"),
+      {"unreadable path",
+       "--spec /nonexistent.json",
+       {"/nonexistent.json", ": $: ", "readable file"}},
+      {"invalid contract",
+       "--contract " + quote(data_dir + "contract_invalid_json.json"),
        {data_dir + "contract_invalid_json.json", "valid JSON"}},
   };
   for (const auto& bad : cases) check_bad_input(bad);
 }
 
-TEST_CASE("bad command-line values exit 2 naming the flag and expectation, with no report", "[cli][bad-input]") {
+TEST_CASE("bad command-line values exit 2 naming the flag and expectation, with no report",
+          "[cli][bad-input]") {
   const std::vector<BadCall> cases = {
       {"unknown op", "--op nope", {"command line", "--op", "\"nope\""}},
       {"unknown op among good ones", "--op matmul,nope", {"command line", "--op", "\"nope\""}},
@@ -196,7 +221,8 @@ TEST_CASE("bad command-line values exit 2 naming the flag and expectation, with 
       {"bad seed", "--seed abc", {"command line", "--seed", "abc"}},
       {"negative seed", "--seed -1", {"command line", "--seed", "-1"}},
       {"one repeat", "--repeats 1", {"command line", "--repeats", "at least 2"}},
-      {"unknown op in the spec wins over filters", "--op matmul --spec " + quote(data_dir + "spec_unknown_op.json"),
+      {"unknown op in the spec wins over filters",
+       "--op matmul --spec " + quote(data_dir + "spec_unknown_op.json"),
        {"$.ops.nope"}},
   };
   for (const auto& bad : cases) check_bad_input(bad);
@@ -215,12 +241,14 @@ TEST_CASE("unknown flags and subcommands exit 2", "[cli][bad-input]") {
 // (today the case expansion dereferences the missing impl).
 TEST_CASE("an unknown impl in the spec defaults exits 2", "[cli][bad-input]") {
   const std::string path = data_dir + "spec_unknown_default_impl.json";
-  check_bad_input({"unknown default impl", "--spec " + quote(path), {path, "$.defaults.impls", "cpu-nope"}});
+  check_bad_input(
+      {"unknown default impl", "--spec " + quote(path), {path, "$.defaults.impls", "cpu-nope"}});
 }
 
 // --repeats 0 is read as "not given" today, so the sweep silently runs with the spec's repeats.
 TEST_CASE("a zero repeat count on the command line exits 2", "[cli][bad-input]") {
-  check_bad_input({"zero repeats",
-                   "--repeats 0 --op matmul --backend cpu --batch 1 --layout alone --dtype fp32 --pass forward",
-                   {"command line", "--repeats", "at least 2"}});
+  check_bad_input(
+      {"zero repeats",
+       "--repeats 0 --op matmul --backend cpu --batch 1 --layout alone --dtype fp32 --pass forward",
+       {"command line", "--repeats", "at least 2"}});
 }

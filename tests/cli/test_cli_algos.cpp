@@ -31,11 +31,12 @@ TEST_CASE("algos refuses bad flags with exit 2, naming the flag", "[cli][algos]"
 TEST_CASE("algos without a GPU exits 3 with the reason and writes no report or pins",
           "[cli][algos]") {
   TempDir dir;
-  Run run = run_bitcheck(
-      dir,
-      "algos --n 256 --k 256 --rows 1,17,33,49,65,97,129,193,257,321,385,513,769,1025,2049,4097 --budget-seconds 5 "
-      "--no-progress --out " +
-          quote(dir / "out") + " --write-pins " + quote(dir / "pins.json"));
+  Run run =
+      run_bitcheck(dir,
+                   "algos --n 256 --k 256 --rows "
+                   "1,17,33,49,65,97,129,193,257,321,385,513,769,1025,2049,4097 --budget-seconds 5 "
+                   "--no-progress --out " +
+                       quote(dir / "out") + " --write-pins " + quote(dir / "pins.json"));
   INFO(run.out << run.err);
   if (run.exit_code == 0) {  // a machine with a GPU: the search ran and wrote everything
     CHECK(std::filesystem::exists(dir / "out/algos-bf16-forward-N256-K256.json"));
@@ -52,20 +53,23 @@ TEST_CASE("algos without a GPU exits 3 with the reason and writes no report or p
 
 TEST_CASE("algos --refine refuses bad flags and a missing pin file with exit 2", "[cli][algos]") {
   TempDir dir;
-  const std::string pins = quote(std::filesystem::path(BITCHECK_SOURCE_DIR) / "contract/cublaslt-pins.json");
+  const std::string pins = quote(std::filesystem::path(BITCHECK_SOURCE_DIR) / "contract/pins");
   struct BadFlag {
     std::string args, message;
   };
   for (const BadFlag& bad : std::vector<BadFlag>{
            {"--n 4096 --k 4096 --refine " + quote(dir / "none.json"),
             "none.json: (file): expected an existing pin file to refine"},
-           {"--n 4096 --k 4096 --refine " + pins + " --scan-rows 0", "--scan-rows: expected 1 to 65536"},
-           {"--n 4096 --k 4096 --refine " + pins + " --verify-all-rows 0", "--verify-all-rows: expected at least 1"},
-           {"--n 4096 --k 4096 --refine " + pins + " --dtype fp8", "--dtype: expected bf16, fp16 or fp32"},
+           {"--n 4096 --k 4096 --refine " + pins + " --scan-rows 0",
+            "--scan-rows: expected 1 to 65536"},
+           {"--n 4096 --k 4096 --refine " + pins + " --verify-all-rows 0",
+            "--verify-all-rows: expected at least 1"},
+           {"--n 4096 --k 4096 --refine " + pins + " --dtype fp8",
+            "--dtype: expected bf16, fp16 or fp32"},
            {"--n 0 --k 4096 --refine " + pins, "--n: expected a positive integer"},
        }) {
-    Run run = run_bitcheck(dir, "algos " + bad.args + " --out " + quote(dir / "out") + " --write-pins " +
-                                    quote(dir / "pins.json"));
+    Run run = run_bitcheck(dir, "algos " + bad.args + " --out " + quote(dir / "out") +
+                                    " --write-pins " + quote(dir / "pins.json"));
     INFO(bad.args << " -> " << run.err);
     CHECK(run.exit_code == 2);
     CHECK(run.err.find(bad.message) != std::string::npos);

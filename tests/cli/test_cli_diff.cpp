@@ -2,7 +2,6 @@
 // a changed fingerprint on a passing case is reported without failing, a control that stops
 // drifting is a regression.
 #include <catch2/catch.hpp>
-
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_support.h"
@@ -12,7 +11,9 @@ using nlohmann::json;
 namespace {
 
 json sweep_report(const TempDir& dir) {
-  Run run = run_bitcheck(dir, "sweep --op matmul --backend cpu --batch 1,7 --dtype bf16 --no-progress --out " + quote(dir.path()));
+  Run run = run_bitcheck(
+      dir, "sweep --op matmul --backend cpu --batch 1,7 --dtype bf16 --no-progress --out " +
+               quote(dir.path()));
   REQUIRE(run.exit_code == 0);
   return json::parse(read_file(dir / "report.json"));
 }
@@ -25,7 +26,9 @@ json& first_case(json& report, bool control) {
   return report;
 }
 
-void write(const std::string& path, const json& report) { std::ofstream(path) << report.dump(); }
+void write(const std::string& path, const json& report) {
+  std::ofstream(path) << report.dump();
+}
 
 }  // namespace
 
@@ -39,7 +42,9 @@ TEST_CASE("diff names a planted regression and exits 1, a planted fix and exits 
   write(dir / "old.json", base);
   write(dir / "new.json", broken);
 
-  Run regression = run_bitcheck(dir, "diff " + quote(dir / "old.json") + " " + quote(dir / "new.json") + " --json " + quote(dir / "d.json"));
+  Run regression =
+      run_bitcheck(dir, "diff " + quote(dir / "old.json") + " " + quote(dir / "new.json") +
+                            " --json " + quote(dir / "d.json"));
   CHECK(regression.exit_code == 1);
   CHECK(regression.out.find("newly failing: 1") != std::string::npos);
   CHECK(regression.out.find(id) != std::string::npos);

@@ -155,11 +155,14 @@ TEST_CASE("sweep --case-timeout: a hung case is error, its worker is killed, and
     ~Unset() { unsetenv("BITCHECK_TEST_HANG"); }
   } unset_hang;
   TempDir dir;
-  const std::string cases = "sweep --op matmul --impl cpu-fixed-order,test-hang --backend cpu --dtype fp32 "
-                            "--pass forward --batch 1,3 --no-progress --out " + quote(dir.path());
+  const std::string cases =
+      "sweep --op matmul --impl cpu-fixed-order,test-hang --backend cpu --dtype fp32 "
+      "--pass forward --batch 1,3 --no-progress --out " +
+      quote(dir.path());
   const auto start = std::chrono::steady_clock::now();
   Run run = run_bitcheck(dir, cases + " --case-timeout 1.5");
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   INFO("stdout: " << run.out << "\nstderr: " << run.err);
   CHECK(run.exit_code == 3);  // errors
   json report = json::parse(read_file(dir / "report.json"));

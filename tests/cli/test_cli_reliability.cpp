@@ -1,14 +1,12 @@
 // Reliability through the binary: an oversized sweep is refused without --yes, and SIGTERM or
 // SIGINT mid-sweep leaves a valid partial report marked interrupted (never a half-written one).
-#include <catch2/catch.hpp>
-
 #include <signal.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/cli_support.h"
 
@@ -16,7 +14,9 @@ using nlohmann::json;
 
 TEST_CASE("a sweep over the case limit needs --yes", "[cli][limits]") {
   TempDir dir;
-  const std::string sweep = "sweep --op matmul --backend cpu --batch 1,7 --no-progress --max-cases 5 --out " + quote(dir.path());
+  const std::string sweep =
+      "sweep --op matmul --backend cpu --batch 1,7 --no-progress --max-cases 5 --out " +
+      quote(dir.path());
   Run refused = run_bitcheck(dir, sweep);
   CHECK(refused.exit_code == 2);
   CHECK(refused.err.find("--yes") != std::string::npos);
@@ -26,15 +26,16 @@ TEST_CASE("a sweep over the case limit needs --yes", "[cli][limits]") {
   CHECK(std::filesystem::exists(dir / "report.json"));
 }
 
-TEST_CASE("a signal mid-sweep writes a valid partial report marked interrupted", "[cli][interrupt]") {
+TEST_CASE("a signal mid-sweep writes a valid partial report marked interrupted",
+          "[cli][interrupt]") {
   for (int signal_number : {SIGTERM, SIGINT}) {
     TempDir dir;
     pid_t child = fork();
     REQUIRE(child >= 0);
     if (child == 0) {
       // A sweep long enough to be interrupted: every op, every dtype, on the CPU.
-      execl(binary.c_str(), binary.c_str(), "sweep", "--op", "all", "--backend", "cpu", "--no-progress", "--out",
-            dir.path().c_str(), static_cast<char*>(nullptr));
+      execl(binary.c_str(), binary.c_str(), "sweep", "--op", "all", "--backend", "cpu",
+            "--no-progress", "--out", dir.path().c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(800));

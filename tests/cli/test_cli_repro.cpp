@@ -2,16 +2,19 @@
 // (fingerprint), prints the command that replays it, dumps its tensors as .npy files numpy reads,
 // and an unknown case id is bad input.
 #include <catch2/catch.hpp>
-
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_support.h"
 
 using nlohmann::json;
 
-TEST_CASE("repro reproduces a drifting control's exact bits and dumps its tensors", "[cli][repro]") {
+TEST_CASE("repro reproduces a drifting control's exact bits and dumps its tensors",
+          "[cli][repro]") {
   TempDir dir;
-  REQUIRE(run_bitcheck(dir, "sweep --op matmul --backend cpu --dtype bf16 --batch 1,7 --no-progress --out " + quote(dir.path())).exit_code == 0);
+  REQUIRE(run_bitcheck(
+              dir, "sweep --op matmul --backend cpu --dtype bf16 --batch 1,7 --no-progress --out " +
+                       quote(dir.path()))
+              .exit_code == 0);
   json report = json::parse(read_file(dir / "report.json"));
   std::string id;
   std::string fingerprint;
@@ -23,10 +26,12 @@ TEST_CASE("repro reproduces a drifting control's exact bits and dumps its tensor
     }
   }
   REQUIRE_FALSE(id.empty());
-  Run repro = run_bitcheck(dir, "repro " + quote(dir / "report.json") + " --case " + quote(id) + " --dump " + quote(dir / "dump"));
+  Run repro = run_bitcheck(dir, "repro " + quote(dir / "report.json") + " --case " + quote(id) +
+                                    " --dump " + quote(dir / "dump"));
   CHECK(repro.exit_code == 0);
   CHECK(repro.out.find("verdict: drift (report: drift)") != std::string::npos);
-  CHECK(repro.out.find("fingerprint: " + fingerprint + " (report: " + fingerprint + ") -> same bits") != std::string::npos);
+  CHECK(repro.out.find("fingerprint: " + fingerprint + " (report: " + fingerprint +
+                       ") -> same bits") != std::string::npos);
   CHECK(repro.out.find("replay: ") != std::string::npos);
 
   json index = json::parse(read_file(dir / "dump/index.json"));
@@ -46,7 +51,11 @@ TEST_CASE("repro reproduces a drifting control's exact bits and dumps its tensor
 
 TEST_CASE("repro of an unknown case id exits 2", "[cli][repro][bad-input]") {
   TempDir dir;
-  REQUIRE(run_bitcheck(dir, "sweep --op rmsnorm --backend cpu --dtype bf16 --batch 2,7 --no-progress --out " + quote(dir.path())).exit_code == 0);
+  REQUIRE(
+      run_bitcheck(
+          dir, "sweep --op rmsnorm --backend cpu --dtype bf16 --batch 2,7 --no-progress --out " +
+                   quote(dir.path()))
+          .exit_code == 0);
   Run repro = run_bitcheck(dir, "repro " + quote(dir / "report.json") + " --case nope");
   CHECK(repro.exit_code == 2);
   CHECK(repro.err.find("$.results[*].id") != std::string::npos);

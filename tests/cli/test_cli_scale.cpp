@@ -8,8 +8,8 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "cli/cli_support.h"
@@ -250,15 +250,17 @@ TEST_CASE("the Slurm script's shard and merge modes give the unsharded report", 
   CHECK_FALSE(std::filesystem::exists(partial + "/report.json"));
 }
 
-TEST_CASE("sweep --skip-done runs only what an earlier report lacks - merged, it equals one whole sweep",
-          "[cli][resume]") {
+TEST_CASE(
+    "sweep --skip-done runs only what an earlier report lacks - merged, it equals one whole sweep",
+    "[cli][resume]") {
   TempDir dir;
   REQUIRE(run_bitcheck(dir, small_sweep + " --out " + quote(dir.path())).exit_code == 0);
   // The first part: the whole sweep's report cut after a third of its cases, as an interrupted
   // run leaves it.
   json part = json::parse(read_file(dir / "report.json"));
   const std::size_t kept = part["results"].size() / 3;
-  part["results"].erase(part["results"].begin() + static_cast<std::ptrdiff_t>(kept), part["results"].end());
+  part["results"].erase(part["results"].begin() + static_cast<std::ptrdiff_t>(kept),
+                        part["results"].end());
   part["meta"]["interrupted"] = true;
   std::ofstream(dir / "part.json") << part.dump();
   Run rest = run_bitcheck(dir, small_sweep + " --skip-done " + quote(dir / "part.json") +
@@ -270,14 +272,17 @@ TEST_CASE("sweep --skip-done runs only what an earlier report lacks - merged, it
   for (const auto& c : part["results"]) part_ids.insert(c["id"].get<std::string>());
   REQUIRE_FALSE(part_ids.empty());
   REQUIRE_FALSE(rest_report["results"].empty());
-  for (const auto& c : rest_report["results"]) CHECK(part_ids.count(c["id"].get<std::string>()) == 0);
+  for (const auto& c : rest_report["results"])
+    CHECK(part_ids.count(c["id"].get<std::string>()) == 0);
   // --devices hands --skip-done on to its shards: the same cases as the single run.
-  Run spread = run_bitcheck(dir, small_sweep + " --devices 0,1 --skip-done " + quote(dir / "part.json") +
-                                     " --report-name spread.json --out " + quote(dir.path()));
+  Run spread =
+      run_bitcheck(dir, small_sweep + " --devices 0,1 --skip-done " + quote(dir / "part.json") +
+                            " --report-name spread.json --out " + quote(dir.path()));
   REQUIRE(spread.exit_code == 0);
-  CHECK(results_without_timings(json::parse(read_file(dir / "spread.json"))) == results_without_timings(rest_report));
-  Run merged = run_bitcheck(dir, "merge --out " + quote(dir / "merged.json") + " " + quote(dir / "part.json") +
-                                     " " + quote(dir / "rest.json"));
+  CHECK(results_without_timings(json::parse(read_file(dir / "spread.json"))) ==
+        results_without_timings(rest_report));
+  Run merged = run_bitcheck(dir, "merge --out " + quote(dir / "merged.json") + " " +
+                                     quote(dir / "part.json") + " " + quote(dir / "rest.json"));
   REQUIRE(merged.exit_code == 0);
   json whole = json::parse(read_file(dir / "report.json"));
   json joined = json::parse(read_file(dir / "merged.json"));
@@ -285,7 +290,8 @@ TEST_CASE("sweep --skip-done runs only what an earlier report lacks - merged, it
   CHECK(joined["summary"] == whole["summary"]);
   // A report that is not one is bad input, named.
   std::ofstream(dir / "bad.json") << "{\"results\": 3}";
-  Run bad = run_bitcheck(dir, small_sweep + " --skip-done " + quote(dir / "bad.json") + " --out " + quote(dir / "x"));
+  Run bad = run_bitcheck(
+      dir, small_sweep + " --skip-done " + quote(dir / "bad.json") + " --out " + quote(dir / "x"));
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("bad.json") && Catch::Contains("$.results"));
 }
@@ -294,22 +300,25 @@ TEST_CASE("a shard leaves the lost-sight judgement to the merged report, which s
           "[cli][shard]") {
   TempDir dir;
   // At M = 1 the split-K control computes every layout the same way: it cannot drift.
-  const std::string blind = "sweep --op matmul --impl cpu-split-k-by-rows --backend cpu --batch 1 --dtype fp32 "
-                            "--pass forward --no-progress --out " + quote(dir.path());
+  const std::string blind =
+      "sweep --op matmul --impl cpu-split-k-by-rows --backend cpu --batch 1 --dtype fp32 "
+      "--pass forward --no-progress --out " +
+      quote(dir.path());
   Run whole = run_bitcheck(dir, blind + " --report-name whole.json");
   CHECK(whole.exit_code == 1);
   CHECK_THAT(whole.out, Catch::Contains("HARNESS FAILURE"));
   for (int shard = 0; shard < 2; ++shard) {
-    Run part = run_bitcheck(dir, blind + " --shard " + std::to_string(shard) + "/2 --report-name part" +
-                                     std::to_string(shard) + ".json");
+    Run part = run_bitcheck(dir, blind + " --shard " + std::to_string(shard) +
+                                     "/2 --report-name part" + std::to_string(shard) + ".json");
     INFO("stdout: " << part.out);
     CHECK(part.exit_code == 0);
     CHECK_THAT(part.out, Catch::Contains("judged on the merged report"));
     json report = json::parse(read_file(dir / ("part" + std::to_string(shard) + ".json")));
     CHECK(report["summary"]["harness_failures"].empty());
   }
-  Run merged = run_bitcheck(dir, "merge --out " + quote(dir / "merged.json") + " " + quote(dir / "part0.json") + " " +
-                                     quote(dir / "part1.json"));
+  Run merged = run_bitcheck(dir, "merge --out " + quote(dir / "merged.json") + " " +
+                                     quote(dir / "part0.json") + " " + quote(dir / "part1.json"));
   CHECK(merged.exit_code == 1);
-  CHECK_THAT(merged.out, Catch::Contains("HARNESS FAILURE") && Catch::Contains("cpu-split-k-by-rows"));
+  CHECK_THAT(merged.out,
+             Catch::Contains("HARNESS FAILURE") && Catch::Contains("cpu-split-k-by-rows"));
 }

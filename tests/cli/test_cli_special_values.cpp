@@ -4,32 +4,36 @@
 // every control group still drifts, the report records the rate in each case, repro re-runs such
 // a case exactly, and a bad rate is bad input.
 #include <catch2/catch.hpp>
-
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/cli_support.h"
 
 using nlohmann::json;
 
-TEST_CASE("sweep --special-values: invariant CPU impls stay invariant and accurate, controls still drift",
-          "[cli][special_values]") {
+TEST_CASE(
+    "sweep --special-values: invariant CPU impls stay invariant and accurate, controls still drift",
+    "[cli][special_values]") {
   TempDir dir, plain_dir;
-  Run run = run_bitcheck(dir, "sweep --special-values --backend cpu --dtype bf16 --no-progress --out " + quote(dir.path()));
+  Run run =
+      run_bitcheck(dir, "sweep --special-values --backend cpu --dtype bf16 --no-progress --out " +
+                            quote(dir.path()));
   INFO("stdout: " << run.out << "\nstderr: " << run.err);
   REQUIRE(run.exit_code <= 1);
   json report = json::parse(read_file(dir / "report.json"));
   // The baseline: the same sweep without special values. Every control group that drifts there
   // must drift with special values too (NaN and Inf must not blind the harness).
-  REQUIRE(run_bitcheck(plain_dir, "sweep --backend cpu --dtype bf16 --no-progress --out " + quote(plain_dir.path())).exit_code <= 1);
+  REQUIRE(run_bitcheck(plain_dir, "sweep --backend cpu --dtype bf16 --no-progress --out " +
+                                      quote(plain_dir.path()))
+              .exit_code <= 1);
   json plain = json::parse(read_file(plain_dir / "report.json"));
   const auto drifting_control_groups = [](const json& r) {
     std::set<std::string> groups;
     for (const auto& c : r["results"]) {
       if (c["control"] == true && c["verdict"] == "drift") {
-        groups.insert(c["op"].get<std::string>() + "/" + c["impl"].get<std::string>() + "/" + c["pass"].get<std::string>());
+        groups.insert(c["op"].get<std::string>() + "/" + c["impl"].get<std::string>() + "/" +
+                      c["pass"].get<std::string>());
       }
     }
     return groups;
@@ -60,8 +64,9 @@ TEST_CASE("sweep --special-values: invariant CPU impls stay invariant and accura
     ops.insert(op);
     if (c["verdict"] == "skipped") continue;
     if (c["control"] == true) continue;
-    for (const auto& accuracy : c["accuracy"]) nonfinite_matched += accuracy["nonfinite_matched"].get<std::int64_t>();
-    CHECK(c["drift"].empty());           // invariance holds with NaN, Inf, subnormals and -0
+    for (const auto& accuracy : c["accuracy"])
+      nonfinite_matched += accuracy["nonfinite_matched"].get<std::int64_t>();
+    CHECK(c["drift"].empty());  // invariance holds with NaN, Inf, subnormals and -0
     CHECK(c["nondeterminism"].empty());
     if (c["verdict"] == "inaccurate") {
       const std::string key = op + "/" + c["pass"].get<std::string>();
@@ -73,14 +78,18 @@ TEST_CASE("sweep --special-values: invariant CPU impls stay invariant and accura
   }
   CHECK(inaccurate == known_inaccurate);
   json spec = json::parse(read_file(source_dir + "/sweeps/default.json"));
-  for (const auto& [name, entry] : spec["ops"].items()) CHECK(ops.count(entry.value("op", name)) == 1);
+  for (const auto& [name, entry] : spec["ops"].items())
+    CHECK(ops.count(entry.value("op", name)) == 1);
   CHECK(nonfinite_matched > 0);  // NaN / Inf reached outputs and were checked against the reference
 }
 
 TEST_CASE("repro re-runs a special-values case to the same bits", "[cli][special_values][repro]") {
   TempDir dir;
-  REQUIRE(run_bitcheck(dir, "sweep --op rmsnorm --backend cpu --dtype bf16 --batch 7 --special-values-rate 0.25 "
-                            "--no-progress --out " + quote(dir.path()))
+  REQUIRE(run_bitcheck(
+              dir,
+              "sweep --op rmsnorm --backend cpu --dtype bf16 --batch 7 --special-values-rate 0.25 "
+              "--no-progress --out " +
+                  quote(dir.path()))
               .exit_code <= 1);
   json report = json::parse(read_file(dir / "report.json"));
   const json& c = report["results"].at(0);  // rmsnorm/cpu-fixed-order, an invariant impl
@@ -90,13 +99,16 @@ TEST_CASE("repro re-runs a special-values case to the same bits", "[cli][special
   Run repro = run_bitcheck(dir, "repro " + quote(dir / "report.json") + " --case " + quote(id));
   INFO(repro.out << repro.err);
   CHECK(repro.exit_code == 0);
-  CHECK(repro.out.find("fingerprint: " + fingerprint + " (report: " + fingerprint + ") -> same bits") != std::string::npos);
+  CHECK(repro.out.find("fingerprint: " + fingerprint + " (report: " + fingerprint +
+                       ") -> same bits") != std::string::npos);
 }
 
 TEST_CASE("a special-value rate out of range is bad input", "[cli][special_values][bad-input]") {
   TempDir dir;
   const std::string out = dir / "out";
-  Run run = run_bitcheck(dir, "sweep --op rmsnorm --backend cpu --special-values-rate 0.9 --no-progress --out " + quote(out));
+  Run run = run_bitcheck(
+      dir, "sweep --op rmsnorm --backend cpu --special-values-rate 0.9 --no-progress --out " +
+               quote(out));
   CHECK(run.exit_code == 2);
   CHECK_THAT(run.err, Catch::Contains("--special-values-rate"));
   CHECK_THAT(run.err, Catch::Contains("[0, 0.5]"));

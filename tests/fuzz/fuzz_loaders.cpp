@@ -1,6 +1,7 @@
-// libFuzzer target for the input loaders: arbitrary bytes as a sweep spec (BITCHECK_FUZZ_TARGET=spec)
-// or a contract (=contract). BadInput is the expected answer to bad bytes; anything else that
-// escapes — a crash, a sanitizer report, another exception — is a finding.
+// libFuzzer target for the input loaders: arbitrary bytes as a sweep spec
+// (BITCHECK_FUZZ_TARGET=spec) or a contract (=contract). BadInput is the expected answer to bad
+// bytes; anything else that escapes — a crash, a sanitizer report, another exception — is a
+// finding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -33,7 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (BITCHECK_FUZZ_CONTRACT) {
       bitcheck::parse_contract(document, "fuzz.json", world.registry);
     } else {
-      bitcheck::SweepSpec spec = bitcheck::parse_sweep_spec(document, "fuzz.json", world.registry, world.contract);
+      bitcheck::SweepSpec spec =
+          bitcheck::parse_sweep_spec(document, "fuzz.json", world.registry, world.contract);
       bitcheck::SweepOverrides overrides;
       auto cases = bitcheck::expand_cases(spec, world.registry, overrides);
       (void)cases;

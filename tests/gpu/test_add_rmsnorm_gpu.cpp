@@ -1,5 +1,5 @@
-// add_rmsnorm on the CUDA backend (small shapes): fixed-order passes every layout, dtype and pass; the
-// CUDA control drifts.
+// add_rmsnorm on the CUDA backend (small shapes): fixed-order passes every layout, dtype and pass;
+// the CUDA control drifts.
 #include <catch2/catch.hpp>
 
 #include "unit/op_case.h"
@@ -17,8 +17,10 @@ TEST_CASE("add_rmsnorm cuda fixed-order forward passes on every row layout", "[g
   for (std::int64_t width : {8, 264, 2048, 5120, 8192, 32768}) {
     for (DType dtype : {DType::bf16, DType::fp32, DType::fp16}) {
       for (std::int64_t rows : {1, 300}) {
-        CaseResult result = op_test::run(op_test::make_case("add_rmsnorm", "fixed-order", dtype, Pass::forward, {{"H", width}}, rows));
-        INFO("H=" << width << " " << to_string(dtype) << " M=" << rows << ": " << op_test::describe(result));
+        CaseResult result = op_test::run(op_test::make_case("add_rmsnorm", "fixed-order", dtype,
+                                                            Pass::forward, {{"H", width}}, rows));
+        INFO("H=" << width << " " << to_string(dtype) << " M=" << rows << ": "
+                  << op_test::describe(result));
         CHECK(result.verdict == Verdict::pass);
       }
     }
@@ -27,6 +29,8 @@ TEST_CASE("add_rmsnorm cuda fixed-order forward passes on every row layout", "[g
 
 TEST_CASE("add_rmsnorm cuda block-size-by-tokens drifts", "[gpu][add_rmsnorm][control]") {
   for (Pass pass : {Pass::forward, Pass::backward}) {
-    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16}) op_test::expect_drifts("add_rmsnorm", "block-size-by-tokens", {{"H", 1024}}, dtype, pass, {300});
+    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16})
+      op_test::expect_drifts("add_rmsnorm", "block-size-by-tokens", {{"H", 1024}}, dtype, pass,
+                             {300});
   }
 }

@@ -2,9 +2,8 @@
 // forward and backward for bf16/fp16 at head dim 64 and 128, SIMT for fp32), the wgmma forward
 // agrees with the mma.sync one, the tensor-core backward with the SIMT one, and each CUDA control
 // drifts.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,7 +14,7 @@
 #include "bitcheck/contract.h"
 #include "bitcheck/dtype.h"
 #include "bitcheck/runner.h"
-#include "runtime.h"
+#include "common/runtime.h"
 
 using namespace bitcheck;
 
@@ -35,7 +34,8 @@ GpuWorld& gpu_world() {
   return instance;
 }
 
-CaseResult run_attention(const std::string& impl, DType dtype, Pass pass, std::int64_t head_dim, std::int64_t sequences) {
+CaseResult run_attention(const std::string& impl, DType dtype, Pass pass, std::int64_t head_dim,
+                         std::int64_t sequences) {
   CaseSpec spec;
   spec.op = "attention";
   spec.impl = impl;
@@ -45,7 +45,8 @@ CaseResult run_attention(const std::string& impl, DType dtype, Pass pass, std::i
   spec.dims = {{"H", 8}, {"KVH", 2}, {"D", head_dim}, {"L", 300}};
   spec.rows = sequences;
   spec.seed = 7;
-  spec.layouts = {"seq_alone", "varlen_packed", "padded", "chunked_1", "chunked_16", "chunked_64", "chunked_1000", "decode"};
+  spec.layouts = {"seq_alone",  "varlen_packed", "padded",       "chunked_1",
+                  "chunked_16", "chunked_64",    "chunked_1000", "decode"};
   Runner runner(gpu_world().registry, gpu_world().contract);
   return runner.run_case(spec);
 }
@@ -54,7 +55,8 @@ std::string describe(const CaseResult& result) {
   std::string text = to_string(result.verdict) + " " + result.reason;
   for (const auto& drift : result.drift) text += " [" + drift.layout + " " + drift.tensor + "]";
   for (const auto& accuracy : result.accuracy) {
-    text += " {" + accuracy.tensor + " max_abs_error " + std::to_string(accuracy.max_abs_error) + "}";
+    text +=
+        " {" + accuracy.tensor + " max_abs_error " + std::to_string(accuracy.max_abs_error) + "}";
   }
   return text;
 }
@@ -63,7 +65,9 @@ std::string describe(const CaseResult& result) {
 std::vector<std::uint16_t> random_halves(DType dtype, std::size_t count, std::mt19937& generator) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<std::uint16_t> bits(count);
-  for (std::uint16_t& b : bits) b = dtype == DType::bf16 ? float_to_bf16_bits(uniform(generator)) : float_to_fp16_bits(uniform(generator));
+  for (std::uint16_t& b : bits)
+    b = dtype == DType::bf16 ? float_to_bf16_bits(uniform(generator))
+                             : float_to_fp16_bits(uniform(generator));
   return bits;
 }
 
@@ -84,7 +88,8 @@ std::vector<float> download_floats(DType dtype, const cuda::DeviceBuffer& buffer
   std::vector<std::uint16_t> bits(buffer.bytes() / sizeof(std::uint16_t));
   buffer.download(bits.data(), buffer.bytes());
   std::vector<float> values(bits.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) values[i] = dtype == DType::bf16 ? bf16_bits_to_float(bits[i]) : fp16_bits_to_float(bits[i]);
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    values[i] = dtype == DType::bf16 ? bf16_bits_to_float(bits[i]) : fp16_bits_to_float(bits[i]);
   return values;
 }
 
@@ -115,10 +120,12 @@ BackwardGradients run_backward_paths(DType dtype, int head_dim, bool tensor_core
   for (int length : lengths) {
     for (int p = 0; p < length; ++p) tokens.push_back({slots + p, p, slots, length});
     for (int i = 0; i < length; i += cuda::attention_mma_tile_queries) {
-      forward_tiles.push_back({slots + i, std::min(cuda::attention_mma_tile_queries, length - i), i, slots});
+      forward_tiles.push_back(
+          {slots + i, std::min(cuda::attention_mma_tile_queries, length - i), i, slots});
     }
     for (int i = 0; i < length; i += cuda::attention_mma_backward_tile) {
-      backward_tiles.push_back({slots + i, std::min(cuda::attention_mma_backward_tile, length - i), i, slots, length});
+      backward_tiles.push_back(
+          {slots + i, std::min(cuda::attention_mma_backward_tile, length - i), i, slots, length});
     }
     slots += length;
     max_position = std::max(max_position, length - 1);
@@ -130,23 +137,31 @@ BackwardGradients run_backward_paths(DType dtype, int head_dim, bool tensor_core
   const cuda::DeviceBuffer k = upload_halves(random_halves(dtype, kv_elements, generator));
   const cuda::DeviceBuffer v = upload_halves(random_halves(dtype, kv_elements, generator));
   const cuda::DeviceBuffer dout = upload_halves(random_halves(dtype, q_elements, generator));
-  cuda::DeviceBuffer o(q_elements * 2), lse(static_cast<std::size_t>(slots) * shape.heads * sizeof(float)), delta(lse.bytes());
+  cuda::DeviceBuffer o(q_elements * 2),
+      lse(static_cast<std::size_t>(slots) * shape.heads * sizeof(float)), delta(lse.bytes());
   cuda::DeviceBuffer dq(q_elements * 2), dk(kv_elements * 2), dv(kv_elements * 2);
-  for (cuda::DeviceBuffer* gradient : {&dq, &dk, &dv}) gradient->fill_bytes(0xFF);  // NaN where a kernel writes nothing
-  const cuda::DeviceBuffer token_buffer = upload_items(tokens), forward_tile_buffer = upload_items(forward_tiles);
+  for (cuda::DeviceBuffer* gradient : {&dq, &dk, &dv})
+    gradient->fill_bytes(0xFF);  // NaN where a kernel writes nothing
+  const cuda::DeviceBuffer token_buffer = upload_items(tokens),
+                           forward_tile_buffer = upload_items(forward_tiles);
   const cuda::DeviceBuffer backward_tile_buffer = upload_items(backward_tiles);
-  const cuda::DeviceDType device_dtype = dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
+  const cuda::DeviceDType device_dtype =
+      dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
   cuda::attention_forward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
-                              forward_tile_buffer.as<cuda::AttentionTile>(), static_cast<int>(forward_tiles.size()), shape, nullptr);
+                              forward_tile_buffer.as<cuda::AttentionTile>(),
+                              static_cast<int>(forward_tiles.size()), shape, nullptr);
   if (tensor_core) {
     const auto* tiles = backward_tile_buffer.as<cuda::AttentionBackwardTile>();
-    cuda::attention_backward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(), delta.as<float>(),
-                                 dq.get(), dk.get(), dv.get(), token_buffer.as<cuda::AttentionToken>(), static_cast<int>(tokens.size()),
-                                 tiles, tiles, static_cast<int>(backward_tiles.size()), shape, nullptr);
+    cuda::attention_backward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
+                                 dout.get(), delta.as<float>(), dq.get(), dk.get(), dv.get(),
+                                 token_buffer.as<cuda::AttentionToken>(),
+                                 static_cast<int>(tokens.size()), tiles, tiles,
+                                 static_cast<int>(backward_tiles.size()), shape, nullptr);
   } else {
-    cuda::attention_backward(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(), delta.as<float>(), dq.get(),
-                             dk.get(), dv.get(), token_buffer.as<cuda::AttentionToken>(), static_cast<int>(tokens.size()), max_position,
-                             shape, nullptr, nullptr);
+    cuda::attention_backward(
+        device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(),
+        delta.as<float>(), dq.get(), dk.get(), dv.get(), token_buffer.as<cuda::AttentionToken>(),
+        static_cast<int>(tokens.size()), max_position, shape, nullptr, nullptr);
   }
   return {download_floats(dtype, dq), download_floats(dtype, dk), download_floats(dtype, dv)};
 }
@@ -164,7 +179,8 @@ ForwardOutputs run_forward_path(DType dtype, int head_dim, bool force_mma_sync) 
   int slots = 0;
   for (int length : lengths) {
     for (int i = 0; i < length; i += cuda::attention_mma_tile_queries) {
-      tiles.push_back({slots + i, std::min(cuda::attention_mma_tile_queries, length - i), i, slots});
+      tiles.push_back(
+          {slots + i, std::min(cuda::attention_mma_tile_queries, length - i), i, slots});
     }
     slots += length;
   }
@@ -174,14 +190,18 @@ ForwardOutputs run_forward_path(DType dtype, int head_dim, bool force_mma_sync) 
   const cuda::DeviceBuffer q = upload_halves(random_halves(dtype, q_elements, generator));
   const cuda::DeviceBuffer k = upload_halves(random_halves(dtype, kv_elements, generator));
   const cuda::DeviceBuffer v = upload_halves(random_halves(dtype, kv_elements, generator));
-  cuda::DeviceBuffer o(q_elements * 2), lse(static_cast<std::size_t>(slots) * shape.heads * sizeof(float));
+  cuda::DeviceBuffer o(q_elements * 2),
+      lse(static_cast<std::size_t>(slots) * shape.heads * sizeof(float));
   o.fill_bytes(0xFF);  // NaN where the kernel writes nothing
   lse.fill_bytes(0xFF);
   const cuda::DeviceBuffer tile_buffer = upload_items(tiles);
-  const cuda::DeviceDType device_dtype = dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
-  cuda::attention_forward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), tile_buffer.as<cuda::AttentionTile>(),
-                              static_cast<int>(tiles.size()), shape, nullptr, force_mma_sync);
-  ForwardOutputs outputs{download_floats(dtype, o), std::vector<float>(static_cast<std::size_t>(slots) * shape.heads)};
+  const cuda::DeviceDType device_dtype =
+      dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
+  cuda::attention_forward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
+                              tile_buffer.as<cuda::AttentionTile>(), static_cast<int>(tiles.size()),
+                              shape, nullptr, force_mma_sync);
+  ForwardOutputs outputs{download_floats(dtype, o),
+                         std::vector<float>(static_cast<std::size_t>(slots) * shape.heads)};
   lse.download(outputs.lse.data(), lse.bytes());
   return outputs;
 }
@@ -204,7 +224,8 @@ DecodeComparison prefill_and_decode(DType dtype, int head_dim, int sequences) {
   for (int s = 0; s < sequences; ++s) {
     const int length = length_of(generator);
     for (int i = 0; i < length; i += cuda::attention_mma_tile_queries) {
-      prefill_tiles.push_back({slots + i, std::min(cuda::attention_mma_tile_queries, length - i), i, slots});
+      prefill_tiles.push_back(
+          {slots + i, std::min(cuda::attention_mma_tile_queries, length - i), i, slots});
     }
     decode_tiles.push_back({slots + length - 1, 1, length - 1, slots});
     last_slots.push_back(slots + length - 1);
@@ -215,17 +236,21 @@ DecodeComparison prefill_and_decode(DType dtype, int head_dim, int sequences) {
   const cuda::DeviceBuffer q = upload_halves(random_halves(dtype, q_elements, generator));
   const cuda::DeviceBuffer k = upload_halves(random_halves(dtype, kv_elements, generator));
   const cuda::DeviceBuffer v = upload_halves(random_halves(dtype, kv_elements, generator));
-  const cuda::DeviceDType device_dtype = dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
+  const cuda::DeviceDType device_dtype =
+      dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
   const std::size_t row = static_cast<std::size_t>(shape.heads) * head_dim;
   DecodeComparison result;
   for (bool decode : {false, true}) {
     const std::vector<cuda::AttentionTile>& tiles = decode ? decode_tiles : prefill_tiles;
-    cuda::DeviceBuffer o(q_elements * 2), lse(static_cast<std::size_t>(slots) * shape.heads * sizeof(float));
+    cuda::DeviceBuffer o(q_elements * 2),
+        lse(static_cast<std::size_t>(slots) * shape.heads * sizeof(float));
     o.fill_bytes(0xFF);
     lse.fill_bytes(0xFF);
     const cuda::DeviceBuffer tile_buffer = upload_items(tiles);
-    cuda::attention_forward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), tile_buffer.as<cuda::AttentionTile>(),
-                                static_cast<int>(tiles.size()), shape, nullptr, false, decode ? 1 : cuda::attention_mma_tile_queries);
+    cuda::attention_forward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
+                                tile_buffer.as<cuda::AttentionTile>(),
+                                static_cast<int>(tiles.size()), shape, nullptr, false,
+                                decode ? 1 : cuda::attention_mma_tile_queries);
     std::vector<std::uint16_t> o_bits(q_elements);
     std::vector<float> lse_values(static_cast<std::size_t>(slots) * shape.heads);
     o.download(o_bits.data(), o.bytes());
@@ -235,7 +260,8 @@ DecodeComparison prefill_and_decode(DType dtype, int head_dim, int sequences) {
       auto& lse_out = decode ? result.decode_lse : result.prefill_lse;
       o_out.insert(o_out.end(), o_bits.begin() + static_cast<std::ptrdiff_t>(slot * row),
                    o_bits.begin() + static_cast<std::ptrdiff_t>((slot + 1) * row));
-      lse_out.insert(lse_out.end(), lse_values.begin() + slot * shape.heads, lse_values.begin() + (slot + 1) * shape.heads);
+      lse_out.insert(lse_out.end(), lse_values.begin() + slot * shape.heads,
+                     lse_values.begin() + (slot + 1) * shape.heads);
     }
   }
   return result;
@@ -252,10 +278,13 @@ TEST_CASE("attention decode launches give the prefill rows' bits", "[gpu][attent
         const DecodeComparison result = prefill_and_decode(dtype, head_dim, sequences);
         INFO(to_string(dtype) << " D=" << head_dim << " sequences=" << sequences);
         // Both launches wrote these rows (the buffers start as NaN).
-        CHECK(std::all_of(result.decode_lse.begin(), result.decode_lse.end(), [](float x) { return std::isfinite(x); }));
-        CHECK(std::none_of(result.decode_o.begin(), result.decode_o.end(), [](std::uint16_t bits) { return bits == 0xFFFF; }));
+        CHECK(std::all_of(result.decode_lse.begin(), result.decode_lse.end(),
+                          [](float x) { return std::isfinite(x); }));
+        CHECK(std::none_of(result.decode_o.begin(), result.decode_o.end(),
+                           [](std::uint16_t bits) { return bits == 0xFFFF; }));
         CHECK(result.decode_o == result.prefill_o);
-        CHECK(std::memcmp(result.decode_lse.data(), result.prefill_lse.data(), result.decode_lse.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(result.decode_lse.data(), result.prefill_lse.data(),
+                          result.decode_lse.size() * sizeof(float)) == 0);
         std::vector<std::uint16_t> flipped = result.decode_o;
         flipped[flipped.size() / 2] ^= 1;
         CHECK(flipped != result.prefill_o);  // the comparison sees a one-bit change
@@ -266,7 +295,9 @@ TEST_CASE("attention decode launches give the prefill rows' bits", "[gpu][attent
 
 TEST_CASE("attention wgmma forward agrees with the mma.sync forward", "[gpu][attention]") {
   if (!cuda::attention_forward_uses_wgmma()) {
-    WARN("not an sm_90 device (or BITCHECK_ATTENTION_FORWARD=mma-sync): the forward runs on mma.sync only");
+    WARN(
+        "not an sm_90 device (or BITCHECK_ATTENTION_FORWARD=mma-sync): the forward runs on "
+        "mma.sync only");
     return;
   }
   for (DType dtype : {DType::bf16, DType::fp16}) {
@@ -297,7 +328,8 @@ TEST_CASE("attention tensor-core backward agrees with the SIMT backward", "[gpu]
       CHECK(relative_max_abs_diff(mma.dq, simt.dq) < tolerance);
       CHECK(relative_max_abs_diff(mma.dk, simt.dk) < tolerance);
       CHECK(relative_max_abs_diff(mma.dv, simt.dv) < tolerance);
-      CHECK(relative_max_abs_diff(mma.dk, simt.dv) > tolerance);  // the check can fail: dk is not dv
+      CHECK(relative_max_abs_diff(mma.dk, simt.dv) >
+            tolerance);  // the check can fail: dk is not dv
     }
   }
 }
@@ -307,7 +339,8 @@ TEST_CASE("attention fixed-order CUDA passes every sequence layout", "[gpu][atte
     for (std::int64_t head_dim : {64, 128}) {
       for (Pass pass : {Pass::forward, Pass::backward}) {
         CaseResult result = run_attention("fixed-order", dtype, pass, head_dim, 4);
-        INFO(to_string(dtype) << " D=" << head_dim << " " << to_string(pass) << ": " << describe(result));
+        INFO(to_string(dtype) << " D=" << head_dim << " " << to_string(pass) << ": "
+                              << describe(result));
         CHECK(result.verdict == Verdict::pass);
       }
     }
@@ -319,8 +352,9 @@ TEST_CASE("each attention CUDA control drifts", "[gpu][attention][control]") {
     const char* impl;
     Pass pass;
   };
-  for (Control control : {Control{"split-kv-by-batch", Pass::forward}, Control{"kv-block-by-length", Pass::forward},
-                          Control{"atomic-dq", Pass::backward}}) {
+  for (Control control :
+       {Control{"split-kv-by-batch", Pass::forward}, Control{"kv-block-by-length", Pass::forward},
+        Control{"atomic-dq", Pass::backward}}) {
     CaseResult result = run_attention(control.impl, DType::bf16, control.pass, 128, 4);
     INFO(control.impl << ": " << describe(result));
     CHECK((result.verdict == Verdict::drift || result.verdict == Verdict::nondeterministic));

@@ -12,6 +12,8 @@ TEST_CASE("cast cuda fixed-order passes every layout", "[gpu][cast]") {
 
 TEST_CASE("cast cuda tail-round-toward-zero drifts", "[gpu][cast][control]") {
   for (Pass pass : {Pass::forward, Pass::backward}) {
-    for (DType dtype : {DType::bf16, DType::fp16}) op_test::expect_drifts("cast", "tail-round-toward-zero", {{"H", 1003}}, dtype, pass, {1, 3, 7, 16});
+    for (DType dtype : {DType::bf16, DType::fp16})
+      op_test::expect_drifts("cast", "tail-round-toward-zero", {{"H", 1003}}, dtype, pass,
+                             {1, 3, 7, 16});
   }
 }

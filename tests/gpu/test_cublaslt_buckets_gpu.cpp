@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <fstream>
 
-#include "bitcheck/algos.h"
 #include "bitcheck/json_input.h"
-#include "matmul/pin_table.h"
-#include "runtime.h"
+#include "common/runtime.h"
+#include "tuner/pins.h"
+#include "tuner/search.h"
 #include "unit/case_support.h"
 
 using namespace bitcheck;
@@ -41,7 +41,7 @@ CaseResult run_with_pins(const nlohmann::json& pins, std::int64_t rows) {
   CaseSpec spec = case_support::make_case("matmul", "cublaslt-pinned", DType::bf16, Pass::forward,
                                           {{"N", kN}, {"K", kK}}, rows, 7);
   CaseResult result = case_support::run(spec);
-  cuda::PinTable::instance().configure("contract/cublaslt-pins.json", false);
+  cuda::PinTable::instance().configure("contract/pins", false);
   std::remove(path.c_str());
   return result;
 }
@@ -93,8 +93,9 @@ TEST_CASE(
     const bool usable = analysis.verdicts[i].status == CandidateStatus::usable;
     bool runs_in_first_bucket = true;  // accepted at every checked M of the first bucket
     for (std::int64_t rows : measurements.checked_rows) {
-      if (rows <= first_max && std::find(candidate.accepted_rows.begin(), candidate.accepted_rows.end(),
-                                  rows) == candidate.accepted_rows.end()) {
+      if (rows <= first_max &&
+          std::find(candidate.accepted_rows.begin(), candidate.accepted_rows.end(), rows) ==
+              candidate.accepted_rows.end()) {
         runs_in_first_bucket = false;
       }
     }
@@ -113,11 +114,10 @@ TEST_CASE("every bucketed pin committed for this device gives identical rows acr
   const cuda::DeviceInfo device = cuda::query_device();
   REQUIRE(device.available);
   // Relative to the working directory, as the sweep reads it (gpu-check.sh runs in the bundle).
-  const std::string path = "contract/cublaslt-pins.json";
-  const nlohmann::json document = load_json_file(path);
+  const std::string path = "contract/pins";
   cuda::PinTable::instance().configure(path, false);
   int checked = 0;
-  for (const auto& entry : cuda::parse_pin_document(document, path)) {
+  for (const auto& entry : cuda::read_pin_entries(path)) {
     if (entry.buckets.empty() || entry.key.arch != device.arch() ||
         entry.key.cublaslt_version != device.cublaslt_version || entry.key.form != "forward") {
       continue;
@@ -140,7 +140,7 @@ TEST_CASE("lm_head's pinned GEMM takes its bucket from a bucketed pin of the sam
   // lm_head at V = 128256, H = 4096 shares the key of the matmul N = 128256, K = 4096, which is a
   // bucketed pin for the H200: each M must run its bucket's configuration (a bucketed entry's
   // single config names no algorithm and is refused).
-  cuda::PinTable::instance().configure("contract/cublaslt-pins.json", false);
+  cuda::PinTable::instance().configure("contract/pins", false);
   const cuda::DeviceInfo device = cuda::query_device();
   const auto entry = cuda::PinTable::instance().lookup(
       cuda::PinKey{device.arch(), device.cublaslt_version, "bf16", "forward", 128256, 4096, 0},
@@ -150,8 +150,8 @@ TEST_CASE("lm_head's pinned GEMM takes its bucket from a bucketed pin of the sam
     return;
   }
   for (const std::int64_t rows : {33, 300}) {
-    CaseSpec spec = case_support::make_case("lm_head", "cublaslt-pinned", DType::bf16, Pass::forward,
-                                            {{"V", 128256}, {"H", 4096}}, rows, 7);
+    CaseSpec spec = case_support::make_case("lm_head", "cublaslt-pinned", DType::bf16,
+                                            Pass::forward, {{"V", 128256}, {"H", 4096}}, rows, 7);
     spec.alone_rows = 4;
     CaseResult result = case_support::run(spec);
     INFO(case_support::describe(result));

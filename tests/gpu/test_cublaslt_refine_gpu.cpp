@@ -6,18 +6,18 @@
 #include <catch2/catch.hpp>
 #include <set>
 
-#include "bitcheck/algos.h"
-#include "bitcheck/algos_refine.h"
 #include "bitcheck/json_input.h"
-#include "matmul/algo_search_device.h"
-#include "matmul/pin_table.h"
-#include "runtime.h"
+#include "common/runtime.h"
+#include "tuner/pins.h"
+#include "tuner/refine.h"
+#include "tuner/search.h"
+#include "tuner/search_device.h"
 
 using namespace bitcheck;
 
 namespace {
 
-const char* kPins = "contract/cublaslt-pins.json";
+const char* kPins = "contract/pins";
 
 struct Committed {
   RefineRequest request;
@@ -27,24 +27,25 @@ struct Committed {
 // The committed bucketed forward pins for this device.
 std::vector<Committed> committed_pins() {
   const cuda::DeviceInfo device = cuda::query_device();
-  const nlohmann::json document = load_json_file(kPins);
-  const auto entries = cuda::parse_pin_document(document, kPins);
   std::vector<Committed> result;
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const cuda::PinKey& key = entries[i].key;
-    if (entries[i].buckets.empty() || key.arch != device.arch() ||
-        key.cublaslt_version != device.cublaslt_version || key.form != "forward") {
-      continue;
+  for (const cuda::PinFile& file : cuda::read_pin_files(kPins)) {
+    const auto entries = cuda::parse_pin_document(file.document, file.path);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const cuda::PinKey& key = entries[i].key;
+      if (entries[i].buckets.empty() || key.arch != device.arch() ||
+          key.cublaslt_version != device.cublaslt_version || key.form != "forward") {
+        continue;
+      }
+      Committed c;
+      c.request.dtype = key.dtype;
+      c.request.form = key.form;
+      c.request.n = key.n;
+      c.request.k = key.k;
+      c.request.progress = false;
+      c.request.base_pin_file = kPins;
+      c.entry = file.document["pins"][i];
+      result.push_back(c);
     }
-    Committed c;
-    c.request.dtype = key.dtype;
-    c.request.form = key.form;
-    c.request.n = key.n;
-    c.request.k = key.k;
-    c.request.progress = false;
-    c.request.base_pin_file = kPins;
-    c.entry = document["pins"][i];
-    result.push_back(c);
   }
   return result;
 }
@@ -96,7 +97,8 @@ TEST_CASE("verify_cublaslt_pin finds a planted split-K bucket - committed tables
   REQUIRE(cuda::lt_config_supports(split, cuda::LtGemmForm::forward, cuda::GemmDType::bf16, 300,
                                    pin.request.n, pin.request.k));
   bucket["config"] = cuda::lt_config_to_json(split);
-  const PinVerification control = verify_cublaslt_pin(pin.request, planted, pin.entry, {1, 2, 300, 4096});
+  const PinVerification control =
+      verify_cublaslt_pin(pin.request, planted, pin.entry, {1, 2, 300, 4096});
   INFO("planted in bucket " << index << ": " << split.describe());
   REQUIRE(control.mismatch.has_value());
   CHECK_THAT(*control.mismatch, Catch::Contains("at M=300 "));
@@ -132,6 +134,6 @@ TEST_CASE("algos --refine on a committed table follows the heuristic and verifie
       CHECK((piece.status == PieceStatus::timed || piece.status == PieceStatus::not_timed));
   }
   WARN(m.segments.size() << " heuristic segments up to M=1024, " << m.pieces.size() << " pieces, "
-                         << refined["buckets"].size() << " buckets after refinement ("
-                         << m.seconds << " s, " << m.scan_seconds << " s of queries)");
+                         << refined["buckets"].size() << " buckets after refinement (" << m.seconds
+                         << " s, " << m.scan_seconds << " s of queries)");
 }

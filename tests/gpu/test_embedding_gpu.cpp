@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
-#include "cuda_impls.h"
+#include "embedding/embedding.h"
 #include "unit/vocab_case.h"
 
 using namespace bitcheck;

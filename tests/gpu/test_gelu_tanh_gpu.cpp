@@ -1,5 +1,5 @@
-// gelu_tanh on the CUDA backend (small shapes): fixed-order passes every layout, dtype and pass; the
-// CUDA control drifts.
+// gelu_tanh on the CUDA backend (small shapes): fixed-order passes every layout, dtype and pass;
+// the CUDA control drifts.
 #include <catch2/catch.hpp>
 
 #include "unit/op_case.h"
@@ -12,12 +12,15 @@ TEST_CASE("gelu_tanh cuda fixed-order passes every layout", "[gpu][gelu_tanh]") 
 
 TEST_CASE("gelu_tanh cuda tail-approx drifts", "[gpu][gelu_tanh][control]") {
   for (Pass pass : {Pass::forward, Pass::backward}) {
-    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16}) op_test::expect_drifts("gelu_tanh", "tail-approx", {{"H", 1003}}, dtype, pass, {1, 3, 7, 16});
+    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16})
+      op_test::expect_drifts("gelu_tanh", "tail-approx", {{"H", 1003}}, dtype, pass, {1, 3, 7, 16});
   }
 }
 
 TEST_CASE("gelu_tanh cuda tail-downcast-bf16 drifts", "[gpu][gelu_tanh][control]") {
   for (Pass pass : {Pass::forward, Pass::backward}) {
-    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16}) op_test::expect_drifts("gelu_tanh", "tail-downcast-bf16", {{"H", 1003}}, dtype, pass, {1, 3, 7, 16});
+    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16})
+      op_test::expect_drifts("gelu_tanh", "tail-downcast-bf16", {{"H", 1003}}, dtype, pass,
+                             {1, 3, 7, 16});
   }
 }

@@ -1,16 +1,16 @@
 // logprob on the CUDA backend (small shapes): the fixed-order impl passes every layout forward and
 // backward (one block per row, and the backward's row split over a cluster), its streamed (bulk
-// copies through shared memory), 16-byte and entry-by-entry load paths give the same bits, the split-by-rows control drifts, an out-of-range
-// target is reported by the device.
+// copies through shared memory), 16-byte and entry-by-entry load paths give the same bits, the
+// split-by-rows control drifts, an out-of-range target is reported by the device.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "cuda_impls.h"
+#include "common/runtime.h"
+#include "common/vocab_device.h"
+#include "logprob/logprob.h"
 #include "logprob/logprob_kernels.h"
-#include "vocab/vocab_device.h"
-#include "runtime.h"
 #include "unit/vocab_case.h"
 
 using namespace bitcheck;
@@ -122,8 +122,9 @@ FixedOrderOutputs run_fixed_order_at(DType dtype, std::int64_t vocab, std::int64
 
 }  // namespace
 
-TEST_CASE("logprob cuda fixed-order gives the same bits streamed, through 16-byte and per-entry loads",
-          "[gpu][logprob]") {
+TEST_CASE(
+    "logprob cuda fixed-order gives the same bits streamed, through 16-byte and per-entry loads",
+    "[gpu][logprob]") {
   for (DType dtype : {DType::bf16, DType::fp16, DType::fp32}) {
     for (std::int64_t vocab : {4000, 40000}) {  // one block per row; the backward over a cluster
       INFO(to_string(dtype) << " V=" << vocab);

@@ -16,12 +16,13 @@ TEST_CASE("matmul cuda invariant impls pass every layout, forward and backward",
       for (Pass pass : {Pass::forward, Pass::backward}) {
         for (Dims dims : {Dims{{"N", 264}, {"K", 200}}, Dims{{"N", 512}, {"K", 1024}}}) {
           CaseResult result = run(make_case("matmul", impl, dtype, pass, dims, 37));
-          INFO(impl << " " << to_string(dtype) << " " << to_string(pass) << " " << dims_string(dims) << ": "
-                    << describe(result));
+          INFO(impl << " " << to_string(dtype) << " " << to_string(pass) << " " << dims_string(dims)
+                    << ": " << describe(result));
           CHECK(result.verdict == Verdict::pass);
           if (std::string(impl) == "cublaslt-pinned") {
             REQUIRE(result.impl_config.contains("cublaslt"));
-            CHECK(result.impl_config["cublaslt"].contains(pass == Pass::forward ? "forward" : "input_grad"));
+            CHECK(result.impl_config["cublaslt"].contains(pass == Pass::forward ? "forward"
+                                                                                : "input_grad"));
           }
         }
       }
@@ -31,8 +32,10 @@ TEST_CASE("matmul cuda invariant impls pass every layout, forward and backward",
 
 TEST_CASE("matmul cuda heuristic control drifts on a Llama shape", "[gpu][matmul][control]") {
   // Measured on an H200 with cuBLASLt 13.1: for N = K = 4096 bf16 the heuristic picks split-K 2
-  // at M = 1 and split-K 1 from M = 64, so rows computed alone differ from the same rows in a batch.
-  CaseSpec spec = make_case("matmul", "cublaslt-heuristic", DType::bf16, Pass::forward, {{"N", 4096}, {"K", 4096}}, 64);
+  // at M = 1 and split-K 1 from M = 64, so rows computed alone differ from the same rows in a
+  // batch.
+  CaseSpec spec = make_case("matmul", "cublaslt-heuristic", DType::bf16, Pass::forward,
+                            {{"N", 4096}, {"K", 4096}}, 64);
   spec.alone_rows = 8;
   spec.layouts = {"alone", "batch"};
   CaseResult result = run(spec);

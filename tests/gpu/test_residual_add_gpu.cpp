@@ -1,5 +1,5 @@
-// residual_add on the CUDA backend (small shapes): fixed-order passes every layout, dtype and pass; the
-// CUDA control drifts.
+// residual_add on the CUDA backend (small shapes): fixed-order passes every layout, dtype and pass;
+// the CUDA control drifts.
 #include <catch2/catch.hpp>
 
 #include "unit/op_case.h"
@@ -12,6 +12,8 @@ TEST_CASE("residual_add cuda fixed-order passes every layout", "[gpu][residual_a
 
 TEST_CASE("residual_add cuda tail-downcast-bf16 drifts", "[gpu][residual_add][control]") {
   for (Pass pass : {Pass::forward, Pass::backward}) {
-    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16}) op_test::expect_drifts("residual_add", "tail-downcast-bf16", {{"H", 1003}}, dtype, pass, {1, 3, 7, 16});
+    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16})
+      op_test::expect_drifts("residual_add", "tail-downcast-bf16", {{"H", 1003}}, dtype, pass,
+                             {1, 3, 7, 16});
   }
 }

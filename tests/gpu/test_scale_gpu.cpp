@@ -12,6 +12,8 @@ TEST_CASE("scale cuda fixed-order passes every layout", "[gpu][scale]") {
 
 TEST_CASE("scale cuda tail-downcast-bf16 drifts", "[gpu][scale][control]") {
   for (Pass pass : {Pass::forward, Pass::backward}) {
-    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16}) op_test::expect_drifts("scale", "tail-downcast-bf16", {{"H", 1003}}, dtype, pass, {1, 3, 7, 16});
+    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16})
+      op_test::expect_drifts("scale", "tail-downcast-bf16", {{"H", 1003}}, dtype, pass,
+                             {1, 3, 7, 16});
   }
 }

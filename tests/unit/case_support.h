@@ -12,15 +12,19 @@
 namespace case_support {
 
 // A [rows, n / rows] tensor of `dtype` from raw element bits, or from values rounded to `dtype`.
-inline bitcheck::Tensor from_bits(bitcheck::DType dtype, std::int64_t rows, const std::vector<std::uint32_t>& bits) {
+inline bitcheck::Tensor from_bits(bitcheck::DType dtype, std::int64_t rows,
+                                  const std::vector<std::uint32_t>& bits) {
   bitcheck::Tensor tensor(dtype, {rows, static_cast<std::int64_t>(bits.size()) / rows});
-  for (std::size_t i = 0; i < bits.size(); ++i) tensor.set_bits(static_cast<std::int64_t>(i), bits[i]);
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    tensor.set_bits(static_cast<std::int64_t>(i), bits[i]);
   return tensor;
 }
 
-inline bitcheck::Tensor from_values(bitcheck::DType dtype, std::int64_t rows, const std::vector<float>& values) {
+inline bitcheck::Tensor from_values(bitcheck::DType dtype, std::int64_t rows,
+                                    const std::vector<float>& values) {
   bitcheck::Tensor tensor(dtype, {rows, static_cast<std::int64_t>(values.size()) / rows});
-  for (std::size_t i = 0; i < values.size(); ++i) tensor.set(static_cast<std::int64_t>(i), values[i]);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    tensor.set(static_cast<std::int64_t>(i), values[i]);
   return tensor;
 }
 
@@ -38,9 +42,9 @@ inline World& world() {
   return instance;
 }
 
-inline bitcheck::CaseSpec make_case(const std::string& op, const std::string& impl, bitcheck::DType dtype,
-                                    bitcheck::Pass pass, bitcheck::Dims dims, std::int64_t rows,
-                                    std::uint64_t seed) {
+inline bitcheck::CaseSpec make_case(const std::string& op, const std::string& impl,
+                                    bitcheck::DType dtype, bitcheck::Pass pass, bitcheck::Dims dims,
+                                    std::int64_t rows, std::uint64_t seed) {
   bitcheck::CaseSpec spec;
   spec.op = op;
   spec.impl = impl;

@@ -7,7 +7,7 @@
 #include <functional>
 #include <limits>
 
-#include "bitcheck/algos.h"
+#include "tuner/search.h"
 
 using namespace bitcheck;
 

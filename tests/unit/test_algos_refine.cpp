@@ -4,17 +4,23 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 
-#include "bitcheck/algos.h"
-#include "bitcheck/algos_refine.h"
+#include "tuner/refine.h"
+#include "tuner/search.h"
 
 using namespace bitcheck;
 
 namespace {
 
 nlohmann::json config(int tile, std::int64_t workspace = 0) {
-  return {{"algo_id", 66},         {"tile_id", tile},        {"stages_id", 35},
-          {"splitk_num", 1},       {"reduction_scheme", 0},  {"cta_swizzling", 0},
-          {"custom_option", 0},    {"cluster_shape_id", 1},  {"inner_shape_id", 0},
+  return {{"algo_id", 66},
+          {"tile_id", tile},
+          {"stages_id", 35},
+          {"splitk_num", 1},
+          {"reduction_scheme", 0},
+          {"cta_swizzling", 0},
+          {"custom_option", 0},
+          {"cluster_shape_id", 1},
+          {"inner_shape_id", 0},
           {"workspace_bytes", workspace},
           {"describe", "tile " + std::to_string(tile) + " workspace=" + std::to_string(workspace)}};
 }
@@ -45,21 +51,27 @@ RefineMeasurements measurements() {
   m.request.k = 128;
   m.request.scan_rows = 300;
   m.request.verify_all_rows = 64;
-  m.base_entry = {
-      {"key", {{"arch", "sm_90"}, {"cublaslt_version", 130100}, {"dtype", "bf16"},
-               {"form", "forward"}, {"N", 64}, {"K", 128}}},
-      {"buckets", {{{"min_rows", 1}, {"max_rows", 100}, {"config", config(1)}},
-                   {{"min_rows", 101}, {"config", config(2)}}}},
-      {"bit_class", {{"fingerprint", "0123456789abcdef"}}}};
+  m.base_entry = {{"key",
+                   {{"arch", "sm_90"},
+                    {"cublaslt_version", 130100},
+                    {"dtype", "bf16"},
+                    {"form", "forward"},
+                    {"N", 64},
+                    {"K", 128}}},
+                  {"buckets",
+                   {{{"min_rows", 1}, {"max_rows", 100}, {"config", config(1)}},
+                    {{"min_rows", 101}, {"config", config(2)}}}},
+                  {"bit_class", {{"fingerprint", "0123456789abcdef"}}}};
   HeuristicSegment s0, s1, s2;
   s0 = {1, 50, config(3), "tile 3", 1};
   s1 = {51, 200, config(2, 4096), "tile 2", 1};
   s2 = {201, 300, config(4), "tile 4", 1};
   m.segments = {s0, s1, s2};
   m.pieces = {piece(1, 50, 0, 0, PieceStatus::timed), piece(51, 100, 0, 1, PieceStatus::timed),
-              piece(101, 200, 1, 1, PieceStatus::same), piece(201, 300, 1, 2, PieceStatus::other_bits),
+              piece(101, 200, 1, 1, PieceStatus::same),
+              piece(201, 300, 1, 2, PieceStatus::other_bits),
               piece(301, 0, 1, std::nullopt, PieceStatus::past_scan)};
-  timed(m.pieces[0], {10, 10, 10}, {10, 9, 10});   // the pick is faster at one M: taken
+  timed(m.pieces[0], {10, 10, 10}, {10, 9, 10});     // the pick is faster at one M: taken
   timed(m.pieces[1], {10, 10, 10}, {10.4, 11, 12});  // the table 4 % faster or more: kept
   m.device = {{"gpu_name", "test"}, {"arch", "sm_90"}, {"cublaslt_version", 130100}};
   return m;
@@ -83,7 +95,8 @@ TEST_CASE("a piece takes the heuristic's pick only when timed and faster at some
   RefinePiece broken = m.pieces[0];
   broken.heuristic_us.pop_back();  // timings that do not line up count for nothing
   CHECK_FALSE(piece_takes_heuristic(broken));
-  for (PieceStatus status : {PieceStatus::splits_k, PieceStatus::rejected, PieceStatus::past_scan}) {
+  for (PieceStatus status :
+       {PieceStatus::splits_k, PieceStatus::rejected, PieceStatus::past_scan}) {
     RefinePiece p = m.pieces[0];
     p.status = status;
     CHECK_FALSE(piece_takes_heuristic(p));
@@ -93,7 +106,8 @@ TEST_CASE("a piece takes the heuristic's pick only when timed and faster at some
   CHECK(piece_takes_heuristic(untimed));
 }
 
-TEST_CASE("the refined entry has one bucket per piece choice, merged, covering every M", "[algos]") {
+TEST_CASE("the refined entry has one bucket per piece choice, merged, covering every M",
+          "[algos]") {
   const RefineMeasurements m = measurements();
   const nlohmann::json entry = refined_pin_entry(m);
   const auto& buckets = entry.at("buckets");
@@ -112,7 +126,8 @@ TEST_CASE("the refined entry has one bucket per piece choice, merged, covering e
   CHECK(entry["bit_class"]["refined"]["pieces_taken"] == 1);
   CHECK(entry["bit_class"]["refined"]["heuristic_segments"] == 3);
   std::vector<RowBucket> ranges;
-  for (const auto& b : buckets) ranges.push_back({b["min_rows"], b.value("max_rows", std::int64_t(0))});
+  for (const auto& b : buckets)
+    ranges.push_back({b["min_rows"], b.value("max_rows", std::int64_t(0))});
   CHECK(bucket_coverage_problem(ranges) == std::nullopt);
 }
 
@@ -163,14 +178,16 @@ TEST_CASE("the refine report names each piece's status and the verification resu
   CHECK_THAT(md, Catch::Contains("1 take the heuristic's pick (50 of the scanned M)"));
   PinVerification failed = passed;
   failed.mismatch = "row 3 at M=77 differs";
-  CHECK_THAT(refine_report_markdown(m, entry, failed), Catch::Contains("**FAILED**: row 3 at M=77"));
+  CHECK_THAT(refine_report_markdown(m, entry, failed),
+             Catch::Contains("**FAILED**: row 3 at M=77"));
   const nlohmann::json json = refine_report_json(m, entry, failed);
   CHECK(json["verification"]["passed"] == false);
   CHECK(json["pieces"].size() == 5);
   CHECK(json["pieces"][0]["takes_heuristic"] == true);
   CHECK(json["pieces"][0]["timings"][1] == nlohmann::json({2, 10.0, 9.0}));
   CHECK(json["configs"][json["pieces"][0]["heuristic"].get<std::size_t>()] == "tile 3");
-  CHECK(json["heuristic_segments"][2] == nlohmann::json({201, 300, json["pieces"][3]["heuristic"]}));
+  CHECK(json["heuristic_segments"][2] ==
+        nlohmann::json({201, 300, json["pieces"][3]["heuristic"]}));
   CHECK(json["refined"]["buckets"] == 3);
 }
 
@@ -196,7 +213,10 @@ TEST_CASE("where the heuristic splits K, a searched in-class configuration repla
   CHECK(entry["bit_class"]["refined"]["split_k_pieces_searched"] == 1);
   PinVerification passed;
   const std::string md = refine_report_markdown(m, entry, passed);
-  CHECK_THAT(md, Catch::Contains("| [201,300] | splits_k, **searched** | 201:0.889 245:0.889 300:0.889 | c3 | c4 | c5 |"));
+  CHECK_THAT(
+      md,
+      Catch::Contains(
+          "| [201,300] | splits_k, **searched** | 201:0.889 245:0.889 300:0.889 | c3 | c4 | c5 |"));
   const nlohmann::json json = refine_report_json(m, entry, passed);
   CHECK(json["pieces"][3]["timings"][0] == nlohmann::json({201, 10.0, 8.0, 9.0}));
   CHECK(json["configs"][json["pieces"][3]["searched"].get<std::size_t>()] == "tile 5");

@@ -2,13 +2,12 @@
 // packed varlen, padded, chunked prefill against the KV cache, decode) forward and backward; each
 // CPU control drifts; the layouts and the FP32 reference behave as the case model says.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <set>
 
+#include "attention/attention.h"
 #include "bitcheck/contract.h"
 #include "bitcheck/runner.h"
-#include "ops/attention.h"
 
 using namespace bitcheck;
 
@@ -50,13 +49,15 @@ CaseResult run(const CaseSpec& spec) {
 std::string describe(const CaseResult& result) {
   std::string text = to_string(result.verdict) + " " + result.reason;
   for (const auto& drift : result.drift) text += " [" + drift.layout + " " + drift.tensor + "]";
-  for (const auto& accuracy : result.accuracy) text += " {" + accuracy.tensor + " " + std::to_string(accuracy.max_abs_error) + "}";
+  for (const auto& accuracy : result.accuracy)
+    text += " {" + accuracy.tensor + " " + std::to_string(accuracy.max_abs_error) + "}";
   return text;
 }
 
 }  // namespace
 
-TEST_CASE("attention cpu-fixed-order passes every sequence layout, forward and backward", "[attention]") {
+TEST_CASE("attention cpu-fixed-order passes every sequence layout, forward and backward",
+          "[attention]") {
   for (DType dtype : {DType::bf16, DType::fp16, DType::fp32}) {
     for (Pass pass : {Pass::forward, Pass::backward}) {
       CaseResult result = run(attention_case("cpu-fixed-order", dtype, pass, 5));
@@ -73,7 +74,8 @@ TEST_CASE("each attention CPU control drifts", "[attention][control]") {
     const char* impl;
     Pass pass;
   };
-  for (Control control : {Control{"cpu-split-kv-by-batch", Pass::forward}, Control{"cpu-kv-block-by-length", Pass::forward},
+  for (Control control : {Control{"cpu-split-kv-by-batch", Pass::forward},
+                          Control{"cpu-kv-block-by-length", Pass::forward},
                           Control{"cpu-atomic-dq", Pass::backward}}) {
     CaseResult result = run(attention_case(control.impl, DType::bf16, control.pass, 5));
     INFO(control.impl << ": " << describe(result));
@@ -82,7 +84,8 @@ TEST_CASE("each attention CPU control drifts", "[attention][control]") {
   }
 }
 
-TEST_CASE("attention layouts present every token once, and the KV cache covers each query's keys", "[attention][layout]") {
+TEST_CASE("attention layouts present every token once, and the KV cache covers each query's keys",
+          "[attention][layout]") {
   const OpDef* op = world().registry.find_op("attention");
   CaseSpec spec = attention_case("cpu-fixed-order", DType::bf16, Pass::forward, 6);
   const std::int64_t tokens = op->logical_rows(spec);
@@ -91,7 +94,8 @@ TEST_CASE("attention layouts present every token once, and the KV cache covers e
   for (std::int64_t length : lengths) {
     CHECK(length >= 1);
     CHECK(length <= 70);
-    some_length_not_multiple_of_block = some_length_not_multiple_of_block || length % attention::cpu_kv_block != 0;
+    some_length_not_multiple_of_block =
+        some_length_not_multiple_of_block || length % attention::cpu_kv_block != 0;
   }
   CHECK(some_length_not_multiple_of_block);
   for (const std::string& name : op->layout_names) {
@@ -104,7 +108,8 @@ TEST_CASE("attention layouts present every token once, and the KV cache covers e
         INFO(name << " sequence " << segment.sequence);
         CHECK(segment.start_position == presented[static_cast<std::size_t>(segment.sequence)]);
         presented[static_cast<std::size_t>(segment.sequence)] += segment.length;
-        for (std::int64_t i = 0; i < segment.length; ++i) seen.insert(invocation.slot_rows[static_cast<std::size_t>(segment.first_slot + i)]);
+        for (std::int64_t i = 0; i < segment.length; ++i)
+          seen.insert(invocation.slot_rows[static_cast<std::size_t>(segment.first_slot + i)]);
       }
     }
     INFO(name);
@@ -117,7 +122,8 @@ TEST_CASE("attention layouts present every token once, and the KV cache covers e
   CHECK_FALSE(op->make_layout("pad_right", spec));
 }
 
-TEST_CASE("attention reference: a single-token sequence gives o = v and lse = its one score", "[attention][reference]") {
+TEST_CASE("attention reference: a single-token sequence gives o = v and lse = its one score",
+          "[attention][reference]") {
   const OpDef* op = world().registry.find_op("attention");
   CaseSpec spec = attention_case("cpu-fixed-order", DType::fp32, Pass::forward, 1);
   spec.dims["L"] = 1;
@@ -125,7 +131,8 @@ TEST_CASE("attention reference: a single-token sequence gives o = v and lse = it
   for (const char* name : {"q", "k", "v"}) {
     const std::int64_t heads = std::string(name) == "q" ? 4 : 2;
     Tensor tensor(DType::fp32, {1, heads, 16});
-    for (std::int64_t i = 0; i < tensor.numel(); ++i) tensor.set(i, std::sin(static_cast<float>(i) + static_cast<float>(name[0])));
+    for (std::int64_t i = 0; i < tensor.numel(); ++i)
+      tensor.set(i, std::sin(static_cast<float>(i) + static_cast<float>(name[0])));
     inputs.emplace(name, tensor);
   }
   std::map<std::string, Tensor> outputs;
@@ -140,7 +147,8 @@ TEST_CASE("attention reference: a single-token sequence gives o = v and lse = it
   }
 }
 
-TEST_CASE("attention reference backward matches finite differences of the forward", "[attention][reference]") {
+TEST_CASE("attention reference backward matches finite differences of the forward",
+          "[attention][reference]") {
   const OpDef* op = world().registry.find_op("attention");
   CaseSpec spec = attention_case("cpu-fixed-order", DType::fp32, Pass::backward, 1);
   spec.dims = {{"H", 2}, {"KVH", 1}, {"D", 4}, {"L", 5}};
@@ -149,7 +157,8 @@ TEST_CASE("attention reference backward matches finite differences of the forwar
   for (const char* name : {"q", "k", "v", "do"}) {
     const std::int64_t heads = (std::string(name) == "k" || std::string(name) == "v") ? 1 : 2;
     Tensor tensor(DType::fp32, {tokens, heads, 4});
-    for (std::int64_t i = 0; i < tensor.numel(); ++i) tensor.set(i, std::cos(1.7f * static_cast<float>(i) + static_cast<float>(name[0])));
+    for (std::int64_t i = 0; i < tensor.numel(); ++i)
+      tensor.set(i, std::cos(1.7f * static_cast<float>(i) + static_cast<float>(name[0])));
     inputs.emplace(name, tensor);
   }
   std::vector<std::int64_t> rows;
@@ -163,7 +172,8 @@ TEST_CASE("attention reference backward matches finite differences of the forwar
     std::map<std::string, Tensor> out;
     op->reference(forward, at, ReferenceRequest{rows, {}, {}}, out);
     double sum = 0;
-    for (std::int64_t i = 0; i < out.at("o").numel(); ++i) sum += static_cast<double>(out.at("o").get(i)) * at.at("do").get(i);
+    for (std::int64_t i = 0; i < out.at("o").numel(); ++i)
+      sum += static_cast<double>(out.at("o").get(i)) * at.at("do").get(i);
     return sum;
   };
   for (const char* name : {"q", "k", "v"}) {

@@ -1,10 +1,11 @@
-// reports/audit-elementwise-rope.md states, per op, a verdict and counts taken from committed GPU
-// reports. This test recomputes every row from the report it names, so the audit cannot drift
-// from the evidence: a re-run that changes a count, or a control group that loses sight, fails here
-// until the audit says so.
-#include <catch2/catch.hpp>
-
+// reports/audit-elementwise-rope.md states, per op, a verdict and counts taken from GPU reports.
+// This test recomputes every row from the evidence of the report it names, so the audit cannot
+// drift from it: a re-run that changes a count, or a control group that loses sight, fails here
+// until the audit says so. The evidence is tests/data/audit/evidence.json: per report, each
+// result's op, backend, impl, control flag and verdict and the summary's control groups, extracted
+// from the full reports (several MB, not committed) by tests/data/audit/make-evidence.py.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -14,7 +15,13 @@
 
 namespace {
 
-const std::string reports_dir = std::string(BITCHECK_SOURCE_DIR) + "/reports/";
+const std::string source_dir = std::string(BITCHECK_SOURCE_DIR);
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream file(path);
+  REQUIRE(file.good());
+  return nlohmann::json::parse(file);
+}
 
 std::vector<std::string> cells_of(const std::string& line) {
   std::vector<std::string> cells;
@@ -35,16 +42,25 @@ struct OpEvidence {
   bool lost_sight = false;
 };
 
+// One report's evidence: "fields" names the columns of each row of "results".
 OpEvidence evidence(const nlohmann::json& report, const std::string& op) {
+  const auto& fields = report.at("fields");
+  const auto column = [&](const char* name) {
+    const auto found = std::find(fields.begin(), fields.end(), name);
+    REQUIRE(found != fields.end());
+    return static_cast<std::size_t>(found - fields.begin());
+  };
+  const std::size_t op_at = column("op"), backend_at = column("backend"), impl_at = column("impl"),
+                    control_at = column("control"), verdict_at = column("verdict");
   OpEvidence e;
-  for (const auto& result : report.at("results")) {
-    if (result.at("op") != op || result.at("backend") != "cuda") continue;
-    const std::string verdict = result.at("verdict");
-    if (result.value("control", false)) {
-      auto& group = e.controls[result.at("impl").get<std::string>()];
+  for (const auto& row : report.at("results")) {
+    if (row.at(op_at) != op || row.at(backend_at) != "cuda") continue;
+    const std::string verdict = row.at(verdict_at);
+    if (row.at(control_at).get<bool>()) {
+      auto& group = e.controls[row.at(impl_at).get<std::string>()];
       group.second += 1;
       group.first += verdict == "drift" || verdict == "nondeterministic" ? 1 : 0;
-    } else if (result.at("impl") == "fixed-order") {
+    } else if (row.at(impl_at) == "fixed-order") {
       e.ran += 1;
       e.passed += verdict == "pass" ? 1 : 0;
     }
@@ -58,9 +74,9 @@ OpEvidence evidence(const nlohmann::json& report, const std::string& op) {
 }  // namespace
 
 TEST_CASE("the elementwise and RoPE audit matches the committed GPU reports", "[audit]") {
-  std::ifstream audit(reports_dir + "audit-elementwise-rope.md");
+  std::ifstream audit(source_dir + "/reports/audit-elementwise-rope.md");
   REQUIRE(audit.good());
-  std::map<std::string, nlohmann::json> reports;
+  const nlohmann::json reports = read_json(source_dir + "/tests/data/audit/evidence.json");
   std::vector<std::string> ops_seen;
   std::string line;
   bool in_table = false;
@@ -78,15 +94,25 @@ TEST_CASE("the elementwise and RoPE audit matches the committed GPU reports", "[
     const std::string& verdict = cells[1];
     const std::string& report_name = cells[2];
     INFO("audit row " << op << " from " << report_name);
-    if (!reports.count(report_name)) {
-      std::ifstream file(reports_dir + "gpu/" + report_name);
-      REQUIRE(file.good());
-      reports[report_name] = nlohmann::json::parse(file);
-    }
-    const OpEvidence e = evidence(reports[report_name], op);
+    REQUIRE(reports.contains(report_name));
+    const OpEvidence e = evidence(reports.at(report_name), op);
     ops_seen.push_back(op);
 
     CHECK(cells[3] == std::to_string(e.passed) + " / " + std::to_string(e.ran));
+    // The evidence is the run whose compact form reports/ keeps (NAME-report.json is kept as
+    // NAME-summary.json): same revision, and the same fixed-order verdicts by case id.
+    const std::string stem = report_name.substr(0, report_name.rfind("-report.json"));
+    const nlohmann::json summary = read_json(source_dir + "/reports/gpu/" + stem + "-summary.json");
+    CHECK(summary.at("meta").at("git_revision") ==
+          reports.at(report_name).at("meta").at("git_revision"));
+    int summary_passed = 0, summary_ran = 0;
+    for (const auto& c : summary.at("cases")) {
+      if (c.at(0).get<std::string>().rfind(op + "/fixed-order/", 0) != 0) continue;
+      summary_ran += 1;
+      summary_passed += c.at(1) == "pass" ? 1 : 0;
+    }
+    CHECK(summary_passed == e.passed);
+    CHECK(summary_ran == e.ran);
     std::string controls;
     for (const auto& [impl, counts] : e.controls) {
       if (!controls.empty()) controls += "; ";
@@ -97,7 +123,8 @@ TEST_CASE("the elementwise and RoPE audit matches the committed GPU reports", "[
     CHECK(verdict == (all_pass ? "pass" : "needs-fix"));
   }
   // Every elementwise op and RoPE is in the audit.
-  for (const char* op : {"silu", "gelu_tanh", "gelu_erf", "swiglu", "residual_add", "scale", "cast", "rope"}) {
+  for (const char* op :
+       {"silu", "gelu_tanh", "gelu_erf", "swiglu", "residual_add", "scale", "cast", "rope"}) {
     CHECK(std::count(ops_seen.begin(), ops_seen.end(), op) == 1);
   }
 }

@@ -4,14 +4,12 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 
+#include "attention/attention.h"
 #include "bitcheck/contract.h"
 #include "bitcheck/report.h"
 #include "bitcheck/runner.h"
 #include "case_support.h"
-#include "cpu/cpu_impls.h"
-#include "ops/attention.h"
-#include "ops/chain.h"
-#include "ops/ops.h"
+#include "chain/chain.h"
 
 using namespace bitcheck;
 
@@ -58,7 +56,7 @@ std::uint64_t revealing_seed(const Dims& dims) {
 }
 
 nlohmann::json status_of(const CaseResult& result) {
-  return case_to_json(result)["chain"];
+  return case_entry(result, case_support::world().registry)["chain"];
 }
 
 // swiglu's fixed-order CPU impl with every output then scaled by 1 + 2^-4: as invariant as the

@@ -1,7 +1,6 @@
 // Drift metrics on hand-built tensors (every field, bf16/fp16/fp32, NaN payloads, signed zeros),
 // the accuracy check's (atol, rtol) boundary and NaN rule, and output fingerprints.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -41,12 +40,15 @@ TEST_CASE("identical bits are no drift", "[compare]") {
   CHECK(metrics.max_ulp_distance == 0);
 }
 
-TEST_CASE("bf16 drift metrics: counts, magnitudes, ULPs and the first mismatch", "[compare][bf16]") {
+TEST_CASE("bf16 drift metrics: counts, magnitudes, ULPs and the first mismatch",
+          "[compare][bf16]") {
   // Logical rows 10 and 11; row 11 differs by 1 ulp at column 1 and 2 ulps at column 2.
-  Tensor expected = from_bits(DType::bf16, 2, {0x3f80, 0x4000, 0x4040, 0x4080,    // 1, 2, 3, 4
-                                               0x3f00, 0xbf80, 0x4100, 0x3e80});  // .5, -1, 8, .25
-  Tensor actual = from_bits(DType::bf16, 2, {0x3f80, 0x4000, 0x4040, 0x4080,
-                                             0x3f00, 0xbf81, 0x4102, 0x3e80});  // -1.0078125, 8.125
+  Tensor expected = from_bits(DType::bf16, 2,
+                              {0x3f80, 0x4000, 0x4040, 0x4080,    // 1, 2, 3, 4
+                               0x3f00, 0xbf80, 0x4100, 0x3e80});  // .5, -1, 8, .25
+  Tensor actual = from_bits(
+      DType::bf16, 2,
+      {0x3f80, 0x4000, 0x4040, 0x4080, 0x3f00, 0xbf81, 0x4102, 0x3e80});  // -1.0078125, 8.125
   DriftMetrics metrics = compare_all("y", expected, actual, 10);
   CHECK(metrics.tensor == "y");
   CHECK(metrics.compared == 8);
@@ -166,7 +168,8 @@ TEST_CASE("compare_row pairs rows by index in each tensor", "[compare]") {
   CHECK(comparator.metrics().first_mismatch->row == 6);
 }
 
-TEST_CASE("check_accuracy: atol + rtol * |reference| is inclusive, just outside fails", "[compare][accuracy]") {
+TEST_CASE("check_accuracy: atol + rtol * |reference| is inclusive, just outside fails",
+          "[compare][accuracy]") {
   const double atol = 0.25, rtol = 0.5;  // binary fractions: the boundary is exact
   Tensor reference = from_values(DType::fp32, 1, {2.0f, -4.0f, 0.0f});
   std::vector<std::int64_t> rows = {0}, ids = {42};
@@ -203,7 +206,8 @@ TEST_CASE("check_accuracy: atol + rtol * |reference| is inclusive, just outside 
     CHECK_FALSE(against_nan.passed());
   }
   SECTION("an infinite output is never within tolerance of a finite reference") {
-    Tensor actual = from_values(DType::fp32, 1, {std::numeric_limits<float>::infinity(), -4.0f, 0.0f});
+    Tensor actual =
+        from_values(DType::fp32, 1, {std::numeric_limits<float>::infinity(), -4.0f, 0.0f});
     AccuracyMetrics metrics = check_accuracy("y", actual, rows, reference, ids, 1e30, 1e30);
     CHECK_FALSE(metrics.passed());
   }
@@ -227,7 +231,8 @@ TEST_CASE("fingerprints change with any bit and are printed as 16 hex digits", "
   CHECK(fingerprint_bytes(bytes.data(), bytes.size()) == base);
   bytes[4] ^= 0x01;
   CHECK(fingerprint_bytes(bytes.data(), bytes.size()) != base);
-  CHECK(fingerprint_bytes(bytes.data(), bytes.size(), 1) != fingerprint_bytes(bytes.data(), bytes.size(), 2));
+  CHECK(fingerprint_bytes(bytes.data(), bytes.size(), 1) !=
+        fingerprint_bytes(bytes.data(), bytes.size(), 2));
   CHECK(fingerprint_hex(0x1234) == "0000000000001234");
   CHECK(fingerprint_hex(base).size() == 16);
 }

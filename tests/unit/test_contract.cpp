@@ -1,9 +1,8 @@
 // The numerical contract: the embedded and on-disk copies load; every kind of bad contract is
 // refused with BadInput naming the file and the exact JSON path.
-#include <catch2/catch.hpp>
-
 #include <stdlib.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -23,7 +22,8 @@ const std::string source_dir = BITCHECK_SOURCE_DIR;
 const std::string contract_path = source_dir + "/contract/contract.json";
 
 std::string make_temp_dir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "bitcheck-contract-XXXXXX").string();
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "bitcheck-contract-XXXXXX").string();
   REQUIRE(mkdtemp(pattern.data()) != nullptr);
   return pattern;
 }
@@ -69,7 +69,8 @@ TEST_CASE("the embedded contract and contract/contract.json load and agree", "[c
       if (op->threshold_of) {
         // A composed op (the chain) has no row: each output is under its call's op's row.
         CHECK_FALSE(embedded.thresholds.count(op->tolerance_key));
-        CHECK(op->threshold_of("bwd.l0.qkv.dw") == std::make_pair(std::string("matmul"), std::string("dw")));
+        CHECK(op->threshold_of("bwd.l0.qkv.dw") ==
+              std::make_pair(std::string("matmul"), std::string("dw")));
         continue;
       }
       const Threshold& row = embedded.threshold(op->tolerance_key, dtype);
@@ -88,7 +89,8 @@ TEST_CASE("the contract says why an out-of-scope dtype is skipped", "[contract]"
   CHECK_FALSE(contract.dtype_skip_reason("fp16").has_value());
   auto fp8 = contract.dtype_skip_reason("fp8");
   REQUIRE(fp8.has_value());
-  CHECK_THAT(*fp8, Catch::Contains("out of scope") && Catch::Contains(contract.dtype_notes.at("fp8")));
+  CHECK_THAT(*fp8,
+             Catch::Contains("out of scope") && Catch::Contains(contract.dtype_notes.at("fp8")));
   REQUIRE(contract.dtype_skip_reason("fp64").has_value());
   CHECK_THROWS_AS(contract.threshold("nope", "bf16"), std::logic_error);
 }
@@ -131,17 +133,23 @@ TEST_CASE("every kind of bad contract is BadInput naming file and JSON path", "[
        "$.thresholds.matmul.bf16.atol", "missing"},
       {"wrong type", [](json& c) { c["thresholds"]["matmul"]["bf16"]["atol"] = "0.1"; },
        "$.thresholds.matmul.bf16.atol", "a number, got string"},
-      {"wrong type of a section", [](json& c) { c["dtypes"] = json::array(); }, "$.dtypes", "an object"},
+      {"wrong type of a section", [](json& c) { c["dtypes"] = json::array(); }, "$.dtypes",
+       "an object"},
       {"unknown top-level field", [](json& c) { c["extra"] = 1; }, "$.extra", "no such field"},
-      {"unknown field in a threshold row", [](json& c) { c["thresholds"]["matmul"]["bf16"]["atoll"] = 1; },
+      {"unknown field in a threshold row",
+       [](json& c) { c["thresholds"]["matmul"]["bf16"]["atoll"] = 1; },
        "$.thresholds.matmul.bf16.atoll", "no such field"},
-      {"unknown dtype", [](json& c) { c["dtypes"]["fp64"] = {{"status", "optional"}, {"note", "n"}}; },
+      {"unknown dtype",
+       [](json& c) {
+         c["dtypes"]["fp64"] = {{"status", "optional"}, {"note", "n"}};
+       },
        "$.dtypes.fp64", "a dtype bitcheck knows"},
       {"unknown dtype status", [](json& c) { c["dtypes"]["fp16"]["status"] = "maybe"; },
        "$.dtypes.fp16.status", "one of mandatory"},
       {"bf16 not mandatory", [](json& c) { c["dtypes"]["bf16"]["status"] = "optional"; },
        "$.dtypes.bf16.status", "mandatory"},
-      {"bf16 absent", [](json& c) { c["dtypes"].erase("bf16"); }, "$.dtypes.bf16.status", "mandatory"},
+      {"bf16 absent", [](json& c) { c["dtypes"].erase("bf16"); }, "$.dtypes.bf16.status",
+       "mandatory"},
       {"fp32 not the reference", [](json& c) { c["dtypes"]["fp32"]["status"] = "optional"; },
        "$.dtypes.fp32.status", "reference"},
       {"fp8 not out of scope", [](json& c) { c["dtypes"]["fp8"]["status"] = "optional"; },
@@ -158,15 +166,22 @@ TEST_CASE("every kind of bad contract is BadInput naming file and JSON path", "[
        "$.thresholds.rmsnorm.fp32.rtol", "non-negative"},
       {"empty derivation", [](json& c) { c["thresholds"]["matmul"]["fp16"]["derivation"] = ""; },
        "$.thresholds.matmul.fp16.derivation", "non-empty"},
-      {"missing threshold row for a registered op", [](json& c) { c["thresholds"]["rmsnorm"].erase("fp16"); },
-       "$.thresholds.rmsnorm.fp16", "threshold row"},
-      {"missing threshold block for a registered op", [](json& c) { c["thresholds"].erase("matmul"); },
-       "$.thresholds.matmul.bf16", "threshold row"},
-      {"unknown op key", [&](json& c) { c["thresholds"]["nope"] = {{"bf16", threshold_row}}; },
+      {"missing threshold row for a registered op",
+       [](json& c) { c["thresholds"]["rmsnorm"].erase("fp16"); }, "$.thresholds.rmsnorm.fp16",
+       "threshold row"},
+      {"missing threshold block for a registered op",
+       [](json& c) { c["thresholds"].erase("matmul"); }, "$.thresholds.matmul.bf16",
+       "threshold row"},
+      {"unknown op key",
+       [&](json& c) {
+         c["thresholds"]["nope"] = {{"bf16", threshold_row}};
+       },
        "$.thresholds.nope", "a registered op"},
-      {"threshold row for an unknown dtype", [&](json& c) { c["thresholds"]["matmul"]["fp64"] = threshold_row; },
+      {"threshold row for an unknown dtype",
+       [&](json& c) { c["thresholds"]["matmul"]["fp64"] = threshold_row; },
        "$.thresholds.matmul.fp64", "a dtype listed under $.dtypes"},
-      {"wrong schema version", [](json& c) { c["schema_version"] = 2; }, "$.schema_version", "an integer in [1, 1]"},
+      {"wrong schema version", [](json& c) { c["schema_version"] = 2; }, "$.schema_version",
+       "an integer in [1, 1]"},
       {"tf32 decision not a bool", [](json& c) { c["tf32"]["fp32_gemm_allows_tf32"] = "no"; },
        "$.tf32.fp32_gemm_allows_tf32", "true or false"},
   };

@@ -2,14 +2,13 @@
 // rounded to bf16/fp16 like the kernels' outputs, counting the output elements a control changes.
 // A control whose change does not survive rounding to the io dtype loses sight (it passes).
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "bitcheck/dtype.h"
 #include "bitcheck/rng.h"
-#include "ops/elementwise_math.h"
+#include "common/elementwise_math.h"
 
 using namespace bitcheck;
 
@@ -18,13 +17,15 @@ namespace {
 std::vector<float> random_row(DType dtype, const char* name, std::int64_t row, std::int64_t width) {
   std::vector<float> values(static_cast<std::size_t>(width));
   for (std::int64_t c = 0; c < width; ++c) {
-    values[static_cast<std::size_t>(c)] = round_to(dtype, counter_uniform(7, hash_name(name), row, c));
+    values[static_cast<std::size_t>(c)] =
+        round_to(dtype, counter_uniform(7, hash_name(name), row, c));
   }
   return values;
 }
 
-// The CUDA rmsnorm row sum with `threads` threads per row (kernels/norm/rmsnorm_kernels.cu): thread
-// t sums groups of 8 t, t + threads, ... in order; an xor tree per warp; warp 0 adds warp sums.
+// The CUDA rmsnorm row sum with `threads` threads per row (kernels/rmsnorm/rmsnorm_kernels.cu):
+// thread t sums groups of 8 t, t + threads, ... in order; an xor tree per warp; warp 0 adds warp
+// sums.
 float block_sum_of_squares(const std::vector<float>& v, int threads) {
   const std::size_t groups = v.size() / 8;
   std::vector<float> partial(static_cast<std::size_t>(threads), 0.0f);
@@ -49,8 +50,9 @@ float split_sum_of_squares(DType dtype, const std::vector<float>& v) {
   const std::size_t slice = (v.size() + 3) / 4;
   float sum = 0.0f;
   for (std::size_t first = 0; first < v.size(); first += slice) {
-    std::vector<float> part(v.begin() + static_cast<std::ptrdiff_t>(first),
-                            v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), first + slice)));
+    std::vector<float> part(
+        v.begin() + static_cast<std::ptrdiff_t>(first),
+        v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), first + slice)));
     part.resize((part.size() + 7) / 8 * 8, 0.0f);  // zero padding adds nothing to a sum of squares
     sum += round_to(dtype, block_sum_of_squares(part, 256));
   }
@@ -60,7 +62,8 @@ float split_sum_of_squares(DType dtype, const std::vector<float>& v) {
 // Output elements of `rows` rows of width `width` whose rounded y = v * r * w differs between two
 // ways of summing the squares.
 template <typename SumA, typename SumB>
-std::int64_t differing_outputs(DType dtype, std::int64_t width, std::int64_t rows, SumA sum_a, SumB sum_b) {
+std::int64_t differing_outputs(DType dtype, std::int64_t width, std::int64_t rows, SumA sum_a,
+                               SumB sum_b) {
   const std::vector<float> weight = random_row(dtype, "weight", 0, width);
   std::int64_t differing = 0;
   for (std::int64_t row = 0; row < rows; ++row) {
@@ -78,7 +81,8 @@ std::int64_t differing_outputs(DType dtype, std::int64_t width, std::int64_t row
 
 }  // namespace
 
-TEST_CASE("rmsnorm control: a reordered fp32 row sum rarely survives bf16 - io-dtype partials do", "[control][rmsnorm]") {
+TEST_CASE("rmsnorm control: a reordered fp32 row sum rarely survives bf16 - io-dtype partials do",
+          "[control][rmsnorm]") {
   const std::int64_t rows = 8;  // the GPU sweep's alone rows
   for (std::int64_t width : {2048, 4096, 5120, 8192}) {
     auto fixed = [](const std::vector<float>& x) { return block_sum_of_squares(x, 256); };
@@ -86,24 +90,28 @@ TEST_CASE("rmsnorm control: a reordered fp32 row sum rarely survives bf16 - io-d
     // The former control (1024 instead of 256 threads below 256 tokens): the inverse RMS moves by
     // an ulp in some rows, and bf16 outputs almost never change (it lost sight on the H200).
     const std::int64_t reordered = differing_outputs(DType::bf16, width, rows, fixed, wide_block);
-    INFO("H=" << width << ": 1024-thread order changes " << reordered << " of " << rows * width << " bf16 outputs");
+    INFO("H=" << width << ": 1024-thread order changes " << reordered << " of " << rows * width
+              << " bf16 outputs");
     CHECK(reordered * 10000 < rows * width);
     for (DType dtype : {DType::bf16, DType::fp16, DType::fp32}) {
       auto split = [dtype](const std::vector<float>& x) { return split_sum_of_squares(dtype, x); };
       const std::int64_t changed = differing_outputs(dtype, width, rows, fixed, split);
-      INFO("H=" << width << " " << to_string(dtype) << ": split rows change " << changed << " of " << rows * width);
+      INFO("H=" << width << " " << to_string(dtype) << ": split rows change " << changed << " of "
+                << rows * width);
       CHECK(changed * 100 > rows * width);  // more than 1% of the outputs of the compared rows
     }
   }
 }
 
-TEST_CASE("elementwise controls: the tail is long enough for the sweep's odd width", "[control][elementwise]") {
+TEST_CASE("elementwise controls: the tail is long enough for the sweep's odd width",
+          "[control][elementwise]") {
   using elementwise::Variant;
   // The GPU sweep's H = 5123, a row alone: the fixed-order body stops 3 elements short, a
   // control's body 1027 elements short (5123 = 2 * 2048 + 1027).
   CHECK(5123 - elementwise::body_end(Variant::exact, 5123) == 3);
   CHECK(5123 - elementwise::body_end(Variant::tail_approx, 5123) == 1027);
-  CHECK(elementwise::body_end(Variant::downcast_intermediate, 4096 * 7) == 4096 * 7);  // whole tiles: no tail
+  CHECK(elementwise::body_end(Variant::downcast_intermediate, 4096 * 7) ==
+        4096 * 7);  // whole tiles: no tail
   // The same 1027 tail elements of one alone row, evaluated by the body (exact) and by each tail
   // formula, rounded to the io dtype: how many come out different.
   for (DType dtype : {DType::bf16, DType::fp16, DType::fp32}) {
@@ -120,7 +128,8 @@ TEST_CASE("elementwise controls: the tail is long enough for the sweep's odd wid
           ++compared;
         }
       }
-      INFO(to_string(dtype) << " tail variant " << static_cast<int>(tail) << ": " << differing << " of " << compared);
+      INFO(to_string(dtype) << " tail variant " << static_cast<int>(tail) << ": " << differing
+                            << " of " << compared);
       CHECK(differing >= 10);
     }
   }

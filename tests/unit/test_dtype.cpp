@@ -1,7 +1,6 @@
 // dtype conversions against known bit patterns: bf16/fp16 round-to-nearest-even (ties, subnormals,
 // overflow, NaN, signed zeros), exhaustive 16-bit decode round trips, ULP distance and hex widths.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,10 +13,16 @@ using namespace bitcheck;
 
 namespace {
 
-float from_bits(std::uint32_t bits) { return float_from_bits(bits); }
+float from_bits(std::uint32_t bits) {
+  return float_from_bits(bits);
+}
 
-std::uint16_t bf16(std::uint32_t float_bits_in) { return float_to_bf16_bits(from_bits(float_bits_in)); }
-std::uint16_t fp16(float value) { return float_to_fp16_bits(value); }
+std::uint16_t bf16(std::uint32_t float_bits_in) {
+  return float_to_bf16_bits(from_bits(float_bits_in));
+}
+std::uint16_t fp16(float value) {
+  return float_to_fp16_bits(value);
+}
 
 // Independent bf16 reference: pick the nearer of the two bf16 neighbours in double arithmetic,
 // ties to the even one. Only for finite inputs.
@@ -27,15 +32,22 @@ std::uint16_t bf16_reference(float value) {
   std::uint32_t high = low + 0x10000u;  // next magnitude (may be Inf)
   double exact = std::fabs(static_cast<double>(value));
   double low_value = std::fabs(static_cast<double>(from_bits(low)));
-  double high_value = (high & 0x7fffffffu) >= 0x7f800000u ? std::ldexp(1.0, 128)
-                                                           : std::fabs(static_cast<double>(from_bits(high)));
+  double high_value = (high & 0x7fffffffu) >= 0x7f800000u
+                          ? std::ldexp(1.0, 128)
+                          : std::fabs(static_cast<double>(from_bits(high)));
   double to_low = exact - low_value, to_high = high_value - exact;
-  std::uint32_t chosen = to_low < to_high ? low : to_high < to_low ? high : (((low >> 16) & 1u) ? high : low);
+  std::uint32_t chosen = to_low < to_high   ? low
+                         : to_high < to_low ? high
+                                            : (((low >> 16) & 1u) ? high : low);
   return static_cast<std::uint16_t>(chosen >> 16);
 }
 
-bool is_quiet_nan_bf16(std::uint16_t bits) { return (bits & 0x7f80u) == 0x7f80u && (bits & 0x0040u) != 0; }
-bool is_quiet_nan_fp16(std::uint16_t bits) { return (bits & 0x7c00u) == 0x7c00u && (bits & 0x0200u) != 0; }
+bool is_quiet_nan_bf16(std::uint16_t bits) {
+  return (bits & 0x7f80u) == 0x7f80u && (bits & 0x0040u) != 0;
+}
+bool is_quiet_nan_fp16(std::uint16_t bits) {
+  return (bits & 0x7c00u) == 0x7c00u && (bits & 0x0200u) != 0;
+}
 
 }  // namespace
 
@@ -113,7 +125,8 @@ TEST_CASE("bf16 subnormals, largest finite, overflow, zeros, infinities and NaN"
   }
 }
 
-TEST_CASE("bf16 agrees with an independent nearest-even reference on sampled floats", "[dtype][bf16]") {
+TEST_CASE("bf16 agrees with an independent nearest-even reference on sampled floats",
+          "[dtype][bf16]") {
   std::uint64_t checked = 0;
   for (std::uint64_t bits = 0; bits < 0x7f800000u; bits += 0x3fffu) {
     for (std::uint32_t sign : {0u, 0x80000000u}) {
@@ -145,7 +158,7 @@ TEST_CASE("fp16 largest finite, overflow, zeros, infinities and NaN", "[dtype][f
   CHECK(fp16(65504.0f) == 0x7bff);
   CHECK(fp16(65519.0f) == 0x7bff);
   CHECK(fp16(from_bits(0x477fefffu)) == 0x7bff);  // just below the overflow tie
-  CHECK(fp16(65520.0f) == 0x7c00);               // the tie above the largest finite: Inf
+  CHECK(fp16(65520.0f) == 0x7c00);                // the tie above the largest finite: Inf
   CHECK(fp16(-65520.0f) == 0xfc00);
   CHECK(fp16(-65519.0f) == 0xfbff);
   CHECK(fp16(1e10f) == 0x7c00);
@@ -172,18 +185,18 @@ TEST_CASE("fp16 subnormal results", "[dtype][fp16]") {
   const float unit = std::ldexp(1.0f, -24);  // smallest fp16 subnormal
   CHECK(fp16(unit) == 0x0001);
   CHECK(fp16(-unit) == 0x8001);
-  CHECK(fp16(unit / 2) == 0x0000);                   // tie between 0 (even) and 1 unit
+  CHECK(fp16(unit / 2) == 0x0000);  // tie between 0 (even) and 1 unit
   CHECK(fp16(-unit / 2) == 0x8000);
   CHECK(fp16(std::nextafter(unit / 2, 1.0f)) == 0x0001);  // just above that tie
   CHECK(fp16(std::nextafter(unit / 2, 0.0f)) == 0x0000);
-  CHECK(fp16(unit * 1.5f) == 0x0002);                // tie between 1 and 2 units: even
-  CHECK(fp16(unit * 2.5f) == 0x0002);                // tie between 2 and 3 units: even
+  CHECK(fp16(unit * 1.5f) == 0x0002);  // tie between 1 and 2 units: even
+  CHECK(fp16(unit * 2.5f) == 0x0002);  // tie between 2 and 3 units: even
   CHECK(fp16(unit * 1.25f) == 0x0001);
-  CHECK(fp16(unit * 1023.0f) == 0x03ff);             // largest subnormal
-  CHECK(fp16(unit * 1023.5f) == 0x0400);             // tie up to the smallest normal (even)
-  CHECK(fp16(std::ldexp(1.0f, -14)) == 0x0400);      // smallest normal
-  CHECK(fp16(from_bits(0x387fffffu)) == 0x0400);     // just below it rounds up into it
-  CHECK(fp16(from_bits(0x00000001u)) == 0x0000);     // float subnormal -> +0
+  CHECK(fp16(unit * 1023.0f) == 0x03ff);          // largest subnormal
+  CHECK(fp16(unit * 1023.5f) == 0x0400);          // tie up to the smallest normal (even)
+  CHECK(fp16(std::ldexp(1.0f, -14)) == 0x0400);   // smallest normal
+  CHECK(fp16(from_bits(0x387fffffu)) == 0x0400);  // just below it rounds up into it
+  CHECK(fp16(from_bits(0x00000001u)) == 0x0000);  // float subnormal -> +0
   CHECK(fp16(from_bits(0x80000001u)) == 0x8000);
   CHECK(fp16_bits_to_float(0x0001) == unit);
   CHECK(fp16_bits_to_float(0x03ff) == unit * 1023.0f);
@@ -232,7 +245,8 @@ TEST_CASE("every bf16 bit pattern decodes exactly and round-trips through float"
 }
 
 #if defined(__FLT16_MAX__)
-TEST_CASE("fp16 agrees with the compiler's _Float16 conversion on sampled floats", "[dtype][fp16]") {
+TEST_CASE("fp16 agrees with the compiler's _Float16 conversion on sampled floats",
+          "[dtype][fp16]") {
   std::uint64_t checked = 0;
   for (std::uint64_t bits = 0; bits < 0x7f800000u; bits += 0x1fffu) {
     for (std::uint32_t sign : {0u, 0x80000000u}) {

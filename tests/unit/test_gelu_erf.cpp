@@ -1,5 +1,5 @@
-// gelu_erf: the CPU fixed-order impl passes every layout, dtype and pass; each CPU control drifts; the
-// FP32 reference agrees with known values.
+// gelu_erf: the CPU fixed-order impl passes every layout, dtype and pass; each CPU control drifts;
+// the FP32 reference agrees with known values.
 #include <catch2/catch.hpp>
 
 #include "unit/op_case.h"
@@ -13,17 +13,21 @@ TEST_CASE("gelu_erf cpu-fixed-order passes every layout", "[gelu_erf]") {
 
 TEST_CASE("gelu_erf CPU controls drift", "[gelu_erf][control]") {
   for (Pass pass : {Pass::forward, Pass::backward}) {
-    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16}) op_test::expect_drifts("gelu_erf", "cpu-tail-approx", {{"H", 1003}}, dtype, pass, {1, 3, 7, 16});
+    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16})
+      op_test::expect_drifts("gelu_erf", "cpu-tail-approx", {{"H", 1003}}, dtype, pass,
+                             {1, 3, 7, 16});
   }
   for (Pass pass : {Pass::forward, Pass::backward}) {
-    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16}) op_test::expect_drifts("gelu_erf", "cpu-tail-downcast-bf16", {{"H", 1003}}, dtype, pass, {1, 3, 7, 16});
+    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16})
+      op_test::expect_drifts("gelu_erf", "cpu-tail-downcast-bf16", {{"H", 1003}}, dtype, pass,
+                             {1, 3, 7, 16});
   }
 }
 
 TEST_CASE("gelu_erf reference sanity", "[gelu_erf][reference]") {
-  auto out = op_test::reference("gelu_erf", DType::fp32, Pass::forward, {{"H", 3}}, {{"x", tensor(DType::fp32, {1, 3}, {0.0f, 1.0f, -1.0f})}});
+  auto out = op_test::reference("gelu_erf", DType::fp32, Pass::forward, {{"H", 3}},
+                                {{"x", tensor(DType::fp32, {1, 3}, {0.0f, 1.0f, -1.0f})}});
   CHECK(out.at("y").get(0) == Approx(0.0).margin(1e-6));
   CHECK(out.at("y").get(1) == Approx(0.8413447).margin(1e-6));
   CHECK(out.at("y").get(2) == Approx(-0.1586553).margin(1e-6));
-
 }

@@ -61,7 +61,7 @@ TEST_CASE("device memory: CPU cases are never skipped for it", "[unit][isolation
   const Registry& registry = world().registry;
   CaseSpec huge = make_case("matmul", "cpu-fixed-order", DType::bf16, Pass::forward,
                             {{"N", 1 << 20}, {"K", 1 << 20}}, 1 << 16, 1);
-  CHECK_FALSE(device_memory_skip_reason(*registry.find_op("matmul"),
+  CHECK_FALSE(device_memory_skip_reason(registry, *registry.find_op("matmul"),
                                         *registry.find_impl("matmul", "cpu-fixed-order"), huge));
 }
 
@@ -91,15 +91,16 @@ TEST_CASE("a case checked in process: a CPU case never asks for a CUDA fault",
       make_case("rmsnorm", "cpu-fixed-order", DType::bf16, Pass::forward, {{"H", 64}}, 3, 1);
   CheckedCase checked = run_case_checked(runner, world().registry, spec);
   CHECK_FALSE(checked.context_fault);
-  CHECK(checked.result["id"] == spec.id());
-  CHECK(checked.result["verdict"] == "pass");
+  const json result = case_to_json(checked.result);
+  CHECK(result["id"] == spec.id());
+  CHECK(result["verdict"] == "pass");
 }
 
 TEST_CASE("a case that could not report is an error with the reason", "[unit][isolation]") {
   CaseSpec spec = make_case("matmul", "cpu-split-k-by-rows", DType::bf16, Pass::forward,
                             {{"N", 64}, {"K", 128}}, 7, 1);
-  json failed = failed_case_json(world().registry, spec,
-                                 "the worker process running this case was killed", 1.5);
+  json failed = case_to_json(
+      failed_case(world().registry, spec, "the worker process running this case was killed", 1.5));
   CHECK(failed["verdict"] == "error");
   CHECK(failed["reason"] == "the worker process running this case was killed");
   CHECK(failed["backend"] == "cpu");

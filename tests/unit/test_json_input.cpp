@@ -30,17 +30,19 @@ std::string duplicate_key_path(const std::string& text) {
 }
 }  // namespace
 
-TEST_CASE("an object naming a key twice is refused at the key's path, not read last-wins", "[json]") {
+TEST_CASE("an object naming a key twice is refused at the key's path, not read last-wins",
+          "[json]") {
   CHECK(duplicate_key_path(R"({"a": 1, "a": 2})") == "$.a");
-  CHECK(duplicate_key_path(R"({"ops": {"x": {"n": 1}, "y": {"n": 1, "m": [1, {"k": 0, "k": 0}]}}})") ==
+  CHECK(duplicate_key_path(
+            R"({"ops": {"x": {"n": 1}, "y": {"n": 1, "m": [1, {"k": 0, "k": 0}]}}})") ==
         "$.ops.y.m[1].k");
   CHECK(duplicate_key_path(R"([[1, 2], {"b": {}}, {"c": 1, "c": {}}])") == "$[2].c");
   CHECK(duplicate_key_path(R"({"s": [{"N": 8}, {"N": 8, "K": 1, "N": 9}]})") == "$.s[1].N");
 }
 
 TEST_CASE("the same key in different objects is no duplicate", "[json]") {
-  const nlohmann::json parsed =
-      bitcheck::parse_json_text(R"({"a": {"n": 1}, "b": {"n": 2}, "c": [{"n": 3}, {"n": 4}]})", "ok.json");
+  const nlohmann::json parsed = bitcheck::parse_json_text(
+      R"({"a": {"n": 1}, "b": {"n": 2}, "c": [{"n": 3}, {"n": 4}]})", "ok.json");
   CHECK(parsed["b"]["n"] == 2);
   CHECK(parsed["c"][1]["n"] == 4);
 }

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
-#include "cpu/cpu_impls.h"
+#include "logprob/logprob.h"
 #include "unit/vocab_case.h"
 
 using namespace bitcheck;

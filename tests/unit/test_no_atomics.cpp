@@ -4,9 +4,8 @@
 // itself with a `bitcheck-control:` comment on the line, or with `control` in the kernel's name.
 // Backward code is recognised by name (see names_backward): the file's or the kernel's; the
 // atomic's line belongs to the last __global__ function declared above it.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -18,7 +17,8 @@
 namespace {
 
 std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return text;
 }
 
@@ -28,7 +28,8 @@ std::string lower(std::string text) {
 bool names_backward(const std::string& name) {
   std::string word;
   auto is_gradient_word = [](const std::string& w) {
-    for (const char* g : {"backward", "bwd", "dw", "dweight", "dscale", "dx", "dq", "dk", "dv", "dkdv", "scatter", "accumulate"}) {
+    for (const char* g : {"backward", "bwd", "dw", "dweight", "dscale", "dx", "dq", "dk", "dv",
+                          "dkdv", "scatter", "accumulate"}) {
       if (w == g) return true;
     }
     return w.rfind("grad", 0) == 0;
@@ -106,13 +107,26 @@ TEST_CASE("the atomics scan catches planted atomics and honours control markers"
       "  atomicAdd(&dw[threadIdx.x], x[threadIdx.x]);\n"
       "}\n";
   CHECK(scan("norm/k.cu", backward_kernel).size() == 1);
-  CHECK(scan("norm/k.cu", "__global__ void\n  layer_backward(float* p) {\n  asm(\"red.global.add.f32 [%0], %1;\" :: \"l\"(p), \"f\"(1.f));\n}\n").size() == 1);
-  CHECK(scan("x/grad_kernels.cu", "__global__ void f(unsigned* p) { atomicCAS(p, 0u, 1u); }\n").size() == 1);
+  CHECK(scan("norm/k.cu",
+             "__global__ void\n  layer_backward(float* p) {\n  asm(\"red.global.add.f32 [%0], "
+             "%1;\" :: \"l\"(p), \"f\"(1.f));\n}\n")
+            .size() == 1);
+  CHECK(scan("x/grad_kernels.cu", "__global__ void f(unsigned* p) { atomicCAS(p, 0u, 1u); }\n")
+            .size() == 1);
   // Controls are exempt, by kernel name or by a marker on the line.
-  CHECK(scan("norm/k.cu", "__global__ void dweight_atomic_control(float* dw) {\n  atomicAdd(dw, 1.f);\n}\n").empty());
-  CHECK(scan("norm/k.cu", "__global__ void dweight_kernel(float* dw) {\n  atomicAdd(dw, 1.f);  // bitcheck-control: models atomics\n}\n").empty());
-  CHECK(scan("e/k.cu", "__global__ void atomic_scatter_kernel(float* t) {\n  atomicAdd(t, 1.f);\n}\n").size() == 1);
+  CHECK(scan("norm/k.cu",
+             "__global__ void dweight_atomic_control(float* dw) {\n  atomicAdd(dw, 1.f);\n}\n")
+            .empty());
+  CHECK(scan("norm/k.cu",
+             "__global__ void dweight_kernel(float* dw) {\n  atomicAdd(dw, 1.f);  // "
+             "bitcheck-control: models atomics\n}\n")
+            .empty());
+  CHECK(
+      scan("e/k.cu", "__global__ void atomic_scatter_kernel(float* t) {\n  atomicAdd(t, 1.f);\n}\n")
+          .size() == 1);
   // Forward kernels and comments are not backward code.
-  CHECK(scan("norm/k.cu", "__global__ void forward_kernel(int* counter) {\n  atomicAdd(counter, 1);\n}\n").empty());
+  CHECK(scan("norm/k.cu",
+             "__global__ void forward_kernel(int* counter) {\n  atomicAdd(counter, 1);\n}\n")
+            .empty());
   CHECK(scan("norm/dweight.cu", "// atomicAdd( would break the order\n").empty());
 }

@@ -1,16 +1,20 @@
 // Bucketed cuBLASLt pins (written by `bitcheck algos`): parsing, the configuration per M, the
-// pin-file form, merging one entry into a file, and malformed tables as BadInput naming the file
-// and JSON path. Host code of the CUDA backend: built only with it, runs without a GPU.
+// pin-file form, merging one entry into a file or a pin directory (one file per key), and malformed
+// tables as BadInput naming the file and JSON path. Host code of the CUDA backend: built only with
+// it, runs without a GPU.
 #include <catch2/catch.hpp>
 
 #ifdef BITCHECK_HAVE_CUDA
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
-#include "matmul/pin_table.h"
+#include "temp_dir.h"
+#include "tuner/pins.h"
 
 using namespace bitcheck::cuda;
 
@@ -66,7 +70,8 @@ void expect_bad_input(const nlohmann::json& doc, const std::string& json_path,
 
 }  // namespace
 
-TEST_CASE("a bucketed pin serves each M from its bucket - single-config pins still load", "[pins]") {
+TEST_CASE("a bucketed pin serves each M from its bucket - single-config pins still load",
+          "[pins]") {
   nlohmann::json single = {{"key", key_json(6144)}, {"config", config_json(66, 1)}};
   auto entries = parse_pin_document(document({bucketed_entry(4096, 71), single}), "pins.json");
   REQUIRE(entries.size() == 2);
@@ -126,10 +131,10 @@ TEST_CASE("the pin table looks up a bucketed entry from its file without derivin
   CHECK(entry->config_for_rows(3).algo_id == 71);
   CHECK(entry->config_for_rows(3000).algo_id == 66);
   // Shared, not copied: the same table for every lookup.
-  CHECK(table.lookup(PinKey{"sm_90", 130100, "bf16", "forward", 4096, 4096, 0}, [] { return LtConfig{}; }) ==
-        entry);
+  CHECK(table.lookup(PinKey{"sm_90", 130100, "bf16", "forward", 4096, 4096, 0},
+                     [] { return LtConfig{}; }) == entry);
   std::remove(path.c_str());
-  table.configure("contract/cublaslt-pins.json", false);
+  table.configure("contract/pins", false);
 }
 
 TEST_CASE("a bucketed pin is written compactly: each kernel once, buckets by index, a line each",
@@ -166,14 +171,17 @@ TEST_CASE("a bucketed pin is written compactly: each kernel once, buckets by ind
 }
 
 TEST_CASE("malformed bucketed pins are BadInput naming the JSON path", "[pins]") {
-  nlohmann::json compact = parse_pin_document(document({bucketed_entry(4096, 71)}), "p.json").front().to_json();
+  nlohmann::json compact =
+      parse_pin_document(document({bucketed_entry(4096, 71)}), "p.json").front().to_json();
   nlohmann::json out_of_range = compact;
   out_of_range["buckets"][1]["config"] = 2;
-  expect_bad_input(document({out_of_range}), "$.pins[0].buckets[1].config", "an integer in [0, 1], got 2");
+  expect_bad_input(document({out_of_range}), "$.pins[0].buckets[1].config",
+                   "an integer in [0, 1], got 2");
   nlohmann::json no_list = compact;
   no_list.erase("configs");
   expect_bad_input(document({no_list}), "$.pins[0].buckets[0].config", "no \"configs\" list");
-  nlohmann::json single_with_list = {{"key", key_json(6144)}, {"config", config_json(66, 1)},
+  nlohmann::json single_with_list = {{"key", key_json(6144)},
+                                     {"config", config_json(66, 1)},
                                      {"configs", nlohmann::json::array()}};
   expect_bad_input(document({single_with_list}), "$.pins[0].configs", "no configs list");
 
@@ -244,5 +252,72 @@ TEST_CASE("merging a pin entry replaces its key and keeps every other entry", "[
   merge_pin_entry(fresh, bucketed_entry(4096, 71));  // no file yet: created with the one entry
   CHECK(parse_pin_document(bitcheck::load_json_file(fresh), fresh).size() == 1);
   std::remove(fresh.c_str());
+}
+TEST_CASE("a pin directory keeps one file per key and round-trips a table", "[pins]") {
+  test_support::TempDir dir;
+  const std::string pins = dir / "pins";  // not there yet: created by the first write
+  const nlohmann::json single = {{"key", key_json(6144)}, {"config", config_json(66, 1)}};
+  merge_pin_entry(pins, bucketed_entry(4096, 71));
+  merge_pin_entry(pins, single);
+  merge_pin_entry(pins, bucketed_entry(4096, 72));  // same key: replaced in its own file
+
+  std::vector<std::string> files;
+  for (const auto& item : std::filesystem::directory_iterator(pins))
+    files.push_back(item.path().filename().string());
+  std::sort(files.begin(), files.end());
+  CHECK(files == std::vector<std::string>{"sm90-lt13.1-bf16-forward-N4096-K4096.json",
+                                          "sm90-lt13.1-bf16-forward-N6144-K4096.json"});
+
+  // Reading the directory gives exactly the entries written, each with its own file as source.
+  const std::vector<PinEntry> written = {
+      parse_pin_document(document({bucketed_entry(4096, 72)}), "a").front(),
+      parse_pin_document(document({single}), "b").front()};
+  const std::vector<PinEntry> read = read_pin_entries(pins);
+  REQUIRE(read.size() == 2);
+  for (std::size_t i = 0; i < read.size(); ++i) {
+    CHECK(read[i].to_json() == written[i].to_json());
+    CHECK(read[i].table_fingerprint == written[i].table_fingerprint);
+    CHECK(read[i].source == "pin file " + pins + "/" + files[i]);
+  }
+
+  // A derived pin is written back into its own key's file, the others stay as they were.
+  PinTable& table = PinTable::instance();
+  table.configure(pins, true);
+  PinKey derived{"sm_90", 130100, "bf16", "input_grad", 4096, 4096, 0};
+  table.lookup(derived, [] {
+    LtConfig config;
+    config.algo_id = 9;
+    return config;
+  });
+  table.write_back_if_requested();
+  table.configure("contract/pins", false);
+  const std::vector<PinEntry> after = read_pin_entries(pins);
+  REQUIRE(after.size() == 3);
+  CHECK(std::filesystem::exists(pins + "/sm90-lt13.1-bf16-input_grad-N4096-K4096.json"));
+  CHECK(after[2].key == derived);
+  CHECK(after[2].config.algo_id == 9);
+  CHECK(after[0].to_json() == written[0].to_json());
+
+  // A key in a file named for another key is refused, naming the file.
+  std::filesystem::copy_file(pins + "/" + files[0], pins + "/sm90-lt13.1-bf16-forward-N1-K1.json");
+  try {
+    read_pin_entries(pins);
+    FAIL("accepted a key in another key's file");
+  } catch (const bitcheck::BadInput& error) {
+    CHECK(error.file() == pins + "/sm90-lt13.1-bf16-forward-N1-K1.json");
+    CHECK(error.expected().find(files[0]) != std::string::npos);
+  }
+}
+
+TEST_CASE("the committed pin directory holds every key once, each in its own file", "[pins]") {
+  const std::string pins = std::string(BITCHECK_SOURCE_DIR) + "/contract/pins";
+  const std::vector<PinEntry> entries = read_pin_entries(pins);
+  CHECK(entries.size() == 33);
+  std::size_t bucketed = 0;
+  for (const auto& entry : entries) {
+    CHECK(entry.source == "pin file " + pins + "/" + pin_file_name(entry.key));
+    bucketed += entry.buckets.empty() ? 0 : 1;
+  }
+  CHECK(bucketed == 5);
 }
 #endif

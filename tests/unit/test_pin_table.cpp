@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "bitcheck/error.h"
-#include "matmul/pin_table.h"
+#include "tuner/pins.h"
 
 using bitcheck::cuda::LtConfig;
 using bitcheck::cuda::PinKey;
@@ -16,9 +16,12 @@ using bitcheck::cuda::PinTable;
 
 TEST_CASE("the committed pin table serves its keys and derives missing ones once", "[pins]") {
   PinTable& table = PinTable::instance();
-  table.configure(std::string(BITCHECK_SOURCE_DIR) + "/contract/cublaslt-pins.json", false);
+  table.configure(std::string(BITCHECK_SOURCE_DIR) + "/contract/pins", false);
   PinKey pinned{"sm_90", 130100, "fp16", "forward", 4096, 4096, 0};
-  auto entry = table.lookup(pinned, []() -> LtConfig { FAIL("a pinned key must not be derived"); return {}; });
+  auto entry = table.lookup(pinned, []() -> LtConfig {
+    FAIL("a pinned key must not be derived");
+    return {};
+  });
   CHECK(entry->source.find("pin file") == 0);
   CHECK(entry->buckets.empty());
   CHECK(entry->config.splitk_num == 1);
@@ -28,7 +31,10 @@ TEST_CASE("the committed pin table serves its keys and derives missing ones once
   // falls in exactly one bucket, and every bucket is split-K 1.
   for (std::int64_t n : {4096, 6144, 28672, 128256}) {
     PinKey bucketed{"sm_90", 130100, "bf16", "forward", n, 4096, 0};
-    auto buckets = table.lookup(bucketed, []() -> LtConfig { FAIL("a pinned key must not be derived"); return {}; });
+    auto buckets = table.lookup(bucketed, []() -> LtConfig {
+      FAIL("a pinned key must not be derived");
+      return {};
+    });
     REQUIRE_FALSE(buckets->buckets.empty());
     for (std::int64_t rows : {1, 16, 17, 64, 257, 1000, 4096, 8192, 100000}) {
       int holding = 0;
@@ -54,7 +60,8 @@ TEST_CASE("the committed pin table serves its keys and derives missing ones once
 
 TEST_CASE("a malformed pin table is BadInput with file and path", "[pins]") {
   std::string path = "/tmp/bitcheck-bad-pins.json";
-  std::ofstream(path) << R"({"schema_version": 1, "pins": [{"key": {"arch": "sm_90"}, "config": {}}]})";
+  std::ofstream(path)
+      << R"({"schema_version": 1, "pins": [{"key": {"arch": "sm_90"}, "config": {}}]})";
   PinTable& table = PinTable::instance();
   table.configure(path, false);
   try {
@@ -65,6 +72,6 @@ TEST_CASE("a malformed pin table is BadInput with file and path", "[pins]") {
     CHECK(error.json_path() == "$.pins[0].key.cublaslt_version");
   }
   std::remove(path.c_str());
-  table.configure("contract/cublaslt-pins.json", false);
+  table.configure("contract/pins", false);
 }
 #endif

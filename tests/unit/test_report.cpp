@@ -1,10 +1,9 @@
 // Reports: a few real CPU cases through build_report, dumped and parsed back (schema version,
 // meta, results, verdicts, summary, first failing op, status matrix); atomic writes.
-#include <catch2/catch.hpp>
-
 #include <stdlib.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -42,8 +41,8 @@ class UnnormalizedRmsnorm : public Impl {
   }
 };
 
-CaseSpec make_case(const std::string& op, const std::string& impl, const std::string& dtype, Pass pass,
-                   std::int64_t rows) {
+CaseSpec make_case(const std::string& op, const std::string& impl, const std::string& dtype,
+                   Pass pass, std::int64_t rows) {
   CaseSpec spec;
   spec.op = op;
   spec.impl = impl;
@@ -57,14 +56,16 @@ CaseSpec make_case(const std::string& op, const std::string& impl, const std::st
 }
 
 std::string make_temp_dir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "bitcheck-report-XXXXXX").string();
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "bitcheck-report-XXXXXX").string();
   REQUIRE(mkdtemp(pattern.data()) != nullptr);
   return pattern;
 }
 
 std::vector<std::string> directory_entries(const std::string& dir) {
   std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -83,8 +84,6 @@ TEST_CASE("a report of real CPU cases round-trips through JSON", "[report]") {
   register_all(registry);
   registry.add_impl("rmsnorm", std::make_unique<UnnormalizedRmsnorm>());
   Contract contract = load_embedded_contract(registry);
-  std::vector<std::string> op_order;
-  for (const OpDef* op : registry.ops()) op_order.push_back(op->name);
   Runner runner(registry, contract);
 
   const std::vector<CaseSpec> cases = {
@@ -95,7 +94,8 @@ TEST_CASE("a report of real CPU cases round-trips through JSON", "[report]") {
       make_case("matmul", "cpu-fixed-order", "fp8", Pass::forward, 3),
       make_case("rmsnorm", "cpu-fixed-order", "fp32", Pass::forward, 3),
   };
-  const std::vector<std::string> expected_verdicts = {"pass", "pass", "drift", "inaccurate", "skipped", "pass"};
+  const std::vector<std::string> expected_verdicts = {"pass",       "pass",    "drift",
+                                                      "inaccurate", "skipped", "pass"};
   std::vector<CaseResult> results;
   for (const auto& spec : cases) results.push_back(runner.run_case(spec));
 
@@ -105,7 +105,8 @@ TEST_CASE("a report of real CPU cases round-trips through JSON", "[report]") {
   meta.contract_source = contract.source;
   meta.started_at = "2025-01-01T00:00:00Z";
   meta.wall_seconds = 1.5;
-  const std::string text = build_report(meta, environment_meta(), results, op_order).dump(1);
+  const std::string text =
+      build_report(meta, environment_meta(registry), results, registry).dump(1);
   const json report = json::parse(text);
 
   CHECK(report["schema_version"] == report_schema_version);
@@ -189,7 +190,7 @@ TEST_CASE("a report of real CPU cases round-trips through JSON", "[report]") {
   CHECK(cells["rmsnorm"]["fp32"]["forward"]["status"] == "pass");
   CHECK_FALSE(cells["rmsnorm"]["bf16"].contains("backward"));
 
-  std::string terminal = render_terminal_summary(report);
+  std::string terminal = render_terminal_summary(report, registry);
   CHECK_THAT(terminal, Catch::Contains("first failing op: rmsnorm"));
   CHECK_THAT(terminal, Catch::Contains("controls: 1/1"));
 }
@@ -203,17 +204,18 @@ TEST_CASE("the status matrix shows the most severe verdict of a cell", "[report]
     r.verdict = verdict;
     return r;
   };
-  StatusMatrix matrix = build_matrix({result("b", Verdict::pass), result("b", Verdict::drift),
-                                      result("b", Verdict::inaccurate), result("a", Verdict::skipped),
-                                      result("a", Verdict::pass)},
-                                     {"a", "b"});
+  StatusMatrix matrix = build_matrix(
+      {result("b", Verdict::pass), result("b", Verdict::drift), result("b", Verdict::inaccurate),
+       result("a", Verdict::skipped), result("a", Verdict::pass)},
+      {"a", "b"});
   CHECK(matrix.ops == std::vector<std::string>{"a", "b"});
   CHECK(matrix.cells["b"]["bf16"]["forward"].status == "drift");
   CHECK(matrix.cells["b"]["bf16"]["forward"].counts["drift"] == 1);
   CHECK(matrix.cells["b"]["bf16"]["forward"].counts["pass"] == 1);
   CHECK(matrix.cells["a"]["bf16"]["forward"].status == "pass");
-  Summary summary = summarize({result("a", Verdict::pass), result("b", Verdict::drift), result("a", Verdict::inaccurate)},
-                              {"a", "b"});
+  Summary summary = summarize(
+      {result("a", Verdict::pass), result("b", Verdict::drift), result("a", Verdict::inaccurate)},
+      {"a", "b"});
   REQUIRE(summary.first_failing_op.has_value());
   CHECK(*summary.first_failing_op == "a");  // op order, not result order
   CHECK(summary.exit_code == 1);
@@ -236,7 +238,9 @@ TEST_CASE("non-finite drift magnitudes still give valid JSON", "[report]") {
   metrics.max_ulp_distance = std::numeric_limits<std::uint64_t>::max();
   metrics.first_mismatch = Mismatch{0, 0, 1.0f, std::nanf(""), 0x3f80, 0x7fc0};
   result.drift.push_back(metrics);
-  const std::string text = build_report(RunMeta{}, json::object(), {result}, {"matmul"}).dump();
+  Registry registry;
+  register_all(registry);
+  const std::string text = build_report(RunMeta{}, json::object(), {result}, registry).dump();
   json parsed = json::parse(text);
   const json& drift = parsed["results"][0]["drift"][0];
   CHECK(drift["max_abs_diff"] == "inf");

@@ -84,9 +84,7 @@ json sample_report() {
   meta.spec_source = "test";
   meta.contract_source = contract.source;
   meta.started_at = utc_timestamp();
-  std::vector<std::string> op_order;
-  for (const OpDef* op : registry.ops()) op_order.push_back(op->name);
-  return build_report(meta, environment_meta(), results, op_order);
+  return build_report(meta, environment_meta(registry), results, registry);
 }
 
 const json& sample() {

@@ -1,8 +1,7 @@
 // The counter-based generator (a pure function of its key; a logical row holds the same bits in
 // every layout, rounded to the dtype, never constant) and the layouts' coverage rules.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -51,7 +50,8 @@ std::vector<std::int64_t> real_rows_in_order(const Layout& layout) {
 
 std::int64_t pad_slots(const Layout& layout) {
   std::int64_t pads = 0;
-  for (const auto& invocation : layout.invocations) pads += invocation.slots() - invocation.valid_rows();
+  for (const auto& invocation : layout.invocations)
+    pads += invocation.slots() - invocation.valid_rows();
   return pads;
 }
 
@@ -122,7 +122,8 @@ TEST_CASE("layouts: alone computes each selected row in a batch of one", "[layou
   }
 }
 
-TEST_CASE("layouts: batch, pads, ragged and microbatch cover every row once, in order", "[layout]") {
+TEST_CASE("layouts: batch, pads, ragged and microbatch cover every row once, in order",
+          "[layout]") {
   for (std::int64_t rows : {1, 2, 3, 7, 16, 33, 100}) {
     for (std::uint64_t seed : {1u, 2u, 3u, 99u}) {
       for (std::int64_t granularity : {1, 4}) {
@@ -145,13 +146,15 @@ TEST_CASE("layouts: batch, pads, ragged and microbatch cover every row once, in 
         REQUIRE(right.invocations.size() == 1);
         CHECK(pad_slots(right) >= 1);
         const auto& right_slots = right.invocations[0].slot_rows;
-        CHECK(std::is_partitioned(right_slots.begin(), right_slots.end(), [](std::int64_t r) { return r >= 0; }));
+        CHECK(std::is_partitioned(right_slots.begin(), right_slots.end(),
+                                  [](std::int64_t r) { return r >= 0; }));
 
         Layout left = make_layout("pad_left", spec, selected, granularity);
         REQUIRE(left.invocations.size() == 1);
         CHECK(pad_slots(left) >= 1);
         const auto& left_slots = left.invocations[0].slot_rows;
-        CHECK(std::is_partitioned(left_slots.begin(), left_slots.end(), [](std::int64_t r) { return r < 0; }));
+        CHECK(std::is_partitioned(left_slots.begin(), left_slots.end(),
+                                  [](std::int64_t r) { return r < 0; }));
 
         Layout ragged = make_layout("ragged", spec, selected, granularity);
         CHECK(pad_slots(ragged) >= 1);
@@ -220,7 +223,8 @@ TEST_CASE("layouts are reproducible from the case and differ across seeds", "[la
   for (const auto& name : known_layouts()) CHECK(is_known_layout(name));
 }
 
-TEST_CASE("select_alone_rows: all rows up to alone_rows, else first, last and a sample", "[layout]") {
+TEST_CASE("select_alone_rows: all rows up to alone_rows, else first, last and a sample",
+          "[layout]") {
   CHECK(select_alone_rows(layout_spec(5, 1, 5)) == iota_rows(5));
   CHECK(select_alone_rows(layout_spec(3, 1, 64)) == iota_rows(3));
   for (std::uint64_t seed : {1u, 2u, 3u}) {
@@ -269,7 +273,8 @@ class RecordingMatmul : public Impl {
     for (std::int64_t s = 0; s < batch.slots(); ++s) {
       if (batch.is_pad(s)) {
         ++seen_->pad_slots;
-        for (std::int64_t c = 0; c < k; ++c) seen_->pad_elements_not_nan += std::isnan(x.get(s * k + c)) ? 0 : 1;
+        for (std::int64_t c = 0; c < k; ++c)
+          seen_->pad_elements_not_nan += std::isnan(x.get(s * k + c)) ? 0 : 1;
         continue;
       }
       std::vector<std::uint32_t> row;
@@ -335,7 +340,8 @@ TEST_CASE("a logical row holds the same dtype-rounded bits in every layout", "[r
   REQUIRE(w_scale > 0);
   for (std::int64_t j = 0; j < spec.dim("N"); ++j) {
     for (std::int64_t c = 0; c < k; ++c) {
-      REQUIRE(w.bits(j * k + c) == encode_bits(dtype, counter_uniform(spec.seed, hash_name("w"), j, c) * w_scale));
+      REQUIRE(w.bits(j * k + c) ==
+              encode_bits(dtype, counter_uniform(spec.seed, hash_name("w"), j, c) * w_scale));
     }
   }
 

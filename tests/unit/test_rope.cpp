@@ -1,7 +1,6 @@
 // rope: the CPU fixed-order impl passes every layout, dtype and pass; each CPU control drifts; the
 // FP32 reference agrees with known values.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "unit/op_case.h"
@@ -10,12 +9,17 @@ using namespace bitcheck;
 using op_test::tensor;
 
 TEST_CASE("rope cpu-fixed-order passes every layout", "[rope]") {
-  op_test::expect_passes("rope", "cpu-fixed-order", {{"heads", 3}, {"head_dim", 32}, {"rotary_dim", 16}, {"style", 2}}, {1, 3, 16});
+  op_test::expect_passes("rope", "cpu-fixed-order",
+                         {{"heads", 3}, {"head_dim", 32}, {"rotary_dim", 16}, {"style", 2}},
+                         {1, 3, 16});
 }
 
 TEST_CASE("rope CPU controls drift", "[rope][control]") {
   for (Pass pass : {Pass::forward, Pass::backward}) {
-    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16}) op_test::expect_drifts("rope", "cpu-chunk-relative-angle", {{"heads", 3}, {"head_dim", 32}, {"rotary_dim", 16}, {"style", 2}}, dtype, pass, {1, 3, 7, 16});
+    for (DType dtype : {DType::bf16, DType::fp32, DType::fp16})
+      op_test::expect_drifts("rope", "cpu-chunk-relative-angle",
+                             {{"heads", 3}, {"head_dim", 32}, {"rotary_dim", 16}, {"style", 2}},
+                             dtype, pass, {1, 3, 7, 16});
   }
 }
 
@@ -27,7 +31,9 @@ TEST_CASE("rope reference sanity", "[rope][reference]") {
       Tensor positions(DType::i32, {1, 1});
       positions.set_int(0, 0);
       const char* in = pass == Pass::forward ? "x" : "dy";
-      auto out = op_test::reference("rope", DType::fp32, pass, dims, {{in, tensor(DType::fp32, {1, 4}, {0.5f, -0.25f, 0.75f, 1.0f})}, {"positions", positions}});
+      auto out = op_test::reference("rope", DType::fp32, pass, dims,
+                                    {{in, tensor(DType::fp32, {1, 4}, {0.5f, -0.25f, 0.75f, 1.0f})},
+                                     {"positions", positions}});
       const Tensor& y = out.at(pass == Pass::forward ? "y" : "dx");
       CHECK(y.get(0) == 0.5f);
       CHECK(y.get(1) == -0.25f);
@@ -38,13 +44,15 @@ TEST_CASE("rope reference sanity", "[rope][reference]") {
   // Pair 0 turns by exactly `position` radians (inv_freq[0] = 1); NeoX pairs element 0 with R/2.
   Tensor positions(DType::i32, {1, 1});
   positions.set_int(0, 1);
-  auto out = op_test::reference("rope", DType::fp32, Pass::forward, {{"heads", 1}, {"head_dim", 4}, {"rotary_dim", 4}, {"style", 1}},
-                                {{"x", tensor(DType::fp32, {1, 4}, {1.0f, 0.0f, 0.0f, 0.0f})}, {"positions", positions}});
+  auto out = op_test::reference(
+      "rope", DType::fp32, Pass::forward,
+      {{"heads", 1}, {"head_dim", 4}, {"rotary_dim", 4}, {"style", 1}},
+      {{"x", tensor(DType::fp32, {1, 4}, {1.0f, 0.0f, 0.0f, 0.0f})}, {"positions", positions}});
   CHECK(out.at("y").get(0) == Approx(std::cos(1.0)));
   CHECK(out.at("y").get(2) == Approx(std::sin(1.0)));
-
 }
 
 TEST_CASE("rope cpu-fixed-order passes with NeoX pairing and full rotary dim", "[rope]") {
-  op_test::expect_passes("rope", "cpu-fixed-order", {{"heads", 2}, {"head_dim", 64}, {"rotary_dim", 64}, {"style", 1}}, {7});
+  op_test::expect_passes("rope", "cpu-fixed-order",
+                         {{"heads", 2}, {"head_dim", 64}, {"rotary_dim", 64}, {"style", 1}}, {7});
 }

@@ -3,7 +3,6 @@
 // nondeterministic, inaccurate, error or drift on pad layouts, and a control that passes is
 // reported as a failure of the harness itself. Exit codes follow the verdicts.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -22,7 +21,8 @@ namespace {
 // A forward-only matmul summing K in index order per row; subclasses misbehave on purpose.
 class TestMatmul : public Impl {
  public:
-  TestMatmul(std::string name, bool claims_invariance) : name_(std::move(name)), claims_(claims_invariance) {}
+  TestMatmul(std::string name, bool claims_invariance)
+      : name_(std::move(name)), claims_(claims_invariance) {}
   std::string name() const override { return name_; }
   std::string backend() const override { return "cpu"; }
   bool claims_invariance() const override { return claims_; }
@@ -149,13 +149,14 @@ CaseSpec make_case(const std::string& op, const std::string& impl, Pass pass, st
   return spec;
 }
 
-const std::vector<std::string> all_layouts = {"alone", "batch", "shuffled", "pad_right",
+const std::vector<std::string> all_layouts = {"alone",    "batch",  "shuffled",  "pad_right",
                                               "pad_left", "ragged", "microbatch"};
 
 // Checks that a drift finding is complete and that its first mismatch is what the two layouts
 // really produced, bit for bit.
 void check_finding(const DriftMetrics& metrics, const CaseArtifacts& artifacts) {
-  INFO("layout " << metrics.layout << " vs " << metrics.reference_layout << ", tensor " << metrics.tensor);
+  INFO("layout " << metrics.layout << " vs " << metrics.reference_layout << ", tensor "
+                 << metrics.tensor);
   CHECK_FALSE(metrics.tensor.empty());
   CHECK_FALSE(metrics.layout.empty());
   CHECK(metrics.layout != metrics.reference_layout);
@@ -193,7 +194,8 @@ std::set<std::string> drifted_layouts(const CaseResult& result) {
 
 }  // namespace
 
-TEST_CASE("invariance: the forward CPU controls drift, and the finding is complete", "[runner][invariance]") {
+TEST_CASE("invariance: the forward CPU controls drift, and the finding is complete",
+          "[runner][invariance]") {
   World world;
   Runner runner(world.registry, world.contract);
   const auto control = GENERATE(as<std::pair<std::string, std::string>>{},
@@ -216,15 +218,18 @@ TEST_CASE("invariance: the forward CPU controls drift, and the finding is comple
   }
   // The split happens for every invocation with fewer than 4 rows, so every batched layout
   // (7 rows in one invocation) differs from rows computed alone.
-  for (const char* layout : {"batch", "shuffled", "pad_right", "pad_left"}) CHECK(drifted_layouts(result).count(layout) == 1);
+  for (const char* layout : {"batch", "shuffled", "pad_right", "pad_left"})
+    CHECK(drifted_layouts(result).count(layout) == 1);
 }
 
-TEST_CASE("invariance: a control whose failure model does not apply does not drift", "[runner][invariance]") {
+TEST_CASE("invariance: a control whose failure model does not apply does not drift",
+          "[runner][invariance]") {
   // With 3 rows every invocation splits, alone or batched: the same order everywhere.
   World world;
   Runner runner(world.registry, world.contract);
   const DType dtype = GENERATE(DType::bf16, DType::fp32);
-  CaseSpec spec = make_case("matmul", "cpu-split-k-by-rows", Pass::forward, 3, {"alone", "batch", "shuffled"}, dtype);
+  CaseSpec spec = make_case("matmul", "cpu-split-k-by-rows", Pass::forward, 3,
+                            {"alone", "batch", "shuffled"}, dtype);
   CaseResult result = runner.run_case(spec);
   INFO(result.reason);
   CHECK(result.drift.empty());
@@ -235,7 +240,8 @@ TEST_CASE("invariance: a control whose failure model does not apply does not dri
   if (dtype == DType::fp32) CHECK(result.verdict == Verdict::pass);
 }
 
-TEST_CASE("invariance: the token-reduction CPU controls drift in their reduction", "[runner][invariance]") {
+TEST_CASE("invariance: the token-reduction CPU controls drift in their reduction",
+          "[runner][invariance]") {
   World world;
   Runner runner(world.registry, world.contract);
   const auto control = GENERATE(as<std::pair<std::string, std::string>>{},
@@ -258,16 +264,19 @@ TEST_CASE("invariance: the token-reduction CPU controls drift in their reduction
   CHECK(drifted_layouts(result).count("pad_right") == 1);
 
   // Forward is not part of its failure model: it neither drifts nor is expected to.
-  CaseResult forward = runner.run_case(make_case(control.first, control.second, Pass::forward, 16, all_layouts));
+  CaseResult forward =
+      runner.run_case(make_case(control.first, control.second, Pass::forward, 16, all_layouts));
   CHECK_FALSE(forward.expected_to_drift);
   CHECK(forward.verdict == Verdict::pass);
 }
 
-TEST_CASE("invariance: an impl that reads pad slots drifts exactly on the padded layouts", "[runner][invariance]") {
+TEST_CASE("invariance: an impl that reads pad slots drifts exactly on the padded layouts",
+          "[runner][invariance]") {
   World world;
   Runner runner(world.registry, world.contract);
   CaseArtifacts artifacts;
-  CaseResult result = runner.run_case(make_case("matmul", "test-reads-pads", Pass::forward, 9, all_layouts), &artifacts);
+  CaseResult result = runner.run_case(
+      make_case("matmul", "test-reads-pads", Pass::forward, 9, all_layouts), &artifacts);
   INFO(result.reason);
   REQUIRE(result.verdict == Verdict::drift);
   CHECK(drifted_layouts(result) == std::set<std::string>{"pad_left", "pad_right", "ragged"});
@@ -279,10 +288,12 @@ TEST_CASE("invariance: an impl that reads pad slots drifts exactly on the padded
   }
 }
 
-TEST_CASE("determinism: an impl that changes its output on every second run is nondeterministic", "[runner][determinism]") {
+TEST_CASE("determinism: an impl that changes its output on every second run is nondeterministic",
+          "[runner][determinism]") {
   World world;
   Runner runner(world.registry, world.contract);
-  CaseResult result = runner.run_case(make_case("matmul", "test-flaky", Pass::forward, 3, {"alone"}));
+  CaseResult result =
+      runner.run_case(make_case("matmul", "test-flaky", Pass::forward, 3, {"alone"}));
   INFO(result.reason);
   REQUIRE(result.verdict == Verdict::nondeterministic);
   REQUIRE(result.nondeterminism.size() == 1);
@@ -301,7 +312,8 @@ TEST_CASE("accuracy: an invariant impl that is 3% off is inaccurate", "[runner][
   World world;
   Runner runner(world.registry, world.contract);
   const DType dtype = GENERATE(DType::bf16, DType::fp16, DType::fp32);
-  CaseResult result = runner.run_case(make_case("matmul", "test-off-by-3-percent", Pass::forward, 5, all_layouts, dtype));
+  CaseResult result = runner.run_case(
+      make_case("matmul", "test-off-by-3-percent", Pass::forward, 5, all_layouts, dtype));
   INFO(result.reason);
   REQUIRE(result.verdict == Verdict::inaccurate);
   CHECK(result.drift.empty());
@@ -351,7 +363,8 @@ TEST_CASE("the canonical fingerprint depends on the bits, not on the run", "[run
 TEST_CASE("an impl that throws comes out error with its message", "[runner][error]") {
   World world;
   Runner runner(world.registry, world.contract);
-  CaseResult result = runner.run_case(make_case("matmul", "test-throws", Pass::forward, 3, all_layouts));
+  CaseResult result =
+      runner.run_case(make_case("matmul", "test-throws", Pass::forward, 3, all_layouts));
   CHECK(result.verdict == Verdict::error);
   CHECK_THAT(result.reason, Catch::Contains("launch failed: test device on fire"));
   CHECK(case_to_json(result)["reason"] == result.reason);
@@ -360,25 +373,32 @@ TEST_CASE("an impl that throws comes out error with its message", "[runner][erro
 TEST_CASE("skips say why: unsupported pass, unavailable backend", "[runner][skip]") {
   World world;
   Runner runner(world.registry, world.contract);
-  CaseResult backward = runner.run_case(make_case("matmul", "test-flaky", Pass::backward, 3, all_layouts));
+  CaseResult backward =
+      runner.run_case(make_case("matmul", "test-flaky", Pass::backward, 3, all_layouts));
   CHECK(backward.verdict == Verdict::skipped);
   CHECK_THAT(backward.reason, Catch::Contains("no backward pass"));
-  CaseResult elsewhere = runner.run_case(make_case("matmul", "test-other-backend", Pass::forward, 3, all_layouts));
+  CaseResult elsewhere =
+      runner.run_case(make_case("matmul", "test-other-backend", Pass::forward, 3, all_layouts));
   CHECK(elsewhere.verdict == Verdict::skipped);
-  CHECK_THAT(elsewhere.reason, Catch::Contains("backend unavailable") && Catch::Contains("test-accelerator"));
+  CHECK_THAT(elsewhere.reason,
+             Catch::Contains("backend unavailable") && Catch::Contains("test-accelerator"));
 }
 
-TEST_CASE("a control that passes is reported as a failure of the harness itself", "[runner][summary]") {
+TEST_CASE("a control that passes is reported as a failure of the harness itself",
+          "[runner][summary]") {
   World world;
   Runner runner(world.registry, world.contract);
-  CaseResult honest = runner.run_case(make_case("matmul", "cpu-fixed-order", Pass::forward, 7, all_layouts));
-  CaseResult blind = runner.run_case(make_case("matmul", "test-invariant-control", Pass::forward, 7, all_layouts));
+  CaseResult honest =
+      runner.run_case(make_case("matmul", "cpu-fixed-order", Pass::forward, 7, all_layouts));
+  CaseResult blind =
+      runner.run_case(make_case("matmul", "test-invariant-control", Pass::forward, 7, all_layouts));
   REQUIRE(honest.verdict == Verdict::pass);
   REQUIRE(blind.is_control);
   REQUIRE(blind.verdict == Verdict::pass);
   Summary summary = summarize({honest, blind}, world.op_order);
   REQUIRE(summary.harness_failures.size() == 1);
-  CHECK_THAT(summary.harness_failures[0], Catch::Contains("test-invariant-control") && Catch::Contains("lost its sight"));
+  CHECK_THAT(summary.harness_failures[0],
+             Catch::Contains("test-invariant-control") && Catch::Contains("lost its sight"));
   CHECK(summary.exit_code == 1);
   REQUIRE(summary.controls.size() == 1);
   CHECK(summary.controls[0].lost_sight());
@@ -395,7 +415,8 @@ TEST_CASE("exit codes: 0 all pass (controls drifting), 1 findings, 3 errors", "[
       results.push_back(runner.run_case(make_case(op, "cpu-fixed-order", pass, 7, all_layouts)));
     }
   }
-  results.push_back(runner.run_case(make_case("matmul", "cpu-split-k-by-rows", Pass::forward, 7, all_layouts)));
+  results.push_back(
+      runner.run_case(make_case("matmul", "cpu-split-k-by-rows", Pass::forward, 7, all_layouts)));
   REQUIRE(results.back().verdict == Verdict::drift);
 
   Summary all_pass = summarize(results, world.op_order);
@@ -408,7 +429,8 @@ TEST_CASE("exit codes: 0 all pass (controls drifting), 1 findings, 3 errors", "[
   CHECK_FALSE(all_pass.first_failing_op.has_value());
 
   std::vector<CaseResult> with_finding = results;
-  with_finding.push_back(runner.run_case(make_case("matmul", "test-off-by-3-percent", Pass::forward, 3, all_layouts)));
+  with_finding.push_back(
+      runner.run_case(make_case("matmul", "test-off-by-3-percent", Pass::forward, 3, all_layouts)));
   Summary finding = summarize(with_finding, world.op_order);
   CHECK(finding.exit_code == 1);
   REQUIRE(finding.first_failing_op.has_value());
@@ -416,6 +438,7 @@ TEST_CASE("exit codes: 0 all pass (controls drifting), 1 findings, 3 errors", "[
   CHECK(*finding.first_failing_case == with_finding.back().spec.id());
 
   std::vector<CaseResult> with_error = with_finding;
-  with_error.push_back(runner.run_case(make_case("matmul", "test-throws", Pass::forward, 3, all_layouts)));
+  with_error.push_back(
+      runner.run_case(make_case("matmul", "test-throws", Pass::forward, 3, all_layouts)));
   CHECK(summarize(with_error, world.op_order).exit_code == 3);
 }

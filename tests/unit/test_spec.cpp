@@ -1,9 +1,8 @@
 // Sweep specs: the embedded default parses; every bad spec or command-line override is BadInput
 // with file, JSON path and expectation; expansion is the cartesian product; an out-of-scope dtype
 // expands to cases the runner skips with the contract's reason.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <functional>
 #include <map>
 #include <set>
@@ -70,7 +69,7 @@ TEST_CASE("a spec expands to the cartesian product of its axes", "[spec]") {
   const OpSweep& matmul = spec.ops[0];
   const OpSweep& rmsnorm = spec.ops[1];
   CHECK(matmul.op == "matmul");
-  CHECK(matmul.dtypes == std::vector<std::string>{"bf16"});  // from defaults
+  CHECK(matmul.dtypes == std::vector<std::string>{"bf16"});           // from defaults
   CHECK(rmsnorm.dtypes == std::vector<std::string>{"fp32", "bf16"});  // per-op override
   CHECK(rmsnorm.layouts == std::vector<std::string>{"alone", "batch", "pad_left"});
   CHECK(matmul.layouts.size() == 7);  // default: every layout
@@ -80,7 +79,8 @@ TEST_CASE("a spec expands to the cartesian product of its axes", "[spec]") {
   overrides.backend = "cpu";
   std::vector<CaseSpec> cases = expand_cases(spec, world.registry, overrides);
   std::size_t cpu_rmsnorm_impls = 0;
-  for (Impl* impl : world.registry.impls("rmsnorm")) cpu_rmsnorm_impls += impl->backend() == "cpu" ? 1 : 0;
+  for (Impl* impl : world.registry.impls("rmsnorm"))
+    cpu_rmsnorm_impls += impl->backend() == "cpu" ? 1 : 0;
   // matmul: 1 impl x 1 dtype x 2 passes x 1 shape x 2 batches x 2 seeds
   // rmsnorm: impls x 2 dtypes x 2 passes x 2 shapes x 2 batches x 2 seeds
   CHECK(cases.size() == 8 + cpu_rmsnorm_impls * 32);
@@ -108,15 +108,19 @@ TEST_CASE("a spec expands to the cartesian product of its axes", "[spec]") {
 TEST_CASE("the options --pass and --dtype narrow each entry and never duplicate a case", "[spec]") {
   World world;
   // Two entries over one shape, one forward-only and one backward-only, the second bf16 only (as
-  // sweeps/gpu.json's matmul and matmul-backward): --pass forward keeps only the first; --dtype fp16
-  // drops the bf16-only entry; --batch giving both entries the same M still runs each case once.
+  // sweeps/gpu.json's matmul and matmul-backward): --pass forward keeps only the first; --dtype
+  // fp16 drops the bf16-only entry; --batch giving both entries the same M still runs each case
+  // once.
   nlohmann::json document = {
       {"schema_version", 1},
       {"defaults", {{"dtypes", {"bf16", "fp16"}}, {"batches", {1, 3}}}},
       {"ops",
        {{"matmul", {{"passes", {"forward"}}, {"shapes", {{{"N", 8}, {"K", 16}}}}}},
         {"matmul-backward",
-         {{"op", "matmul"}, {"passes", {"backward"}}, {"dtypes", {"bf16"}}, {"shapes", {{{"N", 8}, {"K", 16}}}}}}}}};
+         {{"op", "matmul"},
+          {"passes", {"backward"}},
+          {"dtypes", {"bf16"}},
+          {"shapes", {{{"N", 8}, {"K", 16}}}}}}}}};
   SweepSpec spec = parse_sweep_spec(document, "narrowing.json", world.registry, world.contract);
   SweepOverrides overrides;
   overrides.backend = "cpu";
@@ -124,13 +128,15 @@ TEST_CASE("the options --pass and --dtype narrow each entry and never duplicate 
 
   SweepOverrides forward = overrides;
   forward.passes = {"forward"};
-  auto forward_cases = expand_cases(apply_overrides(spec, forward, world.registry, world.contract), world.registry, forward);
+  auto forward_cases = expand_cases(apply_overrides(spec, forward, world.registry, world.contract),
+                                    world.registry, forward);
   CHECK(forward_cases.size() == 4);  // 2 dtypes x 2 batches, from the forward entry only
   for (const auto& c : forward_cases) CHECK(c.pass == Pass::forward);
 
   SweepOverrides fp16 = overrides;
   fp16.dtypes = {"fp16"};
-  auto fp16_cases = expand_cases(apply_overrides(spec, fp16, world.registry, world.contract), world.registry, fp16);
+  auto fp16_cases = expand_cases(apply_overrides(spec, fp16, world.registry, world.contract),
+                                 world.registry, fp16);
   CHECK(fp16_cases.size() == 2);  // the backward entry runs bf16 only
   for (const auto& c : fp16_cases) CHECK((c.dtype_name == "fp16" && c.pass == Pass::forward));
 
@@ -140,7 +146,8 @@ TEST_CASE("the options --pass and --dtype narrow each entry and never duplicate 
   CHECK_THROWS_AS(apply_overrides(spec, backward_fp16, world.registry, world.contract), BadInput);
 
   // The same entry listed twice: each case once, indices dense.
-  document["ops"]["matmul-again"] = {{"op", "matmul"}, {"passes", {"forward"}}, {"shapes", {{{"N", 8}, {"K", 16}}}}};
+  document["ops"]["matmul-again"] = {
+      {"op", "matmul"}, {"passes", {"forward"}}, {"shapes", {{{"N", 8}, {"K", 16}}}}};
   SweepSpec twice = parse_sweep_spec(document, "narrowing.json", world.registry, world.contract);
   auto cases = expand_cases(twice, world.registry, overrides);
   std::set<std::string> ids;
@@ -193,7 +200,8 @@ TEST_CASE("spec documents with bad structure are BadInput at the right path", "[
       {R"([1, 2])", "$", "an object"},
       {R"({"ops": {"matmul": {"shapes": [{"N": 8, "K": 16}]}}})", "$.schema_version", "missing"},
       {R"({"schema_version": 1, "ops": {}})", "$.ops", "at least one op"},
-      {R"({"schema_version": 1, "ops": {"matmul": {"shapes": []}}})", "$.ops.matmul.shapes", "non-empty"},
+      {R"({"schema_version": 1, "ops": {"matmul": {"shapes": []}}})", "$.ops.matmul.shapes",
+       "non-empty"},
       {R"({"schema_version": 1, "ops": {"matmul": {"shapes": [{"N": 8, "K": 16, "H": 4}]}}})",
        "$.ops.matmul.shapes[0].H", "no such dim"},
       {R"({"schema_version": 1, "ops": {"matmul": {"shapes": [{"N": 0, "K": 16}]}}})",
@@ -212,7 +220,8 @@ TEST_CASE("spec documents with bad structure are BadInput at the right path", "[
   for (const auto& bad : cases) {
     INFO(bad.text);
     try {
-      parse_sweep_spec(nlohmann::json::parse(bad.text), "inline.json", world.registry, world.contract);
+      parse_sweep_spec(nlohmann::json::parse(bad.text), "inline.json", world.registry,
+                       world.contract);
       FAIL_CHECK("spec accepted");
     } catch (const BadInput& error) {
       CHECK(error.file() == "inline.json");
@@ -244,7 +253,8 @@ TEST_CASE("an unknown impl in the spec defaults is BadInput", "[spec]") {
     FAIL("spec with an unknown default impl accepted");
   } catch (const BadInput& error) {
     CHECK(error.file() == path);
-    CHECK_THAT(error.json_path(), Catch::StartsWith("$.defaults.impls") || Catch::StartsWith("$.ops.matmul"));
+    CHECK_THAT(error.json_path(),
+               Catch::StartsWith("$.defaults.impls") || Catch::StartsWith("$.ops.matmul"));
   }
 }
 
@@ -258,8 +268,13 @@ TEST_CASE("bad command-line overrides are BadInput naming the flag", "[spec]") {
   };
   const std::vector<Case> cases = {
       {"--batch", [](SweepOverrides& o) { o.batches = {0}; }, "got 0"},
-      {"--batch", [](SweepOverrides& o) { o.batches = {1, -3}; }, "got -3"},
-      {"--batch", [](SweepOverrides& o) { o.batches = {(1 << 20) + 1}; }, "a batch size in [1, 1048576]"},
+      {"--batch",
+       [](SweepOverrides& o) {
+         o.batches = {1, -3};
+       },
+       "got -3"},
+      {"--batch", [](SweepOverrides& o) { o.batches = {(1 << 20) + 1}; },
+       "a batch size in [1, 1048576]"},
       {"--dtype", [](SweepOverrides& o) { o.dtypes = {"fp64"}; }, "got \"fp64\""},
       {"--op", [](SweepOverrides& o) { o.ops = {"nope"}; }, "got \"nope\""},
       {"--impl", [](SweepOverrides& o) { o.impls = {"nope"}; }, "got \"nope\""},
@@ -283,7 +298,8 @@ TEST_CASE("bad command-line overrides are BadInput naming the flag", "[spec]") {
   }
 }
 
-TEST_CASE("an out-of-scope dtype expands to cases skipped with the contract's reason", "[spec][runner]") {
+TEST_CASE("an out-of-scope dtype expands to cases skipped with the contract's reason",
+          "[spec][runner]") {
   World world;
   SweepSpec spec = load_sweep_spec(data_dir + "spec_fp8.json", world.registry, world.contract);
   std::vector<CaseSpec> cases = expand_cases(spec, world.registry, SweepOverrides{});
@@ -347,7 +363,8 @@ TEST_CASE("shard cost: a chain case costs what its calls cost", "[spec][shard]")
   SweepOverrides overrides;
   overrides.backend = "cpu";
   overrides.ops = {"chain"};
-  auto cases = expand_cases(apply_overrides(spec, overrides, world.registry, world.contract), world.registry, overrides);
+  auto cases = expand_cases(apply_overrides(spec, overrides, world.registry, world.contract),
+                            world.registry, overrides);
   REQUIRE_FALSE(cases.empty());
   const OpDef* chain = world.registry.find_op("chain");
   REQUIRE(chain->parts);
@@ -368,7 +385,8 @@ TEST_CASE("shards keep an input group together unless it outweighs a shard", "[s
   const auto all = expand_cases(narrowed, world.registry, overrides);
   // Impls of one input group are adjacent in the unsharded order.
   for (std::size_t i = 1; i + 1 < all.size(); ++i) {
-    if (all[i - 1].input_group() == all[i + 1].input_group()) CHECK(all[i].input_group() == all[i - 1].input_group());
+    if (all[i - 1].input_group() == all[i + 1].input_group())
+      CHECK(all[i].input_group() == all[i - 1].input_group());
   }
   const int shards = 3;
   std::map<std::string, std::set<int>> shards_of_group;
@@ -394,7 +412,8 @@ TEST_CASE("shards keep an input group together unless it outweighs a shard", "[s
   std::set<std::string> seen;
   for (int s = 0; s < 64; ++s) {
     many.shard_index = s;
-    for (const auto& c : expand_cases(narrowed, world.registry, many)) CHECK(seen.insert(c.id()).second);
+    for (const auto& c : expand_cases(narrowed, world.registry, many))
+      CHECK(seen.insert(c.id()).second);
   }
   CHECK(seen.size() == all.size());
 }

@@ -3,7 +3,6 @@
 // batch, index inputs untouched), the accuracy rules for non-finite values, the contract section,
 // the spec field, and invariance catching a NaN payload that differs between layouts.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -18,8 +17,8 @@
 #include "bitcheck/layout.h"
 #include "bitcheck/rng.h"
 #include "bitcheck/runner.h"
-#include "bitcheck/special_values.h"
 #include "bitcheck/spec.h"
+#include "bitcheck/special_values.h"
 #include "unit/case_support.h"
 
 using namespace bitcheck;
@@ -40,7 +39,9 @@ class NanCanonicalizingCast : public Impl {
   std::string name() const override { return "test-canonical-nan-in-batches"; }
   std::string backend() const override { return "cpu"; }
   bool claims_invariance() const override { return true; }
-  std::string description() const override { return "test-only cast that quiets NaN payloads in batches"; }
+  std::string description() const override {
+    return "test-only cast that quiets NaN payloads in batches";
+  }
   bool supports(Pass pass) const override { return pass == Pass::forward; }
   void run(Batch& batch) override {
     const Tensor& x = batch.in("x");
@@ -77,8 +78,9 @@ World& world() {
   return instance;
 }
 
-CaseSpec make_case(const std::string& op, const std::string& impl, DType dtype, Pass pass, Dims dims,
-                   std::int64_t rows, double special_values = default_special_value_rate) {
+CaseSpec make_case(const std::string& op, const std::string& impl, DType dtype, Pass pass,
+                   Dims dims, std::int64_t rows,
+                   double special_values = default_special_value_rate) {
   CaseSpec spec;
   spec.op = op;
   spec.impl = impl;
@@ -100,17 +102,19 @@ CaseResult run_case(const CaseSpec& spec, CaseArtifacts* artifacts = nullptr) {
 
 std::string describe(const CaseResult& result) {
   std::string text = to_string(result.verdict) + " " + result.reason;
-  for (const auto& drift : result.drift) text += " [drift " + drift.layout + " " + drift.tensor + "]";
+  for (const auto& drift : result.drift)
+    text += " [drift " + drift.layout + " " + drift.tensor + "]";
   for (const auto& a : result.accuracy) {
-    text += " {" + a.tensor + " violations " + std::to_string(a.violations) + " nan " + std::to_string(a.nan_count) +
-            " matched " + std::to_string(a.nonfinite_matched) + "}";
+    text += " {" + a.tensor + " violations " + std::to_string(a.violations) + " nan " +
+            std::to_string(a.nan_count) + " matched " + std::to_string(a.nonfinite_matched) + "}";
   }
   return text;
 }
 
 }  // namespace
 
-TEST_CASE("special values are a pure function of (seed, tensor name, row, column)", "[special_values]") {
+TEST_CASE("special values are a pure function of (seed, tensor name, row, column)",
+          "[special_values]") {
   const std::uint64_t x = hash_name("x");
   std::int64_t differ_by_seed = 0, differ_by_name = 0, selected = 0;
   for (std::int64_t row = 0; row < 64; ++row) {
@@ -121,7 +125,8 @@ TEST_CASE("special values are a pure function of (seed, tensor name, row, column
       CHECK(a.bits == again.bits);
       selected += a.kind != SpecialValue::none;
       differ_by_seed += a.kind != special_value_at(DType::bf16, 8, x, row, column, 0.25).kind;
-      differ_by_name += a.kind != special_value_at(DType::bf16, 7, hash_name("dy"), row, column, 0.25).kind;
+      differ_by_name +=
+          a.kind != special_value_at(DType::bf16, 7, hash_name("dy"), row, column, 0.25).kind;
       CHECK(special_value_at(DType::bf16, 7, x, row, column, 0.0).kind == SpecialValue::none);
     }
   }
@@ -130,7 +135,8 @@ TEST_CASE("special values are a pure function of (seed, tensor name, row, column
   CHECK(differ_by_name > 0);
 }
 
-TEST_CASE("the mix: the rate, every kind, four NaN payloads, NaN and Inf only in some rows", "[special_values]") {
+TEST_CASE("the mix: the rate, every kind, four NaN payloads, NaN and Inf only in some rows",
+          "[special_values]") {
   const DType dtype = GENERATE(DType::bf16, DType::fp16, DType::fp32);
   INFO(to_string(dtype));
   const double rate = 1.0 / 16;
@@ -147,7 +153,8 @@ TEST_CASE("the mix: the rate, every kind, four NaN payloads, NaN and Inf only in
       if (e.kind == SpecialValue::none) continue;
       CHECK(classify_bits(dtype, e.bits) == e.kind);  // the bits are what the kind says
       if (dtype_size(dtype) == 2) CHECK(e.bits <= 0xffffu);
-      const bool finite = e.kind == SpecialValue::subnormal || e.kind == SpecialValue::negative_zero;
+      const bool finite =
+          e.kind == SpecialValue::subnormal || e.kind == SpecialValue::negative_zero;
       if (!finite) CHECK(allows_nonfinite);
       if (e.kind == SpecialValue::nan) nan_payloads.insert(e.bits);
       if (e.kind == SpecialValue::subnormal) subnormals.insert(e.bits);
@@ -156,8 +163,9 @@ TEST_CASE("the mix: the rate, every kind, four NaN payloads, NaN and Inf only in
   const double total = static_cast<double>(rows * columns);
   const double special = total - static_cast<double>(counts[SpecialValue::none]);
   CHECK(special / total == Approx(rate).epsilon(0.05));
-  for (SpecialValue kind : {SpecialValue::nan, SpecialValue::positive_infinity, SpecialValue::negative_infinity,
-                            SpecialValue::subnormal, SpecialValue::negative_zero}) {
+  for (SpecialValue kind :
+       {SpecialValue::nan, SpecialValue::positive_infinity, SpecialValue::negative_infinity,
+        SpecialValue::subnormal, SpecialValue::negative_zero}) {
     INFO(to_string(kind));
     CHECK(counts[kind] > 100);
   }
@@ -182,12 +190,18 @@ TEST_CASE("classify_bits knows each dtype's special bit patterns", "[special_val
   CHECK(classify_bits(DType::fp32, 0x007fffffu) == SpecialValue::subnormal);
 }
 
-TEST_CASE("a case's row inputs hold the special values, the same in every batch - index inputs are untouched",
-          "[special_values][runner]") {
+TEST_CASE(
+    "a case's row inputs hold the special values, the same in every batch - index inputs are "
+    "untouched",
+    "[special_values][runner]") {
   SECTION("float row inputs: exactly the generator's choices, whatever the batch size") {
     CaseArtifacts small, large;
-    CaseResult a = run_case(make_case("rmsnorm", "cpu-fixed-order", DType::bf16, Pass::backward, {{"H", 64}}, 7), &small);
-    CaseResult b = run_case(make_case("rmsnorm", "cpu-fixed-order", DType::bf16, Pass::backward, {{"H", 64}}, 33), &large);
+    CaseResult a = run_case(
+        make_case("rmsnorm", "cpu-fixed-order", DType::bf16, Pass::backward, {{"H", 64}}, 7),
+        &small);
+    CaseResult b = run_case(
+        make_case("rmsnorm", "cpu-fixed-order", DType::bf16, Pass::backward, {{"H", 64}}, 33),
+        &large);
     INFO(describe(a) << " / " << describe(b));
     REQUIRE(a.verdict == Verdict::pass);
     REQUIRE(b.verdict == Verdict::pass);
@@ -199,7 +213,8 @@ TEST_CASE("a case's row inputs hold the special values, the same in every batch 
         for (std::int64_t column = 0; column < 64; ++column) {
           const std::int64_t i = row * 64 + column;
           CHECK(x7.bits(i) == x33.bits(i));  // a logical row is the same in a batch of 7 and of 33
-          SpecialElement e = special_value_at(DType::bf16, 3, hash_name(name), row, column, default_special_value_rate);
+          SpecialElement e = special_value_at(DType::bf16, 3, hash_name(name), row, column,
+                                              default_special_value_rate);
           if (e.kind == SpecialValue::none) {
             CHECK(classify_bits(DType::bf16, x7.bits(i)) == SpecialValue::none);
           } else {
@@ -217,9 +232,10 @@ TEST_CASE("a case's row inputs hold the special values, the same in every batch 
   SECTION("embedding ids stay valid indices; its dout gets special values") {
     CaseArtifacts artifacts;
     const std::int64_t vocab = 50;
-    CaseResult result = run_case(make_case("embedding", "cpu-fixed-order", DType::bf16, Pass::backward,
-                                           {{"V", vocab}, {"H", 64}}, 33, max_special_value_rate),
-                                 &artifacts);
+    CaseResult result =
+        run_case(make_case("embedding", "cpu-fixed-order", DType::bf16, Pass::backward,
+                           {{"V", vocab}, {"H", 64}}, 33, max_special_value_rate),
+                 &artifacts);
     INFO(describe(result));
     CHECK(result.verdict == Verdict::pass);
     const Tensor& ids = artifacts.inputs.at("ids");
@@ -229,15 +245,18 @@ TEST_CASE("a case's row inputs hold the special values, the same in every batch 
     }
     std::int64_t special = 0;
     const Tensor& dout = artifacts.inputs.at("dout");
-    for (std::int64_t i = 0; i < dout.numel(); ++i) special += classify_bits(DType::bf16, dout.bits(i)) != SpecialValue::none;
+    for (std::int64_t i = 0; i < dout.numel(); ++i)
+      special += classify_bits(DType::bf16, dout.bits(i)) != SpecialValue::none;
     CHECK(special > 0);
   }
 }
 
-TEST_CASE("with special values the invariant CPU impls pass, NaN rows included, and controls still drift",
-          "[special_values][runner]") {
+TEST_CASE(
+    "with special values the invariant CPU impls pass, NaN rows included, and controls still drift",
+    "[special_values][runner]") {
   SECTION("rmsnorm spreads a NaN to the whole row, as the reference does") {
-    CaseResult result = run_case(make_case("rmsnorm", "cpu-fixed-order", DType::bf16, Pass::forward, {{"H", 256}}, 33));
+    CaseResult result = run_case(
+        make_case("rmsnorm", "cpu-fixed-order", DType::bf16, Pass::forward, {{"H", 256}}, 33));
     INFO(describe(result));
     CHECK(result.verdict == Verdict::pass);
     REQUIRE_FALSE(result.accuracy.empty());
@@ -245,25 +264,29 @@ TEST_CASE("with special values the invariant CPU impls pass, NaN rows included, 
     CHECK(result.accuracy[0].nan_count == 0);
   }
   SECTION("matmul: Inf and NaN reach the output; the split-K control still drifts") {
-    CaseResult fixed = run_case(make_case("matmul", "cpu-fixed-order", DType::bf16, Pass::forward, {{"N", 16}, {"K", 128}}, 33));
+    CaseResult fixed = run_case(make_case("matmul", "cpu-fixed-order", DType::bf16, Pass::forward,
+                                          {{"N", 16}, {"K", 128}}, 33));
     INFO(describe(fixed));
     CHECK(fixed.verdict == Verdict::pass);
     CHECK(fixed.accuracy.at(0).nonfinite_matched > 0);
-    CaseResult control = run_case(make_case("matmul", "cpu-split-k-by-rows", DType::bf16, Pass::forward, {{"N", 16}, {"K", 128}}, 33));
+    CaseResult control = run_case(make_case("matmul", "cpu-split-k-by-rows", DType::bf16,
+                                            Pass::forward, {{"N", 16}, {"K", 128}}, 33));
     INFO(describe(control));
     CHECK(control.verdict == Verdict::drift);
   }
   SECTION("the case id and the report say special values were on") {
-    CaseSpec spec = make_case("rmsnorm", "cpu-fixed-order", DType::bf16, Pass::forward, {{"H", 256}}, 3);
+    CaseSpec spec =
+        make_case("rmsnorm", "cpu-fixed-order", DType::bf16, Pass::forward, {{"H", 256}}, 3);
     CHECK_THAT(spec.id(), Catch::EndsWith("/seed=3/special=0.03125"));
     spec.special_values = 0;
     CHECK_THAT(spec.id(), Catch::EndsWith("/seed=3"));
   }
 }
 
-TEST_CASE("invariance catches a NaN payload that depends on the batch", "[special_values][runner][invariance]") {
-  CaseSpec spec = make_case("cast", "test-canonical-nan-in-batches", DType::bf16, Pass::forward, {{"H", 64}}, 16,
-                            max_special_value_rate);
+TEST_CASE("invariance catches a NaN payload that depends on the batch",
+          "[special_values][runner][invariance]") {
+  CaseSpec spec = make_case("cast", "test-canonical-nan-in-batches", DType::bf16, Pass::forward,
+                            {{"H", 64}}, 16, max_special_value_rate);
   CaseResult result = run_case(spec);
   INFO(describe(result));
   REQUIRE(result.verdict == Verdict::drift);
@@ -273,9 +296,10 @@ TEST_CASE("invariance catches a NaN payload that depends on the batch", "[specia
     const Mismatch& first = *drift.first_mismatch;
     CHECK(drift.tensor == "y32");
     // Both sides NaN: only the payload differs, and it is still drift.
-    nan_payload_finding = nan_payload_finding || (std::isnan(float_from_bits(first.expected_bits)) &&
-                                                  std::isnan(float_from_bits(first.actual_bits)) &&
-                                                  first.expected_bits != first.actual_bits);
+    nan_payload_finding =
+        nan_payload_finding || (std::isnan(float_from_bits(first.expected_bits)) &&
+                                std::isnan(float_from_bits(first.actual_bits)) &&
+                                first.expected_bits != first.actual_bits);
   }
   CHECK(nan_payload_finding);
   // Accuracy alone would not have seen it: every NaN sits where the reference has one.
@@ -306,7 +330,8 @@ TEST_CASE("accuracy under the special-value rules", "[special_values][accuracy]"
   SECTION("a reference NaN the output does not reproduce fails, naming it") {
     Tensor reference = from_values(DType::fp32, 1, {1.0f, nan});
     Tensor actual = from_values(DType::fp32, 1, {1.0f, 0.0f});
-    AccuracyMetrics metrics = check_accuracy("y", actual, rows, reference, ids, 1e9, 1e9, {}, special);
+    AccuracyMetrics metrics =
+        check_accuracy("y", actual, rows, reference, ids, 1e9, 1e9, {}, special);
     CHECK_FALSE(metrics.passed());
     CHECK(metrics.nan_count == 1);
     REQUIRE(metrics.worst.has_value());
@@ -316,30 +341,41 @@ TEST_CASE("accuracy under the special-value rules", "[special_values][accuracy]"
   SECTION("an output NaN where the reference is finite fails") {
     Tensor reference = from_values(DType::fp32, 1, {1.0f, 2.0f});
     Tensor actual = from_values(DType::fp32, 1, {1.0f, nan});
-    AccuracyMetrics metrics = check_accuracy("y", actual, rows, reference, ids, 1e9, 1e9, {}, special);
+    AccuracyMetrics metrics =
+        check_accuracy("y", actual, rows, reference, ids, 1e9, 1e9, {}, special);
     CHECK_FALSE(metrics.passed());
     CHECK(metrics.nan_count == 1);
   }
   SECTION("a reference infinity must be the same infinity") {
     Tensor reference = from_values(DType::fp32, 1, {inf, -inf});
-    CHECK(check_accuracy("y", from_values(DType::fp32, 1, {inf, -inf}), rows, reference, ids, 0, 0, {}, special).passed());
-    CHECK(check_accuracy("y", from_values(DType::fp32, 1, {inf, -inf}), rows, reference, ids, 0, 0, {}, special)
+    CHECK(check_accuracy("y", from_values(DType::fp32, 1, {inf, -inf}), rows, reference, ids, 0, 0,
+                         {}, special)
+              .passed());
+    CHECK(check_accuracy("y", from_values(DType::fp32, 1, {inf, -inf}), rows, reference, ids, 0, 0,
+                         {}, special)
               .nonfinite_matched == 2);
-    CHECK_FALSE(check_accuracy("y", from_values(DType::fp32, 1, {-inf, -inf}), rows, reference, ids, 1e30, 1e30, {}, special).passed());
-    CHECK_FALSE(check_accuracy("y", from_values(DType::fp32, 1, {3e38f, -inf}), rows, reference, ids, 1e30, 1e30, {}, special).passed());
-    CHECK_FALSE(check_accuracy("y", from_values(DType::fp32, 1, {nan, -inf}), rows, reference, ids, 1e30, 1e30, {}, special).passed());
+    CHECK_FALSE(check_accuracy("y", from_values(DType::fp32, 1, {-inf, -inf}), rows, reference, ids,
+                               1e30, 1e30, {}, special)
+                    .passed());
+    CHECK_FALSE(check_accuracy("y", from_values(DType::fp32, 1, {3e38f, -inf}), rows, reference,
+                               ids, 1e30, 1e30, {}, special)
+                    .passed());
+    CHECK_FALSE(check_accuracy("y", from_values(DType::fp32, 1, {nan, -inf}), rows, reference, ids,
+                               1e30, 1e30, {}, special)
+                    .passed());
   }
   SECTION("an output infinity where the reference is finite fails") {
     Tensor reference = from_values(DType::fp32, 1, {3e38f, 1.0f});
-    AccuracyMetrics metrics = check_accuracy("y", from_values(DType::fp32, 1, {inf, 1.0f}), rows, reference, ids,
-                                             1e30, 1e30, {}, special);
+    AccuracyMetrics metrics = check_accuracy("y", from_values(DType::fp32, 1, {inf, 1.0f}), rows,
+                                             reference, ids, 1e30, 1e30, {}, special);
     CHECK_FALSE(metrics.passed());
     CHECK(metrics.violations == 1);
   }
   SECTION("finite positions keep the threshold; -0 equals +0") {
     Tensor reference = from_values(DType::fp32, 1, {nan, 0.0f, 2.0f});
     Tensor actual = from_bits(DType::fp32, 1, {0x7fc00000u, 0x80000000u, float_bits(2.5f)});
-    AccuracyMetrics metrics = check_accuracy("y", actual, rows, reference, ids, 0.25, 0.0, {}, special);
+    AccuracyMetrics metrics =
+        check_accuracy("y", actual, rows, reference, ids, 0.25, 0.0, {}, special);
     CHECK_FALSE(metrics.passed());
     CHECK(metrics.violations == 1);  // 2.5 against 2 with atol 0.25; -0 against +0 is no violation
     CHECK(metrics.nonfinite_matched == 1);
@@ -347,7 +383,8 @@ TEST_CASE("accuracy under the special-value rules", "[special_values][accuracy]"
   }
 }
 
-TEST_CASE("the contract's special_values section is read and validated", "[special_values][contract]") {
+TEST_CASE("the contract's special_values section is read and validated",
+          "[special_values][contract]") {
   const Contract& embedded = world().contract;
   CHECK(embedded.special_values.nan == "match_reference_position");
   CHECK(embedded.special_values.infinity == "match_reference_sign");
@@ -364,11 +401,15 @@ TEST_CASE("the contract's special_values section is read and validated", "[speci
   };
   const std::vector<Bad> cases = {
       {[](json& c) { c.erase("special_values"); }, "$.special_values", "missing"},
-      {[](json& c) { c["special_values"]["nan"] = "ignore"; }, "$.special_values.nan", "\"match_reference_position\" or \"never_passes\""},
-      {[](json& c) { c["special_values"]["infinity"] = "any"; }, "$.special_values.infinity", "\"match_reference_sign\""},
+      {[](json& c) { c["special_values"]["nan"] = "ignore"; }, "$.special_values.nan",
+       "\"match_reference_position\" or \"never_passes\""},
+      {[](json& c) { c["special_values"]["infinity"] = "any"; }, "$.special_values.infinity",
+       "\"match_reference_sign\""},
       {[](json& c) { c["special_values"]["finite"] = 1; }, "$.special_values.finite", "a string"},
-      {[](json& c) { c["special_values"]["signed_zero"] = "distinct"; }, "$.special_values.signed_zero", "\"equal\""},
-      {[](json& c) { c["special_values"]["payloads"] = "keep"; }, "$.special_values.payloads", "no such field"},
+      {[](json& c) { c["special_values"]["signed_zero"] = "distinct"; },
+       "$.special_values.signed_zero", "\"equal\""},
+      {[](json& c) { c["special_values"]["payloads"] = "keep"; }, "$.special_values.payloads",
+       "no such field"},
   };
   for (const auto& bad : cases) {
     json document = base;
@@ -389,7 +430,8 @@ TEST_CASE("the contract's special_values section is read and validated", "[speci
     document["special_values"]["nan"] = "never_passes";
     Contract strict = parse_contract(document, "c.json", world().registry);
     Runner runner(world().registry, strict);
-    CaseResult result = runner.run_case(make_case("rmsnorm", "cpu-fixed-order", DType::bf16, Pass::forward, {{"H", 256}}, 33));
+    CaseResult result = runner.run_case(
+        make_case("rmsnorm", "cpu-fixed-order", DType::bf16, Pass::forward, {{"H", 256}}, 33));
     INFO(describe(result));
     CHECK(result.verdict == Verdict::inaccurate);
   }
@@ -424,8 +466,10 @@ TEST_CASE("the spec's special_values field and the command-line rate", "[special
 
   for (const char* bad : {R"("yes")", "0.75", "-0.1"}) {
     INFO(bad);
-    std::string text = std::string(R"({"schema_version": 1, "ops": {"matmul": {"shapes": [{"N": 8, "K": 16}], "special_values": )") +
-                       bad + "}}}";
+    std::string text =
+        std::string(
+            R"({"schema_version": 1, "ops": {"matmul": {"shapes": [{"N": 8, "K": 16}], "special_values": )") +
+        bad + "}}}";
     try {
       parse(text);
       FAIL_CHECK("spec accepted");

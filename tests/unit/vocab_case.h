@@ -15,8 +15,9 @@ using case_support::run;
 using case_support::world;
 
 // This family's cases use seed 5.
-inline bitcheck::CaseSpec make_case(const std::string& op, const std::string& impl, bitcheck::DType dtype,
-                                    bitcheck::Pass pass, bitcheck::Dims dims, std::int64_t rows) {
+inline bitcheck::CaseSpec make_case(const std::string& op, const std::string& impl,
+                                    bitcheck::DType dtype, bitcheck::Pass pass, bitcheck::Dims dims,
+                                    std::int64_t rows) {
   return case_support::make_case(op, impl, dtype, pass, std::move(dims), rows, 5);
 }
 

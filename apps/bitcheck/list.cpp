@@ -1,0 +1,91 @@
+// `bitcheck list`: the ops, impls, dtypes, backends and layouts, as text or JSON.
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "bitcheck/contract.h"
+#include "bitcheck/error.h"
+#include "bitcheck/layout.h"
+#include "bitcheck/op.h"
+#include "commands.h"
+
+namespace bitcheck::cli {
+namespace {
+
+nlohmann::json list_json(const Registry& registry, const Contract& contract) {
+  nlohmann::json j;
+  for (const OpDef* op : registry.ops()) {
+    nlohmann::json op_json = {{"name", op->name},
+                              {"summary", op->summary},
+                              {"dims", op->dim_names},
+                              {"has_backward", op->has_backward},
+                              {"impls", nlohmann::json::array()}};
+    for (Impl* impl : registry.impls(op->name)) {
+      op_json["impls"].push_back({{"name", impl->name()},
+                                  {"backend", impl->backend()},
+                                  {"claims_invariance", impl->claims_invariance()},
+                                  {"description", impl->description()}});
+    }
+    j["ops"].push_back(op_json);
+  }
+  for (const auto& [dtype, status] : contract.dtypes) j["dtypes"][dtype] = to_string(status);
+  for (const auto& backend : registry.backends()) {
+    j["backends"][backend] = {{"available", registry.backend_available(backend)},
+                              {"reason", registry.backend_reason(backend)}};
+  }
+  j["layouts"] = known_layouts();
+  return j;
+}
+
+void print_list_text(const nlohmann::json& j) {
+  std::cout << "ops and impls (* = control, expected to drift):\n";
+  for (const auto& op : j["ops"]) {
+    std::cout << "  " << op["name"].get<std::string>() << "  " << op["summary"].get<std::string>()
+              << "\n";
+    for (const auto& impl : op["impls"]) {
+      std::cout << "    " << (impl["claims_invariance"].get<bool>() ? " " : "*") << " "
+                << op["name"].get<std::string>() << "/" << impl["name"].get<std::string>() << " ["
+                << impl["backend"].get<std::string>() << "] "
+                << impl["description"].get<std::string>() << "\n";
+    }
+  }
+  std::cout << "dtypes:";
+  for (const auto& [dtype, status] : j["dtypes"].items()) {
+    std::cout << " " << dtype << " (" << status.get<std::string>() << ")";
+  }
+  std::cout << "\nbackends:";
+  for (const auto& [name, backend] : j["backends"].items()) {
+    std::cout << " " << name
+              << (backend["available"].get<bool>()
+                      ? " (available)"
+                      : " (unavailable: " + backend["reason"].get<std::string>() + ")");
+  }
+  std::cout << "\nlayouts:";
+  for (const auto& layout : j["layouts"]) std::cout << " " << layout.get<std::string>();
+  std::cout << "\n";
+}
+
+}  // namespace
+
+void add_list_command(CLI::App& app, Context& context) {
+  auto as_json = std::make_shared<bool>(false);
+  auto* command = app.add_subcommand("list", "List ops, impls, dtypes, backends and layouts");
+  command->add_flag("--json", *as_json, "Machine-readable output");
+  auto external = std::make_shared<ExternalImpls>();
+  add_external_impl_options(*command, *external);
+  context.on(
+      command,
+      [as_json](const Registry& registry) {
+        nlohmann::json j = list_json(registry, load_embedded_contract(registry));
+        if (*as_json) {
+          std::cout << j.dump(2) << "\n";
+        } else {
+          print_list_text(j);
+        }
+        return exit_pass;
+      },
+      [external] { return *external; });
+}
+
+}  // namespace bitcheck::cli

@@ -1,0 +1,190 @@
+// `bitcheck sweep`: run a sweep spec and write a report. The flags fill SweepOptions; the few that
+// need checking or reading (seeds, shard, --skip-done reports) are turned into overrides here.
+#include "bitcheck/sweep.h"
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bitcheck/error.h"
+#include "bitcheck/json_input.h"
+#include "bitcheck/special_values.h"
+#include "commands.h"
+
+namespace bitcheck::cli {
+namespace {
+
+// The sweep flags that SweepOptions does not hold as given.
+struct SweepFlags {
+  SweepOptions sweep;
+  std::vector<std::string> seeds;
+  int repeats = 0;
+  CLI::Option* repeats_option = nullptr;
+  bool no_progress = false;
+  std::string shard;
+  std::vector<std::string> skip_done;
+  bool isolate = false, no_isolate = false;
+  bool special_values = false;
+  double special_values_rate = 0;
+  CLI::Option* special_rate_option = nullptr;
+  ExternalImpls external;  // --plugin, --py-impl
+};
+
+void declare_options(CLI::App& command, SweepFlags& flags) {
+  SweepOptions& sweep = flags.sweep;
+  command.add_option("--spec", sweep.spec_path,
+                     "Sweep spec JSON (default: embedded sweeps/default.json)");
+  command.add_option("--contract", sweep.contract_path,
+                     "Contract JSON (default: embedded contract/contract.json)");
+  command.add_option("--op", sweep.overrides.ops, "Ops to run: all, or names (comma-separated)")
+      ->delimiter(',');
+  command.add_option("--impl", sweep.overrides.impls, "Only these impls (comma-separated)")
+      ->delimiter(',');
+  command.add_option("--dtype", sweep.overrides.dtypes, "Override the dtypes (comma-separated)")
+      ->delimiter(',');
+  command.add_option("--pass", sweep.overrides.passes, "forward and/or backward")->delimiter(',');
+  command.add_option("--layout", sweep.overrides.layouts, "Override the layouts (comma-separated)")
+      ->delimiter(',');
+  command
+      .add_option("--batch", sweep.overrides.batches,
+                  "Override the batch sizes M (comma-separated)")
+      ->delimiter(',');
+  command.add_option("--seed", flags.seeds, "Override the seeds (comma-separated)")->delimiter(',');
+  flags.repeats_option = command.add_option("--repeats", flags.repeats,
+                                            "Canonical runs for the determinism check (>= 2)");
+  command.add_option("--backend", sweep.overrides.backend,
+                     "auto (every available backend), cpu or cuda");
+  command.add_option("--out", sweep.out_dir, "Directory for the report (default: out)");
+  command.add_flag("--no-progress", flags.no_progress, "No progress line");
+  command.add_option("--shard", flags.shard,
+                     "Run shard i of n (i/n, 0-based): the cases whose index is i modulo n");
+  command
+      .add_option("--skip-done", flags.skip_done,
+                  "Reports (e.g. interrupted ones) whose checked cases are not run again; merge "
+                  "them with this run's report afterwards")
+      ->check(CLI::ExistingFile);
+  command.add_option("--report-name", sweep.report_name,
+                     "File name of the report in --out (default report.json)");
+  command.add_flag("--yes", sweep.confirmed,
+                   "Run even when the spec expands to more than --max-cases cases");
+  command.add_option("--max-cases", sweep.max_cases,
+                     "Case count above which --yes is required (default 20000)");
+  auto* isolate_flag =
+      command.add_flag("--isolate", flags.isolate,
+                       "Run the cases in a worker process, so a crash or a sticky CUDA error costs "
+                       "only its own case (default when CUDA cases can run)");
+  auto* no_isolate_flag =
+      command.add_flag("--no-isolate", flags.no_isolate, "Run every case in this process")
+          ->excludes(isolate_flag);
+  command
+      .add_option("--case-timeout", sweep.case_timeout_seconds,
+                  "Seconds a case may run before it is `error` and its worker process is killed (a "
+                  "hung kernel); implies --isolate")
+      ->excludes(no_isolate_flag);
+  command.add_flag("--special-values", flags.special_values,
+                   "Mix NaN, +-Inf, subnormals and -0 into float row inputs (1 element in 32)");
+  flags.special_rate_option = command.add_option(
+      "--special-values-rate", flags.special_values_rate,
+      "Special values at this rate in [0, 0.5] (0 turns off what the spec enables)");
+  command
+      .add_option(
+          "--devices", sweep.devices,
+          "Run one shard per listed device in parallel (child processes with CUDA_VISIBLE_DEVICES "
+          "set), merged into one report; on the CPU backend only the parallelism")
+      ->delimiter(',');
+  command.add_option("--pins", sweep.cuda.pin_file,
+                     "cuBLASLt pin directory, or one pin file (default: contract/pins)");
+  command.add_flag("--write-pins", sweep.cuda.write_pins,
+                   "Write pins derived in this run back to the pin table");
+  add_external_impl_options(command, flags.external);
+}
+
+// The command line's plugins and Python impls, then the spec's "plugins" and "py_impls".
+ExternalImpls external_impls(const SweepFlags& flags) {
+  ExternalImpls impls = flags.external;
+  if (flags.sweep.spec_path.empty()) return impls;
+  ExternalImpls of_spec = external_impls_of_spec(flags.sweep.spec_path);
+  impls.plugins.insert(impls.plugins.end(), of_spec.plugins.begin(), of_spec.plugins.end());
+  impls.py_impls.insert(impls.py_impls.end(), of_spec.py_impls.begin(), of_spec.py_impls.end());
+  return impls;
+}
+
+void parse_seeds(const std::vector<std::string>& seeds, std::vector<std::uint64_t>& values) {
+  for (const auto& seed : seeds) {
+    try {
+      std::size_t used = 0;
+      unsigned long long value = std::stoull(seed, &used);
+      if (used != seed.size() || seed[0] == '-') throw std::invalid_argument(seed);
+      values.push_back(value);
+    } catch (const std::exception&) {
+      throw BadInput("command line", "--seed", "a non-negative integer, got \"" + seed + "\"");
+    }
+  }
+}
+
+void parse_shard(const std::string& shard, SweepOverrides& overrides) {
+  auto slash = shard.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument(shard);
+    overrides.shard_index = std::stoi(shard.substr(0, slash));
+    overrides.shard_count = std::stoi(shard.substr(slash + 1));
+  } catch (const std::exception&) {
+    throw BadInput("command line", "--shard", "i/n, e.g. 0/4, got \"" + shard + "\"");
+  }
+}
+
+// The ids of the cases a report checked. A case that ended in error (a fault, an interrupted
+// device) is tried again.
+void add_done_case_ids(const std::string& path, std::set<std::string>& skip_ids) {
+  nlohmann::json done = load_json_file(path);
+  JsonCursor root(done, path);
+  JsonCursor results = root.at("results");
+  results.expect_array(true);
+  for (const auto& c : results.node()) {
+    if (c.is_object() && c.value("verdict", "") != "error" && c.contains("id") &&
+        c["id"].is_string()) {
+      skip_ids.insert(c["id"].get<std::string>());
+    }
+  }
+}
+
+int run(SweepFlags& flags, const Registry& registry) {
+  SweepOptions& sweep = flags.sweep;
+  if (!(sweep.case_timeout_seconds >= 0) || sweep.case_timeout_seconds > 7 * 24 * 3600.0) {
+    throw BadInput("command line", "--case-timeout", "seconds in [0, 604800] (0: no limit)");
+  }
+  sweep.isolation = flags.isolate      ? SweepOptions::Isolation::on
+                    : flags.no_isolate ? SweepOptions::Isolation::off
+                                       : SweepOptions::Isolation::automatic;
+  parse_seeds(flags.seeds, sweep.overrides.seeds);
+  if (flags.repeats_option->count()) sweep.overrides.repeats = flags.repeats;
+  if (flags.special_values) sweep.overrides.special_values = default_special_value_rate;
+  if (flags.special_rate_option->count())
+    sweep.overrides.special_values = flags.special_values_rate;
+  if (!flags.shard.empty()) parse_shard(flags.shard, sweep.overrides);
+  sweep.skip_done_reports = flags.skip_done;
+  for (const auto& path : flags.skip_done) add_done_case_ids(path, sweep.overrides.skip_ids);
+  sweep.progress = !flags.no_progress;
+  return run_sweep(sweep, registry);
+}
+
+}  // namespace
+
+void add_sweep_command(CLI::App& app, Context& context) {
+  auto flags = std::make_shared<SweepFlags>();
+  flags->sweep.argv = context.command_line.arguments();
+  flags->sweep.worker_executable =
+      "/proc/self/exe";  // this binary, even if its file was replaced meanwhile
+  auto* command = app.add_subcommand(
+      "sweep", "Run a sweep (the embedded default spec unless --spec is given) and write a report");
+  declare_options(*command, *flags);
+  context.on(
+      command, [flags](const Registry& registry) { return run(*flags, registry); },
+      [flags] { return external_impls(*flags); });
+}
+
+}  // namespace bitcheck::cli

@@ -1,0 +1,31 @@
+// Attention's case model, shared by the op, the CPU impls and the CUDA adapters: a case's `rows`
+// are sequences of deterministic ragged lengths; logical rows are their tokens, sequence-major.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "bitcheck/op.h"
+#include "common/registration.h"
+
+namespace bitcheck::attention {
+
+// KV blocks of the fixed-order impls: keys are reduced in blocks of this many from position 0.
+constexpr std::int64_t cpu_kv_block = 16;
+
+// Length of each of the spec.rows sequences, in [1, L], keyed by (seed, sequence index) only.
+std::vector<std::int64_t> sequence_lengths(const CaseSpec& spec);
+// First logical row of each sequence, then the total token count (size rows + 1).
+std::vector<std::int64_t> sequence_offsets(const CaseSpec& spec);
+// 1 / sqrt(head dim), the softmax scale of every impl and the reference.
+float softmax_scale(const CaseSpec& spec);
+
+}  // namespace bitcheck::attention
+
+namespace bitcheck {
+// attention's registration: register_attention(), its one line in kernels/manifest.cpp, and its
+// parts.
+void register_attention(Registry& registry, OpPart part);
+void register_attention_op(Registry& registry);    // attention.cpp: the OpDef
+void register_attention_cpu(Registry& registry);   // attention_cpu.cpp
+void register_attention_cuda(Registry& registry);  // attention_cuda.cpp (CUDA build)
+}  // namespace bitcheck

@@ -1,0 +1,413 @@
+// chain: the decoder stack as one op. Its tensors are every call's outputs ("<call>.<tensor>", in
+// execution order, so the runner's layout comparison checks each one), its layouts are attention's
+// sequence layouts plus two that hold every token in order (for the token reductions), and each
+// call is checked against its own op's FP32 reference on the inputs the impl gave it, under its
+// own op's contract row.
+#include "chain/chain.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include "attention/attention.h"
+#include "bitcheck/layout.h"
+#include "bitcheck/rng.h"
+
+namespace bitcheck {
+namespace {
+
+using chain::SharedTensor;
+using chain::TensorMap;
+using OpDefs = std::map<std::string, OpDef>;
+
+const char* const padded_in_order = "padded_in_order";
+
+std::int64_t element_count(const std::vector<std::int64_t>& shape) {
+  std::int64_t count = 1;
+  for (std::int64_t extent : shape) count *= extent;
+  return count;
+}
+
+// A parameter's chain name: the embedding table is tied (embed and lm_head share "table"); every
+// other weight belongs to its forward call.
+std::string parameter_name(const chain::Call& call, const TensorDecl& decl) {
+  return decl.name == "table" ? decl.name : call.name + "." + decl.name;
+}
+
+std::vector<TensorDecl> chain_tensors(const OpDefs& ops, const CaseSpec& spec) {
+  const std::int64_t vocab = spec.dim("V");
+  std::vector<TensorDecl> decls = {
+      {"ids", TensorRole::row_input, DType::i32, {1}, Generator::index, 1.0f, vocab},
+      {"target", TensorRole::row_input, DType::i32, {1}, Generator::index, 1.0f, vocab},
+  };
+  if (spec.pass == Pass::backward)
+    decls.push_back({"dlogprob", TensorRole::row_input, DType::fp32, {1}});
+  std::vector<TensorDecl> outputs;
+  for (const chain::Call& call : chain::calls(spec)) {
+    for (TensorDecl decl : ops.at(call.op).tensors(chain::call_spec(spec, call, ""))) {
+      if (decl.role == TensorRole::parameter && call.name.rfind("bwd.", 0) != 0) {
+        decl.name = parameter_name(call, decl);
+        bool known = std::any_of(decls.begin(), decls.end(),
+                                 [&](const TensorDecl& d) { return d.name == decl.name; });
+        if (!known) decls.push_back(decl);
+      } else if (decl.role == TensorRole::row_output) {
+        decl.name = call.name + "." + decl.name;
+        outputs.push_back(decl);
+      } else if (decl.role == TensorRole::reduction_output) {
+        // Flattened to one row: every reduction is checked whole against its reference, whatever
+        // its shape (the runner samples the rows of one reduction shape per case).
+        outputs.push_back({call.name + "." + decl.name,
+                           TensorRole::reduction_output,
+                           DType::fp32,
+                           {1, element_count(decl.shape)}});
+      }
+    }
+  }
+  decls.insert(decls.end(), outputs.begin(), outputs.end());
+  return decls;
+}
+
+// Runs each call through its op's FP32 reference on the impl's own outputs: the calls are fed the
+// trajectory (the impl's row outputs by chain name, all logical rows), never the reference, so
+// each call is checked on exactly the inputs the impl gave it. Row outputs are computed for the
+// requested rows only; reductions whole, flattened to one row.
+class ReferenceExecutor : public chain::Executor {
+ public:
+  ReferenceExecutor(const OpDefs& ops, std::int64_t rows,
+                    const std::map<std::string, Tensor>& trajectory, const ReferenceRequest& wanted)
+      : ops_(ops), rows_(rows), trajectory_(trajectory), wanted_(wanted) {}
+  std::int64_t rows() const override { return rows_; }
+
+  TensorMap run(const chain::Call& call, const CaseSpec& spec, const TensorMap& inputs) override {
+    const OpDef& op = ops_.at(call.op);
+    std::map<std::string, Tensor> op_inputs;
+    ReferenceRequest request;
+    request.rows = wanted_.rows;
+    const std::vector<TensorDecl> decls = op.tensors(spec);
+    for (const TensorDecl& decl : decls) {
+      if (decl.role == TensorRole::row_input || decl.role == TensorRole::parameter) {
+        op_inputs.emplace(decl.name, *inputs.at(decl.name));
+      } else if (decl.role == TensorRole::reduction_output) {
+        for (std::int64_t r = 0; r < decl.shape[0]; ++r) request.reduction_rows.push_back(r);
+      } else if (auto columns = wanted_.columns.find(call.name + "." + decl.name);
+                 columns != wanted_.columns.end()) {
+        request.columns[decl.name] = columns->second;
+      }
+    }
+    std::map<std::string, Tensor> reference;
+    op.reference(spec, op_inputs, request, reference);
+    TensorMap result;
+    for (const TensorDecl& decl : decls) {
+      const std::string name = call.name + "." + decl.name;
+      if (decl.role == TensorRole::row_output) {
+        auto impl_output = trajectory_.find(name);
+        if (impl_output == trajectory_.end())
+          throw std::logic_error("chain reference: the impl's outputs have no " + name);
+        // Aliased, not copied: the trajectory outlives the composition.
+        result[decl.name] = SharedTensor(&impl_output->second, [](const Tensor*) {});
+        outputs[name] = std::move(reference.at(decl.name));
+      } else if (decl.role == TensorRole::reduction_output) {
+        const Tensor& fp32 = reference.at(decl.name);
+        Tensor flat(DType::fp32, {1, element_count(decl.shape)});
+        if (flat.numel() != fp32.numel()) {
+          throw std::logic_error("chain reference: " + call.op + " returned " + decl.name +
+                                 " with " + std::to_string(fp32.numel()) + " elements, expected " +
+                                 std::to_string(flat.numel()));
+        }
+        for (std::int64_t i = 0; i < flat.numel(); ++i) flat.set(i, fp32.get(i));
+        outputs[name] = std::move(flat);
+      }
+    }
+    return result;
+  }
+
+  std::map<std::string, Tensor> outputs;  // by chain name: rows as requested, reductions whole
+
+ private:
+  const OpDefs& ops_;
+  std::int64_t rows_;
+  const std::map<std::string, Tensor>& trajectory_;
+  const ReferenceRequest& wanted_;
+};
+
+void chain_reference(const OpDefs& ops, const CaseSpec& spec,
+                     const std::map<std::string, Tensor>& inputs,
+                     const std::map<std::string, Tensor>& trajectory,
+                     const ReferenceRequest& request, std::map<std::string, Tensor>& outputs) {
+  const std::vector<std::int64_t> offsets = attention::sequence_offsets(spec);
+  const std::int64_t rows = offsets.back();
+  TensorMap shared;
+  for (const auto& [name, tensor] : inputs)
+    shared[name] = SharedTensor(&tensor, [](const Tensor*) {});
+  Tensor positions(DType::i32, {rows, 1});
+  for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
+    for (std::int64_t r = offsets[s]; r < offsets[s + 1]; ++r)
+      positions.set_int(r, static_cast<std::int32_t>(r - offsets[s]));
+  }
+  shared["positions"] = std::make_shared<const Tensor>(std::move(positions));
+  ReferenceExecutor executor(ops, rows, trajectory, request);
+  chain::compose(spec, shared, executor);
+  for (auto& [name, tensor] : executor.outputs) outputs[name] = std::move(tensor);
+}
+
+// Appends every token of `sequence` as one segment starting at position 0.
+void append_sequence(Invocation& invocation, const std::vector<std::int64_t>& offsets,
+                     std::int64_t sequence) {
+  const std::int64_t first = offsets[static_cast<std::size_t>(sequence)],
+                     length = offsets[static_cast<std::size_t>(sequence) + 1] - first;
+  invocation.segments.push_back(Segment{sequence, invocation.slots(), length, 0});
+  for (std::int64_t r = first; r < first + length; ++r) invocation.slot_rows.push_back(r);
+}
+
+// The layouts holding every token once, in order, in addition to attention's: "batch" (all
+// sequences packed in order: the reference for token reductions) and "padded_in_order" (each
+// sequence in a block of longest + a random margin slots, NaN pads after it, sequences in order).
+std::optional<Layout> in_order_layout(const std::string& name, const CaseSpec& spec) {
+  const std::vector<std::int64_t> offsets = attention::sequence_offsets(spec);
+  const auto sequences = static_cast<std::int64_t>(offsets.size()) - 1;
+  Invocation invocation;
+  if (name == canonical_reduction_layout) {
+    for (std::int64_t s = 0; s < sequences; ++s) append_sequence(invocation, offsets, s);
+    return Layout{name, {std::move(invocation)}, true};
+  }
+  if (name != padded_in_order) return std::nullopt;
+  std::int64_t longest = 0;
+  for (std::int64_t s = 0; s < sequences; ++s)
+    longest = std::max(
+        longest, offsets[static_cast<std::size_t>(s) + 1] - offsets[static_cast<std::size_t>(s)]);
+  LayoutRandom random(spec.seed ^ hash_name(std::string("chain/") + padded_in_order) ^
+                      static_cast<std::uint64_t>(spec.rows));
+  const std::int64_t block = longest + random.uniform_int(1, 3);
+  for (std::int64_t s = 0; s < sequences; ++s) {
+    append_sequence(invocation, offsets, s);
+    invocation.slot_rows.resize(
+        static_cast<std::size_t>(invocation.segments.back().first_slot + block), -1);
+  }
+  return Layout{name, {std::move(invocation)}, true};
+}
+
+}  // namespace
+
+void register_chain_op(Registry& registry) {
+  auto ops = std::make_shared<OpDefs>();
+  for (const char* name : {"embedding", "rmsnorm", "matmul", "rope", "attention", "residual_add",
+                           "swiglu", "lm_head", "logprob"}) {
+    const OpDef* op = registry.find_op(name);
+    if (!op)
+      throw std::logic_error(std::string("the chain needs op ") + name + ", registered before it");
+    ops->emplace(name, *op);
+  }
+  const OpDef& attention_op = ops->at("attention");
+  OpDef op;
+  op.name = "chain";
+  op.summary =
+      "decoder stack of the ops: embedding -> layers x [rmsnorm, qkv matmul, rope, attention, o "
+      "matmul, residual add, "
+      "rmsnorm, gate/up matmul, swiglu, down matmul, residual add] -> rmsnorm -> lm_head (tied) -> "
+      "logprob; backward "
+      "through the same ops in reverse";
+  op.dim_names = {"layers", "H", "heads", "kv_heads", "D", "I", "V", "L"};
+  op.tensors = [ops](const CaseSpec& spec) { return chain_tensors(*ops, spec); };
+  op.shape_problem = [ops](const CaseSpec& spec) -> std::optional<std::string> {
+    if (spec.dim("heads") % spec.dim("kv_heads")) return std::string("kv_heads must divide heads");
+    if (spec.dim("D") % 2) return std::string("head dim D must be even (rope rotates pairs)");
+    for (const chain::Call& call : chain::calls(spec)) {
+      const OpDef& sub = ops->at(call.op);
+      if (!sub.shape_problem) continue;
+      if (auto problem = sub.shape_problem(chain::call_spec(spec, call, "")))
+        return call.name + " (" + call.op + "): " + *problem;
+    }
+    return std::nullopt;
+  };
+  op.reference_along = [ops](const CaseSpec& spec, const std::map<std::string, Tensor>& inputs,
+                             const std::map<std::string, Tensor>& trajectory,
+                             const ReferenceRequest& request,
+                             std::map<std::string, Tensor>& outputs) {
+    chain_reference(*ops, spec, inputs, trajectory, request, outputs);
+  };
+  op.threshold_of = [ops](const std::string& output) {
+    const std::size_t dot = output.rfind('.');
+    const std::string call = output.substr(0, dot), op_name = chain::op_of_call(call);
+    if (dot == std::string::npos || op_name.empty())
+      throw std::logic_error("chain: no call for output " + output);
+    return std::make_pair(ops->at(op_name).tolerance_key, output.substr(dot + 1));
+  };
+  op.logical_rows = [](const CaseSpec& spec) { return attention::sequence_offsets(spec).back(); };
+  op.parts = [](const CaseSpec& spec) {
+    std::vector<CaseSpec> parts;
+    for (const chain::Call& call : chain::calls(spec))
+      parts.push_back(chain::call_spec(spec, call, ""));
+    return parts;
+  };
+  op.layout_names = attention_op.layout_names;
+  op.layout_names.push_back(padded_in_order);
+  op.canonical_layout = attention_op.canonical_layout;
+  op.make_layout = [attention_layout = attention_op.make_layout](const std::string& name,
+                                                                 const CaseSpec& spec) {
+    if (auto layout = in_order_layout(name, spec)) return layout;
+    return attention_layout(name, spec);
+  };
+  op.report_extension =
+      ReportExtension{"chain", chain::op_status, chain::failing_op_lines, chain::run_summary};
+  registry.add_op(std::move(op));
+}
+
+void register_chain(Registry& registry, OpPart part) {
+  register_op_part(registry, part, {register_chain_op, nullptr, nullptr, register_chain_impls});
+}
+
+namespace chain {
+namespace {
+
+bool mentions(const nlohmann::json& entries, const std::string& tensor) {
+  return std::any_of(entries.begin(), entries.end(),
+                     [&](const nlohmann::json& e) { return e.value("tensor", "") == tensor; });
+}
+
+}  // namespace
+
+std::string swapped_op(const std::string& impl_name) {
+  const std::size_t plus = impl_name.find('+'), equals = impl_name.find('=');
+  if (plus == std::string::npos || equals == std::string::npos || equals < plus) return "";
+  return impl_name.substr(plus + 1, equals - plus - 1);
+}
+
+nlohmann::json op_status(const nlohmann::json& case_json) {
+  if (!case_json.contains("accuracy") || case_json["accuracy"].empty()) return nullptr;
+  const nlohmann::json& drift = case_json["drift"];
+  const nlohmann::json& nondeterminism = case_json["nondeterminism"];
+  nlohmann::json ops = nlohmann::json::array();
+  nlohmann::json first = {{"forward", nullptr}, {"backward", nullptr}};
+  for (const nlohmann::json& accuracy : case_json["accuracy"]) {
+    const std::string tensor = accuracy.at("tensor").get<std::string>();
+    const std::string call = tensor.substr(0, tensor.rfind('.'));
+    if (ops.empty() || ops.back()["call"] != call) {
+      ops.push_back({{"call", call},
+                     {"op", op_of_call(call)},
+                     {"layer", layer_of(call)},
+                     {"phase", call.rfind("bwd.", 0) == 0 ? "backward" : "forward"},
+                     {"status", "pass"},
+                     {"tensors", nlohmann::json::array()}});
+    }
+    nlohmann::json& entry = ops.back();
+    entry["tensors"].push_back(tensor);
+    const std::string status = entry["status"].get<std::string>();
+    if (mentions(nondeterminism, tensor)) {
+      entry["status"] = "nondeterministic";
+    } else if (status == "pass" && mentions(drift, tensor)) {
+      entry["status"] = "drift";
+    } else if (status == "pass" && !accuracy.value("passed", true)) {
+      entry["status"] = "inaccurate";
+    }
+    if (!accuracy.value("passed", true) && !entry.contains("first_inaccuracy"))
+      entry["first_inaccuracy"] = accuracy;  // against the call's own reference and contract row
+    if (entry.contains("first_drift") || entry["status"] == "pass" ||
+        entry["status"] == "inaccurate")
+      continue;
+    // The drift metrics of the call's first differing tensor, at its first differing layout.
+    for (const nlohmann::json* list : {&nondeterminism, &drift}) {
+      for (const nlohmann::json& d : *list) {
+        if (d.value("tensor", "") == tensor && !entry.contains("first_drift"))
+          entry["first_drift"] = d;
+      }
+    }
+  }
+  // Each call is checked on its own inputs, so an inaccurate call is the one that computes wrong.
+  for (const nlohmann::json& entry : ops) {
+    if (entry["status"] == "pass") continue;
+    nlohmann::json& slot = first[entry["phase"].get<std::string>()];
+    if (slot.is_null()) slot = entry;
+  }
+  nlohmann::json result = {{"ops", ops},
+                           {"first_failing_forward", first["forward"]},
+                           {"first_failing_backward", first["backward"]}};
+  const std::string swapped = swapped_op(case_json.value("impl", ""));
+  if (!swapped.empty()) {
+    // A control swapped in for one op: the first failing op must be that op (forward order, or
+    // backward order when the forward holds).
+    const nlohmann::json& failing =
+        first["forward"].is_null() ? first["backward"] : first["forward"];
+    result["swapped_op"] = swapped;
+    result["localized"] =
+        failing.is_null() ? nlohmann::json(nullptr) : nlohmann::json(failing["op"] == swapped);
+  }
+  return result;
+}
+
+std::vector<std::string> failing_op_lines(const nlohmann::json& status) {
+  std::vector<std::string> lines;
+  if (status.is_null()) return lines;
+  for (const char* phase : {"forward", "backward"}) {
+    const nlohmann::json& failing = status[std::string("first_failing_") + phase];
+    std::string line = std::string(phase) + ": first failing op ";
+    if (failing.is_null()) {
+      lines.push_back(line + "none");
+      continue;
+    }
+    line += failing["call"].get<std::string>() + " (" + failing["op"].get<std::string>();
+    if (failing["layer"].get<std::int64_t>() >= 0)
+      line += ", layer " + std::to_string(failing["layer"].get<std::int64_t>());
+    line += ") " + failing["status"].get<std::string>();
+    if (failing.contains("first_drift")) {
+      const nlohmann::json& d = failing["first_drift"];
+      char metrics[160];
+      std::snprintf(metrics, sizeof metrics,
+                    ": %lld mismatches, max abs %.3g, max rel %.3g, max ulp %llu",
+                    static_cast<long long>(d.value("mismatch_count", std::int64_t{0})),
+                    d["max_abs_diff"].is_number() ? d["max_abs_diff"].get<double>() : NAN,
+                    d["max_rel_diff"].is_number() ? d["max_rel_diff"].get<double>() : NAN,
+                    static_cast<unsigned long long>(d.value("max_ulp_distance", std::uint64_t{0})));
+      line += " in " + d.value("tensor", "") + ", layout " + d.value("layout", "") + " vs " +
+              d.value("reference_layout", "") + metrics;
+    } else if (failing.contains("first_inaccuracy")) {
+      const nlohmann::json& a = failing["first_inaccuracy"];
+      auto number = [&](const char* key) {
+        return a[key].is_number() ? a[key].get<double>() : NAN;
+      };
+      char metrics[200];
+      std::snprintf(metrics, sizeof metrics,
+                    ": %lld of %lld elements outside atol %.3g + rtol %.3g, max abs error %.3g",
+                    static_cast<long long>(a.value("violations", std::int64_t{0})),
+                    static_cast<long long>(a.value("compared", std::int64_t{0})), number("atol"),
+                    number("rtol"), number("max_abs_error"));
+      line += " in " + a.value("tensor", "") + " against its own reference" + metrics;
+    }
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+std::string run_summary(const nlohmann::json& results) {
+  std::ostringstream out;
+  std::int64_t localized = 0, swaps = 0;
+  std::vector<std::string> elsewhere;
+  for (const auto& result : results) {
+    if (!result.contains("chain") || result["chain"].is_null()) continue;
+    const auto& status = result["chain"];
+    if (status.contains("localized")) {
+      if (status["localized"].is_null()) continue;
+      ++swaps;
+      if (status["localized"].get<bool>()) {
+        ++localized;
+      } else {
+        elsewhere.push_back(result["id"].get<std::string>());
+      }
+      continue;
+    }
+    if (result["verdict"] == "pass") continue;
+    out << "chain " << result["id"].get<std::string>() << " "
+        << result["verdict"].get<std::string>() << "\n";
+    for (const auto& line : failing_op_lines(status)) out << "  " << line << "\n";
+  }
+  if (swaps > 0) {
+    out << "chain controls: " << localized << "/" << swaps
+        << " drifting swaps first fail at the swapped op\n";
+    for (const auto& id : elsewhere) out << "  NOT LOCALIZED: " << id << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace chain
+}  // namespace bitcheck

@@ -1,0 +1,273 @@
+// The chain's impls: one composition for every backend. Each call looks up the op's impl in the
+// registry and runs it through Impl::run on the chain's invocation (same slots, same segments, its
+// own state across the layout's invocations), so a CPU chain and a CUDA chain differ only in the
+// impls they name. Per backend: the chain of its invariant impls ("cpu-fixed-order",
+// "fixed-order"), and one variant per other impl of an op in the chain, swapped in for that op
+// alone ("cpu-fixed-order+matmul=cpu-split-k-by-rows"): the controls' variants are controls.
+#include <cstring>
+#include <set>
+#include <stdexcept>
+
+#include "chain/chain.h"
+#include "common/elementwise_math.h"
+
+namespace bitcheck {
+namespace {
+
+using chain::SharedTensor;
+using chain::TensorMap;
+
+const char* const chain_ops[] = {"embedding",    "rmsnorm", "matmul",  "rope",   "attention",
+                                 "residual_add", "swiglu",  "lm_head", "logprob"};
+
+std::vector<std::int64_t> full_shape(const TensorDecl& decl, std::int64_t rows) {
+  std::vector<std::int64_t> shape = {rows};
+  shape.insert(shape.end(), decl.shape.begin(), decl.shape.end());
+  return shape;
+}
+
+// Each call's impl state across the invocations of one layout execution (a KV cache, a device
+// dW accumulator), keyed by call name.
+struct ChainState {
+  std::map<std::string, std::shared_ptr<void>> calls;
+};
+
+class ChainImpl;
+
+class ImplExecutor : public chain::Executor {
+ public:
+  ImplExecutor(const ChainImpl& chain, const Registry& registry, Batch& batch, ChainState& state)
+      : chain_(chain), registry_(registry), batch_(batch), state_(state) {
+    for (const auto& [name, tensor] : batch.inputs)
+      ids_[tensor.get()] = {tensor, batch.input_ids.at(name)};
+  }
+  std::int64_t rows() const override { return batch_.slots(); }
+  TensorMap run(const chain::Call& call, const CaseSpec& spec, const TensorMap& inputs) override;
+
+ private:
+  // The runner's id for its inputs; a fresh one for each tensor the chain made (kept alive here so
+  // no later tensor can reuse its address within the invocation).
+  std::uint64_t id_of(const SharedTensor& tensor) {
+    auto [it, inserted] = ids_.try_emplace(tensor.get(), tensor, 0);
+    if (inserted) it->second.second = new_input_id();
+    return it->second.second;
+  }
+
+  const ChainImpl& chain_;
+  const Registry& registry_;
+  Batch& batch_;
+  ChainState& state_;
+  std::map<const Tensor*, std::pair<SharedTensor, std::uint64_t>> ids_;
+};
+
+class ChainImpl : public Impl {
+ public:
+  ChainImpl(const Registry& registry, std::string base_name, std::string backend,
+            std::map<std::string, Impl*> base, std::string swapped_op = "", Impl* swapped = nullptr)
+      : registry_(registry),
+        base_name_(std::move(base_name)),
+        backend_(std::move(backend)),
+        base_(std::move(base)),
+        swapped_op_(std::move(swapped_op)),
+        swapped_(swapped) {}
+
+  std::string name() const override {
+    return swapped_ ? base_name_ + "+" + swapped_op_ + "=" + swapped_->name() : base_name_;
+  }
+  std::string backend() const override { return backend_; }
+  bool claims_invariance() const override { return !swapped_ || swapped_->claims_invariance(); }
+  std::string description() const override {
+    std::string text;
+    for (const auto& [op, impl] : base_)
+      text += (text.empty() ? "" : ", ") + op + "/" + impl->name();
+    if (!swapped_) return "the decoder stack composed of " + text;
+    return (claims_invariance() ? "" : "control: ") + std::string("the decoder stack with ") +
+           swapped_op_ + "/" + swapped_->name() + " in every " + swapped_op_ + " call (" +
+           swapped_->description() + ")";
+  }
+  // A variant runs the passes its op impl has (a forward-only control is checked by the forward
+  // chain: the backward's layouts are whole sequences, which many such controls cannot tell apart).
+  bool supports(Pass pass) const override { return !swapped_ || swapped_->supports(pass); }
+  bool expected_to_drift(Pass pass) const override {
+    if (!swapped_ || swapped_->claims_invariance()) return false;
+    // The chain's backward layouts present whole sequences from position 0, where rope's
+    // chunk-relative angle is the absolute one: only chunked prefill and decode move it.
+    if (swapped_op_ == "rope" && pass == Pass::backward) return false;
+    return swapped_->expected_to_drift(pass);
+  }
+  std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
+    if (swapped_ && !swapped_->claims_invariance()) {
+      const std::int64_t width = swapped_op_ == "residual_add" ? spec.dim("H")
+                                 : swapped_op_ == "swiglu"     ? spec.dim("I")
+                                                               : 0;
+      if (width > 0 && width % elementwise::vector_elements == 0) {
+        return swapped_op_ + " rows of the chain are " + std::to_string(width) +
+               " elements, a multiple of " + std::to_string(elementwise::vector_elements) +
+               ": the control's scalar tail never runs";
+      }
+    }
+    if (auto reason = unobservable_in_dtype(spec)) return reason;
+    for (const chain::Call& call : chain::calls(spec)) {
+      Impl& impl = impl_for(call);
+      if (!impl.supports(call.pass))
+        return call.name + ": impl " + call.op + "/" + impl.name() + " has no " +
+               to_string(call.pass) + " pass";
+      if (auto reason = impl.skip_reason(chain::call_spec(spec, call, impl.name())))
+        return call.name + " (" + call.op + "/" + impl.name() + "): " + *reason;
+      if (spec.pass == Pass::backward && impl.token_granularity() > 1) {
+        return call.op + "/" + impl.name() + " reduces over chunks of " +
+               std::to_string(impl.token_granularity()) +
+               " tokens; the chain's layouts split micro-batches at sequence boundaries";
+      }
+    }
+    return std::nullopt;
+  }
+
+  // Controls whose effect the chain's 16-bit dtypes absorb (found on the CPU chain): checked in
+  // fp32.
+  std::optional<std::string> unobservable_in_dtype(const CaseSpec& spec) const {
+    if (!swapped_ || swapped_->claims_invariance() || spec.dtype == DType::fp32)
+      return std::nullopt;
+    if (swapped_op_ == "embedding" && spec.pass == Pass::backward) {
+      // A sequence's few tokens per id add up exactly in the fp32 accumulator, in any order.
+      return "the embedding gradient adds a few " + to_string(spec.dtype) +
+             " values per id into fp32, exactly in any order: the swap is checked in fp32";
+    }
+    if (swapped_op_ == "attention" && !swapped_->supports(Pass::forward)) {
+      // dq's key-block partials added in another order: a few fp32 ulps, inside one 16-bit ulp.
+      return "dq partials added in another order differ by fp32 ulps that the " +
+             to_string(spec.dtype) +
+             " rounding of dq absorbs at the chain's sequence lengths: the swap is checked in fp32";
+    }
+    if (swapped_op_ == "rope") {
+      // At a sequence's positions the chunk-relative angle is off by about one fp32 ulp, which
+      // the rounding of the rotated q and k to 16 bits nearly always absorbs.
+      return "a chunk-relative angle at the chain's positions differs by an fp32 ulp, which the " +
+             to_string(spec.dtype) + " rounding of q and k absorbs: the swap is checked in fp32";
+    }
+    return std::nullopt;
+  }
+
+  void run(Batch& batch) override {
+    if (batch.invocation->segments.empty())
+      throw std::invalid_argument("the chain needs a sequence layout (segments)");
+    if (!batch.layout_state) batch.layout_state = std::make_shared<ChainState>();
+    auto& state = *static_cast<ChainState*>(batch.layout_state.get());
+    // Each token's position in its sequence, from the invocation's segments; pad slots hold the
+    // i32 poison (no impl may read them).
+    Tensor positions(DType::i32, {batch.slots(), 1});
+    positions.fill_nan();
+    for (const Segment& segment : batch.invocation->segments) {
+      for (std::int64_t i = 0; i < segment.length; ++i) {
+        positions.set_int(segment.first_slot + i,
+                          static_cast<std::int32_t>(segment.start_position + i));
+      }
+    }
+    TensorMap inputs(batch.inputs.begin(), batch.inputs.end());
+    inputs["positions"] = std::make_shared<const Tensor>(std::move(positions));
+    ImplExecutor executor(*this, registry_, batch, state);
+    chain::compose(*batch.spec, inputs, executor);
+  }
+
+  Impl& impl_for(const chain::Call& call) const {
+    if (swapped_ && call.op == swapped_op_ && swapped_->supports(call.pass)) return *swapped_;
+    return *base_.at(call.op);
+  }
+
+ private:
+  const Registry& registry_;
+  std::string base_name_, backend_;
+  std::map<std::string, Impl*> base_;
+  std::string swapped_op_;
+  Impl* swapped_;
+};
+
+TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
+                            const TensorMap& inputs) {
+  Impl& impl = chain_.impl_for(call);
+  CaseSpec spec = call_case;
+  spec.impl = impl.name();
+  Batch batch;
+  batch.spec = &spec;
+  batch.invocation = batch_.invocation;
+  batch.invocation_index = batch_.invocation_index;
+  batch.invocation_count = batch_.invocation_count;
+  batch.reductions_wanted = batch_.reductions_wanted;
+  batch.layout_state = state_.calls[call.name];
+  const std::vector<TensorDecl> decls = registry_.find_op(call.op)->tensors(spec);
+  for (const TensorDecl& decl : decls) {
+    const std::string chain_name = call.name + "." + decl.name;
+    if (decl.role == TensorRole::row_input || decl.role == TensorRole::parameter) {
+      auto input = inputs.find(decl.name);
+      const auto expected =
+          decl.role == TensorRole::row_input ? full_shape(decl, rows()) : decl.shape;
+      if (input == inputs.end() || input->second->shape() != expected ||
+          input->second->dtype() != decl.dtype) {
+        throw std::logic_error("chain: " + call.name + " needs " + decl.name + " as " +
+                               to_string(decl.dtype) + shape_string(expected));
+      }
+      batch.inputs[decl.name] = input->second;
+      batch.input_ids[decl.name] = id_of(input->second);
+    } else if (decl.role == TensorRole::row_output) {
+      Tensor output(decl.dtype, full_shape(decl, rows()));
+      output.fill_nan();
+      batch.outputs.emplace(decl.name, std::move(output));
+    } else {
+      // The accumulator carried across the layout's invocations, in the op's shape.
+      const Tensor& carried = batch_.out(chain_name);
+      Tensor accumulator(DType::fp32, decl.shape);
+      std::memcpy(accumulator.data(), carried.data(), carried.bytes());
+      batch.outputs.emplace(decl.name, std::move(accumulator));
+    }
+  }
+  impl.run(batch);
+  state_.calls[call.name] = batch.layout_state;
+  if (!batch.impl_config.is_null()) batch_.impl_config["calls"][call.name] = batch.impl_config;
+  TensorMap result;
+  for (const TensorDecl& decl : decls) {
+    if (decl.role != TensorRole::row_output && decl.role != TensorRole::reduction_output) continue;
+    Tensor& output = batch.out(decl.name);
+    const auto expected =
+        decl.role == TensorRole::row_output ? full_shape(decl, rows()) : decl.shape;
+    if (output.shape() != expected || output.dtype() != decl.dtype) {
+      throw std::runtime_error("chain: " + call.name + " (" + call.op + "/" + impl.name() +
+                               ") returned " + decl.name + " as " + to_string(output.dtype()) +
+                               shape_string(output.shape()));
+    }
+    Tensor& chain_output = batch_.out(call.name + "." + decl.name);
+    if (decl.role == TensorRole::reduction_output) {
+      std::memcpy(chain_output.data(), output.data(), output.bytes());
+      continue;
+    }
+    chain_output = output;
+    result[decl.name] = std::make_shared<const Tensor>(std::move(output));
+  }
+  return result;
+}
+
+}  // namespace
+
+void register_chain_impls(Registry& registry) {
+  struct Base {
+    std::string backend, impl;
+  };
+  for (const Base& base : {Base{"cpu", "cpu-fixed-order"}, Base{"cuda", "fixed-order"}}) {
+    std::map<std::string, Impl*> impls;
+    for (const char* op : chain_ops) {
+      Impl* impl = registry.find_impl(op, base.impl);
+      if (impl && impl->backend() == base.backend && impl->claims_invariance()) impls[op] = impl;
+    }
+    if (impls.size() != std::size(chain_ops)) continue;  // the backend is not built
+    registry.add_impl("chain",
+                      std::make_unique<ChainImpl>(registry, base.impl, base.backend, impls));
+    for (const char* op : chain_ops) {
+      for (Impl* impl : registry.impls(op)) {
+        if (impl->backend() != base.backend || impl == impls.at(op)) continue;
+        registry.add_impl("chain", std::make_unique<ChainImpl>(registry, base.impl, base.backend,
+                                                               impls, op, impl));
+      }
+    }
+  }
+}
+
+}  // namespace bitcheck

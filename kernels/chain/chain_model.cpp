@@ -1,0 +1,329 @@
+// The chain's calls and their composition: which op runs where, with which dims, fed by which
+// tensors. The glue between calls only moves bits (column slices, concatenations) or rounds the
+// fp32 residual stream to the case dtype where an rmsnorm reads it, element by element, so nothing
+// between two ops can depend on the batch: every drift the chain shows comes from an op.
+#include <cstring>
+#include <stdexcept>
+
+#include "chain/chain.h"
+
+namespace bitcheck::chain {
+namespace {
+
+// The op of each call site (the part of a call name after "bwd." and "l<k>.").
+const std::map<std::string, std::string>& site_ops() {
+  static const std::map<std::string, std::string> sites = {
+      {"embed", "embedding"},
+      {"attn_norm", "rmsnorm"},
+      {"qkv", "matmul"},
+      {"rope", "rope"},
+      {"attn", "attention"},
+      {"o_proj", "matmul"},
+      {"attn_resid", "residual_add"},
+      {"mlp_norm", "rmsnorm"},
+      {"gate_up", "matmul"},
+      {"swiglu", "swiglu"},
+      {"down", "matmul"},
+      {"mlp_resid", "residual_add"},
+      {"final_norm", "rmsnorm"},
+      {"lm_head", "lm_head"},
+      {"logprob", "logprob"},
+      {"mlp_branch", "residual_add"},
+      {"attn_branch", "residual_add"},
+  };
+  return sites;
+}
+
+std::string strip_prefixes(std::string name) {
+  if (name.rfind("bwd.", 0) == 0) name = name.substr(4);
+  if (layer_of(name) >= 0) name = name.substr(name.find('.') + 1);
+  return name;
+}
+
+Dims site_dims(const std::string& site, const Shape& s, std::int64_t longest) {
+  const std::int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+  if (site == "embed" || site == "lm_head") return {{"V", s.vocab}, {"H", s.hidden}};
+  if (site == "logprob") return {{"V", s.vocab}};
+  if (site == "qkv") return {{"N", q_width + 2 * kv_width}, {"K", s.hidden}};
+  if (site == "o_proj") return {{"N", s.hidden}, {"K", q_width}};
+  if (site == "gate_up") return {{"N", 2 * s.intermediate}, {"K", s.hidden}};
+  if (site == "down") return {{"N", s.hidden}, {"K", s.intermediate}};
+  // q and k heads rotated in one call: the whole head dim, NeoX pairs.
+  if (site == "rope")
+    return {{"heads", s.heads + s.kv_heads},
+            {"head_dim", s.head_dim},
+            {"rotary_dim", s.head_dim},
+            {"style", 1}};
+  if (site == "attn")
+    return {{"H", s.heads}, {"KVH", s.kv_heads}, {"D", s.head_dim}, {"L", longest}};
+  if (site == "swiglu") return {{"H", s.intermediate}};
+  return {{"H", s.hidden}};  // rmsnorm, residual_add
+}
+
+Call make_call(const std::string& name, Pass pass, const Shape& shape, std::int64_t longest) {
+  const std::string site = strip_prefixes(name);
+  return Call{name, site_ops().at(site), pass, layer_of(name), site_dims(site, shape, longest)};
+}
+
+const char* const forward_layer_sites[] = {"attn_norm", "qkv",        "rope",     "attn",
+                                           "o_proj",    "attn_resid", "mlp_norm", "gate_up",
+                                           "swiglu",    "down",       "mlp_resid"};
+// Backward of one layer, in execution order. The *_branch calls are forward residual adds: the
+// gradient reaching the stream through a norm's branch added to the one through the skip path.
+const char* const backward_layer_sites[] = {
+    "mlp_resid", "down", "swiglu", "gate_up", "mlp_norm",  "mlp_branch", "attn_resid",
+    "o_proj",    "attn", "rope",   "qkv",     "attn_norm", "attn_branch"};
+
+std::string layer_prefix(std::int64_t layer) {
+  return "l" + std::to_string(layer) + ".";
+}
+
+// Columns [first, first + count) of every row of `source`, as a tensor of rows x `row_shape`.
+SharedTensor columns(const Tensor& source, std::int64_t first, std::int64_t count,
+                     std::vector<std::int64_t> row_shape) {
+  std::vector<std::int64_t> shape = {source.rows()};
+  shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+  Tensor result(source.dtype(), shape);
+  if (result.row_size() != count || first + count > source.row_size()) {
+    throw std::logic_error("chain: column slice [" + std::to_string(first) + ", " +
+                           std::to_string(first + count) + ") of a row of " +
+                           std::to_string(source.row_size()) + " into rows of " +
+                           std::to_string(result.row_size()));
+  }
+  const std::size_t element = dtype_size(source.dtype());
+  for (std::int64_t r = 0; r < source.rows(); ++r) {
+    std::memcpy(
+        static_cast<std::byte*>(result.data()) + static_cast<std::size_t>(r * count) * element,
+        static_cast<const std::byte*>(source.data()) +
+            static_cast<std::size_t>(r * source.row_size() + first) * element,
+        static_cast<std::size_t>(count) * element);
+  }
+  return std::make_shared<const Tensor>(std::move(result));
+}
+
+// The rows of `a` followed by the rows of `b`, column-wise, as rows of `width` elements.
+SharedTensor concatenated(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.rows() != b.rows())
+    throw std::logic_error("chain: concatenating unlike tensors");
+  const std::int64_t width = a.row_size() + b.row_size();
+  Tensor result(a.dtype(), {a.rows(), width});
+  const std::size_t element = dtype_size(a.dtype());
+  for (std::int64_t r = 0; r < a.rows(); ++r) {
+    auto* row =
+        static_cast<std::byte*>(result.data()) + static_cast<std::size_t>(r * width) * element;
+    std::memcpy(row,
+                static_cast<const std::byte*>(a.data()) +
+                    static_cast<std::size_t>(r * a.row_size()) * element,
+                static_cast<std::size_t>(a.row_size()) * element);
+    std::memcpy(row + static_cast<std::size_t>(a.row_size()) * element,
+                static_cast<const std::byte*>(b.data()) +
+                    static_cast<std::size_t>(r * b.row_size()) * element,
+                static_cast<std::size_t>(b.row_size()) * element);
+  }
+  return std::make_shared<const Tensor>(std::move(result));
+}
+
+// `source` converted element by element to `dtype` (round to nearest even; NaN pads stay NaN).
+SharedTensor converted(const Tensor& source, DType dtype) {
+  Tensor result(dtype, source.shape());
+  for (std::int64_t i = 0; i < source.numel(); ++i) result.set(i, source.get(i));
+  return std::make_shared<const Tensor>(std::move(result));
+}
+
+// Calls the executor in the order of calls(spec), checking that order as it goes.
+class Sequencer {
+ public:
+  Sequencer(const CaseSpec& spec, Executor& executor)
+      : spec_(spec), executor_(executor), calls_(calls(spec)) {}
+
+  TensorMap operator()(const std::string& name, const TensorMap& inputs) {
+    if (next_ >= calls_.size() || calls_[next_].name != name) {
+      throw std::logic_error("chain: call " + name + " out of the declared order");
+    }
+    const Call& call = calls_[next_++];
+    return executor_.run(call, call_spec(spec_, call, ""), inputs);
+  }
+
+ private:
+  const CaseSpec& spec_;
+  Executor& executor_;
+  std::vector<Call> calls_;
+  std::size_t next_ = 0;
+};
+
+// What the backward of one layer reads from its forward.
+struct LayerActivations {
+  SharedTensor attn_input, attn_norm, q, k, v, attn_out, mlp_input, mlp_norm, gate, up, activation;
+};
+
+}  // namespace
+
+Shape shape_of(const CaseSpec& spec) {
+  return {spec.dim("layers"), spec.dim("H"), spec.dim("heads"), spec.dim("kv_heads"),
+          spec.dim("D"),      spec.dim("I"), spec.dim("V")};
+}
+
+std::int64_t layer_of(const std::string& name) {
+  std::string rest = name.rfind("bwd.", 0) == 0 ? name.substr(4) : name;
+  if (rest.size() < 3 || rest[0] != 'l') return -1;
+  std::size_t dot = rest.find('.');
+  if (dot == std::string::npos || dot < 2) return -1;
+  for (std::size_t i = 1; i < dot; ++i) {
+    if (rest[i] < '0' || rest[i] > '9') return -1;
+  }
+  return std::stoll(rest.substr(1, dot - 1));
+}
+
+std::string op_of_call(const std::string& call_name) {
+  auto it = site_ops().find(strip_prefixes(call_name));
+  return it == site_ops().end() ? std::string() : it->second;
+}
+
+std::vector<Call> calls(const CaseSpec& spec) {
+  const Shape shape = shape_of(spec);
+  const std::int64_t longest = spec.dim("L");
+  std::vector<Call> result = {make_call("embed", Pass::forward, shape, longest)};
+  for (std::int64_t l = 0; l < shape.layers; ++l) {
+    for (const char* site : forward_layer_sites)
+      result.push_back(make_call(layer_prefix(l) + site, Pass::forward, shape, longest));
+  }
+  for (const char* name : {"final_norm", "lm_head", "logprob"})
+    result.push_back(make_call(name, Pass::forward, shape, longest));
+  if (spec.pass == Pass::forward) return result;
+  for (const char* name : {"logprob", "lm_head", "final_norm"}) {
+    result.push_back(make_call(std::string("bwd.") + name, Pass::backward, shape, longest));
+  }
+  for (std::int64_t l = shape.layers - 1; l >= 0; --l) {
+    for (const char* site : backward_layer_sites) {
+      const std::string name = "bwd." + layer_prefix(l) + site;
+      const bool branch_add = std::string(site).find("_branch") != std::string::npos;
+      result.push_back(
+          make_call(name, branch_add ? Pass::forward : Pass::backward, shape, longest));
+    }
+  }
+  result.push_back(make_call("bwd.embed", Pass::backward, shape, longest));
+  return result;
+}
+
+CaseSpec call_spec(const CaseSpec& chain_spec, const Call& call, const std::string& impl) {
+  CaseSpec spec = chain_spec;  // rows, seed and L: attention rebuilds the same sequences from them
+  spec.op = call.op;
+  spec.impl = impl;
+  spec.pass = call.pass;
+  spec.dims = call.dims;
+  return spec;
+}
+
+void compose(const CaseSpec& spec, const TensorMap& inputs, Executor& executor) {
+  const Shape s = shape_of(spec);
+  const std::int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+  Sequencer call(spec, executor);
+  auto in = [&](const std::string& name) {
+    auto it = inputs.find(name);
+    if (it == inputs.end()) throw std::logic_error("chain: no input " + name);
+    return it->second;
+  };
+  const SharedTensor positions = in("positions"), table = in("table");
+
+  SharedTensor stream =
+      converted(*call("embed", {{"ids", in("ids")}, {"table", table}}).at("out"), DType::fp32);
+  std::vector<LayerActivations> saved(static_cast<std::size_t>(s.layers));
+  for (std::int64_t l = 0; l < s.layers; ++l) {
+    const std::string p = layer_prefix(l);
+    LayerActivations& a = saved[static_cast<std::size_t>(l)];
+    a.attn_input = converted(*stream, spec.dtype);
+    a.attn_norm =
+        call(p + "attn_norm", {{"x", a.attn_input}, {"weight", in(p + "attn_norm.weight")}})
+            .at("y");
+    SharedTensor qkv = call(p + "qkv", {{"x", a.attn_norm}, {"w", in(p + "qkv.w")}}).at("y");
+    SharedTensor rotated =
+        call(p + "rope", {{"x", columns(*qkv, 0, q_width + kv_width, {q_width + kv_width})},
+                          {"positions", positions}})
+            .at("y");
+    a.q = columns(*rotated, 0, q_width, {s.heads, s.head_dim});
+    a.k = columns(*rotated, q_width, kv_width, {s.kv_heads, s.head_dim});
+    a.v = columns(*qkv, q_width + kv_width, kv_width, {s.kv_heads, s.head_dim});
+    SharedTensor o = call(p + "attn", {{"q", a.q}, {"k", a.k}, {"v", a.v}}).at("o");
+    a.attn_out = columns(*o, 0, q_width, {q_width});
+    SharedTensor projected =
+        call(p + "o_proj", {{"x", a.attn_out}, {"w", in(p + "o_proj.w")}}).at("y");
+    SharedTensor residual =
+        call(p + "attn_resid", {{"x", projected}, {"residual", stream}}).at("y");
+    a.mlp_input = converted(*residual, spec.dtype);
+    a.mlp_norm =
+        call(p + "mlp_norm", {{"x", a.mlp_input}, {"weight", in(p + "mlp_norm.weight")}}).at("y");
+    SharedTensor gate_up =
+        call(p + "gate_up", {{"x", a.mlp_norm}, {"w", in(p + "gate_up.w")}}).at("y");
+    a.gate = columns(*gate_up, 0, s.intermediate, {s.intermediate});
+    a.up = columns(*gate_up, s.intermediate, s.intermediate, {s.intermediate});
+    a.activation = call(p + "swiglu", {{"a", a.gate}, {"b", a.up}}).at("y");
+    SharedTensor down = call(p + "down", {{"x", a.activation}, {"w", in(p + "down.w")}}).at("y");
+    stream = call(p + "mlp_resid", {{"x", down}, {"residual", residual}}).at("y");
+  }
+  SharedTensor final_input = converted(*stream, spec.dtype);
+  SharedTensor final_norm =
+      call("final_norm", {{"x", final_input}, {"weight", in("final_norm.weight")}}).at("y");
+  SharedTensor logits = call("lm_head", {{"h", final_norm}, {"table", table}}).at("logits");
+  call("logprob", {{"logits", logits}, {"target", in("target")}});
+  if (spec.pass == Pass::forward) return;
+
+  SharedTensor dlogits =
+      call("bwd.logprob",
+           {{"logits", logits}, {"target", in("target")}, {"dlogprob", in("dlogprob")}})
+          .at("dlogits");
+  SharedTensor dh =
+      call("bwd.lm_head", {{"h", final_norm}, {"table", table}, {"dlogits", dlogits}}).at("dh");
+  SharedTensor gradient = converted(
+      *call("bwd.final_norm", {{"x", final_input}, {"weight", in("final_norm.weight")}, {"dy", dh}})
+           .at("dx"),
+      DType::fp32);
+  for (std::int64_t l = s.layers - 1; l >= 0; --l) {
+    const std::string p = layer_prefix(l), b = "bwd." + p;
+    const LayerActivations& a = saved[static_cast<std::size_t>(l)];
+    TensorMap mlp_resid = call(b + "mlp_resid", {{"dy", gradient}});
+    SharedTensor dactivation =
+        call(b + "down", {{"x", a.activation}, {"w", in(p + "down.w")}, {"dy", mlp_resid.at("dx")}})
+            .at("dx");
+    TensorMap swiglu = call(b + "swiglu", {{"a", a.gate}, {"b", a.up}, {"dy", dactivation}});
+    SharedTensor dmlp_norm =
+        call(b + "gate_up", {{"x", a.mlp_norm},
+                             {"w", in(p + "gate_up.w")},
+                             {"dy", concatenated(*swiglu.at("da"), *swiglu.at("db"))}})
+            .at("dx");
+    SharedTensor dmlp_input =
+        call(b + "mlp_norm",
+             {{"x", a.mlp_input}, {"weight", in(p + "mlp_norm.weight")}, {"dy", dmlp_norm}})
+            .at("dx");
+    SharedTensor dresidual =
+        call(b + "mlp_branch", {{"x", dmlp_input}, {"residual", mlp_resid.at("dresidual")}})
+            .at("y");
+    TensorMap attn_resid = call(b + "attn_resid", {{"dy", dresidual}});
+    SharedTensor dattn_out =
+        call(b + "o_proj",
+             {{"x", a.attn_out}, {"w", in(p + "o_proj.w")}, {"dy", attn_resid.at("dx")}})
+            .at("dx");
+    TensorMap attn =
+        call(b + "attn", {{"q", a.q},
+                          {"k", a.k},
+                          {"v", a.v},
+                          {"do", columns(*dattn_out, 0, q_width, {s.heads, s.head_dim})}});
+    SharedTensor drotated = call(b + "rope", {{"dy", concatenated(*attn.at("dq"), *attn.at("dk"))},
+                                              {"positions", positions}})
+                                .at("dx");
+    SharedTensor dattn_norm = call(b + "qkv", {{"x", a.attn_norm},
+                                               {"w", in(p + "qkv.w")},
+                                               {"dy", concatenated(*drotated, *attn.at("dv"))}})
+                                  .at("dx");
+    SharedTensor dattn_input =
+        call(b + "attn_norm",
+             {{"x", a.attn_input}, {"weight", in(p + "attn_norm.weight")}, {"dy", dattn_norm}})
+            .at("dx");
+    gradient =
+        call(b + "attn_branch", {{"x", dattn_input}, {"residual", attn_resid.at("dresidual")}})
+            .at("y");
+  }
+  call("bwd.embed",
+       {{"ids", in("ids")}, {"table", table}, {"dout", converted(*gradient, spec.dtype)}});
+}
+
+}  // namespace bitcheck::chain

@@ -1,0 +1,103 @@
+// Host-side helpers shared by the CUDA adapters of every op: dtype mapping, uploads and downloads
+// of host tensors, the real-slot list a kernel iterates, row compaction and transposition, the
+// per-impl parameter cache, and the rotated, warmed-up, median-of-repeats timing loop of
+// benchmark(). Host compiler only.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench_support.h"
+#include "bitcheck/op.h"
+#include "device_dtype.h"
+#include "runtime.h"
+
+namespace bitcheck::cuda_support {
+
+// The kernels' element type of a case dtype. A dtype no kernel takes (i32) is an error, never run
+// as another dtype: an impl skips such a case (skip_reason) before it gets here.
+inline cuda::DeviceDType device_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::bf16:
+      return cuda::DeviceDType::bf16;
+    case DType::fp16:
+      return cuda::DeviceDType::fp16;
+    case DType::fp32:
+      return cuda::DeviceDType::fp32;
+    default:
+      throw std::invalid_argument("no device dtype for " + to_string(dtype));
+  }
+}
+
+// Uploads into a new device buffer of at least 16 bytes (never a zero-byte allocation).
+inline cuda::DeviceBuffer upload_bytes(const void* data, std::size_t bytes) {
+  cuda::DeviceBuffer buffer(std::max<std::size_t>(bytes, 16));
+  if (bytes) buffer.upload(data, bytes);
+  return buffer;
+}
+inline cuda::DeviceBuffer upload(const Tensor& tensor) {
+  return upload_bytes(tensor.data(), tensor.bytes());
+}
+template <typename T>
+cuda::DeviceBuffer upload(const std::vector<T>& values) {
+  return upload_bytes(values.data(), values.size() * sizeof(T));
+}
+
+inline void download(const cuda::DeviceBuffer& buffer, Tensor& tensor) {
+  buffer.download(tensor.data(), tensor.bytes());
+}
+
+// The real (non-pad) slots in slot order, as int32 for the kernels that skip padding.
+inline std::vector<std::int32_t> real_slot_list(const Batch& batch) {
+  std::vector<std::int32_t> slots;
+  for (std::int64_t s = 0; s < batch.slots(); ++s) {
+    if (!batch.is_pad(s)) slots.push_back(static_cast<std::int32_t>(s));
+  }
+  return slots;
+}
+
+// Rows of `tensor` at `slots`, packed in that order.
+inline Tensor compact_rows(const Tensor& tensor, const std::vector<std::int32_t>& slots) {
+  std::vector<std::int64_t> shape = tensor.shape();
+  shape[0] = static_cast<std::int64_t>(slots.size());
+  Tensor packed(tensor.dtype(), shape);
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    packed.copy_row_from(tensor, slots[i], static_cast<std::int64_t>(i));
+  return packed;
+}
+
+// [rows, cols] -> [cols, rows], bits copied.
+inline Tensor transposed(const Tensor& matrix) {
+  const std::int64_t rows = matrix.shape()[0], cols = matrix.shape()[1];
+  Tensor result(matrix.dtype(), {cols, rows});
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < cols; ++c)
+      result.set_bits(c * rows + r, matrix.bits(r * cols + c));
+  }
+  return result;
+}
+
+// Parameters stay on the device across invocations and cases, keyed by the runner's input id.
+class ParameterCache {
+ public:
+  const cuda::DeviceBuffer& get(const Batch& batch, const std::string& name) {
+    std::string key = name + "#" + std::to_string(batch.input_ids.at(name));
+    auto it = buffers_.find(key);
+    if (it != buffers_.end()) return it->second;
+    if (buffers_.size() >= 4) buffers_.clear();
+    return buffers_.emplace(key, upload(batch.in(name))).first->second;
+  }
+
+ private:
+  std::map<std::string, cuda::DeviceBuffer> buffers_;
+};
+
+using cuda_bench::rotation_sets;
+using cuda_bench::time_rotated;
+
+using cuda_bench::random_input;
+
+}  // namespace bitcheck::cuda_support

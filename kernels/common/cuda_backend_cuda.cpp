@@ -1,0 +1,88 @@
+// The CUDA backend: the device's status and its DeviceBackend (device facts for the report, free
+// memory, context faults, the copy yardstick, the cuBLASLt pin table's configuration). Each op
+// registers its own CUDA impls (kernels/<op>/<op>_cuda.cpp), even without a device, so their
+// cases are skipped with the reason.
+#include <memory>
+
+#include "bitcheck/backend.h"
+#include "bitcheck/op.h"
+#include "common/bench_support.h"
+#include "common/cuda_backend.h"
+#include "common/runtime.h"
+#include "tuner/pin_lookup.h"
+
+namespace bitcheck {
+namespace {
+
+class CudaBackend : public DeviceBackend {
+ public:
+  nlohmann::json meta() const override {
+    cuda::DeviceInfo device = cuda::query_device();
+    nlohmann::json meta = {{"cuda_backend_built", true}, {"device_available", device.available}};
+    if (!device.available) {
+      meta["unavailable_reason"] = device.unavailable_reason;
+      return meta;
+    }
+    meta["gpu_name"] = device.name;
+    meta["sm_count"] = device.sm_count;
+    meta["compute_capability"] = device.arch();
+    meta["total_memory_bytes"] = device.total_memory_bytes;
+    meta["l2_cache_bytes"] = device.l2_cache_bytes;
+    meta["driver_version"] = device.driver_version;
+    meta["cuda_runtime_version"] = device.runtime_version;
+    meta["cublaslt_version"] = device.cublaslt_version;
+    return meta;
+  }
+
+  void configure(const BackendOptions& options) override {
+    cuda::configure_pins(options.pin_file, options.write_pins);
+  }
+
+  std::string finish() override {
+    cuda::write_back_pins();
+    return "";
+  }
+
+  std::optional<std::size_t> free_memory_bytes() const override {
+    static const bool available = cuda::query_device().available;
+    if (!available) return std::nullopt;
+    try {
+      return cuda::free_device_memory();
+    } catch (const cuda::CudaError&) {
+      return std::nullopt;  // a poisoned context: the case runs and fails with the CUDA error
+                            // itself
+    }
+  }
+
+  std::optional<std::string> context_fault() const override {
+    std::string fault = cuda::sticky_error_after_sync();
+    if (fault.empty()) return std::nullopt;
+    return fault;
+  }
+
+  double copy_bandwidth_gbps() const override {
+    if (!cuda::query_device().available) return -1.0;
+    return cuda::measure_copy_bandwidth_gbps(std::size_t(1) << 30, 20);
+  }
+
+  double copy_bandwidth_gbps(double bytes_moved, int warmup, int repeats,
+                             std::size_t rotate_bytes) const override {
+    if (!cuda::query_device().available) return -1.0;
+    BenchSettings settings;
+    settings.warmup = warmup;
+    settings.repeats = repeats;
+    settings.rotate_bytes = rotate_bytes;
+    const BenchMeasurement copy = cuda_bench::time_same_bytes_copy(bytes_moved, settings);
+    return copy.bytes_moved / (copy.median_ms * 1e6);
+  }
+};
+
+}  // namespace
+
+void register_cuda_device_backend(Registry& registry) {
+  cuda::DeviceInfo device = cuda::query_device();
+  registry.set_backend_status("cuda", device.available, device.unavailable_reason);
+  registry.set_device_backend("cuda", std::make_unique<CudaBackend>());
+}
+
+}  // namespace bitcheck

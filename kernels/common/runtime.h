@@ -1,0 +1,110 @@
+// CUDA runtime seam for host C++: device queries, device buffers, streams and event timing,
+// declared without CUDA headers so lib/ and the impl adapters compile with the host compiler.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "device_dtype.h"
+
+namespace bitcheck::cuda {
+
+// A failed CUDA or cuBLASLt call. `sticky` marks errors that poison the context
+// (illegal address, trap, launch failure): no later call in this process can be trusted.
+class CudaError : public std::runtime_error {
+ public:
+  CudaError(const std::string& message, std::string error_name, bool sticky)
+      : std::runtime_error(message), error_name_(std::move(error_name)), sticky_(sticky) {}
+  const std::string& error_name() const { return error_name_; }
+  bool sticky() const { return sticky_; }
+
+ private:
+  std::string error_name_;
+  bool sticky_;
+};
+
+struct DeviceInfo {
+  bool available = false;
+  std::string unavailable_reason;  // set when !available
+  int device_index = 0;
+  std::string name;
+  int sm_count = 0;
+  int compute_capability_major = 0;
+  int compute_capability_minor = 0;
+  std::size_t total_memory_bytes = 0;
+  std::size_t l2_cache_bytes = 0;
+  int driver_version = 0;   // e.g. 13000
+  int runtime_version = 0;  // e.g. 13000
+  std::size_t cublaslt_version = 0;
+  std::string arch() const {  // e.g. "sm_90"
+    return "sm_" + std::to_string(compute_capability_major) +
+           std::to_string(compute_capability_minor);
+  }
+};
+
+// Never throws: a machine without a GPU gives available=false and a reason.
+DeviceInfo query_device(int device_index = 0);
+void set_device(int device_index);
+void synchronize();
+std::size_t free_device_memory();
+// Synchronizes the device and returns the text of a sticky error that poisoned the context ("" when
+// none); clears a non-sticky error left behind. Never throws.
+std::string sticky_error_after_sync();
+
+// Owning device allocation. Moves only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void upload(const void* host, std::size_t bytes);
+  void download(void* host, std::size_t bytes) const;
+  void fill_bytes(int byte_value);  // e.g. 0xFF poisons a float output with NaN
+  // Every element (bytes / element size of `dtype`): fill_uniform below.
+  void fill_uniform(DeviceDType dtype, std::uint64_t seed);
+  void* get() const { return pointer_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(pointer_);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* pointer_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// `count` elements of `dtype` at `data`, pseudo-random, uniform in [-1, 1), never zero: element i
+// is a function of (seed, i) alone. Benchmark and search inputs: tensor-core and exp-heavy kernels
+// draw less power on constant data and would run faster than on real activations. Queued on the
+// default stream.
+void fill_uniform(void* data, std::size_t count, DeviceDType dtype, std::uint64_t seed);
+
+// Times device work on the default stream with CUDA events. Milliseconds.
+class EventTimer {
+ public:
+  EventTimer();
+  ~EventTimer();
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void start();
+  float stop_ms();  // synchronizes on the stop event
+
+ private:
+  void* start_event_ = nullptr;
+  void* stop_event_ = nullptr;
+};
+
+// Asynchronous device-to-device copy on the default stream (what the copy benchmarks time).
+void copy_device_to_device(void* destination, const void* source, std::size_t bytes);
+
+// Device-to-device copy bandwidth in GB/s (bytes read + bytes written), measured now.
+double measure_copy_bandwidth_gbps(std::size_t bytes, int repeats);
+
+}  // namespace bitcheck::cuda

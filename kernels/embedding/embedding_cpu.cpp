@@ -1,0 +1,108 @@
+// CPU impls of embedding. `cpu-fixed-order` copies table rows (a gather has no arithmetic) and
+// reduces dtable by a stable sort of (id, token order) followed by one running sum per id in token
+// order, started from the accumulator, so every element sees the same additions in the same order
+// whatever the padding or micro-batching. The control reverses the token order when the batch is
+// padded, as a scatter whose visiting order follows the physical layout does.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "common/token_reduction.h"
+#include "common/vocab_cpu.h"
+#include "embedding/embedding.h"
+
+namespace bitcheck {
+namespace {
+
+struct TokenId {
+  std::int64_t slot;
+  std::int64_t id;
+};
+
+// The ids of the real slots, in slot order, each checked against the vocabulary.
+std::vector<TokenId> checked_ids(const Batch& batch, std::int64_t vocab) {
+  const Tensor& ids = batch.in("ids");
+  std::vector<TokenId> tokens;
+  for (std::int64_t s : real_slots(batch)) {
+    std::int32_t id = ids.get_int(s);
+    if (id < 0 || id >= vocab) {
+      throw std::out_of_range("embedding: token id " + std::to_string(id) + " at slot " +
+                              std::to_string(s) + " is out of range [0, " + std::to_string(vocab) +
+                              ")");
+    }
+    tokens.push_back({s, id});
+  }
+  return tokens;
+}
+
+class EmbeddingCpu : public Impl {
+ public:
+  enum class Kind { fixed_order, reverse_when_padded };
+  explicit EmbeddingCpu(Kind kind) : kind_(kind) {}
+
+  std::string name() const override {
+    return kind_ == Kind::fixed_order ? "cpu-fixed-order" : "cpu-reverse-when-padded";
+  }
+  std::string backend() const override { return "cpu"; }
+  bool claims_invariance() const override { return kind_ == Kind::fixed_order; }
+  bool expected_to_drift(Pass pass) const override {
+    return kind_ == Kind::reverse_when_padded && pass == Pass::backward;
+  }
+  std::string description() const override {
+    if (kind_ == Kind::fixed_order) {
+      return "forward copies table rows; dtable: stable sort of (id, token order), then one "
+             "running fp32 sum per id in token order started from the accumulator";
+    }
+    return "control: dtable scattered token by token in reverse slot order when the batch holds "
+           "pad slots (a scatter whose order follows the physical layout)";
+  }
+  bool supports(Pass) const override { return true; }
+
+  void run(Batch& batch) override {
+    const std::int64_t vocab = batch.spec->dim("V"), hidden = batch.spec->dim("H");
+    std::vector<TokenId> tokens = checked_ids(batch, vocab);
+    if (batch.spec->pass == Pass::forward) {
+      const Tensor& table = batch.in("table");
+      Tensor& out = batch.out("out");
+      const std::size_t row_bytes = static_cast<std::size_t>(hidden) * dtype_size(table.dtype());
+      for (const TokenId& token : tokens) {
+        std::memcpy(
+            static_cast<std::byte*>(out.data()) + static_cast<std::size_t>(token.slot) * row_bytes,
+            static_cast<const std::byte*>(table.data()) +
+                static_cast<std::size_t>(token.id) * row_bytes,
+            row_bytes);
+      }
+      return;
+    }
+    const Tensor& dout = batch.in("dout");
+    Tensor& dtable = batch.out("dtable");
+    std::vector<float> accumulator = load_accumulator(dtable);
+    if (kind_ == Kind::fixed_order) {
+      std::stable_sort(tokens.begin(), tokens.end(),
+                       [](const TokenId& a, const TokenId& b) { return a.id < b.id; });
+    } else if (tokens.size() != static_cast<std::size_t>(batch.slots())) {
+      std::reverse(tokens.begin(), tokens.end());
+    }
+    for (const TokenId& token :
+         tokens) {  // fixed order: a segment per id, tokens in order inside it
+      float* row = accumulator.data() + token.id * hidden;
+      for (std::int64_t c = 0; c < hidden; ++c) row[c] += dout.get(token.slot * hidden + c);
+    }
+    store_accumulator(accumulator, dtable);
+  }
+
+ private:
+  Kind kind_;
+};
+
+}  // namespace
+
+void register_embedding_cpu(Registry& registry) {
+  registry.add_impl("embedding", std::make_unique<EmbeddingCpu>(EmbeddingCpu::Kind::fixed_order));
+  registry.add_impl("embedding",
+                    std::make_unique<EmbeddingCpu>(EmbeddingCpu::Kind::reverse_when_padded));
+}
+
+}  // namespace bitcheck

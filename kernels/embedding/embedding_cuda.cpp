@@ -1,0 +1,164 @@
+// CUDA impls of embedding: the fixed-order impl (device gather; dtable by a host stable sort of
+// (id, token order) and a device segment sum in token order) and the atomicAdd scatter control.
+// Host adapters plus the device-resident forward benchmark.
+#include <algorithm>
+#include <memory>
+#include <numeric>
+
+#include "bitcheck/op.h"
+#include "common/runtime.h"
+#include "common/vocab_device.h"
+#include "embedding/embedding.h"
+#include "embedding_kernels.h"
+
+namespace bitcheck {
+namespace {
+
+namespace vd = vocab_device;
+
+class CudaEmbedding : public Impl {
+ public:
+  explicit CudaEmbedding(bool atomic_scatter) : atomic_scatter_(atomic_scatter) {}
+
+  std::string name() const override {
+    return atomic_scatter_ ? "atomic-add-scatter" : "fixed-order";
+  }
+  std::string backend() const override { return "cuda"; }
+  bool claims_invariance() const override { return !atomic_scatter_; }
+  bool expected_to_drift(Pass pass) const override {
+    return atomic_scatter_ && pass == Pass::backward;
+  }
+  std::string description() const override {
+    if (!atomic_scatter_) {
+      return "gather copies rows (ids checked on the device); dtable: stable sort of (id, token "
+             "order) on the host, then one device thread per (id, column) adds the id's tokens in "
+             "token order to the running fp32 value";
+    }
+    return "control: dtable by atomicAdd of every (token, column) into the fp32 table, the usual "
+           "embedding-backward scatter; the order of additions is the hardware's";
+  }
+  bool supports(Pass) const override { return true; }
+
+  void run(Batch& batch) override {
+    const CaseSpec& spec = *batch.spec;
+    const std::int64_t vocab = spec.dim("V"), hidden = spec.dim("H");
+    const cuda::DeviceDType dtype = vd::device_dtype(spec.dtype);
+    std::vector<std::int32_t> slots = vd::real_slot_list(batch);
+    const std::int64_t rows = static_cast<std::int64_t>(slots.size());
+    cuda::DeviceBuffer ids = vd::upload(batch.in("ids"));
+    cuda::DeviceBuffer slot_list = vd::upload(slots);
+    vd::ErrorRecord error;
+    if (spec.pass == Pass::forward) {
+      auto table = vd::shared_parameter(batch, "table");
+      Tensor& out = batch.out("out");
+      cuda::DeviceBuffer out_device(out.bytes());
+      out_device.fill_bytes(0xFF);  // pad rows stay NaN
+      cuda::embedding_gather(dtype, ids.as<std::int32_t>(), slot_list.as<std::int32_t>(), rows,
+                             table->get(), vocab, hidden, out_device.get(), error.get(), nullptr);
+      error.check("embedding", vocab);
+      vd::download(out_device, out);
+      return;
+    }
+    Tensor& dtable = batch.out("dtable");
+    cuda::DeviceBuffer dtable_device =
+        vd::upload(dtable);  // the accumulator carried across micro-batches
+    cuda::DeviceBuffer dout = vd::upload(batch.in("dout"));
+    if (atomic_scatter_) {
+      cuda::embedding_backward_atomic(dtype, dout.get(), hidden, ids.as<std::int32_t>(),
+                                      slot_list.as<std::int32_t>(), rows, vocab,
+                                      dtable_device.as<float>(), error.get(), nullptr);
+      error.check("embedding", vocab);
+    } else {
+      scatter_in_order(batch, slots, vocab, hidden, dtype, dout, dtable_device);
+    }
+    vd::download(dtable_device, dtable);
+  }
+
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override;
+
+ private:
+  // Stable sort of the real tokens by id (token order kept inside an id), one segment per id.
+  static void scatter_in_order(const Batch& batch, const std::vector<std::int32_t>& slots,
+                               std::int64_t vocab, std::int64_t hidden, cuda::DeviceDType dtype,
+                               const cuda::DeviceBuffer& dout, cuda::DeviceBuffer& dtable) {
+    const Tensor& ids = batch.in("ids");
+    for (std::int32_t slot : slots) {
+      const std::int32_t id = ids.get_int(slot);
+      if (id < 0 || id >= vocab) {
+        throw std::out_of_range("embedding: token id " + std::to_string(id) + " at slot " +
+                                std::to_string(slot) + " is out of range [0, " +
+                                std::to_string(vocab) + ")");
+      }
+    }
+    std::vector<std::int32_t> sorted = slots;
+    std::stable_sort(sorted.begin(), sorted.end(), [&](std::int32_t a, std::int32_t b) {
+      return ids.get_int(a) < ids.get_int(b);
+    });
+    std::vector<std::int32_t> starts, segment_ids;
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+      const std::int32_t id = ids.get_int(sorted[i]);
+      if (segment_ids.empty() || segment_ids.back() != id) {
+        starts.push_back(static_cast<std::int32_t>(i));
+        segment_ids.push_back(id);
+      }
+    }
+    starts.push_back(static_cast<std::int32_t>(sorted.size()));
+    cuda::DeviceBuffer sorted_device = vd::upload(sorted), starts_device = vd::upload(starts),
+                       ids_device = vd::upload(segment_ids);
+    cuda::embedding_backward_segments(
+        dtype, dout.get(), hidden, sorted_device.as<std::int32_t>(),
+        starts_device.as<std::int32_t>(), ids_device.as<std::int32_t>(),
+        static_cast<std::int64_t>(segment_ids.size()), dtable.as<float>(), nullptr);
+  }
+
+  bool atomic_scatter_;
+};
+
+std::optional<BenchMeasurement> CudaEmbedding::benchmark(const CaseSpec& spec,
+                                                         const BenchSettings& settings) {
+  if (spec.pass != Pass::forward) return std::nullopt;  // the gather is the hot path
+  const std::int64_t rows = spec.rows, vocab = spec.dim("V"), hidden = spec.dim("H");
+  const std::size_t element = dtype_size(spec.dtype);
+  const std::size_t row_bytes = static_cast<std::size_t>(hidden) * element;
+  // Per set: the rows gathered, the rows written, the ids. The table is shared (and large).
+  const std::size_t set_bytes =
+      static_cast<std::size_t>(rows) * (2 * row_bytes + sizeof(std::int32_t));
+  const std::size_t sets = vd::rotation_sets(set_bytes, settings);
+  cuda::DeviceBuffer table =
+      vd::random_input(static_cast<std::size_t>(vocab) * row_bytes, spec.dtype, 1);
+  std::vector<std::int32_t> slot_list(static_cast<std::size_t>(rows));
+  std::iota(slot_list.begin(), slot_list.end(), 0);
+  cuda::DeviceBuffer slots = vd::upload(slot_list);
+  std::vector<cuda::DeviceBuffer> ids, outs;
+  std::uint64_t state = 0x9E3779B97F4A7C15ull;
+  for (std::size_t i = 0; i < sets; ++i) {
+    std::vector<std::int32_t> set_ids(static_cast<std::size_t>(rows));
+    for (auto& id :
+         set_ids) {  // spread over the table: distinct rows, as real token ids mostly are
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      id = static_cast<std::int32_t>((state >> 33) % static_cast<std::uint64_t>(vocab));
+    }
+    ids.push_back(vd::upload(set_ids));
+    outs.emplace_back(static_cast<std::size_t>(rows) * row_bytes);
+  }
+  vd::ErrorRecord error;
+  const cuda::DeviceDType dtype = vd::device_dtype(spec.dtype);
+  BenchMeasurement measurement = vd::time_rotated(settings, sets, [&](std::size_t i) {
+    cuda::embedding_gather(dtype, ids[i].as<std::int32_t>(), slots.as<std::int32_t>(), rows,
+                           table.get(), vocab, hidden, outs[i].get(), error.get(), nullptr);
+  });
+  error.check("embedding benchmark", vocab);
+  measurement.bytes_moved = static_cast<double>(set_bytes);
+  measurement.config = {{"rotation_sets", sets}, {"kernel", "embedding_gather"}};
+  return measurement;
+}
+
+}  // namespace
+
+void register_embedding_cuda(Registry& registry) {
+  registry.add_impl("embedding", std::make_unique<CudaEmbedding>(false));
+  registry.add_impl("embedding", std::make_unique<CudaEmbedding>(true));
+}
+
+}  // namespace bitcheck

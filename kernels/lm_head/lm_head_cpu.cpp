@@ -1,0 +1,55 @@
+// CPU impls of lm_head. `cpu-fixed-order` sums each logit over the hidden dimension in index order
+// (dh over the vocabulary in index order, dtable over tokens in token order). The control splits
+// those sums into 4 partials reduced in the output dtype when the batch holds fewer than 4 rows.
+// Whether the table is tied (the embedding's own tensor) or a copy changes nothing: only values
+// are read.
+#include <memory>
+
+#include "common/vocab_cpu.h"
+#include "lm_head/lm_head.h"
+
+namespace bitcheck {
+namespace {
+
+class LmHeadCpu : public Impl {
+ public:
+  explicit LmHeadCpu(bool split_k_by_rows) : split_k_by_rows_(split_k_by_rows) {}
+
+  std::string name() const override {
+    return split_k_by_rows_ ? "cpu-split-k-by-rows" : "cpu-fixed-order";
+  }
+  std::string backend() const override { return "cpu"; }
+  bool claims_invariance() const override { return !split_k_by_rows_; }
+  std::string description() const override {
+    if (!split_k_by_rows_) {
+      return "logits summed over H in index order, dh over V in index order, dtable over tokens in "
+             "token order";
+    }
+    return "control: with fewer than 4 rows the H (and, for dh, V) sums split into 4 partials "
+           "reduced in the output dtype, like a heuristic choosing split-K for small M";
+  }
+  bool supports(Pass) const override { return true; }
+
+  void run(Batch& batch) override {
+    const bool split = split_k_by_rows_ && batch.invocation->valid_rows() < split_below_rows;
+    const Tensor& table = batch.in("table");
+    if (batch.spec->pass == Pass::forward) {
+      lm_head_forward(batch, batch.in("h"), table, batch.out("logits"), split);
+      return;
+    }
+    lm_head_input_grad(batch, batch.in("dlogits"), table, batch.out("dh"), split);
+    lm_head_table_grad(batch, batch.in("dlogits"), batch.in("h"), batch.out("dtable"));
+  }
+
+ private:
+  bool split_k_by_rows_;
+};
+
+}  // namespace
+
+void register_lm_head_cpu(Registry& registry) {
+  registry.add_impl("lm_head", std::make_unique<LmHeadCpu>(false));
+  registry.add_impl("lm_head", std::make_unique<LmHeadCpu>(true));
+}
+
+}  // namespace bitcheck

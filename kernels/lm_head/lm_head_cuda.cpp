@@ -1,0 +1,374 @@
+// CUDA impls of lm_head and lm_head_logprob. The LM head routes through the invariant GEMMs of
+// kernels/matmul (our fixed-order GEMM, or cuBLASLt with a pinned split-K-1 configuration; the
+// cuBLASLt heuristic is the control); lm_head_logprob hands the logits, stored in the case dtype,
+// to the fixed-piece logprob kernels and back. The table is the process-wide device copy of the
+// runner's parameter: tied to the embedding's table whenever both ops declare the same one.
+#include <algorithm>
+#include <memory>
+#include <numeric>
+
+#include "bitcheck/op.h"
+#include "common/runtime.h"
+#include "common/vocab_device.h"
+#include "lm_head/lm_head.h"
+#include "lm_head_logprob/lm_head_logprob.h"
+#include "logprob/logprob_kernels.h"
+#include "matmul/cublaslt_gemm.h"
+#include "matmul/fixed_order_gemm.h"
+#include "tuner/pin_lookup.h"
+
+namespace bitcheck {
+namespace {
+
+namespace vd = vocab_device;
+using cuda::DeviceBuffer;
+using cuda::LtConfig;
+
+constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
+
+enum class GemmPath { fixed_order, cublaslt_pinned, cublaslt_heuristic };
+
+const char* path_name(GemmPath path) {
+  switch (path) {
+    case GemmPath::fixed_order:
+      return "fixed-order";
+    case GemmPath::cublaslt_pinned:
+      return "cublaslt-pinned";
+    case GemmPath::cublaslt_heuristic:
+      return "cublaslt-heuristic";
+  }
+  return "";
+}
+
+// The three products of the LM head on one path. V plays the GEMM's N and H its K.
+class LmHeadGemms {
+ public:
+  explicit LmHeadGemms(GemmPath path) : path_(path) {}
+  GemmPath path() const { return path_; }
+
+  // logits[M,V] = h[M,H] · table[V,H]ᵀ
+  void logits(Batch& batch, const void* h, const void* table, void* logits, std::int64_t m) {
+    const std::int64_t v = batch.spec->dim("V"), hidden = batch.spec->dim("H");
+    const cuda::GemmDType dtype = vd::device_dtype(batch.spec->dtype);
+    if (path_ == GemmPath::fixed_order) {
+      cuda::fixed_order_gemm(dtype, h, table, logits, m, v, hidden, nullptr);
+      record(batch, "forward", {{"path", cuda::fixed_order_gemm_path(dtype)}});
+      return;
+    }
+    LtConfig config =
+        path_ == GemmPath::cublaslt_pinned
+            ? pinned(batch, "forward", m)
+            : heuristic(batch, "forward", cuda::lt_heuristic_config(dtype, m, v, hidden), m);
+    cuda::lt_gemm(config, dtype, h, table, logits, m, v, hidden, workspace(), lt_workspace_bytes,
+                  nullptr);
+  }
+
+  // dh[M,H] = dlogits[M,V] · table[V,H]
+  void input_grad(Batch& batch, const void* dlogits, void* dh, std::int64_t m) {
+    const std::int64_t v = batch.spec->dim("V"), hidden = batch.spec->dim("H");
+    const cuda::GemmDType dtype = vd::device_dtype(batch.spec->dtype);
+    if (path_ == GemmPath::fixed_order) {
+      // dh = dlogits · (tableᵀ)ᵀ: the forward kernel over the transposed table, K' = V in order.
+      auto table_t = vd::shared_parameter(batch, "table", vd::transposed, "^T");
+      cuda::fixed_order_gemm(dtype, dlogits, table_t->get(), dh, m, hidden, v, nullptr);
+      return;
+    }
+    auto table = vd::shared_parameter(batch, "table");
+    LtConfig config =
+        path_ == GemmPath::cublaslt_pinned
+            ? pinned(batch, "input_grad", m)
+            : heuristic(batch, "input_grad", cuda::lt_heuristic_config_nn(dtype, m, v, hidden), m);
+    cuda::lt_gemm_nn(config, dtype, dlogits, table->get(), dh, m, v, hidden, workspace(),
+                     lt_workspace_bytes, nullptr);
+  }
+
+  // dtable[V,H] += dlogits[T,V]ᵀ · h[T,H] over T real tokens (packed, token order).
+  void table_grad(Batch& batch, const Tensor& dlogits, const Tensor& h, DeviceBuffer& dtable) {
+    const std::int64_t tokens = dlogits.rows();
+    if (tokens == 0) return;
+    DeviceBuffer dlogits_device = vd::upload(dlogits), h_device = vd::upload(h);
+    table_grad_device(batch, dlogits_device.get(), h_device.get(), tokens, dtable);
+  }
+
+  // The same on device-resident packed rows (fixed-order and heuristic paths only).
+  void table_grad_device(Batch& batch, const void* dlogits, const void* h, std::int64_t tokens,
+                         DeviceBuffer& dtable) {
+    const std::int64_t v = batch.spec->dim("V"), hidden = batch.spec->dim("H");
+    const cuda::GemmDType dtype = vd::device_dtype(batch.spec->dtype);
+    if (path_ != GemmPath::cublaslt_heuristic) {
+      // Both invariant paths: one FMA per token into the running dtable value, in token order, so
+      // any split of the tokens into invocations (down to one token each) gives the same bits.
+      cuda::fixed_order_gemm_dw_accumulate(dtype, dlogits, h, dtable.as<float>(), tokens, v, hidden,
+                                           nullptr);
+      record(batch, "weight_grad", {{"path", "fixed-order token-sequential dw"}});
+      return;
+    }
+    LtConfig config = heuristic(batch, "weight_grad",
+                                cuda::lt_heuristic_config_dw(dtype, v, hidden, tokens), tokens);
+    cuda::lt_gemm_dw_chunk(config, dtype, dlogits, h, dtable.as<float>(), tokens, v, hidden, true,
+                           workspace(), lt_workspace_bytes, nullptr);
+  }
+
+  void* workspace() {
+    if (!workspace_.get()) workspace_ = DeviceBuffer(lt_workspace_bytes);
+    return workspace_.get();
+  }
+
+  LtConfig pinned(Batch& batch, const std::string& form, std::int64_t rows) {
+    return pinned_config(batch.spec->dtype, form, batch.spec->dim("V"), batch.spec->dim("H"), rows,
+                         &batch);
+  }
+
+  // The pinned configuration for a GEMM of `rows` rows: a bucketed pin (the same key as a matmul of
+  // N = V, K = H) picks its bucket by M, all buckets one bit-class.
+  static LtConfig pinned_config(DType host_dtype, const std::string& form, std::int64_t v,
+                                std::int64_t hidden, std::int64_t rows, Batch* batch) {
+    const cuda::GemmDType dtype = vd::device_dtype(host_dtype);
+    cuda::DeviceInfo device = cuda::query_device();
+    cuda::PinKey key{
+        device.arch(), device.cublaslt_version, to_string(host_dtype), form, v, hidden, 0};
+    const cuda::PinnedConfig found = cuda::lookup_pin(key, rows, [&] {
+      return form == "forward" ? cuda::lt_derive_pinned_config(dtype, v, hidden)
+                               : cuda::lt_derive_pinned_config_nn(dtype, v, hidden);
+    });
+    if (batch) record(*batch, form, found.record());
+    return found.config();
+  }
+
+ private:
+  static LtConfig heuristic(Batch& batch, const std::string& form, const LtConfig& config,
+                            std::int64_t m) {
+    nlohmann::json j = cuda::lt_config_to_json(config);
+    j["source"] = "heuristic at M=" + std::to_string(m);
+    record(batch, form, j);
+    return config;
+  }
+
+  static void record(Batch& batch, const std::string& form, const nlohmann::json& config) {
+    if (batch.impl_config.is_null()) batch.impl_config = nlohmann::json::object();
+    batch.impl_config["gemm"][form] = config;
+  }
+
+  GemmPath path_;
+  DeviceBuffer workspace_;
+};
+
+std::string gemm_description(GemmPath path) {
+  switch (path) {
+    case GemmPath::fixed_order:
+      return "matmul's fixed-order GEMM: logits and dh sum H (resp. V) in a fixed block order with "
+             "no split-K, dtable one FMA per token in token order";
+    case GemmPath::cublaslt_pinned:
+      return "cuBLASLt with a pinned split-K-1 configuration per (dtype, V, H) from the pin table "
+             "for logits and dh; dtable by the token-sequential fixed-order kernel (a GEMM over a "
+             "chunk of tokens cannot match one token at a time, and the alone layout splits the "
+             "tokens one by one)";
+    case GemmPath::cublaslt_heuristic:
+      return "control: cuBLASLt heuristic per shape (split-K chosen per M); at vocabulary shapes "
+             "it keeps split-K 1 for logits but splits dh's V-long sum when rows are few";
+  }
+  return "";
+}
+
+void check_gemm_shape(const CaseSpec& spec, GemmPath path, std::optional<std::string>& reason) {
+  if (path == GemmPath::fixed_order && (spec.dim("V") % 8 || spec.dim("H") % 8)) {
+    reason = "fixed-order GEMM needs V and H multiples of 8";
+  }
+}
+
+// Times logits = h · tableᵀ on the device (the forward product both ops start with).
+BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec,
+                                  const BenchSettings& settings) {
+  const std::int64_t m = spec.rows, v = spec.dim("V"), hidden = spec.dim("H");
+  const cuda::GemmDType dtype = vd::device_dtype(spec.dtype);
+  const std::size_t element = dtype_size(spec.dtype);
+  const std::size_t table_bytes = static_cast<std::size_t>(v * hidden) * element;
+  const std::size_t set_bytes = static_cast<std::size_t>(m * hidden + m * v) * element;
+  // The table (>= 256 MiB at Llama vocabularies) is read whole each launch; h and logits rotate.
+  const std::size_t sets = vd::rotation_sets(
+      set_bytes + (table_bytes >= (std::size_t(256) << 20) ? 0 : table_bytes), settings);
+  DeviceBuffer table = vd::random_input(table_bytes, spec.dtype, 1);
+  std::vector<DeviceBuffer> hs, outs;
+  for (std::size_t i = 0; i < sets; ++i) {
+    hs.push_back(
+        vd::random_input(static_cast<std::size_t>(m * hidden) * element, spec.dtype, 2 + i));
+    outs.emplace_back(static_cast<std::size_t>(m * v) * element);
+  }
+  LtConfig config;
+  if (gemms.path() == GemmPath::cublaslt_pinned)
+    config = LmHeadGemms::pinned_config(spec.dtype, "forward", v, hidden, m, nullptr);
+  if (gemms.path() == GemmPath::cublaslt_heuristic)
+    config = cuda::lt_heuristic_config(dtype, m, v, hidden);
+  BenchMeasurement measurement = vd::time_rotated(settings, sets, [&](std::size_t i) {
+    if (gemms.path() == GemmPath::fixed_order) {
+      cuda::fixed_order_gemm(dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden, nullptr);
+    } else {
+      cuda::lt_gemm(config, dtype, hs[i].get(), table.get(), outs[i].get(), m, v, hidden,
+                    gemms.workspace(), lt_workspace_bytes, nullptr);
+    }
+  });
+  measurement.flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(v) * static_cast<double>(hidden);
+  measurement.bytes_moved = static_cast<double>(set_bytes + table_bytes);
+  measurement.config = gemms.path() == GemmPath::fixed_order
+                           ? nlohmann::json{{"path", cuda::fixed_order_gemm_path(dtype)}}
+                           : cuda::lt_config_to_json(config);
+  measurement.config["rotation_sets"] = sets;
+  return measurement;
+}
+
+class CudaLmHead : public Impl {
+ public:
+  explicit CudaLmHead(GemmPath path) : gemms_(path) {}
+
+  std::string name() const override { return path_name(gemms_.path()); }
+  std::string backend() const override { return "cuda"; }
+  bool claims_invariance() const override { return gemms_.path() != GemmPath::cublaslt_heuristic; }
+  // Measured on H200 / cuBLASLt 13.1 (docs/notes-cublaslt.md): at vocabulary shapes the
+  // heuristic picks split-K 1 for every M in the forward product, so only dh's V-long sum drifts.
+  bool expected_to_drift(Pass pass) const override {
+    return !claims_invariance() && pass == Pass::backward;
+  }
+  std::string description() const override { return gemm_description(gemms_.path()); }
+  bool supports(Pass) const override { return true; }
+  std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
+    std::optional<std::string> reason;
+    check_gemm_shape(spec, gemms_.path(), reason);
+    return reason;
+  }
+
+  void run(Batch& batch) override {
+    const std::int64_t m = batch.slots();
+    auto table = vd::shared_parameter(batch, "table");
+    if (batch.spec->pass == Pass::forward) {
+      DeviceBuffer h = vd::upload(batch.in("h"));
+      Tensor& logits = batch.out("logits");
+      DeviceBuffer logits_device(logits.bytes());
+      gemms_.logits(batch, h.get(), table->get(), logits_device.get(), m);
+      vd::download(logits_device, logits);
+      return;
+    }
+    DeviceBuffer dlogits = vd::upload(batch.in("dlogits"));
+    Tensor& dh = batch.out("dh");
+    DeviceBuffer dh_device(dh.bytes());
+    gemms_.input_grad(batch, dlogits.get(), dh_device.get(), m);
+    vd::download(dh_device, dh);
+    std::vector<std::int32_t> slots = vd::real_slot_list(batch);
+    Tensor& dtable = batch.out("dtable");
+    DeviceBuffer dtable_device =
+        vd::upload(dtable);  // the accumulator carried across micro-batches
+    gemms_.table_grad(batch, vd::compact_rows(batch.in("dlogits"), slots),
+                      vd::compact_rows(batch.in("h"), slots), dtable_device);
+    vd::download(dtable_device, dtable);
+  }
+
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
+    if (spec.pass != Pass::forward) return std::nullopt;
+    return benchmark_logits(gemms_, spec, settings);
+  }
+
+ private:
+  LmHeadGemms gemms_;
+};
+
+class CudaLmHeadLogprob : public Impl {
+ public:
+  explicit CudaLmHeadLogprob(GemmPath path) : gemms_(path) {}
+
+  std::string name() const override { return path_name(gemms_.path()); }
+  std::string backend() const override { return "cuda"; }
+  bool claims_invariance() const override { return gemms_.path() != GemmPath::cublaslt_heuristic; }
+  bool expected_to_drift(Pass pass) const override {
+    return !claims_invariance() && pass == Pass::backward;
+  }
+  std::string description() const override {
+    return gemm_description(gemms_.path()) +
+           "; logits stored in the case dtype feed the fixed-order logprob kernels (a split of the "
+           "vocabulary fixed by V)";
+  }
+  bool supports(Pass) const override { return true; }
+  std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
+    std::optional<std::string> reason;
+    check_gemm_shape(spec, gemms_.path(), reason);
+    return reason;
+  }
+
+  void run(Batch& batch) override {
+    const CaseSpec& spec = *batch.spec;
+    const std::int64_t m = batch.slots(), v = spec.dim("V"), hidden = spec.dim("H");
+    const cuda::DeviceDType dtype = vd::device_dtype(spec.dtype);
+    auto table = vd::shared_parameter(batch, "table");
+    std::vector<std::int32_t> slots = vd::real_slot_list(batch);
+    const auto rows = static_cast<std::int64_t>(slots.size());
+    DeviceBuffer h = vd::upload(batch.in("h")), targets = vd::upload(batch.in("target")),
+                 slot_list = vd::upload(slots);
+    DeviceBuffer logits(static_cast<std::size_t>(m * v) * dtype_size(spec.dtype));
+    gemms_.logits(batch, h.get(), table->get(), logits.get(), m);
+    const cuda::LogprobSplit split{};
+    DeviceBuffer workspace(
+        std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, v, split)));
+    vd::ErrorRecord error;
+    if (spec.pass == Pass::forward) {
+      Tensor& logprob = batch.out("logprob");
+      DeviceBuffer out(logprob.bytes());
+      out.fill_bytes(0xFF);
+      cuda::logprob_forward(dtype, logits.get(), targets.as<std::int32_t>(),
+                            slot_list.as<std::int32_t>(), slot_list.as<std::int32_t>(), rows, v,
+                            out.as<float>(), split, workspace.get(), error.get(), nullptr);
+      error.check("lm_head_logprob", v);
+      vd::download(out, logprob);
+      return;
+    }
+    // dlogits of the real rows, packed (row r = slot slots[r]), feed dh and dtable.
+    std::vector<std::int32_t> packed(slots.size());
+    std::iota(packed.begin(), packed.end(), 0);
+    DeviceBuffer packed_list = vd::upload(packed), dlogprob = vd::upload(batch.in("dlogprob"));
+    DeviceBuffer dlogits(
+        std::max<std::size_t>(16, static_cast<std::size_t>(rows * v) * dtype_size(spec.dtype)));
+    cuda::logprob_backward(dtype, logits.get(), targets.as<std::int32_t>(), dlogprob.as<float>(),
+                           slot_list.as<std::int32_t>(), packed_list.as<std::int32_t>(), rows, v,
+                           dlogits.get(), split, workspace.get(), error.get(), nullptr);
+    error.check("lm_head_logprob", v);
+    Tensor& dh = batch.out("dh");
+    Tensor dh_packed(spec.dtype, {rows, hidden});
+    DeviceBuffer dh_device(std::max<std::size_t>(16, dh_packed.bytes()));
+    Tensor& dtable = batch.out("dtable");
+    DeviceBuffer dtable_device = vd::upload(dtable);
+    if (rows > 0) {
+      gemms_.input_grad(batch, dlogits.get(), dh_device.get(), rows);
+      DeviceBuffer h_packed = vd::upload(vd::compact_rows(batch.in("h"), slots));
+      gemms_.table_grad_device(batch, dlogits.get(), h_packed.get(), rows, dtable_device);
+    }
+    vd::download(dh_device, dh_packed);
+    for (std::int64_t r = 0; r < rows; ++r)
+      dh.copy_row_from(dh_packed, r, slots[static_cast<std::size_t>(r)]);
+    vd::download(dtable_device, dtable);
+  }
+
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
+    if (spec.pass != Pass::forward) return std::nullopt;
+    return benchmark_logits(gemms_, spec,
+                            settings);  // the GEMM dominates; logprob has its own benchmark
+  }
+
+ private:
+  LmHeadGemms gemms_;
+};
+
+}  // namespace
+
+void register_lm_head_cuda(Registry& registry) {
+  registry.add_impl("lm_head", std::make_unique<CudaLmHead>(GemmPath::fixed_order));
+  registry.add_impl("lm_head", std::make_unique<CudaLmHead>(GemmPath::cublaslt_pinned));
+  registry.add_impl("lm_head", std::make_unique<CudaLmHead>(GemmPath::cublaslt_heuristic));
+}
+
+void register_lm_head_logprob_cuda(Registry& registry) {
+  registry.add_impl("lm_head_logprob", std::make_unique<CudaLmHeadLogprob>(GemmPath::fixed_order));
+  registry.add_impl("lm_head_logprob",
+                    std::make_unique<CudaLmHeadLogprob>(GemmPath::cublaslt_heuristic));
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,11 @@
+// lm_head_logprob: register_lm_head_logprob(), its one line in kernels/manifest.cpp, and its parts.
+#pragma once
+#include "common/registration.h"
+
+namespace bitcheck {
+void register_lm_head_logprob(Registry& registry, OpPart part);
+void register_lm_head_logprob_op(Registry& registry);    // lm_head_logprob.cpp: the OpDef
+void register_lm_head_logprob_cpu(Registry& registry);   // lm_head_logprob_cpu.cpp
+void register_lm_head_logprob_cuda(Registry& registry);  // lm_head/lm_head_cuda.cpp (CUDA build;
+                                                         // the adapters share the LM-head GEMMs)
+}  // namespace bitcheck

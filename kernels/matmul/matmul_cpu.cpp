@@ -1,0 +1,135 @@
+// CPU impls of matmul. `cpu-fixed-order` sums K (and tokens, for dW) strictly in index order, one
+// row at a time: nothing about the batch can change a row's arithmetic. The controls reproduce
+// split-K chosen from the batch size and a dW tree sized by the padded token count.
+#include <memory>
+
+#include "common/token_reduction.h"
+#include "matmul/matmul.h"
+
+namespace bitcheck {
+namespace {
+
+// Rows of the batch below which the K-split control splits the K sum into 4 partials, modelling a
+// library heuristic that picks split-K for small M to fill the GPU and reduces the partials in the
+// output dtype.
+constexpr std::int64_t split_k_below_rows = 4;
+constexpr std::int64_t split_k_parts = 4;
+
+float dot_in_order(const Tensor& a, std::int64_t a_offset, std::int64_t a_stride, const Tensor& b,
+                   std::int64_t b_offset, std::int64_t b_stride, std::int64_t first,
+                   std::int64_t last) {
+  float sum = 0.0f;
+  for (std::int64_t i = first; i < last; ++i) {
+    sum += a.get(a_offset + i * a_stride) * b.get(b_offset + i * b_stride);
+  }
+  return sum;
+}
+
+class MatmulCpu : public Impl {
+ public:
+  enum class Kind { fixed_order, split_k_by_rows, dw_tree_by_tokens };
+  explicit MatmulCpu(Kind kind) : kind_(kind) {}
+
+  std::string name() const override {
+    switch (kind_) {
+      case Kind::fixed_order:
+        return "cpu-fixed-order";
+      case Kind::split_k_by_rows:
+        return "cpu-split-k-by-rows";
+      case Kind::dw_tree_by_tokens:
+        return "cpu-dw-tree-by-tokens";
+    }
+    return "";
+  }
+  std::string backend() const override { return "cpu"; }
+  bool claims_invariance() const override { return kind_ == Kind::fixed_order; }
+  bool expected_to_drift(Pass pass) const override {
+    if (kind_ == Kind::dw_tree_by_tokens) return pass == Pass::backward;
+    return kind_ == Kind::split_k_by_rows;
+  }
+  std::string description() const override {
+    switch (kind_) {
+      case Kind::fixed_order:
+        return "K summed in index order per row; dW summed over tokens in token order into the "
+               "fp32 accumulator";
+      case Kind::split_k_by_rows:
+        return "control: with fewer than 4 rows, splits the K sum into 4 partials reduced in the "
+               "output dtype, like a library heuristic choosing split-K (OUTPUT_TYPE reduction) "
+               "for small M";
+      case Kind::dw_tree_by_tokens:
+        return "control: dW reduced with a tree whose leaves hold ceil(slots/4) tokens, so padding "
+               "and micro-batching reshape the sum";
+    }
+    return "";
+  }
+  bool supports(Pass) const override { return true; }
+
+  void run(Batch& batch) override {
+    const std::int64_t n = batch.spec->dim("N"), k = batch.spec->dim("K");
+    const Tensor& w = batch.in("w");
+    const bool split =
+        kind_ == Kind::split_k_by_rows && batch.invocation->valid_rows() < split_k_below_rows;
+    auto dot = [&](const Tensor& a, std::int64_t a_offset, std::int64_t a_stride,
+                   std::int64_t b_offset, std::int64_t b_stride, std::int64_t length) {
+      if (!split) return dot_in_order(a, a_offset, a_stride, w, b_offset, b_stride, 0, length);
+      // Partials reduced in the output dtype, as cuBLASLt's OUTPUT_TYPE split-K reduction does.
+      float total = 0.0f;
+      std::int64_t part = (length + split_k_parts - 1) / split_k_parts;
+      for (std::int64_t first = 0; first < length; first += part) {
+        float partial = dot_in_order(a, a_offset, a_stride, w, b_offset, b_stride, first,
+                                     std::min(length, first + part));
+        total = round_to(a.dtype(), total + round_to(a.dtype(), partial));
+      }
+      return total;
+    };
+    if (batch.spec->pass == Pass::forward) {
+      const Tensor& x = batch.in("x");
+      Tensor& y = batch.out("y");
+      for (std::int64_t s : real_slots(batch)) {
+        for (std::int64_t j = 0; j < n; ++j) y.set(s * n + j, dot(x, s * k, 1, j * k, 1, k));
+      }
+      return;
+    }
+    const Tensor& x = batch.in("x");
+    const Tensor& dy = batch.in("dy");
+    Tensor& dx = batch.out("dx");
+    for (std::int64_t s : real_slots(batch)) {
+      for (std::int64_t c = 0; c < k; ++c) dx.set(s * k + c, dot(dy, s * n, 1, c, k, n));
+    }
+    accumulate_dw(batch, x, dy, n, k);
+  }
+
+ private:
+  void accumulate_dw(Batch& batch, const Tensor& x, const Tensor& dy, std::int64_t n,
+                     std::int64_t k) {
+    Tensor& dw = batch.out("dw");
+    std::vector<float> accumulator(static_cast<std::size_t>(n * k));
+    for (std::int64_t i = 0; i < n * k; ++i) accumulator[static_cast<std::size_t>(i)] = dw.get(i);
+    auto add_token = [&](std::int64_t s, std::vector<float>& sum) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        float g = dy.get(s * n + j);
+        for (std::int64_t c = 0; c < k; ++c)
+          sum[static_cast<std::size_t>(j * k + c)] += g * x.get(s * k + c);
+      }
+    };
+    if (kind_ == Kind::dw_tree_by_tokens) {
+      tree_reduce_by_slot_count(batch, n * k, accumulator, add_token);
+    } else {
+      for (std::int64_t s : real_slots(batch))
+        add_token(s, accumulator);  // token order, carried in
+    }
+    for (std::int64_t i = 0; i < n * k; ++i) dw.set(i, accumulator[static_cast<std::size_t>(i)]);
+  }
+
+  Kind kind_;
+};
+
+}  // namespace
+
+void register_matmul_cpu(Registry& registry) {
+  registry.add_impl("matmul", std::make_unique<MatmulCpu>(MatmulCpu::Kind::fixed_order));
+  registry.add_impl("matmul", std::make_unique<MatmulCpu>(MatmulCpu::Kind::split_k_by_rows));
+  registry.add_impl("matmul", std::make_unique<MatmulCpu>(MatmulCpu::Kind::dw_tree_by_tokens));
+}
+
+}  // namespace bitcheck

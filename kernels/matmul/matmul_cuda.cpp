@@ -1,0 +1,316 @@
+// CUDA impls of matmul: our fixed-order GEMM, cuBLASLt with a pinned configuration, and the
+// cuBLASLt heuristic as the control. Host adapters: upload the batch, launch, download, record the
+// configuration used; and the device-resident benchmark of each.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "bitcheck/op.h"
+#include "common/adapter_support.h"
+#include "common/bench_support.h"
+#include "common/runtime.h"
+#include "cublaslt_gemm.h"
+#include "fixed_order_gemm.h"
+#include "matmul/matmul.h"
+#include "tuner/pin_lookup.h"
+
+namespace bitcheck {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::GemmDType;
+using cuda::LtConfig;
+using cuda_support::compact_rows;
+using cuda_support::download;
+using cuda_support::real_slot_list;
+using cuda_support::upload;
+
+// cuBLASLt dW chunks: tokens are reduced in chunks of exactly this many (zero-padded), summed in
+// order; micro-batch boundaries on multiples of it keep every chunk, and so every bit, the same.
+constexpr std::int64_t lt_dw_chunk_tokens = 256;
+constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
+
+class CudaMatmul : public Impl {
+ public:
+  enum class Kind { fixed_order, cublaslt_pinned, cublaslt_heuristic };
+  explicit CudaMatmul(Kind kind) : kind_(kind) {}
+
+  std::string name() const override {
+    switch (kind_) {
+      case Kind::fixed_order:
+        return "fixed-order";
+      case Kind::cublaslt_pinned:
+        return "cublaslt-pinned";
+      case Kind::cublaslt_heuristic:
+        return "cublaslt-heuristic";
+    }
+    return "";
+  }
+  std::string backend() const override { return "cuda"; }
+  bool claims_invariance() const override { return kind_ != Kind::cublaslt_heuristic; }
+  std::string description() const override {
+    switch (kind_) {
+      case Kind::fixed_order:
+        return "our GEMM: wgmma m64nNk16 (N = 64/128/256 by shape) over K blocks of 64 in order "
+               "(portable fp32 FMA chain for fp32), no split-K; dW one FMA per token in token "
+               "order";
+      case Kind::cublaslt_pinned:
+        return "cuBLASLt with the pin table's configuration per (arch, cuBLASLt, dtype, N, K): one "
+               "split-K-1 configuration, or one per M bucket all of one bit-class (bitcheck "
+               "algos); dW in fixed 256-token chunks summed in order";
+      case Kind::cublaslt_heuristic:
+        return "control: the library default, heuristic configuration per shape (split-K chosen "
+               "per M), dW over the invocation's tokens at once";
+    }
+    return "";
+  }
+  bool supports(Pass) const override { return true; }
+  std::int64_t token_granularity() const override {
+    return kind_ == Kind::cublaslt_pinned ? lt_dw_chunk_tokens : 1;
+  }
+  std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
+    if (kind_ == Kind::fixed_order && (spec.dim("N") % 8 || spec.dim("K") % 8)) {
+      return "fixed-order GEMM needs N and K multiples of 8";
+    }
+    return std::nullopt;
+  }
+
+  void run(Batch& batch) override {
+    const CaseSpec& spec = *batch.spec;
+    const std::int64_t n = spec.dim("N"), k = spec.dim("K"), m = batch.slots();
+    const GemmDType dtype = cuda_support::device_dtype(spec.dtype);
+    const DeviceBuffer& w = device_parameter(batch, "w", false);
+    if (spec.pass == Pass::forward) {
+      DeviceBuffer x = upload(batch.in("x"));
+      Tensor& y = batch.out("y");
+      DeviceBuffer y_device(y.bytes());
+      forward(dtype, x.get(), w.get(), y_device.get(), m, n, k, batch);
+      download(y_device, y);
+      return;
+    }
+    DeviceBuffer dy = upload(batch.in("dy"));
+    Tensor& dx = batch.out("dx");
+    DeviceBuffer dx_device(dx.bytes());
+    input_grad(dtype, dy.get(), batch, dx_device.get(), m, n, k);
+    download(dx_device, dx);
+    weight_grad(dtype, batch, n, k);
+  }
+
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override;
+
+ private:
+  // Parameters stay on the device across invocations and cases (keyed by the runner's input id).
+  const DeviceBuffer& device_parameter(const Batch& batch, const std::string& name,
+                                       bool transposed) {
+    std::string key = name + (transposed ? "^T#" : "#") + std::to_string(batch.input_ids.at(name));
+    auto it = parameters_.find(key);
+    if (it != parameters_.end()) return it->second;
+    if (parameters_.size() >= 4) parameters_.clear();
+    const Tensor& host = batch.in(name);
+    return parameters_.emplace(key, upload(transposed ? cuda_support::transposed(host) : host))
+        .first->second;
+  }
+
+  DeviceBuffer& workspace() {
+    if (!workspace_.get()) workspace_ = DeviceBuffer(lt_workspace_bytes);
+    return workspace_;
+  }
+
+  // The pinned configuration for a GEMM of `rows` rows (weight_grad: the chunk's tokens). A
+  // bucketed pin picks the bucket by M: invariant because every configuration of its table is one
+  // bit-class.
+  LtConfig pinned(const char* form, GemmDType dtype, DType host_dtype, std::int64_t n,
+                  std::int64_t k, std::int64_t chunk, Batch* batch, std::int64_t rows = 0) {
+    cuda::DeviceInfo device = cuda::query_device();
+    cuda::PinKey key{device.arch(), device.cublaslt_version, to_string(host_dtype), form, n, k,
+                     chunk};
+    const cuda::PinnedConfig found = cuda::lookup_pin(key, rows > 0 ? rows : chunk, [&] {
+      std::string f = form;
+      if (f == "forward") return cuda::lt_derive_pinned_config(dtype, n, k);
+      if (f == "input_grad") return cuda::lt_derive_pinned_config_nn(dtype, n, k);
+      return cuda::lt_derive_pinned_config_dw(dtype, n, k, chunk);
+    });
+    if (batch) {
+      // The runner keeps one invocation's record per case; the pin file is named by `source`.
+      if (batch->impl_config.is_null()) batch->impl_config = nlohmann::json::object();
+      batch->impl_config["cublaslt"][form] = found.record();
+    }
+    return found.config();
+  }
+
+  static void record(Batch& batch, const std::string& form, const LtConfig& config,
+                     const std::string& source) {
+    nlohmann::json j = cuda::lt_config_to_json(config);
+    j["source"] = source;
+    if (batch.impl_config.is_null()) batch.impl_config = nlohmann::json::object();
+    batch.impl_config["cublaslt"][form] = j;
+  }
+
+  void forward(GemmDType dtype, const void* x, const void* w, void* y, std::int64_t m,
+               std::int64_t n, std::int64_t k, Batch& batch) {
+    switch (kind_) {
+      case Kind::fixed_order:
+        cuda::fixed_order_gemm(dtype, x, w, y, m, n, k, nullptr);
+        batch.impl_config = {{"path", cuda::fixed_order_gemm_path(dtype)}};
+        return;
+      case Kind::cublaslt_pinned: {
+        LtConfig config = pinned("forward", dtype, batch.spec->dtype, n, k, 0, &batch, m);
+        cuda::lt_gemm(config, dtype, x, w, y, m, n, k, workspace().get(), lt_workspace_bytes,
+                      nullptr);
+        return;
+      }
+      case Kind::cublaslt_heuristic: {
+        LtConfig config = cuda::lt_heuristic_config(dtype, m, n, k);
+        record(batch, "forward", config, "heuristic at M=" + std::to_string(m));
+        cuda::lt_gemm(config, dtype, x, w, y, m, n, k, workspace().get(), lt_workspace_bytes,
+                      nullptr);
+        return;
+      }
+    }
+  }
+
+  void input_grad(GemmDType dtype, const void* dy, Batch& batch, void* dx, std::int64_t m,
+                  std::int64_t n, std::int64_t k) {
+    if (kind_ == Kind::fixed_order) {
+      // dX = dY · W = dY · (W^T)^T: the forward kernel over the transposed weight, K' = N.
+      const DeviceBuffer& w_t = device_parameter(batch, "w", true);
+      cuda::fixed_order_gemm(dtype, dy, w_t.get(), dx, m, k, n, nullptr);
+      return;
+    }
+    const DeviceBuffer& w = device_parameter(batch, "w", false);
+    LtConfig config = kind_ == Kind::cublaslt_pinned
+                          ? pinned("input_grad", dtype, batch.spec->dtype, n, k, 0, &batch, m)
+                          : cuda::lt_heuristic_config_nn(dtype, m, n, k);
+    if (kind_ == Kind::cublaslt_heuristic)
+      record(batch, "input_grad", config, "heuristic at M=" + std::to_string(m));
+    cuda::lt_gemm_nn(config, dtype, dy, w.get(), dx, m, n, k, workspace().get(), lt_workspace_bytes,
+                     nullptr);
+  }
+
+  // The dW accumulator stays on the device for the whole layout (every micro-batch adds into
+  // it) and comes back once, after the last invocation.
+  struct WeightGradState {
+    DeviceBuffer dw;
+  };
+
+  void weight_grad(GemmDType dtype, Batch& batch, std::int64_t n, std::int64_t k) {
+    if (!batch.reductions_wanted) return;  // no check reads this layout's dW
+    Tensor& dw = batch.out("dw");
+    auto state = std::static_pointer_cast<WeightGradState>(batch.layout_state);
+    if (!state) {
+      state = std::make_shared<WeightGradState>();
+      state->dw = upload(dw);  // the runner's initial accumulator (zeros)
+      batch.layout_state = state;
+    }
+    const bool last = batch.invocation_index + 1 >= batch.invocation_count;
+    accumulate_weight_grad(dtype, batch, state->dw, n, k);
+    if (last) download(state->dw, dw);
+  }
+
+  void accumulate_weight_grad(GemmDType dtype, Batch& batch, DeviceBuffer& dw_device,
+                              std::int64_t n, std::int64_t k) {
+    Tensor dy = compact_rows(batch.in("dy"), real_slot_list(batch));
+    Tensor x = compact_rows(batch.in("x"), real_slot_list(batch));
+    const std::int64_t tokens = dy.rows();
+    if (tokens > 0 && kind_ == Kind::fixed_order) {
+      DeviceBuffer dy_device = upload(dy), x_device = upload(x);
+      cuda::fixed_order_gemm_dw_accumulate(dtype, dy_device.get(), x_device.get(),
+                                           dw_device.as<float>(), tokens, n, k, nullptr);
+    } else if (tokens > 0 && kind_ == Kind::cublaslt_heuristic) {
+      DeviceBuffer dy_device = upload(dy), x_device = upload(x);
+      LtConfig config = cuda::lt_heuristic_config_dw(dtype, n, k, tokens);
+      record(batch, "weight_grad", config, "heuristic at T=" + std::to_string(tokens));
+      cuda::lt_gemm_dw_chunk(config, dtype, dy_device.get(), x_device.get(), dw_device.as<float>(),
+                             tokens, n, k, true, workspace().get(), lt_workspace_bytes, nullptr);
+    } else if (tokens > 0) {
+      LtConfig config =
+          pinned("weight_grad", dtype, batch.spec->dtype, n, k, lt_dw_chunk_tokens, &batch);
+      // Chunks of exactly lt_dw_chunk_tokens tokens, the last one zero-padded, added in order.
+      const std::int64_t chunks = (tokens + lt_dw_chunk_tokens - 1) / lt_dw_chunk_tokens;
+      Tensor dy_chunked(dy.dtype(), {chunks * lt_dw_chunk_tokens, n});
+      Tensor x_chunked(x.dtype(), {chunks * lt_dw_chunk_tokens, k});
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        dy_chunked.copy_row_from(dy, t, t);
+        x_chunked.copy_row_from(x, t, t);
+      }
+      DeviceBuffer dy_device = upload(dy_chunked), x_device = upload(x_chunked);
+      const std::size_t dy_chunk_bytes =
+          static_cast<std::size_t>(lt_dw_chunk_tokens * n) * dtype_size(dy.dtype());
+      const std::size_t x_chunk_bytes =
+          static_cast<std::size_t>(lt_dw_chunk_tokens * k) * dtype_size(x.dtype());
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        cuda::lt_gemm_dw_chunk(
+            config, dtype, static_cast<const char*>(dy_device.get()) + c * dy_chunk_bytes,
+            static_cast<const char*>(x_device.get()) + c * x_chunk_bytes, dw_device.as<float>(),
+            lt_dw_chunk_tokens, n, k, true, workspace().get(), lt_workspace_bytes, nullptr);
+      }
+    }
+  }
+
+  Kind kind_;
+  std::map<std::string, DeviceBuffer> parameters_;
+  DeviceBuffer workspace_;
+};
+
+std::optional<BenchMeasurement> CudaMatmul::benchmark(const CaseSpec& spec,
+                                                      const BenchSettings& settings) {
+  if (spec.pass != Pass::forward)
+    return std::nullopt;  // the GEMM benchmark times the forward product
+  const std::int64_t m = spec.rows, n = spec.dim("N"), k = spec.dim("K");
+  const GemmDType dtype = cuda_support::device_dtype(spec.dtype);
+  const std::size_t element = dtype_size(spec.dtype);
+  const std::size_t set_bytes = static_cast<std::size_t>(m * k + n * k + m * n) * element;
+  // Rotate through enough input sets that the working set exceeds the caches, within memory.
+  const std::size_t sets = cuda_bench::rotation_sets(set_bytes, settings);
+  std::vector<DeviceBuffer> xs, ws, ys;
+  std::vector<std::uint16_t> pattern;
+  for (std::size_t i = 0; i < sets; ++i) {
+    xs.push_back(
+        cuda_bench::random_input(static_cast<std::size_t>(m * k) * element, spec.dtype, 2 * i + 1));
+    ws.push_back(
+        cuda_bench::random_input(static_cast<std::size_t>(n * k) * element, spec.dtype, 2 * i + 2));
+    ys.emplace_back(static_cast<std::size_t>(m * n) * element);
+  }
+  BenchMeasurement measurement;
+  LtConfig config;
+  if (kind_ == Kind::cublaslt_pinned)
+    config = pinned("forward", dtype, spec.dtype, n, k, 0, nullptr, m);
+  if (kind_ == Kind::cublaslt_heuristic) config = cuda::lt_heuristic_config(dtype, m, n, k);
+  auto launch = [&](std::size_t i) {
+    if (kind_ == Kind::fixed_order) {
+      cuda::fixed_order_gemm(dtype, xs[i].get(), ws[i].get(), ys[i].get(), m, n, k, nullptr);
+    } else {
+      cuda::lt_gemm(config, dtype, xs[i].get(), ws[i].get(), ys[i].get(), m, n, k,
+                    workspace().get(), lt_workspace_bytes, nullptr);
+    }
+  };
+  measurement = cuda_bench::time_rotated(settings, sets, launch);
+  measurement.flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  measurement.bytes_moved = static_cast<double>(set_bytes);
+  if (kind_ == Kind::fixed_order) {
+    measurement.config = {{"path", cuda::fixed_order_gemm_path(dtype)}};
+    if (std::string(cuda::fixed_order_gemm_path(dtype)) != "portable-fma") {
+      const cuda::detail::GemmTile tile =
+          cuda::detail::fixed_order_gemm_chosen_tile(m, n, cuda::query_device().sm_count);
+      measurement.config["tile"] = tile.name();
+      measurement.config["describe"] =
+          "wgmma-tma tile " + measurement.config["tile"].get<std::string>();
+    }
+  } else {
+    measurement.config = cuda::lt_config_to_json(config);
+  }
+  return measurement;
+}
+
+}  // namespace
+
+void register_matmul_cuda(Registry& registry) {
+  registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::fixed_order));
+  registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::cublaslt_pinned));
+  registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::cublaslt_heuristic));
+}
+
+}  // namespace bitcheck

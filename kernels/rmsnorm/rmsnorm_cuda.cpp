@@ -1,0 +1,220 @@
+// CUDA impls of rmsnorm and add_rmsnorm: `fixed-order` (forward: a row layout chosen from the width
+// and dtype alone, whole warps per row holding the row in registers, see rmsnorm_kernels.cu;
+// backward: one block of 256 threads per row whatever the batch; dweight accumulated over tokens
+// in token order, no atomics) and the control
+// `block-size-by-tokens` (below 256 tokens each row is split across 4 blocks whose partial sums go
+// through a workspace in the io dtype; one block per row from 256 tokens on: the launch-shape
+// switch reported against vLLM's fused-add RMSNorm). Reordering the fp32 sum alone moves the
+// inverse RMS by an ulp, which almost never survives rounding the output to bf16; partials that
+// pass through a bf16/fp16 workspace move it by up to 2^-9, and the output bits with it, in every
+// dtype.
+#include <memory>
+
+#include "add_rmsnorm/add_rmsnorm.h"
+#include "bitcheck/op.h"
+#include "common/adapter_support.h"
+#include "common/runtime.h"
+#include "rmsnorm/rmsnorm.h"
+#include "rmsnorm_kernels.h"
+
+namespace bitcheck {
+namespace {
+
+using cuda::DeviceBuffer;
+namespace support = cuda_support;
+
+constexpr std::int64_t control_switch_tokens = 256;
+constexpr int control_small_batch_splits = 4;
+
+class CudaRmsnorm : public Impl {
+ public:
+  CudaRmsnorm(bool fused_add, bool control) : fused_add_(fused_add), control_(control) {}
+
+  std::string name() const override { return control_ ? "block-size-by-tokens" : "fixed-order"; }
+  std::string backend() const override { return "cuda"; }
+  bool claims_invariance() const override { return !control_; }
+  std::string description() const override {
+    return control_ ? "control: below 256 tokens each row is split across 4 blocks whose partial "
+                      "sums of squares pass through a workspace in the io dtype, one block per row "
+                      "from 256 tokens on (launch shape chosen from the token count, as in vLLM's "
+                      "fused-add RMSNorm): the row's sum changes with the batch"
+                    : "forward: threads per row chosen from the width and dtype only (whole warps, "
+                      "two 16-byte units each; one warp per row, four rows a block, for short "
+                      "rows), row kept in registers, fixed per-thread order and fixed reduction "
+                      "tree; backward: one block of 256 threads per row whatever the batch "
+                      "(16-byte loads); dweight: per-column sequential sum over tokens in token "
+                      "order into the carried fp32 accumulator (no atomics)";
+  }
+  bool supports(Pass) const override { return true; }
+
+  void run(Batch& batch) override {
+    const std::int64_t width = batch.spec->dim("H");
+    std::vector<std::int32_t> tokens = support::real_slot_list(batch);
+    DeviceBuffer token_buffer = support::upload(tokens);
+    cuda::RmsnormLaunch launch = base_launch(*batch.spec, static_cast<std::int64_t>(tokens.size()));
+    launch.tokens = token_buffer.as<std::int32_t>();
+    DeviceBuffer x = support::upload(batch.in("x")), residual;
+    launch.x = x.get();
+    if (fused_add_) {
+      residual = support::upload(batch.in("residual"));
+      launch.residual = residual.get();
+    }
+    launch.weight = parameters_.get(batch, "weight").get();
+    DeviceBuffer partials = partials_workspace(launch);
+    launch.partials = partials.get();
+    // Pad slots are never written: poisoned (NaN), as the runner poisons them, so a download reads
+    // defined bytes (compute-sanitizer initcheck) and a kernel that wrote a pad slot would show.
+    auto output = [&](const char* name) {
+      DeviceBuffer buffer(std::max<std::size_t>(batch.out(name).bytes(), 16));
+      buffer.fill_bytes(0xFF);
+      return buffer;
+    };
+    if (batch.spec->pass == Pass::forward) {
+      DeviceBuffer y = output("y"), h;
+      launch.y = y.get();
+      if (fused_add_) {
+        h = output("h");
+        launch.h_out = h.get();
+      }
+      cuda::rmsnorm_forward(launch, nullptr);
+      support::download(y, batch.out("y"));
+      if (fused_add_) support::download(h, batch.out("h"));
+      return;
+    }
+    DeviceBuffer dy = support::upload(batch.in("dy")), dh, dx = output("dx"), dresidual;
+    DeviceBuffer inverse_rms(static_cast<std::size_t>(std::max<std::int64_t>(batch.slots(), 1)) *
+                             sizeof(float));
+    launch.dy = dy.get();
+    launch.dx = dx.get();
+    launch.inverse_rms = inverse_rms.as<float>();
+    if (fused_add_) {
+      dh = support::upload(batch.in("dh"));
+      dresidual = output("dresidual");
+      launch.dh = dh.get();
+      launch.dresidual = dresidual.get();
+    }
+    Tensor& dweight = batch.out("dweight");
+    DeviceBuffer accumulator = support::upload(dweight);
+    cuda::rmsnorm_backward_rows(launch, nullptr);
+    cuda::token_column_accumulate(launch.dtype, launch.dy, launch.x, launch.residual,
+                                  launch.inverse_rms, launch.tokens, launch.token_count, width,
+                                  accumulator.as<float>(), nullptr);
+    support::download(dx, batch.out("dx"));
+    if (fused_add_) support::download(dresidual, batch.out("dresidual"));
+    support::download(accumulator, dweight);
+  }
+
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
+    const std::int64_t width = spec.dim("H"), rows = spec.rows;
+    const bool backward = spec.pass == Pass::backward;
+    const std::size_t row_bytes = static_cast<std::size_t>(rows * width) * dtype_size(spec.dtype);
+    // Row tensors: x (+ residual); forward y (+ h); backward dy (+ dh), dx (+ dresidual).
+    const int row_tensors = backward ? (fused_add_ ? 6 : 3) : (fused_add_ ? 4 : 2);
+    const std::size_t set_bytes = row_bytes * static_cast<std::size_t>(row_tensors);
+    const std::size_t sets = support::rotation_sets(set_bytes, settings);
+    std::vector<std::int32_t> token_list(static_cast<std::size_t>(rows));
+    for (std::size_t t = 0; t < token_list.size(); ++t)
+      token_list[t] = static_cast<std::int32_t>(t);
+    DeviceBuffer tokens = support::upload(token_list);
+    DeviceBuffer weight = support::random_input(
+        static_cast<std::size_t>(width) * dtype_size(spec.dtype), spec.dtype, 1);
+    DeviceBuffer accumulator =
+        support::random_input(static_cast<std::size_t>(width) * sizeof(float), DType::fp32, 2);
+    DeviceBuffer inverse_rms(static_cast<std::size_t>(rows) * sizeof(float));
+    DeviceBuffer partials = partials_workspace(base_launch(spec, rows));
+    std::vector<DeviceBuffer> buffers;
+    std::vector<cuda::RmsnormLaunch> launches;
+    auto make = [&](bool input) -> void* {
+      buffers.push_back(input ? support::random_input(row_bytes, spec.dtype, 3 + buffers.size())
+                              : DeviceBuffer(row_bytes));
+      return buffers.back().get();
+    };
+    for (std::size_t s = 0; s < sets; ++s) {
+      cuda::RmsnormLaunch launch = base_launch(spec, rows);
+      launch.tokens = tokens.as<std::int32_t>();
+      launch.weight = weight.get();
+      launch.partials = partials.get();
+      launch.x = make(true);
+      if (fused_add_) launch.residual = make(true);
+      if (!backward) {
+        launch.y = make(false);
+        if (fused_add_) launch.h_out = make(false);
+      } else {
+        launch.dy = make(true);
+        launch.dx = make(false);
+        launch.inverse_rms = inverse_rms.as<float>();
+        if (fused_add_) {
+          launch.dh = make(true);
+          launch.dresidual = make(false);
+        }
+      }
+      launches.push_back(launch);
+    }
+    BenchMeasurement measurement = support::time_rotated(settings, sets, [&](std::size_t s) {
+      const cuda::RmsnormLaunch& launch = launches[s];
+      if (!backward) return cuda::rmsnorm_forward(launch, nullptr);
+      cuda::rmsnorm_backward_rows(launch, nullptr);
+      cuda::token_column_accumulate(launch.dtype, launch.dy, launch.x, launch.residual,
+                                    launch.inverse_rms, launch.tokens, launch.token_count, width,
+                                    accumulator.as<float>(), nullptr);
+    });
+    measurement.bytes_moved =
+        static_cast<double>(set_bytes) +
+        static_cast<double>(width) * static_cast<double>(dtype_size(spec.dtype)) +
+        (backward ? 2.0 * static_cast<double>(width) * sizeof(float) : 0.0);
+    measurement.config = {{"block_threads", launches.front().block_threads},
+                          {"row_splits", launches.front().row_splits},
+                          {"rotated_sets", sets}};
+    const cuda::RmsnormRowLayout layout =
+        cuda::rmsnorm_forward_row_layout(launches.front().dtype, width);
+    if (!backward && layout.threads_per_row > 0 && launches.front().row_splits <= 1 &&
+        launches.front().block_threads == cuda::rmsnorm_fixed_block_threads) {
+      measurement.config["threads_per_row"] = layout.threads_per_row;
+      measurement.config["rows_per_block"] = layout.rows_per_block;
+      measurement.config["units_per_thread"] = layout.units_per_thread;
+    }
+    return measurement;
+  }
+
+ private:
+  cuda::RmsnormLaunch base_launch(const CaseSpec& spec, std::int64_t token_count) const {
+    cuda::RmsnormLaunch launch;
+    launch.dtype = support::device_dtype(spec.dtype);
+    launch.width = spec.dim("H");
+    launch.token_count = token_count;
+    launch.block_threads = cuda::rmsnorm_fixed_block_threads;
+    if (control_ && token_count < control_switch_tokens)
+      launch.row_splits = control_small_batch_splits;
+    return launch;
+  }
+
+  // The split-row workspace: two partial sums per (token, slice) in the io dtype; empty when rows
+  // are not split.
+  static DeviceBuffer partials_workspace(const cuda::RmsnormLaunch& launch) {
+    if (launch.row_splits <= 1) return DeviceBuffer();
+    const std::size_t elements =
+        static_cast<std::size_t>(std::max<std::int64_t>(launch.token_count, 1)) *
+        static_cast<std::size_t>(launch.row_splits) * 2;
+    return DeviceBuffer(
+        std::max<std::size_t>(elements * (launch.dtype == cuda::DeviceDType::fp32 ? 4 : 2), 16));
+  }
+
+  bool fused_add_;
+  bool control_;
+  support::ParameterCache parameters_;
+};
+
+}  // namespace
+
+void register_rmsnorm_cuda(Registry& registry) {
+  registry.add_impl("rmsnorm", std::make_unique<CudaRmsnorm>(false, false));
+  registry.add_impl("rmsnorm", std::make_unique<CudaRmsnorm>(false, true));
+}
+
+void register_add_rmsnorm_cuda(Registry& registry) {
+  registry.add_impl("add_rmsnorm", std::make_unique<CudaRmsnorm>(true, false));
+  registry.add_impl("add_rmsnorm", std::make_unique<CudaRmsnorm>(true, true));
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,58 @@
+// The tuner's one interface to the GEMM impls (matmul, lm_head) and the CUDA backend: where the pin
+// tables are read from, the pinned configuration of one GEMM with what a case records of it, and
+// the write-back of pins derived during a run. Everything else of the tuner stays behind it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "matmul/cublaslt_gemm.h"
+
+namespace bitcheck::cuda {
+
+struct PinEntry;
+
+// What a pin is keyed by: GPU architecture, cuBLASLt version, dtype, GEMM form and (N, K).
+struct PinKey {
+  std::string arch;  // e.g. "sm_90"
+  std::size_t cublaslt_version = 0;
+  std::string dtype;  // bf16 | fp16 | fp32
+  std::string form;   // forward | input_grad | weight_grad
+  std::int64_t n = 0, k = 0;
+  std::int64_t chunk_tokens = 0;  // weight_grad only
+  bool operator==(const PinKey& other) const;
+  nlohmann::json to_json() const;
+};
+
+// The pinned configuration of one GEMM of `rows` rows, from one shared pin entry.
+class PinnedConfig {
+ public:
+  PinnedConfig(std::shared_ptr<const PinEntry> entry, std::int64_t rows);
+  const LtConfig& config() const { return *config_; }
+  // What a case records: the configuration, its source (the pin file, or "derived"), and for a
+  // bucketed pin the bucket used, the bit-class and the table's size and fingerprint.
+  nlohmann::json record() const;
+
+ private:
+  std::shared_ptr<const PinEntry> entry_;
+  std::int64_t rows_;
+  const LtConfig* config_;
+};
+
+// Where pins are read from (a directory of one file per key, contract/pins by default, or a single
+// pin file) and whether pins derived during the run are written back there at its end.
+void configure_pins(const std::string& path, bool write_back);
+// The pin for `key` at `rows` (weight_grad: the chunk's tokens), deriving the configuration once
+// per key with `derive` when the table has none. Throws std::invalid_argument for a bucketed pin
+// when rows < 1.
+PinnedConfig lookup_pin(const PinKey& key, std::int64_t rows,
+                        const std::function<LtConfig()>& derive);
+// Writes the pins derived in this run back when configure_pins asked for it.
+void write_back_pins();
+
+// A configuration as JSON: its fields and "describe".
+nlohmann::json lt_config_to_json(const LtConfig& config);
+
+}  // namespace bitcheck::cuda

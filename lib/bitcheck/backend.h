@@ -1,0 +1,52 @@
+// A device backend as the harness sees it: facts for the report's meta block, free memory and
+// context faults for the runner, the copy-bandwidth yardstick of bench, and the run's
+// configuration. A backend's code (kernels/common/cuda_backend_cuda.cpp for CUDA) registers one
+// with the Registry; the harness reaches it only through Registry::device_backend.
+#pragma once
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace bitcheck {
+
+class Registry;
+
+struct BackendOptions {
+  std::string pin_file =
+      "contract/pins";      // cuBLASLt pin directory or file (read; derived when absent)
+  bool write_pins = false;  // write derived pins back at the end
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  // Device and library facts for the report's meta block.
+  virtual nlohmann::json meta() const = 0;
+  virtual void configure(const BackendOptions& options) = 0;
+  // End of a run: writes derived pins back when asked. Returns a note for the terminal, or "".
+  virtual std::string finish() = 0;
+  // Device-to-device copy bandwidth (read + write) measured now, or a negative value without a
+  // device.
+  virtual double copy_bandwidth_gbps() const = 0;
+  // The same for a copy moving `bytes_moved` bytes (half read, half written), timed like an impl's
+  // benchmark: rotated buffers larger than `rotate_bytes`, `warmup` launches, median of `repeats`.
+  virtual double copy_bandwidth_gbps(double bytes_moved, int warmup, int repeats,
+                                     std::size_t rotate_bytes) const = 0;
+  // Free device memory now, or nullopt without a device.
+  virtual std::optional<std::size_t> free_memory_bytes() const = 0;
+  // After a case of this backend: waits for the device and returns the error text when a sticky
+  // error (illegal address, trap, launch failure) poisoned this process's context, else nullopt
+  // (a non-sticky error left behind is cleared). Never throws; only call it once device work has
+  // run.
+  virtual std::optional<std::string> context_fault() const = 0;
+};
+
+// Every registered device backend's meta block, under the backend's name.
+nlohmann::json device_backends_meta(const Registry& registry);
+// Configures every registered device backend for a run.
+void configure_device_backends(const Registry& registry, const BackendOptions& options);
+// Ends the run on every registered device backend (see DeviceBackend::finish).
+void finish_device_backends(const Registry& registry);
+
+}  // namespace bitcheck

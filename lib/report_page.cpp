@@ -1,0 +1,1093 @@
+// The nightly page (`bitcheck matrix REPORT --format html`): header, what changed, status matrix
+// with drill-down, controls and library defaults, cost-of-invariance plots, history. Static parts
+// are rendered here with every report string escaped; the case lists are built in the browser from
+// one embedded JSON document, only for the cell or filter a reader opens.
+#include "bitcheck/report_page.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "bitcheck/bench.h"
+#include "bitcheck/json_input.h"
+#include "bitcheck/matrix_render.h"
+#include "bitcheck/op.h"
+#include "bitcheck/report.h"
+#include "bitcheck/report_diff.h"
+
+namespace bitcheck {
+namespace {
+
+const char* const passes[] = {"forward", "backward"};
+
+// Impls that are a library's own default path: their drift is an observation about this GPU and
+// library version, not a control that must drift (chains swap one op for them: "...=impl").
+const char* const library_default_impls[] = {"cublaslt-heuristic"};
+
+// Findings kept per case in the page: every finding of a failing invariant case up to this many,
+// the first one of a control or library default (enough to show what drifted).
+constexpr std::size_t max_findings_failing = 16;
+constexpr std::size_t max_findings_control = 1;
+constexpr std::size_t max_listed_changes = 200;
+
+enum class CaseKind { invariant = 0, control = 1, library_default = 2 };
+
+bool is_library_default(const std::string& impl) {
+  for (const char* name : library_default_impls) {
+    const std::string suffix = std::string("=") + name;
+    if (impl == name) return true;
+    if (impl.size() > suffix.size() &&
+        impl.compare(impl.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return true;
+  }
+  return false;
+}
+
+CaseKind kind_of(const nlohmann::json& c) {
+  if (!c.value("control", false)) return CaseKind::invariant;
+  return is_library_default(c.value("impl", "")) ? CaseKind::library_default : CaseKind::control;
+}
+
+std::string str(const nlohmann::json& object, const char* key) {
+  if (!object.is_object() || !object.contains(key)) return "";
+  const auto& value = object[key];
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+// JSON that can sit inside <script type="application/json">: no "<", ">" or "&" can close the
+// element or open a comment, and invalid UTF-8 is replaced instead of throwing.
+std::string json_for_script(const nlohmann::json& value) {
+  const std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '<':
+        out += "\\u003c";
+        break;
+      case '>':
+        out += "\\u003e";
+        break;
+      case '&':
+        out += "\\u0026";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string percent_encode(const std::string& text) {
+  static const char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/' || c == '=' ||
+        c == ',') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::string case_link(const std::string& id) {
+  return "<a class=\"case-link\" href=\"#case=" + escape_html(percent_encode(id)) + "\">" +
+         escape_html(id) + "</a>";
+}
+
+// "13000" -> "13.0 (13000)"; cuBLASLt "130100" -> "13.1.0 (130100)".
+std::string cuda_version(std::int64_t v) {
+  if (v <= 0) return "unknown";
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10) + " (" + std::to_string(v) +
+         ")";
+}
+std::string cublaslt_version(std::int64_t v) {
+  if (v <= 0) return "unknown";
+  return std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." +
+         std::to_string(v % 100) + " (" + std::to_string(v) + ")";
+}
+
+// The command as run, with machine paths shortened: the binary by its name, absolute paths to
+// ".../last-component".
+std::string short_command(const nlohmann::json& meta) {
+  std::vector<std::string> words;
+  if (meta.contains("argv") && meta["argv"].is_array()) {
+    for (const auto& w : meta["argv"])
+      words.push_back(w.is_string() ? w.get<std::string>() : w.dump());
+  } else {
+    std::istringstream in(str(meta, "command_line"));
+    for (std::string w; in >> w;) words.push_back(w);
+  }
+  std::string out;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    std::string w = words[i];
+    const auto slash = w.find_last_of('/');
+    if (i == 0 && slash != std::string::npos) {
+      w = w.substr(slash + 1);
+    } else if (!w.empty() && w[0] == '/' && slash != std::string::npos && slash > 0) {
+      w = ".../" + w.substr(slash + 1);
+    }
+    out += (i ? " " : "") + w;
+  }
+  return out;
+}
+
+std::int64_t count_of(const nlohmann::json& verdicts, const char* verdict) {
+  return verdicts.is_object() && verdicts.contains(verdict) ? verdicts[verdict].get<std::int64_t>()
+                                                            : 0;
+}
+
+// "PASS: ..." or "FAIL: 2 drift, 1 inaccurate of 40 invariant cases; ...": one line.
+std::pair<std::string, std::string> verdict_line(const nlohmann::json& report) {
+  const auto& summary = report["summary"];
+  const nlohmann::json verdicts = summary.value("verdicts", nlohmann::json::object());
+  const std::int64_t exit_code = summary.value("exit_code", 0);
+  std::int64_t ran = 0;
+  for (const auto& [verdict, n] : verdicts.items()) {
+    if (verdict != "skipped") ran += n.get<std::int64_t>();
+  }
+  std::string findings;
+  for (const char* v : {"drift", "nondeterministic", "inaccurate", "error"}) {
+    if (count_of(verdicts, v))
+      findings += (findings.empty() ? "" : ", ") + std::to_string(count_of(verdicts, v)) + " " + v;
+  }
+  std::size_t lost = summary.contains("harness_failures") ? summary["harness_failures"].size() : 0;
+  std::string line, cls;
+  if (exit_code == 0) {
+    cls = "pass";
+    line = "PASS: all " + std::to_string(ran) + " invariant cases pass";
+    if (count_of(verdicts, "skipped"))
+      line += " (" + std::to_string(count_of(verdicts, "skipped")) + " skipped)";
+    line += "; every control drifted as it must";
+  } else {
+    cls = exit_code == 3 ? "error" : "fail";
+    line = (exit_code == 3 ? "ERROR: " : "FAIL: ") +
+           (findings.empty() ? std::string("no failing case") : findings) + " of " +
+           std::to_string(ran) + " invariant cases";
+    if (summary.contains("first_failing_op") && !summary["first_failing_op"].is_null())
+      line += "; first failing op " + str(summary, "first_failing_op");
+    if (lost)
+      line += "; " + std::to_string(lost) + " control group(s) lost their sight (did not drift)";
+  }
+  if (report["meta"].value("interrupted", false)) line += " (INTERRUPTED: partial report)";
+  return {cls, line};
+}
+
+const char* const page_css = R"CSS(
+:root{--pass:#c8e6c9;--drift:#ffcdd2;--nondeterministic:#f8bbd0;--inaccurate:#ffe0b2;--error:#e1bee7;--skipped:#eee}
+body{font:14px/1.4 system-ui,sans-serif;margin:0 2em 4em;color:#222}
+h1{margin:.6em 0 .2em}h2{border-bottom:1px solid #ccc;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #bbb;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f4f4f4}code,.mono{font-family:ui-monospace,monospace;font-size:12.5px}
+.verdict{font-size:1.25em;font-weight:600;padding:.4em .7em;border-radius:4px;display:inline-block}
+.verdict.pass{background:var(--pass)}.verdict.fail{background:var(--drift)}.verdict.error{background:var(--error)}
+dl.meta{display:grid;grid-template-columns:max-content auto;gap:2px 1em;margin:.6em 0}dl.meta dt{font-weight:600}dl.meta dd{margin:0}
+.st-pass{background:var(--pass)}.st-drift{background:var(--drift)}.st-nondeterministic{background:var(--nondeterministic)}
+.st-inaccurate{background:var(--inaccurate)}.st-error{background:var(--error)}.st-skipped,.st-none{background:var(--skipped)}
+td.cell{padding:0}td.cell button{all:unset;display:block;padding:3px 7px;cursor:pointer;width:100%;box-sizing:border-box}
+td.cell button:focus{outline:3px solid #1565c0;outline-offset:-3px}td.cell.open{box-shadow:inset 0 0 0 3px #1565c0}
+td.cell.dim{opacity:.35}
+#filter{font-size:1em;padding:4px 8px;width:32em;max-width:100%}
+.change-group{margin:.5em 0}.change-group summary{cursor:pointer}
+.changes li.regression{color:#b71c1c;font-weight:600}.changes li.fixed{color:#1b5e20}
+.observed-drift{background:#fff3cd}.observed-held{background:#e8f5e9}.note{color:#555}.bad{background:var(--drift)}.good{background:var(--pass)}
+#cases table{width:100%}tr.case-row{cursor:pointer}tr.case-row:focus{outline:2px solid #1565c0}
+tr.detail>td{background:#fafafa}.finding td,.finding th{font-size:12.5px}
+.repro{display:flex;gap:.5em;align-items:center;margin:.4em 0}.repro code{background:#f1f1f1;padding:2px 6px;word-break:break-all}
+svg.plot{background:#fff;border:1px solid #ddd;margin:.3em 1em .3em 0}svg .unity{stroke:#444;stroke-dasharray:4 3}
+svg .grid{stroke:#e5e5e5}svg text{font-size:11px;fill:#333}svg circle.pt:hover{r:6}
+.plots{display:flex;flex-wrap:wrap;gap:1em}.plot-box{max-width:560px}
+.kbd{font-family:monospace;border:1px solid #aaa;border-radius:3px;padding:0 4px}
+)CSS";
+
+std::string header_section(const nlohmann::json& report) {
+  const auto& meta = report["meta"];
+  std::ostringstream out;
+  auto [cls, line] = verdict_line(report);
+  out << "<header>\n<h1>bitcheck nightly</h1>\n<p id=\"verdict\" class=\"verdict " << cls << "\">"
+      << escape_html(line) << "</p>\n<dl class=\"meta\">";
+  auto item = [&](const std::string& term, const std::string& value) {
+    out << "<dt>" << escape_html(term) << "</dt><dd>" << escape_html(value) << "</dd>";
+  };
+  const nlohmann::json cuda = meta.contains("cuda") ? meta["cuda"] : nlohmann::json::object();
+  if (cuda.value("device_available", false)) {
+    item("Device", str(cuda, "gpu_name") + " (" + str(cuda, "compute_capability") + ")");
+    item("SMs", str(cuda, "sm_count"));
+    item("Driver", cuda_version(cuda.value("driver_version", std::int64_t{0})));
+    item("CUDA runtime", cuda_version(cuda.value("cuda_runtime_version", std::int64_t{0})));
+    item("cuBLASLt", cublaslt_version(cuda.value("cublaslt_version", std::int64_t{0})));
+  } else {
+    item("Device", "none: CPU backend (host " + str(meta, "host") + ")");
+  }
+  item("Git revision", str(meta, "git_revision"));
+  item("Date", str(meta, "started_at"));
+  item("Cases", str(report["summary"], "cases") +
+                    (meta.contains("shards")
+                         ? " (merged from " + std::to_string(meta["shards"].size()) + " shards)"
+                         : ""));
+  out << "<dt>Command</dt><dd><code>" << escape_html(short_command(meta)) << "</code></dd></dl>\n";
+  out << "<p class=\"note\">Exit code <b>" << report["summary"].value("exit_code", 0)
+      << "</b>. 0: every invariant case passed and every control drifted; 1: drift, nondeterminism "
+         "or an "
+         "inaccurate result in an invariant impl, or a control that lost its drift; 2: bad usage "
+         "or input file; "
+         "3: an internal or device error, or an interrupted sweep.</p>\n"
+      << "<p><input id=\"filter\" type=\"search\" aria-label=\"filter cases\" placeholder=\"filter "
+         "cases: op:matmul "
+         "impl:fixed-order verdict:drift dtype:bf16 pass:forward kind:control, or any part of a "
+         "case id\"> "
+         "<span class=\"note\">Keys: <span class=\"kbd\">/</span> filter, arrows move in the "
+         "matrix, "
+         "<span class=\"kbd\">Enter</span> opens, <span class=\"kbd\">j</span>/<span "
+         "class=\"kbd\">k</span> next/"
+         "previous case, <span class=\"kbd\">Esc</span> closes.</span></p>\n"
+      << "<nav><a href=\"#changes\">What changed</a> · <a href=\"#matrix-section\">Status "
+         "matrix</a> · "
+         "<a href=\"#controls\">Controls and library defaults</a> · <a href=\"#cost\">Cost of "
+         "invariance</a> · "
+         "<a href=\"#history\">History</a></nav>\n</header>\n";
+  return out.str();
+}
+
+std::map<std::string, CaseKind> kinds_by_id(const nlohmann::json& report) {
+  std::map<std::string, CaseKind> kinds;
+  for (const auto& c : report["results"]) kinds[str(c, "id")] = kind_of(c);
+  return kinds;
+}
+
+// One category of the diff; long lists start folded so that the regressions stay in view.
+void change_list(std::ostringstream& out, const std::string& title, const std::string& cls,
+                 const std::vector<const nlohmann::json*>& entries) {
+  constexpr std::size_t unfolded = 12;
+  out << "<details class=\"change-group\""
+      << (cls == "regression" || entries.size() <= unfolded ? " open" : "") << "><summary><b>"
+      << escape_html(title) << ": " << entries.size() << "</b></summary>\n";
+  if (!entries.empty()) out << "<ul class=\"changes\">";
+  std::size_t shown = 0;
+  for (const auto* e : entries) {
+    if (++shown > max_listed_changes) {
+      out << "<li class=\"note\">... " << entries.size() - max_listed_changes
+          << " more (bitcheck diff --json)</li>";
+      break;
+    }
+    out << "<li class=\"" << cls << "\">" << case_link(str(*e, "id"));
+    if (e->contains("old") && e->contains("new")) {
+      out << " <span>" << escape_html(str(*e, "old")) << " &rarr; " << escape_html(str(*e, "new"))
+          << "</span>";
+    }
+    if (e->contains("old_fingerprint")) {
+      out << " <span class=\"mono\">" << escape_html(str(*e, "old_fingerprint")) << " &rarr; "
+          << escape_html(str(*e, "new_fingerprint")) << "</span>";
+    }
+    out << "</li>";
+  }
+  if (!entries.empty()) out << "</ul>";
+  out << "</details>\n";
+}
+
+std::string changes_section(const nlohmann::json& report,
+                            const std::vector<nlohmann::json>& previous) {
+  std::ostringstream out;
+  out << "<section id=\"changes\">\n<h2>What changed</h2>\n";
+  if (previous.empty()) {
+    out << "<p class=\"note\">No previous report given (--previous).</p>\n</section>\n";
+    return out.str();
+  }
+  const ReportDiff diff = diff_reports(previous.front(), report);
+  const auto& d = diff.document;
+  const auto kinds = kinds_by_id(report);
+  auto observation = [&](const nlohmann::json& e) {
+    auto found = kinds.find(str(e, "id"));
+    return found != kinds.end() && found->second == CaseKind::library_default;
+  };
+  std::set<std::string> listed;
+  std::vector<const nlohmann::json*> regressions, fixed, verdict_changes, fingerprints,
+      observations;
+  for (const char* key : {"newly_failing", "controls_lost_drift"}) {
+    for (const auto& e : d[key]) {
+      regressions.push_back(&e);
+      listed.insert(str(e, "id"));
+    }
+  }
+  for (const auto& e : d["fixed"]) {
+    fixed.push_back(&e);
+    listed.insert(str(e, "id"));
+  }
+  for (const auto& e : d["verdict_changes"]) {
+    if (observation(e))
+      observations.push_back(&e);
+    else if (!listed.count(str(e, "id")))
+      verdict_changes.push_back(&e);
+  }
+  for (const auto& e : d["fingerprint_changed"])
+    (observation(e) ? observations : fingerprints).push_back(&e);
+  out << "<p>Against the report of " << escape_html(str(previous.front()["meta"], "started_at"))
+      << " (git " << escape_html(str(previous.front()["meta"], "git_revision")) << "): <b class=\""
+      << (diff.regression ? "bad" : "good") << "\">"
+      << (diff.regression ? "REGRESSION" : "no regression") << "</b>; " << d["still_failing"].size()
+      << " still failing, " << d["added"].size() << " cases added, " << d["removed"].size()
+      << " removed.</p>\n";
+  change_list(out, "Regressions (newly failing, or a control that lost its drift)", "regression",
+              regressions);
+  change_list(out, "Fixed", "fixed", fixed);
+  change_list(out, "Other verdict changes", "verdict-change", verdict_changes);
+  change_list(out, "Fingerprint changes (canonical output bits differ from the previous run)",
+              "fingerprint", fingerprints);
+  change_list(out, "Library defaults that changed behaviour (verdict or fingerprint)",
+              "observation", observations);
+  out << "</section>\n";
+  return out.str();
+}
+
+std::string matrix_section(const nlohmann::json& report) {
+  const auto& matrix = report["status_matrix"];
+  std::ostringstream out;
+  out << "<section id=\"matrix-section\">\n<h2>Status matrix</h2>\n<p class=\"note\">Cells count "
+         "the cases of "
+         "invariant impls; open a cell (click or Enter) for all its cases, controls and library "
+         "defaults "
+         "included.</p>\n<table id=\"matrix\"><thead><tr><th>op</th>";
+  for (const auto& dtype : matrix["dtypes"]) {
+    for (const char* pass : passes)
+      out << "<th>" << escape_html(dtype.get<std::string>()) << " " << pass << "</th>";
+  }
+  out << "</tr></thead><tbody>\n";
+  for (const auto& op_json : matrix["ops"]) {
+    const std::string op = op_json.get<std::string>();
+    out << "<tr><th>" << escape_html(op) << "</th>";
+    for (const auto& dtype_json : matrix["dtypes"]) {
+      const std::string dtype = dtype_json.get<std::string>();
+      for (const char* pass : passes) {
+        const auto& cells = matrix["cells"];
+        const bool present =
+            cells.contains(op) && cells[op].contains(dtype) && cells[op][dtype].contains(pass);
+        const std::string status = present ? str(cells[op][dtype][pass], "status") : "none";
+        const std::string mark = status == "pass"                          ? "\u2713 "
+                                 : status == "skipped" || status == "none" ? ""
+                                                                           : "\u2717 ";
+        out << "<td class=\"cell st-" << escape_html(status)
+            << "\"><button type=\"button\" data-op=\"" << escape_html(op) << "\" data-dtype=\""
+            << escape_html(dtype) << "\" data-pass=\"" << pass << "\">" << mark
+            << escape_html(matrix_cell_text(matrix, op, dtype, pass)) << "</button></td>";
+      }
+    }
+    out << "</tr>\n";
+  }
+  out << "</tbody></table>\n<div id=\"cases\" hidden></div>\n</section>\n";
+  return out.str();
+}
+
+std::string filter_button(const std::string& filter) {
+  return "<button type=\"button\" class=\"filter-link\" data-filter=\"" + escape_html(filter) +
+         "\">cases</button>";
+}
+
+// What a library default did: per group, the M where it drifted and the M where its bits held.
+std::string library_default_rows(const nlohmann::json& report) {
+  struct Group {
+    std::string op, impl, dtype, pass;
+    std::int64_t cases = 0, drifted = 0;
+    std::set<std::int64_t> drift_m, held_m;
+    std::map<std::string, std::int64_t> other;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, Group> groups;
+  for (const auto& c : report["results"]) {
+    if (kind_of(c) != CaseKind::library_default) continue;
+    const std::string verdict = str(c, "verdict");
+    if (verdict == "skipped") continue;
+    const std::string key =
+        str(c, "op") + "|" + str(c, "impl") + "|" + str(c, "dtype") + "|" + str(c, "pass");
+    if (!groups.count(key)) {
+      order.push_back(key);
+      groups[key] =
+          Group{str(c, "op"), str(c, "impl"), str(c, "dtype"), str(c, "pass"), 0, 0, {}, {}, {}};
+    }
+    Group& g = groups[key];
+    const std::int64_t m = c.value("rows", std::int64_t{0});
+    ++g.cases;
+    if (verdict == "drift" || verdict == "nondeterministic") {
+      ++g.drifted;
+      g.drift_m.insert(m);
+    } else if (verdict == "pass") {
+      g.held_m.insert(m);
+    } else {
+      ++g.other[verdict];
+    }
+  }
+  auto list = [](const std::set<std::int64_t>& ms) {
+    std::string text;
+    for (auto m : ms) text += (text.empty() ? "" : ", ") + std::to_string(m);
+    return text;
+  };
+  std::ostringstream out;
+  for (const auto& key : order) {
+    const Group& g = groups[key];
+    std::string did = g.drifted
+                          ? "drifted in " + std::to_string(g.drifted) + " of " +
+                                std::to_string(g.cases) + " cases (M = " + list(g.drift_m) + ")"
+                          : "identical bits in all " + std::to_string(g.cases) + " cases";
+    if (g.drifted && !g.held_m.empty()) did += "; identical bits at M = " + list(g.held_m);
+    for (const auto& [verdict, n] : g.other) did += "; " + std::to_string(n) + " " + verdict;
+    out << "<tr><td>" << escape_html(g.op) << "</td><td>" << escape_html(g.impl) << "</td><td>"
+        << escape_html(g.dtype) << "</td><td>" << escape_html(g.pass) << "</td><td class=\""
+        << (g.drifted ? "observed-drift" : "observed-held") << "\">" << escape_html(did)
+        << "</td><td>"
+        << filter_button("op:" + g.op + " impl:" + g.impl + " dtype:" + g.dtype + " pass:" + g.pass)
+        << "</td></tr>\n";
+  }
+  return out.str();
+}
+
+// One row per control (op, impl), one column per dtype and pass: drifted / cases, and whether the
+// group drifted at all.
+std::string controls_section(const nlohmann::json& report) {
+  const auto& matrix = report["status_matrix"];
+  std::vector<std::string> order;
+  std::map<std::string, std::map<std::string, const nlohmann::json*>>
+      rows;  // op|impl -> dtype pass
+  const nlohmann::json controls = report["summary"].value("controls", nlohmann::json::array());
+  for (const auto& g : controls) {
+    if (is_library_default(str(g, "impl"))) continue;
+    const std::string key = str(g, "op") + "|" + str(g, "impl");
+    if (!rows.count(key)) order.push_back(key);
+    rows[key][str(g, "dtype") + " " + str(g, "pass")] = &g;
+  }
+  std::ostringstream out;
+  out << "<section id=\"controls\">\n<h2>Controls and library defaults</h2>\n<h3>Controls (must "
+         "drift)</h3>\n<p class=\"note\">Each control is built to drift; a group that does not "
+         "means "
+         "the harness lost its sight, a failure of the run. Cells: drifted / cases.</p>\n<table "
+         "id=\"controls-table\"><thead><tr><th>op</th><th>impl</th>";
+  for (const auto& dtype : matrix["dtypes"]) {
+    for (const char* pass : passes) {
+      out << "<th>" << escape_html(dtype.get<std::string>()) << " " << pass << "</th>";
+    }
+  }
+  out << "<th></th></tr></thead><tbody>\n";
+  for (const auto& key : order) {
+    const auto bar = key.find('|');
+    const std::string op = key.substr(0, bar), impl = key.substr(bar + 1);
+    out << "<tr><td>" << escape_html(op) << "</td><td>" << escape_html(impl) << "</td>";
+    for (const auto& dtype : matrix["dtypes"]) {
+      for (const char* pass : passes) {
+        auto found = rows[key].find(dtype.get<std::string>() + " " + pass);
+        if (found == rows[key].end()) {
+          out << "<td>-</td>";
+          continue;
+        }
+        const nlohmann::json& g = *found->second;
+        const bool lost = g.value("lost_sight", false);
+        out << "<td class=\"" << (lost ? "st-drift\">LOST SIGHT " : "st-pass\">drifts ")
+            << escape_html(str(g, "drifted")) << " / " << escape_html(str(g, "cases")) << "</td>";
+      }
+    }
+    out << "<td>" << filter_button("op:" + op + " impl:" + impl) << "</td></tr>\n";
+  }
+  out << "</tbody></table>\n<h3>Library defaults (observations)</h3>\n<p class=\"note\">Whether "
+         "the library's own path drifts depends on the GPU, the shape and the library version: "
+         "what it did here, never a failure.</p>\n<table id=\"observations-table\"><thead><tr>"
+         "<th>op</th><th>impl</th><th>dtype</th><th>pass</th><th>what it did</th><th></th></tr>"
+         "</thead><tbody>\n"
+      << library_default_rows(report) << "</tbody></table>\n</section>\n";
+  return out.str();
+}
+
+const char* const plot_colors[] = {"#1565c0", "#c62828", "#2e7d32",
+                                   "#6a1b9a", "#ef6c00", "#00838f"};
+
+// One SVG per op, dtype, pass and shape: each impl's cost against M on a log axis, the 1.0 line.
+std::string cost_plot(const std::string& title, const std::vector<const nlohmann::json*>& series) {
+  // The legend sits between the title and the plot area, one line per impl.
+  const double legend = 14 * double(series.size());
+  const double width = 520, height = 220 + legend, left = 48, right = 16, top = 26 + legend,
+               bottom = 34;
+  double min_m = 1e300, max_m = 0, min_cost = 0.9, max_cost = 1.1;
+  std::set<std::int64_t> all_m;
+  for (const auto* s : series) {
+    for (const auto& p : (*s)["per_rows"]) {
+      const double m = p["rows"].get<double>(), cost = p["cost"].get<double>();
+      all_m.insert(p["rows"].get<std::int64_t>());
+      min_m = std::min(min_m, m);
+      max_m = std::max(max_m, m);
+      min_cost = std::min(min_cost, cost - 0.05);
+      max_cost = std::max(max_cost, cost + 0.05);
+    }
+  }
+  double lo = std::log10(std::max(min_m, 1.0)), hi = std::log10(std::max(max_m, 1.0));
+  if (hi - lo < 0.5) {
+    lo -= 0.5;
+    hi += 0.5;
+  } else {
+    const double pad = (hi - lo) * 0.06;
+    lo -= pad;
+    hi += pad;
+  }
+  auto x = [&](double m) {
+    return left + (std::log10(m) - lo) / (hi - lo) * (width - left - right);
+  };
+  auto y = [&](double cost) {
+    return top + (max_cost - cost) / (max_cost - min_cost) * (height - top - bottom);
+  };
+  std::ostringstream out;
+  out << "<svg class=\"plot\" role=\"img\" width=\"" << width << "\" height=\"" << height
+      << "\" viewBox=\"0 0 " << width << " " << height << "\"><title>" << escape_html(title)
+      << "</title>";
+  out << "<text x=\"" << left << "\" y=\"14\">" << escape_html(title) << "</text>";
+  const double step = max_cost - min_cost > 1.5 ? 0.5 : max_cost - min_cost > 0.6 ? 0.2 : 0.1;
+  for (double t = std::ceil(min_cost / step) * step; t <= max_cost; t += step) {
+    out << "<line class=\"grid\" x1=\"" << left << "\" x2=\"" << width - right << "\" y1=\"" << y(t)
+        << "\" y2=\"" << y(t) << "\"/><text x=\"" << left - 6 << "\" y=\"" << y(t) + 4
+        << "\" text-anchor=\"end\">" << printf_number("%.1f", t) << "</text>";
+  }
+  for (auto m : all_m) {
+    out << "<line class=\"grid\" x1=\"" << x(double(m)) << "\" x2=\"" << x(double(m)) << "\" y1=\""
+        << top << "\" y2=\"" << height - bottom << "\"/><text x=\"" << x(double(m)) << "\" y=\""
+        << height - bottom + 14 << "\" text-anchor=\"middle\">" << m << "</text>";
+  }
+  out << "<text x=\"" << (width + left) / 2 << "\" y=\"" << height - 4
+      << "\" text-anchor=\"middle\">M (rows, log "
+      << "scale)</text><line class=\"unity\" x1=\"" << left << "\" x2=\"" << width - right
+      << "\" y1=\"" << y(1.0) << "\" y2=\"" << y(1.0) << "\"/><text x=\"" << width - right
+      << "\" y=\"" << y(1.0) - 4 << "\" text-anchor=\"end\">1.0 = free</text>";
+  std::size_t index = 0;
+  for (const auto* s : series) {
+    const char* color = plot_colors[index % (sizeof(plot_colors) / sizeof(plot_colors[0]))];
+    const std::string impl = str(*s, "impl"), versus = str(*s, "versus");
+    std::string points;
+    for (const auto& p : (*s)["per_rows"]) {
+      points += printf_number("%.1f", x(p["rows"].get<double>())) + "," +
+                printf_number("%.1f", y(p["cost"].get<double>())) + " ";
+    }
+    out << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\""
+        << points << "\"/>";
+    for (const auto& p : (*s)["per_rows"]) {
+      const std::int64_t m = p["rows"].get<std::int64_t>();
+      const double cost = p["cost"].get<double>();
+      out << "<circle class=\"pt\" r=\"4\" fill=\"" << color << "\" cx=\"" << x(double(m))
+          << "\" cy=\"" << y(cost) << "\" data-impl=\"" << escape_html(impl) << "\" data-m=\"" << m
+          << "\" data-cost=\"" << printf_number("%.4f", cost) << "\"><title>" << escape_html(impl)
+          << " at M = " << m << ": " << printf_number("%.3f", cost) << "x the time of "
+          << escape_html(versus) << "</title></circle>";
+    }
+    out << "<rect x=\"" << left << "\" y=\"" << 20 + 14 * double(index)
+        << "\" width=\"10\" height=\"10\" fill=\"" << color << "\"/><text x=\"" << left + 14
+        << "\" y=\"" << 29 + 14 * double(index) << "\">" << escape_html(impl) << " vs "
+        << escape_html(versus) << "</text>";
+    ++index;
+  }
+  out << "</svg>";
+  return out.str();
+}
+
+std::string cost_section(const nlohmann::json& bench) {
+  if (bench.is_null()) return "";
+  std::ostringstream out;
+  out << "<section id=\"cost\">\n<h2>Cost of invariance</h2>\n<p class=\"note\">Time of each "
+         "invariant impl over "
+         "the library default's at the same M (matmul: cublaslt-heuristic) or, for memory-bound "
+         "ops, over a device "
+         "copy of the same bytes: 1.0 = free, 2.0 = twice the time. Bench: git "
+      << escape_html(str(bench["meta"], "git_revision")) << ", "
+      << escape_html(bench["meta"].contains("cuda") ? str(bench["meta"]["cuda"], "gpu_name") : "")
+      << ".</p>\n";
+  const nlohmann::json cost = cost_of_invariance(bench.value("results", nlohmann::json::array()));
+  if (cost.empty()) out << "<p>No invariant impl was timed.</p>\n";
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const nlohmann::json*>> plots;
+  for (const auto& entry : cost) {
+    const std::string key = str(entry, "op") + " " + str(entry, "dtype") + " " +
+                            str(entry, "pass") + " " + dims_string(entry["dims"].get<Dims>());
+    if (!plots.count(key)) order.push_back(key);
+    plots[key].push_back(&entry);
+  }
+  out << "<div class=\"plots\">\n";
+  for (const auto& key : order) {
+    const auto& series = plots[key];
+    std::set<std::int64_t> all_m;
+    for (const auto* s : series) {
+      for (const auto& p : (*s)["per_rows"]) all_m.insert(p["rows"].get<std::int64_t>());
+    }
+    out << "<div class=\"plot-box\" data-plot=\"" << escape_html(key) << "\">"
+        << cost_plot(key, series)
+        << "\n<table class=\"cost-table\"><thead><tr><th>impl</th><th>versus</th>";
+    for (auto m : all_m) out << "<th>M = " << m << "</th>";
+    out << "<th>geomean</th></tr></thead><tbody>";
+    for (const auto* s : series) {
+      std::map<std::int64_t, double> by_m;
+      for (const auto& p : (*s)["per_rows"])
+        by_m[p["rows"].get<std::int64_t>()] = p["cost"].get<double>();
+      out << "<tr><td>" << escape_html(str(*s, "impl")) << "</td><td>"
+          << escape_html(str(*s, "versus")) << "</td>";
+      for (auto m : all_m) {
+        out << "<td>" << (by_m.count(m) ? printf_number("%.2fx", by_m[m]) : std::string("-"))
+            << "</td>";
+      }
+      out << "<td>" << printf_number("%.2fx", (*s)["geomean_cost"].get<double>()) << "</td></tr>";
+    }
+    out << "</tbody></table></div>\n";
+  }
+  out << "</div>\n</section>\n";
+  return out.str();
+}
+
+// Pass and finding counts per night (oldest first) and how many fingerprints moved since the night
+// before, by the same diff as `bitcheck diff`.
+std::string history_section(const nlohmann::json& report,
+                            const std::vector<nlohmann::json>& previous) {
+  if (previous.empty()) return "";
+  std::vector<const nlohmann::json*> nights;
+  for (const auto& p : previous) nights.push_back(&p);
+  std::stable_sort(nights.begin(), nights.end(),
+                   [](const nlohmann::json* a, const nlohmann::json* b) {
+                     return str((*a)["meta"], "started_at") < str((*b)["meta"], "started_at");
+                   });
+  nights.push_back(&report);
+  std::ostringstream out;
+  out << "<section id=\"history\">\n<h2>History</h2>\n<table "
+         "id=\"history-table\"><thead><tr><th>started</th>"
+         "<th>git</th><th>device</th><th>cases</th><th>pass</th><th>drift</"
+         "th><th>nondeterministic</th>"
+         "<th>inaccurate</th><th>error</th><th>controls lost</th><th>fingerprints "
+         "moved</th></tr></thead><tbody>\n";
+  for (std::size_t i = 0; i < nights.size(); ++i) {
+    const auto& night = *nights[i];
+    const nlohmann::json verdicts = night["summary"].value("verdicts", nlohmann::json::object());
+    std::string moved = "-";
+    bool any_moved = false;
+    if (i > 0) {
+      const ReportDiff diff = diff_reports(*nights[i - 1], night);
+      any_moved = !diff.document["fingerprint_changed"].empty();
+      moved = std::to_string(diff.document["fingerprint_changed"].size());
+    }
+    const auto& meta = night["meta"];
+    out << "<tr" << (i + 1 == nights.size() ? " class=\"current\"" : "") << "><td>"
+        << escape_html(str(meta, "started_at")) << (i + 1 == nights.size() ? " (this report)" : "")
+        << "</td><td>" << escape_html(str(meta, "git_revision")) << "</td><td>"
+        << escape_html(meta.contains("cuda") && meta["cuda"].value("device_available", false)
+                           ? str(meta["cuda"], "gpu_name")
+                           : std::string("CPU"))
+        << "</td><td>" << escape_html(str(night["summary"], "cases")) << "</td>";
+    for (const char* v : {"pass", "drift", "nondeterministic", "inaccurate", "error"}) {
+      const auto n = count_of(verdicts, v);
+      out << "<td" << (n && std::string(v) != "pass" ? " class=\"bad\"" : "") << ">" << n
+          << "</td>";
+    }
+    const std::size_t lost = night["summary"].contains("harness_failures")
+                                 ? night["summary"]["harness_failures"].size()
+                                 : 0;
+    out << "<td" << (lost ? " class=\"bad\"" : "") << ">" << lost << "</td><td"
+        << (any_moved ? " class=\"st-inaccurate\">moved: " : ">") << moved << "</td></tr>\n";
+  }
+  out << "</tbody></table>\n</section>\n";
+  return out.str();
+}
+
+// The case data the script renders from: strings interned into one table, one array per case:
+// [id, op, impl, dtype, pass, verdict, kind, M, shape, layouts, reason, findings, findings left
+// out].
+nlohmann::json page_data(const nlohmann::json& report, const ReportPageOptions& options) {
+  std::vector<std::string> strings;
+  std::map<std::string, std::size_t> index;
+  auto intern = [&](const std::string& s) {
+    auto found = index.find(s);
+    if (found != index.end()) return found->second;
+    index[s] = strings.size();
+    strings.push_back(s);
+    return strings.size() - 1;
+  };
+  nlohmann::json cases = nlohmann::json::array();
+  for (const auto& c : report["results"]) {
+    const CaseKind kind = kind_of(c);
+    const std::string verdict = str(c, "verdict");
+    std::string layouts;
+    for (const auto& l : c.contains("layouts_run") ? c["layouts_run"]
+                                                   : c.value("layouts", nlohmann::json::array())) {
+      layouts += (layouts.empty() ? "" : " ") + (l.is_string() ? l.get<std::string>() : l.dump());
+    }
+    const bool failing = kind == CaseKind::invariant && verdict != "pass" && verdict != "skipped";
+    const std::size_t keep = failing ? max_findings_failing : max_findings_control;
+    nlohmann::json findings = nlohmann::json::array();
+    std::size_t left_out = 0;
+    for (const char* list : {"nondeterminism", "drift"}) {
+      if (!c.contains(list) || !c[list].is_array()) continue;
+      for (const auto& f : c[list]) {
+        if (findings.size() >= keep) {
+          ++left_out;
+          continue;
+        }
+        const nlohmann::json m =
+            f.contains("first_mismatch") ? f["first_mismatch"] : nlohmann::json::object();
+        findings.push_back(
+            {list, str(f, "tensor"), str(f, "layout"), str(f, "reference_layout"),
+             f.value("max_abs_diff", nlohmann::json()), f.value("max_rel_diff", nlohmann::json()),
+             f.value("max_ulp_distance", nlohmann::json()),
+             f.value("mismatch_count", nlohmann::json()), f.value("compared", nlohmann::json()),
+             m.value("row", nlohmann::json()), m.value("column", nlohmann::json()),
+             m.value("expected", nlohmann::json()), str(m, "expected_bits"),
+             m.value("actual", nlohmann::json()), str(m, "actual_bits")});
+      }
+    }
+    if (c.contains("accuracy") && c["accuracy"].is_array()) {
+      for (const auto& a : c["accuracy"]) {
+        if (a.value("passed", true)) continue;
+        if (findings.size() >= keep) {
+          ++left_out;
+          continue;
+        }
+        findings.push_back(
+            {"accuracy", str(a, "tensor"), a.value("atol", nlohmann::json()),
+             a.value("rtol", nlohmann::json()), a.value("max_abs_error", nlohmann::json()),
+             a.value("max_rel_error", nlohmann::json()), a.value("violations", nlohmann::json()),
+             a.value("compared", nlohmann::json()), a.value("nan_count", nlohmann::json())});
+      }
+    }
+    const nlohmann::json dims = c.contains("dims") ? c["dims"] : nlohmann::json::object();
+    std::string shape;
+    for (const auto& [name, value] : dims.items())
+      shape += (shape.empty() ? "" : ",") + name + "=" + value.dump();
+    cases.push_back({str(c, "id"), intern(str(c, "op")), intern(str(c, "impl")),
+                     intern(str(c, "dtype")), intern(str(c, "pass")), intern(verdict),
+                     static_cast<int>(kind), c.value("rows", nlohmann::json()), intern(shape),
+                     intern(layouts), c.contains("reason") ? c["reason"] : nlohmann::json(),
+                     findings.empty() ? nlohmann::json() : findings, left_out});
+  }
+  return {{"strings", strings}, {"cases", cases}, {"report", shell_quote(options.report_path)}};
+}
+
+const char* const page_script = R"JS(
+(function () {
+  'use strict';
+  var data = JSON.parse(document.getElementById('bitcheck-data').textContent);
+  var S = data.strings;
+  var KIND = ['invariant', 'control', 'library default'];
+  var FAILING = {drift: 1, nondeterministic: 1, inaccurate: 1, error: 1};
+  var cases = data.cases.map(function (c, i) {
+    return {i: i, id: c[0], op: S[c[1]], impl: S[c[2]], dtype: S[c[3]], pass: S[c[4]], verdict: S[c[5]],
+            kind: KIND[c[6]], M: c[7], shape: S[c[8]], layouts: S[c[9]], reason: c[10], findings: c[11],
+            leftOut: c[12]};
+  });
+  var byId = {};
+  cases.forEach(function (c) { byId[c.id] = c; });
+  var panel = document.getElementById('cases');
+  var filterBox = document.getElementById('filter');
+  var openCellButton = null;
+
+  function el(tag, attrs) {
+    var node = document.createElement(tag);
+    for (var k in attrs || {}) {
+      if (k === 'text') node.textContent = attrs[k];
+      else if (k === 'cls') node.className = attrs[k];
+      else node.setAttribute(k, attrs[k]);
+    }
+    for (var j = 2; j < arguments.length; j++) {
+      var child = arguments[j];
+      if (child === null || child === undefined) continue;
+      node.appendChild(typeof child === 'object' ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+  function num(v) { return v === null || v === undefined ? '-' : String(v); }
+  function failing(c) { return c.kind === 'invariant' && FAILING[c.verdict]; }
+  function rank(c) { return failing(c) ? 0 : c.kind === 'invariant' ? 1 : c.kind === 'control' ? 2 : 3; }
+  function replayCommand(c) {
+    return 'bitcheck repro ' + data.report + " --case '" + c.id.replace(/'/g, "'\\''") + "'";
+  }
+  function copy(text, button) {
+    function done() { button.textContent = 'copied'; setTimeout(function () { button.textContent = 'copy'; }, 1500); }
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(text).then(done, function () { fallback(); });
+    } else fallback();
+    function fallback() {
+      var area = el('textarea', {}, text);
+      document.body.appendChild(area);
+      area.select();
+      try { document.execCommand('copy'); done(); } catch (e) { button.textContent = 'select and copy'; }
+      document.body.removeChild(area);
+    }
+  }
+  function findingTable(c) {
+    var table = el('table', {cls: 'finding'});
+    var drift = c.findings.filter(function (f) { return f[0] !== 'accuracy'; });
+    var accuracy = c.findings.filter(function (f) { return f[0] === 'accuracy'; });
+    if (drift.length) {
+      table.appendChild(el('tr', {}, el('th', {text: 'check'}), el('th', {text: 'tensor'}),
+        el('th', {text: 'layout vs reference'}), el('th', {text: 'max abs'}), el('th', {text: 'max rel'}),
+        el('th', {text: 'max ULP'}), el('th', {text: 'mismatches'}), el('th', {text: 'first differing index'}),
+        el('th', {text: 'expected (bits)'}), el('th', {text: 'actual (bits)'})));
+      drift.forEach(function (f) {
+        table.appendChild(el('tr', {cls: 'finding-row'}, el('td', {text: f[0]}), el('td', {text: f[1]}),
+          el('td', {text: f[2] + ' vs ' + f[3]}), el('td', {text: num(f[4])}), el('td', {text: num(f[5])}),
+          el('td', {text: num(f[6])}), el('td', {text: num(f[7]) + ' of ' + num(f[8])}),
+          el('td', {text: 'row ' + num(f[9]) + ', column ' + num(f[10])}),
+          el('td', {cls: 'mono expected', text: num(f[11]) + ' (' + f[12] + ')'}),
+          el('td', {cls: 'mono actual', text: num(f[13]) + ' (' + f[14] + ')'})));
+      });
+    }
+    accuracy.forEach(function (f) {
+      table.appendChild(el('tr', {cls: 'finding-row'}, el('td', {text: 'inaccurate'}), el('td', {text: f[1]}),
+        el('td', {colspan: 8, text: 'max abs error ' + num(f[4]) + ', max rel error ' + num(f[5]) + ' (atol ' +
+          num(f[2]) + ', rtol ' + num(f[3]) + '); ' + num(f[6]) + ' of ' + num(f[7]) + ' values out of bounds, ' +
+          num(f[8]) + ' NaN'})));
+    });
+    return table;
+  }
+  function detail(c) {
+    var box = el('div', {cls: 'case-detail'});
+    box.appendChild(el('div', {cls: 'mono', text: c.id}));
+    if (c.reason) box.appendChild(el('p', {text: 'reason: ' + c.reason}));
+    if (c.findings) box.appendChild(findingTable(c));
+    if (c.leftOut) box.appendChild(el('p', {cls: 'note', text: c.leftOut + ' more findings in the report JSON'}));
+    var command = replayCommand(c);
+    var button = el('button', {type: 'button', cls: 'copy'}, 'copy');
+    button.addEventListener('click', function (e) { e.stopPropagation(); copy(command, button); });
+    box.appendChild(el('div', {cls: 'repro'}, 'replay:', el('code', {cls: 'replay'}, command), button));
+    return box;
+  }
+  function caseTable(list, limit) {
+    var table = el('table', {cls: 'case-table'});
+    table.appendChild(el('thead', {}, el('tr', {}, el('th', {text: 'kind'}), el('th', {text: 'impl'}),
+      el('th', {text: 'op'}), el('th', {text: 'dtype / pass'}), el('th', {text: 'shape'}), el('th', {text: 'M'}),
+      el('th', {text: 'verdict'}), el('th', {text: 'layouts'}))));
+    var body = el('tbody');
+    list.slice(0, limit).forEach(function (c) {
+      var row = el('tr', {cls: 'case-row', tabindex: '0', id: 'case-' + c.i, 'data-id': c.id},
+        el('td', {text: c.kind}), el('td', {text: c.impl}), el('td', {text: c.op}),
+        el('td', {text: c.dtype + ' ' + c.pass}), el('td', {text: c.shape}), el('td', {text: num(c.M)}),
+        el('td', {cls: 'st-' + c.verdict, text: (FAILING[c.verdict] ? '\u2717 ' : '') + c.verdict}),
+        el('td', {text: c.layouts}));
+      body.appendChild(row);
+      var holder = el('tr', {cls: 'detail'});
+      holder.hidden = true;
+      body.appendChild(holder);
+      row.addEventListener('click', function () { toggle(row, holder, c); });
+      row.addEventListener('keydown', function (e) {
+        if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); toggle(row, holder, c); }
+      });
+      if (failing(c)) toggle(row, holder, c);
+    });
+    table.appendChild(body);
+    return table;
+  }
+  function toggle(row, holder, c) {
+    if (!holder.firstChild) holder.appendChild(el('td', {colspan: 8}, detail(c)));
+    holder.hidden = !holder.hidden;
+    row.setAttribute('aria-expanded', String(!holder.hidden));
+  }
+  function showList(title, list) {
+    var limit = 500;
+    list.sort(function (a, b) { return rank(a) - rank(b) || a.i - b.i; });
+    panel.textContent = '';
+    panel.appendChild(el('h3', {text: title}));
+    if (list.length > limit) panel.appendChild(el('p', {cls: 'note', text: 'the first ' + limit + ' of ' + list.length + ' shown'}));
+    panel.appendChild(caseTable(list, limit));
+    panel.hidden = false;
+  }
+  function openCell(button) {
+    if (openCellButton) openCellButton.parentNode.classList.remove('open');
+    openCellButton = button;
+    button.parentNode.classList.add('open');
+    var d = button.dataset;
+    var list = cases.filter(function (c) { return c.op === d.op && c.dtype === d.dtype && c.pass === d.pass; });
+    showList(d.op + ' ' + d.dtype + ' ' + d.pass + ': ' + list.length + ' cases', list);
+  }
+  function closePanel() {
+    panel.hidden = true;
+    panel.textContent = '';
+    if (openCellButton) { openCellButton.parentNode.classList.remove('open'); openCellButton.focus(); }
+    openCellButton = null;
+  }
+  function openCase(id) {
+    var c = byId[id];
+    if (!c) return false;
+    var button = null;
+    document.querySelectorAll('#matrix td.cell button').forEach(function (b) {
+      if (b.dataset.op === c.op && b.dataset.dtype === c.dtype && b.dataset.pass === c.pass) button = b;
+    });
+    if (button) openCell(button);
+    else showList(c.id, [c]);
+    var row = document.getElementById('case-' + c.i);
+    if (!row) return false;
+    if (row.nextSibling.hidden) toggle(row, row.nextSibling, c);
+    row.scrollIntoView({block: 'center'});
+    row.focus();
+    return true;
+  }
+  function matches(c, tokens) {
+    return tokens.every(function (t) {
+      var colon = t.indexOf(':');
+      if (colon > 0) {
+        var key = t.slice(0, colon), value = t.slice(colon + 1);
+        if (key in {op: 1, impl: 1, verdict: 1, dtype: 1, pass: 1}) return c[key] === value;
+        if (key === 'kind') return c.kind.indexOf(value) === 0;
+      }
+      return (c.id + ' ' + c.verdict + ' ' + c.kind).indexOf(t) >= 0;
+    });
+  }
+  function applyFilter() {
+    var tokens = filterBox.value.trim().split(/\s+/).filter(Boolean);
+    var cells = document.querySelectorAll('#matrix td.cell');
+    if (!tokens.length) {
+      cells.forEach(function (td) { td.classList.remove('dim'); });
+      if (!openCellButton) closePanel();
+      return;
+    }
+    var list = cases.filter(function (c) { return matches(c, tokens); });
+    var hit = {};
+    list.forEach(function (c) { hit[c.op + '|' + c.dtype + '|' + c.pass] = 1; });
+    cells.forEach(function (td) {
+      var d = td.firstChild.dataset;
+      td.classList.toggle('dim', !hit[d.op + '|' + d.dtype + '|' + d.pass]);
+    });
+    if (openCellButton) openCellButton.parentNode.classList.remove('open');
+    openCellButton = null;
+    showList(list.length + ' cases match "' + filterBox.value.trim() + '"', list);
+  }
+  function matrixMove(button, key) {
+    var td = button.parentNode, tr = td.parentNode;
+    var col = Array.prototype.indexOf.call(tr.children, td);
+    var target = null;
+    if (key === 'ArrowLeft') target = td.previousElementSibling;
+    if (key === 'ArrowRight') target = td.nextElementSibling;
+    if (key === 'ArrowUp' && tr.previousElementSibling) target = tr.previousElementSibling.children[col];
+    if (key === 'ArrowDown' && tr.nextElementSibling) target = tr.nextElementSibling.children[col];
+    if (target && target.classList.contains('cell')) target.firstChild.focus();
+  }
+  function stepCase(delta) {
+    var rows = Array.prototype.slice.call(panel.querySelectorAll('tr.case-row'));
+    if (!rows.length) return;
+    var at = rows.indexOf(document.activeElement);
+    rows[Math.max(0, Math.min(rows.length - 1, at < 0 ? 0 : at + delta))].focus();
+  }
+
+  document.querySelectorAll('#matrix td.cell button').forEach(function (b) {
+    b.addEventListener('click', function () { openCell(b); });
+    b.addEventListener('keydown', function (e) {
+      if (e.key.indexOf('Arrow') === 0) { e.preventDefault(); matrixMove(b, e.key); }
+    });
+  });
+  document.querySelectorAll('button.filter-link').forEach(function (b) {
+    b.addEventListener('click', function () { filterBox.value = b.dataset.filter; applyFilter(); panel.scrollIntoView(); });
+  });
+  document.querySelectorAll('a.case-link').forEach(function (a) {
+    a.addEventListener('click', function () { openCase(decodeURIComponent(a.getAttribute('href').slice(6))); });
+  });
+  filterBox.addEventListener('input', applyFilter);
+  document.addEventListener('keydown', function (e) {
+    var typing = e.target === filterBox;
+    if (e.key === 'Escape') { if (typing) { filterBox.value = ''; applyFilter(); } closePanel(); return; }
+    if (typing || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.key === '/') { e.preventDefault(); filterBox.focus(); }
+    else if (e.key === 'j') stepCase(1);
+    else if (e.key === 'k') stepCase(-1);
+  });
+  function fromHash() {
+    var hash = location.hash;
+    if (hash.indexOf('#case=') === 0) openCase(decodeURIComponent(hash.slice(6)));
+  }
+  window.addEventListener('hashchange', fromHash);
+  fromHash();
+  window.bitcheckPage = {openCase: openCase, openCell: openCell, cases: cases};
+})();
+)JS";
+
+}  // namespace
+
+std::string escape_html(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+ReportPageOptions load_report_page_options(const std::string& report_path,
+                                           const std::string& page_path,
+                                           const std::vector<std::string>& previous_paths,
+                                           const std::string& bench_path) {
+  ReportPageOptions options;
+  options.report_path = report_path;
+  if (!page_path.empty()) {
+    const auto folder = std::filesystem::absolute(page_path).parent_path();
+    options.report_path =
+        std::filesystem::absolute(report_path).lexically_relative(folder).string();
+  }
+  for (const auto& path : previous_paths) {
+    nlohmann::json previous = load_json_file(path);
+    JsonCursor root(previous, path);
+    for (const auto& c : root.at("results").items()) {
+      for (const char* field : {"id", "verdict"}) c.at(field).as_string();
+    }
+    root.at("summary").at("verdicts").expect_object();
+    root.at("meta").expect_object();
+    options.previous.push_back(std::move(previous));
+  }
+  if (!bench_path.empty()) {
+    options.bench = load_json_file(bench_path);
+    JsonCursor root(options.bench, bench_path);
+    for (const auto& row : root.at("results").items()) {
+      for (const char* field : {"op", "impl", "dtype", "pass"}) row.at(field).as_string();
+      row.at("dims").expect_object();
+      row.at("rows").as_int(1, INT64_MAX);
+    }
+    root.at("meta").expect_object();
+  }
+  return options;
+}
+
+std::string render_report_page(const nlohmann::json& report, const ReportPageOptions& options) {
+  std::ostringstream out;
+  const auto& meta = report["meta"];
+  const std::string gpu = meta.contains("cuda") && meta["cuda"].value("device_available", false)
+                              ? str(meta["cuda"], "gpu_name")
+                              : std::string("CPU");
+  out << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<meta "
+         "name=\"viewport\" "
+         "content=\"width=device-width, initial-scale=1\">\n<title>bitcheck: "
+      << escape_html(verdict_line(report).second.substr(0, verdict_line(report).second.find(':')))
+      << ", " << escape_html(gpu) << ", git " << escape_html(str(meta, "git_revision"))
+      << "</title>\n<style>" << page_css << "</style>\n</head><body>\n"
+      << header_section(report) << changes_section(report, options.previous)
+      << matrix_section(report) << controls_section(report) << cost_section(options.bench)
+      << history_section(report, options.previous)
+      << "<script type=\"application/json\" id=\"bitcheck-data\">"
+      << json_for_script(page_data(report, options)) << "</script>\n<script>" << page_script
+      << "</script>\n</body></html>\n";
+  return out.str();
+}
+
+}  // namespace bitcheck
