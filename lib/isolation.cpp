@@ -25,6 +25,7 @@
 #include "bitcheck/contract.h"
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
+#include "bitcheck/plugin_loader.h"
 
 namespace bitcheck {
 namespace {
@@ -178,6 +179,7 @@ void IsolatedRunner::start_worker() {
   std::string shown = std::filesystem::read_symlink(settings_.executable, unresolved).string();
   std::vector<std::string> args = {shown.empty() ? settings_.executable : shown, "__sweep-worker",
                                    "--fd", fd_text};
+  for (const auto& arg : external_impl_arguments()) args.push_back(arg);  // the same plugins
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

@@ -162,8 +162,12 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
                            const Registry& registry, const Contract& contract) {
   JsonCursor root(document, file);
   root.expect_object();
-  root.allow_only({"schema_version", "description", "defaults", "ops"});
+  root.allow_only({"schema_version", "description", "defaults", "ops", "plugins", "py_impls"});
   root.at("schema_version").as_int(1, 1);
+  // Loaded before the spec is read (bitcheck sweep, external_impls_of_spec); checked here.
+  for (const char* field : {"plugins", "py_impls"}) {
+    if (auto list = root.find(field)) list->as_string_list();
+  }
   SweepSpec spec;
   spec.source = file;
   if (auto description = root.find("description")) spec.description = description->as_string();

@@ -16,6 +16,7 @@
 #include "bitcheck/build_info.h"
 #include "bitcheck/error.h"
 #include "bitcheck/isolation.h"
+#include "bitcheck/plugin_loader.h"
 #include "bitcheck/report.h"
 #include "bitcheck/runner.h"
 
@@ -36,6 +37,7 @@ nlohmann::json environment_meta(const Registry& registry) {
                          {"host", host},
                          {"compile_flags", compile_flags()}};
   meta.update(device_backends_meta(registry));
+  add_plugin_meta(meta);
   return meta;
 }
 
@@ -54,6 +56,11 @@ bool use_isolation(const SweepOptions& options, const Registry& registry,
   if (options.isolation == SweepOptions::Isolation::on) return true;
   if (options.case_timeout_seconds > 0 && !options.worker_executable.empty())
     return true;  // only a worker can be stopped
+  // Code from outside (plugins, Python) may crash: its cases run in a worker too.
+  if (!options.worker_executable.empty() &&
+      std::any_of(cases.begin(), cases.end(),
+                  [](const CaseSpec& c) { return is_external_impl(c.impl); }))
+    return true;
   if (options.worker_executable.empty() || !registry.backend_available("cuda")) return false;
   return std::any_of(cases.begin(), cases.end(), [&](const CaseSpec& c) {
     const Impl* impl = registry.find_impl(c.op, c.impl);

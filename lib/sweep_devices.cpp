@@ -19,6 +19,7 @@
 
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
+#include "bitcheck/plugin_loader.h"
 #include "bitcheck/report.h"
 #include "bitcheck/sweep.h"
 
@@ -80,6 +81,7 @@ std::vector<std::string> shard_args(const SweepOptions& options, const std::stri
     add("--special-values-rate", rate.str());
   }
   for (const auto& report : options.skip_done_reports) add("--skip-done", report);
+  for (const auto& arg : external_impl_arguments()) args.push_back(arg);  // --plugin, --py-impl
   if (options.isolation == SweepOptions::Isolation::on) args.push_back("--isolate");
   if (options.isolation == SweepOptions::Isolation::off) args.push_back("--no-isolate");
   if (options.case_timeout_seconds > 0) {

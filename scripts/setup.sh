@@ -9,7 +9,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BITCHECK_BUILD_DIR:-$root/build}
-packages=(cmake ninja-build g++ git libcli11-dev nlohmann-json3-dev libspdlog-dev libeigen3-dev catch2 patchelf clang-format)
+packages=(cmake ninja-build g++ git libcli11-dev nlohmann-json3-dev libspdlog-dev libeigen3-dev catch2 patchelf clang-format
+          python3-numpy)  # python3-numpy: the CPU path of --py-impl (python/bitcheck_py) and its tests
 deps_only=0
 browser=${BITCHECK_BROWSER:-0}
 for argument in "$@"; do

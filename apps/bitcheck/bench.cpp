@@ -45,7 +45,11 @@ void add_bench_command(CLI::App& app, Context& context) {
   command->add_option("--out", bench.out_dir, "Directory for bench.json and bench.md");
   command->add_option("--pins", flags->pin_file,
                       "cuBLASLt pin directory, or one pin file (default: contract/pins)");
-  context.on(command, [flags](const Registry& registry) { return run(*flags, registry); });
+  auto external = std::make_shared<ExternalImpls>();
+  add_external_impl_options(*command, *external);
+  context.on(
+      command, [flags](const Registry& registry) { return run(*flags, registry); },
+      [external] { return *external; });
 }
 
 }  // namespace bitcheck::cli

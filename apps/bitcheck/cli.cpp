@@ -11,11 +11,19 @@
 
 namespace bitcheck::cli {
 
-const Handler* Context::parsed() const {
+const Context::Command* Context::parsed() const {
   for (const Command& command : commands_) {
-    if (command.subcommand->parsed()) return &command.handler;
+    if (command.subcommand->parsed()) return &command;
   }
   return nullptr;
+}
+
+void add_external_impl_options(CLI::App& command, ExternalImpls& impls) {
+  command.add_option("--plugin", impls.plugins,
+                     "Load impls from this C ABI plugin (include/bitcheck/plugin.h)");
+  command.add_option(
+      "--py-impl", impls.py_impls,
+      "Run this Python function as an impl (module:function, see python/bitcheck_py)");
 }
 
 Cli::Cli(const CommandLine& command_line)
@@ -44,8 +52,12 @@ int Cli::run() {
   try {
     Registry registry;
     register_all(registry);
-    const Handler* handler = context_.parsed();
-    if (handler) return (*handler)(registry);
+    const Context::Command* command = context_.parsed();
+    if (command) {
+      // Plugins and Python impls join the registry after bitcheck's own impls.
+      if (command->external) load_external_impls(registry, command->external());
+      return command->handler(registry);
+    }
   } catch (const BadInput& error) {
     std::cerr << "bitcheck: error: " << error.what() << "\n";
     return exit_bad_input;

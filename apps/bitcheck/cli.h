@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "bitcheck/plugin_loader.h"
+
 namespace bitcheck {
 class Registry;
 }
@@ -27,26 +29,35 @@ struct CommandLine {
 
 // Runs a parsed subcommand against the registry and returns the process exit code.
 using Handler = std::function<int(const Registry& registry)>;
+// The impls from outside bitcheck (plugins, Python functions) a subcommand loads into the registry
+// before its handler runs, read once the command line is parsed.
+using ExternalSource = std::function<ExternalImpls()>;
+
+// Declares --plugin and --py-impl on `command` (sweep, list, bench and the sweep's worker).
+void add_external_impl_options(CLI::App& command, ExternalImpls& impls);
 
 // What a subcommand's declaration needs: the command line, and where to leave its handler.
 class Context {
  public:
   explicit Context(const CommandLine& line) : command_line(line) {}
 
-  // The handler runs when `subcommand` is the one given on the command line.
-  void on(const CLI::App* subcommand, Handler handler) {
-    commands_.push_back({subcommand, std::move(handler)});
+  struct Command {
+    const CLI::App* subcommand;
+    Handler handler;
+    ExternalSource external;  // unset: the subcommand loads nothing from outside
+  };
+
+  // The handler runs when `subcommand` is the one given on the command line, after the impls
+  // `external` names (when set) are loaded into the registry.
+  void on(const CLI::App* subcommand, Handler handler, ExternalSource external = nullptr) {
+    commands_.push_back({subcommand, std::move(handler), std::move(external)});
   }
-  // The handler of the subcommand that was parsed; null when none was.
-  const Handler* parsed() const;
+  // The subcommand that was parsed; null when none was.
+  const Command* parsed() const;
 
   const CommandLine command_line;
 
  private:
-  struct Command {
-    const CLI::App* subcommand;
-    Handler handler;
-  };
   std::vector<Command> commands_;
 };
 

@@ -1,5 +1,6 @@
 // `bitcheck list`: the ops, impls, dtypes, backends and layouts, as text or JSON.
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -74,15 +75,20 @@ void add_list_command(CLI::App& app, Context& context) {
   auto as_json = std::make_shared<bool>(false);
   auto* command = app.add_subcommand("list", "List ops, impls, dtypes, backends and layouts");
   command->add_flag("--json", *as_json, "Machine-readable output");
-  context.on(command, [as_json](const Registry& registry) {
-    nlohmann::json j = list_json(registry, load_embedded_contract(registry));
-    if (*as_json) {
-      std::cout << j.dump(2) << "\n";
-    } else {
-      print_list_text(j);
-    }
-    return exit_pass;
-  });
+  auto external = std::make_shared<ExternalImpls>();
+  add_external_impl_options(*command, *external);
+  context.on(
+      command,
+      [as_json](const Registry& registry) {
+        nlohmann::json j = list_json(registry, load_embedded_contract(registry));
+        if (*as_json) {
+          std::cout << j.dump(2) << "\n";
+        } else {
+          print_list_text(j);
+        }
+        return exit_pass;
+      },
+      [external] { return *external; });
 }
 
 }  // namespace bitcheck::cli

@@ -25,8 +25,10 @@ void add_minimize_command(CLI::App& app, Context& context) {
   command->add_option("--max-trials", minimize->max_trials,
                       "Most candidate cases to run (default 200)");
   command->add_option("--contract", minimize->contract_path, "Contract JSON (default: embedded)");
-  context.on(command,
-             [minimize](const Registry& registry) { return run_minimize(*minimize, registry); });
+  // The plugins and Python impls the report's sweep loaded.
+  context.on(
+      command, [minimize](const Registry& registry) { return run_minimize(*minimize, registry); },
+      [minimize] { return external_impls_of_report(minimize->report_path); });
 }
 
 }  // namespace bitcheck::cli

@@ -20,7 +20,10 @@ void add_repro_command(CLI::App& app, Context& context) {
       "--dump", repro->dump_dir,
       "Write inputs, every layout's outputs and the reference as .npy + index.json");
   command->add_option("--contract", repro->contract_path, "Contract JSON (default: embedded)");
-  context.on(command, [repro](const Registry& registry) { return run_repro(*repro, registry); });
+  // The plugins and Python impls the report's sweep loaded.
+  context.on(
+      command, [repro](const Registry& registry) { return run_repro(*repro, registry); },
+      [repro] { return external_impls_of_report(repro->report_path); });
 }
 
 }  // namespace bitcheck::cli

@@ -31,6 +31,7 @@ struct SweepFlags {
   bool special_values = false;
   double special_values_rate = 0;
   CLI::Option* special_rate_option = nullptr;
+  ExternalImpls external;  // --plugin, --py-impl
 };
 
 void declare_options(CLI::App& command, SweepFlags& flags) {
@@ -99,6 +100,17 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
                      "cuBLASLt pin directory, or one pin file (default: contract/pins)");
   command.add_flag("--write-pins", sweep.cuda.write_pins,
                    "Write pins derived in this run back to the pin table");
+  add_external_impl_options(command, flags.external);
+}
+
+// The command line's plugins and Python impls, then the spec's "plugins" and "py_impls".
+ExternalImpls external_impls(const SweepFlags& flags) {
+  ExternalImpls impls = flags.external;
+  if (flags.sweep.spec_path.empty()) return impls;
+  ExternalImpls of_spec = external_impls_of_spec(flags.sweep.spec_path);
+  impls.plugins.insert(impls.plugins.end(), of_spec.plugins.begin(), of_spec.plugins.end());
+  impls.py_impls.insert(impls.py_impls.end(), of_spec.py_impls.begin(), of_spec.py_impls.end());
+  return impls;
 }
 
 void parse_seeds(const std::vector<std::string>& seeds, std::vector<std::uint64_t>& values) {
@@ -170,7 +182,9 @@ void add_sweep_command(CLI::App& app, Context& context) {
   auto* command = app.add_subcommand(
       "sweep", "Run a sweep (the embedded default spec unless --spec is given) and write a report");
   declare_options(*command, *flags);
-  context.on(command, [flags](const Registry& registry) { return run(*flags, registry); });
+  context.on(
+      command, [flags](const Registry& registry) { return run(*flags, registry); },
+      [flags] { return external_impls(*flags); });
 }
 
 }  // namespace bitcheck::cli

@@ -1,0 +1,331 @@
+// Python impls (--py-impl module:function): one `python3 -m bitcheck_py` worker per process,
+// started on first use, answering length-prefixed JSON messages on its stdin/stdout. On the CPU the
+// tensors of a call travel through one POSIX shared-memory buffer that the worker maps as numpy
+// arrays; python/bitcheck_py maps bitcheck's call (slots, pads) onto PyTorch conventions and back.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+#include "bitcheck/error.h"
+#include "bitcheck/op.h"
+#include "bitcheck/plugin_loader.h"
+
+#ifndef BITCHECK_PYTHON_SOURCE_DIR
+#define BITCHECK_PYTHON_SOURCE_DIR ""
+#endif
+
+namespace bitcheck {
+namespace {
+
+constexpr std::size_t tensor_alignment = 64;
+
+std::string environment_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? value : fallback;
+}
+
+// One shared-memory buffer, grown (replaced) when a call needs more.
+class SharedBuffer {
+ public:
+  ~SharedBuffer() { release(); }
+  void ensure(std::size_t bytes) {
+    if (bytes <= size_) return;
+    release();
+    static int generation = 0;
+    name_ = "/bitcheck-" + std::to_string(::getpid()) + "-" + std::to_string(++generation);
+    int fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) throw std::runtime_error("shm_open " + name_ + ": " + std::strerror(errno));
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      ::close(fd);
+      throw std::runtime_error("ftruncate " + name_ + ": " + std::strerror(errno));
+    }
+    void* mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (mapped == MAP_FAILED)
+      throw std::runtime_error("mmap " + name_ + ": " + std::strerror(errno));
+    data_ = static_cast<unsigned char*>(mapped);
+    size_ = bytes;
+  }
+  unsigned char* data() { return data_; }
+  const std::string& name() const { return name_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  void release() {
+    if (!data_) return;
+    ::munmap(data_, size_);
+    ::shm_unlink(name_.c_str());
+    data_ = nullptr;
+    size_ = 0;
+  }
+  std::string name_;
+  unsigned char* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// The worker process and its pipes. A worker that dies is restarted on the next request.
+class PythonWorker {
+ public:
+  ~PythonWorker() { stop(); }
+
+  nlohmann::json request(const nlohmann::json& message) {
+    if (pid_ < 0) start();
+    const std::string payload =
+        message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const auto length = static_cast<std::uint32_t>(payload.size());
+    unsigned char header[4] = {
+        static_cast<unsigned char>(length), static_cast<unsigned char>(length >> 8),
+        static_cast<unsigned char>(length >> 16), static_cast<unsigned char>(length >> 24)};
+    std::string reply;
+    if (write_all(header, 4) && write_all(payload.data(), payload.size()) && read_all(header, 4)) {
+      const std::uint32_t reply_length = header[0] | (header[1] << 8) | (header[2] << 16) |
+                                         (static_cast<std::uint32_t>(header[3]) << 24);
+      reply.resize(reply_length);
+      if (read_all(reply.data(), reply_length)) return nlohmann::json::parse(reply);
+    }
+    const std::string how = reap();
+    throw std::runtime_error("the Python worker (" + command_ + ") " + how +
+                             " before it answered; its stderr is above");
+  }
+  SharedBuffer& shared() { return shared_; }
+
+ private:
+  void start() {
+    int to_child[2], from_child[2];
+    if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
+      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    }
+    const std::string python = environment_or("BITCHECK_PYTHON", "python3");
+    command_ = python + " -m bitcheck_py";
+    std::string path = environment_or("BITCHECK_PYTHON_DIR", BITCHECK_PYTHON_SOURCE_DIR);
+    const char* existing = std::getenv("PYTHONPATH");
+    // The user's modules are found from the working directory, as `python3 -m` would.
+    std::string python_path =
+        path + ":" + (existing && *existing ? std::string(existing) + ":" : "") + ".";
+    std::vector<std::string> args = {python, "-m", "bitcheck_py", "worker"};
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    const pid_t child = ::fork();
+    if (child < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (child == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed sweep worker takes its Python worker along
+      if (::getppid() != parent) ::_exit(127);
+      ::dup2(to_child[0], STDIN_FILENO);
+      ::dup2(from_child[1], STDOUT_FILENO);
+      ::setenv("PYTHONPATH", python_path.c_str(), 1);
+      ::execvp(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(to_child[0]);
+    ::close(from_child[1]);
+    to_worker_ = to_child[1];
+    from_worker_ = from_child[0];
+    pid_ = child;
+  }
+  bool write_all(const void* data, std::size_t bytes) {
+    const auto* bytes_left = static_cast<const char*>(data);
+    while (bytes > 0) {
+      ssize_t n = ::write(to_worker_, bytes_left, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      bytes_left += n;
+      bytes -= static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+  bool read_all(void* data, std::size_t bytes) {
+    auto* into = static_cast<char*>(data);
+    while (bytes > 0) {
+      ssize_t n = ::read(from_worker_, into, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      into += n;
+      bytes -= static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+  std::string reap() {
+    if (pid_ < 0) return "was not running";
+    ::close(to_worker_);
+    ::close(from_worker_);
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+    return "ended (wait status " + std::to_string(status) + ")";
+  }
+  void stop() {
+    if (pid_ >= 0) reap();
+  }
+
+  pid_t pid_ = -1;
+  int to_worker_ = -1, from_worker_ = -1;
+  std::string command_;
+  SharedBuffer shared_;
+};
+
+PythonWorker& python_worker() {
+  static PythonWorker worker;
+  return worker;
+}
+
+struct PythonImplInfo {
+  std::string function;  // module:function
+  std::string op;
+  bool claims_invariance = false;
+  std::string description;
+  std::vector<std::string> dtypes;
+  std::vector<Pass> passes;
+};
+
+class PythonImpl : public Impl {
+ public:
+  PythonImpl(PythonImplInfo info, const OpDef& op) : info_(std::move(info)), op_(op) {}
+  std::string name() const override { return "py:" + info_.function; }
+  std::string backend() const override { return "cpu"; }
+  bool claims_invariance() const override { return info_.claims_invariance; }
+  std::string description() const override { return info_.description; }
+  bool supports(Pass pass) const override {
+    for (Pass supported : info_.passes) {
+      if (supported == pass) return true;
+    }
+    return false;
+  }
+  std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
+    for (const auto& dtype : info_.dtypes) {
+      if (dtype == spec.dtype_name) return std::nullopt;
+    }
+    std::string listed;
+    for (const auto& dtype : info_.dtypes) listed += (listed.empty() ? "" : ",") + dtype;
+    return "dtype " + spec.dtype_name + " is not among the Python impl's dtypes (" + listed + ")";
+  }
+
+  void run(Batch& batch) override {
+    const CaseSpec& spec = *batch.spec;
+    PythonWorker& worker = python_worker();
+    // The op's declared order is the order of the user function's arguments and results.
+    struct Placed {
+      TensorDecl decl;
+      Tensor* tensor;
+      std::size_t offset;
+      bool output;
+    };
+    std::vector<Placed> placed;
+    std::size_t bytes = 0;
+    for (const TensorDecl& decl : op_.tensors(spec)) {
+      const bool output =
+          decl.role == TensorRole::row_output || decl.role == TensorRole::reduction_output;
+      Tensor* tensor = nullptr;
+      if (output) {
+        tensor = &batch.out(decl.name);
+      } else {
+        tensor = const_cast<Tensor*>(&batch.in(decl.name));  // copied out, never written
+      }
+      placed.push_back({decl, tensor, bytes, output});
+      bytes += (tensor->bytes() + tensor_alignment - 1) / tensor_alignment * tensor_alignment;
+    }
+    worker.shared().ensure(std::max<std::size_t>(bytes, 1));
+    unsigned char* base = worker.shared().data();
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const Placed& p : placed) {
+      std::memcpy(base + p.offset, p.tensor->data(), p.tensor->bytes());
+      tensors.push_back({{"name", p.decl.name},
+                         {"role", to_string(p.decl.role)},
+                         {"dtype", to_string(p.tensor->dtype())},
+                         {"shape", p.tensor->shape()},
+                         {"offset", p.offset}});
+    }
+    nlohmann::json segments = nlohmann::json::array();
+    for (const Segment& s : batch.invocation->segments) {
+      segments.push_back({s.sequence, s.first_slot, s.length, s.start_position});
+    }
+    nlohmann::json call = {{"type", "call"},
+                           {"function", info_.function},
+                           {"op", spec.op},
+                           {"dtype", spec.dtype_name},
+                           {"pass", to_string(spec.pass)},
+                           {"dims", spec.dims},
+                           {"slot_rows", batch.invocation->slot_rows},
+                           {"segments", segments},
+                           {"invocation_index", batch.invocation_index},
+                           {"invocation_count", batch.invocation_count},
+                           {"shm", worker.shared().name()},
+                           {"shm_bytes", worker.shared().size()},
+                           {"tensors", tensors}};
+    nlohmann::json reply = worker.request(call);
+    if (!reply.value("ok", false)) {
+      throw std::runtime_error(name() +
+                               " failed: " + reply.value("error", std::string("no error text")));
+    }
+    for (const Placed& p : placed) {
+      if (p.output) std::memcpy(p.tensor->data(), base + p.offset, p.tensor->bytes());
+    }
+  }
+
+ private:
+  PythonImplInfo info_;
+  const OpDef& op_;
+};
+
+}  // namespace
+
+void register_python_impl(Registry& registry, const std::string& module_function) {
+  const auto colon = module_function.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == module_function.size()) {
+    throw BadInput("command line", "--py-impl", "module:function, got \"" + module_function + "\"");
+  }
+  nlohmann::json reply;
+  try {
+    reply = python_worker().request({{"type", "describe"}, {"function", module_function}});
+  } catch (const std::exception& error) {
+    throw BadInput(module_function, "--py-impl",
+                   std::string("a Python worker that starts: ") + error.what());
+  }
+  if (!reply.value("ok", false)) {
+    throw BadInput(module_function, "--py-impl",
+                   "an importable function with its bitcheck_py declaration:\n" +
+                       reply.value("error", std::string("")));
+  }
+  PythonImplInfo info;
+  info.function = module_function;
+  info.op = reply.value("op", std::string());
+  const OpDef* op = registry.find_op(info.op);
+  if (!op) throw BadInput(module_function, "op", "an op bitcheck has, got \"" + info.op + "\"");
+  info.claims_invariance = reply.value("invariant", false);
+  info.description =
+      reply.value("description", std::string()) + " (Python " + module_function + ")";
+  for (const auto& dtype : reply.value("dtypes", std::vector<std::string>{})) {
+    auto parsed = parse_dtype(dtype);
+    if (!parsed || !is_floating(*parsed)) {
+      throw BadInput(module_function, "dtypes",
+                     "dtypes bitcheck runs (fp32, bf16, fp16), got \"" + dtype + "\"");
+    }
+    info.dtypes.push_back(dtype);
+  }
+  for (const auto& pass_name : reply.value("passes", std::vector<std::string>{"forward"})) {
+    auto pass = parse_pass(pass_name);
+    if (!pass)
+      throw BadInput(module_function, "passes",
+                     "forward and/or backward, got \"" + pass_name + "\"");
+    info.passes.push_back(*pass);
+  }
+  auto impl = std::make_unique<PythonImpl>(std::move(info), *op);
+  if (registry.find_impl(op->name, impl->name())) return;
+  registry.add_impl(op->name, std::move(impl));
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,84 @@
+"""The worker bitcheck starts (`python3 -m bitcheck_py worker`): length-prefixed JSON requests on
+stdin, one reply each on stdout. Anything the user's code prints goes to stderr, never into the
+channel."""
+import importlib
+import json
+import os
+import struct
+import sys
+import traceback
+
+from . import declaration
+from . import calls
+
+
+def read_message(stream):
+    header = stream.read(4)
+    if len(header) < 4:
+        return None
+    (length,) = struct.unpack("<I", header)
+    return json.loads(stream.read(length).decode("utf-8"))
+
+
+def write_message(stream, message):
+    payload = json.dumps(message).encode("utf-8")
+    stream.write(struct.pack("<I", len(payload)))
+    stream.write(payload)
+    stream.flush()
+
+
+_functions = {}
+_package_dir = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_traceback(error):
+    """The traceback without this package's own frames: what the user's code did."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if not os.path.abspath(frame.filename).startswith(_package_dir + os.sep)]
+    return ("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) +
+            "".join(traceback.format_exception_only(type(error), error)))
+
+
+def resolve(module_function):
+    if module_function not in _functions:
+        module_name, _, function_name = module_function.partition(":")
+        module = importlib.import_module(module_name)
+        function = getattr(module, function_name, None)
+        if function is None or not callable(function):
+            raise ValueError(f"module {module_name} ({module.__file__}) has no function {function_name}")
+        _functions[module_function] = function
+    return _functions[module_function]
+
+
+def handle(request):
+    function = resolve(request["function"])
+    if request["type"] == "describe":
+        return dict(declaration(function), ok=True)
+    if request["type"] == "call":
+        calls.run(function, request)
+        return {"ok": True}
+    raise ValueError(f"unknown request type {request['type']!r}")
+
+
+def main():
+    if sys.argv[1:] != ["worker"]:
+        sys.stderr.write("usage: python3 -m bitcheck_py worker (started by bitcheck --py-impl)\n")
+        return 2
+    channel_in = sys.stdin.buffer
+    channel_out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # print() in user code must not corrupt the channel
+    while True:
+        request = read_message(channel_in)
+        if request is None:
+            return 0
+        try:
+            reply = handle(request)
+        except calls.ResultError as error:
+            reply = {"ok": False, "error": str(error)}
+        except Exception as error:  # the case becomes `error` with this traceback
+            reply = {"ok": False, "error": user_traceback(error)}
+        write_message(channel_out, reply)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

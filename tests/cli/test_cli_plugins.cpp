@@ -1,0 +1,255 @@
+// Impls from outside bitcheck through the binary: the example C ABI plugin (its invariant matmul
+// passes, its split-K control drifts; list, repro and the spec's "plugins" field), each bad plugin
+// (exit 2 naming the file and the field), a plugin run that errors or crashes (case `error`, the
+// sweep completes), and Python impls on the numpy path with each Python failure mode.
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_support.h"
+
+using nlohmann::json;
+
+namespace {
+
+const std::string example_plugin = BITCHECK_EXAMPLE_PLUGIN;
+const std::string test_plugin_dir = BITCHECK_TEST_PLUGIN_DIR;
+const std::string python_examples = source_dir + "/python/examples";
+
+std::string test_plugin(const std::string& variant) {
+  return test_plugin_dir + "/libbitcheck_test_plugin_" + variant + ".so";
+}
+
+const std::string small_matmul =
+    " --op matmul --backend cpu --dtype fp32 --pass forward --batch 1,3,7 --no-progress";
+
+json results_of(const std::string& impl, const json& report) {
+  json found = json::array();
+  for (const auto& c : report["results"]) {
+    if (c["impl"] == impl) found.push_back(c);
+  }
+  return found;
+}
+
+// A python3 that has numpy (the first of BITCHECK_PYTHON, python3, /usr/bin/python3), or "".
+std::string python_with_numpy() {
+  std::vector<std::string> candidates;
+  if (const char* chosen = std::getenv("BITCHECK_PYTHON")) candidates.push_back(chosen);
+  candidates.insert(candidates.end(), {"python3", "/usr/bin/python3"});
+  for (const auto& python : candidates) {
+    const std::string probe = python + " -c 'import numpy' > /dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) return python;
+  }
+  return "";
+}
+
+// Points bitcheck's Python worker at an interpreter with numpy and at python/examples.
+class PythonEnvironment {
+ public:
+  PythonEnvironment() {
+    python_ = python_with_numpy();
+    setenv("BITCHECK_PYTHON", python_.c_str(), 1);
+    setenv("PYTHONPATH", python_examples.c_str(), 1);
+  }
+  ~PythonEnvironment() {
+    unsetenv("PYTHONPATH");
+    unsetenv("BITCHECK_PYTHON");
+  }
+  PythonEnvironment(const PythonEnvironment&) = delete;
+  PythonEnvironment& operator=(const PythonEnvironment&) = delete;
+  bool ready() const { return !python_.empty(); }
+
+ private:
+  std::string python_;
+};
+
+}  // namespace
+
+TEST_CASE("the example plugin's fixed-order matmul passes and its split-K control drifts",
+          "[cli][plugins]") {
+  TempDir dir;
+  Run list = run_bitcheck(dir, "list --plugin " + quote(example_plugin));
+  REQUIRE(list.exit_code == 0);
+  CHECK(list.out.find("matmul/plugin:example/fixed-order [cpu]") != std::string::npos);
+  CHECK(list.out.find("* matmul/plugin:example/split-k-by-batch [cpu]") != std::string::npos);
+
+  Run sweep =
+      run_bitcheck(dir, "sweep --plugin " + quote(example_plugin) + small_matmul +
+                            " --impl plugin:example/fixed-order,plugin:example/split-k-by-batch"
+                            " --out " +
+                            quote(dir.path()));
+  INFO(sweep.out << sweep.err);
+  REQUIRE(sweep.exit_code == 0);
+  json report = json::parse(read_file(dir / "report.json"));
+  CHECK(report["meta"]["plugin_abi_version"] == 1);
+  REQUIRE(report["meta"]["plugins"].size() == 1);
+  CHECK(report["meta"]["isolation"]["mode"] == "worker process");
+  json invariant = results_of("plugin:example/fixed-order", report);
+  REQUIRE(invariant.size() == 6);
+  for (const auto& c : invariant) CHECK(c["verdict"] == "pass");
+  bool control_drifted = false;
+  for (const auto& c : results_of("plugin:example/split-k-by-batch", report)) {
+    control_drifted = control_drifted || c["verdict"] == "drift";
+  }
+  CHECK(control_drifted);
+
+  // repro reloads the plugin the report's meta names, and gets the same bits.
+  std::string drift_id;
+  for (const auto& c : results_of("plugin:example/split-k-by-batch", report)) {
+    if (c["verdict"] == "drift") drift_id = c["id"];
+  }
+  REQUIRE_FALSE(drift_id.empty());
+  Run repro =
+      run_bitcheck(dir, "repro " + quote(dir / "report.json") + " --case " + quote(drift_id));
+  INFO(repro.out << repro.err);
+  CHECK(repro.exit_code == 0);
+  CHECK(repro.out.find("verdict: drift (report: drift)") != std::string::npos);
+  CHECK(repro.out.find("-> same bits") != std::string::npos);
+}
+
+TEST_CASE("a spec's plugins field loads the plugin", "[cli][plugins]") {
+  TempDir dir;
+  std::ofstream(dir / "spec.json")
+      << json{{"schema_version", 1},
+              {"plugins", {example_plugin}},
+              {"defaults", {{"impls", {"plugin:example/fixed-order"}}}},
+              {"ops", {{"matmul", {{"shapes", {{{"N", 8}, {"K", 16}}}}}}}}}
+             .dump();
+  Run sweep = run_bitcheck(
+      dir, "sweep --spec " + quote(dir / "spec.json") +
+               " --backend cpu --dtype fp32 --pass forward --batch 1,3 --no-progress --out " +
+               quote(dir.path()));
+  INFO(sweep.out << sweep.err);
+  REQUIRE(sweep.exit_code == 0);
+  json report = json::parse(read_file(dir / "report.json"));
+  CHECK(results_of("plugin:example/fixed-order", report).size() == 2);
+}
+
+TEST_CASE("bad plugins exit 2 naming the plugin file and the field", "[cli][plugins][bad-input]") {
+  TempDir dir;
+  const std::pair<std::string, std::string> cases[] = {
+      {"wrong_abi", "abi_version: expected 1"},
+      {"missing_symbol", "bitcheck_plugin_register: expected the exported symbol"},
+      {"unknown_op", "impl \"bad-op\" field op: expected an op bitcheck has"},
+      {"bad_dtype",
+       "impl \"bad-dtype\" field dtypes: expected dtypes bitcheck runs (fp32, bf16, fp16), got "
+       "\"fp8\""},
+  };
+  for (const auto& [variant, message] : cases) {
+    Run run = run_bitcheck(dir, "sweep --plugin " + quote(test_plugin(variant)) + small_matmul +
+                                    " --out " + quote(dir / "out"));
+    INFO(variant << ": " << run.err);
+    CHECK(run.exit_code == 2);
+    CHECK(run.err.find(test_plugin(variant) + ": " + message) != std::string::npos);
+  }
+  Run missing = run_bitcheck(dir, "list --plugin " + quote(dir / "no-such-plugin.so"));
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.err.find("no-such-plugin.so: (file): expected a shared library") !=
+        std::string::npos);
+}
+
+TEST_CASE(
+    "a plugin run that returns an error or crashes is that case's error and the sweep completes",
+    "[cli][plugins][isolation]") {
+  TempDir dir;
+  Run sweep = run_bitcheck(
+      dir, "sweep --plugin " + quote(test_plugin("faulty")) + small_matmul +
+               " --impl plugin:test/returns-error,plugin:test/crashes,cpu-fixed-order --out " +
+               quote(dir.path()));
+  INFO(sweep.out << sweep.err);
+  CHECK(sweep.exit_code == 3);
+  json report = json::parse(read_file(dir / "report.json"));
+  for (const auto& c : results_of("plugin:test/returns-error", report)) {
+    CHECK(c["verdict"] == "error");
+    CHECK(c["reason"].get<std::string>().find("the plugin refused this call on purpose") !=
+          std::string::npos);
+  }
+  json crashed = results_of("plugin:test/crashes", report);
+  REQUIRE(crashed.size() == 6);
+  for (const auto& c : crashed) {
+    CHECK(c["verdict"] == "error");
+    CHECK(c["reason"].get<std::string>().find("SIGSEGV") != std::string::npos);
+  }
+  for (const auto& c : results_of("cpu-fixed-order", report)) CHECK(c["verdict"] == "pass");
+}
+
+TEST_CASE("a numpy Python impl passes, its control drifts, and repro reruns it", "[cli][python]") {
+  PythonEnvironment python;
+  if (!python.ready()) {
+    WARN("no python3 with numpy: skipped");
+    return;
+  }
+  TempDir dir;
+  Run list = run_bitcheck(dir, "list --py-impl numpy_matmul:fixed_order");
+  INFO(list.err);
+  REQUIRE(list.exit_code == 0);
+  CHECK(list.out.find("matmul/py:numpy_matmul:fixed_order [cpu]") != std::string::npos);
+  Run sweep = run_bitcheck(
+      dir, "sweep --py-impl numpy_matmul:fixed_order --py-impl numpy_matmul:split_k_by_batch" +
+               small_matmul +
+               " --impl py:numpy_matmul:fixed_order,py:numpy_matmul:split_k_by_batch --out " +
+               quote(dir.path()));
+  INFO(sweep.out << sweep.err);
+  REQUIRE(sweep.exit_code == 0);
+  json report = json::parse(read_file(dir / "report.json"));
+  CHECK(report["meta"]["py_impls"].size() == 2);
+  json invariant = results_of("py:numpy_matmul:fixed_order", report);
+  REQUIRE(invariant.size() == 6);
+  for (const auto& c : invariant) CHECK(c["verdict"] == "pass");
+  std::string drift_id;
+  for (const auto& c : results_of("py:numpy_matmul:split_k_by_batch", report)) {
+    if (c["verdict"] == "drift") drift_id = c["id"];
+  }
+  REQUIRE_FALSE(drift_id.empty());
+  Run repro =
+      run_bitcheck(dir, "repro " + quote(dir / "report.json") + " --case " + quote(drift_id));
+  INFO(repro.out << repro.err);
+  CHECK(repro.exit_code == 0);
+  CHECK(repro.out.find("-> same bits") != std::string::npos);
+}
+
+TEST_CASE("Python failures are case errors with the reason and the sweep completes",
+          "[cli][python]") {
+  PythonEnvironment python;
+  if (!python.ready()) {
+    WARN("no python3 with numpy: skipped");
+    return;
+  }
+  TempDir dir;
+  const std::string impls =
+      "py:broken:raises,py:broken:wrong_shape,py:broken:wrong_dtype,py:broken:hangs";
+  Run sweep = run_bitcheck(
+      dir,
+      "sweep --py-impl broken:raises --py-impl broken:wrong_shape --py-impl broken:wrong_dtype"
+      " --py-impl broken:hangs --op matmul --backend cpu --dtype fp32 --pass forward --batch 3"
+      " --no-progress --case-timeout 10 --impl " +
+          impls + " --out " + quote(dir.path()));
+  INFO(sweep.out << sweep.err);
+  CHECK(sweep.exit_code == 3);
+  json report = json::parse(read_file(dir / "report.json"));
+  // The first layout run is the canonical one (batch 1): its row count is in the messages.
+  const std::pair<std::string, std::string> expected[] = {
+      {"py:broken:raises", "RuntimeError: this impl raises on purpose"},
+      {"py:broken:raises", "Traceback (most recent call last)"},
+      {"py:broken:wrong_shape", "matmul output y: expected shape ("},
+      {"py:broken:wrong_shape", ", 64) float32, got shape ("},
+      {"py:broken:wrong_shape", ", 65) float32"},
+      {"py:broken:wrong_dtype", ", 64) float32, got shape ("},
+      {"py:broken:wrong_dtype", ", 64) float64"},
+      {"py:broken:hangs", "did not finish within the per-case limit of 10 s"},
+  };
+  for (const auto& [impl, reason] : expected) {
+    json results = results_of(impl, report);
+    REQUIRE(results.size() == 2);
+    INFO(impl << ": " << results[0]["reason"]);
+    CHECK(results[0]["verdict"] == "error");
+    CHECK(results[0]["reason"].get<std::string>().find(reason) != std::string::npos);
+  }
+
+  Run undeclared = run_bitcheck(dir, "list --py-impl broken:no_such_function");
+  CHECK(undeclared.exit_code == 2);
+  CHECK(
+      undeclared.err.find("broken:no_such_function: --py-impl: expected an importable function") !=
+      std::string::npos);
+}
