@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <stdexcept>
 
 #include "bitcheck/op.h"
 #include "common/adapter_support.h"
@@ -201,6 +202,8 @@ class CudaMatmul : public Impl {
                       nullptr);
         return;
       }
+      case Kind::split_k_by_rows:
+        throw std::logic_error("the split-K control computes through run_split_k");
     }
   }
 

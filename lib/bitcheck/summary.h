@@ -38,11 +38,10 @@ struct StatusMatrix {
 
 // One control impl x dtype x pass expected to drift, or one library default's impl x dtype x pass
 // observed (Summary::observations).
-std::string op, impl, dtype, pass;
-std::int64_t cases = 0, drifted = 0;
-bool lost_sight() const {
-  return cases > 0 && drifted == 0;
-}
+struct ControlGroup {
+  std::string op, impl, dtype, pass;
+  std::int64_t cases = 0, drifted = 0;
+  bool lost_sight() const { return cases > 0 && drifted == 0; }
 };
 
 struct Summary {
