@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "wgmma.cuh"
+#include "common/wgmma.cuh"
 
 __global__ void serialized_wgmma_control(float* out, std::uint64_t desc_a, std::uint64_t desc_b,
                                          int blocks, int skip) {
