@@ -185,6 +185,7 @@ nlohmann::json case_to_json(const CaseResult& result) {
                       {"verdict", to_string(result.verdict)}};
   if (result.is_observation) j["observation"] = true;
   if (spec.special_values > 0) j["special_values"] = spec.special_values;
+  if (!spec.forced_path.empty()) j["forced_path"] = spec.forced_path;
   if (!result.reason.empty()) j["reason"] = result.reason;
   if (result.verdict == Verdict::skipped) return j;
   if (result.is_control) j["expected_to_drift"] = result.expected_to_drift;
@@ -198,6 +199,7 @@ nlohmann::json case_to_json(const CaseResult& result) {
   for (const auto& a : result.accuracy) j["accuracy"].push_back(accuracy_to_json(a));
   if (!result.fingerprint.empty()) j["fingerprint"] = result.fingerprint;
   if (!result.impl_config.is_null()) j["impl_config"] = result.impl_config;
+  if (!result.paths.empty()) j["paths"] = result.paths;
   j["timings"] = {{"impl_seconds", result.timings.impl_seconds},
                   {"reference_seconds", result.timings.reference_seconds},
                   {"compare_seconds", result.timings.compare_seconds},
@@ -239,6 +241,7 @@ CaseSpec case_spec_from_json(const JsonCursor& c) {
                     special_value_rate_string(max_special_value_rate) + "]");
     }
   }
+  if (auto forced = c.find("forced_path")) spec.forced_path = forced->as_string();
   return spec;
 }
 
@@ -264,6 +267,10 @@ CaseResult case_from_json(const JsonCursor& c) {
     result.accuracy.push_back(accuracy_from(entry));
   if (auto fingerprint = c.find("fingerprint")) result.fingerprint = fingerprint->as_string();
   if (auto config = c.find("impl_config")) result.impl_config = config->node();
+  if (auto paths = c.find("paths")) {
+    for (const auto& layout : paths->keys())
+      result.paths[layout] = paths->at(layout).as_string_list();
+  }
   JsonCursor timings = c.at("timings");
   result.timings.impl_seconds = timings.at("impl_seconds").as_number();
   result.timings.reference_seconds = timings.at("reference_seconds").as_number();

@@ -47,6 +47,7 @@ std::string CaseSpec::id() const {
                      dims_string(dims) + "/M=" + std::to_string(rows) +
                      "/seed=" + std::to_string(seed);
   if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
+  if (!forced_path.empty()) text += "/path=" + forced_path;
   return text;
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "bitcheck/coverage.h"
 #include "bitcheck/dtype.h"
 #include "bitcheck/matrix_render.h"
 
@@ -54,6 +55,7 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports,
   nlohmann::json merged = reports.front();
   merged["results"] = nlohmann::json::array();
   merged["meta"]["shards"] = nlohmann::json::array();
+  merged["paths_declared"] = nlohmann::json::object();
   std::set<std::string> ids;
   double wall = 0;
   bool interrupted = false;
@@ -64,6 +66,8 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports,
                                   std::to_string(report.value("schema_version", 0)) +
                                   ", expected " + std::to_string(report_schema_version));
     }
+    if (auto declared = report.find("paths_declared"); declared != report.end())
+      merged["paths_declared"].update(*declared);
     for (const auto& c : report.at("results")) {
       std::string id = c.at("id").get<std::string>();
       if (!ids.insert(id).second)
@@ -156,6 +160,7 @@ nlohmann::json build_report(const RunMeta& meta, const nlohmann::json& environme
   report["summary"] = summary_to_json(summary);
   report["first_failing_op"] = report["summary"]["first_failing_op"];
   report["status_matrix"] = matrix_to_json(build_matrix(results, op_order_of(registry)));
+  report["paths_declared"] = declared_paths_json(results, registry);
   // Where the run's time went, summed over the cases that ran: the impls (device work and
   // transfers), the FP32 references, the bitwise and accuracy comparisons, input generation.
   CaseTimings split;

@@ -304,7 +304,7 @@ void gather_outputs(const Impl& impl, const Invocation& invocation, bool whole,
 LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& spec,
                              const CasePlan& plan, const Inputs& inputs,
                              nlohmann::json& impl_config, double& impl_seconds,
-                             bool reductions_wanted) {
+                             bool reductions_wanted, std::set<std::string>& paths) {
   LayoutOutputs result;
   result.present.assign(static_cast<std::size_t>(plan.rows), false);
   std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
@@ -325,7 +325,11 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
         make_batch(spec, layout, i, plan.decls, inputs, plan.rows, result, reductions_wanted);
     batch.layout_state = layout_state;
     auto start = Clock::now();
-    impl.run(batch);
+    {
+      PathRecording recording;
+      impl.run(batch);
+      paths.insert(recording.paths().begin(), recording.paths().end());
+    }
     impl_seconds += seconds_since(start);
     layout_state = batch.layout_state;
     if (!batch.impl_config.is_null()) impl_config = batch.impl_config;
@@ -455,6 +459,8 @@ class CasePipeline {
     result.accuracy = std::move(accuracy_.tensors);
     result.fingerprint = std::move(fingerprint_);
     result.impl_config = std::move(impl_config_);
+    for (auto& [layout, paths] : paths_)
+      result.paths[layout] = std::vector<std::string>(paths.begin(), paths.end());
     result.timings = timings_;
   }
 
@@ -472,8 +478,10 @@ class CasePipeline {
         // every token in order; kept for a dump too.
         const bool reductions_wanted = name == canonical_reduction_layout ||
                                        layout->covers_all_rows_in_order || artifacts_ != nullptr;
+        std::set<std::string>& paths = paths_[name];
         LayoutOutputs outputs = execute_layout(*layout, impl_, spec_, plan_, inputs_, impl_config_,
-                                               timings_.impl_seconds, reductions_wanted);
+                                               timings_.impl_seconds, reductions_wanted, paths);
+        if (paths.empty()) paths.insert(unrecorded_path_);
         if (repeat == 0) {
           keep_or_check(name, *layout, std::move(outputs));
         } else {
@@ -601,6 +609,14 @@ class CasePipeline {
   AccuracyResult accuracy_;
   std::string fingerprint_;
   nlohmann::json impl_config_;
+  std::map<std::string, std::set<std::string>> paths_;  // by layout: every call's recorded paths
+  // What a layout whose calls recorded nothing ran: the single path of an impl that declares one,
+  // else a name no declaration matches (the coverage table shows it as undeclared).
+  std::string unrecorded_path_ = [this] {
+    const std::vector<PathDecl> declared = impl_.paths();
+    return declared.size() == 1 && !declared[0].family ? declared[0].name
+                                                       : std::string(unrecorded_path_name);
+  }();
   CaseTimings timings_;
   bool complete_ = false;
 };

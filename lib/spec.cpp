@@ -110,8 +110,46 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
   }
   if (auto batches = node.find("batches")) {
     sweep.batches.clear();
-    for (const auto& item : batches->items()) sweep.batches.push_back(item.as_int(1, max_batch));
-    if (sweep.batches.empty()) batches->fail("a non-empty list of batch sizes");
+    sweep.switch_points = false;
+    const std::string expected =
+        "a non-empty list of batch sizes in [1, " + std::to_string(max_batch) +
+        "], or \"switch-points\" (each side of the impls' switch points), alone or in the list";
+    auto item_of = [&](const JsonCursor& item) {
+      if (item.node().is_string()) {
+        if (item.as_string() != "switch-points") item.fail(expected);
+        sweep.switch_points = true;
+      } else if (item.node().is_number_integer()) {
+        sweep.batches.push_back(item.as_int(1, max_batch));
+      } else {
+        item.fail(expected);
+      }
+    };
+    if (batches->node().is_array()) {
+      for (const auto& item : batches->items()) item_of(item);
+    } else {
+      item_of(*batches);
+    }
+    if (sweep.batches.empty() && !sweep.switch_points) batches->fail(expected);
+  }
+  if (auto budget = node.find("switch_budget"))
+    sweep.switch_budget = static_cast<int>(budget->as_int(2, 256));
+  if (auto limit = node.find("switch_max_batch"))
+    sweep.switch_max_batch = limit->as_int(2, max_batch);
+  if (auto forced = node.find("force_paths")) {
+    sweep.force_paths = parse_names(*forced, [&](const std::string& name, const JsonCursor& at) {
+      if (!op) at.fail("force_paths in an op entry, not in the defaults");
+      std::string known;
+      for (Impl* impl : registry.impls(op->name)) {
+        for (const PathDecl& decl : impl->paths()) {
+          if (!decl.forced()) continue;
+          if (decl.name == name) return;
+          if (known.find(decl.name) == std::string::npos)
+            known += (known.empty() ? "" : ", ") + decl.name;
+        }
+      }
+      at.fail("a path an impl of " + op->name + " declares as forced (" +
+              (known.empty() ? std::string("none") : known) + "), got \"" + name + "\"");
+    });
   }
   if (auto repeats = node.find("repeats"))
     sweep.repeats = static_cast<int>(repeats->as_int(2, 100));
@@ -180,7 +218,7 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
   defaults.batches = {1, 2, 3, 7, 16, 33};
   if (auto node = root.find("defaults")) {
     node->allow_only({"impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats",
-                      "alone_rows", "special_values"});
+                      "alone_rows", "special_values", "switch_budget", "switch_max_batch"});
     parse_common(*node, registry, contract, nullptr, defaults);
   }
 
@@ -202,7 +240,8 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
           .fail("a registered op (" + known + "), got \"" + op_name + "\"");
     }
     entry.allow_only({"op", "description", "impls", "dtypes", "passes", "layouts", "seeds",
-                      "batches", "repeats", "alone_rows", "special_values", "shapes"});
+                      "batches", "repeats", "alone_rows", "special_values", "shapes",
+                      "switch_budget", "switch_max_batch", "force_paths"});
     OpSweep sweep = defaults;
     sweep.op = op_name;
     parse_common(entry, registry, contract, op, sweep);
@@ -290,7 +329,10 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const
     if (!overrides.passes.empty()) sweep.passes = intersection(sweep.passes, overrides.passes);
     if (sweep.dtypes.empty() || sweep.passes.empty()) continue;
     if (!overrides.layouts.empty()) sweep.layouts = overrides.layouts;
-    if (!overrides.batches.empty()) sweep.batches = overrides.batches;
+    if (!overrides.batches.empty()) {
+      sweep.batches = overrides.batches;
+      sweep.switch_points = false;
+    }
     if (!overrides.seeds.empty()) sweep.seeds = overrides.seeds;
     if (overrides.repeats) sweep.repeats = *overrides.repeats;
     if (overrides.special_values) sweep.special_values = *overrides.special_values;
@@ -345,6 +387,67 @@ double estimated_case_cost(const CaseSpec& c, const Registry& registry) {
   return fixed_part + per_gib * bytes / double(1ull << 30);
 }
 
+namespace {
+bool declares_forced_path(const Impl& impl, const std::string& path) {
+  for (const PathDecl& decl : impl.paths())
+    if (decl.forced() && decl.name == path) return true;
+  return false;
+}
+}  // namespace
+
+std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<SwitchPoint>>& points,
+                                               int budget) {
+  std::set<std::int64_t> batches = {1};
+  std::vector<std::set<std::string>> seen_paths(points.size());
+  std::vector<std::set<std::pair<std::string, std::string>>> seen_moves(points.size());
+  std::vector<std::vector<bool>> taken(points.size());
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    taken[i].assign(points[i].size(), false);
+    if (!points[i].empty()) seen_paths[i].insert(points[i].front().from);  // M = 1 runs it
+  }
+  auto full = [&] { return batches.size() >= static_cast<std::size_t>(budget); };
+  auto take = [&](std::size_t i, std::size_t j) {
+    const SwitchPoint& point = points[i][j];
+    taken[i][j] = true;
+    seen_paths[i].insert(point.from);
+    seen_paths[i].insert(point.to);
+    seen_moves[i].insert({point.from, point.to});
+    batches.insert(point.rows - 1);
+    if (!full()) batches.insert(point.rows);
+  };
+  // Rounds over the impls, one point each per round, so every impl gets its first new path
+  // before any gets its second.
+  auto rounds = [&](auto wanted) {
+    bool progress = true;
+    while (progress && !full()) {
+      progress = false;
+      for (std::size_t i = 0; i < points.size() && !full(); ++i) {
+        for (std::size_t j = 0; j < points[i].size(); ++j) {
+          if (taken[i][j] || !wanted(i, points[i][j])) continue;
+          take(i, j);
+          progress = true;
+          break;
+        }
+      }
+    }
+  };
+  rounds([&](std::size_t i, const SwitchPoint& p) {
+    return !seen_paths[i].count(p.to) || !seen_paths[i].count(p.from);
+  });
+  rounds([&](std::size_t i, const SwitchPoint& p) { return !seen_moves[i].count({p.from, p.to}); });
+  // The rest spread evenly: every k-th remaining point of each impl.
+  for (std::size_t i = 0; i < points.size() && !full(); ++i) {
+    std::vector<std::size_t> rest;
+    for (std::size_t j = 0; j < points[i].size(); ++j)
+      if (!taken[i][j]) rest.push_back(j);
+    const std::size_t room = static_cast<std::size_t>(budget) - batches.size();
+    const std::size_t share = std::max<std::size_t>(1, room / 2 / (points.size() - i));
+    const std::size_t step = std::max<std::size_t>(1, rest.size() / share);
+    for (std::size_t k = step / 2; k < rest.size() && !full(); k += step) take(i, rest[k]);
+  }
+  return {batches.begin(), batches.end()};
+}
+
 std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& registry,
                                    const SweepOverrides& overrides) {
   std::vector<CaseSpec> cases;
@@ -367,24 +470,48 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
     for (const auto& dtype_name : sweep.dtypes) {
       for (const auto& pass_name : sweep.passes) {
         for (const auto& dims : sweep.shapes) {
-          for (std::int64_t rows : sweep.batches) {
+          std::vector<std::int64_t> batches = sweep.batches;
+          if (sweep.switch_points) {
+            CaseSpec shape;
+            shape.op = sweep.op;
+            shape.dtype_name = dtype_name;
+            shape.dtype = parse_dtype(dtype_name).value_or(DType::fp32);
+            shape.pass = *parse_pass(pass_name);
+            shape.dims = dims;
+            std::vector<std::vector<SwitchPoint>> points;
+            for (Impl* impl : selected) {
+              if (!impl->supports(shape.pass)) continue;
+              shape.impl = impl->name();
+              points.push_back(impl->switch_points(shape, sweep.switch_max_batch));
+            }
+            for (std::int64_t rows : switch_point_batches(points, sweep.switch_budget))
+              if (std::find(batches.begin(), batches.end(), rows) == batches.end())
+                batches.push_back(rows);
+          }
+          std::vector<std::string> forced = sweep.force_paths;
+          if (forced.empty()) forced.push_back("");
+          for (std::int64_t rows : batches) {
             for (std::uint64_t seed : sweep.seeds) {
-              for (Impl* impl : selected) {
-                CaseSpec c;
-                c.op = sweep.op;
-                c.impl = impl->name();
-                c.dtype_name = dtype_name;
-                c.dtype = parse_dtype(dtype_name).value_or(DType::fp32);
-                c.pass = *parse_pass(pass_name);
-                c.dims = dims;
-                c.rows = rows;
-                c.seed = seed;
-                c.layouts = sweep.layouts;
-                c.repeats = sweep.repeats;
-                c.alone_rows = sweep.alone_rows;
-                c.special_values = sweep.special_values;
-                c.index = next_index++;
-                cases.push_back(c);
+              for (const std::string& path : forced) {
+                for (Impl* impl : selected) {
+                  if (!path.empty() && !declares_forced_path(*impl, path)) continue;
+                  CaseSpec c;
+                  c.op = sweep.op;
+                  c.impl = impl->name();
+                  c.dtype_name = dtype_name;
+                  c.dtype = parse_dtype(dtype_name).value_or(DType::fp32);
+                  c.pass = *parse_pass(pass_name);
+                  c.dims = dims;
+                  c.rows = rows;
+                  c.seed = seed;
+                  c.layouts = sweep.layouts;
+                  c.repeats = sweep.repeats;
+                  c.alone_rows = sweep.alone_rows;
+                  c.special_values = sweep.special_values;
+                  c.forced_path = path;
+                  c.index = next_index++;
+                  cases.push_back(c);
+                }
               }
             }
           }

@@ -14,6 +14,7 @@
 
 #include "bitcheck/backend.h"
 #include "bitcheck/build_info.h"
+#include "bitcheck/coverage.h"
 #include "bitcheck/error.h"
 #include "bitcheck/isolation.h"
 #include "bitcheck/plugin_loader.h"
@@ -195,7 +196,21 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
               << " cases; the report holds those and is marked interrupted\n";
     return exit_internal;
   }
-  return summary.exit_code;
+  if (options.overrides.shard_count > 1) return summary.exit_code;
+  return judge_coverage(options, report, summary.exit_code);
+}
+
+int judge_coverage(const SweepOptions& options, const nlohmann::json& report, int exit_code) {
+  if (!options.require_coverage) return exit_code;
+  const std::vector<std::string> gaps = coverage_gaps(compute_coverage(report));
+  if (gaps.empty()) {
+    std::cout << "coverage: every declared path of the invariant impls ran\n";
+    return exit_code;
+  }
+  std::cout << "COVERAGE GAP: " << gaps.size()
+            << " declared path(s) of invariant impls never ran (--require-coverage):\n";
+  for (const auto& gap : gaps) std::cout << "  " << gap << "\n";
+  return exit_code == exit_pass ? exit_findings : exit_code;
 }
 
 }  // namespace bitcheck

@@ -323,7 +323,7 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
               << " cases and is marked interrupted\n";
     return exit_internal;
   }
-  return merged["summary"]["exit_code"].get<int>();
+  return judge_coverage(options, merged, merged["summary"]["exit_code"].get<int>());
 }
 
 }  // namespace bitcheck

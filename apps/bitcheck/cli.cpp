@@ -36,7 +36,7 @@ Cli::Cli(const CommandLine& command_line)
   for (auto add_command :
        {add_sweep_command, add_matrix_command, add_repro_command, add_minimize_command,
         add_diff_command, add_merge_command, add_bench_command, add_algos_command, add_list_command,
-        add_contract_command, add_pins_command, add_sweep_worker_command}) {
+        add_contract_command, add_pins_command, add_coverage_command, add_sweep_worker_command}) {
     add_command(app_, context_);
   }
 }

@@ -17,6 +17,7 @@ void add_algos_command(CLI::App& app, Context& context);
 void add_list_command(CLI::App& app, Context& context);
 void add_contract_command(CLI::App& app, Context& context);
 void add_pins_command(CLI::App& app, Context& context);
+void add_coverage_command(CLI::App& app, Context& context);
 void add_sweep_worker_command(CLI::App& app, Context& context);
 
 }  // namespace bitcheck::cli

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bitcheck/contract.h"
+#include "bitcheck/coverage.h"
 #include "bitcheck/error.h"
 #include "bitcheck/layout.h"
 #include "bitcheck/op.h"
@@ -12,6 +13,12 @@
 
 namespace bitcheck::cli {
 namespace {
+
+nlohmann::json paths_json(const Impl& impl) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& decl : impl.paths()) list.push_back(path_decl_to_json(decl));
+  return list;
+}
 
 nlohmann::json list_json(const Registry& registry, const Contract& contract) {
   nlohmann::json j;
@@ -26,7 +33,8 @@ nlohmann::json list_json(const Registry& registry, const Contract& contract) {
                                   {"backend", impl->backend()},
                                   {"claims_invariance", impl->claims_invariance()},
                                   {"library_default", impl->is_library_default()},
-                                  {"description", impl->description()}});
+                                  {"description", impl->description()},
+                                  {"paths", paths_json(*impl)}});
     }
     j["ops"].push_back(op_json);
   }
@@ -39,7 +47,7 @@ nlohmann::json list_json(const Registry& registry, const Contract& contract) {
   return j;
 }
 
-void print_list_text(const nlohmann::json& j) {
+void print_list_text(const nlohmann::json& j, bool with_paths) {
   std::cout << "ops and impls (* = control, expected to drift; ~ = library default, observed):\n";
   for (const auto& op : j["ops"]) {
     std::cout << "  " << op["name"].get<std::string>() << "  " << op["summary"].get<std::string>()
@@ -51,6 +59,16 @@ void print_list_text(const nlohmann::json& j) {
       std::cout << "    " << mark << " " << op["name"].get<std::string>() << "/"
                 << impl["name"].get<std::string>() << " [" << impl["backend"].get<std::string>()
                 << "] " << impl["description"].get<std::string>() << "\n";
+      if (!with_paths) continue;
+      for (const auto& path : impl["paths"]) {
+        std::cout << "        path " << path["name"].get<std::string>()
+                  << (path.value("family", false) ? ":<member>" : "") << "  "
+                  << path["description"].get<std::string>();
+        if (path.contains("forced_by"))
+          std::cout << " [forced by " << path["forced_by"].get<std::string>() << "]";
+        if (!path.value("required", true)) std::cout << " [informative]";
+        std::cout << "\n";
+      }
     }
   }
   std::cout << "dtypes:";
@@ -73,18 +91,20 @@ void print_list_text(const nlohmann::json& j) {
 
 void add_list_command(CLI::App& app, Context& context) {
   auto as_json = std::make_shared<bool>(false);
+  auto with_paths = std::make_shared<bool>(false);
   auto* command = app.add_subcommand("list", "List ops, impls, dtypes, backends and layouts");
   command->add_flag("--json", *as_json, "Machine-readable output");
+  command->add_flag("--paths", *with_paths, "Each impl's declared launch paths");
   auto external = std::make_shared<ExternalImpls>();
   add_external_impl_options(*command, *external);
   context.on(
       command,
-      [as_json](const Registry& registry) {
+      [as_json, with_paths](const Registry& registry) {
         nlohmann::json j = list_json(registry, load_embedded_contract(registry));
         if (*as_json) {
           std::cout << j.dump(2) << "\n";
         } else {
-          print_list_text(j);
+          print_list_text(j, *with_paths);
         }
         return exit_pass;
       },

@@ -60,6 +60,9 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
                      "auto (every available backend), cpu or cuda");
   command.add_option("--out", sweep.out_dir, "Directory for the report (default: out)");
   command.add_flag("--no-progress", flags.no_progress, "No progress line");
+  command.add_flag("--require-coverage", sweep.require_coverage,
+                   "Exit 1 when a declared launch path of an invariant impl never ran "
+                   "(bitcheck coverage REPORT shows the table)");
   command.add_option("--shard", flags.shard,
                      "Run shard i of n (i/n, 0-based): the cases whose index is i modulo n");
   command

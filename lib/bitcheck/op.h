@@ -13,6 +13,7 @@
 
 #include "bitcheck/backend.h"
 #include "bitcheck/dtype.h"
+#include "bitcheck/paths.h"
 #include "bitcheck/tensor.h"
 
 namespace bitcheck {
@@ -40,8 +41,11 @@ struct CaseSpec {
   std::int64_t index = 0;        // position in the sweep's full case list (shards keep it)
   // Fraction of float row-input elements replaced by NaN, +-Inf, subnormals and -0 (0 = off).
   double special_values = 0;
+  // A declared path forced on every call (a path the batch cannot reach, see PathDecl::forced_by);
+  // empty = the impl picks its paths itself.
+  std::string forced_path;
   // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/special=rate" when special values are
-  // on
+  // on and "/path=name" when a path is forced
   std::string id() const;
   // The case's inputs and reference without its impl: cases of one group get identical inputs and
   // one FP32 reference (the runner computes it once per group; shards keep a group together).
@@ -171,6 +175,17 @@ class Impl {
   // so only a drift built into the impl, one that happens on every GPU, may be expected.
   virtual bool expected_to_drift(Pass) const {
     return !claims_invariance() && !is_library_default();
+  }
+  // The launch paths the impl can take (PathDecl). run() records the ones each call takes with
+  // record_path(); an impl that keeps the default has one path, recorded for it.
+  virtual std::vector<PathDecl> paths() const {
+    return {{single_path_name, "the impl's only launch path", "", false, true}};
+  }
+  // The batch values where the path changes for the case's shape (spec.rows ignored), up to
+  // `max_rows`; empty when the path does not depend on the batch. A sweep's
+  // "batches": "switch-points" takes each side of them.
+  virtual std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t /*max_rows*/) const {
+    return {};
   }
   // Computes the outputs of one invocation. Throws on failure (the case becomes `error`).
   virtual void run(Batch& batch) = 0;

@@ -38,6 +38,8 @@ struct CaseResult {
   std::vector<AccuracyMetrics> accuracy;     // one per output tensor
   std::string fingerprint;                   // hash of the canonical output bits
   nlohmann::json impl_config;
+  // The launch paths each layout's calls took (every invocation and repeat), sorted.
+  std::map<std::string, std::vector<std::string>> paths;
   CaseTimings timings;
 };
 

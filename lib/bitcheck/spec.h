@@ -20,6 +20,15 @@ struct OpSweep {
   std::vector<std::string> layouts;
   std::vector<std::uint64_t> seeds;
   std::vector<std::int64_t> batches;
+  // "batches": "switch-points" (or the string among the numbers): each side of the switch points
+  // of the impls under test, at most `switch_budget` batch values per shape, none above
+  // `switch_max_batch`.
+  bool switch_points = false;
+  int switch_budget = 12;
+  std::int64_t switch_max_batch = 4096;
+  // Paths forced on every call, one case per path and impl declaring it (PathDecl::forced_by);
+  // empty: the impls pick their paths.
+  std::vector<std::string> force_paths;
   std::vector<Dims> shapes;
   int repeats = 2;
   std::int64_t alone_rows = 64;
@@ -70,5 +79,11 @@ double estimated_case_cost(const CaseSpec& c, const Registry& registry);
 // skipped with the backend's reason) unless the backend was filtered out explicitly.
 std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& registry,
                                    const SweepOverrides& overrides);
+
+// The batch values "batches": "switch-points" gives for one shape: 1 and each side (M - 1, M) of
+// switch points of the impls, first those reaching a path not yet seen, then a transition not yet
+// seen, then the rest spread evenly, until `budget` values.
+std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<SwitchPoint>>& points,
+                                               int budget);
 
 }  // namespace bitcheck

@@ -33,7 +33,14 @@ struct SweepOptions {
   // --devices: one shard per entry, run in parallel as child processes of this binary with
   // CUDA_VISIBLE_DEVICES=<entry>, merged into one report (an entry may repeat: two shards on it).
   std::vector<std::string> devices;
+  // --require-coverage: exit 1 when a declared launch path of an invariant impl never ran (judged
+  // on the whole run: a shard leaves it to the merged report).
+  bool require_coverage = false;
 };
+
+// The exit code once --require-coverage has judged the report: the gaps are printed, and a run
+// that would exit 0 exits 1 when there are any.
+int judge_coverage(const SweepOptions& options, const nlohmann::json& report, int exit_code);
 
 // What a sweep will run: the contract, the spec with the overrides applied and the cases (of the
 // shard, when sharded). BadInput for a sweep with no case or over the case limit without --yes.
