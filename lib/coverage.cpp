@@ -9,6 +9,7 @@ namespace bitcheck {
 nlohmann::json path_decl_to_json(const PathDecl& decl) {
   nlohmann::json j = {{"name", decl.name}, {"description", decl.description}};
   if (decl.forced()) j["forced_by"] = decl.forced_by;
+  if (!decl.batch_reachable) j["batch_reachable"] = false;
   if (decl.family) j["family"] = true;
   if (!decl.required) j["required"] = false;
   return j;
@@ -19,6 +20,7 @@ PathDecl path_decl_from_json(const nlohmann::json& j) {
   decl.name = j.at("name").get<std::string>();
   decl.description = j.value("description", "");
   decl.forced_by = j.value("forced_by", "");
+  decl.batch_reachable = j.value("batch_reachable", true);
   decl.family = j.value("family", false);
   decl.required = j.value("required", true);
   return decl;
@@ -107,8 +109,7 @@ Coverage compute_coverage(const nlohmann::json& report) {
     for (const auto& name : undeclared) ++entry.undeclared[name];
     // Crossings: each compared layout against the reference layout (the first one run, a
     // canonical one); a recorded name on one side only was crossed.
-    const std::vector<std::string> layouts =
-        c.value("layouts_run", std::vector<std::string>{});
+    const std::vector<std::string> layouts = c.value("layouts_run", std::vector<std::string>{});
     if (layouts.size() < 2) continue;
     const std::string& reference = layouts.front();
     const std::set<std::string> reference_paths = path_set(paths, reference);
@@ -162,7 +163,7 @@ std::vector<std::string> never_crossed(const Coverage& coverage) {
   for (const auto& entry : coverage.impls) {
     if (!entry.invariant || entry.paths.size() < 2) continue;
     for (const auto& path : entry.paths) {
-      if (path.cases_ran > 0 && path.cases_crossed == 0 && !path.decl.forced())
+      if (path.cases_ran > 0 && path.cases_crossed == 0 && path.decl.batch_reachable)
         list.push_back(entry.op + "/" + entry.impl + ": " + path.decl.name);
     }
   }
@@ -231,9 +232,8 @@ std::string render_coverage(const Coverage& coverage, bool invariant_only) {
   }
   const auto gaps = coverage_gaps(coverage);
   const auto uncrossed = never_crossed(coverage);
-  out << "\ncoverage: " << impls << " impl(s), " << declared << " declared path(s); "
-      << gaps.size() << " gap(s) of invariant impls, " << uncrossed.size()
-      << " path(s) never crossed\n";
+  out << "\ncoverage: " << impls << " impl(s), " << declared << " declared path(s); " << gaps.size()
+      << " gap(s) of invariant impls, " << uncrossed.size() << " path(s) never crossed\n";
   for (const auto& gap : gaps) out << "  gap: " << gap << "\n";
   for (const auto& name : uncrossed) out << "  never crossed: " << name << "\n";
   return out.str();

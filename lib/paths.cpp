@@ -20,7 +20,11 @@ void record_path_member(const std::string& family, const std::string& member) {
   if (current_recording) current_recording->add(family + ":" + member);
 }
 
-PathRecording::PathRecording() : outer_(current_recording) { current_recording = this; }
-PathRecording::~PathRecording() { current_recording = outer_; }
+PathRecording::PathRecording() : outer_(current_recording) {
+  current_recording = this;
+}
+PathRecording::~PathRecording() {
+  current_recording = outer_;
+}
 
 }  // namespace bitcheck

@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 status=0
 for source in "$@"; do
   log=$(mktemp)
-  if ! "$nvcc" -std=c++17 --expt-relaxed-constexpr -I"$root/kernels" \
+  if ! "$nvcc" -std=c++17 --expt-relaxed-constexpr -I"$root/kernels" -I"$root/lib" \
       --generate-code=arch=compute_90a,code=sm_90a -Xptxas=-v -c "$source" -o /dev/null > "$log" 2>&1; then
     cat "$log"; echo "check-ptxas: $source does not compile"; status=1; rm -f "$log"; continue
   fi

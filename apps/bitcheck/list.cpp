@@ -66,6 +66,7 @@ void print_list_text(const nlohmann::json& j, bool with_paths) {
                   << path["description"].get<std::string>();
         if (path.contains("forced_by"))
           std::cout << " [forced by " << path["forced_by"].get<std::string>() << "]";
+        if (!path.value("batch_reachable", true)) std::cout << " [no batch selects it]";
         if (!path.value("required", true)) std::cout << " [informative]";
         std::cout << "\n";
       }

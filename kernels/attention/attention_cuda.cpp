@@ -202,6 +202,19 @@ class CudaAttention : public Impl {
     if (kind_ == Kind::fixed_order) return true;
     return pass == Pass::forward;
   }
+  std::vector<PathDecl> paths() const override {
+    return cuda::attention_paths(static_cast<int>(kind_));
+  }
+  // The fixed-order forward packs a KV group's heads from this many sequences on in a decode step.
+  std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
+                                         std::int64_t max_rows) const override {
+    if (kind_ != Kind::fixed_order || spec.pass != Pass::forward || !uses_mma(spec) ||
+        !cuda::attention_forward_uses_wgmma())
+      return {};
+    const std::int64_t from = cuda::attention_packed_heads_sequences(shape_of(spec));
+    if (from < 2 || from > max_rows) return {};
+    return {{from, "forward.wgmma.decode", "forward.wgmma.decode.packed-heads"}};
+  }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     if (spec.dim("D") > 128 || spec.dim("D") % 8)
       return "attention kernels need head dim <= 128 and a multiple of 8";
@@ -344,8 +357,8 @@ class CudaAttention : public Impl {
       DeviceBuffer tile_buffer = upload(tiles);
       cuda::attention_forward_mma(dtype, q.get(), keys.get(), values.get(), o.get(),
                                   lse.as<float>(), tile_buffer.as<AttentionTile>(),
-                                  static_cast<int>(tiles.size()), shape, nullptr, false,
-                                  longest_tile(tiles));
+                                  static_cast<int>(tiles.size()), shape, nullptr,
+                                  spec.forced_path == "forward.mma-sync", longest_tile(tiles));
       batch.impl_config = {{"path", forward_path_name(true)},
                            {"kv_block", cuda::attention_mma_kv_block},
                            {"splits", 1}};

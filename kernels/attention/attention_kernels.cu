@@ -42,6 +42,7 @@
 #include <type_traits>
 
 #include "attention_kernels.h"
+#include "bitcheck/paths.h"
 #include "common/convert.cuh"
 #include "common/cuda_check.cuh"
 #include "common/wgmma.cuh"
@@ -1313,6 +1314,45 @@ void launch_mma(const void* q, const void* k_cache, const void* v_cache, void* o
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
+}  // namespace
+
+std::vector<PathDecl> attention_paths(int kind) {
+  const PathDecl prefill("forward.wgmma.prefill", "wgmma forward, 2 K/V stages, a head per CTA");
+  const PathDecl decode(
+      "forward.wgmma.decode",
+      "wgmma forward for decode-like launches (tiles of <= 16 queries), 4 stages");
+  const PathDecl packed("forward.wgmma.decode.packed-heads",
+                        "decode-like with a KV group's heads in one CTA (>= 64 CTAs of work)");
+  const PathDecl mma_sync =
+      PathDecl("forward.mma-sync", "mma.sync forward (GPUs before sm_90)").only_forced();
+  const PathDecl simt("forward.simt", "SIMT forward (fp32, head dims other than 64 and 128)");
+  const PathDecl backward_mma("backward.mma", "mma.sync backward: dq per query, dk/dv per key");
+  const PathDecl backward_simt("backward.simt", "SIMT backward (fp32, other head dims)");
+  switch (kind) {
+    case 0:
+      return {prefill, decode, packed, mma_sync, simt, backward_mma, backward_simt};
+    case 1:
+      return {PathDecl("forward.simt.split-kv", "split-KV SIMT forward, splits set by the batch"),
+              simt};
+    case 2:
+      return {simt};
+    default: {
+      std::vector<PathDecl> paths = {
+          PathDecl("backward.simt.atomic-dq", "dq from per-block partials added atomically")};
+      for (PathDecl path : {prefill, decode, packed, simt}) paths.push_back(path.informative());
+      return paths;
+    }
+  }
+}
+
+std::int64_t attention_packed_heads_sequences(AttentionShape shape) {
+  const int group = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
+  if (group != 2 && group != 4 && group != 8) return 0;
+  return (64 + shape.kv_heads - 1) / shape.kv_heads;
+}
+
+namespace {
+
 // Launch shapes of the wgmma forward, a per-launch scheduling choice (no bit depends on it):
 // prefill (some tile longer than 16 queries) on 2 K/V stages, one head per CTA; decode-like
 // launches on 4 stages, since one CTA streams a sequence's whole cache, and with the heads of a KV
@@ -1358,6 +1398,9 @@ void launch_wgmma(const void* q, const void* k_cache, const void* v_cache, void*
                   const AttentionTile* tiles, int tile_count, int longest_tile,
                   AttentionShape shape, CUstream_st* stream) {
   const WgmmaForwardPlan plan = plan_wgmma_forward(tile_count, longest_tile, shape);
+  record_path(plan.pack_heads    ? "forward.wgmma.decode.packed-heads"
+              : plan.decode_like ? "forward.wgmma.decode"
+                                 : "forward.wgmma.prefill");
   if (plan.pack_heads) {
     launch_wgmma_stages<T, D, 4, true>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape,
                                        stream);
@@ -1458,6 +1501,7 @@ void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache
     }
     return;
   }
+  record_path("forward.mma-sync");
   if (dtype == DeviceDType::bf16) {
     shape.dim == 64 ? launch_mma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count,
                                                     shape, stream)
@@ -1482,6 +1526,7 @@ void attention_forward_simt(DeviceDType dtype, const void* q, const void* k_cach
         "splits");
   }
   const std::int64_t items = static_cast<std::int64_t>(token_count) * shape.heads;
+  record_path(splits > 1 ? "forward.simt.split-kv" : "forward.simt");
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     forward_simt_kernel<T><<<warp_grid(items * splits), simt_warps * warp_size, 0, stream>>>(
@@ -1505,6 +1550,7 @@ void attention_backward(DeviceDType dtype, const void* q, const void* k, const v
   if (shape.dim > simt_max_dim) throw std::invalid_argument("attention_backward: dim <= 128");
   const std::int64_t items = static_cast<std::int64_t>(token_count) * shape.heads;
   const int blocks_per_query = dq_atomic_scratch ? max_position / attention_mma_kv_block + 1 : 1;
+  record_path(dq_atomic_scratch ? "backward.simt.atomic-dq" : "backward.simt");
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *q_t = static_cast<const T*>(q), *k_t = static_cast<const T*>(k),
@@ -1541,6 +1587,7 @@ void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, con
   if (dtype == DeviceDType::fp32 || (shape.dim != 64 && shape.dim != 128)) {
     throw std::invalid_argument("attention_backward_mma: bf16/fp16 with head dim 64 or 128 only");
   }
+  record_path("backward.mma");
   auto run = [&](auto tag, auto dim) {
     using T = decltype(tag);
     constexpr int D = decltype(dim)::value;

@@ -7,7 +7,9 @@
 // by a token's cache row = its sequence's cache base + position.
 #pragma once
 #include <cstdint>
+#include <vector>
 
+#include "bitcheck/paths.h"
 #include "common/device_dtype.h"
 
 struct CUstream_st;  // cudaStream_t without CUDA headers; nullptr is the default stream.
@@ -20,6 +22,13 @@ struct AttentionShape {
   int dim;
   float scale;  // softmax scale, 1/sqrt(dim)
 };
+
+// The launch paths the launchers record (bitcheck/paths.h), for the impl `kind` (0 fixed-order,
+// 1 the split-KV control, 2 the KV-block control, 3 the atomic-dq control).
+std::vector<PathDecl> attention_paths(int kind);
+// The sequence count from which a decode step packs a KV group's heads into one CTA (the wgmma
+// forward's "forward.wgmma.decode.packed-heads"), or 0 when the group size never packs.
+std::int64_t attention_packed_heads_sequences(AttentionShape shape);
 
 // One query (or key) token. Forward: keys of positions 0..position at rows cache_base + j of the
 // cache. Backward: whole sequences, keys and queries at slots cache_base + j of the inputs.

@@ -60,6 +60,12 @@ class ImplExecutor : public chain::Executor {
   std::map<const Tensor*, std::pair<SharedTensor, std::uint64_t>> ids_;
 };
 
+// What a component impl that recorded nothing ran: its only declared path.
+std::string single_path_of(const Impl& impl) {
+  const std::vector<PathDecl> declared = impl.paths();
+  return declared.size() == 1 && !declared[0].family ? declared[0].name : unrecorded_path_name;
+}
+
 class ChainImpl : public Impl {
  public:
   ChainImpl(const Registry& registry, std::string base_name, std::string backend,
@@ -89,6 +95,20 @@ class ChainImpl : public Impl {
   // A variant runs the passes its op impl has (a forward-only control is checked by the forward
   // chain: the backward's layouts are whole sequences, which many such controls cannot tell apart).
   bool supports(Pass pass) const override { return !swapped_ || swapped_->supports(pass); }
+  // The components' paths as "<op>:<path>", shown for information: the components' own sweeps
+  // are where their paths are required.
+  std::vector<PathDecl> paths() const override {
+    std::vector<PathDecl> paths;
+    for (const auto& [op, base] : base_) {
+      const Impl* impl = op == swapped_op_ && swapped_ ? swapped_ : base;
+      for (PathDecl decl : impl->paths()) {
+        decl.name = op + ":" + decl.name;
+        decl.description = op + "/" + impl->name() + ": " + decl.description;
+        paths.push_back(decl.informative());
+      }
+    }
+    return paths;
+  }
   bool expected_to_drift(Pass pass) const override {
     if (!swapped_ || swapped_->claims_invariance()) return false;
     // The chain's backward layouts present whole sequences from position 0, where rope's
@@ -224,7 +244,17 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
       batch.outputs.emplace(decl.name, std::move(accumulator));
     }
   }
-  impl.run(batch);
+  {
+    // The call's paths, recorded as "<op>:<path>" (one declared per component path).
+    std::set<std::string> taken;
+    {
+      PathRecording recording;
+      impl.run(batch);
+      taken = recording.paths();
+    }
+    if (taken.empty()) taken.insert(single_path_of(impl));
+    for (const auto& path : taken) record_path(call.op + ":" + path);
+  }
   state_.calls[call.name] = batch.layout_state;
   if (!batch.impl_config.is_null()) batch_.impl_config["calls"][call.name] = batch.impl_config;
   TensorMap result;

@@ -110,6 +110,35 @@ void register_one(Registry& registry, const ElementwiseOpInfo& info) {
 
 }  // namespace
 
+std::vector<PathDecl> elementwise_paths(elementwise::Op op) {
+  std::vector<PathDecl> paths = {
+      PathDecl("body.vector", "the body: whole groups of the flattened batch"),
+      PathDecl("tail.scalar", "the tail: the elements after the last whole group")};
+  if (op == elementwise::Op::scale)
+    paths.emplace_back("columns.token-sequential", "dscale: tokens added in token order");
+  return paths;
+}
+
+std::vector<std::string> elementwise_call_paths(elementwise::Variant tail, std::int64_t count) {
+  std::vector<std::string> paths;
+  const std::int64_t body = elementwise::body_end(tail, count);
+  if (body > 0) paths.push_back("body.vector");
+  if (body < count) paths.push_back("tail.scalar");
+  return paths;
+}
+
+std::vector<SwitchPoint> elementwise_switch_points(elementwise::Variant tail, std::int64_t width,
+                                                   std::int64_t max_rows) {
+  return switch_points_of(
+      [&](std::int64_t rows) {
+        std::string joined;
+        for (const auto& path : elementwise_call_paths(tail, rows * width))
+          joined += (joined.empty() ? "" : "+") + path;
+        return joined;
+      },
+      max_rows);
+}
+
 const std::vector<ElementwiseOpInfo>& elementwise_ops() {
   static const std::vector<ElementwiseOpInfo> ops = {
       {"silu", Op::silu, "y = x * sigmoid(x); backward dx = dy * silu'(x)", true},

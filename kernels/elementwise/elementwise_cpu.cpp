@@ -64,6 +64,11 @@ class ElementwiseCpu : public Impl {
     return "";
   }
   bool supports(Pass) const override { return true; }
+  std::vector<PathDecl> paths() const override { return elementwise_paths(info_.op); }
+  std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
+                                         std::int64_t max_rows) const override {
+    return elementwise_switch_points(tail_, spec.dim("H"), max_rows);
+  }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     if (tail_ == Variant::round_toward_zero && spec.dtype == DType::fp32) {
       return "the fp32 -> fp32 cast is exact: there is no rounding whose mode could differ";
@@ -85,6 +90,7 @@ class ElementwiseCpu : public Impl {
     }
     const std::int64_t count = batch.slots() * h;
     const std::int64_t body_end = elementwise::body_end(tail_, count);
+    for (const auto& path : elementwise_call_paths(tail_, count)) record_path(path);
     const bool forward = batch.spec->pass == Pass::forward;
     float in[3] = {0, 0, 0}, out[2] = {0, 0};
     for (std::int64_t e = 0; e < count; ++e) {
@@ -104,7 +110,10 @@ class ElementwiseCpu : public Impl {
         }
       }
     }
-    if (!reduction.empty()) accumulate_dscale(batch, h, batch.out(reduction));
+    if (!reduction.empty()) {
+      record_path("columns.token-sequential");
+      accumulate_dscale(batch, h, batch.out(reduction));
+    }
   }
 
  private:

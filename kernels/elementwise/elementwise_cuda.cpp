@@ -56,6 +56,11 @@ class CudaElementwise : public Impl {
     return "";
   }
   bool supports(Pass) const override { return true; }
+  std::vector<PathDecl> paths() const override { return elementwise_paths(info_.op); }
+  std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
+                                         std::int64_t max_rows) const override {
+    return elementwise_switch_points(tail_, spec.dim("H"), max_rows);
+  }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     if (tail_ == Variant::round_toward_zero && spec.dtype == DType::fp32) {
       return "the fp32 -> fp32 cast is exact: there is no rounding whose mode could differ";

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "bitcheck/paths.h"
 #include "common/cuda_check.cuh"
 #include "common/elementwise_math.h"
 #include "common/vector_io.cuh"
@@ -264,6 +265,11 @@ void elementwise_launch(const ElementwiseLaunch& a, CUstream_st* stream) {
           "elementwise_launch: row buffers must be 16-byte aligned (vector body)");
     }
   }
+  // One kernel: the vector body over whole groups, the scalar tail over the rest (body_end).
+  const int64_t body =
+      elementwise::body_end(static_cast<elementwise::Variant>(a.tail_variant), a.count);
+  if (body > 0) record_path("body.vector");
+  if (body < a.count) record_path("tail.scalar");
   switch (op) {
     case Op::silu:
       launch_op<Op::silu>(a, stream);

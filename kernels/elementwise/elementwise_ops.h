@@ -25,4 +25,15 @@ const std::vector<ElementwiseOpInfo>& elementwise_ops();
 // (scale backward: dscale). Every row tensor is one row of H elements.
 std::vector<TensorDecl> elementwise_tensors(elementwise::Op op, const CaseSpec& spec);
 
+// The launch paths of an elementwise impl (both backends split the flattened batch the same way,
+// elementwise::body_end): "body.vector" over whole groups, "tail.scalar" over the rest, and
+// scale's "columns.token-sequential" (dscale over tokens in token order).
+std::vector<PathDecl> elementwise_paths(elementwise::Op op);
+// The paths one call of `count` elements takes ("body.vector", "tail.scalar" or both).
+std::vector<std::string> elementwise_call_paths(elementwise::Variant tail, std::int64_t count);
+// Where the paths change with the batch: M rows of H elements put count % granule elements in
+// the tail, so they change wherever (M * H) crosses between a whole and a partial last granule.
+std::vector<SwitchPoint> elementwise_switch_points(elementwise::Variant tail, std::int64_t width,
+                                                   std::int64_t max_rows);
+
 }  // namespace bitcheck

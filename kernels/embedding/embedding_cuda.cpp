@@ -38,6 +38,13 @@ class CudaEmbedding : public Impl {
            "embedding-backward scatter; the order of additions is the hardware's";
   }
   bool supports(Pass) const override { return true; }
+  std::vector<PathDecl> paths() const override {
+    if (atomic_scatter_)
+      return {PathDecl("gather", "forward: rows copied by id"),
+              PathDecl("dtable.atomic", "dtable: every (token, column) added atomically")};
+    return {PathDecl("gather", "forward: rows copied by id"),
+            PathDecl("dtable.id-segments", "dtable: one segment per id, tokens in token order")};
+  }
 
   void run(Batch& batch) override {
     const CaseSpec& spec = *batch.spec;

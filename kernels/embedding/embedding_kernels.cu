@@ -13,6 +13,7 @@
 
 #include <stdexcept>
 
+#include "bitcheck/paths.h"
 #include "common/cuda_check.cuh"
 #include "embedding_kernels.h"
 
@@ -166,6 +167,7 @@ void embedding_gather(DeviceDType dtype, const std::int32_t* ids, const std::int
   if (rows < 0 || vocab < 1 || hidden < 1)
     throw std::invalid_argument("embedding_gather: bad shape");
   if (rows == 0) return;
+  record_path("gather");
   const std::int64_t row_bytes = hidden * element_bytes(dtype);
   const cudaStream_t s = as_stream(stream);
   // cudaMalloc'd buffers are 256-byte aligned, so a row-divisible unit is also aligned.
@@ -186,6 +188,7 @@ void embedding_backward_segments(DeviceDType dtype, const void* dout, std::int64
   if (segments < 0 || hidden < 1)
     throw std::invalid_argument("embedding_backward_segments: bad shape");
   const cudaStream_t s = as_stream(stream);
+  record_path("dtable.id-segments");
   // Segments touch disjoint dtable rows, so launching them in groups (grid.y <= 65535) changes
   // nothing.
   for (std::int64_t first = 0; first < segments; first += 65535) {
@@ -201,6 +204,7 @@ void embedding_backward_atomic(DeviceDType dtype, const void* dout, std::int64_t
                                std::uint64_t* error_record, CUstream_st* stream) {
   if (rows == 0) return;
   const unsigned grid = grid_for(rows * hidden);
+  record_path("dtable.atomic");
   const cudaStream_t s = as_stream(stream);
   switch (dtype) {
     case DeviceDType::bf16:

@@ -47,6 +47,72 @@ bool claims_invariance(GemmPath path) {
   return path == GemmPath::fixed_order || path == GemmPath::cublaslt_pinned;
 }
 
+// Where an LM head impl's GEMM path changes with M: the fixed-order tile pick (logits: N = V; dh:
+// N = H), a pinned table's configuration edges, the split-K control's row threshold.
+std::vector<SwitchPoint> gemm_switch_points(GemmPath path, const CaseSpec& spec,
+                                            std::int64_t max_rows) {
+  if (!cuda::query_device().available) return {};
+  const std::int64_t v = spec.dim("V"), hidden = spec.dim("H");
+  const cuda::GemmDType dtype = vocab_device::device_dtype(spec.dtype);
+  switch (path) {
+    case GemmPath::fixed_order: {
+      const std::int64_t columns = spec.pass == Pass::forward ? v : hidden;
+      return switch_points_of(
+          [&](std::int64_t m) { return cuda::fixed_order_gemm_path_for(dtype, m, columns); },
+          max_rows);
+    }
+    case GemmPath::cublaslt_pinned: {
+      const cuda::DeviceInfo device = cuda::query_device();
+      cuda::PinKey key{device.arch(),
+                       device.cublaslt_version,
+                       to_string(spec.dtype),
+                       spec.pass == Pass::forward ? "forward" : "input_grad",
+                       v,
+                       hidden,
+                       0};
+      std::vector<SwitchPoint> points;
+      for (std::int64_t rows : cuda::pin_configuration_edges(key, max_rows))
+        points.push_back(
+            {rows, "bucket:before " + std::to_string(rows), "bucket:from " + std::to_string(rows)});
+      return points;
+    }
+    case GemmPath::split_k_by_rows:
+      return {{cuda::split_k_below_rows, "rows.split-k", "rows.whole"}};
+    default:
+      return {};
+  }
+}
+
+// The launch paths of an LM head impl's GEMMs; with the logprob kernels' for lm_head_logprob.
+std::vector<PathDecl> gemm_paths(GemmPath path, bool with_logprob) {
+  std::vector<PathDecl> paths;
+  switch (path) {
+    case GemmPath::fixed_order:
+      // The GEMM's tiles are matmul's (the same launcher): required there, shown here. The
+      // token-sequential dtable is the LM head's own.
+      for (PathDecl decl : cuda::fixed_order_gemm_paths())
+        paths.push_back(decl.name == "dw.token-sequential" ? decl : decl.informative());
+      break;
+    case GemmPath::cublaslt_pinned:
+      paths = {PathDecl("bucket", "a bucketed pin's configuration for the M bucket").as_family(),
+               PathDecl("pinned", "an unbucketed pin: one configuration for every M"),
+               PathDecl("dw.token-sequential", "dtable: one FMA per token in token order")};
+      break;
+    case GemmPath::cublaslt_heuristic:
+      paths = {PathDecl("heuristic", "cuBLASLt's heuristic configuration per shape")};
+      break;
+    case GemmPath::split_k_by_rows:
+      paths = {PathDecl("rows.split-k", "fewer than 4 rows: the sums split in 4 partials"),
+               PathDecl("rows.whole", "4 rows or more: the fixed-order GEMM's whole sums")};
+      for (PathDecl decl : cuda::fixed_order_gemm_paths()) paths.push_back(decl.informative());
+      break;
+  }
+  // The logprob kernels' paths are logprob's (required there), shown here.
+  if (with_logprob)
+    for (PathDecl decl : cuda::logprob_paths(false)) paths.push_back(decl.informative());
+  return paths;
+}
+
 // The three products of the LM head on one path. V plays the GEMM's N and H its K.
 class LmHeadGemms {
  public:
@@ -62,7 +128,8 @@ class LmHeadGemms {
       return;
     }
     if (path_ == GemmPath::fixed_order) {
-      cuda::fixed_order_gemm(dtype, h, table, logits, m, v, hidden, nullptr);
+      cuda::fixed_order_gemm_forced(dtype, batch.spec->forced_path, h, table, logits, m, v, hidden,
+                                    nullptr);
       record(batch, "forward", {{"path", cuda::fixed_order_gemm_path(dtype)}});
       return;
     }
@@ -86,7 +153,8 @@ class LmHeadGemms {
     if (path_ == GemmPath::fixed_order) {
       // dh = dlogits · (tableᵀ)ᵀ: the forward kernel over the transposed table, K' = V in order.
       auto table_t = vd::shared_parameter(batch, "table", vd::transposed, "^T");
-      cuda::fixed_order_gemm(dtype, dlogits, table_t->get(), dh, m, hidden, v, nullptr);
+      cuda::fixed_order_gemm_forced(dtype, batch.spec->forced_path, dlogits, table_t->get(), dh, m,
+                                    hidden, v, nullptr);
       return;
     }
     auto table = vd::shared_parameter(batch, "table");
@@ -147,7 +215,10 @@ class LmHeadGemms {
       return form == "forward" ? cuda::lt_derive_pinned_config(dtype, v, hidden)
                                : cuda::lt_derive_pinned_config_nn(dtype, v, hidden);
     });
-    if (batch) record(*batch, form, found.record());
+    if (batch) {
+      record(*batch, form, found.record());
+      found.record_path();
+    }
     return found.config();
   }
 
@@ -158,6 +229,7 @@ class LmHeadGemms {
                       void* out, std::int64_t m, std::int64_t reduction, std::int64_t columns) {
     const int parts =
         batch.invocation->valid_rows() < cuda::split_k_below_rows ? cuda::split_k_parts : 1;
+    record_path(parts > 1 ? "rows.split-k" : "rows.whole");
     const DType dtype = batch.spec->dtype;
     Tensor x_host(dtype, {m, reduction}), out_host(dtype, {m, columns});
     DeviceBuffer staged(std::max<std::size_t>(x_host.bytes(), 16));
@@ -174,6 +246,7 @@ class LmHeadGemms {
     nlohmann::json j = cuda::lt_config_to_json(config);
     j["source"] = "heuristic at M=" + std::to_string(m);
     record(batch, form, j);
+    record_path("heuristic");
     return config;
   }
 
@@ -268,6 +341,11 @@ class CudaLmHead : public Impl {
   bool is_library_default() const override { return gemms_.path() == GemmPath::cublaslt_heuristic; }
   std::string description() const override { return gemm_description(gemms_.path()); }
   bool supports(Pass) const override { return true; }
+  std::vector<PathDecl> paths() const override { return gemm_paths(gemms_.path(), false); }
+  std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
+                                         std::int64_t max_rows) const override {
+    return gemm_switch_points(gemms_.path(), spec, max_rows);
+  }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     std::optional<std::string> reason;
     check_gemm_shape(spec, gemms_.path(), reason);
@@ -324,6 +402,11 @@ class CudaLmHeadLogprob : public Impl {
            "vocabulary fixed by V)";
   }
   bool supports(Pass) const override { return true; }
+  std::vector<PathDecl> paths() const override { return gemm_paths(gemms_.path(), true); }
+  std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
+                                         std::int64_t max_rows) const override {
+    return gemm_switch_points(gemms_.path(), spec, max_rows);
+  }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     std::optional<std::string> reason;
     check_gemm_shape(spec, gemms_.path(), reason);

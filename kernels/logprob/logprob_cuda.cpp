@@ -35,6 +35,7 @@ class CudaLogprob : public Impl {
            "merged last to first";
   }
   bool supports(Pass) const override { return true; }
+  std::vector<PathDecl> paths() const override { return cuda::logprob_paths(split_by_rows_); }
 
   void run(Batch& batch) override {
     const CaseSpec& spec = *batch.spec;
@@ -42,7 +43,7 @@ class CudaLogprob : public Impl {
     const cuda::DeviceDType dtype = vd::device_dtype(spec.dtype);
     std::vector<std::int32_t> slots = vd::real_slot_list(batch);
     const auto rows = static_cast<std::int64_t>(slots.size());
-    const cuda::LogprobSplit split = split_for(rows, vocab);
+    const cuda::LogprobSplit split = split_for(rows, vocab, spec.forced_path);
     cuda::DeviceBuffer logits = vd::upload(batch.in("logits")),
                        targets = vd::upload(batch.in("target"));
     cuda::DeviceBuffer slot_list = vd::upload(slots);
@@ -87,8 +88,13 @@ class CudaLogprob : public Impl {
             {"staged", plan.staged}};
   }
 
-  cuda::LogprobSplit split_for(std::int64_t rows, std::int64_t vocab) const {
-    if (!split_by_rows_) return {};
+  cuda::LogprobSplit split_for(std::int64_t rows, std::int64_t vocab,
+                               const std::string& forced = "") const {
+    if (!split_by_rows_) {
+      cuda::LogprobSplit fixed;
+      fixed.registers_forward = forced == "forward.registers";
+      return fixed;
+    }
     return cuda::logprob_split_by_rows(rows, vocab, cuda::query_device().sm_count);
   }
 

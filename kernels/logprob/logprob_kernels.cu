@@ -39,6 +39,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "bitcheck/paths.h"
 #include "common/async_copy.cuh"
 #include "common/convert.cuh"
 #include "common/cuda_check.cuh"
@@ -608,6 +609,7 @@ void run(bool backward, DeviceDType dtype, const void* logits, const std::int32_
          std::int64_t rows, std::int64_t vocab, float* logprob, void* dlogits,
          const LogprobSplit& split, void* workspace, std::uint64_t* error_record, cudaStream_t s) {
   if (split.piece > 0) {
+    record_path("pieces");
     return run_control<T>(backward, logits, targets, dlogprob, in_rows, out_rows, rows, vocab,
                           logprob, dlogits, split, workspace, error_record, s);
   }
@@ -626,9 +628,17 @@ void run(bool backward, DeviceDType dtype, const void* logits, const std::int32_
   args.logprob = logprob;
   args.dlogits = dlogits;
   args.error_record = error_record;
-  if (backward) return launch_fixed_order<T, true>(args, rows, plan, s);
-  if (args.vector && streamed_forward_supported<T>())
+  if (backward) {
+    record_path(plan.blocks > 1 ? "backward.cluster"
+                : plan.staged   ? "backward.one-block"
+                                : "backward.unstaged");
+    return launch_fixed_order<T, true>(args, rows, plan, s);
+  }
+  if (args.vector && !split.registers_forward && streamed_forward_supported<T>()) {
+    record_path("forward.streamed");
     return launch_streamed_forward<T>(args, rows, s);
+  }
+  record_path("forward.registers");
   launch_fixed_order<T, false>(args, rows, plan, s);
 }
 
@@ -645,6 +655,18 @@ void dispatch(DeviceDType dtype, Args&&... args) {
 }
 
 }  // namespace
+
+std::vector<PathDecl> logprob_paths(bool control) {
+  if (control) return {PathDecl("pieces", "the vocabulary in pieces sized by the row count")};
+  return {PathDecl("forward.streamed", "forward: one block streams its row through shared memory"),
+          PathDecl("forward.registers",
+                   "forward: the register-loading kernel (other GPUs, rows not 16-byte aligned)")
+              .forceable("force_paths (or BITCHECK_LOGPROB_FORWARD=registers)"),
+          PathDecl("backward.one-block", "backward: the row staged in one block's shared memory"),
+          PathDecl("backward.cluster",
+                   "backward: the row staged over a thread-block cluster, runs merged in order"),
+          PathDecl("backward.unstaged", "backward: a row too long to stage, read twice")};
+}
 
 LogprobFixedPlan logprob_fixed_plan(DeviceDType dtype, std::int64_t vocab, bool backward) {
   const std::int64_t row_groups = (vocab + kGroup - 1) / kGroup;

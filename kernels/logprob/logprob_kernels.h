@@ -8,7 +8,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "bitcheck/paths.h"
 #include "common/device_dtype.h"
 
 struct CUstream_st;
@@ -23,7 +25,16 @@ inline constexpr std::uint64_t logprob_no_error = ~std::uint64_t(0);
 struct LogprobSplit {
   std::int64_t piece = 0;      // 0: the fixed-order path; > 0: entries per piece (a multiple of 8)
   bool reverse_merge = false;  // the control's pieces are merged last to first
+  // The fixed-order forward: the register-loading kernel even where the streamed one runs (as
+  // BITCHECK_LOGPROB_FORWARD=registers does), so a sweep reaches that path on sm_90.
+  bool registers_forward = false;
 };
+
+// The launch paths the calls record (bitcheck/paths.h): the fixed-order forward's
+// "forward.streamed" (sm_90) and "forward.registers" (other GPUs, unaligned rows, or forced), its
+// backward's "backward.one-block", "backward.cluster" (a row over a thread-block cluster) and
+// "backward.unstaged" (rows too long to stage), and the control's "pieces".
+std::vector<PathDecl> logprob_paths(bool control);
 
 // The fixed-order path's split of one row: `blocks` blocks per row (one thread-block cluster when
 // more than one), block b reducing entries [b * block_entries, (b + 1) * block_entries). `staged`:

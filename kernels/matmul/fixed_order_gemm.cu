@@ -630,6 +630,22 @@ bool uses_wgmma(GemmDType dtype) {
 
 }  // namespace
 
+namespace {
+// "tile.X-as-A.128x256", "tile.W-as-A.176x192".
+std::string tile_path(const detail::GemmTile& tile) {
+  return std::string("tile.") + (tile.w_as_a ? "W-as-A." : "X-as-A.") + std::to_string(tile.rows) +
+         "x" + std::to_string(tile.cols);
+}
+
+// Tiles no (M, N) makes choose_shape pick (M up to 16384, N up to 65536 in steps of 8, on 78, 114
+// and 132 SMs): reached only by forcing.
+bool never_picked(const detail::GemmTile& tile) {
+  return (!tile.w_as_a && tile.rows == 128 && tile.cols == 128) ||
+         (!tile.w_as_a && tile.rows == 64 && tile.cols == 64) ||
+         (tile.w_as_a && tile.rows == 128 && tile.cols == 192);
+}
+}  // namespace
+
 const char* fixed_order_gemm_path(GemmDType dtype) {
   return uses_wgmma(dtype) ? "wgmma-tma-m64nNk16" : "portable-fma";
 }
@@ -640,10 +656,54 @@ void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, in
   const cudaStream_t s = as_stream(stream);
   if (uses_wgmma(dtype)) {
     const int sm_count = current_device_traits().sm_count;
-    launch_shape(choose_shape(M, N, sm_count), dtype, x, w, y, M, N, K, s, sm_count);
+    const KernelShape& shape = choose_shape(M, N, sm_count);
+    record_path(tile_path(shape.tile));
+    launch_shape(shape, dtype, x, w, y, M, N, K, s, sm_count);
     return;
   }
+  record_path("portable-fma");
   detail::fixed_order_gemm_portable(dtype, x, w, y, M, N, K, stream);
+}
+
+std::vector<PathDecl> fixed_order_gemm_paths() {
+  std::vector<PathDecl> paths;
+  for (const KernelShape& shape : kKernelShapes) {
+    PathDecl decl(tile_path(shape.tile),
+                  "wgmma tile " + shape.tile.name() +
+                      (never_picked(shape.tile) ? " (the automatic pick never takes it)"
+                                                : " (picked by M and N)"));
+    if (never_picked(shape.tile)) {
+      decl.only_forced();
+    } else {
+      decl.forceable();
+    }
+    paths.push_back(decl);
+  }
+  paths.push_back(
+      PathDecl("portable-fma", "fp32 FMA chain (fp32, and bf16/fp16 off sm_90)").forceable());
+  paths.emplace_back("dw.token-sequential", "dW: one FMA per token in token order");
+  return paths;
+}
+
+std::string fixed_order_gemm_path_for(GemmDType dtype, int64_t M, int64_t N) {
+  if (!uses_wgmma(dtype)) return "portable-fma";
+  return tile_path(choose_shape(M, N, current_device_traits().sm_count).tile);
+}
+
+void fixed_order_gemm_forced(GemmDType dtype, const std::string& path, const void* x, const void* w,
+                             void* y, int64_t M, int64_t N, int64_t K, CUstream_st* stream) {
+  if (path.empty()) return fixed_order_gemm(dtype, x, w, y, M, N, K, stream);
+  if (path == "portable-fma") {
+    record_path(path);
+    detail::fixed_order_gemm_portable(dtype, x, w, y, M, N, K, stream);
+    return;
+  }
+  for (const KernelShape& shape : kKernelShapes) {
+    if (tile_path(shape.tile) != path) continue;
+    detail::fixed_order_gemm_tile(dtype, shape.tile, x, w, y, M, N, K, stream);
+    return;
+  }
+  throw std::invalid_argument("fixed_order_gemm: no path " + path);
 }
 
 namespace detail {
@@ -680,6 +740,7 @@ void fixed_order_gemm_tile(GemmDType dtype, const GemmTile& tile, const void* x,
         "fixed_order_gemm_tile: needs bf16/fp16 on sm_90 and a shape of "
         "fixed_order_gemm_tiles(), got " +
         tile.name());
+  record_path(tile_path(tile));
   launch_shape(*shape, dtype, x, w, y, M, N, K, as_stream(stream),
                current_device_traits().sm_count);
 }
@@ -692,6 +753,7 @@ GemmTile fixed_order_gemm_chosen_tile(int64_t M, int64_t N, int sm_count) {
 void fixed_order_gemm_dw_accumulate(GemmDType dtype, const void* dy, const void* x, float* dw,
                                     int64_t T, int64_t N, int64_t K, CUstream_st* stream) {
   check_shape("fixed_order_gemm_dw_accumulate", dy, x, dw, T, N, K);
+  record_path("dw.token-sequential");
   const dim3 grid(static_cast<unsigned>((K + kPortableTile - 1) / kPortableTile),
                   static_cast<unsigned>((N + kPortableTile - 1) / kPortableTile));
   const cudaStream_t s = as_stream(stream);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bitcheck/paths.h"
 #include "gemm_dtype.h"  // GemmDType { bf16, fp16, fp32 }
 
 struct CUstream_st;  // cudaStream_t without CUDA headers; nullptr is the default stream.
@@ -33,6 +34,18 @@ void fixed_order_gemm_dw_accumulate(GemmDType dtype, const void* dy, const void*
 // Which forward path fixed_order_gemm takes for `dtype` on the current device
 // ("wgmma-tma-m64n256k16" or "portable-fma"), for reports and probes.
 const char* fixed_order_gemm_path(GemmDType dtype);
+
+// The launch paths the calls above record (bitcheck/paths.h): "tile.X-as-A.128x256" and
+// "tile.W-as-A.176x192" (one per wgmma tile shape; the three the automatic pick never takes are
+// reached only by forcing), "portable-fma", "dw.token-sequential".
+std::vector<PathDecl> fixed_order_gemm_paths();
+// The path fixed_order_gemm records for M x N in `dtype` on the current device.
+std::string fixed_order_gemm_path_for(GemmDType dtype, int64_t M, int64_t N);
+// fixed_order_gemm with a path of fixed_order_gemm_paths() forced (a tile shape, or
+// "portable-fma"; empty: the automatic pick); std::invalid_argument for another path or one the
+// device cannot run.
+void fixed_order_gemm_forced(GemmDType dtype, const std::string& path, const void* x, const void* w,
+                             void* y, int64_t M, int64_t N, int64_t K, CUstream_st* stream);
 
 namespace detail {
 // The portable path on any GPU (it is what non-sm_90 devices and fp32 get), so probes and tests can

@@ -33,6 +33,30 @@ using cuda_support::upload;
 constexpr std::int64_t lt_dw_chunk_tokens = 256;
 constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
 
+// The launch paths of the matmul impls: 0 fixed-order, 1 pinned cuBLASLt, 2 the heuristic, 3 the
+// split-K control.
+std::vector<PathDecl> matmul_paths(int kind) {
+  switch (kind) {
+    case 0:
+      return cuda::fixed_order_gemm_paths();
+    case 1:
+      return {PathDecl("bucket", "a bucketed pin's configuration for the M bucket (member: rows)")
+                  .as_family(),
+              PathDecl("pinned", "an unbucketed pin: one configuration for every M"),
+              PathDecl("dw.chunks-256", "dW in fixed 256-token chunks added in order")};
+    case 3: {
+      std::vector<PathDecl> paths = {
+          PathDecl("rows.split-k", "fewer than 4 rows: the K sum split in 4 partials"),
+          PathDecl("rows.whole", "4 rows or more: the fixed-order GEMM's whole K sum")};
+      // The partials and dW go through the fixed-order GEMM, whose paths are shown too.
+      for (PathDecl decl : cuda::fixed_order_gemm_paths()) paths.push_back(decl.informative());
+      return paths;
+    }
+    default:
+      return {PathDecl("heuristic", "cuBLASLt's heuristic configuration per shape")};
+  }
+}
+
 class CudaMatmul : public Impl {
  public:
   enum class Kind { fixed_order, cublaslt_pinned, cublaslt_heuristic, split_k_by_rows };
@@ -81,6 +105,40 @@ class CudaMatmul : public Impl {
   bool supports(Pass) const override { return true; }
   std::int64_t token_granularity() const override {
     return kind_ == Kind::cublaslt_pinned ? lt_dw_chunk_tokens : 1;
+  }
+  std::vector<PathDecl> paths() const override { return matmul_paths(static_cast<int>(kind_)); }
+  std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
+                                         std::int64_t max_rows) const override {
+    if (!cuda::query_device().available) return {};
+    const GemmDType dtype = cuda_support::device_dtype(spec.dtype);
+    const std::int64_t n = spec.dim("N"), k = spec.dim("K");
+    // The forward's N is N; the input gradient's (dX = dY·W) is K.
+    const std::int64_t out_columns = spec.pass == Pass::forward ? n : k;
+    switch (kind_) {
+      case Kind::fixed_order:
+        return switch_points_of(
+            [&](std::int64_t m) { return cuda::fixed_order_gemm_path_for(dtype, m, out_columns); },
+            max_rows);
+      case Kind::cublaslt_pinned: {
+        const cuda::DeviceInfo device = cuda::query_device();
+        cuda::PinKey key{device.arch(),
+                         device.cublaslt_version,
+                         to_string(spec.dtype),
+                         spec.pass == Pass::forward ? "forward" : "input_grad",
+                         n,
+                         k,
+                         0};
+        std::vector<SwitchPoint> points;
+        for (std::int64_t rows : cuda::pin_configuration_edges(key, max_rows))
+          points.push_back({rows, "bucket:before " + std::to_string(rows),
+                            "bucket:from " + std::to_string(rows)});
+        return points;
+      }
+      case Kind::split_k_by_rows:
+        return {{cuda::split_k_below_rows, "rows.split-k", "rows.whole"}};
+      default:
+        return {};
+    }
   }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     if ((kind_ == Kind::fixed_order || kind_ == Kind::split_k_by_rows) &&
@@ -150,6 +208,11 @@ class CudaMatmul : public Impl {
       if (f == "input_grad") return cuda::lt_derive_pinned_config_nn(dtype, n, k);
       return cuda::lt_derive_pinned_config_dw(dtype, n, k, chunk);
     });
+    if (std::string(form) == "weight_grad") {
+      record_path("dw.chunks-256");
+    } else {
+      found.record_path();
+    }
     if (batch) {
       // The runner keeps one invocation's record per case; the pin file is named by `source`.
       if (batch->impl_config.is_null()) batch->impl_config = nlohmann::json::object();
@@ -170,6 +233,7 @@ class CudaMatmul : public Impl {
   void run_split_k(Batch& batch, GemmDType dtype, std::int64_t n, std::int64_t k) {
     const int parts =
         batch.invocation->valid_rows() < cuda::split_k_below_rows ? cuda::split_k_parts : 1;
+    record_path(parts > 1 ? "rows.split-k" : "rows.whole");
     batch.impl_config = {{"split_k_parts", parts}};
     if (batch.spec->pass == Pass::forward) {
       cuda::split_k_gemm(batch.in("x"), device_parameter(batch, "w", false), n, parts,
@@ -186,7 +250,7 @@ class CudaMatmul : public Impl {
                std::int64_t n, std::int64_t k, Batch& batch) {
     switch (kind_) {
       case Kind::fixed_order:
-        cuda::fixed_order_gemm(dtype, x, w, y, m, n, k, nullptr);
+        cuda::fixed_order_gemm_forced(dtype, batch.spec->forced_path, x, w, y, m, n, k, nullptr);
         batch.impl_config = {{"path", cuda::fixed_order_gemm_path(dtype)}};
         return;
       case Kind::cublaslt_pinned: {
@@ -212,7 +276,8 @@ class CudaMatmul : public Impl {
     if (kind_ == Kind::fixed_order) {
       // dX = dY · W = dY · (W^T)^T: the forward kernel over the transposed weight, K' = N.
       const DeviceBuffer& w_t = device_parameter(batch, "w", true);
-      cuda::fixed_order_gemm(dtype, dy, w_t.get(), dx, m, k, n, nullptr);
+      cuda::fixed_order_gemm_forced(dtype, batch.spec->forced_path, dy, w_t.get(), dx, m, k, n,
+                                    nullptr);
       return;
     }
     const DeviceBuffer& w = device_parameter(batch, "w", false);

@@ -46,6 +46,13 @@ class CudaRmsnorm : public Impl {
                       "order into the carried fp32 accumulator (no atomics)";
   }
   bool supports(Pass) const override { return true; }
+  std::vector<PathDecl> paths() const override { return cuda::rmsnorm_paths(control_); }
+  // The control switches its launch shape at control_switch_tokens tokens; the fixed-order
+  // layouts depend on the width and dtype only.
+  std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
+    if (!control_ || max_rows < control_switch_tokens) return {};
+    return {{control_switch_tokens, "forward.block-per-row+partials", "forward.rows"}};
+  }
 
   void run(Batch& batch) override {
     const std::int64_t width = batch.spec->dim("H");

@@ -38,6 +38,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "bitcheck/paths.h"
 #include "common/cuda_check.cuh"
 #include "common/vector_io.cuh"
 #include "rmsnorm_kernels.h"
@@ -553,6 +554,7 @@ namespace {
 // Split rows: the partial sums into the workspace first (one block per slice and token).
 void launch_partials(const RmsnormLaunch& a, bool with_gradient, CUstream_st* stream) {
   if (a.row_splits <= 1) return;
+  record_path("partials");
   if (!a.partials || a.token_count > 65535) {
     throw std::invalid_argument(
         "rmsnorm split rows: need a partials workspace and at most 65535 tokens");
@@ -563,6 +565,22 @@ void launch_partials(const RmsnormLaunch& a, bool with_gradient, CUstream_st* st
 }
 
 }  // namespace
+
+std::vector<PathDecl> rmsnorm_paths(bool control) {
+  std::vector<PathDecl> paths = {
+      PathDecl("forward.rows.one-warp",
+               "forward: one warp per row, four rows a block (short rows)"),
+      PathDecl("forward.rows.multi-warp", "forward: whole warps per row, the row in registers"),
+      PathDecl(
+          "forward.block-per-row",
+          "forward: one block per row (rows not a whole number of 16-byte units, or too long)"),
+      PathDecl("backward.vector", "backward: 256 threads a row, 16-byte groups in registers"),
+      PathDecl("backward.block-per-row", "backward: 256 threads a row, scalar loads"),
+      PathDecl("columns.token-sequential", "dweight: each column summed over tokens in order")};
+  if (control)
+    paths.emplace_back("partials", "the row split over blocks, partials in the io dtype");
+  return paths;
+}
 
 RmsnormRowLayout rmsnorm_forward_row_layout(DeviceDType dtype, int64_t width) {
   RmsnormRowLayout layout;
@@ -585,6 +603,7 @@ void rmsnorm_forward(const RmsnormLaunch& a, CUstream_st* stream) {
   const RmsnormRowLayout layout = rmsnorm_forward_row_layout(a.dtype, a.width);
   if (layout.threads_per_row > 0 && a.row_splits <= 1 &&
       a.block_threads == rmsnorm_fixed_block_threads) {
+    record_path(layout.threads_per_row == 32 ? "forward.rows.one-warp" : "forward.rows.multi-warp");
     bool aligned = true;
     for (const void* p : {a.x, a.residual, a.weight, static_cast<const void*>(a.y),
                           static_cast<const void*>(a.h_out)}) {
@@ -602,6 +621,7 @@ void rmsnorm_forward(const RmsnormLaunch& a, CUstream_st* stream) {
         break;
     }
   } else {
+    record_path("forward.block-per-row");
     launch_partials(a, false, stream);
     rmsnorm_forward_kernel<<<static_cast<unsigned>(a.token_count), a.block_threads, 0, stream>>>(a);
   }
@@ -611,7 +631,10 @@ void rmsnorm_forward(const RmsnormLaunch& a, CUstream_st* stream) {
 void rmsnorm_backward_rows(const RmsnormLaunch& a, CUstream_st* stream) {
   if (a.token_count == 0) return;
   const unsigned blocks = static_cast<unsigned>(a.token_count);
-  switch (vector_groups_per_thread(a, 4)) {
+  const int groups = vector_groups_per_thread(a, 4);
+  record_path(groups == 1 || groups == 2 || groups == 4 ? "backward.vector"
+                                                        : "backward.block-per-row");
+  switch (groups) {
     case 1:
       rmsnorm_backward_vector_kernel<1><<<blocks, kVectorThreads, 0, stream>>>(a);
       break;
@@ -632,6 +655,7 @@ void token_column_accumulate(DeviceDType dtype, const void* dy, const void* x, c
                              const float* inverse_rms, const int32_t* tokens, int64_t token_count,
                              int64_t width, float* accumulator, CUstream_st* stream) {
   if (token_count == 0 || width == 0) return;
+  record_path("columns.token-sequential");
   const unsigned blocks = static_cast<unsigned>((width + kColumns - 1) / kColumns);
   token_column_kernel<<<blocks, dim3(kColumns, kTokenWarps), 0, stream>>>(
       dtype, dy, x, residual, inverse_rms, tokens, token_count, width, accumulator);

@@ -3,7 +3,9 @@
 // Plain C++ header, no CUDA headers.
 #pragma once
 #include <cstdint>
+#include <vector>
 
+#include "bitcheck/paths.h"
 #include "common/device_dtype.h"
 
 struct CUstream_st;
@@ -41,6 +43,10 @@ struct RmsnormLaunch {
   void* partials = nullptr;
 };
 constexpr int rmsnorm_fixed_block_threads = 256;
+
+// The launch paths the launchers record (bitcheck/paths.h); the control's split rows add
+// "partials".
+std::vector<PathDecl> rmsnorm_paths(bool control);
 
 // The forward kernel's row layout in the fixed-order configuration, a function of the dtype and
 // the width only (never of the batch): a row of `units` 16-byte units, `threads_per_row` threads

@@ -34,6 +34,12 @@ class CudaRope : public Impl {
                              "buffers) evaluate the same per-element formula";
   }
   bool supports(Pass) const override { return true; }
+  std::vector<PathDecl> paths() const override {
+    return {PathDecl("vector", "16-byte groups, the angle table in shared memory"),
+            PathDecl("scalar",
+                     "one element at a time (head or rotary dims off the 16-byte "
+                     "grid, unaligned buffers)")};
+  }
 
   void run(Batch& batch) override {
     const bool backward = batch.spec->pass == Pass::backward;

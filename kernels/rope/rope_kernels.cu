@@ -22,6 +22,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "bitcheck/paths.h"
 #include "common/convert.cuh"
 #include "common/cuda_check.cuh"
 #include "common/vector_io.cuh"
@@ -228,8 +229,10 @@ void launch(const RopeLaunch& a, cudaStream_t stream) {
   dim3 grid;
   std::size_t shared = 0;
   if (plan_vector(a, plan, grid, shared)) {
+    record_path("vector");
     rope_vector_kernel<T><<<grid, kThreads, shared, stream>>>(a, plan);
   } else {
+    record_path("scalar");
     rope_scalar_kernel<T><<<static_cast<unsigned>(a.slots), kScalarThreads, 0, stream>>>(a);
   }
   BITCHECK_CUDA_LAUNCH_CHECK();

@@ -1,6 +1,7 @@
 // The pin-lookup interface (pin_lookup.h) over the process-wide pin table (pins.h).
 #include "tuner/pin_lookup.h"
 
+#include "bitcheck/paths.h"
 #include "tuner/pins.h"
 
 namespace bitcheck::cuda {
@@ -13,6 +14,36 @@ nlohmann::json PinnedConfig::record() const {
   j["source"] = entry_->source;
   if (!entry_->buckets.empty()) j.update(entry_->bucket_record(rows_));
   return j;
+}
+
+std::string PinnedConfig::bucket_member() const {
+  const PinBucket* bucket = entry_->bucket_for_rows(rows_);
+  if (bucket == nullptr) return "";
+  return std::to_string(bucket->min_rows) + "-" +
+         (bucket->max_rows == 0 ? std::string("") : std::to_string(bucket->max_rows));
+}
+
+void PinnedConfig::record_path() const {
+  const std::string member = bucket_member();
+  if (member.empty()) {
+    bitcheck::record_path("pinned");
+  } else {
+    record_path_member("bucket", member);
+  }
+}
+
+std::vector<std::int64_t> pin_configuration_edges(const PinKey& key, std::int64_t max_rows) {
+  std::vector<std::int64_t> edges;
+  const std::shared_ptr<const PinEntry> entry = PinTable::instance().find(key);
+  if (!entry) return edges;
+  std::string previous;
+  for (const PinBucket& bucket : entry->buckets) {
+    if (bucket.min_rows > max_rows) break;
+    std::string config = lt_config_to_json(bucket.config).dump();
+    if (!previous.empty() && config != previous) edges.push_back(bucket.min_rows);
+    previous = std::move(config);
+  }
+  return edges;
 }
 
 void configure_pins(const std::string& path, bool write_back) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "matmul/cublaslt_gemm.h"
 
@@ -34,6 +35,11 @@ class PinnedConfig {
   // What a case records: the configuration, its source (the pin file, or "derived"), and for a
   // bucketed pin the bucket used, the bit-class and the table's size and fingerprint.
   nlohmann::json record() const;
+  // The launch path a call records: "<min>-<max>" rows of the bucket used (a member of the
+  // "bucket" family), or "" for an unbucketed pin.
+  std::string bucket_member() const;
+  // Records the launch path (bitcheck/paths.h): "bucket:<member>", or "pinned" when unbucketed.
+  void record_path() const;
 
  private:
   std::shared_ptr<const PinEntry> entry_;
@@ -49,6 +55,10 @@ void configure_pins(const std::string& path, bool write_back);
 // when rows < 1.
 PinnedConfig lookup_pin(const PinKey& key, std::int64_t rows,
                         const std::function<LtConfig()>& derive);
+// The rows where the table's bucketed pin for `key` changes configuration (a bucket whose
+// configuration differs from the one before it starts there), up to `max_rows`: the switch points
+// of a pinned GEMM. Empty for an unbucketed pin or a key the table does not hold.
+std::vector<std::int64_t> pin_configuration_edges(const PinKey& key, std::int64_t max_rows);
 // Writes the pins derived in this run back when configure_pins asked for it.
 void write_back_pins();
 

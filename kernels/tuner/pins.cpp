@@ -365,6 +365,15 @@ std::shared_ptr<const PinEntry> PinTable::lookup(const PinKey& key,
   return entry;
 }
 
+std::shared_ptr<const PinEntry> PinTable::find(const PinKey& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  load_locked();
+  for (const auto& entry : entries_) {
+    if (entry->key == key) return entry;
+  }
+  return nullptr;
+}
+
 void PinTable::write_back_if_requested() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!write_back_ || !dirty_) return;

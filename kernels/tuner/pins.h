@@ -83,6 +83,8 @@ class PinTable {
   // Shared, never copied per call: a bucketed table can hold thousands of buckets.
   std::shared_ptr<const PinEntry> lookup(const PinKey& key,
                                          const std::function<LtConfig()>& derive);
+  // The table's entry for `key`, or nullptr; never derives.
+  std::shared_ptr<const PinEntry> find(const PinKey& key);
   // Writes the pins derived in this run when write-back was requested: each into its key's file
   // in a directory, or the whole table into a single file.
   void write_back_if_requested();

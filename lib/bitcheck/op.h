@@ -179,7 +179,7 @@ class Impl {
   // The launch paths the impl can take (PathDecl). run() records the ones each call takes with
   // record_path(); an impl that keeps the default has one path, recorded for it.
   virtual std::vector<PathDecl> paths() const {
-    return {{single_path_name, "the impl's only launch path", "", false, true}};
+    return {PathDecl(single_path_name, "the impl's only launch path")};
   }
   // The batch values where the path changes for the case's shape (spec.rows ignored), up to
   // `max_rows`; empty when the path does not depend on the batch. A sweep's

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bitcheck {
@@ -15,13 +16,36 @@ namespace bitcheck {
 struct PathDecl {
   std::string name;
   std::string description;
-  // Empty: the batch and the shape reach it. Otherwise how a spec reaches a path the batch cannot
-  // (a forced tile, a debugging fallback): the case is run with `"force_paths": [name]`.
+  // How a spec forces the path on every call (`"force_paths": [name]`), or empty when it cannot
+  // be forced. A forced case reaches a path the batch reaches only at other shapes, or not at all.
   std::string forced_by;
+  // false: no batch or shape selects it (a debugging fallback, a tile the automatic pick never
+  // takes): only forcing reaches it, and it has no switch point to cross.
+  bool batch_reachable = true;
   bool family = false;
   // false for paths shown for information only (a composite's components' paths): a sweep that
   // requires coverage does not require them.
   bool required = true;
+
+  PathDecl() = default;
+  PathDecl(std::string path_name, std::string path_description)
+      : name(std::move(path_name)), description(std::move(path_description)) {}
+  PathDecl& forceable(std::string how = "force_paths") {
+    forced_by = std::move(how);
+    return *this;
+  }
+  PathDecl& only_forced() {
+    batch_reachable = false;
+    return forceable();
+  }
+  PathDecl& as_family() {
+    family = true;
+    return *this;
+  }
+  PathDecl& informative() {
+    required = false;
+    return *this;
+  }
   bool forced() const { return !forced_by.empty(); }
   // Whether a recorded path name is this declaration (the name itself, or a member of a family).
   bool matches(const std::string& recorded) const;

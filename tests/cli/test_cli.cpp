@@ -202,7 +202,7 @@ TEST_CASE("bad spec files exit 2 naming file, JSON path and expectation, with no
        {data_dir + "spec_missing_shapes.json", "$.ops.matmul.shapes", "missing"}},
       {"wrong type",
        "--spec " + quote(data_dir + "spec_batches_string.json"),
-       {data_dir + "spec_batches_string.json", "$.defaults.batches", "an array, got string"}},
+       {data_dir + "spec_batches_string.json", "$.defaults.batches", "or \"switch-points\""}},
       {"unknown field",
        "--spec " + quote(data_dir + "spec_unknown_field.json"),
        {data_dir + "spec_unknown_field.json", "$.ops.matmul.batch", "no such field"}},
