@@ -5,12 +5,12 @@ needs, and the markdown report with the mutation score.
 
   mutation-test.py check [--root DIR] [--bitcheck BIN]   headers valid, every patch applies
   mutation-test.py manifest --root DIR --out FILE [--only LIST] [--revision R]
-  mutation-test.py filters MANIFEST                      the union of the sweep filters: "OPS IMPLS"
+  mutation-test.py filters MANIFEST                      the union of the sweep filters: "OPS IMPLS PASSES"
   mutation-test.py select MANIFEST [--only LIST]         the selected mutants' names, one a line
   mutation-test.py field MANIFEST NAME KEY               one field of one mutant (sweep-ops, ...)
   mutation-test.py summarize REPORT --out FILE [--name N] [--exit-code C] [--seconds S] [--timed-out]
                                  [--command CMD]
-  mutation-test.py report DIR [DIR ...] [--out FILE]     the markdown report of one or more runs
+  mutation-test.py report DIR [DIR ...] [--out FILE] [--baseline FILE]   the markdown report of runs
   mutation-test.py selftest                              the judging logic on made-up results
 
 A patch under scripts/mutants/ is NN-name.patch: a header of `# key: value` lines (continued by
@@ -297,8 +297,24 @@ def judge(mutant, result, baseline):
     return verdict
 
 
-def merged_runs(dirs):
+def baseline_verdicts(path):
+    """Verdicts by case id from a baseline result.json or a compact nightly summary
+    (scripts/compact-report.py: "cases": [[id, verdict, fingerprint, ...], ...])."""
+    data = load(path)
+    if "invariant_verdicts" in data:
+        return data["invariant_verdicts"]
+    if isinstance(data.get("cases"), list):
+        return {case[0]: case[1] for case in data["cases"]}
+    if isinstance(data.get("results"), list):
+        return {case["id"]: case["verdict"] for case in data["results"]}
+    raise SystemExit(f"mutation-test: {path} holds no case verdicts")
+
+
+def merged_runs(dirs, baseline_file=None):
     manifest, results, baseline, runs = None, {}, {}, []
+    if baseline_file:
+        baseline.update(baseline_verdicts(baseline_file))
+        results["baseline_file"] = baseline_file
     for directory in dirs:
         path = os.path.join(directory, "manifest.json")
         if os.path.exists(path) and manifest is None:
@@ -347,6 +363,8 @@ def render(manifest, results, baseline, runs):
     lines.append(f"- git commit of the mutated tree: `{manifest.get('revision', '?')}` "
                  f"(manifest written {manifest.get('created', '?')})")
     base = results.get("baseline")
+    if results.get("baseline_file"):
+        lines.append(f"- baseline verdicts also read from `{results['baseline_file']}`")
     if base and base.get("report"):
         failing = [f for f in base.get("failing", [])]
         lines.append(f"- baseline (unmutated binary, the union of the mutants' filters): "
@@ -418,7 +436,7 @@ def cmd_report(args):
     dirs, out = list(args.dirs), args.out
     if out is None and len(dirs) > 1 and dirs[-1].endswith(".md"):
         out = dirs.pop()
-    manifest, results, baseline, runs = merged_runs(dirs)
+    manifest, results, baseline, runs = merged_runs(dirs, args.baseline)
     text, flagged, total = render(manifest, results, baseline, runs)
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -524,6 +542,8 @@ def main():
     p = sub.add_parser("report")
     p.add_argument("dirs", nargs="+")
     p.add_argument("--out")
+    p.add_argument("--baseline", help="verdicts of the unmutated tree from a result.json, a report or a "
+                   "compact nightly summary, where a run has no baseline/ of its own")
     p.set_defaults(run=cmd_report)
     p = sub.add_parser("selftest")
     p.set_defaults(run=cmd_selftest)

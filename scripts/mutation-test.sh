@@ -26,11 +26,13 @@
 #       with --keep-reports (gzipped). --impls replaces every filter's impls (cpu-fixed-order for a
 #       dry run with --backend cpu). Several runs (say, --only baseline,01,02 then 03,04) can be
 #       reported together.
-#   scripts/mutation-test.sh report RUN_DIR [RUN_DIR ...] [OUT.md]
+#   scripts/mutation-test.sh report [--baseline FILE] RUN_DIR [RUN_DIR ...] [OUT.md]
 #       the markdown report (default reports/mutation.md): a row per mutant (path, expected op /
 #       pass / tensor, flagged or not, by which case, layout and tensor), the mutation score, device,
 #       date, git commit and commands. A mutant is flagged when a case of an invariant impl comes
-#       out drift, nondeterministic or inaccurate and the baseline passes that same case.
+#       out drift, nondeterministic or inaccurate and the baseline passes that same case. The
+#       baseline comes from the runs' baseline/ (--only baseline), or --baseline: a result.json, a
+#       report or a compact nightly summary (reports/gpu/nightly-h100/summary.json) of the same tree.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 helper="$root/scripts/mutation-test.py"
