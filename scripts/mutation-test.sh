@@ -7,6 +7,7 @@
 #       every patch has its header fields (and, with BIN, names registered ops and impls) and
 #       applies to this tree (git apply --check); ctest runs it as mutation_patches
 #   scripts/mutation-test.sh build [OUTDIR] [--only 01,02,...] [--no-pack] [--reuse-binary BIN]
+#        [--in-place]
 #       here (nvcc, no GPU): a git worktree of HEAD in build-mutants/src (BITCHECK_MUTANTS_WORKDIR),
 #       one CUDA build in it (Release, sm_90a + compute_80, ccache when present); the unmutated
 #       bitcheck, then for each patch: git apply --check (a patch that does not apply stops the
@@ -14,7 +15,12 @@
 #       OUTDIR (default .mutants) also gets bin/bitcheck (unmutated), manifest.json, sweeps/,
 #       contract/ and these scripts, and is packed as OUTDIR.tar.xz (one xz stream with a large
 #       dictionary: the binaries differ in one object each). --reuse-binary BIN skips compiling and
-#       packs BIN as every binary (tests the plumbing).
+#       packs BIN as every binary (tests the plumbing). --in-place builds in this tree (no git
+#       needed: the GPU machine's copy of the working tree, whose 16 cores build a mutant in
+#       seconds), in BITCHECK_MUTANTS_BUILD (default build-mutants/inplace), with the extra CMake
+#       arguments in BITCHECK_MUTANTS_CMAKE_ARGS (say, -DCMAKE_PREFIX_PATH=... for the
+#       dependencies) and the architectures in BITCHECK_MUTANTS_ARCH; each patch is reverted after
+#       its build, and on any failure.
 #   scripts/mutation-test.sh run BUNDLE OUTDIR [--only baseline,01,...] [--jobs N] [--deadline S]
 #        [--backend cuda|cpu] [--spec FILE|embedded] [--impls LIST] [--keep-reports]
 #       on the GPU machine (BUNDLE: OUTDIR of build, or its .tar.xz): the unmutated binary once on
@@ -50,10 +56,11 @@ install_binary() {  # SOURCE TARGET RPATH: a stripped copy whose rpath finds the
 
 build_phase() {
   local command_line="scripts/mutation-test.sh build $*"
-  local out="" only="" pack=1 reuse=""
+  local out="" only="" pack=1 reuse="" in_place=0
   while [ $# -gt 0 ]; do
     case "$1" in
       --only) only=$2; shift 2 ;;
+      --in-place) in_place=1; shift ;;
       --no-pack) pack=0; shift ;;
       --reuse-binary) reuse=$(realpath "$2"); shift 2 ;;
       -*) die "build: unknown option $1" ;;
@@ -64,8 +71,14 @@ build_phase() {
   local start; start=$(date +%s)
   local workdir=${BITCHECK_MUTANTS_WORKDIR:-$root/build-mutants}
   local src="$workdir/src" build="$workdir/src/build" head revision
-  head=$(git -C "$root" rev-parse HEAD) || die "build: $root is not a git checkout"
-  revision=$(git -C "$root" rev-parse --short=12 HEAD)
+  if [ $in_place = 1 ]; then
+    src=$root
+    build=${BITCHECK_MUTANTS_BUILD:-$root/build-mutants/inplace}
+    revision=${BITCHECK_MUTANTS_REVISION:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+  else
+    head=$(git -C "$root" rev-parse HEAD) || die "build: $root is not a git checkout"
+    revision=$(git -C "$root" rev-parse --short=12 HEAD)
+  fi
   # OUTDIR is replaced: only an earlier bundle or an empty or new directory.
   if [ -d "$out" ] && [ ! -f "$out/manifest.json" ] && [ -n "$(ls -A "$out")" ]; then
     die "build: $out exists and is not a mutation bundle; give another OUTDIR"
@@ -79,6 +92,8 @@ build_phase() {
 
   if [ -n "$reuse" ]; then
     src=$root  # nothing is compiled: the patches must still apply to this tree
+  elif [ $in_place = 1 ]; then
+    command -v ninja >/dev/null || die "build: ninja not found"
   else
     command -v ninja >/dev/null || die "build: ninja not found (scripts/setup.sh installs it)"
     mkdir -p "$workdir"
@@ -94,22 +109,26 @@ build_phase() {
   # Every patch must apply before anything is built: a kernel change that breaks a mutant is named.
   local name
   for name in "${names[@]}"; do
-    git -C "$src" apply --check "$root/scripts/mutants/$name.patch" ||
+    (cd "$src" && git apply --check "$root/scripts/mutants/$name.patch") ||
       die "build: mutant $name does not apply to HEAD ($revision); refresh scripts/mutants/$name.patch"
   done
   local log="$out/build-log.txt"
   echo "mutation-test build at $revision, $(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$log"
   if [ -z "$reuse" ]; then
-    "$root/scripts/setup.sh" --deps-only >/dev/null || die "build: scripts/setup.sh --deps-only failed"
-    local launcher=()
+    if [ $in_place = 0 ]; then
+      "$root/scripts/setup.sh" --deps-only >/dev/null || die "build: scripts/setup.sh --deps-only failed"
+    fi
+    local launcher=() extra=()
+    read -r -a extra <<< "${BITCHECK_MUTANTS_CMAKE_ARGS:-}"
     command -v ccache >/dev/null &&
       launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
     cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_CUDA_ARCHITECTURES="90a-real;80-virtual" "${launcher[@]}" > "$out/configure.log" 2>&1 ||
+      -DCMAKE_CUDA_ARCHITECTURES="${BITCHECK_MUTANTS_ARCH:-90a-real;80-virtual}" "${launcher[@]}" \
+      "${extra[@]}" > "$out/configure.log" 2>&1 ||
       { tail -20 "$out/configure.log"; die "build: cmake configure failed"; }
     grep -q 'CUDA backend ON' "$out/configure.log" ||
       die "build: no CUDA backend (nvcc not found): the mutants are CUDA kernels"
-    trap 'git -C "'"$src"'" reset --quiet --hard' EXIT
+    [ $in_place = 1 ] || trap 'git -C "'"$src"'" reset --quiet --hard' EXIT
     local t0; t0=$(date +%s)
     ninja -C "$build" bitcheck > "$out/ninja-base.log" 2>&1 ||
       { tail -30 "$out/ninja-base.log"; die "build: the unmutated bitcheck does not build"; }
@@ -131,17 +150,24 @@ build_phase() {
       continue
     fi
     local t0; t0=$(date +%s)
-    git -C "$src" apply "$patch" || die "build: mutant $name does not apply"
+    (cd "$src" && git apply "$patch") || die "build: mutant $name does not apply"
+    [ $in_place = 1 ] && trap '(cd "'"$src"'" && git apply -R "'"$patch"'")' EXIT
     if ! ninja -C "$build" bitcheck > "$target/ninja.log" 2>&1; then
-      git -C "$src" apply -R "$patch"
+      (cd "$src" && git apply -R "$patch")
+      trap - EXIT
       grep -E 'error|Error' "$target/ninja.log" | head -20
       die "build: mutant $name does not compile (log: $target/ninja.log)"
     fi
     install_binary "$build/apps/bitcheck" "$target/bitcheck" '$ORIGIN/../../lib' ||
       die "build: install $name"
     # A patch whose binary equals the unmutated one plants nothing (dead code, a wrong #if).
-    cmp -s "$target/bitcheck" "$out/bin/bitcheck" && die "build: mutant $name changes no bit of bitcheck"
-    git -C "$src" apply -R "$patch" || die "build: cannot revert mutant $name"
+    if cmp -s "$target/bitcheck" "$out/bin/bitcheck"; then
+      (cd "$src" && git apply -R "$patch")
+      trap - EXIT
+      die "build: mutant $name changes no bit of bitcheck"
+    fi
+    (cd "$src" && git apply -R "$patch") || die "build: cannot revert mutant $name"
+    [ $in_place = 1 ] && trap - EXIT
     rm -f "$target/ninja.log"
     echo "$name: $(( $(date +%s) - t0 )) s, $(stat -c %s "$target/bitcheck") bytes stripped" | tee -a "$log"
   done
