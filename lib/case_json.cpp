@@ -184,6 +184,7 @@ nlohmann::json case_to_json(const CaseResult& result) {
                       {"layouts", spec.layouts},
                       {"verdict", to_string(result.verdict)}};
   if (result.is_observation) j["observation"] = true;
+  if (spec.ids != IdDistribution::uniform) j["ids"] = to_string(spec.ids);
   if (spec.special_values > 0) j["special_values"] = spec.special_values;
   if (!spec.forced_path.empty()) j["forced_path"] = spec.forced_path;
   if (!result.reason.empty()) j["reason"] = result.reason;
@@ -234,6 +235,11 @@ CaseSpec case_spec_from_json(const JsonCursor& c) {
   spec.repeats = static_cast<int>(c.at("repeats").as_int(2, 100));
   spec.alone_rows = c.at("alone_rows").as_int(1, INT64_MAX);
   if (auto index = c.find("case_index")) spec.index = index->as_int(0, INT64_MAX);
+  if (auto ids = c.find("ids")) {
+    auto distribution = parse_id_distribution(ids->as_string());
+    if (!distribution) ids->fail("a token-id distribution (" + id_distribution_choices() + ")");
+    spec.ids = *distribution;
+  }
   if (auto special = c.find("special_values")) {
     spec.special_values = special->as_number();
     if (!(spec.special_values >= 0.0 && spec.special_values <= max_special_value_rate)) {

@@ -46,6 +46,7 @@ std::string CaseSpec::id() const {
   std::string text = op + "/" + impl + "/" + dtype_name + "/" + to_string(pass) + "/" +
                      dims_string(dims) + "/M=" + std::to_string(rows) +
                      "/seed=" + std::to_string(seed);
+  if (ids != IdDistribution::uniform) text += "/ids=" + to_string(ids);
   if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
   if (!forced_path.empty()) text += "/path=" + forced_path;
   return text;
@@ -55,6 +56,7 @@ std::string CaseSpec::input_group() const {
   std::string text = op + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) +
                      "/M=" + std::to_string(rows) + "/seed=" + std::to_string(seed) +
                      "/alone=" + std::to_string(alone_rows);
+  if (ids != IdDistribution::uniform) text += "/ids=" + to_string(ids);
   if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
   return text;
 }

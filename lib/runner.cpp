@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "bitcheck/layout.h"
 #include "bitcheck/rng.h"
 #include "bitcheck/special_values.h"
+#include "bitcheck/token_ids.h"
 
 namespace bitcheck {
 namespace {
@@ -41,20 +43,25 @@ bool is_output(const TensorDecl& decl) {
 
 // Fills a tensor from the generator: element (row, column) depends only on the key, never on the
 // layout. Rows are split over threads; the values do not depend on the split. With a special-value
-// rate, that fraction of a float tensor's elements is NaN, +-Inf, subnormal or -0 instead.
+// rate, that fraction of a float tensor's elements is NaN, +-Inf, subnormal or -0 instead; token
+// ids follow the case's id distribution.
 Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::uint64_t seed,
-                double special_value_rate = 0) {
+                double special_value_rate = 0, IdDistribution ids = IdDistribution::uniform) {
   Tensor tensor(decl.dtype, std::move(shape));
   const std::uint64_t name_hash = hash_name(decl.name);
   const std::int64_t rows = tensor.rows(), width = tensor.row_size();
+  const auto bound = static_cast<std::uint64_t>(std::max<std::int64_t>(1, decl.index_bound));
+  std::optional<TokenIdSampler> token_ids;
+  if (decl.generator == Generator::token_id) token_ids.emplace(ids, seed, bound);
   auto fill_rows = [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t r = first; r < last; ++r) {
       for (std::int64_t c = 0; c < width; ++c) {
         std::int64_t index = r * width + c;
         if (decl.generator == Generator::index) {
-          auto bound = static_cast<std::uint64_t>(std::max<std::int64_t>(1, decl.index_bound));
           tensor.set_int(index,
                          static_cast<std::int32_t>(counter_index(seed, name_hash, r, c, bound)));
+        } else if (token_ids) {
+          tensor.set_int(index, static_cast<std::int32_t>(token_ids->id(name_hash, r, c)));
         } else {
           tensor.set(index, counter_uniform(seed, name_hash, r, c) * decl.scale);
           SpecialElement special =
@@ -214,7 +221,7 @@ Inputs generate_inputs(const CasePlan& plan, const CaseSpec& spec, ParameterCach
       inputs.ids[decl.name] = id;
     } else if (decl.role == TensorRole::row_input) {
       inputs.tensors[decl.name] = std::make_shared<const Tensor>(
-          generate(decl, full_shape(decl, plan.rows), spec.seed, spec.special_values));
+          generate(decl, full_shape(decl, plan.rows), spec.seed, spec.special_values, spec.ids));
       inputs.ids[decl.name] = new_input_id();
     }
   }

@@ -155,6 +155,14 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
     sweep.repeats = static_cast<int>(repeats->as_int(2, 100));
   // At least 2: the alone sample always holds the first and the last row.
   if (auto alone = node.find("alone_rows")) sweep.alone_rows = alone->as_int(2, max_batch);
+  if (auto ids = node.find("ids")) {
+    const std::string name = ids->as_string();
+    auto distribution = parse_id_distribution(name);
+    if (!distribution) {
+      ids->fail(id_distribution_choices() + " (how token ids are drawn), got \"" + name + "\"");
+    }
+    sweep.ids = *distribution;
+  }
   if (auto special = node.find("special_values")) {
     const std::string expected =
         "true, false or a rate in [0, " + special_value_rate_string(max_special_value_rate) +
@@ -170,6 +178,35 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
       sweep.special_values = rate;
     }
   }
+}
+
+// Whether a case has a token-id input for CaseSpec::ids to shape.
+bool has_token_ids(const OpDef& op, const CaseSpec& c) {
+  if (!op.tensors) return false;
+  try {
+    for (const TensorDecl& decl : op.tensors(c)) {
+      if (decl.generator == Generator::token_id) return true;
+    }
+  } catch (const std::exception&) {
+    // A shape the op refuses: the case is skipped, nothing is drawn.
+  }
+  return false;
+}
+
+// Whether the entry's cases have a token-id input for an id distribution to shape.
+bool draws_token_ids(const OpDef& op, const OpSweep& sweep) {
+  for (const auto& dims : sweep.shapes) {
+    for (const auto& pass_name : sweep.passes) {
+      CaseSpec c;
+      c.op = op.name;
+      c.dtype_name = sweep.dtypes.empty() ? "fp32" : sweep.dtypes.front();
+      c.dtype = parse_dtype(c.dtype_name).value_or(DType::fp32);
+      c.pass = parse_pass(pass_name).value_or(Pass::forward);
+      c.dims = dims;
+      if (has_token_ids(op, c)) return true;
+    }
+  }
+  return false;
 }
 
 std::vector<Dims> parse_shapes(const JsonCursor& shapes, const OpDef& op) {
@@ -218,7 +255,7 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
   defaults.batches = {1, 2, 3, 7, 16, 33};
   if (auto node = root.find("defaults")) {
     node->allow_only({"impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats",
-                      "alone_rows", "special_values", "switch_budget", "switch_max_batch"});
+                      "alone_rows", "special_values", "ids", "switch_budget", "switch_max_batch"});
     parse_common(*node, registry, contract, nullptr, defaults);
   }
 
@@ -240,7 +277,7 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
           .fail("a registered op (" + known + "), got \"" + op_name + "\"");
     }
     entry.allow_only({"op", "description", "impls", "dtypes", "passes", "layouts", "seeds",
-                      "batches", "repeats", "alone_rows", "special_values", "shapes",
+                      "batches", "repeats", "alone_rows", "special_values", "ids", "shapes",
                       "switch_budget", "switch_max_batch", "force_paths"});
     OpSweep sweep = defaults;
     sweep.op = op_name;
@@ -255,6 +292,15 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
       }
     }
     sweep.shapes = parse_shapes(entry.at("shapes"), *op);
+    // An op entry that asks for an id distribution its op has no ids for is a mistake; one
+    // inherited from the defaults applies to the ops that have token ids and leaves the others.
+    if (auto ids = entry.find("ids")) {
+      if (sweep.ids != IdDistribution::uniform && !draws_token_ids(*op, sweep)) {
+        ids->fail("\"uniform\": " + op_name +
+                  " has no token-id input (such as embedding's ids or logprob's targets) for \"" +
+                  to_string(sweep.ids) + "\" to shape");
+      }
+    }
     spec.ops.push_back(sweep);
   }
   return spec;
@@ -313,6 +359,11 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const
                                       "] (0 turns special values off), got " +
                                       special_value_rate_string(*overrides.special_values));
   }
+  std::optional<IdDistribution> ids;
+  if (overrides.ids) {
+    ids = parse_id_distribution(*overrides.ids);
+    if (!ids) fail("--ids", id_distribution_choices() + ", got \"" + *overrides.ids + "\"");
+  }
   if (overrides.shard_count < 1 || overrides.shard_index < 0 ||
       overrides.shard_index >= overrides.shard_count) {
     fail("--shard", "i/n with 0 <= i < n");
@@ -336,6 +387,7 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const
     if (!overrides.seeds.empty()) sweep.seeds = overrides.seeds;
     if (overrides.repeats) sweep.repeats = *overrides.repeats;
     if (overrides.special_values) sweep.special_values = *overrides.special_values;
+    if (ids) sweep.ids = *ids;
     kept.push_back(sweep);
   }
   if (kept.empty()) {
@@ -344,6 +396,13 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const
            "an op, dtype and pass that some entry of the sweep spec " + spec.source + " runs");
     }
     fail("--op", "an op that the sweep spec " + spec.source + " lists");
+  }
+  if (ids && *ids != IdDistribution::uniform &&
+      std::none_of(kept.begin(), kept.end(), [&](const OpSweep& sweep) {
+        return draws_token_ids(*registry.find_op(sweep.op), sweep);
+      })) {
+    fail("--ids", "an op with token-id inputs among the ops run (embedding, logprob, ...) for \"" +
+                      *overrides.ids + "\" to shape");
   }
   spec.ops = kept;
   return spec;
@@ -453,6 +512,7 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
   std::vector<CaseSpec> cases;
   std::int64_t next_index = 0;
   for (const auto& sweep : spec.ops) {
+    const OpDef& op = *registry.find_op(sweep.op);
     std::vector<Impl*> impls;
     if (sweep.impls.empty()) {
       impls = registry.impls(sweep.op);
@@ -508,6 +568,9 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
                   c.repeats = sweep.repeats;
                   c.alone_rows = sweep.alone_rows;
                   c.special_values = sweep.special_values;
+                  // Only a case with token ids carries a distribution (and names it in its id).
+                  if (sweep.ids != IdDistribution::uniform && has_token_ids(op, c))
+                    c.ids = sweep.ids;
                   c.forced_path = path;
                   c.index = next_index++;
                   cases.push_back(c);

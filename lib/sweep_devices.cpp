@@ -80,6 +80,7 @@ std::vector<std::string> shard_args(const SweepOptions& options, const std::stri
     rate << *o.special_values;
     add("--special-values-rate", rate.str());
   }
+  if (o.ids) add("--ids", *o.ids);
   for (const auto& report : options.skip_done_reports) add("--skip-done", report);
   for (const auto& arg : external_impl_arguments()) args.push_back(arg);  // --plugin, --py-impl
   if (options.isolation == SweepOptions::Isolation::on) args.push_back("--isolate");

@@ -31,6 +31,8 @@ struct SweepFlags {
   bool special_values = false;
   double special_values_rate = 0;
   CLI::Option* special_rate_option = nullptr;
+  std::string ids;
+  CLI::Option* ids_option = nullptr;
   ExternalImpls external;  // --plugin, --py-impl
 };
 
@@ -93,6 +95,10 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
   flags.special_rate_option = command.add_option(
       "--special-values-rate", flags.special_values_rate,
       "Special values at this rate in [0, 0.5] (0 turns off what the spec enables)");
+  flags.ids_option = command.add_option(
+      "--ids", flags.ids,
+      "Token-id distribution of the ops with token-id inputs (embedding ids, logprob targets, the "
+      "chain's): uniform, zipf (real text's 1/rank frequencies) or few (4 ids)");
   command
       .add_option(
           "--devices", sweep.devices,
@@ -168,6 +174,7 @@ int run(SweepFlags& flags, const Registry& registry) {
   if (flags.special_values) sweep.overrides.special_values = default_special_value_rate;
   if (flags.special_rate_option->count())
     sweep.overrides.special_values = flags.special_values_rate;
+  if (flags.ids_option->count()) sweep.overrides.ids = flags.ids;
   if (!flags.shard.empty()) parse_shard(flags.shard, sweep.overrides);
   sweep.skip_done_reports = flags.skip_done;
   for (const auto& path : flags.skip_done) add_done_case_ids(path, sweep.overrides.skip_ids);

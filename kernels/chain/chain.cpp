@@ -39,8 +39,8 @@ std::string parameter_name(const chain::Call& call, const TensorDecl& decl) {
 std::vector<TensorDecl> chain_tensors(const OpDefs& ops, const CaseSpec& spec) {
   const std::int64_t vocab = spec.dim("V");
   std::vector<TensorDecl> decls = {
-      {"ids", TensorRole::row_input, DType::i32, {1}, Generator::index, 1.0f, vocab},
-      {"target", TensorRole::row_input, DType::i32, {1}, Generator::index, 1.0f, vocab},
+      {"ids", TensorRole::row_input, DType::i32, {1}, Generator::token_id, 1.0f, vocab},
+      {"target", TensorRole::row_input, DType::i32, {1}, Generator::token_id, 1.0f, vocab},
   };
   if (spec.pass == Pass::backward)
     decls.push_back({"dlogprob", TensorRole::row_input, DType::fp32, {1}});

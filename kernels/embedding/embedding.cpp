@@ -31,7 +31,7 @@ void register_embedding_op(Registry& registry) {
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t v = spec.dim("V"), h = spec.dim("H");
     std::vector<TensorDecl> decls = {
-        {"ids", TensorRole::row_input, DType::i32, {1}, Generator::index, 1.0f, v},
+        {"ids", TensorRole::row_input, DType::i32, {1}, Generator::token_id, 1.0f, v},
         embedding_table_decl(spec),
     };
     if (spec.pass == Pass::forward) {

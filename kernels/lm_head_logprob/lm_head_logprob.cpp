@@ -31,7 +31,7 @@ void register_lm_head_logprob_op(Registry& registry) {
     std::vector<TensorDecl> decls = {
         {"h", TensorRole::row_input, spec.dtype, {h}},
         embedding_table_decl(spec),
-        {"target", TensorRole::row_input, DType::i32, {1}, Generator::index, 1.0f, v},
+        {"target", TensorRole::row_input, DType::i32, {1}, Generator::token_id, 1.0f, v},
     };
     if (spec.pass == Pass::forward) {
       decls.push_back({"logprob", TensorRole::row_output, DType::fp32, {1}});

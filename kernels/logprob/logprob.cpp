@@ -50,7 +50,7 @@ void register_logprob_op(Registry& registry) {
     // Logits in [-4, 4): a softmax with real contrast, not a near-uniform one.
     std::vector<TensorDecl> decls = {
         {"logits", TensorRole::row_input, spec.dtype, {v}, Generator::uniform, 4.0f},
-        {"target", TensorRole::row_input, DType::i32, {1}, Generator::index, 1.0f, v},
+        {"target", TensorRole::row_input, DType::i32, {1}, Generator::token_id, 1.0f, v},
     };
     if (spec.pass == Pass::forward) {
       decls.push_back({"logprob", TensorRole::row_output, DType::fp32, {1}});

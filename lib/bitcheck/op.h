@@ -15,6 +15,7 @@
 #include "bitcheck/dtype.h"
 #include "bitcheck/paths.h"
 #include "bitcheck/tensor.h"
+#include "bitcheck/token_ids.h"
 
 namespace bitcheck {
 
@@ -41,11 +42,15 @@ struct CaseSpec {
   std::int64_t index = 0;        // position in the sweep's full case list (shards keep it)
   // Fraction of float row-input elements replaced by NaN, +-Inf, subnormals and -0 (0 = off).
   double special_values = 0;
+  // How the token-id inputs (Generator::token_id) are drawn. Only a case whose op has such an
+  // input holds anything but uniform (the spec expansion sees to it).
+  IdDistribution ids = IdDistribution::uniform;
   // A declared path forced on every call (a path the batch cannot reach, see PathDecl::forced_by);
   // empty = the impl picks its paths itself.
   std::string forced_path;
-  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/special=rate" when special values are
-  // on and "/path=name" when a path is forced
+  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/ids=zipf" (or few) when the ids are
+  // not uniform, "/special=rate" when special values are on and "/path=name" when a path is
+  // forced
   std::string id() const;
   // The case's inputs and reference without its impl: cases of one group get identical inputs and
   // one FP32 reference (the runner computes it once per group; shards keep a group together).
@@ -62,8 +67,9 @@ enum class TensorRole {
 std::string to_string(TensorRole role);
 
 enum class Generator {
-  uniform,  // counter_uniform(...) * scale, rounded to the tensor dtype
-  index,    // integer in [0, index_bound)
+  uniform,   // counter_uniform(...) * scale, rounded to the tensor dtype
+  index,     // integer in [0, index_bound), uniform (positions)
+  token_id,  // token id in [0, index_bound), drawn from the case's IdDistribution (CaseSpec::ids)
 };
 
 struct TensorDecl {

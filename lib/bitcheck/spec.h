@@ -33,6 +33,8 @@ struct OpSweep {
   int repeats = 2;
   std::int64_t alone_rows = 64;
   double special_values = 0;  // rate of special input values (0 = off)
+  // Token-id distribution of the cases whose op has token-id inputs; the others stay uniform.
+  IdDistribution ids = IdDistribution::uniform;
 };
 
 struct SweepSpec {
@@ -53,6 +55,7 @@ struct SweepOverrides {
   std::string backend = "auto";  // auto | cpu | cuda
   std::optional<int> repeats;
   std::optional<double> special_values;  // --special-values[-rate]: a rate in [0, 0.5], 0 = off
+  std::optional<std::string> ids;        // --ids: uniform, zipf or few
   int shard_index = 0;                   // --shard i/n: run the cases whose index is i modulo n
   int shard_count = 1;
   // --skip-done REPORT: case ids already checked in earlier (e.g. interrupted) reports; they are

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +21,11 @@ namespace {
 std::vector<std::string> default_spec_ops() {
   json spec = json::parse(read_file(source_dir + "/sweeps/default.json"));
   std::vector<std::string> ops;
-  for (const auto& [name, entry] : spec["ops"].items()) ops.push_back(name);
+  // An entry is keyed by its op, or by a label naming the op in "op".
+  for (const auto& [name, entry] : spec["ops"].items()) {
+    const std::string op = entry.value("op", name);
+    if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+  }
   return ops;
 }
 
@@ -215,6 +220,13 @@ TEST_CASE("bad spec files exit 2 naming file, JSON path and expectation, with no
       {"duplicate key",
        "--spec " + quote(data_dir + "spec_duplicate_key.json"),
        {data_dir + "spec_duplicate_key.json", "$.ops.matmul.shapes[1].N", "appears twice"}},
+      {"unknown id distribution",
+       "--spec " + quote(data_dir + "spec_unknown_ids.json"),
+       {data_dir + "spec_unknown_ids.json", "$.ops.embedding.ids",
+        "\"uniform\", \"zipf\" or \"few\"", "zipfian"}},
+      {"id distribution for an op without token ids",
+       "--spec " + quote(data_dir + "spec_ids_without_token_ids.json"),
+       {data_dir + "spec_ids_without_token_ids.json", "$.ops.lm_head.ids", "no token-id input"}},
       {"unreadable path",
        "--spec /nonexistent.json",
        {"/nonexistent.json", ": $: ", "readable file"}},
@@ -242,6 +254,12 @@ TEST_CASE("bad command-line values exit 2 naming the flag and expectation, with 
       {"bad seed", "--seed abc", {"command line", "--seed", "abc"}},
       {"negative seed", "--seed -1", {"command line", "--seed", "-1"}},
       {"one repeat", "--repeats 1", {"command line", "--repeats", "at least 2"}},
+      {"unknown id distribution",
+       "--ids zipfian",
+       {"command line", "--ids", "\"uniform\", \"zipf\" or \"few\"", "zipfian"}},
+      {"id distribution for ops without token ids",
+       "--ids zipf --op rmsnorm",
+       {"command line", "--ids", "token-id inputs"}},
       {"unknown op in the spec wins over filters",
        "--op matmul --spec " + quote(data_dir + "spec_unknown_op.json"),
        {"$.ops.nope"}},

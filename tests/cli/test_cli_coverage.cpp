@@ -66,9 +66,10 @@ TEST_CASE("cases record the paths per layout and coverage finds the crossings", 
 TEST_CASE("sweep --require-coverage fails when a declared path never ran", "[cli][paths]") {
   TempDir dir;
   // scale's dscale path runs only in the backward.
-  const std::string sweep = "sweep --op scale --backend cpu --dtype bf16 --batch 1,8 "
-                            "--require-coverage --no-progress --out " +
-                            quote(dir.path());
+  const std::string sweep =
+      "sweep --op scale --backend cpu --dtype bf16 --batch 1,8 "
+      "--require-coverage --no-progress --out " +
+      quote(dir.path());
   Run forward_only = run_bitcheck(dir, sweep + " --pass forward");
   CHECK(forward_only.exit_code == 1);
   CHECK_THAT(forward_only.out,

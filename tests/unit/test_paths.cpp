@@ -36,7 +36,9 @@ TEST_CASE("recordings nest and nothing is recorded outside one", "[paths]") {
 
 TEST_CASE("switch points are where the path of M differs from M - 1", "[paths]") {
   auto points = switch_points_of(
-      [](std::int64_t m) { return std::string(m < 4 ? "small" : m < 10 ? "mid" : "large"); }, 20);
+      [](std::int64_t m) { return std::string(m < 4    ? "small"
+                                              : m < 10 ? "mid"
+                                                       : "large"); }, 20);
   REQUIRE(points.size() == 2);
   CHECK(points[0].rows == 4);
   CHECK(points[0].from == "small");
@@ -78,10 +80,10 @@ TEST_CASE("coverage counts runs, safe crossings, drifted crossings and gaps", "[
   json report = {{"paths_declared", {{"op/good", declared}, {"op/control", declared}}},
                  {"results", json::array()}};
   // good: alone ran body+tail, batch body only, padded body+tail: batch crossed, bits held.
-  report["results"].push_back(case_entry(
-      "good", false,
-      {{"alone", {"body", "tail"}}, {"batch", {"body"}}, {"padded", {"body", "tail"}}},
-      json::array()));
+  report["results"].push_back(
+      case_entry("good", false,
+                 {{"alone", {"body", "tail"}}, {"batch", {"body"}}, {"padded", {"body", "tail"}}},
+                 json::array()));
   // good again, with an undeclared path recorded.
   report["results"].push_back(case_entry(
       "good", false, {{"alone", {"body"}}, {"batch", {"body", "odd"}}, {"padded", {"body"}}},

@@ -173,6 +173,8 @@ TEST_CASE("every bad spec is BadInput naming file, JSON path and expectation", "
       {"spec_unknown_layout.json", "$.ops.rmsnorm.layouts[1]", "a layout"},
       {"spec_missing_dim.json", "$.ops.matmul.shapes[1].K", "missing"},
       {"spec_duplicate_key.json", "$.ops.matmul.shapes[1].N", "each key once per object"},
+      {"spec_unknown_ids.json", "$.ops.embedding.ids", "\"uniform\", \"zipf\" or \"few\""},
+      {"spec_ids_without_token_ids.json", "$.ops.lm_head.ids", "no token-id input"},
   };
   for (const auto& bad : cases) {
     const std::string path = data_dir + bad.file;

@@ -32,7 +32,7 @@ inline bitcheck::Registry out_of_range_registry(const std::string& op,
   def.tensors = [tensors](const bitcheck::CaseSpec& spec) {
     auto decls = tensors(spec);
     for (auto& decl : decls) {
-      if (decl.generator == bitcheck::Generator::index) decl.index_bound *= 2;
+      if (decl.generator == bitcheck::Generator::token_id) decl.index_bound *= 2;
     }
     return decls;
   };
