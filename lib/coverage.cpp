@@ -197,6 +197,19 @@ nlohmann::json coverage_to_json(const Coverage& coverage) {
           {"never_crossed", never_crossed(coverage)}};
 }
 
+nlohmann::json coverage_summary_json(const Coverage& coverage) {
+  nlohmann::json impls = nlohmann::json::object();
+  for (const auto& entry : coverage.impls) {
+    nlohmann::json paths = nlohmann::json::object();
+    for (const auto& path : entry.paths)
+      paths[path.decl.name] = {path.cases_ran, path.cases_crossed, path.crossings_drifted};
+    impls[entry.op + "/" + entry.impl] = std::move(paths);
+  }
+  return {{"paths", std::move(impls)},
+          {"gaps", coverage_gaps(coverage)},
+          {"never_crossed", never_crossed(coverage)}};
+}
+
 std::string render_coverage(const Coverage& coverage, bool invariant_only) {
   std::ostringstream out;
   std::size_t declared = 0, impls = 0;

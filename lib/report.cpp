@@ -46,6 +46,8 @@ void refresh_report_summary(nlohmann::json& report, const std::vector<std::strin
   report["summary"] = summary_to_json(summarize(outcomes, op_order));
   report["first_failing_op"] = report["summary"]["first_failing_op"];
   report["status_matrix"] = matrix_to_json(build_matrix(outcomes, op_order));
+  if (report.contains("paths_declared"))
+    report["coverage"] = coverage_summary_json(compute_coverage(report));
 }
 
 nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports,
@@ -161,6 +163,7 @@ nlohmann::json build_report(const RunMeta& meta, const nlohmann::json& environme
   report["first_failing_op"] = report["summary"]["first_failing_op"];
   report["status_matrix"] = matrix_to_json(build_matrix(results, op_order_of(registry)));
   report["paths_declared"] = declared_paths_json(results, registry);
+  report["coverage"] = coverage_summary_json(compute_coverage(report));
   // Where the run's time went, summed over the cases that ran: the impls (device work and
   // transfers), the FP32 references, the bitwise and accuracy comparisons, input generation.
   CaseTimings split;

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "bitcheck/bench.h"
+#include "bitcheck/coverage.h"
 #include "bitcheck/json_input.h"
 #include "bitcheck/matrix_render.h"
 #include "bitcheck/op.h"
@@ -261,7 +262,8 @@ std::string header_section(const nlohmann::json& report) {
          "previous case, <span class=\"kbd\">Esc</span> closes.</span></p>\n"
       << "<nav><a href=\"#changes\">What changed</a> · <a href=\"#matrix-section\">Status "
          "matrix</a> · "
-         "<a href=\"#controls\">Controls and library defaults</a> · <a href=\"#cost\">Cost of "
+         "<a href=\"#controls\">Controls and library defaults</a> · <a href=\"#coverage\">Path "
+         "coverage</a> · <a href=\"#cost\">Cost of "
          "invariance</a> · "
          "<a href=\"#history\">History</a></nav>\n</header>\n";
   return out.str();
@@ -595,6 +597,60 @@ std::string cost_plot(const std::string& title, const std::vector<const nlohmann
     ++index;
   }
   out << "</svg>";
+  return out.str();
+}
+
+// The launch paths of the invariant impls (bitcheck coverage): per path the cases that ran it, the
+// cases where a layout on another path kept the bits (crossed), and crossings that drifted; the
+// gaps first. Informative paths (a composite's components') are counted, not listed.
+std::string coverage_section(const nlohmann::json& report) {
+  std::ostringstream out;
+  out << "<section id=\"coverage\">\n<h2>Launch-path coverage</h2>\n";
+  if (!report.contains("paths_declared")) {
+    out << "<p class=\"note\">This report records no launch paths.</p>\n</section>\n";
+    return out.str();
+  }
+  const Coverage coverage = compute_coverage(report);
+  const std::vector<std::string> gaps = coverage_gaps(coverage);
+  out << "<p class=\"note\">Each impl declares the paths its kernels can take and every call "
+         "records the one it took. <b>Crossed</b>: cases where a compared layout ran another path "
+         "than the reference layout and the bits still matched, the evidence that the switch keeps "
+         "the bits. Invariant impls only.</p>\n";
+  if (gaps.empty()) {
+    out << "<p class=\"verdict-line st-pass\">Every declared path of the invariant impls "
+           "ran.</p>\n";
+  } else {
+    out << "<ul id=\"coverage-gaps\">";
+    for (const auto& gap : gaps) out << "<li class=\"st-drift\">" << escape_html(gap) << "</li>";
+    out << "</ul>\n";
+  }
+  out << "<table id=\"coverage-table\"><thead><tr><th>op/impl</th><th>path</th><th>ran</th>"
+         "<th>crossed</th><th>drifted</th><th>note</th></tr></thead><tbody>\n";
+  for (const auto& entry : coverage.impls) {
+    if (!entry.invariant) continue;
+    std::size_t informative = 0;
+    for (const auto& path : entry.paths) {
+      if (!path.decl.required) {
+        ++informative;
+        continue;
+      }
+      const char* status = path.cases_ran == 0      ? "st-drift"
+                           : path.cases_crossed > 0 ? "st-pass"
+                                                    : "";
+      out << "<tr><td>" << escape_html(entry.op + "/" + entry.impl) << "</td><td>"
+          << escape_html(path.decl.name) << "</td><td class=\"" << status << "\">" << path.cases_ran
+          << "</td><td>" << path.cases_crossed << "</td><td>" << path.crossings_drifted
+          << "</td><td>"
+          << escape_html(path.decl.forced() ? "forceable (" + path.decl.forced_by + ")" : "")
+          << "</td></tr>\n";
+    }
+    if (informative > 0) {
+      out << "<tr><td>" << escape_html(entry.op + "/" + entry.impl) << "</td><td colspan=\"5\" "
+          << "class=\"note\">" << informative
+          << " component paths shown by bitcheck coverage --all</td></tr>\n";
+    }
+  }
+  out << "</tbody></table>\n</section>\n";
   return out.str();
 }
 
@@ -1085,8 +1141,8 @@ std::string render_report_page(const nlohmann::json& report, const ReportPageOpt
       << ", " << escape_html(gpu) << ", git " << escape_html(str(meta, "git_revision"))
       << "</title>\n<style>" << page_css << "</style>\n</head><body>\n"
       << header_section(report) << changes_section(report, options.previous)
-      << matrix_section(report) << controls_section(report) << cost_section(options.bench)
-      << history_section(report, options.previous)
+      << matrix_section(report) << controls_section(report) << coverage_section(report)
+      << cost_section(options.bench) << history_section(report, options.previous)
       << "<script type=\"application/json\" id=\"bitcheck-data\">"
       << json_for_script(page_data(report, options)) << "</script>\n<script>" << page_script
       << "</script>\n</body></html>\n";

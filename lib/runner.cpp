@@ -466,8 +466,10 @@ class CasePipeline {
     result.accuracy = std::move(accuracy_.tensors);
     result.fingerprint = std::move(fingerprint_);
     result.impl_config = std::move(impl_config_);
-    for (auto& [layout, paths] : paths_)
+    for (auto& [layout, paths] : paths_) {
+      if (paths.empty()) continue;  // the layout's first call failed (an error case)
       result.paths[layout] = std::vector<std::string>(paths.begin(), paths.end());
+    }
     result.timings = timings_;
   }
 

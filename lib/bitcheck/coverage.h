@@ -60,6 +60,9 @@ std::vector<std::string> coverage_gaps(const Coverage& coverage);
 // bits still matching); informative: a path the batch does not select has nothing to cross.
 std::vector<std::string> never_crossed(const Coverage& coverage);
 nlohmann::json coverage_to_json(const Coverage& coverage);
+// The report's "coverage": per "op/impl", each declared path's [cases run, cases crossed,
+// crossings that drifted]; then the gaps and the paths never crossed.
+nlohmann::json coverage_summary_json(const Coverage& coverage);
 // The table for the terminal: per impl, each path's cases run, crossed and drifted, then the
 // paths never run and never crossed. `invariant_only` leaves out controls and library defaults.
 std::string render_coverage(const Coverage& coverage, bool invariant_only);

@@ -55,6 +55,18 @@ TEST_CASE("cases record the paths per layout and coverage finds the crossings", 
   CHECK((*control_body)["crossings_drifted"].get<int>() > 0);
   CHECK(table["gaps"].empty());
 
+  // The report carries the table; the nightly page shows it.
+  REQUIRE(report.contains("coverage"));
+  CHECK(report["coverage"]["gaps"].empty());
+  CHECK(report["coverage"]["paths"]["silu/cpu-fixed-order"]["tail.scalar"][1].get<int>() > 0);
+  Run page = run_bitcheck(dir, "matrix --format html --out " + quote(dir / "index.html") + " " +
+                                   quote(dir / "report.json"));
+  REQUIRE(page.exit_code == 0);
+  const std::string html = read_file(dir / "index.html");
+  CHECK_THAT(html, Catch::Contains("id=\"coverage-table\""));
+  CHECK_THAT(html, Catch::Contains("Every declared path of the invariant impls ran"));
+  CHECK_THAT(html, Catch::Contains("<td>tail.scalar</td>"));
+
   Run text = run_bitcheck(dir, "coverage " + quote(dir / "report.json"));
   REQUIRE(text.exit_code == 0);
   CHECK_THAT(text.out, Catch::Contains("silu/cpu-fixed-order"));
@@ -76,6 +88,11 @@ TEST_CASE("sweep --require-coverage fails when a declared path never ran", "[cli
              Catch::Contains("scale/cpu-fixed-order: path columns.token-sequential never ran"));
   Run coverage = run_bitcheck(dir, "coverage --require " + quote(dir / "report.json"));
   CHECK(coverage.exit_code == 1);
+  Run page = run_bitcheck(dir, "matrix --format html --out " + quote(dir / "index.html") + " " +
+                                   quote(dir / "report.json"));
+  REQUIRE(page.exit_code == 0);
+  CHECK_THAT(read_file(dir / "index.html"),
+             Catch::Contains("scale/cpu-fixed-order: path columns.token-sequential never ran"));
   CHECK_THAT(coverage.out, Catch::Contains("gap: scale/cpu-fixed-order"));
 
   Run both = run_bitcheck(dir, sweep);

@@ -297,6 +297,11 @@ TEST_CASE("embedding dtable under zipf ids: the fixed-order impl passes, its con
 }
 
 TEST_CASE("the nightly draws real-text ids for every op with token ids", "[token_ids][spec]") {
+  // The nightly names CUDA impls (forced paths): a build without the CUDA backend cannot read it.
+  if (!world().registry.find_impl("attention", "fixed-order")) {
+    WARN("built without the CUDA backend: the GPU nightly spec names CUDA impls, not read here");
+    return;
+  }
   SweepSpec spec = load_sweep_spec(std::string(BITCHECK_SOURCE_DIR) + "/sweeps/nightly-gpu.json",
                                    world().registry, world().contract);
   std::map<std::string, std::set<IdDistribution>> by_op;
