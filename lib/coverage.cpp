@@ -163,7 +163,8 @@ std::vector<std::string> never_crossed(const Coverage& coverage) {
   for (const auto& entry : coverage.impls) {
     if (!entry.invariant || entry.paths.size() < 2) continue;
     for (const auto& path : entry.paths) {
-      if (path.cases_ran > 0 && path.cases_crossed == 0 && path.decl.batch_reachable)
+      if (path.decl.required && path.cases_ran > 0 && path.cases_crossed == 0 &&
+          path.decl.batch_reachable)
         list.push_back(entry.op + "/" + entry.impl + ": " + path.decl.name);
     }
   }
