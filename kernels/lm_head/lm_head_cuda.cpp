@@ -70,11 +70,7 @@ std::vector<SwitchPoint> gemm_switch_points(GemmPath path, const CaseSpec& spec,
                        v,
                        hidden,
                        0};
-      std::vector<SwitchPoint> points;
-      for (std::int64_t rows : cuda::pin_configuration_edges(key, max_rows))
-        points.push_back(
-            {rows, "bucket:before " + std::to_string(rows), "bucket:from " + std::to_string(rows)});
-      return points;
+      return cuda::pin_switch_points(key, max_rows);
     }
     case GemmPath::split_k_by_rows:
       return {{cuda::split_k_below_rows, "rows.split-k", "rows.whole"}};

@@ -128,11 +128,7 @@ class CudaMatmul : public Impl {
                          n,
                          k,
                          0};
-        std::vector<SwitchPoint> points;
-        for (std::int64_t rows : cuda::pin_configuration_edges(key, max_rows))
-          points.push_back({rows, "bucket:before " + std::to_string(rows),
-                            "bucket:from " + std::to_string(rows)});
-        return points;
+        return cuda::pin_switch_points(key, max_rows);
       }
       case Kind::split_k_by_rows:
         return {{cuda::split_k_below_rows, "rows.split-k", "rows.whole"}};

@@ -46,6 +46,14 @@ std::vector<std::int64_t> pin_configuration_edges(const PinKey& key, std::int64_
   return edges;
 }
 
+std::vector<SwitchPoint> pin_switch_points(const PinKey& key, std::int64_t max_rows) {
+  std::vector<SwitchPoint> points;
+  for (std::int64_t rows : pin_configuration_edges(key, max_rows))
+    points.push_back(
+        {rows, "bucket:before " + std::to_string(rows), "bucket:from " + std::to_string(rows)});
+  return points;
+}
+
 void configure_pins(const std::string& path, bool write_back) {
   PinTable::instance().configure(path, write_back);
 }

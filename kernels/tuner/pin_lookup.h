@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bitcheck/paths.h"
 #include "matmul/cublaslt_gemm.h"
 
 namespace bitcheck::cuda {
@@ -59,6 +60,8 @@ PinnedConfig lookup_pin(const PinKey& key, std::int64_t rows,
 // configuration differs from the one before it starts there), up to `max_rows`: the switch points
 // of a pinned GEMM. Empty for an unbucketed pin or a key the table does not hold.
 std::vector<std::int64_t> pin_configuration_edges(const PinKey& key, std::int64_t max_rows);
+// The same as a pinned GEMM's switch points (Impl::switch_points): one per configuration edge.
+std::vector<SwitchPoint> pin_switch_points(const PinKey& key, std::int64_t max_rows);
 // Writes the pins derived in this run back when configure_pins asked for it.
 void write_back_pins();
 
