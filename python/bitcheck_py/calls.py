@@ -5,9 +5,13 @@ PyTorch conventions and back: the user's function sees only the real rows, in sl
 The arrays are numpy views of shared memory on the CPU (NumpyArrays below) and torch tensors over
 bitcheck's device allocations on the GPU (cuda_ipc.TorchArrays); this module uses only the
 operations the two share, through those classes."""
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the GPU path needs torch only; the CPU path says what is missing
+    np = None
 
-NUMPY_DTYPES = {"fp32": np.float32, "fp16": np.float16, "i32": np.int32, "bf16": np.uint16}
+NUMPY_DTYPES = ({"fp32": np.float32, "fp16": np.float16, "i32": np.int32, "bf16": np.uint16}
+                if np is not None else {})
 
 
 class ResultError(ValueError):
@@ -28,6 +32,11 @@ def float32_to_bf16(values):
 class NumpyArrays:
     """The CPU conventions: numpy arrays; bf16 has no numpy type, so bf16 tensors are handed over
     as float32 and results are rounded to bf16 (nearest even) on the way back."""
+
+    def __init__(self):
+        if np is None:
+            raise ImportError("Python impls on the CPU backend need numpy in the worker's python3 "
+                              "(BITCHECK_PYTHON)")
 
     def visible(self, array, dtype):
         return bf16_to_float32(array) if dtype == "bf16" else array

@@ -212,8 +212,10 @@ class CudaOpener:
 class ShmOpener:
     """The host stand-in of bitcheck's CPU tests: a handle names a POSIX shared-memory object."""
 
-    arrays = calls.NumpyArrays()
     how = "host-shm"
+
+    def __init__(self):
+        self.arrays = calls.NumpyArrays()
 
     def open(self, handle, size):
         name = handle.rstrip(b"\0").decode("ascii")
