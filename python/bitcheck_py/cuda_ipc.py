@@ -120,6 +120,16 @@ class TorchArrays:
         return sorted(times), "cuda events"
 
 
+def tensor_view(torch, base, offset, dtype, shape):
+    """The tensor of `shape` and torch `dtype` at byte `offset` of `base`, a uint8 tensor over a
+    whole allocation: a view, no copy (offsets are 256-byte aligned, as bitcheck places them)."""
+    count = 1
+    for extent in shape:
+        count *= extent
+    size = count * torch.empty((), dtype=dtype).element_size()
+    return base[offset:offset + size].view(dtype).reshape(tuple(shape))
+
+
 class _CudaArrayInterface:
     """Raw device bytes for torch.as_tensor (no copy)."""
 
@@ -200,13 +210,7 @@ class CudaOpener:
             self._close(pointer)
 
     def view(self, entry, offset, dtype, shape):
-        _, base = entry
-        torch_dtype = self.arrays.dtype(dtype)
-        count = 1
-        for extent in shape:
-            count *= extent
-        size = count * torch_dtype.itemsize
-        return base[offset:offset + size].view(torch_dtype).reshape(tuple(shape))
+        return tensor_view(self.torch, entry[1], offset, self.arrays.dtype(dtype), shape)
 
 
 class ShmOpener:

@@ -3,9 +3,7 @@
 into the output views are copied back by bitcheck after the reply."""
 import mmap
 
-import numpy as np
-
-from .calls import NUMPY_DTYPES
+from .calls import NUMPY_DTYPES, np  # np is None without numpy (the GPU path needs torch only)
 
 _buffer = {"name": None, "size": 0, "map": None}
 

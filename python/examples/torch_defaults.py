@@ -61,7 +61,8 @@ def embedding(ids, table, *grad):
 def _log_sum_exp(q, k, start_position):
     """The softmax's natural log-sum-exp per query (H, L), which SDPA does not return: in fp64
     from the same scores, so its own rounding cannot move with the batch."""
-    scores = torch.matmul(q.double(), k.double().transpose(-1, -2)) / q.shape[-1] ** 0.5
+    keys = k.double().repeat_interleave(q.shape[0] // k.shape[0], dim=0)  # grouped-query heads
+    scores = torch.matmul(q.double(), keys.transpose(-1, -2)) / q.shape[-1] ** 0.5
     length, total = q.shape[1], k.shape[1]
     positions = torch.arange(length, device=q.device).unsqueeze(1) + start_position
     masked = torch.arange(total, device=q.device).unsqueeze(0) > positions

@@ -270,3 +270,172 @@ class HostSharedMemoryDevice(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+@unittest.skipIf(torch is None, "no torch in this python3")
+class TorchConventions(unittest.TestCase):
+    """The GPU path's mapping with torch tensors on the CPU device (no IPC): views of one byte
+    tensor, native bf16, index tensors for scattered slots, results checked for dtype and device."""
+
+    def setUp(self):
+        self.arrays = cuda_ipc.TorchArrays(torch, torch.device("cpu"))
+
+    def test_tensors_are_views_of_the_allocation_at_their_offset(self):
+        base = torch.zeros(1024, dtype=torch.uint8)
+        x = cuda_ipc.tensor_view(torch, base, 256, torch.float32, [2, 3])
+        x.fill_(1.5)
+        self.assertEqual(base[256:260].view(torch.float32).item(), 1.5)
+        self.assertEqual(int(base[280:].count_nonzero()), 0)
+        h = cuda_ipc.tensor_view(torch, base, 512, torch.bfloat16, [4])
+        self.assertEqual(h.shape, (4,))
+        self.assertEqual(h.dtype, torch.bfloat16)
+
+    def test_scattered_slots_are_gathered_and_pads_stay_poisoned(self):
+        call, views = matmul_call([2, -1, 0, 3, -1])
+        views = [(t, torch.from_numpy(a)) for t, a in views]
+        calls.run(lambda x, w: x @ w.T, call, views, self.arrays)
+        x, w, y = (array for _, array in views)
+        for slot in (0, 2, 3):
+            torch.testing.assert_close(y[slot], x[slot] @ w.T, rtol=0, atol=0)
+        self.assertTrue(torch.isnan(y[[1, 4]]).all())
+
+    def test_bf16_is_native_and_a_float32_result_is_refused(self):
+        call, views = matmul_call([0, 1, 2], dtype="bf16")
+        views = [(t, torch.from_numpy(a).to(torch.bfloat16)) for t, a in views]
+        with self.assertRaisesRegex(calls.ResultError, r"matmul output y: expected shape \(3, 5\) "
+                                    r"bfloat16, got shape \(3, 5\) float32"):
+            calls.run(lambda x, w: (x @ w.T).float(), call, views, self.arrays)
+        calls.run(lambda x, w: x @ w.T, call, views, self.arrays)
+        x, w, y = (array for _, array in views)
+        self.assertTrue(torch.equal(y, x @ w.T))
+
+    def test_a_result_that_is_not_a_tensor_on_the_device_is_refused(self):
+        call, views = matmul_call([0, 1])
+        views = [(t, torch.from_numpy(a)) for t, a in views]
+        with self.assertRaisesRegex(calls.ResultError,
+                                    "expected a torch tensor on cpu, got a numpy.ndarray"):
+            calls.run(lambda x, w: (x @ w.T).numpy(), call, views, self.arrays)
+
+    def test_attention_keeps_its_cache_as_tensors(self):
+        heads, dim = 2, 4
+        q_all, k_all, v_all = (torch.randn(5, heads, dim) for _ in range(3))
+        seen = []
+
+        def attention(q, k, v, start):
+            seen.append((tuple(q.shape), tuple(k.shape), start))
+            return k[:, -q.shape[1]:].clone(), torch.zeros(q.shape[:2])
+
+        def invocation(index, rows, segments):
+            tensors = [{"name": n, "role": "row_input", "dtype": "fp32",
+                        "shape": [len(rows), heads, dim]} for n in ("q", "k", "v")]
+            tensors += [{"name": "o", "role": "row_output", "dtype": "fp32",
+                         "shape": [len(rows), heads, dim]},
+                        {"name": "lse", "role": "row_output", "dtype": "fp32",
+                         "shape": [len(rows), heads]}]
+            arrays = [a[rows] for a in (q_all, k_all, v_all)]
+            arrays += [torch.full((len(rows), heads, dim), float("nan")),
+                       torch.full((len(rows), heads), float("nan"))]
+            call = {"op": "attention", "pass": "forward", "invocation_index": index,
+                    "segments": segments, "slot_rows": rows}
+            calls.run(attention, call, list(zip(tensors, arrays)), self.arrays)
+            return arrays[3], arrays[4]
+
+        invocation(0, [0, 1, 2], [[0, 0, 3, 0]])
+        o, lse = invocation(1, [3], [[0, 0, 1, 3]])
+        self.assertEqual(seen, [((2, 3, 4), (2, 3, 4), 0), ((2, 1, 4), (2, 4, 4), 3)])
+        self.assertTrue(torch.equal(o[0], k_all[3]))
+        self.assertTrue(torch.equal(lse, torch.zeros(1, heads)))
+
+
+def _reference_sdpa(q, k, v, attn_mask=None, is_causal=False, enable_gqa=False):
+    """F.scaled_dot_product_attention's documented semantics (is_causal: the top-left aligned
+    lower triangle; a bool mask: True attends; enable_gqa: q head h reads kv head h // group),
+    for torch versions that lack it."""
+    if enable_gqa:
+        group = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    length, total = q.shape[-2], k.shape[-2]
+    if is_causal:
+        attn_mask = torch.ones(length, total, dtype=torch.bool).tril()
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+@unittest.skipIf(torch is None, "no torch in this python3")
+class TorchDefaultsAttention(unittest.TestCase):
+    """torch_defaults.sdpa against causal attention over the whole sequence, for a prefill, a
+    later chunk and a decode step (through SDPA's documented semantics where this torch lacks it)."""
+
+    def test_prefill_chunk_and_decode_rows_are_causal_attention(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "examples"))
+        import torch_defaults
+        functional = torch_defaults.F
+        original = getattr(functional, "scaled_dot_product_attention", None)
+        functional.scaled_dot_product_attention = _reference_sdpa
+        try:
+            heads, kv_heads, dim, tokens = 4, 2, 8, 6
+            generator = torch.Generator().manual_seed(1)
+            q = torch.randn(heads, tokens, dim, generator=generator, dtype=torch.float64)
+            k = torch.randn(kv_heads, tokens, dim, generator=generator, dtype=torch.float64)
+            v = torch.randn(kv_heads, tokens, dim, generator=generator, dtype=torch.float64)
+            expected = _reference_sdpa(q, k, v, is_causal=True, enable_gqa=True)
+            for start, length in ((0, 6), (0, 3), (3, 2), (5, 1)):
+                o, lse = torch_defaults.sdpa(q[:, start:start + length], k[:, :start + length],
+                                             v[:, :start + length], start)
+                torch.testing.assert_close(o, expected[:, start:start + length])
+                scores = (q @ k.repeat_interleave(2, dim=0).transpose(-1, -2)) / dim ** 0.5
+                scores = scores.masked_fill(~torch.ones(tokens, tokens, dtype=torch.bool).tril(),
+                                            float("-inf"))
+                torch.testing.assert_close(lse, torch.logsumexp(scores, -1)[:, start:start + length]
+                                           .float())
+        finally:
+            if original is None:
+                del functional.scaled_dot_product_attention
+            else:
+                functional.scaled_dot_product_attention = original
+
+
+@unittest.skipIf(torch is None, "no torch in this python3")
+class TorchDefaultsSignatures(unittest.TestCase):
+    """torch_defaults' functions take bitcheck's arguments (weight (1, H), ids and targets as
+    int32 (rows,)) and return its outputs, on CPU tensors."""
+
+    def setUp(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "examples"))
+        import torch_defaults
+        self.defaults = torch_defaults
+        self.generator = torch.Generator().manual_seed(2)
+
+    def random(self, *shape):
+        return torch.randn(*shape, generator=self.generator)
+
+    def test_linear_rmsnorm_and_logprob(self):
+        x, w = self.random(3, 8), self.random(5, 8)
+        torch.testing.assert_close(self.defaults.linear(x, w), x @ w.T)
+        weight = self.random(1, 8)
+        expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+        torch.testing.assert_close(self.defaults.rms_norm_mean(x, weight), expected)
+        logits, target = self.random(3, 11), torch.tensor([0, 10, 4], dtype=torch.int32)
+        logprob = self.defaults.logprob(logits, target)
+        self.assertEqual(logprob.shape, (3,))
+        torch.testing.assert_close(logprob, torch.log_softmax(logits, -1)[[0, 1, 2], [0, 10, 4]])
+
+    def test_embedding_forward_and_its_gradient(self):
+        table, ids = self.random(6, 4), torch.tensor([1, 5, 1], dtype=torch.int32)
+        torch.testing.assert_close(self.defaults.embedding(ids, table), table[[1, 5, 1]])
+        dout = self.random(3, 4)
+        grad = self.defaults.embedding(ids, table.to(torch.bfloat16), dout.to(torch.bfloat16))
+        self.assertEqual(grad.dtype, torch.float32)
+        expected = torch.zeros(6, 4)
+        expected.index_add_(0, ids.long(), dout.to(torch.bfloat16).float())
+        torch.testing.assert_close(grad, expected)
