@@ -81,10 +81,17 @@ class SharedBuffer {
   std::size_t size_ = 0;
 };
 
+// Set once the worker object below is destroyed (static destruction): an impl destroyed after it
+// (a registry that outlives it, as in tests) has nothing left to tell the worker, which is gone.
+bool python_worker_gone = false;
+
 // The worker process and its pipes. A worker that dies is restarted on the next request.
 class PythonWorker {
  public:
-  ~PythonWorker() { stop(); }
+  ~PythonWorker() {
+    stop();
+    python_worker_gone = true;
+  }
 
   nlohmann::json request(const nlohmann::json& message) {
     if (pid_ < 0) start();
@@ -216,7 +223,7 @@ class PythonImpl : public Impl {
       : info_(std::move(info)), op_(op), device_(device) {}
   ~PythonImpl() override {
     // The worker closes what it opened before bitcheck frees it.
-    if (staging_ && !staging_->exported_handles().empty()) {
+    if (staging_ && !python_worker_gone && !staging_->exported_handles().empty()) {
       try {
         python_worker().request({{"type", "close"},
                                  {"device", python_protocol::device_block(
