@@ -87,6 +87,7 @@ if [ $tests = 1 ]; then
 fi
 
 # One sweep: shards over the GPUs (cost-balanced, merged), then the matrix and the compact report.
+# A case that hangs (a Python function that never returns) is an error after 120 s.
 sweep() {
   local name=$1; shift
   local start limit=()
@@ -94,7 +95,7 @@ sweep() {
   [ "$deadline" -gt 0 ] && limit=(timeout -s TERM "$deadline")
   echo "== $name sweep"
   "${limit[@]}" bin/bitcheck sweep "$@" --backend cuda --devices "$device_list" --out "$out/full/$name" \
-    --pins contract/pins --no-progress > "$out/$name-sweep.log" 2>&1
+    --pins contract/pins --no-progress --case-timeout 120 > "$out/$name-sweep.log" 2>&1
   local rc=$?
   tail -n 6 "$out/$name-sweep.log"
   if [ -f "$out/full/$name/report.json" ]; then
