@@ -5,6 +5,8 @@
 #include <map>
 #include <sstream>
 
+#include "bitcheck/op.h"
+#include "bitcheck/report.h"
 #include "bitcheck/report_page.h"  // escape_html, for the JUnit XML too
 
 namespace bitcheck {
@@ -71,6 +73,54 @@ std::string finding_text(const nlohmann::json& c) {
   return out.str();
 }
 
+// One drifted case of a library default in a line: its shape and M, then its largest finding
+// (tensor, layout, rows differing of those compared, max abs diff).
+std::string observed_drift_text(const nlohmann::json& c) {
+  std::ostringstream line;
+  line << dims_string(c["dims"].get<Dims>()) << " M=" << c["rows"].get<std::int64_t>();
+  const nlohmann::json* worst = nullptr;
+  for (const auto& d : c["drift"]) {
+    if (!worst || d["max_abs_diff"].get<double>() > (*worst)["max_abs_diff"].get<double>())
+      worst = &d;
+  }
+  if (worst) {
+    line << ": " << (*worst)["tensor"].get<std::string>() << " in "
+         << (*worst)["layout"].get<std::string>() << ", "
+         << (*worst)["rows_differing"].get<std::int64_t>() << " rows differ, max abs diff "
+         << printf_number("%.3g", (*worst)["max_abs_diff"].get<double>());
+  }
+  return line.str();
+}
+
+// Library defaults (PyTorch's calls, cuBLASLt's heuristic) are observed, not judged: per
+// (impl, dtype, pass) group, how many cases drifted, and where.
+std::string observations_markdown(const nlohmann::json& report) {
+  const auto& summary = report["summary"];
+  if (!summary.contains("observations") || summary["observations"].empty()) return "";
+  constexpr std::size_t shown = 6;
+  std::ostringstream out;
+  out << "\n## Library defaults (observed)\n\nWhether a library's own path drifts depends on the "
+         "GPU, the shape and the library version: what it did here, never a failure.\n\n"
+         "| op | impl | dtype | pass | drifted / cases | where it drifted |\n"
+         "|---|---|---|---|---|---|\n";
+  for (const auto& g : summary["observations"]) {
+    std::vector<std::string> where;
+    for (const auto& c : report["results"]) {
+      if (!c.value("observation", false) || c["verdict"] != "drift" || c["op"] != g["op"] ||
+          c["impl"] != g["impl"] || c["dtype"] != g["dtype"] || c["pass"] != g["pass"])
+        continue;
+      where.push_back(observed_drift_text(c));
+    }
+    std::string text;
+    for (std::size_t i = 0; i < where.size() && i < shown; ++i) text += (i ? "; " : "") + where[i];
+    if (where.size() > shown) text += "; and " + std::to_string(where.size() - shown) + " more";
+    out << "| " << g["op"].get<std::string>() << " | " << g["impl"].get<std::string>() << " | "
+        << g["dtype"].get<std::string>() << " | " << g["pass"].get<std::string>() << " | "
+        << g["drifted"] << " / " << g["cases"] << " | " << (text.empty() ? "held" : text) << " |\n";
+  }
+  return out.str();
+}
+
 }  // namespace
 
 std::string matrix_cell_text(const nlohmann::json& matrix, const std::string& op,
@@ -128,6 +178,7 @@ std::string render_matrix_markdown(const nlohmann::json& report) {
         << g["drifted"] << " / " << g["cases"] << (g["lost_sight"].get<bool>() ? " LOST SIGHT" : "")
         << " |\n";
   }
+  out << observations_markdown(report);
   std::ostringstream failures;
   for (const auto& c : report["results"]) {
     std::string verdict = c["verdict"].get<std::string>();

@@ -1,6 +1,9 @@
 // C ABI plugins: dlopen, the ABI version check, the registrar callbacks that validate each impl a
 // plugin declares, and the adapter that runs a plugin impl on a Batch. The CPU adapter copies
-// nothing: the Batch's tensors are handed to the plugin by pointer.
+// nothing: the Batch's tensors are handed to the plugin by pointer. A device impl (backend cuda)
+// gets device copies placed by DeviceStaging through the backend's ExternalDeviceMemory (lib/
+// never calls CUDA itself), the backend's stream, and its outputs downloaded after the stream is
+// done.
 #include "bitcheck/plugin_loader.h"
 
 #include <dlfcn.h>
@@ -11,11 +14,14 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 
+#include "bitcheck/backend.h"
 #include "bitcheck/error.h"
+#include "bitcheck/external_device.h"
 #include "bitcheck/json_input.h"
 #include "bitcheck/op.h"
 #include "bitcheck/plugin.h"
@@ -65,9 +71,98 @@ struct PluginImplInfo {
   void* user_data = nullptr;
 };
 
+// The C ABI description of one call and the storage its pointers point into (filled in place:
+// it never moves).
+struct PluginCall {
+  std::vector<bitcheck_dim> dims;
+  std::vector<std::string> dtype_names;
+  std::vector<bitcheck_tensor> tensors;
+  std::vector<bitcheck_segment> segments;
+  std::string pass;
+  char error[1024] = {0};
+  bitcheck_call call{};
+
+  PluginCall() = default;
+  PluginCall(const PluginCall&) = delete;
+  PluginCall& operator=(const PluginCall&) = delete;
+};
+
+// Fills `out` for one invocation: the tensors in the op's declared order, `data` host pointers
+// on the CPU and device pointers on a device (the slot map and the segments are host memory on
+// every backend).
+void describe_call(const CaseSpec& spec, const std::vector<StagedTensor>& tensors,
+                   const std::vector<std::int64_t>& slot_rows, const std::vector<Segment>& segments,
+                   std::int64_t invocation_index, std::int64_t invocation_count,
+                   bool reductions_wanted, PluginCall& out) {
+  for (const auto& [dim_name, value] : spec.dims) out.dims.push_back({dim_name.c_str(), value});
+  out.dtype_names.reserve(tensors.size());
+  for (const StagedTensor& tensor : tensors) {
+    out.dtype_names.push_back(to_string(tensor.dtype));
+    std::int64_t count = 1;
+    for (std::int64_t extent : tensor.shape) count *= extent;
+    bitcheck_tensor described{};
+    described.name = tensor.name.c_str();
+    described.data = tensor.data;
+    described.dtype = out.dtype_names.back().c_str();
+    described.role = static_cast<int32_t>(tensor.role);
+    described.ndim = static_cast<int32_t>(tensor.shape.size());
+    described.shape = tensor.shape.data();
+    described.rows = tensor.shape.empty() ? 1 : tensor.shape[0];
+    described.row_stride = described.rows == 0 ? 0 : count / described.rows;
+    out.tensors.push_back(described);
+  }
+  for (const Segment& segment : segments) {
+    out.segments.push_back(
+        {segment.sequence, segment.first_slot, segment.length, segment.start_position});
+  }
+  out.pass = to_string(spec.pass);
+  bitcheck_call& call = out.call;
+  call.op = spec.op.c_str();
+  call.dtype = spec.dtype_name.c_str();
+  call.pass = out.pass.c_str();
+  call.dims = out.dims.data();
+  call.dim_count = static_cast<int32_t>(out.dims.size());
+  call.tensor_count = static_cast<int32_t>(out.tensors.size());
+  call.tensors = out.tensors.data();
+  call.slot_rows = slot_rows.data();
+  call.slots = static_cast<int64_t>(slot_rows.size());
+  call.segments = out.segments.data();
+  call.segment_count = static_cast<int64_t>(out.segments.size());
+  call.invocation_index = invocation_index;
+  call.invocation_count = invocation_count;
+  call.reductions_wanted = reductions_wanted ? 1 : 0;
+  call.error = out.error;
+  call.error_capacity = sizeof out.error;
+}
+
+// The Batch's own tensors, in the op's declared order, by host pointer (no copies).
+std::vector<StagedTensor> host_tensors(Batch& batch, const std::vector<TensorDecl>& decls) {
+  std::vector<StagedTensor> tensors;
+  for (const TensorDecl& decl : decls) {
+    const bool output =
+        decl.role == TensorRole::row_output || decl.role == TensorRole::reduction_output;
+    // Inputs are shared and immutable: the header tells plugins never to write them.
+    Tensor& tensor = output ? batch.out(decl.name) : const_cast<Tensor&>(batch.in(decl.name));
+    StagedTensor described;
+    described.name = decl.name;
+    described.role = decl.role;
+    described.dtype = tensor.dtype();
+    described.shape = tensor.shape();
+    described.data = tensor.data();
+    described.bytes = tensor.bytes();
+    tensors.push_back(std::move(described));
+  }
+  return tensors;
+}
+
 class PluginImpl : public Impl {
  public:
-  PluginImpl(PluginImplInfo info, const OpDef& op) : info_(std::move(info)), op_(op) {}
+  PluginImpl(PluginImplInfo info, const OpDef& op, const DeviceBackend* device)
+      : info_(std::move(info)), op_(op), device_(device) {}
+  ~PluginImpl() override {
+    staging_.reset();
+    if (workspace_) device_->external_memory()->release(workspace_);
+  }
   const PluginImplInfo& info() const { return info_; }
 
   std::string name() const override { return "plugin:" + info_.plugin_name + "/" + info_.name; }
@@ -84,9 +179,8 @@ class PluginImpl : public Impl {
       return "dtype " + spec.dtype_name + " is not among the plugin impl's dtypes (" +
              join(info_.dtypes) + ")";
     }
-    if (info_.backend == "cuda") {
-      return "cuda plugin impls are registered but not run yet: bitcheck has no device-buffer "
-             "adapter for plugins (run the plugin's cpu impls)";
+    if (info_.backend != "cpu" && !(device_ && device_->external_memory())) {
+      return "the " + info_.backend + " backend has no device memory for plugin impls";
     }
     return std::nullopt;
   }
@@ -96,75 +190,97 @@ class PluginImpl : public Impl {
 
   void run(Batch& batch) override {
     const CaseSpec& spec = *batch.spec;
-    std::map<std::string, TensorRole> roles;
-    for (const TensorDecl& decl : op_.tensors(spec)) roles[decl.name] = decl.role;
-
-    std::vector<bitcheck_dim> dims;
-    for (const auto& [dim_name, value] : spec.dims) dims.push_back({dim_name.c_str(), value});
-    std::vector<std::string> dtype_names;  // storage for the tensors' dtype strings
-    dtype_names.reserve(batch.inputs.size() + batch.outputs.size());
-    std::vector<bitcheck_tensor> tensors;
-    auto add = [&](const std::string& tensor_name, const Tensor& tensor, void* data) {
-      dtype_names.push_back(to_string(tensor.dtype()));
-      auto role = roles.find(tensor_name);
-      bitcheck_tensor described{};
-      described.name = tensor_name.c_str();
-      described.data = data;
-      described.dtype = dtype_names.back().c_str();
-      described.role =
-          role == roles.end() ? BITCHECK_ROW_INPUT : static_cast<int32_t>(role->second);
-      described.ndim = static_cast<int32_t>(tensor.shape().size());
-      described.shape = tensor.shape().data();
-      described.rows = tensor.rows();
-      described.row_stride = tensor.row_size();
-      tensors.push_back(described);
-    };
-    // Inputs are shared and immutable: the header tells plugins never to write them.
-    for (const auto& [tensor_name, tensor] : batch.inputs) {
-      add(tensor_name, *tensor, const_cast<void*>(tensor->data()));
+    const std::vector<TensorDecl> decls = op_.tensors(spec);
+    const Invocation& invocation = *batch.invocation;
+    if (info_.backend == "cpu") {
+      std::vector<StagedTensor> tensors = host_tensors(batch, decls);
+      std::vector<unsigned char> workspace(info_.workspace_bytes);
+      PluginCall call;
+      describe_call(spec, tensors, invocation.slot_rows, invocation.segments,
+                    batch.invocation_index, batch.invocation_count, batch.reductions_wanted, call);
+      call.call.workspace = workspace.empty() ? nullptr : workspace.data();
+      call.call.workspace_bytes = workspace.size();
+      check(info_.run(&call.call, info_.user_data), call);
+      return;
     }
-    for (auto& [tensor_name, tensor] : batch.outputs) add(tensor_name, tensor, tensor.data());
+    // A device impl: the tensors in device allocations (DeviceStaging), the call on the backend's
+    // stream, waited for before anything is read back.
+    ExternalDeviceMemory& memory = *device_->external_memory();
+    if (!staging_) staging_ = std::make_unique<DeviceStaging>(memory);
+    std::vector<StagedTensor> tensors = staging_->stage(batch, decls);
+    PluginCall call;
+    describe_call(spec, tensors, invocation.slot_rows, invocation.segments, batch.invocation_index,
+                  batch.invocation_count, batch.reductions_wanted, call);
+    prepare_device_call(memory, call);
+    const int status = info_.run(&call.call, info_.user_data);
+    memory.synchronize();  // the plugin's work done, or its device error thrown
+    staging_->release_retired();
+    check(status, call);
+    staging_->download_outputs(batch, tensors);
+  }
 
-    std::vector<bitcheck_segment> segments;
-    for (const Segment& segment : batch.invocation->segments) {
-      segments.push_back(
-          {segment.sequence, segment.first_slot, segment.length, segment.start_position});
+  // Device impls of ops over independent rows: `run` on spec.rows rows of random inputs, rotated
+  // through sets larger than the caches, timed on the stream with CUDA events. Ops with their own
+  // layouts (attention's sequences) and CPU impls have no benchmark.
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
+    if (info_.backend == "cpu" || op_.make_layout || !device_ || !device_->external_memory())
+      return std::nullopt;
+    ExternalDeviceMemory& memory = *device_->external_memory();
+    const std::vector<TensorDecl> decls = op_.tensors(spec);
+    const std::size_t set_bytes = benchmark_set_bytes(spec, decls);
+    const std::size_t sets = benchmark_sets(set_bytes, settings, device_->free_memory_bytes());
+    DeviceStaging staging(memory);
+    const auto tensor_sets = staging.stage_random(spec, decls, sets);
+    std::vector<std::int64_t> slot_rows(static_cast<std::size_t>(spec.rows));
+    std::iota(slot_rows.begin(), slot_rows.end(), 0);
+    std::vector<std::unique_ptr<PluginCall>> calls;
+    for (const auto& tensors : tensor_sets) {
+      calls.push_back(std::make_unique<PluginCall>());
+      describe_call(spec, tensors, slot_rows, {}, 0, 1, true, *calls.back());
+      prepare_device_call(memory, *calls.back());
     }
-    std::vector<unsigned char> workspace(info_.workspace_bytes);
-    char error[1024] = {0};
-    const std::string pass = to_string(spec.pass);
-
-    bitcheck_call call{};
-    call.op = spec.op.c_str();
-    call.dtype = spec.dtype_name.c_str();
-    call.pass = pass.c_str();
-    call.dims = dims.data();
-    call.dim_count = static_cast<int32_t>(dims.size());
-    call.tensor_count = static_cast<int32_t>(tensors.size());
-    call.tensors = tensors.data();
-    call.slot_rows = batch.invocation->slot_rows.data();
-    call.slots = batch.slots();
-    call.segments = segments.data();
-    call.segment_count = static_cast<int64_t>(segments.size());
-    call.invocation_index = batch.invocation_index;
-    call.invocation_count = batch.invocation_count;
-    call.reductions_wanted = batch.reductions_wanted ? 1 : 0;
-    call.workspace = workspace.empty() ? nullptr : workspace.data();
-    call.workspace_bytes = workspace.size();
-    call.stream = nullptr;
-    call.error = error;
-    call.error_capacity = sizeof error;
-
-    const int status = info_.run(&call, info_.user_data);
-    if (status == BITCHECK_PLUGIN_OK) return;
-    error[sizeof error - 1] = '\0';
-    throw std::runtime_error(name() + " run returned status " + std::to_string(status) + ": " +
-                             (error[0] ? error : "(no message)"));
+    int failed_status = BITCHECK_PLUGIN_OK;
+    PluginCall* failed = nullptr;
+    const ExternalDeviceMemory::Timing timing =
+        memory.time_launches(settings.warmup, settings.repeats, [&](int i) {
+          PluginCall& call = *calls[static_cast<std::size_t>(i) % calls.size()];
+          const int status = info_.run(&call.call, info_.user_data);
+          if (status != BITCHECK_PLUGIN_OK && !failed) {
+            failed_status = status;
+            failed = &call;
+          }
+        });
+    if (failed) check(failed_status, *failed);
+    BenchMeasurement measurement;
+    measurement.median_ms = timing.median_ms;
+    measurement.min_ms = timing.min_ms;
+    measurement.bytes_moved = static_cast<double>(set_bytes);
+    measurement.flops = op_.bench_flops ? op_.bench_flops(spec) : 0.0;
+    measurement.config = {{"rotated_sets", sets}};
+    return measurement;
   }
 
  private:
+  void prepare_device_call(ExternalDeviceMemory& memory, PluginCall& call) {
+    if (info_.workspace_bytes && !workspace_) workspace_ = memory.allocate(info_.workspace_bytes);
+    call.call.workspace = workspace_;
+    call.call.workspace_bytes = workspace_ ? info_.workspace_bytes : 0;
+    call.call.stream = memory.stream();
+  }
+
+  void check(int status, PluginCall& call) const {
+    if (status == BITCHECK_PLUGIN_OK) return;
+    call.error[sizeof call.error - 1] = '\0';
+    throw std::runtime_error(name() + " run returned status " + std::to_string(status) + ": " +
+                             (call.error[0] ? call.error : "(no message)"));
+  }
+
   PluginImplInfo info_;
   const OpDef& op_;
+  const DeviceBackend* device_;  // the backend of a device impl (nullptr on the CPU)
+  std::unique_ptr<DeviceStaging> staging_;
+  void* workspace_ = nullptr;  // a device impl's workspace, allocated on first use
 };
 
 // The registrar's host side for one plugin being loaded. Callbacks cannot throw across the C
@@ -277,7 +393,8 @@ int add_plugin_impl(void* host, const bitcheck_impl_desc* desc) {
   info.workspace_bytes = desc->workspace_bytes;
   info.run = desc->run;
   info.user_data = desc->user_data;
-  auto impl = std::make_unique<PluginImpl>(std::move(info), *op);
+  const DeviceBackend* device = plugin.registry->device_backend(info.backend);
+  auto impl = std::make_unique<PluginImpl>(std::move(info), *op, device);
   const bool duplicate =
       plugin.registry->find_impl(op->name, impl->name()) ||
       std::any_of(plugin.impls.begin(), plugin.impls.end(),

@@ -1,7 +1,10 @@
 // Python impls (--py-impl module:function): one `python3 -m bitcheck_py` worker per process,
-// started on first use, answering length-prefixed JSON messages on its stdin/stdout. On the CPU the
-// tensors of a call travel through one POSIX shared-memory buffer that the worker maps as numpy
-// arrays; python/bitcheck_py maps bitcheck's call (slots, pads) onto PyTorch conventions and back.
+// started on first use, answering length-prefixed JSON messages on its stdin/stdout
+// (bitcheck/python_protocol.h). On the CPU the tensors of a call travel through one POSIX
+// shared-memory buffer that the worker maps as numpy arrays; on a device they stay in device
+// allocations (DeviceStaging) that the worker opens through CUDA IPC and wraps as torch tensors
+// (DLPack), so nothing is copied between the processes. python/bitcheck_py maps bitcheck's call
+// (slots, pads) onto PyTorch conventions and back.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -10,15 +13,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 
+#include "bitcheck/backend.h"
 #include "bitcheck/error.h"
+#include "bitcheck/external_device.h"
 #include "bitcheck/op.h"
 #include "bitcheck/plugin_loader.h"
+#include "bitcheck/python_protocol.h"
 
 #ifndef BITCHECK_PYTHON_SOURCE_DIR
 #define BITCHECK_PYTHON_SOURCE_DIR ""
@@ -73,23 +81,25 @@ class SharedBuffer {
   std::size_t size_ = 0;
 };
 
+// Set once the worker object below is destroyed (static destruction): an impl destroyed after it
+// (a registry that outlives it, as in tests) has nothing left to tell the worker, which is gone.
+bool python_worker_gone = false;
+
 // The worker process and its pipes. A worker that dies is restarted on the next request.
 class PythonWorker {
  public:
-  ~PythonWorker() { stop(); }
+  ~PythonWorker() {
+    stop();
+    python_worker_gone = true;
+  }
 
   nlohmann::json request(const nlohmann::json& message) {
     if (pid_ < 0) start();
-    const std::string payload =
-        message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    const auto length = static_cast<std::uint32_t>(payload.size());
-    unsigned char header[4] = {
-        static_cast<unsigned char>(length), static_cast<unsigned char>(length >> 8),
-        static_cast<unsigned char>(length >> 16), static_cast<unsigned char>(length >> 24)};
+    const std::string frame = python_protocol::encode_frame(message);
+    unsigned char header[4];
     std::string reply;
-    if (write_all(header, 4) && write_all(payload.data(), payload.size()) && read_all(header, 4)) {
-      const std::uint32_t reply_length = header[0] | (header[1] << 8) | (header[2] << 16) |
-                                         (static_cast<std::uint32_t>(header[3]) << 24);
+    if (write_all(frame.data(), frame.size()) && read_all(header, 4)) {
+      const std::uint32_t reply_length = python_protocol::frame_length(header);
       reply.resize(reply_length);
       if (read_all(reply.data(), reply_length)) return nlohmann::json::parse(reply);
     }
@@ -107,7 +117,7 @@ class PythonWorker {
     }
     const std::string python = environment_or("BITCHECK_PYTHON", "python3");
     command_ = python + " -m bitcheck_py";
-    std::string path = environment_or("BITCHECK_PYTHON_DIR", BITCHECK_PYTHON_SOURCE_DIR);
+    const std::string path = package_directory();
     const char* existing = std::getenv("PYTHONPATH");
     // The user's modules are found from the working directory, as `python3 -m` would.
     std::string python_path =
@@ -133,6 +143,19 @@ class PythonWorker {
     to_worker_ = to_child[1];
     from_worker_ = from_child[0];
     pid_ = child;
+  }
+  // Where bitcheck_py is: BITCHECK_PYTHON_DIR, else the source tree's python/ this binary was
+  // built from, else python/ beside the binary's directory (a bundle: bin/bitcheck, python/).
+  static std::string package_directory() {
+    const std::string chosen = environment_or("BITCHECK_PYTHON_DIR", "");
+    if (!chosen.empty()) return chosen;
+    std::error_code ignored;
+    const std::string source = BITCHECK_PYTHON_SOURCE_DIR;
+    if (!source.empty() && std::filesystem::exists(source + "/bitcheck_py", ignored)) return source;
+    const std::filesystem::path beside =
+        std::filesystem::read_symlink("/proc/self/exe", ignored).parent_path().parent_path() /
+        "python";
+    return std::filesystem::exists(beside / "bitcheck_py", ignored) ? beside.string() : source;
   }
   bool write_all(const void* data, std::size_t bytes) {
     const auto* bytes_left = static_cast<const char*>(data);
@@ -186,7 +209,9 @@ PythonWorker& python_worker() {
 struct PythonImplInfo {
   std::string function;  // module:function
   std::string op;
+  std::string backend = "cpu";
   bool claims_invariance = false;
+  bool library_default = false;
   std::string description;
   std::vector<std::string> dtypes;
   std::vector<Pass> passes;
@@ -194,10 +219,25 @@ struct PythonImplInfo {
 
 class PythonImpl : public Impl {
  public:
-  PythonImpl(PythonImplInfo info, const OpDef& op) : info_(std::move(info)), op_(op) {}
+  PythonImpl(PythonImplInfo info, const OpDef& op, const DeviceBackend* device)
+      : info_(std::move(info)), op_(op), device_(device) {}
+  ~PythonImpl() override {
+    // The worker closes what it opened before bitcheck frees it.
+    if (staging_ && !python_worker_gone && !staging_->exported_handles().empty()) {
+      try {
+        python_worker().request({{"type", "close"},
+                                 {"device", python_protocol::device_block(
+                                                memory().handle_kind(), memory().device_index(),
+                                                staging_->exported_handles())}});
+      } catch (const std::exception&) {
+        // A worker that is gone has nothing open.
+      }
+    }
+  }
   std::string name() const override { return "py:" + info_.function; }
-  std::string backend() const override { return "cpu"; }
+  std::string backend() const override { return info_.backend; }
   bool claims_invariance() const override { return info_.claims_invariance; }
+  bool is_library_default() const override { return info_.library_default; }
   std::string description() const override { return info_.description; }
   bool supports(Pass pass) const override {
     for (Pass supported : info_.passes) {
@@ -206,15 +246,92 @@ class PythonImpl : public Impl {
     return false;
   }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
-    for (const auto& dtype : info_.dtypes) {
-      if (dtype == spec.dtype_name) return std::nullopt;
+    if (std::find(info_.dtypes.begin(), info_.dtypes.end(), spec.dtype_name) ==
+        info_.dtypes.end()) {
+      std::string listed;
+      for (const auto& dtype : info_.dtypes) listed += (listed.empty() ? "" : ",") + dtype;
+      return "dtype " + spec.dtype_name + " is not among the Python impl's dtypes (" + listed + ")";
     }
-    std::string listed;
-    for (const auto& dtype : info_.dtypes) listed += (listed.empty() ? "" : ",") + dtype;
-    return "dtype " + spec.dtype_name + " is not among the Python impl's dtypes (" + listed + ")";
+    if (info_.backend != "cpu" && !(device_ && device_->external_memory())) {
+      return "the " + info_.backend + " backend has no device memory for Python impls";
+    }
+    return std::nullopt;
   }
 
   void run(Batch& batch) override {
+    if (info_.backend == "cpu") return run_on_host(batch);
+    // Device: the tensors stay in bitcheck's device allocations; the worker opens them (once per
+    // allocation), runs the function, writes the outputs there and synchronizes before it replies.
+    const std::vector<TensorDecl> decls = op_.tensors(*batch.spec);
+    if (!staging_) staging_ = std::make_unique<DeviceStaging>(memory());
+    std::vector<StagedTensor> staged = staging_->stage(batch, decls);  // waits for the uploads
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const StagedTensor& tensor : staged) {
+      tensors.push_back(python_protocol::device_tensor_entry(
+          tensor, staging_->handle(tensor), staging_->allocation_of(tensor).bytes));
+    }
+    nlohmann::json call = python_protocol::call_request(info_.function, batch, std::move(tensors));
+    call["device"] = python_protocol::device_block(memory().handle_kind(), memory().device_index(),
+                                                   staging_->retired_handles());
+    nlohmann::json reply;
+    try {
+      reply = python_worker().request(call);
+    } catch (...) {
+      staging_->release_retired();  // a worker that died closed everything
+      throw;
+    }
+    staging_->release_retired();
+    check(reply);
+    staging_->download_outputs(batch, staged);
+  }
+
+  // Device impls of ops over independent rows: the worker times the function on spec.rows rows
+  // of random inputs with CUDA events (warm-up, median of repeats, input sets rotated so together
+  // they exceed the caches). The function's own allocations are timed; the copy of its result
+  // into bitcheck's buffer is not.
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
+    if (info_.backend == "cpu" || op_.make_layout || !device_ || !device_->external_memory())
+      return std::nullopt;
+    const std::vector<TensorDecl> decls = op_.tensors(spec);
+    const std::size_t set_bytes = benchmark_set_bytes(spec, decls);
+    const std::size_t sets = benchmark_sets(set_bytes, settings, device_->free_memory_bytes());
+    DeviceStaging staging(memory());
+    nlohmann::json set_entries = nlohmann::json::array();
+    for (const auto& tensors : staging.stage_random(spec, decls, sets)) {
+      nlohmann::json entries = nlohmann::json::array();
+      for (const StagedTensor& tensor : tensors) {
+        entries.push_back(python_protocol::device_tensor_entry(
+            tensor, staging.handle(tensor), staging.allocation_of(tensor).bytes));
+      }
+      set_entries.push_back(std::move(entries));
+    }
+    nlohmann::json reply = python_worker().request(python_protocol::bench_request(
+        info_.function, spec, settings.warmup, settings.repeats,
+        python_protocol::device_block(memory().handle_kind(), memory().device_index(), {}),
+        std::move(set_entries)));
+    check(reply);
+    BenchMeasurement measurement;
+    measurement.median_ms = reply.value("median_ms", 0.0);
+    measurement.min_ms = reply.value("min_ms", 0.0);
+    measurement.bytes_moved = static_cast<double>(set_bytes);
+    measurement.flops = op_.bench_flops ? op_.bench_flops(spec) : 0.0;
+    measurement.config = {{"rotated_sets", sets}, {"timer", reply.value("timer", std::string())}};
+    return measurement;
+  }
+
+ private:
+  ExternalDeviceMemory& memory() const { return *device_->external_memory(); }
+
+  void check(const nlohmann::json& reply) const {
+    if (!reply.value("ok", false)) {
+      throw std::runtime_error(name() +
+                               " failed: " + reply.value("error", std::string("no error text")));
+    }
+  }
+
+  // CPU: the tensors copied into one shared-memory buffer, the outputs copied back after.
+  void run_on_host(Batch& batch) {
     const CaseSpec& spec = *batch.spec;
     PythonWorker& worker = python_worker();
     // The op's declared order is the order of the user function's arguments and results.
@@ -243,42 +360,28 @@ class PythonImpl : public Impl {
     nlohmann::json tensors = nlohmann::json::array();
     for (const Placed& p : placed) {
       std::memcpy(base + p.offset, p.tensor->data(), p.tensor->bytes());
-      tensors.push_back({{"name", p.decl.name},
-                         {"role", to_string(p.decl.role)},
-                         {"dtype", to_string(p.tensor->dtype())},
-                         {"shape", p.tensor->shape()},
-                         {"offset", p.offset}});
+      StagedTensor described;
+      described.name = p.decl.name;
+      described.role = p.decl.role;
+      described.dtype = p.tensor->dtype();
+      described.shape = p.tensor->shape();
+      nlohmann::json entry = python_protocol::tensor_entry(described);
+      entry["offset"] = p.offset;
+      tensors.push_back(std::move(entry));
     }
-    nlohmann::json segments = nlohmann::json::array();
-    for (const Segment& s : batch.invocation->segments) {
-      segments.push_back({s.sequence, s.first_slot, s.length, s.start_position});
-    }
-    nlohmann::json call = {{"type", "call"},
-                           {"function", info_.function},
-                           {"op", spec.op},
-                           {"dtype", spec.dtype_name},
-                           {"pass", to_string(spec.pass)},
-                           {"dims", spec.dims},
-                           {"slot_rows", batch.invocation->slot_rows},
-                           {"segments", segments},
-                           {"invocation_index", batch.invocation_index},
-                           {"invocation_count", batch.invocation_count},
-                           {"shm", worker.shared().name()},
-                           {"shm_bytes", worker.shared().size()},
-                           {"tensors", tensors}};
-    nlohmann::json reply = worker.request(call);
-    if (!reply.value("ok", false)) {
-      throw std::runtime_error(name() +
-                               " failed: " + reply.value("error", std::string("no error text")));
-    }
+    nlohmann::json call = python_protocol::call_request(info_.function, batch, std::move(tensors));
+    call["shm"] = worker.shared().name();
+    call["shm_bytes"] = worker.shared().size();
+    check(worker.request(call));
     for (const Placed& p : placed) {
       if (p.output) std::memcpy(p.tensor->data(), base + p.offset, p.tensor->bytes());
     }
   }
 
- private:
   PythonImplInfo info_;
   const OpDef& op_;
+  const DeviceBackend* device_;  // the backend of a device impl (nullptr on the CPU)
+  std::unique_ptr<DeviceStaging> staging_;
 };
 
 }  // namespace
@@ -306,6 +409,15 @@ void register_python_impl(Registry& registry, const std::string& module_function
   const OpDef* op = registry.find_op(info.op);
   if (!op) throw BadInput(module_function, "op", "an op bitcheck has, got \"" + info.op + "\"");
   info.claims_invariance = reply.value("invariant", false);
+  info.library_default = reply.value("library_default", false);
+  info.backend = reply.value("backend", std::string("cpu"));
+  if (info.backend != "cpu" && info.backend != "cuda") {
+    throw BadInput(module_function, "backend", "cpu or cuda, got \"" + info.backend + "\"");
+  }
+  if (info.claims_invariance && info.library_default) {
+    throw BadInput(module_function, "library_default",
+                   "an impl that is either invariant or a library default, not both");
+  }
   info.description =
       reply.value("description", std::string()) + " (Python " + module_function + ")";
   for (const auto& dtype : reply.value("dtypes", std::vector<std::string>{})) {
@@ -323,7 +435,8 @@ void register_python_impl(Registry& registry, const std::string& module_function
                      "forward and/or backward, got \"" + pass_name + "\"");
     info.passes.push_back(*pass);
   }
-  auto impl = std::make_unique<PythonImpl>(std::move(info), *op);
+  const DeviceBackend* device = registry.device_backend(info.backend);
+  auto impl = std::make_unique<PythonImpl>(std::move(info), *op, device);
   if (registry.find_impl(op->name, impl->name())) return;
   registry.add_impl(op->name, std::move(impl));
 }

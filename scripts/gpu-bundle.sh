@@ -4,7 +4,10 @@
 # spdlog, fmt, Eigen or Catch2: the binaries plus the non-system shared libraries they link,
 # found through an $ORIGIN rpath.
 #   scripts/gpu-bundle.sh [BUNDLE_DIR]   (default: .gpu-bundle, git-ignored)
-# Then on the GPU machine: BUNDLE_DIR/bin/bitcheck ..., or scripts/gpu-check.sh BUNDLE_DIR OUT_DIR.
+# Then on the GPU machine: BUNDLE_DIR/bin/bitcheck ..., scripts/gpu-check.sh BUNDLE_DIR OUT_DIR, or
+# for plugins and Python impls scripts/gpu-python-report.sh BUNDLE_DIR OUT_DIR. The bundle carries
+# python/ (bitcheck_py, found by bin/bitcheck as ../python, and python/examples) and the example
+# plugin built for sm_90a (plugins/libbitcheck_example_plugin.so, CUDA runtime linked statically).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=${1:-$root/.gpu-bundle}
@@ -16,7 +19,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$build" --parallel
 
 rm -rf "$bundle"
-mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/tests"
+mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/tests" "$bundle/plugins" "$bundle/python" "$bundle/scripts"
 cp "$build/apps/bitcheck" "$bundle/bin/"
 # The GPU tests only: the unit and CLI tests run in CI, and the device tool carries at most 64 MiB.
 cp "$build/tests/bitcheck_gpu_tests" "$bundle/tests/"
@@ -36,6 +39,13 @@ for binary in "$bundle"/bin/* "$bundle"/tests/*; do
   if command -v patchelf >/dev/null; then patchelf --set-rpath '$ORIGIN/../lib' "$binary"; fi
 done
 cp -r "$root/sweeps" "$root/contract" "$bundle/"
+# Impls from outside bitcheck: the example plugin, the Python worker and its examples, the scripts
+# that run and report them.
+cp "$build/examples/plugin/libbitcheck_example_plugin.so" "$bundle/plugins/"
+cp -r "$root/python/bitcheck_py" "$root/python/examples" "$bundle/python/"
+find "$bundle/python" -name __pycache__ -prune -exec rm -rf {} +
+cp "$root/scripts/gpu-python-report.sh" "$root/scripts/compact-report.py" "$root/scripts/gpu-check.sh" \
+  "$bundle/scripts/"
 # The searched cuBLASLt tables, the input of `bitcheck algos --refine kernels/tuner/searched`.
 mkdir -p "$bundle/kernels/tuner" && cp -r "$root/kernels/tuner/searched" "$bundle/kernels/tuner/"
 git -C "$root" rev-parse --short=12 HEAD > "$bundle/REVISION" 2>/dev/null || echo unknown > "$bundle/REVISION"

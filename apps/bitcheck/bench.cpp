@@ -49,7 +49,7 @@ void add_bench_command(CLI::App& app, Context& context) {
   add_external_impl_options(*command, *external);
   context.on(
       command, [flags](const Registry& registry) { return run(*flags, registry); },
-      [external] { return *external; });
+      [external, flags] { return with_spec_external_impls(*external, flags->bench.spec_path); });
 }
 
 }  // namespace bitcheck::cli

@@ -26,6 +26,14 @@ void add_external_impl_options(CLI::App& command, ExternalImpls& impls) {
       "Run this Python function as an impl (module:function, see python/bitcheck_py)");
 }
 
+ExternalImpls with_spec_external_impls(ExternalImpls impls, const std::string& spec_path) {
+  if (spec_path.empty()) return impls;
+  ExternalImpls of_spec = external_impls_of_spec(spec_path);
+  impls.plugins.insert(impls.plugins.end(), of_spec.plugins.begin(), of_spec.plugins.end());
+  impls.py_impls.insert(impls.py_impls.end(), of_spec.py_impls.begin(), of_spec.py_impls.end());
+  return impls;
+}
+
 Cli::Cli(const CommandLine& command_line)
     : app_("bitcheck: proves GPU kernels batch-invariant, bit for bit, forward and backward"),
       context_(command_line) {

@@ -35,6 +35,9 @@ using ExternalSource = std::function<ExternalImpls()>;
 
 // Declares --plugin and --py-impl on `command` (sweep, list, bench and the sweep's worker).
 void add_external_impl_options(CLI::App& command, ExternalImpls& impls);
+// The command line's plugins and Python impls, then the spec's "plugins" and "py_impls" (none
+// when `spec_path` is empty: the embedded spec names none).
+ExternalImpls with_spec_external_impls(ExternalImpls impls, const std::string& spec_path);
 
 // What a subcommand's declaration needs: the command line, and where to leave its handler.
 class Context {

@@ -112,16 +112,6 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
   add_external_impl_options(command, flags.external);
 }
 
-// The command line's plugins and Python impls, then the spec's "plugins" and "py_impls".
-ExternalImpls external_impls(const SweepFlags& flags) {
-  ExternalImpls impls = flags.external;
-  if (flags.sweep.spec_path.empty()) return impls;
-  ExternalImpls of_spec = external_impls_of_spec(flags.sweep.spec_path);
-  impls.plugins.insert(impls.plugins.end(), of_spec.plugins.begin(), of_spec.plugins.end());
-  impls.py_impls.insert(impls.py_impls.end(), of_spec.py_impls.begin(), of_spec.py_impls.end());
-  return impls;
-}
-
 void parse_seeds(const std::vector<std::string>& seeds, std::vector<std::uint64_t>& values) {
   for (const auto& seed : seeds) {
     try {
@@ -194,7 +184,7 @@ void add_sweep_command(CLI::App& app, Context& context) {
   declare_options(*command, *flags);
   context.on(
       command, [flags](const Registry& registry) { return run(*flags, registry); },
-      [flags] { return external_impls(*flags); });
+      [flags] { return with_spec_external_impls(flags->external, flags->sweep.spec_path); });
 }
 
 }  // namespace bitcheck::cli

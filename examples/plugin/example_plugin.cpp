@@ -2,7 +2,8 @@
 // sums K in index order, one row at a time, so no property of the batch reaches a row's
 // arithmetic: it claims invariance. `split-k-by-batch` is a control: below 4 real rows it splits
 // the K sum into 4 partials reduced in the output precision, as a heuristic picking split-K for
-// small M does, so a row drifts by construction between batch sizes.
+// small M does, so a row drifts by construction between batch sizes. In a CUDA build the same
+// pair also runs on the GPU (example_plugin_cuda.cu): fixed-order-cuda and split-k-by-batch-cuda.
 #include <bitcheck/plugin.h>
 
 #include <cmath>
@@ -101,6 +102,7 @@ int run_split_k(const bitcheck_call* call, void*) {
 
 #ifdef EXAMPLE_PLUGIN_WITH_CUDA
 int example_plugin_run_fixed_order_cuda(const bitcheck_call* call, void* user_data);
+int example_plugin_run_split_k_cuda(const bitcheck_call* call, void* user_data);
 #endif
 
 extern "C" int bitcheck_plugin_register(const bitcheck_registrar* registrar) {
@@ -124,17 +126,31 @@ extern "C" int bitcheck_plugin_register(const bitcheck_registrar* registrar) {
   if (registrar->add_impl(registrar->host, &fixed_order) != 0) return 1;
   if (registrar->add_impl(registrar->host, &split_k) != 0) return 1;
 #ifdef EXAMPLE_PLUGIN_WITH_CUDA
-  bitcheck_impl_desc fixed_order_cuda = {"matmul",
-                                         "fixed-order-cuda",
-                                         "cuda",
-                                         "one thread per output element, K summed in index order",
-                                         1,
-                                         "fp32,bf16",
-                                         "forward",
-                                         0,
-                                         example_plugin_run_fixed_order_cuda,
-                                         nullptr};
+  bitcheck_impl_desc fixed_order_cuda = {
+      "matmul",
+      "fixed-order-cuda",
+      "cuda",
+      "one thread per output element, one fp32 FMA chain over K in index order (16x16 tiles "
+      "staged in shared memory)",
+      1,
+      "fp32,bf16",
+      "forward",
+      0,
+      example_plugin_run_fixed_order_cuda,
+      nullptr};
+  bitcheck_impl_desc split_k_cuda = {
+      "matmul",
+      "split-k-by-batch-cuda",
+      "cuda",
+      "control: K split into 4 slices below 4 rows, 2 below 64, reduced in the output dtype",
+      0,
+      "fp32,bf16",
+      "forward",
+      0,
+      example_plugin_run_split_k_cuda,
+      nullptr};
   if (registrar->add_impl(registrar->host, &fixed_order_cuda) != 0) return 1;
+  if (registrar->add_impl(registrar->host, &split_k_cuda) != 0) return 1;
 #endif
   return 0;
 }

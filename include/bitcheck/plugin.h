@@ -68,9 +68,9 @@ typedef struct bitcheck_call {
   int32_t dim_count;
   int32_t tensor_count;
   const bitcheck_tensor* tensors;
-  const int64_t* slot_rows; /* slot -> logical row; -1 marks a pad slot */
+  const int64_t* slot_rows; /* slot -> logical row; -1 marks a pad slot (host memory, always) */
   int64_t slots;
-  const bitcheck_segment* segments; /* empty for ops whose rows are independent tokens */
+  const bitcheck_segment* segments; /* host memory; empty for ops of independent tokens */
   int64_t segment_count;
   int64_t invocation_index; /* 0 .. invocation_count-1 within one layout execution */
   int64_t invocation_count;
@@ -78,7 +78,8 @@ typedef struct bitcheck_call {
   int32_t reserved;
   void* workspace; /* workspace_bytes of scratch (host or device, as `data`), or NULL */
   size_t workspace_bytes;
-  void* stream; /* cudaStream_t for a cuda impl, NULL for cpu */
+  void* stream; /* cudaStream_t for a cuda impl (bitcheck waits for the device after run), NULL
+                  for cpu */
   char* error;  /* on failure, a NUL-terminated message (truncated to error_capacity) */
   size_t error_capacity;
 } bitcheck_call;

@@ -1,13 +1,14 @@
 // The CUDA backend: the device's status and its DeviceBackend (device facts for the report, free
-// memory, context faults, the copy yardstick, the cuBLASLt pin table's configuration). Each op
-// registers its own CUDA impls (kernels/<op>/<op>_cuda.cpp), even without a device, so their
-// cases are skipped with the reason.
+// memory, context faults, the copy yardstick, the cuBLASLt pin table's configuration, the device
+// memory of plugin and Python impls). Each op registers its own CUDA impls
+// (kernels/<op>/<op>_cuda.cpp), even without a device, so their cases are skipped with the reason.
 #include <memory>
 
 #include "bitcheck/backend.h"
 #include "bitcheck/op.h"
 #include "common/bench_support.h"
 #include "common/cuda_backend.h"
+#include "common/external_device.h"
 #include "common/runtime.h"
 #include "tuner/pin_lookup.h"
 
@@ -54,6 +55,8 @@ class CudaBackend : public DeviceBackend {
     }
   }
 
+  ExternalDeviceMemory* external_memory() const override { return external_memory_.get(); }
+
   std::optional<std::string> context_fault() const override {
     std::string fault = cuda::sticky_error_after_sync();
     if (fault.empty()) return std::nullopt;
@@ -75,6 +78,9 @@ class CudaBackend : public DeviceBackend {
     const BenchMeasurement copy = cuda_bench::time_same_bytes_copy(bytes_moved, settings);
     return copy.bytes_moved / (copy.median_ms * 1e6);
   }
+
+ private:
+  std::unique_ptr<ExternalDeviceMemory> external_memory_ = make_cuda_external_memory();
 };
 
 }  // namespace

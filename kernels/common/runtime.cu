@@ -192,16 +192,45 @@ EventTimer::~EventTimer() {
   BITCHECK_CUDA_CALL_NOEXCEPT(cudaEventDestroy(static_cast<cudaEvent_t>(start_event_)));
   BITCHECK_CUDA_CALL_NOEXCEPT(cudaEventDestroy(static_cast<cudaEvent_t>(stop_event_)));
 }
-void EventTimer::start() {
-  BITCHECK_CUDA_CALL(cudaEventRecord(static_cast<cudaEvent_t>(start_event_)));
+void EventTimer::start(void* stream) {
+  BITCHECK_CUDA_CALL(
+      cudaEventRecord(static_cast<cudaEvent_t>(start_event_), static_cast<cudaStream_t>(stream)));
 }
-float EventTimer::stop_ms() {
+float EventTimer::stop_ms(void* stream) {
   auto stop = static_cast<cudaEvent_t>(stop_event_);
-  BITCHECK_CUDA_CALL(cudaEventRecord(stop));
+  BITCHECK_CUDA_CALL(cudaEventRecord(stop, static_cast<cudaStream_t>(stream)));
   BITCHECK_CUDA_CALL(cudaEventSynchronize(stop));
   float ms = 0.f;
   BITCHECK_CUDA_CALL(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_event_), stop));
   return ms;
+}
+
+Stream::Stream() {
+  cudaStream_t stream = nullptr;
+  BITCHECK_CUDA_CALL(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  stream_ = stream;
+}
+Stream::~Stream() {
+  BITCHECK_CUDA_CALL_NOEXCEPT(cudaStreamDestroy(static_cast<cudaStream_t>(stream_)));
+}
+
+int current_device() {
+  int device = 0;
+  BITCHECK_CUDA_CALL(cudaGetDevice(&device));
+  return device;
+}
+
+std::string ipc_memory_handle(const void* allocation) {
+  cudaIpcMemHandle_t handle;
+  BITCHECK_CUDA_CALL(cudaIpcGetMemHandle(&handle, const_cast<void*>(allocation)));
+  return std::string(handle.reserved, sizeof handle.reserved);
+}
+
+void copy_to_device(void* device, const void* host, std::size_t bytes) {
+  if (bytes) BITCHECK_CUDA_CALL(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+}
+void copy_to_host(void* host, const void* device, std::size_t bytes) {
+  if (bytes) BITCHECK_CUDA_CALL(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
 }
 
 void copy_device_to_device(void* destination, const void* source, std::size_t bytes) {

@@ -86,20 +86,43 @@ class DeviceBuffer {
 // default stream.
 void fill_uniform(void* data, std::size_t count, DeviceDType dtype, std::uint64_t seed);
 
-// Times device work on the default stream with CUDA events. Milliseconds.
+// Times device work with CUDA events, on the default stream or on `stream` (a cudaStream_t).
+// Milliseconds.
 class EventTimer {
  public:
   EventTimer();
   ~EventTimer();
   EventTimer(const EventTimer&) = delete;
   EventTimer& operator=(const EventTimer&) = delete;
-  void start();
-  float stop_ms();  // synchronizes on the stop event
+  void start(void* stream = nullptr);
+  float stop_ms(void* stream = nullptr);  // synchronizes on the stop event
 
  private:
   void* start_event_ = nullptr;
   void* stop_event_ = nullptr;
 };
+
+// A non-blocking stream of its own (cudaStreamNonBlocking), destroyed with the object.
+class Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  void* get() const { return stream_; }  // the cudaStream_t
+
+ private:
+  void* stream_ = nullptr;
+};
+
+// The device this thread uses (cudaGetDevice).
+int current_device();
+// The 64 bytes of the CUDA IPC handle (cudaIpcMemHandle_t) of `allocation`, the base of a
+// cudaMalloc allocation: another process opens it with cudaIpcOpenMemHandle.
+std::string ipc_memory_handle(const void* allocation);
+// Synchronous copies between host and device memory (legacy default stream).
+void copy_to_device(void* device, const void* host, std::size_t bytes);
+void copy_to_host(void* host, const void* device, std::size_t bytes);
 
 // Asynchronous device-to-device copy on the default stream (what the copy benchmarks time).
 void copy_device_to_device(void* destination, const void* source, std::size_t bytes);

@@ -14,6 +14,11 @@ void register_matmul_op(Registry& registry) {
   op.summary = "Y = X·W^T; backward dX = dY·W (per row) and dW = dY^T·X (over tokens)";
   op.dim_names = {"N", "K"};
   op.bench_baseline = "cublaslt-heuristic";
+  op.bench_flops = [](const CaseSpec& spec) {
+    const double gemm = 2.0 * static_cast<double>(spec.rows) * static_cast<double>(spec.dim("N")) *
+                        static_cast<double>(spec.dim("K"));
+    return spec.pass == Pass::forward ? gemm : 2.0 * gemm;  // backward: dX and dW
+  };
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t n = spec.dim("N"), k = spec.dim("K");
     // Weights scaled by 1/sqrt(K) keep outputs O(1) at every K, so one threshold row fits all K.

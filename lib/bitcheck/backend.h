@@ -11,6 +11,7 @@
 namespace bitcheck {
 
 class Registry;
+class ExternalDeviceMemory;
 
 struct BackendOptions {
   std::string pin_file =
@@ -40,6 +41,9 @@ class DeviceBackend {
   // (a non-sticky error left behind is cleared). Never throws; only call it once device work has
   // run.
   virtual std::optional<std::string> context_fault() const = 0;
+  // Device memory for impls from outside bitcheck (plugins, Python functions), or nullptr where
+  // the backend has no device (bitcheck/external_device.h).
+  virtual ExternalDeviceMemory* external_memory() const { return nullptr; }
 };
 
 // Every registered device backend's meta block, under the backend's name.

@@ -236,6 +236,9 @@ struct OpDef {
   // A compute-bound op whose library default lives outside bitcheck (attention: PyTorch SDPA, timed
   // by a script): bench reports its TFLOP/s and names this instead of a copy-bandwidth ratio.
   std::string bench_external_baseline;
+  // Useful floating-point operations of one run of a case at spec.rows rows (bench's TFLOP/s of
+  // impls from outside bitcheck, which do not know the op); unset for memory-bound ops.
+  std::function<double(const CaseSpec&)> bench_flops;
   // Tensors of a case (inputs and outputs) for its pass and dtype.
   std::function<std::vector<TensorDecl>(const CaseSpec&)> tensors;
   // Validates dims beyond presence (e.g. even head dim); returns a reason when invalid.
@@ -294,9 +297,11 @@ class Registry {
 
  private:
   std::vector<OpDef> ops_;
+  // Before the impls, so destroyed after them: impls from outside bitcheck free their device
+  // memory through their backend.
+  std::map<std::string, std::unique_ptr<DeviceBackend>> device_backends_;
   std::map<std::string, std::vector<std::unique_ptr<Impl>>> impls_;
   std::map<std::string, std::pair<bool, std::string>> backends_;
-  std::map<std::string, std::unique_ptr<DeviceBackend>> device_backends_;
 };
 
 // Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which

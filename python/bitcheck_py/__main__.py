@@ -1,6 +1,8 @@
 """The worker bitcheck starts (`python3 -m bitcheck_py worker`): length-prefixed JSON requests on
 stdin, one reply each on stdout. Anything the user's code prints goes to stderr, never into the
-channel."""
+channel. Requests: describe (the function's declaration), call (one invocation: shared memory on
+the CPU, CUDA IPC handles on the GPU), bench (time the function on device tensors), close (IPC
+handles bitcheck is about to free)."""
 import importlib
 import json
 import os
@@ -8,8 +10,10 @@ import struct
 import sys
 import traceback
 
-from . import declaration
 from . import calls
+from . import cuda_ipc
+from . import declaration
+from . import shm
 
 
 def read_message(stream):
@@ -51,13 +55,29 @@ def resolve(module_function):
 
 
 def handle(request):
+    if request["type"] == "close":
+        cuda_ipc.close(request["device"])
+        return {"ok": True}
     function = resolve(request["function"])
     if request["type"] == "describe":
         return dict(declaration(function), ok=True)
     if request["type"] == "call":
-        calls.run(function, request)
+        if "device" in request:
+            cuda_ipc.run_call(function, request)
+        else:
+            calls.run(function, request, shm.views(request), calls.NumpyArrays())
         return {"ok": True}
+    if request["type"] == "bench":
+        return cuda_ipc.bench(function, request)
     raise ValueError(f"unknown request type {request['type']!r}")
+
+
+def poisons_the_context(error):
+    """A CUDA error that leaves this process's context unusable (an illegal address, a trap): the
+    worker exits after its reply and bitcheck starts a fresh one for the next request."""
+    text = str(error)
+    return "CUDA error" in text and ("illegal" in text or "unspecified launch failure" in text
+                                     or "device-side assert" in text or "misaligned" in text)
 
 
 def main():
@@ -71,13 +91,17 @@ def main():
         request = read_message(channel_in)
         if request is None:
             return 0
+        poisoned = False
         try:
             reply = handle(request)
         except calls.ResultError as error:
             reply = {"ok": False, "error": str(error)}
         except Exception as error:  # the case becomes `error` with this traceback
             reply = {"ok": False, "error": user_traceback(error)}
+            poisoned = poisons_the_context(error)
         write_message(channel_out, reply)
+        if poisoned:
+            return 3
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Python impls that fail on purpose, one per failure mode bitcheck must turn into a case `error`
-(the CLI tests run them): an exception, a hang, a wrong shape and a wrong dtype."""
+(the CLI tests run them): an exception, a hang, a wrong shape and a wrong dtype; and on the GPU
+path (the GPU tests run them) an exception and a result that is not on the device."""
 import time
 
 import numpy as np
@@ -30,3 +31,18 @@ def wrong_dtype(x, w):
 
 def not_declared(x, w):
     return x @ w.T
+
+
+@bitcheck_py.impl(op="matmul", invariant=True, backend="cuda", dtypes=("bf16",))
+def raises_cuda(x, w):
+    raise RuntimeError("this CUDA impl raises on purpose")
+
+
+@bitcheck_py.impl(op="matmul", invariant=True, backend="cuda", dtypes=("bf16",))
+def on_the_host_cuda(x, w):
+    return (x @ w.T).cpu()
+
+
+@bitcheck_py.impl(op="matmul", invariant=True, backend="cuda", dtypes=("bf16",))
+def wrong_shape_cuda(x, w):
+    return (x @ w.T)[:, 1:]

@@ -1,9 +1,11 @@
 """A fixed-order Triton matmul (y = x w^T) that claims invariance: one program per (BLOCK_M rows,
-BLOCK_N columns) tile, K walked in BLOCK_K steps in index order with one fp32 accumulator, no
-split-K and no batch-dependent choice (tile sizes are constants), so a row's arithmetic does not
-depend on which rows share its batch. For the GPU path of --py-impl:
+BLOCK_N columns) tile, K walked in BLOCK_K steps in index order into one fp32 accumulator, no
+split-K and no choice made from the batch: the block sizes are constants (never picked from M, no
+autotuning) and M is not specialized on (one compiled kernel for every batch size), so a row's
+arithmetic does not depend on which rows share its batch. On the GPU path of --py-impl:
 
-    bitcheck sweep --py-impl triton_matmul:matmul --op matmul --dtype bf16 --backend cuda
+    PYTHONPATH=python/examples bitcheck sweep --py-impl triton_matmul:matmul \
+        --impl py:triton_matmul:matmul --op matmul --dtype bf16 --backend cuda
 """
 import torch
 import triton
@@ -31,8 +33,9 @@ def _matmul_kernel(x, w, y, M, N, K, stride_xm, stride_wn, stride_ym,
              mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-@bitcheck_py.impl(op="matmul", invariant=True, dtypes=("bf16", "fp16", "fp32"),
-                  description="Triton, fixed tiles, K in index order, no split-K")
+@bitcheck_py.impl(op="matmul", invariant=True, backend="cuda", dtypes=("bf16", "fp16", "fp32"),
+                  description="Triton, fixed 64x64x64 tiles, K in index order, fp32 accumulator, "
+                              "no split-K (fp32 without TF32)")
 def matmul(x, w):
     x, w = x.contiguous(), w.contiguous()
     m, k = x.shape

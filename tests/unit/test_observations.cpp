@@ -3,6 +3,7 @@
 // control (drifting by construction) that holds still is one.
 #include <catch2/catch.hpp>
 
+#include "bitcheck/matrix_render.h"
 #include "bitcheck/op.h"
 #include "bitcheck/summary.h"
 
@@ -78,4 +79,57 @@ TEST_CASE("impls: a library default is never expected to drift, a control is", "
   CHECK_FALSE(LibraryDefault().expected_to_drift(Pass::backward));
   CHECK(Control().expected_to_drift(Pass::forward));
   CHECK(Control().expected_to_drift(Pass::backward));
+}
+
+TEST_CASE("the markdown matrix lists each library default: drifted cases and where", "[summary]") {
+  auto observed = [](const std::string& id, std::int64_t rows, const std::string& verdict) {
+    nlohmann::json c = {{"id", id},
+                        {"op", "matmul"},
+                        {"impl", "py:torch_defaults:linear"},
+                        {"dtype", "bf16"},
+                        {"pass", "forward"},
+                        {"dims", {{"K", 4096}, {"N", 4096}}},
+                        {"rows", rows},
+                        {"verdict", verdict},
+                        {"control", true},
+                        {"observation", true},
+                        {"drift", nlohmann::json::array()}};
+    if (verdict == "drift") {
+      c["drift"].push_back(
+          {{"tensor", "y"}, {"layout", "batch"}, {"rows_differing", 8}, {"max_abs_diff", 0.5}});
+      c["drift"].push_back(
+          {{"tensor", "y"}, {"layout", "alone"}, {"rows_differing", 2}, {"max_abs_diff", 0.25}});
+    }
+    return c;
+  };
+  nlohmann::json report = {
+      {"meta", nlohmann::json::object()},
+      {"status_matrix", {{"dtypes", nlohmann::json::array()}, {"ops", nlohmann::json::array()}}},
+      {"summary",
+       {{"cases", 3},
+        {"first_failing_op", nullptr},
+        {"controls", nlohmann::json::array()},
+        {"observations",
+         {{{"op", "matmul"},
+           {"impl", "py:torch_defaults:linear"},
+           {"dtype", "bf16"},
+           {"pass", "forward"},
+           {"cases", 2},
+           {"drifted", 1}},
+          {{"op", "matmul"},
+           {"impl", "cublaslt-heuristic"},
+           {"dtype", "bf16"},
+           {"pass", "forward"},
+           {"cases", 1},
+           {"drifted", 0}}}}}},
+      {"results", {observed("a", 1, "pass"), observed("b", 257, "drift")}}};
+  const std::string markdown = render_matrix_markdown(report);
+  CHECK_THAT(markdown, Catch::Contains("## Library defaults (observed)"));
+  CHECK_THAT(markdown,
+             Catch::Contains("| matmul | py:torch_defaults:linear | bf16 | forward | 1 / 2 "
+                             "| K=4096,N=4096 M=257: y in batch, 8 rows differ, max abs "
+                             "diff 0.5 |"));
+  CHECK_THAT(markdown,
+             Catch::Contains("| matmul | cublaslt-heuristic | bf16 | forward | 0 / 1 | held |"));
+  CHECK_THAT(markdown, !Catch::Contains("Failing cases of invariant impls"));
 }

@@ -1,0 +1,174 @@
+// Impls from outside bitcheck on the GPU: the example plugin's CUDA matmuls (its fixed-order kernel
+// passes every layout, its split-K control drifts), PyTorch's F.linear observed drifting at
+// M = 257, N = K = 4096 bf16 (measured on an H100: every row differs from its one-row call), the
+// Triton fixed-order matmul passing every layout, and Python failures on the GPU path (an
+// exception, a result on the host, a wrong shape) as case errors. The Python cases need torch (and
+// triton, cupy or the driver API) in the worker's python3: without them they are skipped with a
+// message.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "bitcheck/contract.h"
+#include "bitcheck/layout.h"
+#include "bitcheck/plugin_loader.h"
+#include "bitcheck/runner.h"
+
+using namespace bitcheck;
+
+namespace {
+
+// This binary's directory: in a bundle, the plugin is in ../plugins and bitcheck_py in ../python.
+std::filesystem::path binary_directory() {
+  std::error_code ignored;
+  return std::filesystem::read_symlink("/proc/self/exe", ignored).parent_path();
+}
+
+// The first path that exists: the environment's, the build tree's, the bundle's.
+std::string first_existing(const char* variable, const std::vector<std::filesystem::path>& paths) {
+  if (const char* chosen = std::getenv(variable); chosen && *chosen) return chosen;
+  for (const auto& path : paths) {
+    if (std::filesystem::exists(path)) return path.string();
+  }
+  return paths.front().string();
+}
+
+std::string python_examples() {
+  return first_existing("BITCHECK_PYTHON_EXAMPLES",
+                        {std::filesystem::path(BITCHECK_SOURCE_DIR) / "python/examples",
+                         binary_directory().parent_path() / "python/examples"});
+}
+
+std::string python() {
+  const char* chosen = std::getenv("BITCHECK_PYTHON");
+  return chosen && *chosen ? chosen : "python3";
+}
+
+bool python_has(const std::string& modules) {
+  return std::system((python() + " -c 'import " + modules + "' > /dev/null 2>&1").c_str()) == 0;
+}
+
+struct GpuWorld {
+  Registry registry;
+  Contract contract;
+  GpuWorld() {
+    register_all(registry);
+    contract = load_embedded_contract(registry);
+    const std::string plugin =
+        first_existing("BITCHECK_EXAMPLE_PLUGIN",
+                       {BITCHECK_EXAMPLE_PLUGIN, binary_directory().parent_path() / "plugins" /
+                                                     "libbitcheck_example_plugin.so"});
+    load_external_impls(registry, {{plugin}, {}});
+  }
+  // Registers Python impls once, with python/examples on the worker's path.
+  void load_python(const std::vector<std::string>& functions) {
+    ::setenv("PYTHONPATH", python_examples().c_str(), 1);
+    load_external_impls(registry, {{}, functions});
+  }
+};
+
+GpuWorld& world() {
+  static GpuWorld instance;
+  return instance;
+}
+
+CaseSpec matmul_case(const std::string& impl, DType dtype, std::int64_t n, std::int64_t k,
+                     std::int64_t rows) {
+  CaseSpec spec;
+  spec.op = "matmul";
+  spec.impl = impl;
+  spec.dtype = dtype;
+  spec.dtype_name = to_string(dtype);
+  spec.dims = {{"N", n}, {"K", k}};
+  spec.rows = rows;
+  spec.seed = 11;
+  spec.layouts = known_layouts();
+  return spec;
+}
+
+CaseResult run(const CaseSpec& spec) {
+  Runner runner(world().registry, world().contract);
+  return runner.run_case(spec);
+}
+
+std::string describe(const CaseResult& result) {
+  std::string text = to_string(result.verdict) + " " + result.reason;
+  for (const auto& drift : result.drift) text += " [" + drift.layout + " " + drift.tensor + "]";
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("the example plugin's CUDA fixed-order matmul passes and its control drifts",
+          "[gpu][plugins]") {
+  for (DType dtype : {DType::bf16, DType::fp32}) {
+    for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{264, 200}, {512, 1024}}) {
+      CaseResult fixed = run(matmul_case("plugin:example/fixed-order-cuda", dtype, n, k, 37));
+      INFO(to_string(dtype) << " N=" << n << " K=" << k << ": " << describe(fixed));
+      CHECK(fixed.verdict == Verdict::pass);
+      CaseResult control =
+          run(matmul_case("plugin:example/split-k-by-batch-cuda", dtype, n, k, 37));
+      INFO(describe(control));
+      CHECK(control.verdict == Verdict::drift);
+    }
+  }
+}
+
+TEST_CASE("PyTorch's F.linear is observed drifting at M = 257, N = K = 4096 bf16",
+          "[gpu][python]") {
+  if (!python_has("torch")) {
+    WARN("no torch in " << python() << " (BITCHECK_PYTHON): the PyTorch observation is skipped");
+    return;
+  }
+  world().load_python({"torch_defaults:linear"});
+  CaseSpec spec = matmul_case("py:torch_defaults:linear", DType::bf16, 4096, 4096, 257);
+  spec.layouts = {"alone", "batch"};
+  spec.alone_rows = 8;
+  CaseResult result = run(spec);
+  INFO(describe(result));
+  CHECK(result.is_observation);
+  REQUIRE(result.verdict == Verdict::drift);
+  CHECK(result.drift.front().tensor == "y");
+}
+
+TEST_CASE("the Triton fixed-order matmul passes every layout", "[gpu][python]") {
+  if (!python_has("torch, triton")) {
+    WARN("no torch and triton in " << python() << " (BITCHECK_PYTHON): the Triton case is skipped");
+    return;
+  }
+  world().load_python({"triton_matmul:matmul"});
+  for (DType dtype : {DType::bf16, DType::fp32}) {
+    CaseResult result = run(matmul_case("py:triton_matmul:matmul", dtype, 512, 1024, 257));
+    INFO(to_string(dtype) << ": " << describe(result));
+    CHECK(result.verdict == Verdict::pass);
+  }
+}
+
+TEST_CASE("a Python impl that raises or answers from the host is that case's error on the GPU",
+          "[gpu][python]") {
+  if (!python_has("torch")) {
+    WARN("no torch in " << python() << " (BITCHECK_PYTHON): skipped");
+    return;
+  }
+  world().load_python({"broken:raises_cuda", "broken:on_the_host_cuda", "broken:wrong_shape_cuda"});
+  CaseResult raised = run(matmul_case("py:broken:raises_cuda", DType::bf16, 64, 64, 3));
+  CHECK(raised.verdict == Verdict::error);
+  CHECK_THAT(raised.reason, Catch::Contains("RuntimeError: this CUDA impl raises on purpose"));
+  CaseResult host = run(matmul_case("py:broken:on_the_host_cuda", DType::bf16, 64, 64, 3));
+  CHECK(host.verdict == Verdict::error);
+  CHECK_THAT(host.reason,
+             Catch::Contains("expected a torch tensor on cuda:0, got a tensor on cpu"));
+  CaseResult shape = run(matmul_case("py:broken:wrong_shape_cuda", DType::bf16, 64, 64, 3));
+  CHECK(shape.verdict == Verdict::error);
+  CHECK_THAT(shape.reason, Catch::Contains("matmul output y: expected shape ("));
+  CHECK_THAT(shape.reason, Catch::Contains(", 64) bfloat16, got shape ("));
+  CHECK_THAT(shape.reason, Catch::Contains(", 63) bfloat16"));
+  // The worker still answers: a case after the failures passes.
+  world().load_python({"triton_matmul:matmul"});
+  if (python_has("triton")) {
+    CHECK(run(matmul_case("py:triton_matmul:matmul", DType::bf16, 64, 64, 3)).verdict ==
+          Verdict::pass);
+  }
+}
