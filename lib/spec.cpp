@@ -598,20 +598,43 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
                        [&](const CaseSpec& c) { return overrides.skip_ids.count(c.id()) > 0; }),
         cases.end());
   }
-  if (overrides.shard_count <= 1) return cases;
-  // Shards balanced by estimated cost over input groups (the impls of one group share inputs and
-  // a reference, computed once per shard that runs the group, so a group stays in one shard as
-  // far as balance allows): the most expensive group goes to the least-loaded shard first. A group
-  // costing more than a shard's share (the chain's impls, say) is cut into that many runs of
-  // consecutive cases, each paying the reference once, so it cannot hold up the whole sweep.
-  // Deterministic, so every shard computes the same plan.
+  if (overrides.shard_count <= 1 || !overrides.shard_queue.empty()) return cases;
+  // Static shards: the units (see case_units) from the most expensive, each to the least-loaded
+  // shard. Deterministic, so every shard computes the same plan.
+  const std::vector<CaseUnit> units = case_units(cases, registry, overrides.shard_count);
+  std::vector<std::size_t> order(units.size());
+  for (std::size_t u = 0; u < order.size(); ++u) order[u] = u;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return units[a].cost > units[b].cost; });
+  std::vector<double> load(static_cast<std::size_t>(overrides.shard_count), 0.0);
+  std::vector<bool> mine(cases.size(), false);
+  for (std::size_t u : order) {
+    auto lightest =
+        static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[lightest] += units[u].cost;
+    if (static_cast<int>(lightest) == overrides.shard_index)
+      for (std::size_t i : units[u].members) mine[i] = true;
+  }
+  std::vector<CaseSpec> shard;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    if (mine[i]) shard.push_back(cases[i]);  // spec order within the shard
+  }
+  return shard;
+}
+
+std::vector<CaseUnit> case_units(const std::vector<CaseSpec>& cases, const Registry& registry,
+                                 int workers) {
+  // Units are input groups (the impls of one group share inputs and a reference, computed once by
+  // whoever runs the group, so a group stays together as far as balance allows). A group costing
+  // more than a worker's share (the chain's impls, say) is cut into that many runs of consecutive
+  // cases, each paying the reference once, so it cannot hold up the whole sweep.
   std::vector<double> cost(cases.size());
   double total_cost = 0;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     cost[i] = estimated_case_cost(cases[i], registry);
     total_cost += cost[i];
   }
-  const double share = total_cost / static_cast<double>(overrides.shard_count);
+  const double share = total_cost / static_cast<double>(std::max(workers, 1));
   std::vector<std::vector<std::size_t>> members;  // cases of each group, in spec order
   {
     std::map<std::string, std::size_t> groups;
@@ -624,8 +647,7 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
       members[it->second].push_back(i);
     }
   }
-  std::vector<std::size_t> group_of(cases.size());
-  std::vector<double> group_cost;
+  std::vector<CaseUnit> units;
   for (const auto& group : members) {
     double whole = 0;
     for (std::size_t i : group) whole += cost[i];
@@ -634,34 +656,18 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
     const double per_run = whole / static_cast<double>(runs);
     double filled = 0;
     std::size_t run = 0;
-    group_cost.push_back(0.0);
+    units.emplace_back();
     for (std::size_t i : group) {
       if (filled >= per_run * static_cast<double>(run + 1) && run + 1 < runs) {
         ++run;
-        group_cost.push_back(0.0);
+        units.emplace_back();
       }
-      group_of[i] = group_cost.size() - 1;
-      group_cost.back() += cost[i];
+      units.back().members.push_back(i);
+      units.back().cost += cost[i];
       filled += cost[i];
     }
   }
-  std::vector<std::size_t> order(group_cost.size());
-  for (std::size_t g = 0; g < order.size(); ++g) order[g] = g;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return group_cost[a] > group_cost[b]; });
-  std::vector<double> load(static_cast<std::size_t>(overrides.shard_count), 0.0);
-  std::vector<bool> mine_group(group_cost.size(), false);
-  for (std::size_t g : order) {
-    auto lightest =
-        static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    load[lightest] += group_cost[g];
-    mine_group[g] = static_cast<int>(lightest) == overrides.shard_index;
-  }
-  std::vector<CaseSpec> shard;
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    if (mine_group[group_of[i]]) shard.push_back(cases[i]);  // spec order within the shard
-  }
-  return shard;
+  return units;
 }
 
 }  // namespace bitcheck

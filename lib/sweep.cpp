@@ -2,6 +2,8 @@
 // writes the report atomically and prints the status matrix and the first failing op.
 #include "bitcheck/sweep.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,8 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 
 #include "bitcheck/backend.h"
 #include "bitcheck/build_info.h"
@@ -22,6 +26,37 @@
 #include "bitcheck/runner.h"
 
 namespace bitcheck {
+
+namespace {
+// The shared counter of --shard-queue: the next unit's index, 8 bytes at the start of the file,
+// read and advanced under an exclusive flock so every unit goes to exactly one shard.
+std::int64_t claim_next_unit(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDWR);
+  if (fd < 0) throw std::runtime_error("--shard-queue: cannot open " + path);
+  std::int64_t next = -1;
+  if (flock(fd, LOCK_EX) == 0) {
+    std::int64_t value = 0;
+    const ssize_t got = pread(fd, &value, sizeof value, 0);
+    next = got == static_cast<ssize_t>(sizeof value) ? value : 0;
+    const std::int64_t advanced = next + 1;
+    if (pwrite(fd, &advanced, sizeof advanced, 0) != static_cast<ssize_t>(sizeof advanced))
+      next = -1;
+    flock(fd, LOCK_UN);
+  }
+  close(fd);
+  if (next < 0) throw std::runtime_error("--shard-queue: cannot advance the counter in " + path);
+  return next;
+}
+}  // namespace
+
+void create_shard_queue(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const std::int64_t zero = 0;
+  const bool written =
+      fd >= 0 && write(fd, &zero, sizeof zero) == static_cast<ssize_t>(sizeof zero);
+  if (fd >= 0) close(fd);
+  if (!written) throw std::runtime_error("cannot create the shard queue " + path);
+}
 
 std::string utc_timestamp() {
   std::time_t now = std::time(nullptr);
@@ -138,19 +173,52 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   std::vector<CaseResult> results;
   results.reserve(cases.size());
   auto last_note = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < cases.size(); ++i) {
+  // The order of the cases: the spec's, or with --shard-queue the units this shard claims from the
+  // shared counter, most expensive first (longest-first scheduling: the shards finish together
+  // whatever the error of the cost estimates).
+  const bool queued = !options.overrides.shard_queue.empty();
+  std::vector<CaseUnit> units;
+  if (queued) {
+    units = case_units(cases, registry, options.overrides.shard_count);
+    std::stable_sort(units.begin(), units.end(),
+                     [](const CaseUnit& a, const CaseUnit& b) { return a.cost > b.cost; });
+  }
+  std::vector<std::size_t> pending;  // the claimed unit's cases not yet run
+  std::size_t next_spec_case = 0, units_claimed = 0;
+  auto next_case = [&]() -> std::optional<std::size_t> {
+    if (!queued) {
+      if (next_spec_case >= cases.size()) return std::nullopt;
+      return next_spec_case++;
+    }
+    while (pending.empty()) {
+      const std::int64_t unit = claim_next_unit(options.overrides.shard_queue);
+      if (unit >= static_cast<std::int64_t>(units.size())) return std::nullopt;
+      ++units_claimed;
+      const auto& members = units[static_cast<std::size_t>(unit)].members;
+      pending.assign(members.rbegin(), members.rend());  // popped from the back: spec order
+    }
+    const std::size_t i = pending.back();
+    pending.pop_back();
+    return i;
+  };
+  // "[k/n]": k cases run of the n of the sweep (with --shard-queue, n is every case of the sweep).
+  for (;;) {
     if (interrupt_signal) {
       meta.interrupted = true;
       break;
     }
+    const std::optional<std::size_t> next = next_case();
+    if (!next) break;
+    const std::size_t i = *next;
+    const std::size_t done = results.size();
     if (show_progress) {
-      std::cerr << "\r\033[K[" << (i + 1) << "/" << cases.size() << "] " << cases[i].id()
+      std::cerr << "\r\033[K[" << (done + 1) << "/" << cases.size() << "] " << cases[i].id()
                 << std::flush;
     } else if (options.progress &&
                std::chrono::steady_clock::now() - last_note > std::chrono::seconds(15)) {
       // Not a terminal (a log): a plain line every 15 s, so a cut-off run shows how far it got.
       last_note = std::chrono::steady_clock::now();
-      std::cerr << "[" << (i + 1) << "/" << cases.size() << "] "
+      std::cerr << "[" << (done + 1) << "/" << cases.size() << "] "
                 << static_cast<int>(std::chrono::duration<double>(last_note - start).count())
                 << " s " << cases[i].id() << "\n";
     }
@@ -188,8 +256,14 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   }
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
-  std::cout << "report: " << path << " (" << results.size() << " of " << cases.size() << " cases, "
-            << static_cast<int>(meta.wall_seconds + 0.5) << " s)\n";
+  if (queued) {
+    std::cout << "report: " << path << " (" << results.size() << " cases in " << units_claimed
+              << " units from the shared queue, " << static_cast<int>(meta.wall_seconds + 0.5)
+              << " s)\n";
+  } else {
+    std::cout << "report: " << path << " (" << results.size() << " of " << cases.size()
+              << " cases, " << static_cast<int>(meta.wall_seconds + 0.5) << " s)\n";
+  }
   if (meta.interrupted) {
     std::cerr << "bitcheck: interrupted by signal " << interrupt_signal << " after "
               << results.size() << " of " << cases.size()

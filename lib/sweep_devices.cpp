@@ -47,17 +47,17 @@ struct Shard {
   std::string device;
   std::vector<std::string> args;
   std::string report_path, log_path;
-  std::size_t cases = 0;
   pid_t pid = -1;
   bool done = false;
   int exit_code = -1;  // -N when killed by signal N
   double seconds = 0;
 };
 
-// The child's command line: the same sweep, as shard i of n, writing into the temporary directory.
+// The child's command line: the same sweep, as shard i of n taking its work from the shared queue,
+// writing into the temporary directory.
 std::vector<std::string> shard_args(const SweepOptions& options, const std::string& binary,
                                     int index, int count, const std::string& out_dir,
-                                    const std::string& report_name) {
+                                    const std::string& report_name, const std::string& queue_path) {
   const SweepOverrides& o = options.overrides;
   std::vector<std::string> args = {binary, "sweep"};
   auto add = [&](const char* flag, const std::string& value) {
@@ -97,6 +97,7 @@ std::vector<std::string> shard_args(const SweepOptions& options, const std::stri
   if (options.confirmed) args.push_back("--yes");
   if (!options.progress) args.push_back("--no-progress");
   add("--shard", std::to_string(index) + "/" + std::to_string(count));
+  add("--shard-queue", queue_path);
   add("--out", out_dir);
   add("--report-name", report_name);
   return args;
@@ -197,6 +198,12 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
   std::error_code ignored;
   const std::string binary = std::filesystem::read_symlink("/proc/self/exe", ignored).string();
 
+  // The shards share one queue of work units (case_units, most expensive first): each takes the
+  // next when it finishes one, so they finish together however wrong the cost estimates are.
+  const std::string queue_path = work_dir + "/queue";
+  create_shard_queue(queue_path);
+  const std::size_t unit_count = case_units(plan.cases, registry, count).size();
+
   std::vector<Shard> shards(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) {
     Shard& shard = shards[static_cast<std::size_t>(i)];
@@ -206,11 +213,7 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     shard.report_path = work_dir + "/" + name + ".json";
     shard.log_path = work_dir + "/" + name + ".log";
     shard.args = shard_args(options, binary.empty() ? options.argv.front() : binary, i, count,
-                            work_dir, name + ".json");
-    SweepOverrides overrides = options.overrides;
-    overrides.shard_index = i;
-    overrides.shard_count = count;
-    shard.cases = expand_cases(plan.spec, registry, overrides).size();
+                            work_dir, name + ".json", queue_path);
   }
 
   signals_received = 0;
@@ -219,8 +222,9 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
   for (auto& shard : shards) {
     shard.pid = spawn(shard);
     if (options.progress) {
-      std::cerr << "shard " << shard.index << "/" << count << " on device " << shard.device << ": "
-                << shard.cases << " cases, log " << shard.log_path << "\n";
+      std::cerr << "shard " << shard.index << "/" << count << " on device " << shard.device
+                << ": units from the shared queue (" << plan.cases.size() << " cases in "
+                << unit_count << " units), log " << shard.log_path << "\n";
     }
   }
 

@@ -3,20 +3,27 @@
 # bundle for the GPU machine, which has the CUDA driver and cuBLASLt but none of CLI11, json,
 # spdlog, fmt, Eigen or Catch2: the binaries plus the non-system shared libraries they link,
 # found through an $ORIGIN rpath.
-#   scripts/gpu-bundle.sh [BUNDLE_DIR]   (default: .gpu-bundle, git-ignored)
+#   scripts/gpu-bundle.sh [--prebuilt] [BUNDLE_DIR]   (default: .gpu-bundle, git-ignored)
+# --prebuilt packs the build already in BITCHECK_GPU_BUILD_DIR (default build-gpu) without setting
+# up or building: for a build made on the GPU machine itself. BITCHECK_REVISION names the revision
+# where there is no git (the GPU machine's copy of the tree).
 # Then on the GPU machine: BUNDLE_DIR/bin/bitcheck ..., scripts/gpu-check.sh BUNDLE_DIR OUT_DIR, or
 # for plugins and Python impls scripts/gpu-python-report.sh BUNDLE_DIR OUT_DIR. The bundle carries
 # python/ (bitcheck_py, found by bin/bitcheck as ../python, and python/examples) and the example
 # plugin built for sm_90a (plugins/libbitcheck_example_plugin.so, CUDA runtime linked statically).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+prebuilt=0
+if [ "${1:-}" = --prebuilt ]; then prebuilt=1; shift; fi
 bundle=${1:-$root/.gpu-bundle}
 build=${BITCHECK_GPU_BUILD_DIR:-$root/build-gpu}
 
-"$root/scripts/setup.sh" --deps-only
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES="90a-real;80-virtual" -DBITCHECK_WITH_CUDA=ON >/dev/null
-cmake --build "$build" --parallel
+if [ $prebuilt = 0 ]; then
+  "$root/scripts/setup.sh" --deps-only
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES="90a-real;80-virtual" -DBITCHECK_WITH_CUDA=ON >/dev/null
+  cmake --build "$build" --parallel
+fi
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/tests" "$bundle/plugins" "$bundle/python" "$bundle/scripts"
@@ -48,5 +55,9 @@ cp "$root/scripts/gpu-python-report.sh" "$root/scripts/compact-report.py" "$root
   "$bundle/scripts/"
 # The searched cuBLASLt tables, the input of `bitcheck algos --refine kernels/tuner/searched`.
 mkdir -p "$bundle/kernels/tuner" && cp -r "$root/kernels/tuner/searched" "$bundle/kernels/tuner/"
-git -C "$root" rev-parse --short=12 HEAD > "$bundle/REVISION" 2>/dev/null || echo unknown > "$bundle/REVISION"
+if [ -n "${BITCHECK_REVISION:-}" ]; then
+  echo "$BITCHECK_REVISION" > "$bundle/REVISION"
+else
+  git -C "$root" rev-parse --short=12 HEAD > "$bundle/REVISION" 2>/dev/null || echo unknown > "$bundle/REVISION"
+fi
 du -sh "$bundle" | awk '{print "bundle: " $2 " (" $1 ")"}'

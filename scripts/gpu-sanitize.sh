@@ -129,6 +129,23 @@ run_tool() {
     else
       control="$control; TMA-store question not answered (probe exit $tma_rc, see initcheck-tma-store.out)"
     fi
+    # The harness's own proof of the writes initcheck cannot see: with BITCHECK_SENTINEL_WRITES=1
+    # the GEMM fills Y with a sentinel (cudaMemset, which initcheck records) and checks every
+    # element after the launch. Its probe must download clean, with the right values, and its check
+    # must count exactly the one row no launch wrote; otherwise the sweep below proves nothing
+    # about TMA-written outputs and the tool is BLIND.
+    local sentinel_rc sentinel_errors
+    BITCHECK_SENTINEL_WRITES=1 "$sanitizer" "${options[@]}" --log-file "$out/initcheck-sentinel.log" bin/sanitizer_probe sentinel > "$out/initcheck-sentinel.out" 2>&1
+    sentinel_rc=$?
+    sentinel_errors=$(errors_in "$out/initcheck-sentinel.log")
+    if grep -q 'sm_90' "$out/initcheck-sentinel.out" && ! grep -q 'values wrong' "$out/initcheck-sentinel.out"; then
+      control="$control; sentinel: no TMA stores on this GPU"
+    elif [ $sentinel_rc = 0 ] && [ "$sentinel_errors" = 0 ]; then
+      control="$control; sentinel proof of TMA-store writes: downloads clean and its check finds the unwritten row ([initcheck-sentinel.out](initcheck-sentinel.out))"
+    else
+      control="$control; sentinel proof BLIND or failing: probe exit $sentinel_rc, $sentinel_errors initcheck errors ([initcheck-sentinel.out](initcheck-sentinel.out))"
+      tool_status=1
+    fi
   fi
 
   local limit=()
@@ -151,7 +168,9 @@ run_tool() {
   local shown=("${command[@]/#"$out/"/OUT/}")  # the output directory as OUT, for the summary's reader
   local shard_text=""
   [ "$shards" -gt 1 ] && shard_text=" --shard i/$shards (i = 0..$((shards - 1)), merged)"
-  echo "$(basename "$sanitizer") ${options[*]} --log-file OUT/$tool.log ${shown[*]} --report-name report.json$shard_text" > "$out/.command-$tool"
+  local env_text=""
+  [ "$tool" = initcheck ] && env_text="BITCHECK_SENTINEL_WRITES=1 "
+  echo "$env_text$(basename "$sanitizer") ${options[*]} --log-file OUT/$tool.log ${shown[*]} --report-name report.json$shard_text" > "$out/.command-$tool"
   local start=$(date +%s) i pids=() rcs=()
   mkdir -p "$out/$tool"
   for ((i = 0; i < shards; i++)); do
@@ -161,7 +180,9 @@ run_tool() {
       log="$out/$tool-shard$i.log" sweep_log="$out/$tool-sweep-shard$i.log"
       export CUDA_VISIBLE_DEVICES=${gpu_list[$(((slot * shards + i) % gpus))]}
     fi
-    "${limit[@]}" "$sanitizer" "${options[@]}" --log-file "$log" "${command[@]}" "${shard_args[@]}" > "$sweep_log" 2>&1 &
+    sentinel_env=()
+    [ "$tool" = initcheck ] && sentinel_env=(env BITCHECK_SENTINEL_WRITES=1)
+    "${limit[@]}" "${sentinel_env[@]}" "$sanitizer" "${options[@]}" --log-file "$log" "${command[@]}" "${shard_args[@]}" > "$sweep_log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; rcs+=($?); done
@@ -254,6 +275,13 @@ done
   echo "cublaslt-heuristic and the chain swaps to them): racecheck stops on cuBLASLt's kernels with an internal sanitizer"
   echo "error, and initcheck cannot see the writes of the kernels its filter leaves out (see the script); memcheck and"
   echo "synccheck run every impl."
+  echo
+  echo "initcheck runs with BITCHECK_SENTINEL_WRITES=1. The fixed-order GEMM writes its output with TMA stores alone,"
+  echo "which initcheck does not record (\`sanitizer_probe tma-store\`: a TMA-written buffer with every value right"
+  echo "downloads as uninitialized). In this mode every wgmma GEMM launch first fills its output with a sentinel"
+  echo "(cudaMemset, recorded by initcheck) and afterwards proves that no element still holds it, failing the case"
+  echo "otherwise: the harness's own proof of full writes for those outputs, initcheck's for everything else."
+  echo "\`sanitizer_probe sentinel\` is its control: a clean download, and exactly the one row no launch wrote found."
   echo
   echo "Result: $([ $status = 0 ] && echo "clean: every tool ran the sweep with 0 errors and detected its control" || echo "NOT CLEAN: see the table and the logs")"
 } > "$out/sanitizer-summary.md"

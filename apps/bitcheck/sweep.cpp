@@ -3,6 +3,7 @@
 #include "bitcheck/sweep.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -66,7 +67,12 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
                    "Exit 1 when a declared launch path of an invariant impl never ran "
                    "(bitcheck coverage REPORT shows the table)");
   command.add_option("--shard", flags.shard,
-                     "Run shard i of n (i/n, 0-based): the cases whose index is i modulo n");
+                     "Run shard i of n (i/n, 0-based): a fixed share of the cases, balanced by "
+                     "estimated cost (input groups kept together)");
+  command.add_option("--shard-queue", sweep.overrides.shard_queue,
+                     "With --shard: take units of work from the counter in this file (made by "
+                     "--devices, shared by its shards: each takes the next unit, most expensive "
+                     "first) instead of a fixed share");
   command
       .add_option("--skip-done", flags.skip_done,
                   "Reports (e.g. interrupted ones) whose checked cases are not run again; merge "
@@ -166,6 +172,14 @@ int run(SweepFlags& flags, const Registry& registry) {
     sweep.overrides.special_values = flags.special_values_rate;
   if (flags.ids_option->count()) sweep.overrides.ids = flags.ids;
   if (!flags.shard.empty()) parse_shard(flags.shard, sweep.overrides);
+  if (!sweep.overrides.shard_queue.empty()) {
+    if (sweep.overrides.shard_count < 2)
+      throw BadInput("command line", "--shard-queue", "--shard i/n with n >= 2 beside it");
+    if (!std::filesystem::is_regular_file(sweep.overrides.shard_queue))
+      throw BadInput("command line", "--shard-queue",
+                     "an existing queue file (made by --devices), got \"" +
+                         sweep.overrides.shard_queue + "\"");
+  }
   sweep.skip_done_reports = flags.skip_done;
   for (const auto& path : flags.skip_done) add_done_case_ids(path, sweep.overrides.skip_ids);
   sweep.progress = !flags.no_progress;

@@ -67,6 +67,13 @@ void fixed_order_gemm_tile(GemmDType dtype, const GemmTile& tile, const void* x,
                            void* y, int64_t M, int64_t N, int64_t K, CUstream_st* stream);
 // The tile shape fixed_order_gemm picks for M x N on `sm_count` SMs, for tables.
 GemmTile fixed_order_gemm_chosen_tile(int64_t M, int64_t N, int sm_count);
+// Whether the wgmma path runs with the sentinel proof of full writes (BITCHECK_SENTINEL_WRITES=1:
+// Y filled with all-ones bits before each launch, every element checked after; a launch that leaves
+// one unwritten throws). For compute-sanitizer's initcheck, which does not see TMA stores.
+bool fixed_order_gemm_sentinel_writes();
+// How many of the first `elements` 16-bit elements at `y` hold the sentinel (0xFFFF); synchronizes
+// `stream`. The check behind the sentinel mode, exposed so a probe can prove it detects a gap.
+std::uint64_t count_sentinel_elements(const void* y, int64_t elements, CUstream_st* stream);
 }  // namespace detail
 
 }  // namespace bitcheck::cuda

@@ -58,6 +58,10 @@ struct SweepOverrides {
   std::optional<std::string> ids;        // --ids: uniform, zipf or few
   int shard_index = 0;                   // --shard i/n: run the cases whose index is i modulo n
   int shard_count = 1;
+  // --shard-queue FILE (the children of --devices): instead of a fixed share, a shard takes the
+  // next unit of work (case_units, most expensive first) from a counter in FILE shared by all
+  // shards, until none is left; expand_cases then returns every case.
+  std::string shard_queue;
   // --skip-done REPORT: case ids already checked in earlier (e.g. interrupted) reports; they are
   // dropped before sharding, so the shards split what is left.
   std::set<std::string> skip_ids;
@@ -77,6 +81,16 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const
 // The relative cost --shard balances: a fixed part per case plus one proportional to the bytes of
 // the case's tensors.
 double estimated_case_cost(const CaseSpec& c, const Registry& registry);
+
+// Units of work for `workers` parallel workers: the cases (indices into `cases`) of one input
+// group, cut into consecutive runs where a group would cost more than a worker's share; with the
+// estimated cost of each. Static shards and the shared queue both hand out whole units.
+struct CaseUnit {
+  std::vector<std::size_t> members;
+  double cost = 0;
+};
+std::vector<CaseUnit> case_units(const std::vector<CaseSpec>& cases, const Registry& registry,
+                                 int workers);
 
 // The cartesian product, in spec order. Impls of an unavailable backend still yield cases (to be
 // skipped with the backend's reason) unless the backend was filtered out explicitly.

@@ -62,5 +62,7 @@ int run_sweep(const SweepOptions& options, const Registry& registry);
 // a shard report to a temporary directory; SIGINT/SIGTERM are forwarded to the children and the
 // merged partial report is marked interrupted. Same exit codes as run_sweep.
 int run_sweep_on_devices(const SweepOptions& options, const Registry& registry);
+// The counter file of --shard-queue, at 0 (run_sweep_on_devices makes one for its shards).
+void create_shard_queue(const std::string& path);
 
 }  // namespace bitcheck

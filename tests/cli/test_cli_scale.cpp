@@ -7,7 +7,9 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdint>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -169,6 +171,42 @@ TEST_CASE("sweep --devices gives the unsharded sweep's cases, verdicts and finge
   CHECK(no_temporary_left(dir.path()));
 }
 
+TEST_CASE("shards sharing a queue run every case once: units go to whoever asks first",
+          "[cli][devices][queue]") {
+  TempDir dir;
+  REQUIRE(run_bitcheck(dir, small_sweep + " --out " + quote(dir.path())).exit_code == 0);
+  const std::string queue = dir / "queue";
+  {
+    std::ofstream counter(queue, std::ios::binary);
+    const std::int64_t zero = 0;
+    counter.write(reinterpret_cast<const char*>(&zero), sizeof zero);
+  }
+  // One after the other: the first shard drains the queue, the second finds it empty.
+  Run first = run_bitcheck(dir, small_sweep + " --shard 0/2 --shard-queue " + quote(queue) +
+                                    " --report-name first.json --out " + quote(dir.path()));
+  Run second = run_bitcheck(dir, small_sweep + " --shard 1/2 --shard-queue " + quote(queue) +
+                                     " --report-name second.json --out " + quote(dir.path()));
+  INFO("first: " << first.out << first.err << "\nsecond: " << second.out << second.err);
+  REQUIRE(first.exit_code == 0);
+  REQUIRE(second.exit_code == 0);
+  json whole = json::parse(read_file(dir / "report.json"));
+  json drained = json::parse(read_file(dir / "first.json"));
+  json empty = json::parse(read_file(dir / "second.json"));
+  CHECK(empty["results"].empty());
+  CHECK_THAT(second.out, Catch::Contains("0 cases in 0 units from the shared queue"));
+  REQUIRE(drained["results"].size() == whole["results"].size());
+  // Claimed most expensive unit first, so not in spec order; the same cases and bits.
+  std::map<std::string, std::string> by_id;
+  for (const auto& c : whole["results"])
+    by_id[c.at("id").get<std::string>()] = c.value("fingerprint", "");
+  for (const auto& c : drained["results"]) {
+    INFO(c.at("id"));
+    REQUIRE(by_id.count(c.at("id").get<std::string>()) == 1);
+    CHECK(by_id.at(c.at("id").get<std::string>()) == c.value("fingerprint", ""));
+  }
+  CHECK(drained["results"].front()["id"] != whole["results"].front()["id"]);
+}
+
 TEST_CASE("sweep --devices refuses bad input before starting a shard",
           "[cli][devices][bad-input]") {
   TempDir dir;
@@ -183,6 +221,14 @@ TEST_CASE("sweep --devices refuses bad input before starting a shard",
   Run bad_device = run_bitcheck(dir, small_sweep + " --devices '0,a b' --out " + quote(out));
   CHECK(bad_device.exit_code == 2);
   CHECK_THAT(bad_device.err, Catch::Contains("--devices") && Catch::Contains("a b"));
+  Run no_shard = run_bitcheck(
+      dir, small_sweep + " --shard-queue " + quote(dir / "q") + " --out " + quote(out));
+  CHECK(no_shard.exit_code == 2);
+  CHECK_THAT(no_shard.err, Catch::Contains("--shard-queue") && Catch::Contains("--shard i/n"));
+  Run no_queue = run_bitcheck(dir, small_sweep + " --shard 0/2 --shard-queue " +
+                                       quote(dir / "missing") + " --out " + quote(out));
+  CHECK(no_queue.exit_code == 2);
+  CHECK_THAT(no_queue.err, Catch::Contains("--shard-queue") && Catch::Contains("missing"));
   CHECK_FALSE(std::filesystem::exists(out + "/report.json"));
 }
 

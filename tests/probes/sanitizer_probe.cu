@@ -1,18 +1,24 @@
 // Kernels with one deliberate defect per compute-sanitizer tool: the control that proves a
 // sanitizer run (tool + kernel filter) can fail. scripts/gpu-sanitize.sh runs each tool on its
 // defect and requires an error report before it trusts a clean run of the sweep.
-//   sanitizer_probe memcheck|racecheck|initcheck|synccheck|clean|tma-store
+//   sanitizer_probe memcheck|racecheck|initcheck|synccheck|clean|tma-store|sentinel
 // The kernels live in bitcheck::cuda like every kernel of bitcheck, so the script's kernel filter
 // selects them exactly as it selects the real ones. "clean" launches a correct kernel: no tool may
 // report it. "tma-store" is a question, not a control: the fixed-order GEMM (whose outputs are
 // written by TMA stores alone on sm_90) fills a never-initialized buffer, the host downloads it and
 // checks every value. Values right and initcheck reporting the download as uninitialized means
 // initcheck does not record TMA-store writes.
+// "sentinel" is the fix and its control: the same GEMM with BITCHECK_SENTINEL_WRITES=1 (Y filled
+// with a sentinel by cudaMemset before the launch, every element checked after), into a buffer one
+// row longer than Y, filled with the sentinel too. The download of Y must be clean under initcheck
+// and its values right, and the check must count exactly the N elements of the row no launch wrote:
+// proof that it finds an unwritten element, not just that it stays quiet.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -64,7 +70,7 @@ int report(const char* what, cudaError_t status) {
 
 bool known_probe(const char* tool) {
   for (const char* name :
-       {"memcheck", "racecheck", "initcheck", "synccheck", "clean", "tma-store"}) {
+       {"memcheck", "racecheck", "initcheck", "synccheck", "clean", "tma-store", "sentinel"}) {
     if (std::strcmp(tool, name) == 0) return true;
   }
   return false;
@@ -109,8 +115,52 @@ int run_tma_store() {
   return wrong == 0 ? 0 : 1;
 }
 
+int run_sentinel() {
+  constexpr int64_t M = 200, N = 192, K = 64;
+  setenv("BITCHECK_SENTINEL_WRITES", "1", 1);  // read once, at the GEMM's first launch
+  const uint16_t one = 0x3F80;                 // bf16 1.0
+  const std::vector<uint16_t> ones_x(M * K, one), ones_w(N * K, one);
+  void *x = nullptr, *w = nullptr, *y = nullptr;
+  if (cudaMalloc(&x, M * K * 2) != cudaSuccess || cudaMalloc(&w, N * K * 2) != cudaSuccess ||
+      cudaMalloc(&y, (M + 1) * N * 2) != cudaSuccess)
+    return 3;
+  cudaMemcpy(x, ones_x.data(), M * K * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(w, ones_w.data(), N * K * 2, cudaMemcpyHostToDevice);
+  int failures = 0;
+  for (const detail::GemmTile& tile :
+       {detail::GemmTile{128, 256, false}, detail::GemmTile{128, 192, true}}) {
+    cudaMemset(y, 0xFF, (M + 1) * N * 2);  // row M: the sentinel, never written by the GEMM
+    try {
+      detail::fixed_order_gemm_tile(GemmDType::bf16, tile, x, w, y, M, N, K, nullptr);
+    } catch (const std::exception& error) {  // not sm_90, or the check found a gap in Y
+      std::printf("sanitizer_probe sentinel: tile %s: %s\n", tile.name().c_str(), error.what());
+      if (!detail::fixed_order_gemm_sentinel_writes() || std::strstr(error.what(), "sm_90"))
+        return 0;
+      ++failures;
+      continue;
+    }
+    std::vector<uint16_t> host(M * N);
+    cudaMemcpy(host.data(), y, M * N * 2, cudaMemcpyDeviceToHost);  // initcheck must stay quiet
+    int wrong = 0;
+    for (uint16_t value : host) wrong += value != 0x4280;  // bf16 64.0
+    const std::uint64_t found = detail::count_sentinel_elements(y, (M + 1) * N, nullptr);
+    std::printf(
+        "sanitizer_probe sentinel: tile %s: %d of %lld values wrong; the check found %llu "
+        "sentinel elements in Y plus the unwritten row (expected exactly %lld)\n",
+        tile.name().c_str(), wrong, static_cast<long long>(M * N),
+        static_cast<unsigned long long>(found), static_cast<long long>(N));
+    failures += wrong != 0 || found != static_cast<std::uint64_t>(N);
+  }
+  cudaFree(x);
+  cudaFree(w);
+  cudaFree(y);
+  report("sentinel", cudaDeviceSynchronize());
+  return failures == 0 ? 0 : 1;
+}
+
 int run_probe(const char* tool) {
   if (std::strcmp(tool, "tma-store") == 0) return run_tma_store();
+  if (std::strcmp(tool, "sentinel") == 0) return run_sentinel();
   float *in = nullptr, *out = nullptr;
   if (cudaMalloc(&in, kThreads * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&out, kThreads * sizeof(float)) != cudaSuccess) {
@@ -141,7 +191,8 @@ int run_probe(const char* tool) {
 int main(int argc, char** argv) {
   if (argc != 2 || !bitcheck::cuda::known_probe(argv[1])) {
     std::fprintf(stderr,
-                 "usage: sanitizer_probe memcheck|racecheck|initcheck|synccheck|clean|tma-store\n");
+                 "usage: sanitizer_probe "
+                 "memcheck|racecheck|initcheck|synccheck|clean|tma-store|sentinel\n");
     return 2;
   }
   return bitcheck::cuda::run_probe(argv[1]);
