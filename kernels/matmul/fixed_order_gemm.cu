@@ -494,41 +494,6 @@ CUtensorMap make_tensor_map(CUtensorMapDataType type, const void* base, int64_t 
   return map;
 }
 
-template <typename T, int Consumers, int Extent, bool WAsA>
-void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
-                  cudaStream_t stream, int sm_count) {
-  using Config = WgmmaConfig<Consumers, Extent, WAsA>;
-  const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
-                                       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const CUtensorMap x_map = make_tensor_map(type, x, M, K, Config::kTileM);
-  const CUtensorMap w_map = make_tensor_map(type, w, N, K, Config::kTileN);
-  // Output boxes: 64 x 64 (X as A) or Extent rows x 64 (W as A).
-  const CUtensorMap y_map = make_tensor_map(type, y, M, N, WAsA ? Extent : 64);
-  // Per call, not cached: the attribute belongs to the current device.
-  BITCHECK_CUDA_CALL(cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, Extent, WAsA>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          Config::kSharedBytes));
-  const int64_t tiles =
-      ((M + Config::kTileM - 1) / Config::kTileM) * ((N + Config::kTileN - 1) / Config::kTileN);
-  const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
-  const bool sentinel = sentinel_writes_enabled();
-  if (sentinel) BITCHECK_CUDA_CALL(cudaMemsetAsync(y, 0xFF, M * N * sizeof(T), stream));
-  wgmma_gemm_kernel<T, Consumers, Extent, WAsA>
-      <<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
-          x_map, w_map, y_map, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
-  BITCHECK_CUDA_LAUNCH_CHECK();
-  if (!sentinel) return;
-  const std::uint64_t unwritten = count_sentinel(y, M * N, stream);
-  if (unwritten != 0)
-    throw std::runtime_error("fixed_order_gemm: the wgmma tile " + std::to_string(Config::kTileM) +
-                             "x" + std::to_string(Config::kTileN) + (WAsA ? " W-as-A" : "") +
-                             " left " + std::to_string(unwritten) + " of " + std::to_string(M * N) +
-                             " elements of Y (M = " + std::to_string(M) +
-                             ", N = " + std::to_string(N) +
-                             ") unwritten (sentinel check, BITCHECK_SENTINEL_WRITES)");
-}
-
 // Sentinel proof of full writes (BITCHECK_SENTINEL_WRITES=1, set by scripts/gpu-sanitize.sh for
 // initcheck). The wgmma path writes Y with TMA stores alone, which compute-sanitizer's initcheck
 // does not record: every later read of Y (a download, the next kernel) looks uninitialized. In
@@ -568,6 +533,41 @@ std::uint64_t count_sentinel(const void* y, std::int64_t elements, cudaStream_t 
   BITCHECK_CUDA_CALL(cudaMemcpyAsync(&host, found, sizeof(host), cudaMemcpyDeviceToHost, stream));
   BITCHECK_CUDA_CALL(cudaStreamSynchronize(stream));
   return host;
+}
+
+template <typename T, int Consumers, int Extent, bool WAsA>
+void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
+                  cudaStream_t stream, int sm_count) {
+  using Config = WgmmaConfig<Consumers, Extent, WAsA>;
+  const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
+                                       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMap x_map = make_tensor_map(type, x, M, K, Config::kTileM);
+  const CUtensorMap w_map = make_tensor_map(type, w, N, K, Config::kTileN);
+  // Output boxes: 64 x 64 (X as A) or Extent rows x 64 (W as A).
+  const CUtensorMap y_map = make_tensor_map(type, y, M, N, WAsA ? Extent : 64);
+  // Per call, not cached: the attribute belongs to the current device.
+  BITCHECK_CUDA_CALL(cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, Extent, WAsA>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          Config::kSharedBytes));
+  const int64_t tiles =
+      ((M + Config::kTileM - 1) / Config::kTileM) * ((N + Config::kTileN - 1) / Config::kTileN);
+  const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
+  const bool sentinel = sentinel_writes_enabled();
+  if (sentinel) BITCHECK_CUDA_CALL(cudaMemsetAsync(y, 0xFF, M * N * sizeof(T), stream));
+  wgmma_gemm_kernel<T, Consumers, Extent, WAsA>
+      <<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
+          x_map, w_map, y_map, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
+  BITCHECK_CUDA_LAUNCH_CHECK();
+  if (!sentinel) return;
+  const std::uint64_t unwritten = count_sentinel(y, M * N, stream);
+  if (unwritten != 0)
+    throw std::runtime_error("fixed_order_gemm: the wgmma tile " + std::to_string(Config::kTileM) +
+                             "x" + std::to_string(Config::kTileN) + (WAsA ? " W-as-A" : "") +
+                             " left " + std::to_string(unwritten) + " of " + std::to_string(M * N) +
+                             " elements of Y (M = " + std::to_string(M) +
+                             ", N = " + std::to_string(N) +
+                             ") unwritten (sentinel check, BITCHECK_SENTINEL_WRITES)");
 }
 
 using WgmmaLauncher = void (*)(const void*, const void*, void*, int64_t, int64_t, int64_t,
