@@ -162,7 +162,7 @@ run_tool() {
   # memcheck and synccheck run every impl.
   if [ "$tool" = racecheck ] || { [ "$tool" = initcheck ] && [ "$kernels" = ours ]; }; then
     local impls
-    impls=$(bin/bitcheck list 2>/dev/null | grep '\[cuda\]' | sed -E 's/^ *\*? *//; s/ .*//; s|^[^/]*/||' | grep -v cublaslt | sort -u | paste -sd, -)
+    impls=$(bin/bitcheck list 2>/dev/null | grep '\[cuda\]' | sed -E 's/^ *[*~]? *//; s/ .*//; s|^[^/]*/||' | grep -v cublaslt | sort -u | paste -sd, -)
     [ -n "$impls" ] && command+=(--impl "$impls")
   fi
   local shown=("${command[@]/#"$out/"/OUT/}")  # the output directory as OUT, for the summary's reader
