@@ -364,7 +364,8 @@ def render(manifest, results, baseline, runs):
                  f"(manifest written {manifest.get('created', '?')})")
     base = results.get("baseline")
     if results.get("baseline_file"):
-        lines.append(f"- baseline verdicts also read from `{results['baseline_file']}`")
+        lines.append(f"- baseline verdicts read from `{results['baseline_file']}` (--baseline: the "
+                     "unmutated binary's run of the same spec, to be of the mutated tree's kernels)")
     if base and base.get("report"):
         failing = [f for f in base.get("failing", [])]
         lines.append(f"- baseline (unmutated binary, the union of the mutants' filters): "
@@ -373,13 +374,15 @@ def render(manifest, results, baseline, runs):
                      + (" (timed out)" if base.get("timed_out") else ""))
         for f in failing[:10]:
             lines.append(f"  - `{f['id']}`: {f['verdict']}")
-    else:
+    elif not results.get("baseline_file"):
         lines.append("- baseline: not run (no mutant can be confirmed against it)")
     lines.append("- commands:")
     lines.append(f"  - build (development machine): `{manifest.get('build_command', '?')}`")
     for run in runs:
         lines.append(f"  - run ({run.get('device', '?')}): `{run.get('command', '?')}`")
-    lines.append("  - report: `scripts/mutation-test.sh report RUN_DIR... reports/mutation.md`")
+    baseline_flag = f"--baseline {results['baseline_file']} " if results.get("baseline_file") else ""
+    lines.append(f"  - report: `scripts/mutation-test.sh report {baseline_flag}RUN_DIR... "
+                 "reports/mutation.md`")
     lines.append("")
     lines.append("| mutant | path | expected op / pass / tensor | flagged | first finding: case, layout, tensor "
                  "| failing cases | sweep filter | time |")
