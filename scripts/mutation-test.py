@@ -34,7 +34,9 @@ DETAILS_KEPT = 20  # failing cases kept with their findings per mutant (all are 
 
 
 def patch_dir(root):
-    return os.path.join(root, "scripts", "mutants")
+    """scripts/mutants/, or the directory in BITCHECK_MUTANTS_PATCHES (planted bugs kept outside
+    the repository, say a reviewer's, in the same format)."""
+    return os.environ.get("BITCHECK_MUTANTS_PATCHES") or os.path.join(root, "scripts", "mutants")
 
 
 def patch_files(root):

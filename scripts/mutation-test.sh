@@ -41,6 +41,10 @@
 #       report or a compact nightly summary (reports/gpu/nightly-h100/summary.json) of the same tree.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# The planted bugs: scripts/mutants/, or BITCHECK_MUTANTS_PATCHES=DIR for patches kept elsewhere (a
+# reviewer's own, in the same NN-name.patch format with its header).
+patches=$(realpath "${BITCHECK_MUTANTS_PATCHES:-$root/scripts/mutants}")
+export BITCHECK_MUTANTS_PATCHES=$patches
 helper="$root/scripts/mutation-test.py"
 [ -f "$helper" ] || helper="$(cd "$(dirname "$0")" && pwd)/mutation-test.py"
 
@@ -109,8 +113,8 @@ build_phase() {
   # Every patch must apply before anything is built: a kernel change that breaks a mutant is named.
   local name
   for name in "${names[@]}"; do
-    (cd "$src" && git apply --check "$root/scripts/mutants/$name.patch") ||
-      die "build: mutant $name does not apply to HEAD ($revision); refresh scripts/mutants/$name.patch"
+    (cd "$src" && git apply --check "$patches/$name.patch") ||
+      die "build: mutant $name does not apply to HEAD ($revision); refresh $patches/$name.patch"
   done
   local log="$out/build-log.txt"
   echo "mutation-test build at $revision, $(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$log"
@@ -142,7 +146,7 @@ build_phase() {
     while read -r lib; do cp -L "$lib" "$out/lib/"; done
 
   for name in "${names[@]}"; do
-    local patch="$root/scripts/mutants/$name.patch" target="$out/mutants/$name"
+    local patch="$patches/$name.patch" target="$out/mutants/$name"
     mkdir -p "$target"
     cp "$patch" "$target/mutant.patch"
     if [ -n "$reuse" ]; then
