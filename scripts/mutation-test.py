@@ -319,8 +319,20 @@ def merged_runs(dirs, baseline_file=None):
         results["baseline_file"] = baseline_file
     for directory in dirs:
         path = os.path.join(directory, "manifest.json")
-        if os.path.exists(path) and manifest is None:
-            manifest = load(path)
+        if os.path.exists(path):
+            # Runs of several builds: the union of their mutants, a later build's entry replacing
+            # an earlier one of the same name (a patch refreshed for a newer tree).
+            loaded = load(path)
+            for mutant in loaded["mutants"]:
+                mutant["revision"] = loaded.get("revision", "?")
+            if manifest is None:
+                manifest = loaded
+            else:
+                names = [m["name"] for m in loaded["mutants"]]
+                kept = [m for m in manifest["mutants"] if m["name"] not in names]
+                manifest["mutants"] = sorted(kept + loaded["mutants"], key=lambda m: m["name"])
+                manifest.setdefault("builds", [manifest.get("build_command", "?")])
+                manifest["builds"].append(loaded.get("build_command", "?"))
         if os.path.exists(os.path.join(directory, "run.json")):
             runs.append(load(os.path.join(directory, "run.json")))
         base = os.path.join(directory, "baseline", "result.json")
@@ -362,8 +374,16 @@ def render(manifest, results, baseline, runs):
     dates = sorted({r.get("date", "?") for r in runs}) or ["?"]
     lines.append(f"- device: {', '.join(devices)}")
     lines.append(f"- date: {', '.join(dates)}")
-    lines.append(f"- git commit of the mutated tree: `{manifest.get('revision', '?')}` "
-                 f"(manifest written {manifest.get('created', '?')})")
+    trees = {}
+    for mutant in manifest["mutants"]:
+        trees.setdefault(mutant.get("revision", manifest.get("revision", "?")), []).append(
+            mutant["name"][:2])
+    if len(trees) == 1:
+        lines.append(f"- git commit of the mutated tree: `{next(iter(trees))}` "
+                     f"(manifest written {manifest.get('created', '?')})")
+    else:
+        lines.append("- git commits of the mutated trees: " + "; ".join(
+            f"`{tree}` (mutants {', '.join(names)})" for tree, names in trees.items()))
     base = results.get("baseline")
     if results.get("baseline_file"):
         lines.append(f"- baseline verdicts read from `{results['baseline_file']}` (--baseline: the "
@@ -379,7 +399,8 @@ def render(manifest, results, baseline, runs):
     elif not results.get("baseline_file"):
         lines.append("- baseline: not run (no mutant can be confirmed against it)")
     lines.append("- commands:")
-    lines.append(f"  - build (development machine): `{manifest.get('build_command', '?')}`")
+    for build in manifest.get("builds", [manifest.get("build_command", "?")]):
+        lines.append(f"  - build: `{build}`")
     for run in runs:
         lines.append(f"  - run ({run.get('device', '?')}): `{run.get('command', '?')}`")
     baseline_flag = f"--baseline {results['baseline_file']} " if results.get("baseline_file") else ""
