@@ -8,24 +8,12 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/adapter_support.h"
 #include "common/external_device.h"
 #include "common/runtime.h"
 
 namespace bitcheck {
 namespace {
-
-cuda::DeviceDType device_dtype_of(DType dtype) {
-  switch (dtype) {
-    case DType::bf16:
-      return cuda::DeviceDType::bf16;
-    case DType::fp16:
-      return cuda::DeviceDType::fp16;
-    case DType::fp32:
-      return cuda::DeviceDType::fp32;
-    default:
-      throw std::invalid_argument("no random fill for dtype " + to_string(dtype));
-  }
-}
 
 class CudaExternalMemory : public ExternalDeviceMemory {
  public:
@@ -43,7 +31,7 @@ class CudaExternalMemory : public ExternalDeviceMemory {
     cuda::copy_to_host(host, device, bytes);
   }
   void fill_random(void* device, std::size_t count, DType dtype, std::uint64_t seed) override {
-    cuda::fill_uniform(device, count, device_dtype_of(dtype), seed);
+    cuda::fill_uniform(device, count, cuda_support::device_dtype(dtype), seed);
   }
   std::string export_handle(void* allocation) override {
     return cuda::ipc_memory_handle(allocation);
