@@ -4,7 +4,10 @@
 # backward 2.5x forward. Usage: bench-attention-sdpa.py [--batch B] [--seqs 1024,2048,...] [--dims 64,128]
 # With --decode: the latency of one decode step (one query per sequence over a cache of L keys) at
 # the batches of --batches, as `bitcheck bench --spec sweeps/bench-attention-decode.json` times it.
+# --json FILE also writes the rows as JSON (scripts/attention-vs-sdpa.py joins them with bitcheck
+# bench's reports).
 import argparse
+import json
 import sys
 
 import torch
@@ -39,13 +42,23 @@ def main():
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--decode", action="store_true", help="time one decode step instead")
     parser.add_argument("--batches", default="1,8,64", help="--decode: batch sizes")
+    parser.add_argument("--json", help="also write the rows to this JSON file")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 3
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    if args.decode:
-        return decode(args, dtype)
+    rows = []
+    status = decode(args, dtype, rows) if args.decode else prefill(args, dtype, rows)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "dtype": args.dtype, "heads": args.heads, "kv_heads": args.kv_heads,
+                       "rows": rows}, out, indent=1)
+    return status
+
+
+def prefill(args, dtype, rows):
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  dtype {args.dtype}")
     # fwd+bwd_TFLOP/s: 3.5x the forward's flops over the forward-and-backward time, the figure
     # `bitcheck bench --pass backward` reports (its backward run includes the forward).
@@ -73,10 +86,12 @@ def main():
             print(f"{dim:<4} {seq:<6} {args.batch:<6} {forward_ms:<9.3f} {flops / forward_ms / 1e9:<12.1f} "
                   f"{both_ms:<11.3f} {2.5 * flops / max(both_ms - forward_ms, 1e-6) / 1e9:<12.1f} "
                   f"{3.5 * flops / both_ms / 1e9:.1f}")
+            rows.append({"dim": dim, "length": seq, "batch": args.batch, "forward_ms": forward_ms,
+                         "forward_backward_ms": both_ms})
     return 0
 
 
-def decode(args, dtype):
+def decode(args, dtype, rows):
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  dtype {args.dtype}  decode step")
     print("dim  cache  batch  latency_us  TFLOP/s  GB/s")
     for dim in [int(d) for d in args.dims.split(",")]:
@@ -97,6 +112,7 @@ def decode(args, dtype):
                 flops = 4.0 * batch * seq * args.heads * dim
                 cache_bytes = 2.0 * batch * seq * args.kv_heads * dim * q.element_size()
                 print(f"{dim:<4} {seq:<6} {batch:<6} {ms * 1e3:<11.1f} {flops / ms / 1e9:<8.2f} {cache_bytes / ms / 1e6:.0f}")
+                rows.append({"dim": dim, "length": seq, "batch": batch, "decode_ms": ms})
     return 0
 
 

@@ -48,10 +48,23 @@ bool tensor_core_backward() {
   return enabled;
 }
 
+// The tensor-core forward a case runs: the device's, or a forced path (force_paths, or
+// BITCHECK_ATTENTION_FORWARD=wgmma-synchronous to bisect a drift against the earlier kernel).
+cuda::AttentionForwardKernel forward_kernel(const CaseSpec& spec) {
+  static const bool synchronous = [] {
+    const char* kernel = std::getenv("BITCHECK_ATTENTION_FORWARD");
+    return kernel && std::string(kernel) == "wgmma-synchronous";
+  }();
+  if (spec.forced_path == "forward.mma-sync") return cuda::AttentionForwardKernel::mma_sync;
+  if (spec.forced_path == "forward.wgmma.synchronous" || synchronous)
+    return cuda::AttentionForwardKernel::wgmma_synchronous;
+  return cuda::AttentionForwardKernel::automatic;
+}
+
 // The forward kernel's products, for bench configs.
-std::string forward_path_name(bool tensor_cores) {
-  if (!tensor_cores) return "simt";
-  return cuda::attention_forward_uses_wgmma() ? "wgmma m64n64k16 + m64nDk16" : "mma.sync m16n8k16";
+std::string forward_products(const std::string& path) {
+  if (path == "forward.mma-sync") return "mma.sync m16n8k16";
+  return "wgmma m64n64k16 + m64nDk16";
 }
 
 DeviceBuffer output_buffer(std::size_t bytes) {
@@ -90,13 +103,6 @@ std::vector<AttentionTile> tiles_of(const std::vector<AttentionToken>& first_tok
     return a.start_position + a.count > b.start_position + b.count;
   });
   return tiles;
-}
-
-// The most queries in any tile (the wgmma forward's launch shape depends on it, no result does).
-int longest_tile(const std::vector<AttentionTile>& tiles) {
-  int longest = 0;
-  for (const AttentionTile& tile : tiles) longest = std::max(longest, tile.count);
-  return longest;
 }
 
 // Backward tiles of whole sequences (first_tokens at position 0): query tiles longest-running
@@ -182,9 +188,11 @@ class CudaAttention : public Impl {
     switch (kind_) {
       case Kind::fixed_order:
         return "KV cache written first; KV blocks of 64 from position 0 upward for prefill, chunks "
-               "and decode (mma.sync m16n8k16 for bf16/fp16 at D 64/128, SIMT fp32 otherwise), no "
-               "split-KV; backward dq per query over key blocks and dk/dv per key over query "
-               "blocks in order (mma.sync where the forward uses it), no atomics";
+               "and decode (bf16/fp16 at D 64/128: on sm_90 warp-specialized wgmma with the "
+               "blocks in 512-key chunks merged in chunk order, decode split at the chunks; "
+               "mma.sync elsewhere; SIMT for fp32); backward dq per query over key blocks and "
+               "dk/dv per key over query blocks in order (mma.sync where the forward uses it), "
+               "no atomics";
       case Kind::split_kv_by_batch:
         return "control: split-KV forward with max(1, 8 / sequences) splits combined by "
                "log-sum-exp (flash-decoding sized by the batch)";
@@ -205,7 +213,8 @@ class CudaAttention : public Impl {
   std::vector<PathDecl> paths() const override {
     return cuda::attention_paths(static_cast<int>(kind_));
   }
-  // The fixed-order forward packs a KV group's heads from this many sequences on in a decode step.
+  // The fixed-order forward packs a KV group's heads from this many sequences on in a decode step
+  // (sequences within one 512-key chunk; longer ones, split at the chunks, pack sooner).
   std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
                                          std::int64_t max_rows) const override {
     if (kind_ != Kind::fixed_order || spec.pass != Pass::forward || !uses_mma(spec) ||
@@ -353,15 +362,17 @@ class CudaAttention : public Impl {
       return;
     }
     if (uses_mma(spec)) {
-      std::vector<AttentionTile> tiles = tiles_of(first_tokens, lengths);
-      DeviceBuffer tile_buffer = upload(tiles);
-      cuda::attention_forward_mma(dtype, q.get(), keys.get(), values.get(), o.get(),
-                                  lse.as<float>(), tile_buffer.as<AttentionTile>(),
-                                  static_cast<int>(tiles.size()), shape, nullptr,
-                                  spec.forced_path == "forward.mma-sync", longest_tile(tiles));
-      batch.impl_config = {{"path", forward_path_name(true)},
+      const auto cache_rows = static_cast<std::int64_t>(
+          keys.bytes() / static_cast<std::size_t>(shape.kv_heads * shape.dim) /
+          dtype_size(spec.dtype));
+      const cuda::AttentionForwardLaunch launch(dtype, shape, tiles_of(first_tokens, lengths),
+                                                cache_rows, forward_kernel(spec));
+      launch.run(q.get(), keys.get(), values.get(), o.get(), lse.as<float>());
+      batch.impl_config = {{"path", launch.path()},
+                           {"products", forward_products(launch.path())},
                            {"kv_block", cuda::attention_mma_kv_block},
-                           {"splits", 1}};
+                           {"chunk_keys", cuda::attention_chunk_keys},
+                           {"splits", launch.splits()}};
       return;
     }
     batch.impl_config = {{"path", "simt"}, {"kv_block", fixed_simt_kv_block}, {"splits", 1}};
@@ -372,8 +383,8 @@ class CudaAttention : public Impl {
 };
 
 // One decode step of spec.rows sequences: each sequence's query at position L - 1 over a cache of L
-// keys, with the kernel and KV blocks the decode layout runs (no split-KV: one CTA per sequence and
-// head walks the cache in order). Latency is the point; flops 2*2*L*H*D per sequence, bytes the
+// keys, with the kernel, KV blocks and 512-key chunks the decode layout runs (split-KV at the
+// chunks, merged in chunk order). Latency is the point; flops 2*2*L*H*D per sequence, bytes the
 // cache read once.
 BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings& settings) {
   const AttentionShape shape = shape_of(spec);
@@ -397,13 +408,15 @@ BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings
     lengths.push_back(1);
   }
   const bool mma = uses_mma(spec);
-  std::vector<AttentionTile> tiles = tiles_of(first_tokens, lengths);
-  DeviceBuffer tile_buffer = upload(tiles), token_buffer = upload(tokens);
+  DeviceBuffer token_buffer = upload(tokens);
+  std::unique_ptr<cuda::AttentionForwardLaunch> launch;
+  if (mma)
+    launch = std::make_unique<cuda::AttentionForwardLaunch>(
+        dtype, shape, tiles_of(first_tokens, lengths),
+        static_cast<std::int64_t>(length) * sequences, forward_kernel(spec));
   BenchMeasurement measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
     if (mma) {
-      cuda::attention_forward_mma(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
-                                  tile_buffer.as<AttentionTile>(), static_cast<int>(tiles.size()),
-                                  shape, nullptr, false, longest_tile(tiles));
+      launch->run(q.get(), k.get(), v.get(), o.get(), lse.as<float>());
     } else {
       cuda::attention_forward_simt(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
                                    token_buffer.as<AttentionToken>(),
@@ -414,12 +427,14 @@ BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings
   measurement.flops = 4.0 * sequences * static_cast<double>(length) * shape.heads * shape.dim;
   measurement.bytes_moved = static_cast<double>(2 * q_bytes + 2 * kv_bytes);
   measurement.config = {
-      {"path", std::string("decode step, ") + forward_path_name(mma)},
+      {"path", mma ? launch->path() : std::string("forward.simt")},
+      {"products", mma ? forward_products(launch->path()) : std::string("simt")},
       {"sequences", sequences},
       {"cache_length", length},
-      {"splits", 1},
+      {"chunk_keys", cuda::attention_chunk_keys},
+      {"splits", mma ? launch->splits() : 1},
       {"latency_us", measurement.median_ms * 1e3},
-      {"note", "one query per sequence over the whole cache, no split-KV (fixed order)"}};
+      {"note", "one query per sequence over the whole cache, split at fixed 512-key chunks"}};
   return measurement;
 }
 
@@ -456,14 +471,16 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec,
     first_tokens.push_back({s * length, 0, s * length, length});
     lengths.push_back(length);
   }
-  std::vector<AttentionTile> tiles = tiles_of(first_tokens, lengths);
-  DeviceBuffer tile_buffer = upload(tiles), token_buffer = upload(tokens);
+  DeviceBuffer token_buffer = upload(tokens);
   const bool mma = uses_mma(spec);
+  std::unique_ptr<cuda::AttentionForwardLaunch> launch;
+  if (mma)
+    launch = std::make_unique<cuda::AttentionForwardLaunch>(
+        dtype, shape, tiles_of(first_tokens, lengths), static_cast<std::int64_t>(tokens_total),
+        forward_kernel(spec));
   auto run_forward = [&] {
     if (mma) {
-      cuda::attention_forward_mma(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
-                                  tile_buffer.as<AttentionTile>(), static_cast<int>(tiles.size()),
-                                  shape, nullptr, false, longest_tile(tiles));
+      launch->run(q.get(), k.get(), v.get(), o.get(), lse.as<float>());
     } else {
       cuda::attention_forward_simt(dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
                                    token_buffer.as<AttentionToken>(),
@@ -489,7 +506,8 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec,
                           : forward_flops * 3.5;  // recompute + 2.5x backward
   measurement.bytes_moved = static_cast<double>(3 * q_bytes + 2 * kv_bytes);
   measurement.config = {
-      {"path", forward_path_name(mma)},
+      {"path", mma ? launch->path() : std::string("forward.simt")},
+      {"products", mma ? forward_products(launch->path()) : std::string("simt")},
       {"backward_path", backward_path(spec)},
       {"sequences", sequences},
       {"length", length},

@@ -41,6 +41,7 @@
 #include <string>
 #include <type_traits>
 
+#include "attention_device.cuh"
 #include "attention_kernels.h"
 #include "bitcheck/paths.h"
 #include "common/convert.cuh"
@@ -54,12 +55,11 @@
 namespace bitcheck::cuda {
 namespace {
 
-constexpr int warp_size = 32;
+using namespace attention_device;
+
 constexpr int simt_warps = 4;  // warps per CTA in the SIMT kernels
 constexpr int simt_max_dim = 128;
 constexpr int simt_dims_per_lane = simt_max_dim / warp_size;
-constexpr float log2_e = 1.4426950408889634f;
-constexpr float ln_2 = 0.6931471805599453f;
 
 // Butterfly reductions: every lane ends with the same bits (a + b == b + a), in a fixed pattern.
 __device__ __forceinline__ float warp_max(float v) {
@@ -131,32 +131,6 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a
   }
 }
 
-// Two floats rounded to T, lo in the low half (the lower column of an mma fragment pair).
-template <typename T>
-__device__ __forceinline__ std::uint32_t pack_pair(float lo, float hi) {
-  std::uint32_t bits;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    bits = *reinterpret_cast<std::uint32_t*>(&pair);
-  } else {
-    __half2 pair = __floats2half2_rn(lo, hi);
-    bits = *reinterpret_cast<std::uint32_t*>(&pair);
-  }
-  return bits;
-}
-
-// 2^x in one MUFU.EX2 (exp2f without fast math adds a subnormal fix-up around it); subnormal
-// results flush to 0, the same for every row.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ unsigned shared_address(const void* pointer) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
-}
-
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Lane l receives row
 // l/4, columns 2(l%4) and 2(l%4)+1 of each; with .trans, rows 2(l%4) and 2(l%4)+1 of column l/4.
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], unsigned address) {
@@ -168,23 +142,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], unsigne
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
-}
-
-// 16-byte global-to-shared copy that bypasses L1; valid == false zero-fills and reads nothing.
-__device__ __forceinline__ void copy_async_16(void* destination, const void* source, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(destination)),
-               "l"(__cvta_generic_to_global(source)), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void copy_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-template <int Pending>  // this thread's copy groups but the newest Pending have landed
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
 // Every thread of the CTA copies its share of `rows` rows of D elements (row r at source +
@@ -202,111 +159,6 @@ __device__ __forceinline__ void load_rows_async(T* shared, const T* source, std:
     const bool valid = row < valid_rows;
     copy_async_16(shared + row * stride + column,
                   valid ? source + row * row_stride + column : source, valid);
-  }
-}
-
-// One KV block of the online softmax for a thread's two query rows (positions position[0..1]; lane
-// quad t): causal mask, new row max, rescale of l and acc, and s -> p in place. Both tensor-core
-// forward kernels call it on the same accumulator layout, so their per-row arithmetic is the same.
-template <int BN, int D>
-__device__ __forceinline__ void softmax_block(float (&s)[BN / 8][4], float (&acc)[D / 8][4],
-                                              float (&m)[2], float (&l)[2], int first_key,
-                                              int warp_first_position, const int (&position)[2],
-                                              int t, float scale_log2) {
-  // Per-element causal mask by the row's own position; a block entirely at or before the
-  // warp's first row has nothing to mask, and skipping the test there changes no bit.
-  if (first_key + BN - 1 > warp_first_position) {
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (first_key + nt * 8 + 2 * t + (e & 1) > position[e >> 1]) s[nt][e] = -INFINITY;
-      }
-    }
-  }
-  // Online softmax in log2 units: p = 2^(s * scale * log2(e) - m * scale * log2(e)).
-  float m_new[2] = {m[0], m[1]};
-#pragma unroll
-  for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) m_new[e >> 1] = fmaxf(m_new[e >> 1], s[nt][e]);
-  }
-  float alpha[2], m_scaled[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 1));
-    m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 2));
-    // Exactly 1 when the block does not raise the max (a fully masked block among them); exactly
-    // 0 on the first real block (m = -inf), never -inf - -inf.
-    alpha[r] =
-        m_new[r] == m[r] ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(m[r], m_new[r]), scale_log2));
-    m[r] = m_new[r];
-    m_scaled[r] = m_new[r] == -INFINITY ? 0.0f : __fmul_rn(m_new[r], scale_log2);
-    l[r] = __fmul_rn(l[r], alpha[r]);
-  }
-#pragma unroll
-  for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[nt][e] = fast_exp2(fmaf(s[nt][e], scale_log2, -m_scaled[e >> 1]));  // masked: 2^-inf = 0
-      l[e >> 1] = __fadd_rn(l[e >> 1], s[nt][e]);
-    }
-  }
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-    acc[dt][0] = __fmul_rn(acc[dt][0], alpha[0]);
-    acc[dt][1] = __fmul_rn(acc[dt][1], alpha[0]);
-    acc[dt][2] = __fmul_rn(acc[dt][2], alpha[1]);
-    acc[dt][3] = __fmul_rn(acc[dt][3], alpha[1]);
-  }
-}
-
-// The end of both tensor-core forward kernels for one warp's 16 rows, queries at slots first_slot,
-// first_slot + 1, ... of head h (the first valid_rows of them real): l summed over the lane quad,
-// o = acc / l rounded to T and staged in o_s (16 rows of D + 8 elements that only this warp uses),
-// stored as whole 16-byte chunks, and lse.
-template <typename T, int D>
-__device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const float (&m)[2],
-                                           float (&l)[2], T* o_s, T* o, float* lse, int first_slot,
-                                           int valid_rows, int h, int lane, std::int64_t q_stride,
-                                           int heads, float scale_log2) {
-  constexpr int stride = D + 8;
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 1));
-    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 2));
-  }
-  // Stage the warp's 16 output rows in its own rows of the Q tile (only this warp ever read them),
-  // then store whole 16-byte chunks.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<std::uint32_t*>(o_s + (g + 8 * r) * stride + dt * 8 + 2 * t) =
-          pack_pair<T>(__fdiv_rn(acc[dt][2 * r], l[r]), __fdiv_rn(acc[dt][2 * r + 1], l[r]));
-    }
-  }
-  __syncwarp();
-  constexpr int chunks = D / 8;
-#pragma unroll
-  for (int i = 0; i < 16 * chunks / warp_size; ++i) {
-    const int chunk = lane + i * warp_size, row = chunk / chunks, column = chunk % chunks * 8;
-    if (row >= valid_rows) continue;
-    *reinterpret_cast<uint4*>(o + (first_slot + row) * q_stride + h * D + column) =
-        *reinterpret_cast<const uint4*>(o_s + row * stride + column);
-  }
-  if (t != 0) return;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = g + 8 * r;
-    // Explicitly rounded, like the softmax state above: with FMA contraction left to the compiler,
-    // a query's lse differed on an H200 between prefill and the decode / one-token-chunk layouts,
-    // where the query sits in another of its warp's 16 rows (another register of another lane).
-    if (row < valid_rows) {
-      lse[(first_slot + row) * static_cast<std::int64_t>(heads) + h] =
-          __fmul_rn(__fadd_rn(__fmul_rn(m[r], scale_log2), log2f(l[r])), ln_2);
-    }
   }
 }
 
@@ -470,48 +322,6 @@ struct WgmmaForwardTile {
   static_assert(warpgroups * 4 * 16 * (D + 8) * 2 <= 2 * stages * kv_bytes,
                 "staging fits in the K/V stages");
 };
-
-// Every thread of the CTA copies its share of `rows` rows of D elements into swizzled panels; row r
-// comes from source + r * row_stride, and rows at or past valid_rows become zeros.
-template <typename T, int D, int rows, int threads>
-__device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const T* source,
-                                                    std::int64_t row_stride, int valid_rows) {
-  constexpr int chunks = D / 8;
-  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
-#pragma unroll
-  for (int i = 0; i < rows * chunks / threads; ++i) {
-    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks,
-              column = chunk % chunks;
-    const bool valid = row < valid_rows;
-    unsigned char* destination =
-        shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
-    copy_async_16(destination, valid ? source + row * row_stride + column * 8 : source, valid);
-  }
-}
-
-// The Q tile of a CTA whose rows are `pack` heads x per_head queries (row r: head first_head +
-// r / per_head, query r % per_head, real when below count); the rest become zeros.
-template <typename T, int D, int rows, int threads>
-__device__ __forceinline__ void load_packed_queries_async(unsigned char* shared, const T* q,
-                                                          std::int64_t q_stride, int first_slot,
-                                                          int first_head, int per_head, int count) {
-  constexpr int chunks = D / 8;
-  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
-#pragma unroll
-  for (int i = 0; i < rows * chunks / threads; ++i) {
-    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks,
-              column = chunk % chunks;
-    const int query = row % per_head;
-    const bool valid = query < count;
-    unsigned char* destination =
-        shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
-    copy_async_16(
-        destination,
-        valid ? q + (first_slot + query) * q_stride + (first_head + row / per_head) * D + column * 8
-              : q,
-        valid);
-  }
-}
 
 template <typename T, int D, int Stages, bool PackHeads>
 __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
@@ -1317,12 +1127,29 @@ void launch_mma(const void* q, const void* k_cache, const void* v_cache, void* o
 }  // namespace
 
 std::vector<PathDecl> attention_paths(int kind) {
-  const PathDecl prefill("forward.wgmma.prefill", "wgmma forward, 2 K/V stages, a head per CTA");
-  const PathDecl decode(
-      "forward.wgmma.decode",
-      "wgmma forward for decode-like launches (tiles of <= 16 queries), 4 stages");
+  const PathDecl prefill("forward.wgmma.prefill",
+                         "warp-specialized wgmma forward (head dim 128): a TMA producer warp, two "
+                         "consumer warpgroups in ping-pong on the same K/V blocks, 512-key chunks "
+                         "merged in order");
+  const PathDecl cooperative("forward.wgmma.prefill.cooperative",
+                             "the same with the two consumer warpgroups issuing as soon as their "
+                             "operands are there (head dim 64)");
+  const PathDecl decode("forward.wgmma.decode",
+                        "decode-like launches (tiles of <= 16 queries): one consumer warpgroup "
+                        "and a head per CTA, every row's keys within one 512-key chunk");
+  const PathDecl decode_split("forward.wgmma.decode.split-kv",
+                              "decode-like, a head per CTA, a CTA per 512-key chunk, the chunks "
+                              "merged in order by a second kernel");
   const PathDecl packed("forward.wgmma.decode.packed-heads",
-                        "decode-like with a KV group's heads in one CTA (>= 64 CTAs of work)");
+                        "decode-like with a KV group's heads in one CTA (>= 64 CTAs of work), "
+                        "every row's keys within one 512-key chunk");
+  const PathDecl packed_split("forward.wgmma.decode.packed-heads.split-kv",
+                              "decode-like with a KV group's heads in one CTA, a CTA per 512-key "
+                              "chunk, merged in order by a second kernel");
+  const PathDecl synchronous =
+      PathDecl("forward.wgmma.synchronous",
+               "the earlier sm_90 forward: cp.async loads, synchronous wgmma, no chunks")
+          .only_forced();
   const PathDecl mma_sync =
       PathDecl("forward.mma-sync", "mma.sync forward (GPUs before sm_90)").only_forced();
   const PathDecl simt("forward.simt", "SIMT forward (fp32, head dims other than 64 and 128)");
@@ -1330,7 +1157,8 @@ std::vector<PathDecl> attention_paths(int kind) {
   const PathDecl backward_simt("backward.simt", "SIMT backward (fp32, other head dims)");
   switch (kind) {
     case 0:
-      return {prefill, decode, packed, mma_sync, simt, backward_mma, backward_simt};
+      return {prefill, cooperative, decode,       decode_split,  packed, packed_split,
+              synchronous, mma_sync, simt, backward_mma, backward_simt};
     case 1:
       return {PathDecl("forward.simt.split-kv", "split-KV SIMT forward, splits set by the batch"),
               simt};
@@ -1339,7 +1167,8 @@ std::vector<PathDecl> attention_paths(int kind) {
     default: {
       std::vector<PathDecl> paths = {
           PathDecl("backward.simt.atomic-dq", "dq from per-block partials added atomically")};
-      for (PathDecl path : {prefill, decode, packed, simt}) paths.push_back(path.informative());
+      for (PathDecl path : {prefill, cooperative, decode, decode_split, packed, packed_split, simt})
+        paths.push_back(path.informative());
       return paths;
     }
   }
@@ -1347,7 +1176,7 @@ std::vector<PathDecl> attention_paths(int kind) {
 
 std::int64_t attention_packed_heads_sequences(AttentionShape shape) {
   const int group = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
-  if (group != 2 && group != 4 && group != 8) return 0;
+  if (group != 2 && group != 4) return 0;
   return (64 + shape.kv_heads - 1) / shape.kv_heads;
 }
 

@@ -7,10 +7,12 @@
 // by a token's cache row = its sequence's cache base + position.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "bitcheck/paths.h"
 #include "common/device_dtype.h"
+#include "common/runtime.h"
 
 struct CUstream_st;  // cudaStream_t without CUDA headers; nullptr is the default stream.
 
@@ -26,8 +28,10 @@ struct AttentionShape {
 // The launch paths the launchers record (bitcheck/paths.h), for the impl `kind` (0 fixed-order,
 // 1 the split-KV control, 2 the KV-block control, 3 the atomic-dq control).
 std::vector<PathDecl> attention_paths(int kind);
-// The sequence count from which a decode step packs a KV group's heads into one CTA (the wgmma
-// forward's "forward.wgmma.decode.packed-heads"), or 0 when the group size never packs.
+// The sequence count from which a decode step of sequences within one 512-key chunk packs a KV
+// group's heads into one CTA (the wgmma forward's "forward.wgmma.decode.packed-heads"), or 0 when
+// the group size never packs (it packs groups of 2 and 4). Longer sequences pack sooner: a CTA per
+// chunk.
 std::int64_t attention_packed_heads_sequences(AttentionShape shape);
 
 // One query (or key) token. Forward: keys of positions 0..position at rows cache_base + j of the
@@ -56,12 +60,78 @@ void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void
                            void* v_cache, const int* cache_rows, int slots, int row_width,
                            CUstream_st* stream);
 
-// Tensor-core forward (bf16/fp16, dim 64 or 128): o and lse of every query of every tile. On an
-// sm_90 device the products run on wgmma (attention_forward_uses_wgmma), elsewhere on mma.sync;
-// the choice depends on the device only.
-// force_mma_sync runs the mma.sync kernel on any device (the GPU tests compare the two paths).
-// longest_tile (the most queries in any tile) lets the wgmma launcher pick its launch shape for
-// decode-like launches; the default treats the launch as prefill. No result depends on either.
+constexpr int attention_chunk_keys = 512;  // keys per chunk: split-KV points of the forward
+
+// Chunks of attention_chunk_keys a row at `last_position` reduces (chunk c: keys [512c, 512c + 512)).
+inline std::int64_t attention_forward_chunks(int last_position) {
+  return last_position / attention_chunk_keys + 1;
+}
+
+// The tensor-core forward kernels (bf16/fp16, head dim 64 or 128).
+enum class AttentionForwardKernel {
+  // The device's: on sm_90 the warp-specialized wgmma kernels (attention_forward_ws.cu: a TMA
+  // producer warp; prefill on two consumer warpgroups in ping-pong, decode-like launches on one,
+  // split at 512-key chunks), elsewhere mma.sync.
+  automatic,
+  mma_sync,           // forward_mma_kernel on any device ("forward.mma-sync")
+  wgmma_synchronous,  // the earlier sm_90 kernel: cp.async loads, synchronous wgmma, no chunks
+  // Test only: the warp-specialized kernels without chunks, which give wgmma_synchronous's bits.
+  warp_specialized_unchunked,
+};
+
+// How the two consumer warpgroups of a prefill CTA issue their products: in turns (ping-pong: one
+// warpgroup's softmax overlaps the other's wgmmas) or each as soon as its operands are there. A
+// scheduling choice: both give the same bits. `automatic` takes the one measured faster for the
+// head dim (BITCHECK_ATTENTION_SCHEDULE=pingpong|cooperative overrides it, for benchmarks).
+enum class AttentionSchedule { automatic, pingpong, cooperative };
+
+// One forward launch over `tiles` (host copies; tiles of one segment, up to
+// attention_mma_tile_queries queries each, longest first for prefill), planned once and run any
+// number of times: it uploads the tiles, picks the kernel and launch shape (a scheduling choice:
+// no bit depends on it) and, for a split decode, its work items, merge tasks and scratch. The KV
+// cache has cache_rows rows of [kv_heads, dim] (the TMA loads are bounded by it).
+struct AttentionWorkItem;
+class AttentionForwardLaunch {
+ public:
+  AttentionForwardLaunch(DeviceDType dtype, AttentionShape shape,
+                         const std::vector<AttentionTile>& tiles, std::int64_t cache_rows,
+                         AttentionForwardKernel kernel = AttentionForwardKernel::automatic,
+                         AttentionSchedule schedule = AttentionSchedule::automatic);
+  ~AttentionForwardLaunch();
+  AttentionForwardLaunch(const AttentionForwardLaunch&) = delete;
+  AttentionForwardLaunch& operator=(const AttentionForwardLaunch&) = delete;
+
+  // o and lse of every query of every tile; records path().
+  void run(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse,
+           CUstream_st* stream = nullptr) const;
+  // The launch path (bitcheck list --paths): forward.wgmma.prefill, forward.wgmma.decode[.packed-
+  // heads][.split-kv], forward.mma-sync, ...
+  const std::string& path() const { return path_; }
+  int splits() const { return splits_; }  // the most chunks a decode tile is split into
+  bool pingpong() const { return pingpong_; }  // prefill: the consumer warpgroups take turns
+  int heads_per_cta() const { return pack_; }
+
+ private:
+  DeviceDType dtype_;
+  AttentionShape shape_;
+  std::int64_t cache_rows_;
+  AttentionForwardKernel kernel_ = AttentionForwardKernel::automatic;
+  int tile_count_ = 0;
+  int longest_tile_ = 0;
+  bool decode_ = false;
+  int splits_ = 1;
+  int pack_ = 1;
+  bool pingpong_ = false;
+  int item_count_ = 0;
+  int merge_task_count_ = 0;
+  DeviceBuffer tiles_, items_, merge_tasks_, partials_;
+  std::string path_;
+};
+
+// The earlier kernels behind AttentionForwardKernel::mma_sync and wgmma_synchronous, over tiles
+// in device memory: on an sm_90 device wgmma (attention_forward_uses_wgmma), elsewhere or with
+// force_mma_sync mma.sync. longest_tile (the most queries in any tile) picks the wgmma launch
+// shape for decode-like launches. No result depends on either.
 bool attention_forward_uses_wgmma();  // for the current device
                                       // (BITCHECK_ATTENTION_FORWARD=mma-sync: false)
 void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache,

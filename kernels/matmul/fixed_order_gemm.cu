@@ -39,6 +39,7 @@
 #include "common/async_copy.cuh"
 #include "common/convert.cuh"
 #include "common/cuda_check.cuh"
+#include "common/tensor_map.cuh"
 #include "common/wgmma.cuh"
 #include "fixed_order_gemm.h"
 
@@ -461,37 +462,6 @@ const DeviceTraits& current_device_traits() {
     known[device] = true;
   }
   return traits[device];
-}
-
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult query{};
-    BITCHECK_CUDA_CALL(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
-                                                        cudaEnableDefault, &query));
-    if (query != cudaDriverEntryPointSuccess || function == nullptr)
-      throw std::runtime_error("fixed_order_gemm: cuTensorMapEncodeTiled not available");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
-  }();
-  return encoder;
-}
-
-// Row-major [rows, cols] 16-bit matrix, box of box_rows x 64 columns, 128B swizzle, OOB zero fill.
-CUtensorMap make_tensor_map(CUtensorMapDataType type, const void* base, int64_t rows, int64_t cols,
-                            int box_rows) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
-  const cuuint32_t box[2] = {kTileK, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result = tensor_map_encoder()(
-      &map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS)
-    throw std::runtime_error("fixed_order_gemm: cuTensorMapEncodeTiled failed with CUresult " +
-                             std::to_string(static_cast<int>(result)));
-  return map;
 }
 
 // Sentinel proof of full writes (BITCHECK_SENTINEL_WRITES=1, set by scripts/gpu-sanitize.sh for

@@ -1,13 +1,17 @@
 // attention on the GPU: the fixed-order CUDA impl passes every sequence layout (tensor-core
-// forward and backward for bf16/fp16 at head dim 64 and 128, SIMT for fp32), the wgmma forward
-// agrees with the mma.sync one, the tensor-core backward with the SIMT one, and each CUDA control
-// drifts.
+// forward and backward for bf16/fp16 at head dim 64 and 128, SIMT for fp32); the warp-specialized
+// forward gives every layout the prefill rows' bits across 512-key chunk boundaries, the bits of
+// the synchronous wgmma kernel without chunks (and within the first chunk with them), on the sweeps'
+// layouts and the bench shapes; it agrees with the mma.sync forward; the tensor-core backward
+// agrees with the SIMT one; and each CUDA control drifts.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/attention_kernels.h"
@@ -142,14 +146,12 @@ BackwardGradients run_backward_paths(DType dtype, int head_dim, bool tensor_core
   cuda::DeviceBuffer dq(q_elements * 2), dk(kv_elements * 2), dv(kv_elements * 2);
   for (cuda::DeviceBuffer* gradient : {&dq, &dk, &dv})
     gradient->fill_bytes(0xFF);  // NaN where a kernel writes nothing
-  const cuda::DeviceBuffer token_buffer = upload_items(tokens),
-                           forward_tile_buffer = upload_items(forward_tiles);
+  const cuda::DeviceBuffer token_buffer = upload_items(tokens);
   const cuda::DeviceBuffer backward_tile_buffer = upload_items(backward_tiles);
   const cuda::DeviceDType device_dtype =
       dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
-  cuda::attention_forward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
-                              forward_tile_buffer.as<cuda::AttentionTile>(),
-                              static_cast<int>(forward_tiles.size()), shape, nullptr);
+  const cuda::AttentionForwardLaunch forward(device_dtype, shape, forward_tiles, slots);
+  forward.run(q.get(), k.get(), v.get(), o.get(), lse.as<float>());
   if (tensor_core) {
     const auto* tiles = backward_tile_buffer.as<cuda::AttentionBackwardTile>();
     cuda::attention_backward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
@@ -166,129 +168,288 @@ BackwardGradients run_backward_paths(DType dtype, int head_dim, bool tensor_core
   return {download_floats(dtype, dq), download_floats(dtype, dk), download_floats(dtype, dv)};
 }
 
-struct ForwardOutputs {
-  std::vector<float> o, lse;
+// A packed batch of sequences (sequence s at slots offsets[s] .. offsets[s] + lengths[s] - 1, each
+// its own KV cache base) with its q, k and v drawn on the device. k and v serve as the cache.
+struct ForwardBatch {
+  DType dtype;
+  cuda::AttentionShape shape;
+  std::vector<int> lengths, offsets;
+  int slots = 0;
+  cuda::DeviceBuffer q, k, v;
+
+  ForwardBatch(DType element, int heads, int kv_heads, int head_dim, std::vector<int> sequence_lengths,
+               std::uint64_t seed)
+      : dtype(element),
+        shape{heads, kv_heads, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))},
+        lengths(std::move(sequence_lengths)) {
+    for (int length : lengths) {
+      offsets.push_back(slots);
+      slots += length;
+    }
+    q = cuda::DeviceBuffer(q_elements() * 2);
+    k = cuda::DeviceBuffer(static_cast<std::size_t>(slots) * kv_heads * head_dim * 2);
+    v = cuda::DeviceBuffer(k.bytes());
+    q.fill_uniform(device_dtype(), seed);
+    k.fill_uniform(device_dtype(), seed + 1);
+    v.fill_uniform(device_dtype(), seed + 2);
+  }
+  std::size_t q_elements() const {
+    return static_cast<std::size_t>(slots) * shape.heads * shape.dim;
+  }
+  cuda::DeviceDType device_dtype() const {
+    return dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
+  }
+  int position_of(int slot) const {  // the position of the token at `slot`
+    const auto s = std::upper_bound(offsets.begin(), offsets.end(), slot) - offsets.begin() - 1;
+    return slot - offsets[static_cast<std::size_t>(s)];
+  }
 };
 
-// The tensor-core forward over a packed batch of sequences (lengths 1, 63, 64, 65, 200 and 300:
-// every tile and block edge, and a sequence of 3 tiles), on the device's path or on mma.sync.
-ForwardOutputs run_forward_path(DType dtype, int head_dim, bool force_mma_sync) {
-  const std::vector<int> lengths = {1, 63, 64, 65, 200, 300};
-  const cuda::AttentionShape shape{8, 2, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
-  std::vector<cuda::AttentionTile> tiles;
-  int slots = 0;
-  for (int length : lengths) {
-    for (int i = 0; i < length; i += cuda::attention_mma_tile_queries) {
-      tiles.push_back(
-          {slots + i, std::min(cuda::attention_mma_tile_queries, length - i), i, slots});
-    }
-    slots += length;
-  }
-  const std::size_t q_elements = static_cast<std::size_t>(slots) * shape.heads * head_dim;
-  const std::size_t kv_elements = static_cast<std::size_t>(slots) * shape.kv_heads * head_dim;
-  std::mt19937 generator(5);
-  const cuda::DeviceBuffer q = upload_halves(random_halves(dtype, q_elements, generator));
-  const cuda::DeviceBuffer k = upload_halves(random_halves(dtype, kv_elements, generator));
-  const cuda::DeviceBuffer v = upload_halves(random_halves(dtype, kv_elements, generator));
-  cuda::DeviceBuffer o(q_elements * 2),
-      lse(static_cast<std::size_t>(slots) * shape.heads * sizeof(float));
-  o.fill_bytes(0xFF);  // NaN where the kernel writes nothing
-  lse.fill_bytes(0xFF);
-  const cuda::DeviceBuffer tile_buffer = upload_items(tiles);
-  const cuda::DeviceDType device_dtype =
-      dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
-  cuda::attention_forward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
-                              tile_buffer.as<cuda::AttentionTile>(), static_cast<int>(tiles.size()),
-                              shape, nullptr, force_mma_sync);
-  ForwardOutputs outputs{download_floats(dtype, o),
-                         std::vector<float>(static_cast<std::size_t>(slots) * shape.heads)};
-  lse.download(outputs.lse.data(), lse.bytes());
-  return outputs;
+// The launches of one layout, each a list of tiles of one segment (at most 128 queries each).
+using Launches = std::vector<std::vector<cuda::AttentionTile>>;
+
+// Tokens [start, start + count) of sequence s as tiles of up to 128 queries.
+void append_tiles(std::vector<cuda::AttentionTile>& tiles, const ForwardBatch& batch, int s,
+                  int start, int count) {
+  const int base = batch.offsets[static_cast<std::size_t>(s)];
+  for (int i = 0; i < count; i += cuda::attention_mma_tile_queries)
+    tiles.push_back(
+        {base + start + i, std::min(cuda::attention_mma_tile_queries, count - i), start + i, base});
 }
 
-// Each sequence's last query computed twice on the device's forward path: in a prefill launch of
-// whole sequences (tiles of up to 128 queries) and in a decode launch (one one-query tile per
-// sequence, the launch shape the decode layout gets). Returns the o and lse bits of those queries
-// from both launches.
-struct DecodeComparison {
-  std::vector<std::uint16_t> prefill_o, decode_o;
-  std::vector<float> prefill_lse, decode_lse;
+// Chunked prefill: launch j holds tokens [j * chunk, (j + 1) * chunk) of every sequence that long;
+// chunk 0 (or a chunk longer than every sequence) is the whole prefill in one launch.
+Launches chunked_launches(const ForwardBatch& batch, int chunk) {
+  const int longest = *std::max_element(batch.lengths.begin(), batch.lengths.end());
+  if (chunk <= 0) chunk = longest;
+  Launches launches;
+  for (int start = 0; start < longest; start += chunk) {
+    std::vector<cuda::AttentionTile> tiles;
+    for (std::size_t s = 0; s < batch.lengths.size(); ++s) {
+      const int length = batch.lengths[s];
+      if (length > start)
+        append_tiles(tiles, batch, static_cast<int>(s), start, std::min(chunk, length - start));
+    }
+    std::stable_sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) {
+      return a.start_position + a.count > b.start_position + b.count;  // longest first
+    });
+    launches.push_back(std::move(tiles));
+  }
+  return launches;
+}
+
+// The layouts the sweeps run, as launches: prefill, chunks of 1, 16, 64, 256 and 1000 (chunks of 1
+// are the decode steps).
+std::vector<std::pair<std::string, Launches>> layout_launches(const ForwardBatch& batch) {
+  std::vector<std::pair<std::string, Launches>> layouts = {{"prefill", chunked_launches(batch, 0)}};
+  for (int chunk : {1, 16, 64, 256, 1000})
+    layouts.emplace_back("chunked_" + std::to_string(chunk), chunked_launches(batch, chunk));
+  return layouts;
+}
+
+// o (16-bit) and lse (fp32) bits of every slot; the buffers start as all-ones (NaN) bits.
+struct ForwardBits {
+  std::vector<std::uint16_t> o;
+  std::vector<std::uint32_t> lse;
 };
-DecodeComparison prefill_and_decode(DType dtype, int head_dim, int sequences) {
-  const cuda::AttentionShape shape{8, 2, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
-  std::mt19937 generator(static_cast<unsigned>(sequences));
-  std::uniform_int_distribution<int> length_of(1, 300);
-  std::vector<cuda::AttentionTile> prefill_tiles, decode_tiles;
-  std::vector<int> last_slots;
-  int slots = 0;
-  for (int s = 0; s < sequences; ++s) {
-    const int length = length_of(generator);
-    for (int i = 0; i < length; i += cuda::attention_mma_tile_queries) {
-      prefill_tiles.push_back(
-          {slots + i, std::min(cuda::attention_mma_tile_queries, length - i), i, slots});
-    }
-    decode_tiles.push_back({slots + length - 1, 1, length - 1, slots});
-    last_slots.push_back(slots + length - 1);
-    slots += length;
+
+ForwardBits run_launches(const ForwardBatch& batch, const Launches& launches,
+                         cuda::AttentionForwardKernel kernel,
+                         cuda::AttentionSchedule schedule = cuda::AttentionSchedule::automatic) {
+  cuda::DeviceBuffer o(batch.q_elements() * 2),
+      lse(static_cast<std::size_t>(batch.slots) * batch.shape.heads * sizeof(float));
+  o.fill_bytes(0xFF);
+  lse.fill_bytes(0xFF);
+  for (const auto& tiles : launches) {
+    const cuda::AttentionForwardLaunch launch(batch.device_dtype(), batch.shape, tiles,
+                                              batch.slots, kernel, schedule);
+    launch.run(batch.q.get(), batch.k.get(), batch.v.get(), o.get(), lse.as<float>());
   }
-  const std::size_t q_elements = static_cast<std::size_t>(slots) * shape.heads * head_dim;
-  const std::size_t kv_elements = static_cast<std::size_t>(slots) * shape.kv_heads * head_dim;
-  const cuda::DeviceBuffer q = upload_halves(random_halves(dtype, q_elements, generator));
-  const cuda::DeviceBuffer k = upload_halves(random_halves(dtype, kv_elements, generator));
-  const cuda::DeviceBuffer v = upload_halves(random_halves(dtype, kv_elements, generator));
-  const cuda::DeviceDType device_dtype =
-      dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
-  const std::size_t row = static_cast<std::size_t>(shape.heads) * head_dim;
-  DecodeComparison result;
-  for (bool decode : {false, true}) {
-    const std::vector<cuda::AttentionTile>& tiles = decode ? decode_tiles : prefill_tiles;
-    cuda::DeviceBuffer o(q_elements * 2),
-        lse(static_cast<std::size_t>(slots) * shape.heads * sizeof(float));
-    o.fill_bytes(0xFF);
-    lse.fill_bytes(0xFF);
-    const cuda::DeviceBuffer tile_buffer = upload_items(tiles);
-    cuda::attention_forward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
-                                tile_buffer.as<cuda::AttentionTile>(),
-                                static_cast<int>(tiles.size()), shape, nullptr, false,
-                                decode ? 1 : cuda::attention_mma_tile_queries);
-    std::vector<std::uint16_t> o_bits(q_elements);
-    std::vector<float> lse_values(static_cast<std::size_t>(slots) * shape.heads);
-    o.download(o_bits.data(), o.bytes());
-    lse.download(lse_values.data(), lse.bytes());
-    for (int slot : last_slots) {
-      auto& o_out = decode ? result.decode_o : result.prefill_o;
-      auto& lse_out = decode ? result.decode_lse : result.prefill_lse;
-      o_out.insert(o_out.end(), o_bits.begin() + static_cast<std::ptrdiff_t>(slot * row),
-                   o_bits.begin() + static_cast<std::ptrdiff_t>((slot + 1) * row));
-      lse_out.insert(lse_out.end(), lse_values.begin() + slot * shape.heads,
-                     lse_values.begin() + (slot + 1) * shape.heads);
+  ForwardBits bits{std::vector<std::uint16_t>(batch.q_elements()),
+                   std::vector<std::uint32_t>(static_cast<std::size_t>(batch.slots) *
+                                              batch.shape.heads)};
+  o.download(bits.o.data(), o.bytes());
+  lse.download(bits.lse.data(), lse.bytes());
+  return bits;
+}
+
+// How two runs compare, slot by slot: rows whose o or lse bits differ, split by whether the
+// token's position is below 512 (within the first chunk), and rows a run left unwritten.
+struct RowComparison {
+  int differ_first_chunk = 0, differ_later = 0, unwritten = 0;
+  double max_relative_diff = 0.0;  // of o over the later rows, against max |b|
+};
+RowComparison compare_rows(const ForwardBatch& batch, const ForwardBits& a, const ForwardBits& b) {
+  RowComparison result;
+  const std::size_t row = static_cast<std::size_t>(batch.shape.heads) * batch.shape.dim;
+  const auto as_float = [&](std::uint16_t bits) {
+    return batch.dtype == DType::bf16 ? bf16_bits_to_float(bits) : fp16_bits_to_float(bits);
+  };
+  double diff = 0.0, magnitude = 1e-30;
+  for (int slot = 0; slot < batch.slots; ++slot) {
+    const std::size_t first = static_cast<std::size_t>(slot) * row;
+    bool same = std::equal(a.o.begin() + first, a.o.begin() + first + row, b.o.begin() + first);
+    for (int h = 0; h < batch.shape.heads; ++h) {
+      const std::size_t i = static_cast<std::size_t>(slot) * batch.shape.heads + h;
+      same = same && a.lse[i] == b.lse[i];
+      if (a.lse[i] == 0xFFFFFFFFu || b.lse[i] == 0xFFFFFFFFu) ++result.unwritten;
     }
+    for (std::size_t e = first; e < first + row; ++e) {
+      if (a.o[e] == 0xFFFF || b.o[e] == 0xFFFF) ++result.unwritten;
+      diff = std::max(diff, std::fabs(static_cast<double>(as_float(a.o[e])) - as_float(b.o[e])));
+      magnitude = std::max(magnitude, std::fabs(static_cast<double>(as_float(b.o[e]))));
+    }
+    if (same) continue;
+    (batch.position_of(slot) < cuda::attention_chunk_keys ? result.differ_first_chunk
+                                                          : result.differ_later)++;
   }
+  result.max_relative_diff = diff / magnitude;
   return result;
+}
+
+// Lengths around every block (64), tile (128) and chunk (512) edge, up to 2.5 chunks.
+const std::vector<int> edge_lengths = {1, 63, 64, 65, 200, 511, 512, 513, 700, 1024, 1025, 1300};
+
+// 40 sequences of lengths uniform in [1, 1100]: decode steps with enough CTAs to pack the heads.
+std::vector<int> many_lengths() {
+  std::mt19937 generator(40);
+  std::uniform_int_distribution<int> length_of(1, 1100);
+  std::vector<int> lengths(40);
+  for (int& length : lengths) length = length_of(generator);
+  return lengths;
 }
 
 }  // namespace
 
-TEST_CASE("attention decode launches give the prefill rows' bits", "[gpu][attention]") {
-  // 40 sequences x 2 KV heads make the wgmma launcher pack the heads of a group into one CTA;
-  // 8 sequences do not. Both must reproduce the prefill launch's rows bit for bit.
+TEST_CASE("attention forward layouts give the prefill rows' bits across chunk boundaries",
+          "[gpu][attention]") {
+  if (!cuda::attention_forward_uses_wgmma()) {
+    WARN("not an sm_90 device: the chunked warp-specialized forward does not run here");
+    return;
+  }
   for (DType dtype : {DType::bf16, DType::fp16}) {
     for (int head_dim : {64, 128}) {
-      for (int sequences : {8, 40}) {
-        const DecodeComparison result = prefill_and_decode(dtype, head_dim, sequences);
-        INFO(to_string(dtype) << " D=" << head_dim << " sequences=" << sequences);
-        // Both launches wrote these rows (the buffers start as NaN).
-        CHECK(std::all_of(result.decode_lse.begin(), result.decode_lse.end(),
-                          [](float x) { return std::isfinite(x); }));
-        CHECK(std::none_of(result.decode_o.begin(), result.decode_o.end(),
-                           [](std::uint16_t bits) { return bits == 0xFFFF; }));
-        CHECK(result.decode_o == result.prefill_o);
-        CHECK(std::memcmp(result.decode_lse.data(), result.prefill_lse.data(),
-                          result.decode_lse.size() * sizeof(float)) == 0);
-        std::vector<std::uint16_t> flipped = result.decode_o;
-        flipped[flipped.size() / 2] ^= 1;
-        CHECK(flipped != result.prefill_o);  // the comparison sees a one-bit change
+      for (bool many : {false, true}) {
+        const ForwardBatch batch(dtype, 8, 2, head_dim, many ? many_lengths() : edge_lengths,
+                                 many ? 17 : 5);
+        const ForwardBits prefill =
+            run_launches(batch, chunked_launches(batch, 0), cuda::AttentionForwardKernel::automatic);
+        for (const auto& [layout, launches] : layout_launches(batch)) {
+          const ForwardBits bits =
+              run_launches(batch, launches, cuda::AttentionForwardKernel::automatic);
+          const RowComparison rows = compare_rows(batch, bits, prefill);
+          INFO(to_string(dtype) << " D=" << head_dim << " " << batch.lengths.size()
+                                << " sequences, " << layout);
+          CHECK(rows.unwritten == 0);
+          CHECK(rows.differ_first_chunk == 0);
+          CHECK(rows.differ_later == 0);
+        }
+        // The comparison sees a one-bit change.
+        ForwardBits flipped = prefill;
+        flipped.o[flipped.o.size() - 1] ^= 1;
+        CHECK(compare_rows(batch, flipped, prefill).differ_later == 1);
       }
+    }
+  }
+}
+
+TEST_CASE("attention decode steps split at 512-key chunks pack and split as planned",
+          "[gpu][attention]") {
+  if (!cuda::attention_forward_uses_wgmma()) return;
+  const cuda::AttentionShape shape{8, 2, 128, 1.0f / std::sqrt(128.0f)};
+  // One sequence at position 1300: three chunks, a head per CTA (3 x 8 CTAs < 64).
+  const cuda::AttentionForwardLaunch one(cuda::DeviceDType::bf16, shape, {{0, 1, 1300, 0}}, 1301);
+  CHECK(one.path() == "forward.wgmma.decode.split-kv");
+  CHECK(one.splits() == 3);
+  // 40 sequences within one chunk: 40 x 2 KV heads >= 64 CTAs, the heads of a group packed.
+  std::vector<cuda::AttentionTile> tiles;
+  for (int s = 0; s < 40; ++s) tiles.push_back({s, 1, 300, s * 301});
+  const cuda::AttentionForwardLaunch packed(cuda::DeviceDType::bf16, shape, tiles, 40 * 301);
+  CHECK(packed.path() == "forward.wgmma.decode.packed-heads");
+  CHECK(packed.splits() == 1);
+  // A prefill launch: two consumer warpgroups.
+  const cuda::AttentionForwardLaunch prefill(cuda::DeviceDType::bf16, shape, {{0, 128, 0, 0}},
+                                             128);
+  CHECK(prefill.path() == "forward.wgmma.prefill");
+}
+
+TEST_CASE("the warp-specialized forward gives the synchronous kernel's bits", "[gpu][attention]") {
+  if (!cuda::attention_forward_uses_wgmma()) return;
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    for (int head_dim : {64, 128}) {
+      for (bool many : {false, true}) {
+        const ForwardBatch batch(dtype, 8, 2, head_dim, many ? many_lengths() : edge_lengths,
+                                 many ? 23 : 9);
+        for (const auto& [layout, launches] : layout_launches(batch)) {
+          INFO(to_string(dtype) << " D=" << head_dim << " " << batch.lengths.size()
+                                << " sequences, " << layout);
+          const ForwardBits synchronous =
+              run_launches(batch, launches, cuda::AttentionForwardKernel::wgmma_synchronous);
+          // Without chunks: the same bits in every row.
+          const RowComparison unchunked = compare_rows(
+              batch,
+              run_launches(batch, launches,
+                           cuda::AttentionForwardKernel::warp_specialized_unchunked),
+              synchronous);
+          CHECK(unchunked.unwritten == 0);
+          CHECK(unchunked.differ_first_chunk == 0);
+          CHECK(unchunked.differ_later == 0);
+          // With chunks: the same bits within the first chunk; later rows merge chunk states,
+          // which moves some of their bits (and only by rounding).
+          const RowComparison chunked = compare_rows(
+              batch, run_launches(batch, launches, cuda::AttentionForwardKernel::automatic),
+              synchronous);
+          CHECK(chunked.unwritten == 0);
+          CHECK(chunked.differ_first_chunk == 0);
+          CHECK(chunked.differ_later > 0);
+          CHECK(chunked.max_relative_diff < (dtype == DType::bf16 ? 2e-2 : 4e-3));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the warp-specialized forward keeps its bits on the bench shapes", "[gpu][attention]") {
+  if (!cuda::attention_forward_uses_wgmma()) return;
+  struct BenchShape {
+    int head_dim, length;
+  };
+  for (BenchShape bench : {BenchShape{128, 1024}, BenchShape{128, 2048}, BenchShape{128, 4096},
+                           BenchShape{128, 8192}, BenchShape{64, 2048}, BenchShape{64, 4096}}) {
+    const ForwardBatch batch(DType::bf16, 32, 8, bench.head_dim, std::vector<int>(4, bench.length),
+                             static_cast<std::uint64_t>(bench.length));
+    INFO("D=" << bench.head_dim << " L=" << bench.length << ", 4 sequences, 32 heads, 8 KV heads");
+    const Launches prefill = chunked_launches(batch, 0);
+    const ForwardBits synchronous =
+        run_launches(batch, prefill, cuda::AttentionForwardKernel::wgmma_synchronous);
+    const ForwardBits unchunked =
+        run_launches(batch, prefill, cuda::AttentionForwardKernel::warp_specialized_unchunked);
+    CHECK(unchunked.o == synchronous.o);
+    CHECK(unchunked.lse == synchronous.lse);
+    // Both schedules of the two consumer warpgroups give the same bits.
+    const ForwardBits pingpong = run_launches(batch, prefill, cuda::AttentionForwardKernel::automatic,
+                                              cuda::AttentionSchedule::pingpong);
+    const ForwardBits cooperative =
+        run_launches(batch, prefill, cuda::AttentionForwardKernel::automatic,
+                     cuda::AttentionSchedule::cooperative);
+    CHECK(pingpong.o == cooperative.o);
+    CHECK(pingpong.lse == cooperative.lse);
+    const RowComparison chunked = compare_rows(batch, pingpong, synchronous);
+    CHECK(chunked.unwritten == 0);
+    CHECK(chunked.differ_first_chunk == 0);
+    CHECK(chunked.max_relative_diff < 2e-2);
+    // The decode step of each sequence's last query, split at the chunks, gives the prefill row.
+    std::vector<cuda::AttentionTile> step;
+    for (int s = 0; s < 4; ++s)
+      step.push_back({batch.offsets[static_cast<std::size_t>(s)] + bench.length - 1, 1,
+                      bench.length - 1, batch.offsets[static_cast<std::size_t>(s)]});
+    const ForwardBits decoded =
+        run_launches(batch, {step}, cuda::AttentionForwardKernel::automatic);
+    const std::size_t row = static_cast<std::size_t>(batch.shape.heads) * bench.head_dim;
+    for (const cuda::AttentionTile& tile : step) {
+      const auto first = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tile.first_slot) * row);
+      CHECK(std::equal(decoded.o.begin() + first, decoded.o.begin() + first + static_cast<std::ptrdiff_t>(row),
+                       pingpong.o.begin() + first));
     }
   }
 }
@@ -302,17 +463,22 @@ TEST_CASE("attention wgmma forward agrees with the mma.sync forward", "[gpu][att
   }
   for (DType dtype : {DType::bf16, DType::fp16}) {
     for (int head_dim : {64, 128}) {
-      const ForwardOutputs wgmma = run_forward_path(dtype, head_dim, false);
-      const ForwardOutputs mma_sync = run_forward_path(dtype, head_dim, true);
+      const ForwardBatch batch(dtype, 8, 2, head_dim, {1, 63, 64, 65, 200, 300}, 5);
+      const Launches prefill = chunked_launches(batch, 0);
+      const ForwardBits wgmma =
+          run_launches(batch, prefill, cuda::AttentionForwardKernel::automatic);
+      const ForwardBits mma_sync =
+          run_launches(batch, prefill, cuda::AttentionForwardKernel::mma_sync);
       INFO(to_string(dtype) << " D=" << head_dim);
       // Both round P to the dtype for P·V and keep S and O in fp32; they differ in the tensor
       // cores' internal summation order only.
       const double tolerance = dtype == DType::bf16 ? 2e-2 : 4e-3;
-      CHECK(relative_max_abs_diff(wgmma.o, mma_sync.o) < tolerance);
-      CHECK(relative_max_abs_diff(wgmma.lse, mma_sync.lse) < 1e-4);
-      std::vector<float> shifted(wgmma.o.begin() + 1, wgmma.o.end());
-      shifted.push_back(wgmma.o.front());
-      CHECK(relative_max_abs_diff(shifted, mma_sync.o) > tolerance);  // the check can fail
+      const RowComparison rows = compare_rows(batch, wgmma, mma_sync);
+      CHECK(rows.unwritten == 0);
+      CHECK(rows.max_relative_diff < tolerance);
+      ForwardBits shifted = wgmma;  // the check can fail: rows moved by one element
+      std::rotate(shifted.o.begin(), shifted.o.begin() + 1, shifted.o.end());
+      CHECK(compare_rows(batch, shifted, mma_sync).max_relative_diff > tolerance);
     }
   }
 }

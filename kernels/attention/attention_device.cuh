@@ -1,0 +1,260 @@
+// Device helpers shared by the attention forward kernels (attention_kernels.cu: mma.sync, the
+// synchronous wgmma kernel and the SIMT kernels; attention_forward_ws.cu: the warp-specialized
+// wgmma kernels and the split-KV merge): conversions, asynchronous copies, and the per-row online
+// softmax and epilogue arithmetic whose sameness across kernels keeps their rows' bits the same.
+// Included only by .cu files.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+namespace bitcheck::cuda::attention_device {
+
+constexpr int warp_size = 32;
+constexpr float log2_e = 1.4426950408889634f;
+constexpr float ln_2 = 0.6931471805599453f;
+
+// Two floats rounded to T, lo in the low half (the lower column of an mma fragment pair).
+template <typename T>
+__device__ __forceinline__ std::uint32_t pack_pair(float lo, float hi) {
+  std::uint32_t bits;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    bits = *reinterpret_cast<std::uint32_t*>(&pair);
+  } else {
+    __half2 pair = __floats2half2_rn(lo, hi);
+    bits = *reinterpret_cast<std::uint32_t*>(&pair);
+  }
+  return bits;
+}
+
+// 2^x in one MUFU.EX2 (exp2f without fast math adds a subnormal fix-up around it); subnormal
+// results flush to 0, the same for every row.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ unsigned shared_address(const void* pointer) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
+}
+
+// 16-byte global-to-shared copy that bypasses L1; valid == false zero-fills and reads nothing.
+__device__ __forceinline__ void copy_async_16(void* destination, const void* source, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(destination)),
+               "l"(__cvta_generic_to_global(source)), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void copy_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+template <int Pending>  // this thread's copy groups but the newest Pending have landed
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+// One KV block of the online softmax for a thread's two query rows (positions position[0..1]; lane
+// quad t), everything but the accumulator: causal mask, new row max, l rescaled and summed, and
+// s -> p in place; returns in alpha the factor the accumulator rows take (rescale_rows). Every
+// tensor-core forward kernel calls it on the same accumulator layout, so their per-row arithmetic
+// is the same.
+template <int BN>
+__device__ __forceinline__ void softmax_scores(float (&s)[BN / 8][4], float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], int first_key,
+                                               int warp_first_position, const int (&position)[2],
+                                               int t, float scale_log2) {
+  // Per-element causal mask by the row's own position; a block entirely at or before the
+  // warp's first row has nothing to mask, and skipping the test there changes no bit.
+  if (first_key + BN - 1 > warp_first_position) {
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (first_key + nt * 8 + 2 * t + (e & 1) > position[e >> 1]) s[nt][e] = -INFINITY;
+      }
+    }
+  }
+  // Online softmax in log2 units: p = 2^(s * scale * log2(e) - m * scale * log2(e)).
+  float m_new[2] = {m[0], m[1]};
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) m_new[e >> 1] = fmaxf(m_new[e >> 1], s[nt][e]);
+  }
+  float m_scaled[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 1));
+    m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 2));
+    // Exactly 1 when the block does not raise the max (a fully masked block among them); exactly
+    // 0 on the first real block (m = -inf), never -inf - -inf.
+    alpha[r] =
+        m_new[r] == m[r] ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(m[r], m_new[r]), scale_log2));
+    m[r] = m_new[r];
+    m_scaled[r] = m_new[r] == -INFINITY ? 0.0f : __fmul_rn(m_new[r], scale_log2);
+    l[r] = __fmul_rn(l[r], alpha[r]);
+  }
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[nt][e] = fast_exp2(fmaf(s[nt][e], scale_log2, -m_scaled[e >> 1]));  // masked: 2^-inf = 0
+      l[e >> 1] = __fadd_rn(l[e >> 1], s[nt][e]);
+    }
+  }
+}
+
+// The accumulator rows times the block's alpha (rows g and g + 8 of the m16n8 / m64nN layout).
+template <int D>
+__device__ __forceinline__ void rescale_rows(float (&acc)[D / 8][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    acc[dt][0] = __fmul_rn(acc[dt][0], alpha[0]);
+    acc[dt][1] = __fmul_rn(acc[dt][1], alpha[0]);
+    acc[dt][2] = __fmul_rn(acc[dt][2], alpha[1]);
+    acc[dt][3] = __fmul_rn(acc[dt][3], alpha[1]);
+  }
+}
+
+// softmax_scores then rescale_rows: one whole block of the online softmax.
+template <int BN, int D>
+__device__ __forceinline__ void softmax_block(float (&s)[BN / 8][4], float (&acc)[D / 8][4],
+                                              float (&m)[2], float (&l)[2], int first_key,
+                                              int warp_first_position, const int (&position)[2],
+                                              int t, float scale_log2) {
+  float alpha[2];
+  softmax_scores<BN>(s, m, l, alpha, first_key, warp_first_position, position, t, scale_log2);
+  rescale_rows<D>(acc, alpha);
+}
+
+// A row's sum l from the four lanes of its quad (each holds its share), in a fixed pattern.
+__device__ __forceinline__ void reduce_row_sums(float (&l)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 1));
+    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 2));
+  }
+}
+
+// A row's output and lse from its final state: o = acc / l rounded to T, and
+// lse = (m * scale * log2(e) + log2(l)) * ln(2). The split-KV merge kernel computes the same.
+template <typename T>
+__device__ __forceinline__ T output_element(float acc, float l) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(__fdiv_rn(acc, l));
+  } else {
+    return __float2half_rn(__fdiv_rn(acc, l));
+  }
+}
+__device__ __forceinline__ float row_lse(float m, float l, float scale_log2) {
+  // Explicitly rounded, like the softmax state: with FMA contraction left to the compiler, a
+  // query's lse differed on an H200 between prefill and the decode / one-token-chunk layouts,
+  // where the query sits in another of its warp's 16 rows (another register of another lane).
+  return __fmul_rn(__fadd_rn(__fmul_rn(m, scale_log2), log2f(l)), ln_2);
+}
+
+// The end of the tensor-core forward kernels for one warp's 16 rows, queries at slots first_slot,
+// first_slot + 1, ... of head h (the first valid_rows of them real), with l already summed over
+// the lane quad: o = acc / l rounded to T and staged in o_s (16 rows of D + 8 elements that only
+// this warp uses), stored as whole 16-byte chunks, and lse.
+template <typename T, int D>
+__device__ __forceinline__ void store_rows_reduced(const float (&acc)[D / 8][4], const float (&m)[2],
+                                                   const float (&l)[2], T* o_s, T* o, float* lse,
+                                                   int first_slot, int valid_rows, int h, int lane,
+                                                   std::int64_t q_stride, int heads,
+                                                   float scale_log2) {
+  constexpr int stride = D + 8;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<std::uint32_t*>(o_s + (g + 8 * r) * stride + dt * 8 + 2 * t) =
+          pack_pair<T>(__fdiv_rn(acc[dt][2 * r], l[r]), __fdiv_rn(acc[dt][2 * r + 1], l[r]));
+    }
+  }
+  __syncwarp();
+  constexpr int chunks = D / 8;
+#pragma unroll
+  for (int i = 0; i < 16 * chunks / warp_size; ++i) {
+    const int chunk = lane + i * warp_size, row = chunk / chunks, column = chunk % chunks * 8;
+    if (row >= valid_rows) continue;
+    *reinterpret_cast<uint4*>(o + (first_slot + row) * q_stride + h * D + column) =
+        *reinterpret_cast<const uint4*>(o_s + row * stride + column);
+  }
+  if (t != 0) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = g + 8 * r;
+    if (row < valid_rows) {
+      lse[(first_slot + row) * static_cast<std::int64_t>(heads) + h] =
+          row_lse(m[r], l[r], scale_log2);
+    }
+  }
+}
+
+// reduce_row_sums then store_rows_reduced.
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const float (&m)[2],
+                                           float (&l)[2], T* o_s, T* o, float* lse, int first_slot,
+                                           int valid_rows, int h, int lane, std::int64_t q_stride,
+                                           int heads, float scale_log2) {
+  reduce_row_sums(l);
+  store_rows_reduced<T, D>(acc, m, l, o_s, o, lse, first_slot, valid_rows, h, lane, q_stride, heads,
+                           scale_log2);
+}
+
+// Each of `threads` threads (`thread` its index among them) copies its share of `rows` rows of D
+// elements into swizzled panels; row r comes from source + r * row_stride, and rows at or past
+// valid_rows become zeros.
+template <typename T, int D, int rows, int threads>
+__device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const T* source,
+                                                    std::int64_t row_stride, int valid_rows,
+                                                    int thread = static_cast<int>(threadIdx.x)) {
+  constexpr int chunks = D / 8;
+  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < rows * chunks / threads; ++i) {
+    const int chunk = thread + i * threads, row = chunk / chunks,
+              column = chunk % chunks;
+    const bool valid = row < valid_rows;
+    unsigned char* destination =
+        shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
+    copy_async_16(destination, valid ? source + row * row_stride + column * 8 : source, valid);
+  }
+}
+
+// The Q tile of a CTA whose rows are `pack` heads x per_head queries (row r: head first_head +
+// r / per_head, query r % per_head, real when below count); the rest become zeros.
+template <typename T, int D, int rows, int threads>
+__device__ __forceinline__ void load_packed_queries_async(unsigned char* shared, const T* q,
+                                                          std::int64_t q_stride, int first_slot,
+                                                          int first_head, int per_head, int count,
+                                                          int thread = static_cast<int>(threadIdx.x)) {
+  constexpr int chunks = D / 8;
+  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < rows * chunks / threads; ++i) {
+    const int chunk = thread + i * threads, row = chunk / chunks,
+              column = chunk % chunks;
+    const int query = row % per_head;
+    const bool valid = query < count;
+    unsigned char* destination =
+        shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
+    copy_async_16(
+        destination,
+        valid ? q + (first_slot + query) * q_stride + (first_head + row / per_head) * D + column * 8
+              : q,
+        valid);
+  }
+}
+
+}  // namespace bitcheck::cuda::attention_device

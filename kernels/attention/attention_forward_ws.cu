@@ -1,0 +1,809 @@
+// The warp-specialized wgmma attention forward (sm_90a), its split-KV merge kernel, and
+// AttentionForwardLaunch, the host plan behind every tensor-core forward launch.
+//
+// What makes a row's bits independent of batch, position in the batch, padding, chunked prefill
+// and decode, here as in attention_kernels.cu: a row reduces its keys in 64-key blocks
+// (attention_mma_kv_block) from position 0 upward, each block through softmax_scores and
+// rescale_rows, its two products on the same wgmma instructions (m64n64k16 for S = Q·Kᵀ with the
+// D/16 k-steps in order, then m64nDk16 for O += P·V with the four 16-key steps in order). On top
+// of that the blocks form chunks of attention_chunk_keys (512 keys, 8 blocks) aligned to position
+// 0: a chunk starts from a fresh state (m = -inf, l = 0, acc = 0), chunk 0's final state is the
+// row's state, and every later chunk holding a key at or before the row's position merges into it
+// in chunk order (chunk_merge_weights and merge_element; a chunk with no such key, m = -inf,
+// leaves it as it is). A prefill CTA walks the chunks of its rows in order and merges each as it
+// ends; a decode launch gives each chunk its own CTA, which writes the chunk's state, and the
+// merge kernel merges them in the same order with the same operations. Which rows share a CTA or a
+// warpgroup, how many stages the producer runs ahead, whether the next Q·Kᵀ is issued before the
+// current P·V, and the two consumer warpgroups' ping-pong are scheduling, never arithmetic.
+//
+// Without chunks (ChunkBlocks = 0, the test-only AttentionForwardKernel::warp_specialized_unchunked)
+// these kernels compute the bits of the synchronous wgmma kernel of attention_kernels.cu; the GPU
+// tests compare them bit for bit. The 512-key chunks change the bits of rows past position 511
+// (once, written down in docs/attention.md), so that a decode step can split its keys.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "attention_device.cuh"
+#include "attention_kernels.h"
+#include "bitcheck/paths.h"
+#include "common/async_copy.cuh"
+#include "common/cuda_check.cuh"
+#include "common/tensor_map.cuh"
+#include "common/wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define BITCHECK_ATTENTION_WS_SM90A 1
+#endif
+
+namespace bitcheck::cuda {
+
+// One CTA of a split-KV decode launch (per unit of heads): chunk `chunk` of tile `tile`.
+// partial_base: the tile's first partial state in the scratch, or -1 when the tile's rows all end
+// in chunk 0 (the CTA then stores o and lse itself).
+struct AttentionWorkItem {
+  int tile;
+  int chunk;
+  std::int64_t partial_base;
+};
+
+namespace {
+
+using namespace attention_device;
+using async_copy::fence_proxy_async_shared;
+using async_copy::mbar_arrive;
+using async_copy::mbar_expect_tx;
+using async_copy::mbar_init;
+using async_copy::mbar_init_fence;
+using async_copy::mbar_wait;
+using async_copy::named_barrier_sync;
+using async_copy::tma_load_2d;
+
+constexpr int chunk_blocks = attention_chunk_keys / attention_mma_kv_block;
+static_assert(attention_chunk_keys % attention_mma_kv_block == 0, "chunks of whole blocks");
+
+// Shared memory and threads of the warp-specialized forward: warpgroup 0 is the producer (one warp
+// issues the K/V loads), warpgroups 1..Consumers each own 64 query rows. Q of consumer w sits in
+// its own 128-byte swizzled panels, [panels][64 rows][128 bytes]; K and V of each stage likewise
+// [panels][64 keys][128 bytes]: row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) * 16), the
+// layout the TMA writes with 128B swizzle. Prefill CTAs (two consumers) also keep each consumer
+// thread's merged chunk accumulators (D / 2 floats, [element][thread] so a warp's accesses are
+// consecutive) and reuse them as the output staging; decode CTAs (one consumer) run two per SM,
+// split at chunks (ChunkBlocks > 0) or, test-only, not at all, and stage their output in the
+// stages.
+template <typename T, int D, int Consumers, int ChunkBlocks>
+struct WsTile {
+  static constexpr bool decode = Consumers == 1;
+  static constexpr bool split = decode && ChunkBlocks > 0;
+  static constexpr int rows = 64 * Consumers;
+  static constexpr int keys = attention_mma_kv_block;
+  static constexpr int threads = 128 * (Consumers + 1);
+  static constexpr int ctas_per_sm = decode ? 2 : 1;
+  static constexpr int panels = D / 64;
+  static constexpr int q_panel_bytes = 64 * 128;  // one consumer's 64 rows
+  static constexpr int q_bytes = panels * q_panel_bytes;  // per consumer
+  static constexpr int kv_panel_bytes = keys * 128;
+  static constexpr int kv_bytes = panels * kv_panel_bytes;  // K or V of one block
+  static constexpr int stages = decode ? (D == 128 ? 2 : 4) : (D == 128 ? 4 : 6);
+  static constexpr int merge_bytes = decode ? 0 : Consumers * 128 * (D / 2) * 4;
+  static constexpr int barrier_bytes = 3 * stages * 8;
+  static constexpr int shared_bytes =
+      Consumers * q_bytes + 2 * stages * kv_bytes + merge_bytes + barrier_bytes + 1024;
+  // Registers after setmaxnreg: the producer gives back what the consumers take, within the
+  // 65536 / (threads * ctas_per_sm) each thread starts with (168 or 128).
+  static constexpr int producer_registers = 24;
+  static constexpr int consumer_registers = decode ? 232 : 240;
+  static_assert(sizeof(T) == 2 && keys == 64 && (D == 64 || D == 128), "16-bit, 64 keys, D 64/128");
+  static_assert(Consumers == 1 || Consumers == 2, "one or two consumer warpgroups");
+  static_assert(shared_bytes * ctas_per_sm + 1024 * ctas_per_sm <= 228 * 1024,
+                "shared memory per SM");
+  static_assert(decode || 64 * (D + 8) * 2 <= 128 * (D / 2) * 4, "staging fits the merge area");
+  static_assert(!decode || 64 * (D + 8) * 2 <= 2 * stages * kv_bytes, "staging fits the stages");
+  static_assert((producer_registers + Consumers * consumer_registers) * 128 <=
+                    (65536 / (threads * ctas_per_sm)) / 8 * 8 * threads,
+                "setmaxnreg stays within the CTA's registers");
+};
+
+template <typename T>
+struct WsParams {
+  const T* q;
+  const T* v_cache;  // the last, partial block of V is copied from here with zero fill
+  T* o;
+  float* lse;
+  const AttentionTile* tiles;
+  const AttentionWorkItem* items;  // split decode: one per group of `units` CTAs
+  float* partials;                 // split decode: chunk states, (D + 2) floats each
+  AttentionShape shape;
+  int units;     // CTAs per tile (prefill) or per work item (decode): heads, or KV heads when packed
+  int pack;      // heads sharing a CTA (1, or the group size when packed)
+  int pingpong;  // two consumer warpgroups take turns issuing their products
+};
+
+// The weights of merging a chunk's state (max m > -inf, sum l over the row) into a row's merged
+// state (M, L): M' = max(M, m), a = 2^((M - M') * scale log2 e) and b likewise for m (exactly 1
+// for the larger), L' = L a + l b; each accumulator element then merge_element(A, a, acc, b).
+__device__ __forceinline__ void chunk_merge_weights(float& M, float& L, float m, float l,
+                                                    float scale_log2, float& a, float& b) {
+  const float m_new = fmaxf(M, m);
+  a = M == m_new ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(M, m_new), scale_log2));
+  b = m == m_new ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(m, m_new), scale_log2));
+  M = m_new;
+  L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
+}
+__device__ __forceinline__ float merge_element(float A, float a, float acc, float b) {
+  return __fadd_rn(__fmul_rn(A, a), __fmul_rn(acc, b));
+}
+
+#ifdef BITCHECK_ATTENTION_WS_SM90A
+template <int Registers>
+__device__ __forceinline__ void registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Registers));
+}
+template <int Registers>
+__device__ __forceinline__ void registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Registers));
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+#endif
+
+// A chunk's state joins its rows' merged state (merged_m, merged_l and the merge area, or for the
+// last chunk acc itself, which then holds the rows' final accumulators): chunk 0 becomes it, a
+// later chunk merges into every row for which it holds a key (m > -inf).
+template <int D>
+__device__ __forceinline__ void join_chunk(int chunk_index, bool last, float (&acc)[D / 8][4],
+                                           float (&chunk_m)[2], float (&chunk_l)[2],
+                                           float (&merged_m)[2], float (&merged_l)[2],
+                                           float* merge_thread, float scale_log2) {
+  reduce_row_sums(chunk_l);
+  if (chunk_index == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      merged_m[r] = chunk_m[r];
+      merged_l[r] = chunk_l[r];
+    }
+    if (!last) {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) merge_thread[(dt * 4 + e) * 128] = acc[dt][e];
+      }
+    }
+    return;
+  }
+  float a[2] = {1.0f, 1.0f}, b[2] = {0.0f, 0.0f};
+  bool joins[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    joins[r] = chunk_m[r] != -INFINITY;
+    if (joins[r])
+      chunk_merge_weights(merged_m[r], merged_l[r], chunk_m[r], chunk_l[r], scale_log2, a[r], b[r]);
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      const float stored = merge_thread[(dt * 4 + e) * 128];
+      const float merged = joins[r] ? merge_element(stored, a[r], acc[dt][e], b[r]) : stored;
+      if (last) {
+        acc[dt][e] = merged;
+      } else {
+        merge_thread[(dt * 4 + e) * 128] = merged;
+      }
+    }
+  }
+}
+
+// What the producer and the consumers of one CTA share.
+struct WsCta {
+  unsigned char* q_s;
+  unsigned char* k_s;
+  unsigned char* v_s;
+  float* merge_s;
+  std::uint64_t* full_k;
+  std::uint64_t* full_v;
+  std::uint64_t* empty;
+  AttentionTile tile;
+  int chunk;
+  std::int64_t partial_base;
+  int pack, per_head, first_head, count, kv_head;
+  int last_position, last_block, first_block, end_block, blocks;
+};
+
+#ifdef BITCHECK_ATTENTION_WS_SM90A
+// The producer warp: block after block into the stages as the consumers free them. The last
+// block's V rows past the CTA's last query become zeros (copied with zero fill, as the synchronous
+// kernel loads them): a masked p = 0 times a pad slot's NaN would be NaN.
+template <typename T, int D, int Consumers, int ChunkBlocks>
+__device__ __forceinline__ void produce(const WsCta& cta, const CUtensorMap* k_map,
+                                        const CUtensorMap* v_map, const WsParams<T>& params,
+                                        int lane) {
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  constexpr int BN = Tile::keys, S = Tile::stages;
+  const std::int64_t kv_stride = static_cast<std::int64_t>(params.shape.kv_heads) * D;
+  const int valid_last = cta.last_position - cta.last_block * BN + 1;
+  for (int i = 0; i < cta.blocks; ++i) {
+    const int block = cta.first_block + i, stage = i % S, use = i / S;
+    mbar_wait(&cta.empty[stage], (use & 1) ^ 1);
+    const int row = cta.tile.cache_base + block * BN;
+    if (lane == 0) {
+      mbar_expect_tx(&cta.full_k[stage], Tile::kv_bytes);
+#pragma unroll
+      for (int p = 0; p < Tile::panels; ++p) {
+        tma_load_2d(cta.k_s + stage * Tile::kv_bytes + p * Tile::kv_panel_bytes, k_map,
+                    &cta.full_k[stage], cta.kv_head * D + p * 64, row);
+      }
+    }
+    if (block == cta.last_block && valid_last < BN) {
+      // One 16-byte chunk per lane at a time: the producer runs on few registers.
+      const T* source = params.v_cache + row * kv_stride + cta.kv_head * D;
+      unsigned char* destination = cta.v_s + stage * Tile::kv_bytes;
+      constexpr int chunks = D / 8;
+#pragma unroll 1
+      for (int chunk = lane; chunk < BN * chunks; chunk += warp_size) {
+        const int key = chunk / chunks, column = chunk % chunks;
+        const bool valid = key < valid_last;
+        copy_async_16(destination + (column / 8) * Tile::kv_panel_bytes + key * 128 +
+                          (((column % 8) ^ (key % 8)) << 4),
+                      valid ? source + key * kv_stride + column * 8 : source, valid);
+      }
+      copy_async_commit();
+      copy_async_wait_all();
+      fence_proxy_async_shared();  // the consumers' wgmma reads these rows
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&cta.full_v[stage]);
+    } else if (lane == 0) {
+      mbar_expect_tx(&cta.full_v[stage], Tile::kv_bytes);
+#pragma unroll
+      for (int p = 0; p < Tile::panels; ++p) {
+        tma_load_2d(cta.v_s + stage * Tile::kv_bytes + p * Tile::kv_panel_bytes, v_map,
+                    &cta.full_v[stage], cta.kv_head * D + p * 64, row);
+      }
+    }
+  }
+}
+
+// Consumer warpgroup w (thread its index in it, 0..127): 64 rows, CTA rows 64w + r. Unpacked, row r
+// is query 64w + r of head first_head; packed (one warpgroup), head first_head + r / per_head,
+// query r % per_head. Iteration j issues S = Q·Kᵀ of block j and O += P·V of block j - 1, then
+// finishes block j's softmax while that P·V runs; with two warpgroups in ping-pong, each issues its
+// products in its turn, so one's softmax overlaps the other's products.
+template <typename T, int D, int Consumers, int ChunkBlocks>
+__device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& params, int w,
+                                        int thread) {
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  constexpr int BN = Tile::keys, S = Tile::stages;
+  const AttentionShape shape = params.shape;
+  const AttentionTile tile = cta.tile;
+  const int lane = thread % warp_size, warp = thread / warp_size, g = lane >> 2, t = lane & 3;
+  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D;
+  unsigned char* q_w = cta.q_s + w * Tile::q_bytes;
+  const int pack = cta.pack, per_head = cta.per_head, count = cta.count;
+
+  if (pack == 1) {
+    load_swizzled_async<T, D, 64, 128>(
+        q_w, params.q + (tile.first_slot + 64 * w) * q_stride + cta.first_head * D, q_stride,
+        count - 64 * w, thread);
+  } else {
+    load_packed_queries_async<T, D, 64, 128>(q_w, params.q, q_stride, tile.first_slot,
+                                             cta.first_head, per_head, count, thread);
+  }
+  copy_async_commit();
+  copy_async_wait_all();
+  fence_proxy_async_shared();  // wgmma reads Q through the async proxy
+  named_barrier_sync(1 + w, 128);
+
+  auto query_of = [&](int r) { return pack == 1 ? 64 * w + r : r % per_head; };
+  auto head_of = [&](int r) { return pack == 1 ? cta.first_head : cta.first_head + r / per_head; };
+  const int r0 = 16 * warp + g;                // this thread's rows r0 and r0 + 8
+  const int warp_query = query_of(16 * warp);  // the warp's first (and lowest) query
+  const int warp_first_position = tile.start_position + warp_query;
+  const int position[2] = {tile.start_position + query_of(r0),
+                           tile.start_position + query_of(r0 + 8)};
+  const int group_last_position =
+      pack == 1 ? (64 * w < count ? tile.start_position + min(64 * w + 63, count - 1) : -1)
+                : cta.last_position;
+  // Blocks past every row of this warpgroup are passed: they would leave each row bit-identical.
+  const int group_blocks =
+      group_last_position < 0
+          ? 0
+          : min(cta.end_block, group_last_position / BN) - cta.first_block + 1;
+  const float scale_log2 = shape.scale * log2_e;
+  const bool pingpong = Consumers == 2 && params.pingpong != 0;
+  const std::uint32_t q_address = shared_address(q_w);
+  float* merge_thread = cta.merge_s + w * 128 * (D / 2) + thread;  // element i at [i * 128]
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float merged_m[2] = {-INFINITY, -INFINITY}, merged_l[2] = {0.0f, 0.0f};
+  float s[BN / 8][4], alpha[2];
+  std::uint32_t pa[BN / 16][4];  // P of the block whose P·V is issued next
+
+  auto turn_begin = [&] {
+    if (pingpong) named_barrier_sync(3 + w, 256);
+  };
+  auto turn_end = [&](int j) {  // warpgroup 1's last turn hands over to no one
+    if (pingpong && !(w == 1 && j == cta.blocks)) named_barrier_arrive(4 - w, 256);
+  };
+  auto release = [&](int stage) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&cta.empty[stage]);
+  };
+  auto issue_qk = [&](int j) {
+    const int stage = j % S;
+    mbar_wait(&cta.full_k[stage], (j / S) & 1);
+    const std::uint32_t k_address = shared_address(cta.k_s + stage * Tile::kv_bytes);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const std::uint32_t offset = (kk % 4) * 32;  // 16 elements further along the 128-byte row
+      wgmma::ss_m64n64k16<T>(
+          reinterpret_cast<float(&)[BN / 2]>(s),
+          wgmma::descriptor(q_address + (kk / 4) * Tile::q_panel_bytes + offset, 16, 1024),
+          wgmma::descriptor(k_address + (kk / 4) * Tile::kv_panel_bytes + offset, 16, 1024),
+          kk > 0);
+    }
+    wgmma::commit();
+  };
+  auto issue_pv = [&](int j) {
+    const int stage = j % S;
+    mbar_wait(&cta.full_v[stage], (j / S) & 1);
+    const std::uint32_t v_address = shared_address(cta.v_s + stage * Tile::kv_bytes);
+    wgmma::fence();
+#pragma unroll
+    for (int kc = 0; kc < BN / 16; ++kc) {
+      // V (16 keys x D, N-major): the leading offset steps to the next 64-element panel of D, the
+      // stride offset to the next 8 keys.
+      const std::uint64_t v_desc =
+          wgmma::descriptor(v_address + kc * 16 * 128, Tile::kv_panel_bytes, 1024);
+      if constexpr (D == 128) {
+        wgmma::rs_m64n128k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
+      } else {
+        wgmma::rs_m64n64k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
+      }
+    }
+    wgmma::commit();
+  };
+  auto pack_p = [&] {
+    // P as the A fragments of keys 16kc..16kc+15 (the accumulator layout of S columns 2kc,
+    // 2kc + 1).
+#pragma unroll
+    for (int kc = 0; kc < BN / 16; ++kc) {
+      pa[kc][0] = pack_pair<T>(s[2 * kc][0], s[2 * kc][1]);
+      pa[kc][1] = pack_pair<T>(s[2 * kc][2], s[2 * kc][3]);
+      pa[kc][2] = pack_pair<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+      pa[kc][3] = pack_pair<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+    }
+  };
+
+  if (pingpong && w == 1) named_barrier_arrive(3, 256);  // warpgroup 0 issues first
+  if (group_blocks > 0) {
+    turn_begin();
+    issue_qk(0);
+    turn_end(0);
+    wgmma::wait<0>();
+    softmax_scores<BN>(s, m, l, alpha, cta.first_block * BN, warp_first_position, position, t,
+                       scale_log2);
+    pack_p();
+    for (int j = 1; j < group_blocks; ++j) {
+      const int block = cta.first_block + j;
+      turn_begin();
+      issue_qk(j);
+      issue_pv(j - 1);
+      turn_end(j);
+      // A chunk ends with block - 1 when block starts the next: its state joins the merged state
+      // once its last P·V is done, and block's scores start a fresh state.
+      constexpr int chunk_size = ChunkBlocks > 0 ? ChunkBlocks : 1;  // blocks per chunk
+      const bool boundary = ChunkBlocks > 0 && block % chunk_size == 0;
+      float chunk_m[2] = {m[0], m[1]}, chunk_l[2] = {l[0], l[1]};
+      wgmma::wait<1>();
+      if (boundary) {
+        m[0] = m[1] = -INFINITY;
+        l[0] = l[1] = 0.0f;
+      }
+      softmax_scores<BN>(s, m, l, alpha, block * BN, warp_first_position, position, t,
+                         scale_log2);
+      wgmma::wait<0>();
+      release((j - 1) % S);
+      if (boundary) {
+        join_chunk<D>((block - 1) / chunk_size, false, acc, chunk_m, chunk_l, merged_m,
+                      merged_l, merge_thread, scale_log2);
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt)
+          acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+      } else {
+        rescale_rows<D>(acc, alpha);
+      }
+      pack_p();
+    }
+    turn_begin();
+    issue_pv(group_blocks - 1);
+    turn_end(group_blocks);
+    wgmma::wait<0>();
+    release((group_blocks - 1) % S);
+  }
+  for (int j = group_blocks > 0 ? group_blocks + 1 : 0; j <= cta.blocks; ++j) {
+    turn_begin();
+    turn_end(j);
+    if (j == 0) continue;
+    mbar_wait(&cta.full_v[(j - 1) % S], ((j - 1) / S) & 1);
+    release((j - 1) % S);
+  }
+  if (group_blocks <= 0) return;  // no real row in this warpgroup
+
+  if (Tile::split && cta.partial_base >= 0) {
+    // The chunk's state of every real row: acc, m and l (summed over the quad).
+    reduce_row_sums(l);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = r0 + 8 * r, query = query_of(row);
+      if (query >= count) continue;
+      float* partial =
+          params.partials +
+          (cta.partial_base +
+           (static_cast<std::int64_t>(cta.chunk) * shape.heads + head_of(row)) * tile.count +
+           query) *
+              (D + 2);
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        *reinterpret_cast<float2*>(partial + dt * 8 + 2 * t) =
+            make_float2(acc[dt][2 * r], acc[dt][2 * r + 1]);
+      }
+      if (t == 0) {
+        partial[D] = m[r];
+        partial[D + 1] = l[r];
+      }
+    }
+    return;
+  }
+  constexpr int chunk_size = ChunkBlocks > 0 ? ChunkBlocks : 1;
+  const int last_chunk =
+      ChunkBlocks > 0 && !Tile::split ? (cta.first_block + group_blocks - 1) / chunk_size : 0;
+  join_chunk<D>(last_chunk, true, acc, m, l, merged_m, merged_l, merge_thread, scale_log2);
+  // Staging for the output rows: this warpgroup's merge area (prefill), or the stages, which
+  // nothing reads any more (decode: the only consumer is done, the producer loaded its last).
+  named_barrier_sync(1 + w, 128);  // every thread of the warpgroup has read its merge area
+  T* o_s = Tile::decode ? reinterpret_cast<T*>(cta.k_s) + warp * 16 * (D + 8)
+                        : reinterpret_cast<T*>(cta.merge_s + w * 128 * (D / 2)) +
+                              warp * 16 * (D + 8);
+  if (warp_query >= count) return;  // padding only
+  store_rows_reduced<T, D>(acc, merged_m, merged_l, o_s, params.o, params.lse,
+                           tile.first_slot + warp_query, count - warp_query, head_of(16 * warp),
+                           lane, q_stride, shape.heads, scale_log2);
+}
+#endif
+
+// Grid: CTA (tile, unit) = blockIdx.x / units, % units, tiles longest first; split decode, CTA
+// (work item, unit) likewise. A unit is one head (its tile rows are queries) or, packed, the `pack`
+// heads of a KV group (row r: head r / per_head, query r % per_head).
+template <typename T, int D, int Consumers, int ChunkBlocks>
+__global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
+                                  WsTile<T, D, Consumers, ChunkBlocks>::ctas_per_sm)
+    forward_ws_kernel(const __grid_constant__ CUtensorMap k_map,
+                      const __grid_constant__ CUtensorMap v_map, const WsParams<T> params) {
+#ifdef BITCHECK_ATTENTION_WS_SM90A
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  constexpr int BN = Tile::keys, S = Tile::stages;
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* shared = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) & ~std::uintptr_t(1023));
+  WsCta cta;
+  cta.q_s = shared;
+  cta.k_s = cta.q_s + Consumers * Tile::q_bytes;  // [stages][panels][keys][128 bytes]
+  cta.v_s = cta.k_s + S * Tile::kv_bytes;
+  cta.merge_s = reinterpret_cast<float*>(cta.v_s + S * Tile::kv_bytes);
+  cta.full_k = reinterpret_cast<std::uint64_t*>(cta.v_s + S * Tile::kv_bytes + Tile::merge_bytes);
+  cta.full_v = cta.full_k + S;
+  cta.empty = cta.full_v + S;
+
+  const AttentionShape shape = params.shape;
+  const int unit = static_cast<int>(blockIdx.x % params.units);
+  int tile_index = static_cast<int>(blockIdx.x / params.units);
+  cta.chunk = 0;
+  cta.partial_base = -1;
+  if constexpr (Tile::split) {
+    const AttentionWorkItem item = params.items[tile_index];
+    tile_index = item.tile;
+    cta.chunk = item.chunk;
+    cta.partial_base = item.partial_base;
+  }
+  cta.tile = params.tiles[tile_index];
+  cta.pack = params.pack;
+  cta.per_head = Tile::rows / cta.pack;
+  cta.first_head = unit * cta.pack;
+  cta.count = min(cta.tile.count, cta.per_head);  // the launcher keeps tile.count <= per_head
+  cta.kv_head = cta.first_head / (shape.heads / shape.kv_heads);
+  cta.last_position = cta.tile.start_position + cta.count - 1;
+  cta.last_block = cta.last_position / BN;
+  cta.first_block = Tile::split ? cta.chunk * ChunkBlocks : 0;
+  cta.end_block =
+      Tile::split ? min(cta.last_block, cta.first_block + ChunkBlocks - 1) : cta.last_block;
+  cta.blocks = cta.end_block - cta.first_block + 1;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(&cta.full_k[s], 1);
+      mbar_init(&cta.full_v[s], 1);
+      mbar_init(&cta.empty[s], 4 * Consumers);  // lane 0 of every consumer warp
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  if (warpgroup == 0) {
+    registers_decrease<Tile::producer_registers>();
+    if (threadIdx.x < warp_size)
+      produce<T, D, Consumers, ChunkBlocks>(cta, &k_map, &v_map, params,
+                                            static_cast<int>(threadIdx.x));
+  } else {
+    registers_increase<Tile::consumer_registers>();
+    consume<T, D, Consumers, ChunkBlocks>(cta, params, warpgroup - 1,
+                                          static_cast<int>(threadIdx.x) - 128 * warpgroup);
+  }
+#else
+  __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
+#endif
+}
+
+// Split-KV merge: one warp per (query, head) of a tile split over chunks; chunks 0..position / 512
+// in order, the first one's state taken as it is, each later one merged with chunk_merge_weights
+// and merge_element as a prefill CTA merges it; then o and lse as store_rows_reduced computes
+// them. Lane i holds dims [i * D / 32, (i + 1) * D / 32).
+struct AttentionMergeTask {
+  int tile;
+  std::int64_t partial_base;
+};
+
+template <typename T, int D>
+__global__ void merge_chunks_kernel(const float* partials, T* o, float* lse,
+                                    const AttentionTile* tiles, const AttentionMergeTask* tasks,
+                                    int task_count, int max_queries, AttentionShape shape) {
+  constexpr int per_lane = D / warp_size;
+  const std::int64_t warp_index =
+      (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / warp_size;
+  const int lane = static_cast<int>(threadIdx.x) % warp_size;
+  const std::int64_t per_task = static_cast<std::int64_t>(shape.heads) * max_queries;
+  const std::int64_t task_index = warp_index / per_task;
+  if (task_index >= task_count) return;
+  const AttentionMergeTask task = tasks[task_index];
+  const AttentionTile tile = tiles[task.tile];
+  const int h = static_cast<int>(warp_index % per_task / max_queries),
+            query = static_cast<int>(warp_index % max_queries);
+  if (query >= tile.count) return;
+  const int chunks = (tile.start_position + query) / attention_chunk_keys + 1;
+  const float scale_log2 = shape.scale * log2_e;
+  auto partial_of = [&](int c) {
+    return partials +
+           (task.partial_base + (static_cast<std::int64_t>(c) * shape.heads + h) * tile.count +
+            query) *
+               (D + 2);
+  };
+  float A[per_lane];
+  const float* first = partial_of(0);
+#pragma unroll
+  for (int i = 0; i < per_lane; ++i) A[i] = first[lane * per_lane + i];
+  float M = first[D], L = first[D + 1];
+  for (int c = 1; c < chunks; ++c) {
+    const float* partial = partial_of(c);
+    const float m = partial[D];
+    if (m == -INFINITY) continue;
+    float a, b;
+    chunk_merge_weights(M, L, m, partial[D + 1], scale_log2, a, b);
+#pragma unroll
+    for (int i = 0; i < per_lane; ++i)
+      A[i] = merge_element(A[i], a, partial[lane * per_lane + i], b);
+  }
+  const int slot = tile.first_slot + query;
+  T* out = o + (static_cast<std::int64_t>(slot) * shape.heads + h) * D + lane * per_lane;
+#pragma unroll
+  for (int i = 0; i < per_lane; ++i) out[i] = output_element<T>(A[i], L);
+  if (lane == 0) lse[static_cast<std::int64_t>(slot) * shape.heads + h] = row_lse(M, L, scale_log2);
+}
+
+CUtensorMapDataType tensor_map_type(DeviceDType dtype) {
+  return dtype == DeviceDType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                    : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+
+template <typename T, int D, int Consumers, int ChunkBlocks>
+void launch_ws(const CUtensorMap& k_map, const CUtensorMap& v_map, const WsParams<T>& params,
+               std::int64_t ctas, CUstream_st* stream) {
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  static_assert(Tile::rows == 64 * Consumers && Tile::split == (Consumers == 1 && ChunkBlocks > 0),
+                "a decode launch is split exactly when it is chunked");
+  static std::once_flag configured;
+  std::call_once(configured, [] {
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_ws_kernel<T, D, Consumers, ChunkBlocks>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Tile::shared_bytes));
+  });
+  if (ctas <= 0) return;
+  if (ctas > std::numeric_limits<int>::max())
+    throw std::invalid_argument("attention forward: work items * heads exceeds the grid");
+  forward_ws_kernel<T, D, Consumers, ChunkBlocks>
+      <<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(k_map, v_map,
+                                                                                   params);
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+// Whether prefill CTAs run their consumer warpgroups in ping-pong.
+bool pingpong_schedule(AttentionSchedule schedule, int dim) {
+  static const char* forced = std::getenv("BITCHECK_ATTENTION_SCHEDULE");
+  if (schedule == AttentionSchedule::automatic && forced) {
+    if (std::string(forced) == "pingpong") return true;
+    if (std::string(forced) == "cooperative") return false;
+  }
+  if (schedule == AttentionSchedule::automatic) return dim == 128;
+  return schedule == AttentionSchedule::pingpong;
+}
+
+}  // namespace
+
+AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape shape,
+                                               const std::vector<AttentionTile>& tiles,
+                                               std::int64_t cache_rows,
+                                               AttentionForwardKernel kernel,
+                                               AttentionSchedule schedule)
+    : dtype_(dtype), shape_(shape), cache_rows_(cache_rows) {
+  if (dtype == DeviceDType::fp32 || (shape.dim != 64 && shape.dim != 128))
+    throw std::invalid_argument("attention forward: bf16/fp16 with head dim 64 or 128 only");
+  if (shape.kv_heads <= 0 || shape.heads % shape.kv_heads != 0)
+    throw std::invalid_argument("attention forward: heads must be a multiple of kv heads");
+  tile_count_ = static_cast<int>(tiles.size());
+  for (const AttentionTile& tile : tiles) longest_tile_ = std::max(longest_tile_, tile.count);
+  if (kernel == AttentionForwardKernel::automatic && !attention_forward_uses_wgmma())
+    kernel = AttentionForwardKernel::mma_sync;
+  kernel_ = kernel;
+  if (!tiles.empty()) {
+    tiles_ = DeviceBuffer(tiles.size() * sizeof(AttentionTile));
+    tiles_.upload(tiles.data(), tiles_.bytes());
+  }
+  if (kernel == AttentionForwardKernel::mma_sync) {
+    path_ = "forward.mma-sync";
+    return;
+  }
+  if (kernel == AttentionForwardKernel::wgmma_synchronous) {
+    path_ = "forward.wgmma.synchronous";
+    return;
+  }
+  const bool chunked = kernel == AttentionForwardKernel::automatic;
+  const int group = shape.heads / shape.kv_heads;
+  // Decode-like launches (no tile longer than 16 queries) run one consumer warpgroup per CTA, two
+  // CTAs per SM, chunk by chunk; prefill runs two consumer warpgroups on the same K/V blocks.
+  decode_ = longest_tile_ <= 16;
+  if (!decode_) {
+    pingpong_ = pingpong_schedule(schedule, shape.dim);
+    path_ = chunked ? std::string("forward.wgmma.prefill") + (pingpong_ ? "" : ".cooperative")
+                    : "forward.wgmma.unchunked";
+    return;
+  }
+  std::int64_t chunk_items = 0;
+  for (const AttentionTile& tile : tiles) {
+    const std::int64_t chunks =
+        chunked ? attention_forward_chunks(tile.start_position + tile.count - 1) : 1;
+    splits_ = std::max<int>(splits_, static_cast<int>(chunks));
+    chunk_items += chunks;
+  }
+  // A KV group's heads share the CTA (and each K/V block it loads) when 64 rows hold all their
+  // queries and that still leaves at least 64 CTAs with work.
+  pack_ = (group == 2 || group == 4) && longest_tile_ <= 64 / group &&
+                  chunk_items * shape.kv_heads >= 64
+              ? group
+              : 1;
+  if (!chunked) {
+    path_ = "forward.wgmma.unchunked";
+    return;
+  }
+  std::vector<AttentionWorkItem> items;
+  std::vector<AttentionMergeTask> tasks;
+  std::int64_t partials = 0;
+  for (int t = 0; t < tile_count_; ++t) {
+    const AttentionTile& tile = tiles[static_cast<std::size_t>(t)];
+    const auto chunks =
+        static_cast<int>(attention_forward_chunks(tile.start_position + tile.count - 1));
+    const std::int64_t base = chunks > 1 ? partials : -1;
+    for (int c = 0; c < chunks; ++c) items.push_back({t, c, base});
+    if (chunks > 1) {
+      tasks.push_back({t, base});
+      partials += static_cast<std::int64_t>(chunks) * shape.heads * tile.count;
+    }
+  }
+  // Longest tiles' items first would not shorten a decode step: every item is at most one chunk.
+  item_count_ = static_cast<int>(items.size());
+  merge_task_count_ = static_cast<int>(tasks.size());
+  items_ = DeviceBuffer(items.size() * sizeof(AttentionWorkItem));
+  items_.upload(items.data(), items_.bytes());
+  if (!tasks.empty()) {
+    merge_tasks_ = DeviceBuffer(tasks.size() * sizeof(AttentionMergeTask));
+    merge_tasks_.upload(tasks.data(), merge_tasks_.bytes());
+    partials_ = DeviceBuffer(static_cast<std::size_t>(partials) * (shape.dim + 2) * sizeof(float));
+  }
+  path_ = std::string("forward.wgmma.decode") + (pack_ > 1 ? ".packed-heads" : "") +
+          (tasks.empty() ? "" : ".split-kv");
+}
+
+AttentionForwardLaunch::~AttentionForwardLaunch() = default;
+
+void AttentionForwardLaunch::run(const void* q, const void* k_cache, const void* v_cache, void* o,
+                                 float* lse, CUstream_st* stream) const {
+  if (tile_count_ == 0) return;
+  record_path(path_);
+  if (kernel_ == AttentionForwardKernel::mma_sync ||
+      kernel_ == AttentionForwardKernel::wgmma_synchronous) {
+    attention_forward_mma(dtype_, q, k_cache, v_cache, o, lse, tiles_.as<AttentionTile>(),
+                          tile_count_, shape_, stream,
+                          kernel_ == AttentionForwardKernel::mma_sync, longest_tile_);
+    return;
+  }
+  const CUtensorMapDataType type = tensor_map_type(dtype_);
+  const std::int64_t kv_width = static_cast<std::int64_t>(shape_.kv_heads) * shape_.dim;
+  const CUtensorMap k_map = make_tensor_map(type, k_cache, cache_rows_, kv_width, 64);
+  const CUtensorMap v_map = make_tensor_map(type, v_cache, cache_rows_, kv_width, 64);
+  const bool chunked = kernel_ == AttentionForwardKernel::automatic;
+  auto launch = [&](auto tag, auto dim) {
+    using T = decltype(tag);
+    constexpr int D = decltype(dim)::value;
+    WsParams<T> params{static_cast<const T*>(q),
+                       static_cast<const T*>(v_cache),
+                       static_cast<T*>(o),
+                       lse,
+                       tiles_.as<AttentionTile>(),
+                       items_.as<AttentionWorkItem>(),
+                       partials_.as<float>(),
+                       shape_,
+                       decode_ && pack_ > 1 ? shape_.kv_heads : shape_.heads,
+                       decode_ ? pack_ : 1,
+                       pingpong_ ? 1 : 0};
+    if (!decode_) {
+      const std::int64_t ctas = static_cast<std::int64_t>(tile_count_) * params.units;
+      if (chunked) {
+        launch_ws<T, D, 2, chunk_blocks>(k_map, v_map, params, ctas, stream);
+      } else {
+        launch_ws<T, D, 2, 0>(k_map, v_map, params, ctas, stream);
+      }
+      return;
+    }
+    if (!chunked) {
+      launch_ws<T, D, 1, 0>(k_map, v_map, params,
+                                   static_cast<std::int64_t>(tile_count_) * params.units, stream);
+      return;
+    }
+    launch_ws<T, D, 1, chunk_blocks>(
+        k_map, v_map, params, static_cast<std::int64_t>(item_count_) * params.units, stream);
+    if (merge_task_count_ == 0) return;
+    constexpr int threads = 128;
+    const std::int64_t warps = static_cast<std::int64_t>(merge_task_count_) * shape_.heads * 16;
+    merge_chunks_kernel<T, D><<<static_cast<unsigned>((warps * warp_size + threads - 1) / threads),
+                                threads, 0, stream>>>(
+        partials_.as<float>(), static_cast<T*>(o), lse, tiles_.as<AttentionTile>(),
+        merge_tasks_.as<AttentionMergeTask>(), merge_task_count_, 16, shape_);
+    BITCHECK_CUDA_LAUNCH_CHECK();
+  };
+  using Dim64 = std::integral_constant<int, 64>;
+  using Dim128 = std::integral_constant<int, 128>;
+  if (dtype_ == DeviceDType::bf16) {
+    shape_.dim == 64 ? launch(__nv_bfloat16{}, Dim64{}) : launch(__nv_bfloat16{}, Dim128{});
+  } else {
+    shape_.dim == 64 ? launch(__half{}, Dim64{}) : launch(__half{}, Dim128{});
+  }
+}
+
+}  // namespace bitcheck::cuda
