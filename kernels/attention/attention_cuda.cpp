@@ -49,22 +49,29 @@ bool tensor_core_backward() {
 }
 
 // The tensor-core forward a case runs: the device's, or a forced path (force_paths, or
-// BITCHECK_ATTENTION_FORWARD=wgmma-synchronous to bisect a drift against the earlier kernel).
+// BITCHECK_ATTENTION_FORWARD=wgmma-synchronous to bisect a drift against the synchronous kernel).
 cuda::AttentionForwardKernel forward_kernel(const CaseSpec& spec) {
   static const bool synchronous = [] {
     const char* kernel = std::getenv("BITCHECK_ATTENTION_FORWARD");
     return kernel && std::string(kernel) == "wgmma-synchronous";
   }();
   if (spec.forced_path == "forward.mma-sync") return cuda::AttentionForwardKernel::mma_sync;
-  if (spec.forced_path == "forward.wgmma.synchronous" || synchronous)
-    return cuda::AttentionForwardKernel::wgmma_synchronous;
+  if (synchronous) return cuda::AttentionForwardKernel::wgmma_synchronous;
   return cuda::AttentionForwardKernel::automatic;
 }
 
-// The forward kernel's products, for bench configs.
+// The prefill schedule of the two consumer warpgroups: ping-pong unless forced to cooperative.
+cuda::AttentionSchedule forward_schedule(const CaseSpec& spec) {
+  return spec.forced_path == "forward.wgmma.prefill.cooperative"
+             ? cuda::AttentionSchedule::cooperative
+             : cuda::AttentionSchedule::automatic;
+}
+
+// The forward kernel's products, for configs.
 std::string forward_products(const std::string& path) {
   if (path == "forward.mma-sync") return "mma.sync m16n8k16";
-  return "wgmma m64n64k16 + m64nDk16";
+  if (path == "forward.wgmma.synchronous") return "wgmma m64n64k16 + m64nDk16";
+  return "wgmma m64n64k16 (Q from registers) + m64nDk16";
 }
 
 DeviceBuffer output_buffer(std::size_t bytes) {
@@ -366,12 +373,13 @@ class CudaAttention : public Impl {
           keys.bytes() / static_cast<std::size_t>(shape.kv_heads * shape.dim) /
           dtype_size(spec.dtype));
       const cuda::AttentionForwardLaunch launch(dtype, shape, tiles_of(first_tokens, lengths),
-                                                cache_rows, forward_kernel(spec));
+                                                cache_rows, forward_kernel(spec),
+                                                forward_schedule(spec));
       launch.run(q.get(), keys.get(), values.get(), o.get(), lse.as<float>());
       batch.impl_config = {{"path", launch.path()},
                            {"products", forward_products(launch.path())},
                            {"kv_block", cuda::attention_mma_kv_block},
-                           {"chunk_keys", cuda::attention_chunk_keys},
+                           {"chunk_keys", launch.chunk_keys()},
                            {"splits", launch.splits()}};
       return;
     }
@@ -431,7 +439,7 @@ BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings
       {"products", mma ? forward_products(launch->path()) : std::string("simt")},
       {"sequences", sequences},
       {"cache_length", length},
-      {"chunk_keys", cuda::attention_chunk_keys},
+      {"chunk_keys", mma ? launch->chunk_keys() : 0},
       {"splits", mma ? launch->splits() : 1},
       {"latency_us", measurement.median_ms * 1e3},
       {"note", "one query per sequence over the whole cache, split at fixed 512-key chunks"}};

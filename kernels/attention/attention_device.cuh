@@ -44,6 +44,14 @@ __device__ __forceinline__ unsigned shared_address(const void* pointer) {
   return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
 }
 
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Lane l receives row
+// l/4, columns 2(l%4) and 2(l%4)+1 of each (ldmatrix_x4_trans in attention_kernels.cu: with .trans,
+// rows 2(l%4) and 2(l%4)+1 of column l/4).
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], unsigned address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
 // 16-byte global-to-shared copy that bypasses L1; valid == false zero-fills and reads nothing.
 __device__ __forceinline__ void copy_async_16(void* destination, const void* source, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(destination)),
@@ -166,11 +174,11 @@ __device__ __forceinline__ float row_lse(float m, float l, float scale_log2) {
 // the lane quad: o = acc / l rounded to T and staged in o_s (16 rows of D + 8 elements that only
 // this warp uses), stored as whole 16-byte chunks, and lse.
 template <typename T, int D>
-__device__ __forceinline__ void store_rows_reduced(const float (&acc)[D / 8][4], const float (&m)[2],
-                                                   const float (&l)[2], T* o_s, T* o, float* lse,
-                                                   int first_slot, int valid_rows, int h, int lane,
-                                                   std::int64_t q_stride, int heads,
-                                                   float scale_log2) {
+__device__ __forceinline__ void store_rows_reduced(const float (&acc)[D / 8][4],
+                                                   const float (&m)[2], const float (&l)[2], T* o_s,
+                                                   T* o, float* lse, int first_slot, int valid_rows,
+                                                   int h, int lane, std::int64_t q_stride,
+                                                   int heads, float scale_log2) {
   constexpr int stride = D + 8;
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -223,8 +231,7 @@ __device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const
   static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
 #pragma unroll
   for (int i = 0; i < rows * chunks / threads; ++i) {
-    const int chunk = thread + i * threads, row = chunk / chunks,
-              column = chunk % chunks;
+    const int chunk = thread + i * threads, row = chunk / chunks, column = chunk % chunks;
     const bool valid = row < valid_rows;
     unsigned char* destination =
         shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
@@ -235,16 +242,14 @@ __device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const
 // The Q tile of a CTA whose rows are `pack` heads x per_head queries (row r: head first_head +
 // r / per_head, query r % per_head, real when below count); the rest become zeros.
 template <typename T, int D, int rows, int threads>
-__device__ __forceinline__ void load_packed_queries_async(unsigned char* shared, const T* q,
-                                                          std::int64_t q_stride, int first_slot,
-                                                          int first_head, int per_head, int count,
-                                                          int thread = static_cast<int>(threadIdx.x)) {
+__device__ __forceinline__ void load_packed_queries_async(
+    unsigned char* shared, const T* q, std::int64_t q_stride, int first_slot, int first_head,
+    int per_head, int count, int thread = static_cast<int>(threadIdx.x)) {
   constexpr int chunks = D / 8;
   static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
 #pragma unroll
   for (int i = 0; i < rows * chunks / threads; ++i) {
-    const int chunk = thread + i * threads, row = chunk / chunks,
-              column = chunk % chunks;
+    const int chunk = thread + i * threads, row = chunk / chunks, column = chunk % chunks;
     const int query = row % per_head;
     const bool valid = query < count;
     unsigned char* destination =

@@ -16,10 +16,11 @@
 // warpgroup, how many stages the producer runs ahead, whether the next Q·Kᵀ is issued before the
 // current P·V, and the two consumer warpgroups' ping-pong are scheduling, never arithmetic.
 //
-// Without chunks (ChunkBlocks = 0, the test-only AttentionForwardKernel::warp_specialized_unchunked)
-// these kernels compute the bits of the synchronous wgmma kernel of attention_kernels.cu; the GPU
-// tests compare them bit for bit. The 512-key chunks change the bits of rows past position 511
-// (once, written down in docs/attention.md), so that a decode step can split its keys.
+// Without chunks (ChunkBlocks = 0, the test-only
+// AttentionForwardKernel::warp_specialized_unchunked) these kernels compute the bits of the
+// synchronous wgmma kernel of attention_kernels.cu; the GPU tests compare them bit for bit. The
+// 512-key chunks change the bits of rows past position 511 (once, written down in
+// docs/attention.md), so that a decode step can split its keys.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -93,11 +94,11 @@ struct WsTile {
   static constexpr int threads = 128 * (Consumers + 1);
   static constexpr int ctas_per_sm = decode ? 2 : 1;
   static constexpr int panels = D / 64;
-  static constexpr int q_panel_bytes = 64 * 128;  // one consumer's 64 rows
+  static constexpr int q_panel_bytes = 64 * 128;          // one consumer's 64 rows
   static constexpr int q_bytes = panels * q_panel_bytes;  // per consumer
   static constexpr int kv_panel_bytes = keys * 128;
   static constexpr int kv_bytes = panels * kv_panel_bytes;  // K or V of one block
-  static constexpr int stages = decode ? (D == 128 ? 2 : 4) : (D == 128 ? 4 : 6);
+  static constexpr int stages = decode ? 2 : 4;
   static constexpr int merge_bytes = decode ? 0 : Consumers * 128 * (D / 2) * 4;
   static constexpr int barrier_bytes = 3 * stages * 8;
   static constexpr int shared_bytes =
@@ -106,7 +107,7 @@ struct WsTile {
   // 65536 / (threads * ctas_per_sm) each thread starts with (168 or 128).
   static constexpr int producer_registers = 24;
   static constexpr int consumer_registers = decode ? 232 : 240;
-  static_assert(sizeof(T) == 2 && keys == 64 && (D == 64 || D == 128), "16-bit, 64 keys, D 64/128");
+  static_assert(sizeof(T) == 2 && keys == 64 && D == 128, "16-bit, 64 keys, head dim 128");
   static_assert(Consumers == 1 || Consumers == 2, "one or two consumer warpgroups");
   static_assert(shared_bytes * ctas_per_sm + 1024 * ctas_per_sm <= 228 * 1024,
                 "shared memory per SM");
@@ -127,8 +128,8 @@ struct WsParams {
   const AttentionWorkItem* items;  // split decode: one per group of `units` CTAs
   float* partials;                 // split decode: chunk states, (D + 2) floats each
   AttentionShape shape;
-  int units;     // CTAs per tile (prefill) or per work item (decode): heads, or KV heads when packed
-  int pack;      // heads sharing a CTA (1, or the group size when packed)
+  int units;  // CTAs per tile (prefill) or per work item (decode): heads, or KV heads when packed
+  int pack;   // heads sharing a CTA (1, or the group size when packed)
   int pingpong;  // two consumer warpgroups take turns issuing their products
 };
 
@@ -161,54 +162,6 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 }
 #endif
 
-// A chunk's state joins its rows' merged state (merged_m, merged_l and the merge area, or for the
-// last chunk acc itself, which then holds the rows' final accumulators): chunk 0 becomes it, a
-// later chunk merges into every row for which it holds a key (m > -inf).
-template <int D>
-__device__ __forceinline__ void join_chunk(int chunk_index, bool last, float (&acc)[D / 8][4],
-                                           float (&chunk_m)[2], float (&chunk_l)[2],
-                                           float (&merged_m)[2], float (&merged_l)[2],
-                                           float* merge_thread, float scale_log2) {
-  reduce_row_sums(chunk_l);
-  if (chunk_index == 0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      merged_m[r] = chunk_m[r];
-      merged_l[r] = chunk_l[r];
-    }
-    if (!last) {
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) merge_thread[(dt * 4 + e) * 128] = acc[dt][e];
-      }
-    }
-    return;
-  }
-  float a[2] = {1.0f, 1.0f}, b[2] = {0.0f, 0.0f};
-  bool joins[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    joins[r] = chunk_m[r] != -INFINITY;
-    if (joins[r])
-      chunk_merge_weights(merged_m[r], merged_l[r], chunk_m[r], chunk_l[r], scale_log2, a[r], b[r]);
-  }
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = e >> 1;
-      const float stored = merge_thread[(dt * 4 + e) * 128];
-      const float merged = joins[r] ? merge_element(stored, a[r], acc[dt][e], b[r]) : stored;
-      if (last) {
-        acc[dt][e] = merged;
-      } else {
-        merge_thread[(dt * 4 + e) * 128] = merged;
-      }
-    }
-  }
-}
-
 // What the producer and the consumers of one CTA share.
 struct WsCta {
   unsigned char* q_s;
@@ -226,6 +179,75 @@ struct WsCta {
 };
 
 #ifdef BITCHECK_ATTENTION_WS_SM90A
+// This thread's merged accumulators in shared memory: float4 dt (acc[dt][0..3]) at
+// base + dt * 128 * 16, so a warp's accesses are 512 consecutive bytes.
+__device__ __forceinline__ float4 load_merged(std::uint32_t address) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_merged(std::uint32_t address, float4 v) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(address), "f"(v.x), "f"(v.y),
+               "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
+// A chunk's state joins its rows' merged state (merged_m, merged_l and the merge area at
+// merge_address, or for the last chunk acc itself, which then holds the rows' final
+// accumulators): chunk 0 becomes it, a later chunk merges into every row for which it holds a key
+// (m > -inf).
+template <int D>
+__device__ __forceinline__ void join_chunk(int chunk_index, bool last, float (&acc)[D / 8][4],
+                                           float (&chunk_m)[2], float (&chunk_l)[2],
+                                           float (&merged_m)[2], float (&merged_l)[2],
+                                           std::uint32_t merge_address, float scale_log2) {
+  constexpr std::uint32_t step = 128 * 16;  // bytes between a thread's float4s
+  reduce_row_sums(chunk_l);
+  if (chunk_index == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      merged_m[r] = chunk_m[r];
+      merged_l[r] = chunk_l[r];
+    }
+    if (!last) {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+        store_merged(merge_address + dt * step,
+                     make_float4(acc[dt][0], acc[dt][1], acc[dt][2], acc[dt][3]));
+    }
+    return;
+  }
+  float a[2] = {1.0f, 1.0f}, b[2] = {0.0f, 0.0f};
+  bool joins[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    joins[r] = chunk_m[r] != -INFINITY;
+    if (joins[r])
+      chunk_merge_weights(merged_m[r], merged_l[r], chunk_m[r], chunk_l[r], scale_log2, a[r], b[r]);
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    const float4 stored = load_merged(merge_address + dt * step);
+    const float previous[4] = {stored.x, stored.y, stored.z, stored.w};
+    float merged[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      merged[e] = joins[r] ? merge_element(previous[e], a[r], acc[dt][e], b[r]) : previous[e];
+    }
+    if (last) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[dt][e] = merged[e];
+    } else {
+      store_merged(merge_address + dt * step,
+                   make_float4(merged[0], merged[1], merged[2], merged[3]));
+    }
+  }
+}
+
 // The producer warp: block after block into the stages as the consumers free them. The last
 // block's V rows past the CTA's last query become zeros (copied with zero fill, as the synchronous
 // kernel loads them): a masked p = 0 times a pad slot's NaN would be NaN.
@@ -307,6 +329,19 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
   copy_async_wait_all();
   fence_proxy_async_shared();  // wgmma reads Q through the async proxy
   named_barrier_sync(1 + w, 128);
+  // Each warp keeps its 16 rows of Q as wgmma A fragments (the m16n8k16 layout: ldmatrix of rows
+  // lane & 15, 16-byte chunk lane >> 4 of each k16 step) for the whole KV loop, so S = Q·Kᵀ reads
+  // only K from shared memory (the same products as with Q there: the GPU tests compare the bits).
+  std::uint32_t qa[D / 16][4];
+  {
+    const int row = 16 * (thread / warp_size) + (thread & 15);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int chunk = (kk % 4) * 2 + ((thread % warp_size) >> 4);
+      ldmatrix_x4(qa[kk], shared_address(q_w + (kk / 4) * Tile::q_panel_bytes + row * 128 +
+                                         ((chunk ^ (row % 8)) << 4)));
+    }
+  }
 
   auto query_of = [&](int r) { return pack == 1 ? 64 * w + r : r % per_head; };
   auto head_of = [&](int r) { return pack == 1 ? cta.first_head : cta.first_head + r / per_head; };
@@ -319,60 +354,65 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
       pack == 1 ? (64 * w < count ? tile.start_position + min(64 * w + 63, count - 1) : -1)
                 : cta.last_position;
   // Blocks past every row of this warpgroup are passed: they would leave each row bit-identical.
-  const int group_blocks =
-      group_last_position < 0
-          ? 0
-          : min(cta.end_block, group_last_position / BN) - cta.first_block + 1;
+  const int group_blocks = group_last_position < 0
+                               ? 0
+                               : min(cta.end_block, group_last_position / BN) - cta.first_block + 1;
   const float scale_log2 = shape.scale * log2_e;
   const bool pingpong = Consumers == 2 && params.pingpong != 0;
-  const std::uint32_t q_address = shared_address(q_w);
-  float* merge_thread = cta.merge_s + w * 128 * (D / 2) + thread;  // element i at [i * 128]
+  const std::uint32_t merge_address =
+      shared_address(cta.merge_s + w * 128 * (D / 2)) + thread * 16;  // see load_merged
 
   float acc[D / 8][4];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   float merged_m[2] = {-INFINITY, -INFINITY}, merged_l[2] = {0.0f, 0.0f};
-  float s[BN / 8][4], alpha[2];
+  // s: the scores of the block in softmax (then its p); s_next: the next block's, in flight.
+  float s[BN / 8][4], s_next[BN / 8][4], alpha[2];
   std::uint32_t pa[BN / 16][4];  // P of the block whose P·V is issued next
 
   auto turn_begin = [&] {
     if (pingpong) named_barrier_sync(3 + w, 256);
   };
-  auto turn_end = [&](int j) {  // warpgroup 1's last turn hands over to no one
-    if (pingpong && !(w == 1 && j == cta.blocks)) named_barrier_arrive(4 - w, 256);
+  auto turn_end = [&](int j) {  // turns 0 .. blocks + 1; warpgroup 1's last hands over to no one
+    if (pingpong && !(w == 1 && j == cta.blocks + 1)) named_barrier_arrive(4 - w, 256);
   };
   auto release = [&](int stage) {
     __syncwarp();
     if (lane == 0) mbar_arrive(&cta.empty[stage]);
   };
+  // Shared-memory descriptors of stage 0's K and V; a stage or a k-step further is a constant
+  // added to the address field (address / 16 in the low bits, which never carry: shared memory is
+  // below 256 KB).
+  const std::uint64_t k_desc0 = wgmma::descriptor(shared_address(cta.k_s), 16, 1024);
+  // V (16 keys x D, N-major): the leading offset steps to the next 64-element panel of D, the
+  // stride offset to the next 8 keys.
+  const std::uint64_t v_desc0 =
+      wgmma::descriptor(shared_address(cta.v_s), Tile::kv_panel_bytes, 1024);
   auto issue_qk = [&](int j) {
     const int stage = j % S;
     mbar_wait(&cta.full_k[stage], (j / S) & 1);
-    const std::uint32_t k_address = shared_address(cta.k_s + stage * Tile::kv_bytes);
+    const std::uint64_t k_desc =
+        k_desc0 + static_cast<std::uint64_t>(stage * (Tile::kv_bytes >> 4));
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const std::uint32_t offset = (kk % 4) * 32;  // 16 elements further along the 128-byte row
-      wgmma::ss_m64n64k16<T>(
-          reinterpret_cast<float(&)[BN / 2]>(s),
-          wgmma::descriptor(q_address + (kk / 4) * Tile::q_panel_bytes + offset, 16, 1024),
-          wgmma::descriptor(k_address + (kk / 4) * Tile::kv_panel_bytes + offset, 16, 1024),
-          kk > 0);
+      // 16 elements further along the 128-byte row, or the next 64-element panel.
+      constexpr int panel_step = Tile::kv_panel_bytes >> 4;
+      wgmma::rs_kmajor_m64n64k16<T>(reinterpret_cast<float(&)[BN / 2]>(s_next), qa[kk],
+                                    k_desc + (kk / 4) * panel_step + (kk % 4) * 2, kk > 0);
     }
     wgmma::commit();
   };
   auto issue_pv = [&](int j) {
     const int stage = j % S;
     mbar_wait(&cta.full_v[stage], (j / S) & 1);
-    const std::uint32_t v_address = shared_address(cta.v_s + stage * Tile::kv_bytes);
+    const std::uint64_t v_stage =
+        v_desc0 + static_cast<std::uint64_t>(stage * (Tile::kv_bytes >> 4));
     wgmma::fence();
 #pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc) {
-      // V (16 keys x D, N-major): the leading offset steps to the next 64-element panel of D, the
-      // stride offset to the next 8 keys.
-      const std::uint64_t v_desc =
-          wgmma::descriptor(v_address + kc * 16 * 128, Tile::kv_panel_bytes, 1024);
+      const std::uint64_t v_desc = v_stage + kc * (16 * 128 >> 4);  // the next 16 keys
       if constexpr (D == 128) {
         wgmma::rs_m64n128k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
       } else {
@@ -382,8 +422,8 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
     wgmma::commit();
   };
   auto pack_p = [&] {
-    // P as the A fragments of keys 16kc..16kc+15 (the accumulator layout of S columns 2kc,
-    // 2kc + 1).
+  // P as the A fragments of keys 16kc..16kc+15 (the accumulator layout of S columns 2kc,
+  // 2kc + 1).
 #pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc) {
       pa[kc][0] = pack_pair<T>(s[2 * kc][0], s[2 * kc][1]);
@@ -393,58 +433,75 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
     }
   };
 
+  // Iteration j (block first_block + j) issues O += P·V of block j - 1 and S = Q·Kᵀ of block j + 1
+  // (of block j again in the last one: the loop stays uniform, and the extra product is unused),
+  // then runs block j's softmax on the scores the previous iteration computed: both products run
+  // under the softmax, and no wait on the tensor cores is left on its path.
+  auto next_scores = [&] {  // the scores in flight become the block's
+    wgmma::wait<0>();
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = s_next[nt][e];
+    }
+  };
   if (pingpong && w == 1) named_barrier_arrive(3, 256);  // warpgroup 0 issues first
   if (group_blocks > 0) {
     turn_begin();
     issue_qk(0);
     turn_end(0);
-    wgmma::wait<0>();
+    next_scores();
+    turn_begin();
+    issue_qk(min(1, group_blocks - 1));
+    turn_end(1);
     softmax_scores<BN>(s, m, l, alpha, cta.first_block * BN, warp_first_position, position, t,
                        scale_log2);
     pack_p();
+    next_scores();
     for (int j = 1; j < group_blocks; ++j) {
       const int block = cta.first_block + j;
       turn_begin();
-      issue_qk(j);
       issue_pv(j - 1);
-      turn_end(j);
+      issue_qk(min(j + 1, group_blocks - 1));
+      turn_end(j + 1);
       // A chunk ends with block - 1 when block starts the next: its state joins the merged state
       // once its last P·V is done, and block's scores start a fresh state.
       constexpr int chunk_size = ChunkBlocks > 0 ? ChunkBlocks : 1;  // blocks per chunk
       const bool boundary = ChunkBlocks > 0 && block % chunk_size == 0;
       float chunk_m[2] = {m[0], m[1]}, chunk_l[2] = {l[0], l[1]};
-      wgmma::wait<1>();
       if (boundary) {
         m[0] = m[1] = -INFINITY;
         l[0] = l[1] = 0.0f;
       }
-      softmax_scores<BN>(s, m, l, alpha, block * BN, warp_first_position, position, t,
-                         scale_log2);
-      wgmma::wait<0>();
+      softmax_scores<BN>(s, m, l, alpha, block * BN, warp_first_position, position, t, scale_log2);
+      wgmma::wait<1>();  // P·V of block j - 1 (the scores of block j + 1 may still run)
       release((j - 1) % S);
       if (boundary) {
-        join_chunk<D>((block - 1) / chunk_size, false, acc, chunk_m, chunk_l, merged_m,
-                      merged_l, merge_thread, scale_log2);
+        join_chunk<D>((block - 1) / chunk_size, false, acc, chunk_m, chunk_l, merged_m, merged_l,
+                      merge_address, scale_log2);
 #pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt)
-          acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
-      } else {
+        for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+      } else if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+        // Times exactly 1 leaves every bit (a NaN's payload aside, and o = NaN either way): a warp
+        // none of whose rows raised its max skips the rescale.
         rescale_rows<D>(acc, alpha);
       }
       pack_p();
+      next_scores();
     }
     turn_begin();
     issue_pv(group_blocks - 1);
-    turn_end(group_blocks);
+    turn_end(group_blocks + 1);
     wgmma::wait<0>();
     release((group_blocks - 1) % S);
   }
-  for (int j = group_blocks > 0 ? group_blocks + 1 : 0; j <= cta.blocks; ++j) {
+  // Blocks past this warpgroup's rows: their turns, and their stages released.
+  for (int j = group_blocks > 0 ? group_blocks + 2 : 0; j <= cta.blocks + 1; ++j) {
     turn_begin();
     turn_end(j);
-    if (j == 0) continue;
-    mbar_wait(&cta.full_v[(j - 1) % S], ((j - 1) / S) & 1);
-    release((j - 1) % S);
+    if (j < 2) continue;
+    mbar_wait(&cta.full_v[(j - 2) % S], ((j - 2) / S) & 1);
+    release((j - 2) % S);
   }
   if (group_blocks <= 0) return;  // no real row in this warpgroup
 
@@ -476,13 +533,13 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
   constexpr int chunk_size = ChunkBlocks > 0 ? ChunkBlocks : 1;
   const int last_chunk =
       ChunkBlocks > 0 && !Tile::split ? (cta.first_block + group_blocks - 1) / chunk_size : 0;
-  join_chunk<D>(last_chunk, true, acc, m, l, merged_m, merged_l, merge_thread, scale_log2);
+  join_chunk<D>(last_chunk, true, acc, m, l, merged_m, merged_l, merge_address, scale_log2);
   // Staging for the output rows: this warpgroup's merge area (prefill), or the stages, which
   // nothing reads any more (decode: the only consumer is done, the producer loaded its last).
   named_barrier_sync(1 + w, 128);  // every thread of the warpgroup has read its merge area
-  T* o_s = Tile::decode ? reinterpret_cast<T*>(cta.k_s) + warp * 16 * (D + 8)
-                        : reinterpret_cast<T*>(cta.merge_s + w * 128 * (D / 2)) +
-                              warp * 16 * (D + 8);
+  T* o_s = Tile::decode
+               ? reinterpret_cast<T*>(cta.k_s) + warp * 16 * (D + 8)
+               : reinterpret_cast<T*>(cta.merge_s + w * 128 * (D / 2)) + warp * 16 * (D + 8);
   if (warp_query >= count) return;  // padding only
   store_rows_reduced<T, D>(acc, merged_m, merged_l, o_s, params.o, params.lse,
                            tile.first_slot + warp_query, count - warp_query, head_of(16 * warp),
@@ -591,10 +648,9 @@ __global__ void merge_chunks_kernel(const float* partials, T* o, float* lse,
   const int chunks = (tile.start_position + query) / attention_chunk_keys + 1;
   const float scale_log2 = shape.scale * log2_e;
   auto partial_of = [&](int c) {
-    return partials +
-           (task.partial_base + (static_cast<std::int64_t>(c) * shape.heads + h) * tile.count +
-            query) *
-               (D + 2);
+    return partials + (task.partial_base +
+                       (static_cast<std::int64_t>(c) * shape.heads + h) * tile.count + query) *
+                          (D + 2);
   };
   float A[per_lane];
   const float* first = partial_of(0);
@@ -644,15 +700,15 @@ void launch_ws(const CUtensorMap& k_map, const CUtensorMap& v_map, const WsParam
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
-// Whether prefill CTAs run their consumer warpgroups in ping-pong.
-bool pingpong_schedule(AttentionSchedule schedule, int dim) {
+// Whether prefill CTAs run their consumer warpgroups in ping-pong (measured on an H200 at head
+// dim 128: within 1-2 % of the cooperative schedule, ahead at every length).
+bool pingpong_schedule(AttentionSchedule schedule) {
   static const char* forced = std::getenv("BITCHECK_ATTENTION_SCHEDULE");
   if (schedule == AttentionSchedule::automatic && forced) {
     if (std::string(forced) == "pingpong") return true;
     if (std::string(forced) == "cooperative") return false;
   }
-  if (schedule == AttentionSchedule::automatic) return dim == 128;
-  return schedule == AttentionSchedule::pingpong;
+  return schedule != AttentionSchedule::cooperative;
 }
 
 }  // namespace
@@ -671,6 +727,13 @@ AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape
   for (const AttentionTile& tile : tiles) longest_tile_ = std::max(longest_tile_, tile.count);
   if (kernel == AttentionForwardKernel::automatic && !attention_forward_uses_wgmma())
     kernel = AttentionForwardKernel::mma_sync;
+  // Head dim 64 keeps the synchronous kernel, whose two CTAs of two warpgroups per SM outran the
+  // warp-specialized kernel's one CTA of two (measured on an H200: 0.93x against 0.72x of SDPA at
+  // L = 2048): its softmax, which the products no longer dwarf at D = 64, needs the warps.
+  if (kernel == AttentionForwardKernel::automatic && shape.dim == 64)
+    kernel = AttentionForwardKernel::wgmma_synchronous;
+  if (kernel == AttentionForwardKernel::warp_specialized_unchunked && shape.dim != 128)
+    throw std::invalid_argument("attention forward: the warp-specialized kernels are head dim 128");
   kernel_ = kernel;
   if (!tiles.empty()) {
     tiles_ = DeviceBuffer(tiles.size() * sizeof(AttentionTile));
@@ -685,12 +748,13 @@ AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape
     return;
   }
   const bool chunked = kernel == AttentionForwardKernel::automatic;
+  chunked_ = chunked;
   const int group = shape.heads / shape.kv_heads;
   // Decode-like launches (no tile longer than 16 queries) run one consumer warpgroup per CTA, two
   // CTAs per SM, chunk by chunk; prefill runs two consumer warpgroups on the same K/V blocks.
   decode_ = longest_tile_ <= 16;
   if (!decode_) {
-    pingpong_ = pingpong_schedule(schedule, shape.dim);
+    pingpong_ = pingpong_schedule(schedule);
     path_ = chunked ? std::string("forward.wgmma.prefill") + (pingpong_ ? "" : ".cooperative")
                     : "forward.wgmma.unchunked";
     return;
@@ -745,14 +809,14 @@ AttentionForwardLaunch::~AttentionForwardLaunch() = default;
 void AttentionForwardLaunch::run(const void* q, const void* k_cache, const void* v_cache, void* o,
                                  float* lse, CUstream_st* stream) const {
   if (tile_count_ == 0) return;
-  record_path(path_);
   if (kernel_ == AttentionForwardKernel::mma_sync ||
-      kernel_ == AttentionForwardKernel::wgmma_synchronous) {
+      kernel_ == AttentionForwardKernel::wgmma_synchronous) {  // they record their paths
     attention_forward_mma(dtype_, q, k_cache, v_cache, o, lse, tiles_.as<AttentionTile>(),
-                          tile_count_, shape_, stream,
-                          kernel_ == AttentionForwardKernel::mma_sync, longest_tile_);
+                          tile_count_, shape_, stream, kernel_ == AttentionForwardKernel::mma_sync,
+                          longest_tile_);
     return;
   }
+  record_path(path_);
   const CUtensorMapDataType type = tensor_map_type(dtype_);
   const std::int64_t kv_width = static_cast<std::int64_t>(shape_.kv_heads) * shape_.dim;
   const CUtensorMap k_map = make_tensor_map(type, k_cache, cache_rows_, kv_width, 64);
@@ -783,26 +847,25 @@ void AttentionForwardLaunch::run(const void* q, const void* k_cache, const void*
     }
     if (!chunked) {
       launch_ws<T, D, 1, 0>(k_map, v_map, params,
-                                   static_cast<std::int64_t>(tile_count_) * params.units, stream);
+                            static_cast<std::int64_t>(tile_count_) * params.units, stream);
       return;
     }
-    launch_ws<T, D, 1, chunk_blocks>(
-        k_map, v_map, params, static_cast<std::int64_t>(item_count_) * params.units, stream);
+    launch_ws<T, D, 1, chunk_blocks>(k_map, v_map, params,
+                                     static_cast<std::int64_t>(item_count_) * params.units, stream);
     if (merge_task_count_ == 0) return;
     constexpr int threads = 128;
     const std::int64_t warps = static_cast<std::int64_t>(merge_task_count_) * shape_.heads * 16;
-    merge_chunks_kernel<T, D><<<static_cast<unsigned>((warps * warp_size + threads - 1) / threads),
-                                threads, 0, stream>>>(
-        partials_.as<float>(), static_cast<T*>(o), lse, tiles_.as<AttentionTile>(),
-        merge_tasks_.as<AttentionMergeTask>(), merge_task_count_, 16, shape_);
+    merge_chunks_kernel<T, D>
+        <<<static_cast<unsigned>((warps * warp_size + threads - 1) / threads), threads, 0,
+           stream>>>(partials_.as<float>(), static_cast<T*>(o), lse, tiles_.as<AttentionTile>(),
+                     merge_tasks_.as<AttentionMergeTask>(), merge_task_count_, 16, shape_);
     BITCHECK_CUDA_LAUNCH_CHECK();
   };
-  using Dim64 = std::integral_constant<int, 64>;
   using Dim128 = std::integral_constant<int, 128>;
   if (dtype_ == DeviceDType::bf16) {
-    shape_.dim == 64 ? launch(__nv_bfloat16{}, Dim64{}) : launch(__nv_bfloat16{}, Dim128{});
+    launch(__nv_bfloat16{}, Dim128{});
   } else {
-    shape_.dim == 64 ? launch(__half{}, Dim64{}) : launch(__half{}, Dim128{});
+    launch(__half{}, Dim128{});
   }
 }
 

@@ -131,13 +131,8 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a
   }
 }
 
-// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Lane l receives row
-// l/4, columns 2(l%4) and 2(l%4)+1 of each; with .trans, rows 2(l%4) and 2(l%4)+1 of column l/4.
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], unsigned address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
+// Like ldmatrix_x4 (attention_device.cuh), transposed: lane l receives rows 2(l%4) and 2(l%4)+1
+// of column l/4 of each matrix.
 __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], unsigned address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -1131,34 +1126,52 @@ std::vector<PathDecl> attention_paths(int kind) {
                          "warp-specialized wgmma forward (head dim 128): a TMA producer warp, two "
                          "consumer warpgroups in ping-pong on the same K/V blocks, 512-key chunks "
                          "merged in order");
-  const PathDecl cooperative("forward.wgmma.prefill.cooperative",
-                             "the same with the two consumer warpgroups issuing as soon as their "
-                             "operands are there (head dim 64)");
-  const PathDecl decode("forward.wgmma.decode",
-                        "decode-like launches (tiles of <= 16 queries): one consumer warpgroup "
-                        "and a head per CTA, every row's keys within one 512-key chunk");
+  const PathDecl cooperative =
+      PathDecl("forward.wgmma.prefill.cooperative",
+               "the same with the two consumer warpgroups issuing as soon as their operands are "
+               "there")
+          .only_forced();
+  const PathDecl decode(
+      "forward.wgmma.decode",
+      "decode-like launches (tiles of <= 16 queries) at head dim 128: one "
+      "consumer warpgroup and a head per CTA, every row within one 512-key chunk");
   const PathDecl decode_split("forward.wgmma.decode.split-kv",
                               "decode-like, a head per CTA, a CTA per 512-key chunk, the chunks "
                               "merged in order by a second kernel");
   const PathDecl packed("forward.wgmma.decode.packed-heads",
                         "decode-like with a KV group's heads in one CTA (>= 64 CTAs of work), "
-                        "every row's keys within one 512-key chunk");
+                        "every row within one 512-key chunk");
   const PathDecl packed_split("forward.wgmma.decode.packed-heads.split-kv",
                               "decode-like with a KV group's heads in one CTA, a CTA per 512-key "
                               "chunk, merged in order by a second kernel");
-  const PathDecl synchronous =
-      PathDecl("forward.wgmma.synchronous",
-               "the earlier sm_90 forward: cp.async loads, synchronous wgmma, no chunks")
-          .only_forced();
+  const PathDecl synchronous_prefill("forward.wgmma.synchronous.prefill",
+                                     "head dim 64 on sm_90: the synchronous wgmma kernel (cp.async "
+                                     "loads, two CTAs of two warpgroups per SM), no chunks");
+  const PathDecl synchronous_decode("forward.wgmma.synchronous.decode",
+                                    "head dim 64, decode-like launches, a head per CTA");
+  const PathDecl synchronous_packed("forward.wgmma.synchronous.decode.packed-heads",
+                                    "head dim 64, decode-like with a KV group's heads in one CTA");
   const PathDecl mma_sync =
       PathDecl("forward.mma-sync", "mma.sync forward (GPUs before sm_90)").only_forced();
   const PathDecl simt("forward.simt", "SIMT forward (fp32, head dims other than 64 and 128)");
   const PathDecl backward_mma("backward.mma", "mma.sync backward: dq per query, dk/dv per key");
   const PathDecl backward_simt("backward.simt", "SIMT backward (fp32, other head dims)");
+  const std::vector<PathDecl> forward_wgmma = {prefill,
+                                               cooperative,
+                                               decode,
+                                               decode_split,
+                                               packed,
+                                               packed_split,
+                                               synchronous_prefill,
+                                               synchronous_decode,
+                                               synchronous_packed};
   switch (kind) {
-    case 0:
-      return {prefill, cooperative, decode,       decode_split,  packed, packed_split,
-              synchronous, mma_sync, simt, backward_mma, backward_simt};
+    case 0: {
+      std::vector<PathDecl> paths = forward_wgmma;
+      for (const PathDecl& path : {mma_sync, simt, backward_mma, backward_simt})
+        paths.push_back(path);
+      return paths;
+    }
     case 1:
       return {PathDecl("forward.simt.split-kv", "split-KV SIMT forward, splits set by the batch"),
               simt};
@@ -1167,8 +1180,8 @@ std::vector<PathDecl> attention_paths(int kind) {
     default: {
       std::vector<PathDecl> paths = {
           PathDecl("backward.simt.atomic-dq", "dq from per-block partials added atomically")};
-      for (PathDecl path : {prefill, cooperative, decode, decode_split, packed, packed_split, simt})
-        paths.push_back(path.informative());
+      for (PathDecl path : forward_wgmma) paths.push_back(path.informative());
+      paths.push_back(PathDecl(simt).informative());
       return paths;
     }
   }
@@ -1227,9 +1240,9 @@ void launch_wgmma(const void* q, const void* k_cache, const void* v_cache, void*
                   const AttentionTile* tiles, int tile_count, int longest_tile,
                   AttentionShape shape, CUstream_st* stream) {
   const WgmmaForwardPlan plan = plan_wgmma_forward(tile_count, longest_tile, shape);
-  record_path(plan.pack_heads    ? "forward.wgmma.decode.packed-heads"
-              : plan.decode_like ? "forward.wgmma.decode"
-                                 : "forward.wgmma.prefill");
+  record_path(plan.pack_heads    ? "forward.wgmma.synchronous.decode.packed-heads"
+              : plan.decode_like ? "forward.wgmma.synchronous.decode"
+                                 : "forward.wgmma.synchronous.prefill");
   if (plan.pack_heads) {
     launch_wgmma_stages<T, D, 4, true>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape,
                                        stream);

@@ -62,16 +62,18 @@ void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void
 
 constexpr int attention_chunk_keys = 512;  // keys per chunk: split-KV points of the forward
 
-// Chunks of attention_chunk_keys a row at `last_position` reduces (chunk c: keys [512c, 512c + 512)).
+// Chunks of attention_chunk_keys a row at `last_position` reduces (chunk c: keys [512c, 512c +
+// 512)).
 inline std::int64_t attention_forward_chunks(int last_position) {
   return last_position / attention_chunk_keys + 1;
 }
 
 // The tensor-core forward kernels (bf16/fp16, head dim 64 or 128).
 enum class AttentionForwardKernel {
-  // The device's: on sm_90 the warp-specialized wgmma kernels (attention_forward_ws.cu: a TMA
-  // producer warp; prefill on two consumer warpgroups in ping-pong, decode-like launches on one,
-  // split at 512-key chunks), elsewhere mma.sync.
+  // The device's: on sm_90 at head dim 128 the warp-specialized wgmma kernels
+  // (attention_forward_ws.cu: a TMA producer warp; prefill on two consumer warpgroups in
+  // ping-pong, decode-like launches on one, split at 512-key chunks), at head dim 64 the
+  // synchronous one (measured faster there); elsewhere mma.sync.
   automatic,
   mma_sync,           // forward_mma_kernel on any device ("forward.mma-sync")
   wgmma_synchronous,  // the earlier sm_90 kernel: cp.async loads, synchronous wgmma, no chunks
@@ -108,6 +110,8 @@ class AttentionForwardLaunch {
   // heads][.split-kv], forward.mma-sync, ...
   const std::string& path() const { return path_; }
   int splits() const { return splits_; }  // the most chunks a decode tile is split into
+  // Keys per chunk of the launch's arithmetic: attention_chunk_keys, or 0 (no chunks).
+  int chunk_keys() const { return chunked_ ? attention_chunk_keys : 0; }
   bool pingpong() const { return pingpong_; }  // prefill: the consumer warpgroups take turns
   int heads_per_cta() const { return pack_; }
 
@@ -122,6 +126,7 @@ class AttentionForwardLaunch {
   int splits_ = 1;
   int pack_ = 1;
   bool pingpong_ = false;
+  bool chunked_ = false;
   int item_count_ = 0;
   int merge_task_count_ = 0;
   DeviceBuffer tiles_, items_, merge_tasks_, partials_;

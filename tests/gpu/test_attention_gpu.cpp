@@ -1,9 +1,9 @@
 // attention on the GPU: the fixed-order CUDA impl passes every sequence layout (tensor-core
 // forward and backward for bf16/fp16 at head dim 64 and 128, SIMT for fp32); the warp-specialized
 // forward gives every layout the prefill rows' bits across 512-key chunk boundaries, the bits of
-// the synchronous wgmma kernel without chunks (and within the first chunk with them), on the sweeps'
-// layouts and the bench shapes; it agrees with the mma.sync forward; the tensor-core backward
-// agrees with the SIMT one; and each CUDA control drifts.
+// the synchronous wgmma kernel without chunks (and within the first chunk with them), on the
+// sweeps' layouts and the bench shapes; it agrees with the mma.sync forward; the tensor-core
+// backward agrees with the SIMT one; and each CUDA control drifts.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -177,8 +177,8 @@ struct ForwardBatch {
   int slots = 0;
   cuda::DeviceBuffer q, k, v;
 
-  ForwardBatch(DType element, int heads, int kv_heads, int head_dim, std::vector<int> sequence_lengths,
-               std::uint64_t seed)
+  ForwardBatch(DType element, int heads, int kv_heads, int head_dim,
+               std::vector<int> sequence_lengths, std::uint64_t seed)
       : dtype(element),
         shape{heads, kv_heads, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))},
         lengths(std::move(sequence_lengths)) {
@@ -261,13 +261,13 @@ ForwardBits run_launches(const ForwardBatch& batch, const Launches& launches,
   o.fill_bytes(0xFF);
   lse.fill_bytes(0xFF);
   for (const auto& tiles : launches) {
-    const cuda::AttentionForwardLaunch launch(batch.device_dtype(), batch.shape, tiles,
-                                              batch.slots, kernel, schedule);
+    const cuda::AttentionForwardLaunch launch(batch.device_dtype(), batch.shape, tiles, batch.slots,
+                                              kernel, schedule);
     launch.run(batch.q.get(), batch.k.get(), batch.v.get(), o.get(), lse.as<float>());
   }
-  ForwardBits bits{std::vector<std::uint16_t>(batch.q_elements()),
-                   std::vector<std::uint32_t>(static_cast<std::size_t>(batch.slots) *
-                                              batch.shape.heads)};
+  ForwardBits bits{
+      std::vector<std::uint16_t>(batch.q_elements()),
+      std::vector<std::uint32_t>(static_cast<std::size_t>(batch.slots) * batch.shape.heads)};
   o.download(bits.o.data(), o.bytes());
   lse.download(bits.lse.data(), lse.bytes());
   return bits;
@@ -332,8 +332,8 @@ TEST_CASE("attention forward layouts give the prefill rows' bits across chunk bo
       for (bool many : {false, true}) {
         const ForwardBatch batch(dtype, 8, 2, head_dim, many ? many_lengths() : edge_lengths,
                                  many ? 17 : 5);
-        const ForwardBits prefill =
-            run_launches(batch, chunked_launches(batch, 0), cuda::AttentionForwardKernel::automatic);
+        const ForwardBits prefill = run_launches(batch, chunked_launches(batch, 0),
+                                                 cuda::AttentionForwardKernel::automatic);
         for (const auto& [layout, launches] : layout_launches(batch)) {
           const ForwardBits bits =
               run_launches(batch, launches, cuda::AttentionForwardKernel::automatic);
@@ -347,7 +347,8 @@ TEST_CASE("attention forward layouts give the prefill rows' bits across chunk bo
         // The comparison sees a one-bit change.
         ForwardBits flipped = prefill;
         flipped.o[flipped.o.size() - 1] ^= 1;
-        CHECK(compare_rows(batch, flipped, prefill).differ_later == 1);
+        const RowComparison one = compare_rows(batch, flipped, prefill);
+        CHECK(one.differ_first_chunk + one.differ_later == 1);
       }
     }
   }
@@ -368,15 +369,15 @@ TEST_CASE("attention decode steps split at 512-key chunks pack and split as plan
   CHECK(packed.path() == "forward.wgmma.decode.packed-heads");
   CHECK(packed.splits() == 1);
   // A prefill launch: two consumer warpgroups.
-  const cuda::AttentionForwardLaunch prefill(cuda::DeviceDType::bf16, shape, {{0, 128, 0, 0}},
-                                             128);
+  const cuda::AttentionForwardLaunch prefill(cuda::DeviceDType::bf16, shape, {{0, 128, 0, 0}}, 128);
   CHECK(prefill.path() == "forward.wgmma.prefill");
 }
 
 TEST_CASE("the warp-specialized forward gives the synchronous kernel's bits", "[gpu][attention]") {
   if (!cuda::attention_forward_uses_wgmma()) return;
   for (DType dtype : {DType::bf16, DType::fp16}) {
-    for (int head_dim : {64, 128}) {
+    {
+      const int head_dim = 128;  // the warp-specialized kernels' head dim
       for (bool many : {false, true}) {
         const ForwardBatch batch(dtype, 8, 2, head_dim, many ? many_lengths() : edge_lengths,
                                  many ? 23 : 9);
@@ -386,11 +387,11 @@ TEST_CASE("the warp-specialized forward gives the synchronous kernel's bits", "[
           const ForwardBits synchronous =
               run_launches(batch, launches, cuda::AttentionForwardKernel::wgmma_synchronous);
           // Without chunks: the same bits in every row.
-          const RowComparison unchunked = compare_rows(
-              batch,
-              run_launches(batch, launches,
-                           cuda::AttentionForwardKernel::warp_specialized_unchunked),
-              synchronous);
+          const RowComparison unchunked =
+              compare_rows(batch,
+                           run_launches(batch, launches,
+                                        cuda::AttentionForwardKernel::warp_specialized_unchunked),
+                           synchronous);
           CHECK(unchunked.unwritten == 0);
           CHECK(unchunked.differ_first_chunk == 0);
           CHECK(unchunked.differ_later == 0);
@@ -414,6 +415,7 @@ TEST_CASE("the warp-specialized forward keeps its bits on the bench shapes", "[g
   struct BenchShape {
     int head_dim, length;
   };
+  // Head dim 64 runs the synchronous kernel (no chunks): the same comparisons, all rows equal.
   for (BenchShape bench : {BenchShape{128, 1024}, BenchShape{128, 2048}, BenchShape{128, 4096},
                            BenchShape{128, 8192}, BenchShape{64, 2048}, BenchShape{64, 4096}}) {
     const ForwardBatch batch(DType::bf16, 32, 8, bench.head_dim, std::vector<int>(4, bench.length),
@@ -422,13 +424,15 @@ TEST_CASE("the warp-specialized forward keeps its bits on the bench shapes", "[g
     const Launches prefill = chunked_launches(batch, 0);
     const ForwardBits synchronous =
         run_launches(batch, prefill, cuda::AttentionForwardKernel::wgmma_synchronous);
-    const ForwardBits unchunked =
-        run_launches(batch, prefill, cuda::AttentionForwardKernel::warp_specialized_unchunked);
-    CHECK(unchunked.o == synchronous.o);
-    CHECK(unchunked.lse == synchronous.lse);
+    if (bench.head_dim == 128) {
+      const ForwardBits unchunked =
+          run_launches(batch, prefill, cuda::AttentionForwardKernel::warp_specialized_unchunked);
+      CHECK(unchunked.o == synchronous.o);
+      CHECK(unchunked.lse == synchronous.lse);
+    }
     // Both schedules of the two consumer warpgroups give the same bits.
-    const ForwardBits pingpong = run_launches(batch, prefill, cuda::AttentionForwardKernel::automatic,
-                                              cuda::AttentionSchedule::pingpong);
+    const ForwardBits pingpong = run_launches(
+        batch, prefill, cuda::AttentionForwardKernel::automatic, cuda::AttentionSchedule::pingpong);
     const ForwardBits cooperative =
         run_launches(batch, prefill, cuda::AttentionForwardKernel::automatic,
                      cuda::AttentionSchedule::cooperative);
@@ -438,6 +442,7 @@ TEST_CASE("the warp-specialized forward keeps its bits on the bench shapes", "[g
     CHECK(chunked.unwritten == 0);
     CHECK(chunked.differ_first_chunk == 0);
     CHECK(chunked.max_relative_diff < 2e-2);
+    if (bench.head_dim == 64) CHECK(chunked.differ_later == 0);
     // The decode step of each sequence's last query, split at the chunks, gives the prefill row.
     std::vector<cuda::AttentionTile> step;
     for (int s = 0; s < 4; ++s)
@@ -447,8 +452,10 @@ TEST_CASE("the warp-specialized forward keeps its bits on the bench shapes", "[g
         run_launches(batch, {step}, cuda::AttentionForwardKernel::automatic);
     const std::size_t row = static_cast<std::size_t>(batch.shape.heads) * bench.head_dim;
     for (const cuda::AttentionTile& tile : step) {
-      const auto first = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tile.first_slot) * row);
-      CHECK(std::equal(decoded.o.begin() + first, decoded.o.begin() + first + static_cast<std::ptrdiff_t>(row),
+      const auto first =
+          static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tile.first_slot) * row);
+      CHECK(std::equal(decoded.o.begin() + first,
+                       decoded.o.begin() + first + static_cast<std::ptrdiff_t>(row),
                        pingpong.o.begin() + first));
     }
   }
