@@ -436,9 +436,11 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
   // Iteration j (block first_block + j) issues O += P·V of block j - 1 and S = Q·Kᵀ of block j + 1
   // (of block j again in the last one: the loop stays uniform, and the extra product is unused),
   // then runs block j's softmax on the scores the previous iteration computed: both products run
-  // under the softmax, and no wait on the tensor cores is left on its path.
-  auto next_scores = [&] {  // the scores in flight become the block's
-    wgmma::wait<0>();
+  // under the softmax, and no wait on the tensor cores is left on its path. That needs the stage
+  // of block j + 1 loaded while block j - 1's is still held: three stages or more. With two (decode
+  // CTAs, two per SM), iteration j issues S = Q·Kᵀ of block j and waits for it instead.
+  constexpr bool ahead = S >= 3;
+  auto next_scores = [&] {  // the scores of the last Q·Kᵀ issued become the block's
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {
 #pragma unroll
@@ -450,19 +452,28 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
     turn_begin();
     issue_qk(0);
     turn_end(0);
+    wgmma::wait<0>();
     next_scores();
     turn_begin();
-    issue_qk(min(1, group_blocks - 1));
+    if constexpr (ahead) issue_qk(min(1, group_blocks - 1));
     turn_end(1);
     softmax_scores<BN>(s, m, l, alpha, cta.first_block * BN, warp_first_position, position, t,
                        scale_log2);
     pack_p();
-    next_scores();
+    if constexpr (ahead) {
+      wgmma::wait<0>();
+      next_scores();
+    }
     for (int j = 1; j < group_blocks; ++j) {
       const int block = cta.first_block + j;
       turn_begin();
-      issue_pv(j - 1);
-      issue_qk(min(j + 1, group_blocks - 1));
+      if constexpr (ahead) {
+        issue_pv(j - 1);
+        issue_qk(min(j + 1, group_blocks - 1));
+      } else {
+        issue_qk(j);
+        issue_pv(j - 1);
+      }
       turn_end(j + 1);
       // A chunk ends with block - 1 when block starts the next: its state joins the merged state
       // once its last P·V is done, and block's scores start a fresh state.
@@ -473,8 +484,16 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
         m[0] = m[1] = -INFINITY;
         l[0] = l[1] = 0.0f;
       }
+      if constexpr (!ahead) {
+        wgmma::wait<1>();  // S = Q·Kᵀ of block j
+        next_scores();
+      }
       softmax_scores<BN>(s, m, l, alpha, block * BN, warp_first_position, position, t, scale_log2);
-      wgmma::wait<1>();  // P·V of block j - 1 (the scores of block j + 1 may still run)
+      if constexpr (ahead) {
+        wgmma::wait<1>();  // P·V of block j - 1 (the scores of block j + 1 may still run)
+      } else {
+        wgmma::wait<0>();
+      }
       release((j - 1) % S);
       if (boundary) {
         join_chunk<D>((block - 1) / chunk_size, false, acc, chunk_m, chunk_l, merged_m, merged_l,
@@ -487,7 +506,10 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
         rescale_rows<D>(acc, alpha);
       }
       pack_p();
-      next_scores();
+      if constexpr (ahead) {
+        wgmma::wait<0>();
+        next_scores();
+      }
     }
     turn_begin();
     issue_pv(group_blocks - 1);
