@@ -29,7 +29,7 @@ bench() {  # bench NAME SPEC [bench args]
   [ -f "$out/${tag}$name/bench.json" ] && cp "$out/${tag}$name/bench.json" "$out/${tag}$name.json"
 }
 bench forward sweeps/bench-attention.json
-[ $backward = 1 ] && bench backward sweeps/bench-attention-backward.json
+[ $backward = 1 ] && bench backward sweeps/bench-attention-backward.json --pass backward
 bench decode sweeps/bench-attention-decode.json
 if [ ! -f "$out/sdpa.json" ]; then
   python3 "$scripts/bench-attention-sdpa.py" --json "$out/sdpa.json" > "$out/sdpa.txt" 2>&1 || status=1
