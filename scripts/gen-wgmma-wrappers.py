@@ -51,43 +51,37 @@ def ss(n):
 template <typename T>
 __device__ __forceinline__ void ss_m64n{n}k16(float (&d)[{m}], std::uint64_t desc_a, std::uint64_t desc_b, int accumulate) {{
 ''' + "\n".join(body) + "\n  }\n}\n"
-def rs(n):
+def rs(n, kmajor=False):
+    """A from registers; B N-major (imm-trans-b: P·V), or with kmajor K-major (Q·Kᵀ) and a scale-d."""
     m = n // 2
+    scale_d = '"r"(accumulate)' if kmajor else '"r"(1)'
     body = []
     for t, name in (("__nv_bfloat16", "bf16"), ("__half", "f16")):
         body.append(f'''  {"if" if name=="bf16" else "} else"} {"constexpr (std::is_same_v<T, __nv_bfloat16>) " if name=="bf16" else ""}{{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{m+5}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{name}.{name} {{{regs(m)}}}, {{{regs(4, m)}}}, %{m+4}, p, 1, 1, 1;\\n}}\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{name}.{name} {{{regs(m)}}}, {{{regs(4, m)}}}, %{m+4}, p, 1, 1, {0 if kmajor else 1};\\n}}\\n"
         : {outs(m)}
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));''')
-    return f'''
-// d += A(64x16, registers) · B(16 x N, descriptor, N-major: imm-trans-b).
-template <typename T>
-__device__ __forceinline__ void rs_m64n{n}k16(float (&d)[{m}], const std::uint32_t (&a)[4], std::uint64_t desc_b) {{
-''' + "\n".join(body) + "\n  }\n}\n"
-def rsk(n):
-    m = n // 2
-    body = []
-    for t, name in (("__nv_bfloat16", "bf16"), ("__half", "f16")):
-        body.append(f'''  {"if" if name=="bf16" else "} else"} {"constexpr (std::is_same_v<T, __nv_bfloat16>) " if name=="bf16" else ""}{{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{m+5}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{name}.{name} {{{regs(m)}}}, {{{regs(4, m)}}}, %{m+4}, p, 1, 1, 0;\\n}}\\n"
-        : {outs(m)}
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));''')
-    return f'''
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), {scale_d});''')
+    if kmajor:
+        head = f'''
 // d (= or +=, by accumulate) A(64x16, registers) · B(N x 16, descriptor)ᵀ, B K-major.
 template <typename T>
 __device__ __forceinline__ void rs_kmajor_m64n{n}k16(float (&d)[{m}], const std::uint32_t (&a)[4], std::uint64_t desc_b, int accumulate) {{
-''' + "\n".join(body) + "\n  }\n}\n"
+'''
+    else:
+        head = f'''
+// d += A(64x16, registers) · B(16 x N, descriptor, N-major: imm-trans-b).
+template <typename T>
+__device__ __forceinline__ void rs_m64n{n}k16(float (&d)[{m}], const std::uint32_t (&a)[4], std::uint64_t desc_b) {{
+'''
+    return head + "\n".join(body) + "\n  }\n}\n"
 SS_N = (64, 128, 144, 160, 176, 192, 208, 224, 256)
 for n in SS_N:
     lines.append(ss(n))
 for n in (64, 128):
     lines.append(rs(n))
-lines.append(rsk(64))
-lines.append(rsk(128))
+lines.append(rs(64, kmajor=True))
 dispatch = "".join(
     f"  {'if' if i == 0 else '} else if'} constexpr (N == {n}) {{\n    ss_m64n{n}k16<T>(d, desc_a, desc_b, accumulate);\n"
     for i, n in enumerate(SS_N))

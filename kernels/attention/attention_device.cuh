@@ -120,6 +120,20 @@ __device__ __forceinline__ void softmax_scores(float (&s)[BN / 8][4], float (&m)
   }
 }
 
+// P (the block's p, in place of its scores) as wgmma / mma.sync A fragments: keys 16kc..16kc+15 are
+// the accumulator layout of S columns 2kc and 2kc + 1, each pair rounded to T.
+template <typename T, int BN>
+__device__ __forceinline__ void pack_p_fragments(const float (&s)[BN / 8][4],
+                                                 std::uint32_t (&pa)[BN / 16][4]) {
+#pragma unroll
+  for (int kc = 0; kc < BN / 16; ++kc) {
+    pa[kc][0] = pack_pair<T>(s[2 * kc][0], s[2 * kc][1]);
+    pa[kc][1] = pack_pair<T>(s[2 * kc][2], s[2 * kc][3]);
+    pa[kc][2] = pack_pair<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+    pa[kc][3] = pack_pair<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+  }
+}
+
 // The accumulator rows times the block's alpha (rows g and g + 8 of the m16n8 / m64nN layout).
 template <int D>
 __device__ __forceinline__ void rescale_rows(float (&acc)[D / 8][4], const float (&alpha)[2]) {

@@ -421,17 +421,7 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
     }
     wgmma::commit();
   };
-  auto pack_p = [&] {
-  // P as the A fragments of keys 16kc..16kc+15 (the accumulator layout of S columns 2kc,
-  // 2kc + 1).
-#pragma unroll
-    for (int kc = 0; kc < BN / 16; ++kc) {
-      pa[kc][0] = pack_pair<T>(s[2 * kc][0], s[2 * kc][1]);
-      pa[kc][1] = pack_pair<T>(s[2 * kc][2], s[2 * kc][3]);
-      pa[kc][2] = pack_pair<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-      pa[kc][3] = pack_pair<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-    }
-  };
+  auto pack_p = [&] { pack_p_fragments<T, BN>(s, pa); };
 
   // Iteration j (block first_block + j) issues O += P·V of block j - 1 and S = Q·Kᵀ of block j + 1
   // (of block j again in the last one: the loop stays uniform, and the extra product is unused),

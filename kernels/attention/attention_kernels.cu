@@ -415,16 +415,9 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
     wgmma::commit();
     wgmma::wait_all();
     softmax_block<BN, D>(s, acc, m, l, block * BN, warp_first_position, position, t, scale_log2);
-    // P as the A fragments of keys 16kc..16kc+15 (the accumulator layout of S columns 2kc, 2kc +
-    // 1), all packed before the fence so the four wgmmas issue back to back.
+    // P, all packed before the fence so the four wgmmas issue back to back.
     std::uint32_t pa[BN / 16][4];
-#pragma unroll
-    for (int kc = 0; kc < BN / 16; ++kc) {
-      pa[kc][0] = pack_pair<T>(s[2 * kc][0], s[2 * kc][1]);
-      pa[kc][1] = pack_pair<T>(s[2 * kc][2], s[2 * kc][3]);
-      pa[kc][2] = pack_pair<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-      pa[kc][3] = pack_pair<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-    }
+    pack_p_fragments<T, BN>(s, pa);
     wgmma::fence();
 #pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc) {
