@@ -229,7 +229,9 @@ class CudaAttention : public Impl {
       return {};
     const std::int64_t from = cuda::attention_packed_heads_sequences(shape_of(spec));
     if (from < 2 || from > max_rows) return {};
-    return {{from, "forward.wgmma.decode", "forward.wgmma.decode.packed-heads"}};
+    const std::string decode =
+        spec.dim("D") == 128 ? "forward.wgmma.decode" : "forward.wgmma.synchronous.decode";
+    return {{from, decode, decode + ".packed-heads"}};
   }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     if (spec.dim("D") > 128 || spec.dim("D") % 8)

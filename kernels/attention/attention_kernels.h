@@ -28,10 +28,9 @@ struct AttentionShape {
 // The launch paths the launchers record (bitcheck/paths.h), for the impl `kind` (0 fixed-order,
 // 1 the split-KV control, 2 the KV-block control, 3 the atomic-dq control).
 std::vector<PathDecl> attention_paths(int kind);
-// The sequence count from which a decode step of sequences within one 512-key chunk packs a KV
-// group's heads into one CTA (the wgmma forward's "forward.wgmma.decode.packed-heads"), or 0 when
-// the group size never packs (it packs groups of 2 and 4). Longer sequences pack sooner: a CTA per
-// chunk.
+// The sequence count from which a decode step packs a KV group's heads into one CTA (the wgmma
+// forwards' "...decode.packed-heads"), or 0 when the group size never packs. At head dim 128 this
+// counts sequences within one 512-key chunk; longer ones pack sooner (a CTA per chunk).
 std::int64_t attention_packed_heads_sequences(AttentionShape shape);
 
 // One query (or key) token. Forward: keys of positions 0..position at rows cache_base + j of the
