@@ -82,8 +82,8 @@ enum class AttentionForwardKernel {
 
 // How the two consumer warpgroups of a prefill CTA issue their products: in turns (ping-pong: one
 // warpgroup's softmax overlaps the other's wgmmas) or each as soon as its operands are there. A
-// scheduling choice: both give the same bits. `automatic` takes the one measured faster for the
-// head dim (BITCHECK_ATTENTION_SCHEDULE=pingpong|cooperative overrides it, for benchmarks).
+// scheduling choice: both give the same bits. `automatic` is ping-pong, measured faster
+// (BITCHECK_ATTENTION_SCHEDULE=pingpong|cooperative overrides it, for benchmarks).
 enum class AttentionSchedule { automatic, pingpong, cooperative };
 
 // One forward launch over `tiles` (host copies; tiles of one segment, up to
@@ -91,7 +91,6 @@ enum class AttentionSchedule { automatic, pingpong, cooperative };
 // number of times: it uploads the tiles, picks the kernel and launch shape (a scheduling choice:
 // no bit depends on it) and, for a split decode, its work items, merge tasks and scratch. The KV
 // cache has cache_rows rows of [kv_heads, dim] (the TMA loads are bounded by it).
-struct AttentionWorkItem;
 class AttentionForwardLaunch {
  public:
   AttentionForwardLaunch(DeviceDType dtype, AttentionShape shape,
@@ -111,8 +110,6 @@ class AttentionForwardLaunch {
   int splits() const { return splits_; }  // the most chunks a decode tile is split into
   // Keys per chunk of the launch's arithmetic: attention_chunk_keys, or 0 (no chunks).
   int chunk_keys() const { return chunked_ ? attention_chunk_keys : 0; }
-  bool pingpong() const { return pingpong_; }  // prefill: the consumer warpgroups take turns
-  int heads_per_cta() const { return pack_; }
 
  private:
   DeviceDType dtype_;
