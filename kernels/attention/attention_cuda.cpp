@@ -195,9 +195,10 @@ class CudaAttention : public Impl {
     switch (kind_) {
       case Kind::fixed_order:
         return "KV cache written first; KV blocks of 64 from position 0 upward for prefill, chunks "
-               "and decode (bf16/fp16 at D 64/128: on sm_90 warp-specialized wgmma with the "
-               "blocks in 512-key chunks merged in chunk order, decode split at the chunks; "
-               "mma.sync elsewhere; SIMT for fp32); backward dq per query over key blocks and "
+               "and decode (bf16/fp16: on sm_90 at D 128 warp-specialized wgmma with the blocks "
+               "in 512-key chunks merged in chunk order, decode split at the chunks, at D 64 the "
+               "synchronous wgmma kernel; mma.sync elsewhere; SIMT for fp32); backward dq per "
+               "query over key blocks and "
                "dk/dv per key over query blocks in order (mma.sync where the forward uses it), "
                "no atomics";
       case Kind::split_kv_by_batch:
@@ -229,8 +230,9 @@ class CudaAttention : public Impl {
       return {};
     const std::int64_t from = cuda::attention_packed_heads_sequences(shape_of(spec));
     if (from < 2 || from > max_rows) return {};
-    const std::string decode =
-        spec.dim("D") == 128 ? "forward.wgmma.decode" : "forward.wgmma.synchronous.decode";
+    const std::string decode = cuda::attention_warp_specialized_dim(static_cast<int>(spec.dim("D")))
+                                   ? "forward.wgmma.decode"
+                                   : "forward.wgmma.synchronous.decode";
     return {{from, decode, decode + ".packed-heads"}};
   }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {

@@ -742,9 +742,10 @@ AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape
   // Head dim 64 keeps the synchronous kernel, whose two CTAs of two warpgroups per SM outran the
   // warp-specialized kernel's one CTA of two (measured on an H200: 0.93x against 0.72x of SDPA at
   // L = 2048): its softmax, which the products no longer dwarf at D = 64, needs the warps.
-  if (kernel == AttentionForwardKernel::automatic && shape.dim == 64)
+  if (kernel == AttentionForwardKernel::automatic && !attention_warp_specialized_dim(shape.dim))
     kernel = AttentionForwardKernel::wgmma_synchronous;
-  if (kernel == AttentionForwardKernel::warp_specialized_unchunked && shape.dim != 128)
+  if (kernel == AttentionForwardKernel::warp_specialized_unchunked &&
+      !attention_warp_specialized_dim(shape.dim))
     throw std::invalid_argument("attention forward: the warp-specialized kernels are head dim 128");
   kernel_ = kernel;
   if (!tiles.empty()) {

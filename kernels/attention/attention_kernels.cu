@@ -1184,7 +1184,7 @@ std::int64_t attention_packed_heads_sequences(AttentionShape shape) {
   const int group = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
   // The warp-specialized decode (head dim 128) packs groups of 2 and 4 into its 64 rows, the
   // synchronous kernel (head dim 64) groups of 2, 4 and 8 into its 128.
-  const bool synchronous = shape.dim != 128;
+  const bool synchronous = !attention_warp_specialized_dim(shape.dim);
   if (group != 2 && group != 4 && !(synchronous && group == 8)) return 0;
   return (64 + shape.kv_heads - 1) / shape.kv_heads;
 }

@@ -67,6 +67,12 @@ inline std::int64_t attention_forward_chunks(int last_position) {
   return last_position / attention_chunk_keys + 1;
 }
 
+// Whether sm_90 runs the warp-specialized forward at this head dim (128); head dim 64 runs the
+// synchronous wgmma kernel, measured faster there (docs/attention.md).
+inline bool attention_warp_specialized_dim(int dim) {
+  return dim == 128;
+}
+
 // The tensor-core forward kernels (bf16/fp16, head dim 64 or 128).
 enum class AttentionForwardKernel {
   // The device's: on sm_90 at head dim 128 the warp-specialized wgmma kernels
