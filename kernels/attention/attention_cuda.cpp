@@ -142,6 +142,12 @@ BackwardTiles backward_tiles_of(const std::vector<AttentionToken>& first_tokens,
   return tiles;
 }
 
+// The tensor-core backward a case runs: the device's, or mma.sync when forced (force_paths).
+cuda::AttentionBackwardKernel backward_kernel(const CaseSpec& spec) {
+  return spec.forced_path == "backward.mma" ? cuda::AttentionBackwardKernel::mma_sync
+                                            : cuda::AttentionBackwardKernel::automatic;
+}
+
 // The fixed-order backward: tensor cores where the dtype and head dim allow, else SIMT.
 void fixed_order_backward(const CaseSpec& spec, DeviceDType dtype, const AttentionShape& shape,
                           const void* q, const void* k, const void* v, const void* o,
@@ -157,7 +163,8 @@ void fixed_order_backward(const CaseSpec& spec, DeviceDType dtype, const Attenti
                                  token_buffer.as<AttentionToken>(), static_cast<int>(tokens.size()),
                                  query_tiles.as<AttentionBackwardTile>(),
                                  key_tiles.as<AttentionBackwardTile>(),
-                                 static_cast<int>(tiles.queries.size()), shape, nullptr);
+                                 static_cast<int>(tiles.queries.size()), shape, nullptr,
+                                 backward_kernel(spec));
     return;
   }
   cuda::attention_backward(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv,
@@ -166,9 +173,14 @@ void fixed_order_backward(const CaseSpec& spec, DeviceDType dtype, const Attenti
 }
 
 const char* backward_path(const CaseSpec& spec) {
-  return tensor_core_backward() && uses_mma(spec)
-             ? "mma.sync m16n8k16, dq per 64-query tile, dk/dv per 64-key tile"
-             : "simt, one warp per query (dq) and per key (dk, dv)";
+  if (!(tensor_core_backward() && uses_mma(spec)))
+    return "simt, one warp per query (dq) and per key (dk, dv)";
+  const cuda::AttentionBackwardKernel kernel = backward_kernel(spec);
+  return (kernel == cuda::AttentionBackwardKernel::automatic
+              ? cuda::attention_backward_device_kernel()
+              : kernel) == cuda::AttentionBackwardKernel::wgmma
+             ? "wgmma m64n64k16 + m64nDk16, a warpgroup per 64-query (dq) / 64-key (dk, dv) tile"
+             : "mma.sync m16n8k16, dq per 64-query tile, dk/dv per 64-key tile";
 }
 
 class CudaAttention : public Impl {

@@ -1147,7 +1147,13 @@ std::vector<PathDecl> attention_paths(int kind) {
   const PathDecl mma_sync =
       PathDecl("forward.mma-sync", "mma.sync forward (GPUs before sm_90)").only_forced();
   const PathDecl simt("forward.simt", "SIMT forward (fp32, head dims other than 64 and 128)");
-  const PathDecl backward_mma("backward.mma", "mma.sync backward: dq per query, dk/dv per key");
+  const PathDecl backward_wgmma(
+      "backward.wgmma",
+      "wgmma backward on sm_90: a warpgroup per 64-row tile, dq per query tile over key blocks in "
+      "order, dk/dv per key tile over query blocks in order");
+  const PathDecl backward_mma =
+      PathDecl("backward.mma", "mma.sync backward (GPUs before sm_90): dq per query, dk/dv per key")
+          .only_forced();
   const PathDecl backward_simt("backward.simt", "SIMT backward (fp32, other head dims)");
   const std::vector<PathDecl> forward_wgmma = {prefill,
                                                cooperative,
@@ -1161,7 +1167,7 @@ std::vector<PathDecl> attention_paths(int kind) {
   switch (kind) {
     case 0: {
       std::vector<PathDecl> paths = forward_wgmma;
-      for (const PathDecl& path : {mma_sync, simt, backward_mma, backward_simt})
+      for (const PathDecl& path : {mma_sync, simt, backward_wgmma, backward_mma, backward_simt})
         paths.push_back(path);
       return paths;
     }
@@ -1283,9 +1289,10 @@ void launch_backward_mma(const T* q, const T* k, const T* v, const float* lse, c
 
 }  // namespace
 
-bool attention_forward_uses_wgmma() {
-  // Per device, cached: the path must not flip between calls. BITCHECK_ATTENTION_FORWARD=mma-sync
-  // forces the mma.sync kernel on Hopper too, to bisect a forward drift between the two paths.
+namespace {
+
+// Whether the current device is sm_90 (the wgmma kernels' cubin), per device and cached.
+bool device_is_sm90() {
   static bool cached[16] = {};
   static bool known[16] = {};
   static std::mutex mutex;
@@ -1296,12 +1303,32 @@ bool attention_forward_uses_wgmma() {
   if (!known[device]) {
     cudaDeviceProp prop{};
     BITCHECK_CUDA_CALL(cudaGetDeviceProperties(&prop, device));
-    const char* path = std::getenv("BITCHECK_ATTENTION_FORWARD");
-    cached[device] =
-        prop.major == 9 && prop.minor == 0 && !(path && std::string(path) == "mma-sync");
+    cached[device] = prop.major == 9 && prop.minor == 0;
     known[device] = true;
   }
   return cached[device];
+}
+
+bool environment_is(const char* name, const char* value) {
+  const char* set = std::getenv(name);
+  return set && std::string(set) == value;
+}
+
+}  // namespace
+
+bool attention_forward_uses_wgmma() {
+  // Per device: the path must not flip between calls. BITCHECK_ATTENTION_FORWARD=mma-sync forces
+  // the mma.sync kernel on Hopper too, to bisect a forward drift between the two paths.
+  static const bool mma_sync = environment_is("BITCHECK_ATTENTION_FORWARD", "mma-sync");
+  return device_is_sm90() && !mma_sync;
+}
+
+AttentionBackwardKernel attention_backward_device_kernel() {
+  // BITCHECK_ATTENTION_BACKWARD=mma-sync forces the mma.sync kernels on Hopper too, to bisect a
+  // backward drift between the two paths.
+  static const bool mma_sync = environment_is("BITCHECK_ATTENTION_BACKWARD", "mma-sync");
+  return device_is_sm90() && !mma_sync ? AttentionBackwardKernel::wgmma
+                                       : AttentionBackwardKernel::mma_sync;
 }
 
 void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void* k_cache,
@@ -1420,12 +1447,17 @@ void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, con
                             void* dq, void* dk, void* dv, const AttentionToken* tokens,
                             int token_count, const AttentionBackwardTile* query_tiles,
                             const AttentionBackwardTile* key_tiles, int tile_count,
-                            AttentionShape shape, CUstream_st* stream) {
+                            AttentionShape shape, CUstream_st* stream,
+                            AttentionBackwardKernel kernel) {
   if (token_count <= 0 || tile_count <= 0) return;
   if (dtype == DeviceDType::fp32 || (shape.dim != 64 && shape.dim != 128)) {
     throw std::invalid_argument("attention_backward_mma: bf16/fp16 with head dim 64 or 128 only");
   }
-  record_path("backward.mma");
+  if (kernel == AttentionBackwardKernel::automatic) kernel = attention_backward_device_kernel();
+  if (kernel == AttentionBackwardKernel::wgmma && !device_is_sm90())
+    throw std::invalid_argument("attention_backward_mma: the wgmma kernels need an sm_90 device");
+  const bool wgmma = kernel == AttentionBackwardKernel::wgmma;
+  record_path(wgmma ? "backward.wgmma" : "backward.mma");
   auto run = [&](auto tag, auto dim) {
     using T = decltype(tag);
     constexpr int D = decltype(dim)::value;
@@ -1433,6 +1465,11 @@ void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, con
     delta_kernel<T><<<warp_grid(items), simt_warps * warp_size, 0, stream>>>(
         static_cast<const T*>(o), static_cast<const T*>(dout), delta, tokens, token_count, shape);
     BITCHECK_CUDA_LAUNCH_CHECK();
+    if (wgmma) {
+      attention_backward_wgmma(dtype, q, k, v, lse, dout, delta, dq, dk, dv, query_tiles,
+                               key_tiles, tile_count, shape, stream);
+      return;
+    }
     launch_backward_mma<T, D>(static_cast<const T*>(q), static_cast<const T*>(k),
                               static_cast<const T*>(v), lse, static_cast<const T*>(dout), delta,
                               static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv),

@@ -180,16 +180,35 @@ void attention_backward(DeviceDType dtype, const void* q, const void* k, const v
                         int max_position, AttentionShape shape, float* dq_atomic_scratch,
                         CUstream_st* stream);
 
+// The tensor-core backward kernels (bf16/fp16, head dim 64 or 128).
+enum class AttentionBackwardKernel {
+  automatic,  // the device's: wgmma on sm_90 (BITCHECK_ATTENTION_BACKWARD=mma-sync: mma.sync)
+  mma_sync,   // mma.sync m16n8k16 on any device ("backward.mma")
+  wgmma,      // sm_90 only: warpgroup MMAs, a warpgroup per 64-row tile ("backward.wgmma")
+};
+// The kernel `automatic` runs on the current device.
+AttentionBackwardKernel attention_backward_device_kernel();
+
 // Tensor-core backward (bf16/fp16, head dim 64 or 128) of the same sums as attention_backward's
-// fixed-order path, on mma.sync: delta as there, dq over key blocks of attention_mma_kv_block from
-// position 0 upward, dk and dv over the heads of the group in order and, per head, query blocks
-// from the key's own block upward. query_tiles and key_tiles both cover every token (tile_count
-// each, usually in different orders). Agrees with attention_backward to rounding, not bitwise.
+// fixed-order path: delta as there, dq over key blocks of attention_mma_kv_block from position 0
+// upward, dk and dv over the heads of the group in order and, per head, query blocks from the
+// key's own block upward. query_tiles and key_tiles both cover every token (tile_count each,
+// usually in different orders). Agrees with attention_backward to rounding, not bitwise. Records
+// "backward.wgmma" or "backward.mma".
 void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, const void* v,
                             const void* o, const float* lse, const void* dout, float* delta,
                             void* dq, void* dk, void* dv, const AttentionToken* tokens,
                             int token_count, const AttentionBackwardTile* query_tiles,
                             const AttentionBackwardTile* key_tiles, int tile_count,
-                            AttentionShape shape, CUstream_st* stream);
+                            AttentionShape shape, CUstream_st* stream,
+                            AttentionBackwardKernel kernel = AttentionBackwardKernel::automatic);
+
+// The wgmma kernels of attention_backward_mma (attention_backward_wgmma.cu), delta already
+// computed; launch only on an sm_90 device.
+void attention_backward_wgmma(DeviceDType dtype, const void* q, const void* k, const void* v,
+                              const float* lse, const void* dout, const float* delta, void* dq,
+                              void* dk, void* dv, const AttentionBackwardTile* query_tiles,
+                              const AttentionBackwardTile* key_tiles, int tile_count,
+                              AttentionShape shape, CUstream_st* stream);
 
 }  // namespace bitcheck::cuda

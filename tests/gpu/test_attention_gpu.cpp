@@ -112,9 +112,11 @@ struct BackwardGradients {
   std::vector<float> dq, dk, dv;
 };
 
+enum class BackwardKernel { simt, mma_sync, wgmma };
+
 // One packed batch of sequences (lengths 1, 63, 64, 65 and 200: every tile and block edge), forward
-// on tensor cores, then the SIMT or the tensor-core backward on the same inputs.
-BackwardGradients run_backward_paths(DType dtype, int head_dim, bool tensor_core) {
+// on tensor cores, then the SIMT or a tensor-core backward on the same inputs.
+BackwardGradients run_backward_paths(DType dtype, int head_dim, BackwardKernel kernel) {
   const std::vector<int> lengths = {1, 63, 64, 65, 200};
   const cuda::AttentionShape shape{8, 2, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
   std::vector<cuda::AttentionToken> tokens;
@@ -152,13 +154,16 @@ BackwardGradients run_backward_paths(DType dtype, int head_dim, bool tensor_core
       dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
   const cuda::AttentionForwardLaunch forward(device_dtype, shape, forward_tiles, slots);
   forward.run(q.get(), k.get(), v.get(), o.get(), lse.as<float>());
-  if (tensor_core) {
+  if (kernel != BackwardKernel::simt) {
     const auto* tiles = backward_tile_buffer.as<cuda::AttentionBackwardTile>();
     cuda::attention_backward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
                                  dout.get(), delta.as<float>(), dq.get(), dk.get(), dv.get(),
                                  token_buffer.as<cuda::AttentionToken>(),
                                  static_cast<int>(tokens.size()), tiles, tiles,
-                                 static_cast<int>(backward_tiles.size()), shape, nullptr);
+                                 static_cast<int>(backward_tiles.size()), shape, nullptr,
+                                 kernel == BackwardKernel::wgmma
+                                     ? cuda::AttentionBackwardKernel::wgmma
+                                     : cuda::AttentionBackwardKernel::mma_sync);
   } else {
     cuda::attention_backward(
         device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(),
@@ -491,18 +496,55 @@ TEST_CASE("attention wgmma forward agrees with the mma.sync forward", "[gpu][att
 }
 
 TEST_CASE("attention tensor-core backward agrees with the SIMT backward", "[gpu][attention]") {
+  const bool hopper = cuda::attention_backward_device_kernel() ==
+                      cuda::AttentionBackwardKernel::wgmma;
   for (DType dtype : {DType::bf16, DType::fp16}) {
     // P and dS enter the mma rounded to the dtype; the SIMT path keeps them in fp32.
     const double tolerance = dtype == DType::bf16 ? 3e-2 : 1e-2;
     for (int head_dim : {64, 128}) {
-      const BackwardGradients simt = run_backward_paths(dtype, head_dim, false);
-      const BackwardGradients mma = run_backward_paths(dtype, head_dim, true);
-      INFO(to_string(dtype) << " D=" << head_dim);
-      CHECK(relative_max_abs_diff(mma.dq, simt.dq) < tolerance);
-      CHECK(relative_max_abs_diff(mma.dk, simt.dk) < tolerance);
-      CHECK(relative_max_abs_diff(mma.dv, simt.dv) < tolerance);
-      CHECK(relative_max_abs_diff(mma.dk, simt.dv) >
-            tolerance);  // the check can fail: dk is not dv
+      const BackwardGradients simt = run_backward_paths(dtype, head_dim, BackwardKernel::simt);
+      for (BackwardKernel kernel : {BackwardKernel::mma_sync, BackwardKernel::wgmma}) {
+        if (kernel == BackwardKernel::wgmma && !hopper) continue;
+        const BackwardGradients mma = run_backward_paths(dtype, head_dim, kernel);
+        INFO(to_string(dtype) << " D=" << head_dim
+                              << (kernel == BackwardKernel::wgmma ? " wgmma" : " mma.sync"));
+        CHECK(relative_max_abs_diff(mma.dq, simt.dq) < tolerance);
+        CHECK(relative_max_abs_diff(mma.dk, simt.dk) < tolerance);
+        CHECK(relative_max_abs_diff(mma.dv, simt.dv) < tolerance);
+        CHECK(relative_max_abs_diff(mma.dk, simt.dv) >
+              tolerance);  // the check can fail: dk is not dv
+      }
+    }
+  }
+}
+
+// How many elements of a and b differ in their bits (as the dtype's values widened to float).
+std::size_t differing_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    differing += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return differing;
+}
+
+// The wgmma backward against the mma.sync one it replaces on sm_90: the same sums in the same
+// order on different MMA instructions.
+TEST_CASE("attention wgmma backward against the mma.sync backward, bit for bit",
+          "[gpu][attention]") {
+  if (cuda::attention_backward_device_kernel() != cuda::AttentionBackwardKernel::wgmma) {
+    WARN("the wgmma backward runs on sm_90 only: not checked on this GPU");
+    return;
+  }
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    for (int head_dim : {64, 128}) {
+      const BackwardGradients mma = run_backward_paths(dtype, head_dim, BackwardKernel::mma_sync);
+      const BackwardGradients wgmma = run_backward_paths(dtype, head_dim, BackwardKernel::wgmma);
+      INFO(to_string(dtype) << " D=" << head_dim << ": dq " << differing_bits(wgmma.dq, mma.dq)
+                            << ", dk " << differing_bits(wgmma.dk, mma.dk) << ", dv "
+                            << differing_bits(wgmma.dv, mma.dv) << " of " << wgmma.dq.size()
+                            << "/" << wgmma.dk.size() << " elements differ");
+      CHECK(differing_bits(wgmma.dq, mma.dq) == 0);
+      CHECK(differing_bits(wgmma.dk, mma.dk) == 0);
+      CHECK(differing_bits(wgmma.dv, mma.dv) == 0);
     }
   }
 }
