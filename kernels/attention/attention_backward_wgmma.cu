@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 #include "attention_device.cuh"
 #include "attention_kernels.h"
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(128, 2)
 // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, pᵀ and dsᵀ as in dq (a query before the key, or past the sequence:
 // exact zeros), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ from registers and dO, Q N-major.
 template <typename T, int D>
-__global__ void __launch_bounds__(128, 2)
+__global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
     dkdv_wgmma_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                       const float* delta, T* dk, T* dv, const AttentionBackwardTile* tiles,
                       AttentionShape shape) {
@@ -322,18 +323,38 @@ __global__ void __launch_bounds__(128, 2)
 
     float s[BM / 8][4], dp[BM / 8][4];
     paired_scores<T, D>(s, dp, k_address, q_address, v_address, do_address);
-    // pᵀ in place of s, dsᵀ in place of dp.
+    // pᵀ in place of s, dsᵀ in place of dp. Only the tile's own block (queries before a key) and
+    // the sequence's last (queries past its end) mask anything; elsewhere the same arithmetic
+    // runs without the per-element test.
+    auto scores = [&](auto masking) {
 #pragma unroll
-    for (int nt = 0; nt < BM / 8; ++nt) {
+      for (int nt = 0; nt < BM / 8; ++nt) {
+        const int column = nt * 8 + 2 * t;
+        const float2 lse_pair = *reinterpret_cast<const float2*>(lse_step + column);
+        const float2 delta_pair = *reinterpret_cast<const float2*>(delta_step + column);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int column = nt * 8 + 2 * t + (e & 1), query = first_query + column;
-        const bool masked = query < key_position[e >> 1] || query >= tile.sequence_length;
-        const float p = fast_exp2(__fmaf_rn(s[nt][e], scale_log2, -lse_step[column]));
-        const float ds = __fmul_rn(p, __fsub_rn(dp[nt][e], delta_step[column]));
-        s[nt][e] = masked ? 0.0f : p;
-        dp[nt][e] = masked ? 0.0f : ds;
+        for (int e = 0; e < 4; ++e) {
+          const float p = fast_exp2(
+              __fmaf_rn(s[nt][e], scale_log2, -((e & 1) ? lse_pair.y : lse_pair.x)));
+          const float ds =
+              __fmul_rn(p, __fsub_rn(dp[nt][e], (e & 1) ? delta_pair.y : delta_pair.x));
+          if constexpr (decltype(masking)::value) {
+            const int query = first_query + column + (e & 1);
+            const bool masked = query < key_position[e >> 1] || query >= tile.sequence_length;
+            s[nt][e] = masked ? 0.0f : p;
+            dp[nt][e] = masked ? 0.0f : ds;
+          } else {
+            s[nt][e] = p;
+            dp[nt][e] = ds;
+          }
+        }
       }
+    };
+    if (first_query < tile.start_position + Tile::rows ||
+        first_query + BM > tile.sequence_length) {
+      scores(std::true_type{});
+    } else {
+      scores(std::false_type{});
     }
     std::uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     pack_p_fragments<T, BM>(s, pa);
