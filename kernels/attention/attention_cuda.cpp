@@ -37,9 +37,10 @@ constexpr int split_kv_max_splits = 8;
 constexpr int small_block_up_to_length = 64;
 constexpr int fixed_simt_kv_block = 64;
 // The fixed-order backward for bf16/fp16 at head dim 64/128 runs on the tensor-core kernels
-// (attention_backward_mma); fp32 and other head dims on the SIMT kernels (one warp per query for
-// dq, per key for dk/dv). BITCHECK_ATTENTION_BACKWARD=simt forces the SIMT kernels everywhere, to
-// bisect a backward drift between the two paths.
+// (attention_backward_mma: wgmma on sm_90, mma.sync elsewhere); fp32 and other head dims on the
+// SIMT kernels (one warp per query for dq, per key for dk/dv). BITCHECK_ATTENTION_BACKWARD=simt
+// forces the SIMT kernels everywhere, =mma-sync the mma.sync ones on sm_90, to bisect a backward
+// drift between two paths.
 bool tensor_core_backward() {
   static const bool enabled = [] {
     const char* path = std::getenv("BITCHECK_ATTENTION_BACKWARD");

@@ -17,7 +17,8 @@
 //
 // The backward takes whole sequences and uses no atomics (only the named control,
 // dq_atomic_scratch, does). Tensor-core path (bf16/fp16, head dim 64/128; attention_cuda.cpp
-// selects it with tensor_core_backward, on unless BITCHECK_ATTENTION_BACKWARD=simt): dq of a query
+// selects it with tensor_core_backward, on unless BITCHECK_ATTENTION_BACKWARD=simt; on sm_90 the
+// wgmma kernels of attention_backward_wgmma.cu, elsewhere the mma.sync ones here): dq of a query
 // row sums its keys in blocks of attention_mma_kv_block from position 0 up to its own block, in
 // order; dk and dv of a key row sum, for each head of its group in order, the query blocks of the
 // same size from the key's own block to the end of the sequence, in order; everything in fp32.

@@ -3,7 +3,8 @@
 // forward gives every layout the prefill rows' bits across 512-key chunk boundaries, the bits of
 // the synchronous wgmma kernel without chunks (and within the first chunk with them), on the
 // sweeps' layouts and the bench shapes; it agrees with the mma.sync forward; the tensor-core
-// backward agrees with the SIMT one; and each CUDA control drifts.
+// backwards agree with the SIMT one, and on sm_90 the wgmma backward gives the mma.sync one's bits;
+// and each CUDA control drifts.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
