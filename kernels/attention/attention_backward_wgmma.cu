@@ -73,24 +73,22 @@ __device__ __forceinline__ void rs_m64nd(float (&acc)[D / 8][4], const std::uint
 // s = A·Bᵀ and dp = A2·B2ᵀ of a 64 x 64 block over the head dim, D/16 k-steps in order each; A
 // operands are 64-row tiles, B operands 64-row blocks, both K-major in swizzled panels.
 template <typename T, int D>
-__device__ __forceinline__ void paired_scores(float (&s)[8][4], float (&dp)[8][4],
-                                              std::uint32_t a1, std::uint32_t b1,
-                                              std::uint32_t a2, std::uint32_t b2) {
+__device__ __forceinline__ void paired_scores(float (&s)[8][4], float (&dp)[8][4], std::uint32_t a1,
+                                              std::uint32_t b1, std::uint32_t a2,
+                                              std::uint32_t b2) {
 #ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
   constexpr int panel = WgmmaBackwardTile<T, D>::panel_bytes;
   wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const std::uint32_t at = (kk / 4) * panel + (kk % 4) * 32;
-    wgmma::ss_m64n64k16<T>(reinterpret_cast<float(&)[32]>(s),
-                           wgmma::descriptor(a1 + at, 16, 1024),
+    wgmma::ss_m64n64k16<T>(reinterpret_cast<float(&)[32]>(s), wgmma::descriptor(a1 + at, 16, 1024),
                            wgmma::descriptor(b1 + at, 16, 1024), kk > 0);
   }
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const std::uint32_t at = (kk / 4) * panel + (kk % 4) * 32;
-    wgmma::ss_m64n64k16<T>(reinterpret_cast<float(&)[32]>(dp),
-                           wgmma::descriptor(a2 + at, 16, 1024),
+    wgmma::ss_m64n64k16<T>(reinterpret_cast<float(&)[32]>(dp), wgmma::descriptor(a2 + at, 16, 1024),
                            wgmma::descriptor(b2 + at, 16, 1024), kk > 0);
   }
   wgmma::commit();
@@ -158,17 +156,15 @@ __global__ void __launch_bounds__(128, 2)
   const T* v_sequence = v + tile.sequence_slot * kv_stride + kv_head * D;
   auto load_block = [&](int block, int stage) {  // keys past the tile's last query become zeros
     const int valid_keys = last_position - block * BN + 1;
-    load_swizzled_async<T, D, BN, threads>(k_s + stage * Tile::tile_bytes,
-                                           k_sequence + block * BN * kv_stride, kv_stride,
-                                           valid_keys);
-    load_swizzled_async<T, D, BN, threads>(v_s + stage * Tile::tile_bytes,
-                                           v_sequence + block * BN * kv_stride, kv_stride,
-                                           valid_keys);
+    load_swizzled_async<T, D, BN, threads>(
+        k_s + stage * Tile::tile_bytes, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    load_swizzled_async<T, D, BN, threads>(
+        v_s + stage * Tile::tile_bytes, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
   };
   load_swizzled_async<T, D, Tile::rows, threads>(q_s, q + tile.first_slot * q_stride + h * D,
                                                  q_stride, tile.count);
-  load_swizzled_async<T, D, Tile::rows, threads>(
-      do_s, dout + tile.first_slot * q_stride + h * D, q_stride, tile.count);
+  load_swizzled_async<T, D, Tile::rows, threads>(do_s, dout + tile.first_slot * q_stride + h * D,
+                                                 q_stride, tile.count);
   load_block(0, 0);
   copy_async_commit();
 
@@ -229,9 +225,8 @@ __global__ void __launch_bounds__(128, 2)
   __syncthreads();  // every warp is done with the K/V stages: they become the output staging
   if (r0 >= tile.count) return;  // padding only; no barrier follows
   T* staging = reinterpret_cast<T*>(k_s) + r0 * Tile::staging_stride;
-  store_rows_scaled<T, D>(staging, acc, shape.scale,
-                          dq + (tile.first_slot + r0) * q_stride + h * D, q_stride,
-                          tile.count - r0, lane);
+  store_rows_scaled<T, D>(staging, acc, shape.scale, dq + (tile.first_slot + r0) * q_stride + h * D,
+                          q_stride, tile.count - r0, lane);
 #else
   __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
 #endif
@@ -258,7 +253,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
   unsigned char* q_s = v_s + Tile::tile_bytes;  // [stages][panels][queries][128 bytes]
   unsigned char* do_s = q_s + 2 * Tile::tile_bytes;
   float* lse_s = reinterpret_cast<float*>(do_s + 2 * Tile::tile_bytes);  // [stages][queries]
-  float* delta_s = lse_s + 2 * BM;                                        // [stages][queries]
+  float* delta_s = lse_s + 2 * BM;                                       // [stages][queries]
 
   const AttentionBackwardTile tile = tiles[blockIdx.x / shape.kv_heads];
   const int kv_head = static_cast<int>(blockIdx.x % shape.kv_heads),
@@ -276,9 +271,8 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
               first_query = (first_block + step % blocks_per_head) * BM;
     const int valid_queries = tile.sequence_length - first_query;
     const std::int64_t first_row = tile.sequence_slot + first_query;
-    load_swizzled_async<T, D, BM, threads>(q_s + stage * Tile::tile_bytes,
-                                           q + first_row * q_stride + h * D, q_stride,
-                                           valid_queries);
+    load_swizzled_async<T, D, BM, threads>(
+        q_s + stage * Tile::tile_bytes, q + first_row * q_stride + h * D, q_stride, valid_queries);
     load_swizzled_async<T, D, BM, threads>(do_s + stage * Tile::tile_bytes,
                                            dout + first_row * q_stride + h * D, q_stride,
                                            valid_queries);
@@ -291,10 +285,10 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
     }
   };
 
-  load_swizzled_async<T, D, Tile::rows, threads>(
-      k_s, k + tile.first_slot * kv_stride + kv_head * D, kv_stride, tile.count);
-  load_swizzled_async<T, D, Tile::rows, threads>(
-      v_s, v + tile.first_slot * kv_stride + kv_head * D, kv_stride, tile.count);
+  load_swizzled_async<T, D, Tile::rows, threads>(k_s, k + tile.first_slot * kv_stride + kv_head * D,
+                                                 kv_stride, tile.count);
+  load_swizzled_async<T, D, Tile::rows, threads>(v_s, v + tile.first_slot * kv_stride + kv_head * D,
+                                                 kv_stride, tile.count);
   load_step(0, 0);
   copy_async_commit();
 
@@ -334,8 +328,8 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
         const float2 delta_pair = *reinterpret_cast<const float2*>(delta_step + column);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float p = fast_exp2(
-              __fmaf_rn(s[nt][e], scale_log2, -((e & 1) ? lse_pair.y : lse_pair.x)));
+          const float p =
+              fast_exp2(__fmaf_rn(s[nt][e], scale_log2, -((e & 1) ? lse_pair.y : lse_pair.x)));
           const float ds =
               __fmul_rn(p, __fsub_rn(dp[nt][e], (e & 1) ? delta_pair.y : delta_pair.x));
           if constexpr (decltype(masking)::value) {
@@ -350,8 +344,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
         }
       }
     };
-    if (first_query < tile.start_position + Tile::rows ||
-        first_query + BM > tile.sequence_length) {
+    if (first_query < tile.start_position + Tile::rows || first_query + BM > tile.sequence_length) {
       scores(std::true_type{});
     } else {
       scores(std::false_type{});
@@ -388,8 +381,8 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
 }
 
 template <typename T, int D>
-void launch(const T* q, const T* k, const T* v, const float* lse, const T* dout,
-            const float* delta, T* dq, T* dk, T* dv, const AttentionBackwardTile* query_tiles,
+void launch(const T* q, const T* k, const T* v, const float* lse, const T* dout, const float* delta,
+            T* dq, T* dk, T* dv, const AttentionBackwardTile* query_tiles,
             const AttentionBackwardTile* key_tiles, int tile_count, AttentionShape shape,
             CUstream_st* stream) {
   using Tile = WgmmaBackwardTile<T, D>;

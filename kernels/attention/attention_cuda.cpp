@@ -160,12 +160,11 @@ void fixed_order_backward(const CaseSpec& spec, DeviceDType dtype, const Attenti
   if (tensor_core_backward() && uses_mma(spec)) {
     const BackwardTiles tiles = backward_tiles_of(first_tokens, lengths);
     DeviceBuffer query_tiles = upload(tiles.queries), key_tiles = upload(tiles.keys);
-    cuda::attention_backward_mma(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv,
-                                 token_buffer.as<AttentionToken>(), static_cast<int>(tokens.size()),
-                                 query_tiles.as<AttentionBackwardTile>(),
-                                 key_tiles.as<AttentionBackwardTile>(),
-                                 static_cast<int>(tiles.queries.size()), shape, nullptr,
-                                 backward_kernel(spec));
+    cuda::attention_backward_mma(
+        dtype, q, k, v, o, lse, dout, delta, dq, dk, dv, token_buffer.as<AttentionToken>(),
+        static_cast<int>(tokens.size()), query_tiles.as<AttentionBackwardTile>(),
+        key_tiles.as<AttentionBackwardTile>(), static_cast<int>(tiles.queries.size()), shape,
+        nullptr, backward_kernel(spec));
     return;
   }
   cuda::attention_backward(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv,

@@ -1467,8 +1467,8 @@ void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, con
         static_cast<const T*>(o), static_cast<const T*>(dout), delta, tokens, token_count, shape);
     BITCHECK_CUDA_LAUNCH_CHECK();
     if (wgmma) {
-      attention_backward_wgmma(dtype, q, k, v, lse, dout, delta, dq, dk, dv, query_tiles,
-                               key_tiles, tile_count, shape, stream);
+      attention_backward_wgmma(dtype, q, k, v, lse, dout, delta, dq, dk, dv, query_tiles, key_tiles,
+                               tile_count, shape, stream);
       return;
     }
     launch_backward_mma<T, D>(static_cast<const T*>(q), static_cast<const T*>(k),

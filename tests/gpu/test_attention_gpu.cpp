@@ -157,14 +157,13 @@ BackwardGradients run_backward_paths(DType dtype, int head_dim, BackwardKernel k
   forward.run(q.get(), k.get(), v.get(), o.get(), lse.as<float>());
   if (kernel != BackwardKernel::simt) {
     const auto* tiles = backward_tile_buffer.as<cuda::AttentionBackwardTile>();
-    cuda::attention_backward_mma(device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
-                                 dout.get(), delta.as<float>(), dq.get(), dk.get(), dv.get(),
-                                 token_buffer.as<cuda::AttentionToken>(),
-                                 static_cast<int>(tokens.size()), tiles, tiles,
-                                 static_cast<int>(backward_tiles.size()), shape, nullptr,
-                                 kernel == BackwardKernel::wgmma
-                                     ? cuda::AttentionBackwardKernel::wgmma
-                                     : cuda::AttentionBackwardKernel::mma_sync);
+    cuda::attention_backward_mma(
+        device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(),
+        delta.as<float>(), dq.get(), dk.get(), dv.get(), token_buffer.as<cuda::AttentionToken>(),
+        static_cast<int>(tokens.size()), tiles, tiles, static_cast<int>(backward_tiles.size()),
+        shape, nullptr,
+        kernel == BackwardKernel::wgmma ? cuda::AttentionBackwardKernel::wgmma
+                                        : cuda::AttentionBackwardKernel::mma_sync);
   } else {
     cuda::attention_backward(
         device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(),
@@ -497,8 +496,8 @@ TEST_CASE("attention wgmma forward agrees with the mma.sync forward", "[gpu][att
 }
 
 TEST_CASE("attention tensor-core backward agrees with the SIMT backward", "[gpu][attention]") {
-  const bool hopper = cuda::attention_backward_device_kernel() ==
-                      cuda::AttentionBackwardKernel::wgmma;
+  const bool hopper =
+      cuda::attention_backward_device_kernel() == cuda::AttentionBackwardKernel::wgmma;
   for (DType dtype : {DType::bf16, DType::fp16}) {
     // P and dS enter the mma rounded to the dtype; the SIMT path keeps them in fp32.
     const double tolerance = dtype == DType::bf16 ? 3e-2 : 1e-2;
@@ -541,8 +540,8 @@ TEST_CASE("attention wgmma backward against the mma.sync backward, bit for bit",
       const BackwardGradients wgmma = run_backward_paths(dtype, head_dim, BackwardKernel::wgmma);
       INFO(to_string(dtype) << " D=" << head_dim << ": dq " << differing_bits(wgmma.dq, mma.dq)
                             << ", dk " << differing_bits(wgmma.dk, mma.dk) << ", dv "
-                            << differing_bits(wgmma.dv, mma.dv) << " of " << wgmma.dq.size()
-                            << "/" << wgmma.dk.size() << " elements differ");
+                            << differing_bits(wgmma.dv, mma.dv) << " of " << wgmma.dq.size() << "/"
+                            << wgmma.dk.size() << " elements differ");
       CHECK(differing_bits(wgmma.dq, mma.dq) == 0);
       CHECK(differing_bits(wgmma.dk, mma.dk) == 0);
       CHECK(differing_bits(wgmma.dv, mma.dv) == 0);
