@@ -12,10 +12,10 @@
 // is explicitly rounded (__fmaf_rn, __fmul_rn, __fsub_rn) as in the mma.sync kernels. No atomics:
 // every output element is written once, by the CTA that owns its row.
 //
-// Scheduling: two CTAs per SM, each a synchronous pipeline (cp.async loads of the next block in
-// flight under the current block's products), so one CTA's exponentials overlap the other's MMAs.
-// Operands sit in 128-byte swizzled panels of 64 elements (load_swizzled_async): row r's 16-byte
-// chunk c at r * 128 + ((c ^ (r % 8)) * 16).
+// Scheduling: two CTAs per SM (three dk/dv CTAs at head dim 64), each a synchronous pipeline
+// (cp.async loads of the next block in flight under the current block's products), so one CTA's
+// exponentials overlap the other's MMAs. Operands sit in 128-byte swizzled panels of 64 elements
+// (load_swizzled_async): row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) * 16).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -94,33 +94,6 @@ __device__ __forceinline__ void paired_scores(float (&s)[8][4], float (&dp)[8][4
   wgmma::commit();
   wgmma::wait_all();
 #endif
-}
-
-// A warp's 16 accumulator rows times `scale`, rounded to T, staged in its own 16 rows of
-// `staging` (stride D + 8), then stored as 16-byte chunks to rows 0.. of `out` (rows at or past
-// valid_rows are padding).
-template <typename T, int D>
-__device__ __forceinline__ void store_rows_scaled(T* staging, const float (&acc)[D / 8][4],
-                                                  float scale, T* out, std::int64_t row_stride,
-                                                  int valid_rows, int lane) {
-  constexpr int stride = D + 8, chunks = D / 8;
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<std::uint32_t*>(staging + (g + 8 * r) * stride + dt * 8 + 2 * t) =
-          pack_pair<T>(__fmul_rn(acc[dt][2 * r], scale), __fmul_rn(acc[dt][2 * r + 1], scale));
-    }
-  }
-  __syncwarp();
-#pragma unroll
-  for (int i = 0; i < 16 * chunks / warp_size; ++i) {
-    const int chunk = lane + i * warp_size, row = chunk / chunks, column = chunk % chunks * 8;
-    if (row >= valid_rows) continue;
-    *reinterpret_cast<uint4*>(out + row * row_stride + column) =
-        *reinterpret_cast<const uint4*>(staging + row * stride + column);
-  }
 }
 
 // dq: one CTA (a warpgroup) per (query tile, head). Key blocks 0..the tile's own block stream
@@ -225,8 +198,8 @@ __global__ void __launch_bounds__(128, 2)
   __syncthreads();  // every warp is done with the K/V stages: they become the output staging
   if (r0 >= tile.count) return;  // padding only; no barrier follows
   T* staging = reinterpret_cast<T*>(k_s) + r0 * Tile::staging_stride;
-  store_rows_scaled<T, D>(staging, acc, shape.scale, dq + (tile.first_slot + r0) * q_stride + h * D,
-                          q_stride, tile.count - r0, lane);
+  store_warp_rows<T, D>(staging, acc, shape.scale, dq + (tile.first_slot + r0) * q_stride + h * D,
+                        q_stride, tile.count - r0, lane);
 #else
   __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
 #endif
@@ -371,10 +344,9 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
   if (r0 >= tile.count) return;  // padding only; no barrier follows
   const std::int64_t out_row = tile.first_slot * kv_stride + kv_head * D + r0 * kv_stride;
   T* staging = reinterpret_cast<T*>(q_s) + r0 * Tile::staging_stride;
-  store_rows_scaled<T, D>(staging, dk_acc, shape.scale, dk + out_row, kv_stride, tile.count - r0,
-                          lane);
-  __syncwarp();
-  store_rows_scaled<T, D>(staging, dv_acc, 1.0f, dv + out_row, kv_stride, tile.count - r0, lane);
+  store_warp_rows<T, D>(staging, dk_acc, shape.scale, dk + out_row, kv_stride, tile.count - r0,
+                        lane);
+  store_warp_rows<T, D>(staging, dv_acc, 1.0f, dv + out_row, kv_stride, tile.count - r0, lane);
 #else
   __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
 #endif

@@ -1,7 +1,8 @@
-// Device helpers shared by the attention forward kernels (attention_kernels.cu: mma.sync, the
-// synchronous wgmma kernel and the SIMT kernels; attention_forward_ws.cu: the warp-specialized
-// wgmma kernels and the split-KV merge): conversions, asynchronous copies, and the per-row online
-// softmax and epilogue arithmetic whose sameness across kernels keeps their rows' bits the same.
+// Device helpers shared by the attention kernels (attention_kernels.cu: mma.sync, the synchronous
+// wgmma kernel, the SIMT kernels and the mma.sync backward; attention_forward_ws.cu: the
+// warp-specialized wgmma kernels and the split-KV merge; attention_backward_wgmma.cu): conversions,
+// asynchronous copies, the per-row online softmax and epilogue arithmetic whose sameness across
+// kernels keeps their rows' bits the same, and the backward's gradient stores.
 // Included only by .cu files.
 #pragma once
 #include <cuda_bf16.h>
@@ -232,6 +233,33 @@ __device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const f
   reduce_row_sums(l);
   store_rows_reduced<T, D>(acc, m, l, o_s, o, lse, first_slot, valid_rows, h, lane, q_stride, heads,
                            scale_log2);
+}
+
+// A warp's 16 accumulator rows (times `scale`, rounded to T) staged in its own shared rows, then
+// stored as 16-byte chunks to rows first_row.. of `out` (rows past `valid_rows` are padding).
+template <typename T, int D>
+__device__ __forceinline__ void store_warp_rows(T* staging, const float (&acc)[D / 8][4],
+                                                float scale, T* out, std::int64_t row_stride,
+                                                int valid_rows, int lane) {
+  constexpr int stride = D + 8, chunks = D / 8;
+  const int g = lane >> 2, t = lane & 3;
+  __syncwarp();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<std::uint32_t*>(staging + (g + 8 * r) * stride + dt * 8 + 2 * t) =
+          pack_pair<T>(__fmul_rn(acc[dt][2 * r], scale), __fmul_rn(acc[dt][2 * r + 1], scale));
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 16 * chunks / warp_size; ++i) {
+    const int chunk = lane + i * warp_size, row = chunk / chunks, column = chunk % chunks * 8;
+    if (row >= valid_rows) continue;
+    *reinterpret_cast<uint4*>(out + row * row_stride + column) =
+        *reinterpret_cast<const uint4*>(staging + row * stride + column);
+  }
 }
 
 // Each of `threads` threads (`thread` its index among them) copies its share of `rows` rows of D

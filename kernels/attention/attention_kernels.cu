@@ -748,33 +748,6 @@ __device__ __forceinline__ void accumulator_to_a(std::uint32_t (&a)[4], const fl
   a[3] = pack_pair<T>(hi[2], hi[3]);
 }
 
-// A warp's 16 accumulator rows (times `scale`, rounded to T) staged in its own shared rows, then
-// stored as 16-byte chunks to rows first_row.. of `out` (rows past `valid_rows` are padding).
-template <typename T, int D>
-__device__ __forceinline__ void store_warp_rows(T* staging, const float (&acc)[D / 8][4],
-                                                float scale, T* out, std::int64_t row_stride,
-                                                int valid_rows, int lane) {
-  constexpr int stride = D + 8, chunks = D / 8;
-  const int g = lane >> 2, t = lane & 3;
-  __syncwarp();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<std::uint32_t*>(staging + (g + 8 * r) * stride + dt * 8 + 2 * t) =
-          pack_pair<T>(__fmul_rn(acc[dt][2 * r], scale), __fmul_rn(acc[dt][2 * r + 1], scale));
-    }
-  }
-  __syncwarp();
-#pragma unroll
-  for (int i = 0; i < 16 * chunks / warp_size; ++i) {
-    const int chunk = lane + i * warp_size, row = chunk / chunks, column = chunk % chunks * 8;
-    if (row >= valid_rows) continue;
-    *reinterpret_cast<uint4*>(out + row * row_stride + column) =
-        *reinterpret_cast<const uint4*>(staging + row * stride + column);
-  }
-}
-
 // dq: one CTA per (query tile, head), heads of a tile adjacent. Warp w owns tile rows 16w..16w+15
 // (lane: rows g, g + 8). Key blocks 0..tile's block stream through shared memory in order; per
 // block S = Q·Kᵀ and dP = dO·Vᵀ (Q, dO fragments re-read from shared), p = 2^(s·scale·log2 e −
