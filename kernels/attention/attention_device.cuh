@@ -11,7 +11,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <stdexcept>
 #include <type_traits>
+
+#include "attention_kernels.h"
+#include "common/cuda_check.cuh"
 
 namespace bitcheck::cuda::attention_device {
 
@@ -302,6 +307,43 @@ __device__ __forceinline__ void load_packed_queries_async(
               : q,
         valid);
   }
+}
+
+// The two kernels of a tensor-core backward over the same tiles: dq_kernel on tile_count x heads
+// CTAs, then dkdv_kernel on tile_count x kv_heads CTAs, each with `threads` threads and its dynamic
+// shared memory (the limit raised on the first launch: `configured`, one flag per kernel pair).
+template <typename T>
+using BackwardDqKernel = void (*)(const T*, const T*, const T*, const T*, const float*,
+                                  const float*, T*, const AttentionBackwardTile*, AttentionShape);
+template <typename T>
+using BackwardDkdvKernel = void (*)(const T*, const T*, const T*, const T*, const float*,
+                                    const float*, T*, T*, const AttentionBackwardTile*,
+                                    AttentionShape);
+template <typename T>
+void launch_backward_kernels(BackwardDqKernel<T> dq_kernel, int dq_shared_bytes,
+                             BackwardDkdvKernel<T> dkdv_kernel, int dkdv_shared_bytes, int threads,
+                             bool& configured, const T* q, const T* k, const T* v, const float* lse,
+                             const T* dout, const float* delta, T* dq, T* dk, T* dv,
+                             const AttentionBackwardTile* query_tiles,
+                             const AttentionBackwardTile* key_tiles, int tile_count,
+                             AttentionShape shape, CUstream_st* stream) {
+  if (!configured) {
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            dq_shared_bytes));
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(
+        dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dkdv_shared_bytes));
+    configured = true;
+  }
+  const std::int64_t dq_ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
+  if (dq_ctas > std::numeric_limits<int>::max())
+    throw std::invalid_argument("attention backward: tiles * heads exceeds the grid");
+  dq_kernel<<<static_cast<unsigned>(dq_ctas), threads, dq_shared_bytes, stream>>>(
+      q, k, v, dout, lse, delta, dq, query_tiles, shape);
+  BITCHECK_CUDA_LAUNCH_CHECK();
+  const std::int64_t dkdv_ctas = static_cast<std::int64_t>(tile_count) * shape.kv_heads;
+  dkdv_kernel<<<static_cast<unsigned>(dkdv_ctas), threads, dkdv_shared_bytes, stream>>>(
+      q, k, v, dout, lse, delta, dk, dv, key_tiles, shape);
+  BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace bitcheck::cuda::attention_device

@@ -1239,26 +1239,9 @@ void launch_backward_mma(const T* q, const T* k, const T* v, const float* lse, c
                          AttentionShape shape, CUstream_st* stream) {
   using Tile = BackwardTile<T, D>;
   static bool configured = false;
-  if (!configured) {
-    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(
-        dq_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::dq_shared_bytes));
-    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(dkdv_mma_kernel<T, D>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Tile::dkdv_shared_bytes));
-    configured = true;
-  }
-  const std::int64_t dq_ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
-  if (dq_ctas > std::numeric_limits<int>::max())
-    throw std::invalid_argument("attention_backward_mma: tiles * heads exceeds the grid");
-  dq_mma_kernel<T, D>
-      <<<static_cast<unsigned>(dq_ctas), Tile::threads, Tile::dq_shared_bytes, stream>>>(
-          q, k, v, dout, lse, delta, dq, query_tiles, shape);
-  BITCHECK_CUDA_LAUNCH_CHECK();
-  const std::int64_t dkdv_ctas = static_cast<std::int64_t>(tile_count) * shape.kv_heads;
-  dkdv_mma_kernel<T, D>
-      <<<static_cast<unsigned>(dkdv_ctas), Tile::threads, Tile::dkdv_shared_bytes, stream>>>(
-          q, k, v, dout, lse, delta, dk, dv, key_tiles, shape);
-  BITCHECK_CUDA_LAUNCH_CHECK();
+  launch_backward_kernels<T>(dq_mma_kernel<T, D>, Tile::dq_shared_bytes, dkdv_mma_kernel<T, D>,
+                             Tile::dkdv_shared_bytes, Tile::threads, configured, q, k, v, lse, dout,
+                             delta, dq, dk, dv, query_tiles, key_tiles, tile_count, shape, stream);
 }
 
 }  // namespace
