@@ -12,7 +12,7 @@
 // is explicitly rounded (__fmaf_rn, __fmul_rn, __fsub_rn) as in the mma.sync kernels. No atomics:
 // every output element is written once, by the CTA that owns its row.
 //
-// Scheduling: two CTAs per SM (three dk/dv CTAs at head dim 64), each a synchronous pipeline
+// Scheduling: two CTAs per SM at head dim 128, three at 64, each a synchronous pipeline
 // (cp.async loads of the next block in flight under the current block's products), so one CTA's
 // exponentials overlap the other's MMAs. Operands sit in 128-byte swizzled panels of 64 elements
 // (load_swizzled_async): row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) * 16).
