@@ -235,12 +235,9 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
   const int g = lane >> 2, t = lane & 3;
   const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
                      kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
-  const int first_block = tile.start_position / BM;
-  const int blocks_per_head = (tile.sequence_length - 1) / BM - first_block + 1,
-            steps = group * blocks_per_head;
+  const BackwardKeySteps<BM> steps(tile, kv_head, group);
   auto load_step = [&](int step, int stage) {  // queries past the sequence become zeros
-    const int h = kv_head * group + step / blocks_per_head,
-              first_query = (first_block + step % blocks_per_head) * BM;
+    const int h = steps.head(step), first_query = steps.first_query(step);
     const int valid_queries = tile.sequence_length - first_query;
     const std::int64_t first_row = tile.sequence_slot + first_query;
     load_swizzled_async<T, D, BM, threads>(
@@ -248,13 +245,8 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
     load_swizzled_async<T, D, BM, threads>(do_s + stage * Tile::tile_bytes,
                                            dout + first_row * q_stride + h * D, q_stride,
                                            valid_queries);
-    const int i = static_cast<int>(threadIdx.x) % BM;
-    const std::int64_t at = (first_row + i) * shape.heads + h;
-    if (threadIdx.x < BM) {
-      lse_s[stage * BM + i] = i < valid_queries ? __fmul_rn(lse[at], log2_e) : 0.0f;
-    } else {
-      delta_s[stage * BM + i] = i < valid_queries ? delta[at] : 0.0f;
-    }
+    stage_lse_delta<BM>(lse_s + stage * BM, delta_s + stage * BM, lse, delta, first_row,
+                        shape.heads, h, valid_queries);
   };
 
   load_swizzled_async<T, D, Tile::rows, threads>(k_s, k + tile.first_slot * kv_stride + kv_head * D,
@@ -276,12 +268,12 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
     for (int e = 0; e < 4; ++e) dk_acc[dt][e] = dv_acc[dt][e] = 0.0f;
   }
 
-  for (int step = 0; step < steps; ++step) {
+  for (int step = 0; step < steps.count; ++step) {
     copy_async_wait_all();  // this thread's copies of the step have landed
     __syncthreads();  // everyone's (and the lse, delta stores) have; nobody reads the other stage
-    if (step + 1 < steps) load_step(step + 1, (step + 1) & 1);
+    if (step + 1 < steps.count) load_step(step + 1, (step + 1) & 1);
     copy_async_commit();
-    const int stage = step & 1, first_query = (first_block + step % blocks_per_head) * BM;
+    const int stage = step & 1, first_query = steps.first_query(step);
     const std::uint32_t q_address = shared_address(q_s + stage * Tile::tile_bytes);
     const std::uint32_t do_address = shared_address(do_s + stage * Tile::tile_bytes);
     const float* lse_step = lse_s + stage * BM;

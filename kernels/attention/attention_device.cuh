@@ -309,6 +309,41 @@ __device__ __forceinline__ void load_packed_queries_async(
   }
 }
 
+// The steps of a dk/dv tile in the order its sums take them: the heads of the KV group in order
+// and, per head, the query blocks of Block rows from the tile's own block to the end of the
+// sequence. Both tensor-core backwards walk them, so a key's dk and dv add the same terms in the
+// same order whichever kernel runs.
+template <int Block>
+struct BackwardKeySteps {
+  int first_head, first_block, blocks_per_head, count;
+  __device__ BackwardKeySteps(const AttentionBackwardTile& tile, int kv_head, int group)
+      : first_head(kv_head * group),
+        first_block(tile.start_position / Block),
+        blocks_per_head((tile.sequence_length - 1) / Block - tile.start_position / Block + 1),
+        count(group * blocks_per_head) {}
+  __device__ int head(int step) const { return first_head + step / blocks_per_head; }
+  __device__ int first_query(int step) const {
+    return (first_block + step % blocks_per_head) * Block;
+  }
+};
+
+// A step's lse times log2 e and delta into one stage of Block floats each (threads 0..Block-1 the
+// lse, Block..2 Block-1 the delta), for queries at rows first_row.. of head h; zeros at and past
+// valid_queries.
+template <int Block>
+__device__ __forceinline__ void stage_lse_delta(float* lse_stage, float* delta_stage,
+                                                const float* lse, const float* delta,
+                                                std::int64_t first_row, int heads, int h,
+                                                int valid_queries) {
+  const int i = static_cast<int>(threadIdx.x) % Block;
+  const std::int64_t at = (first_row + i) * heads + h;
+  if (threadIdx.x < Block) {
+    lse_stage[i] = i < valid_queries ? __fmul_rn(lse[at], log2_e) : 0.0f;
+  } else {
+    delta_stage[i] = i < valid_queries ? delta[at] : 0.0f;
+  }
+}
+
 // The two kernels of a tensor-core backward over the same tiles: dq_kernel on tile_count x heads
 // CTAs, then dkdv_kernel on tile_count x kv_heads CTAs, each with `threads` threads and its dynamic
 // shared memory (the limit raised on the first launch: `configured`, one flag per kernel pair).
