@@ -13,8 +13,9 @@
 // leaves it as it is). A prefill CTA walks the chunks of its rows in order and merges each as it
 // ends; a decode launch gives each chunk its own CTA, which writes the chunk's state, and the
 // merge kernel merges them in the same order with the same operations. Which rows share a CTA or a
-// warpgroup, how many stages the producer runs ahead, whether the next Q·Kᵀ is issued before the
-// current P·V, and the two consumer warpgroups' ping-pong are scheduling, never arithmetic.
+// warpgroup, which work items a persistent CTA takes and in what order, how many stages the
+// producer runs ahead, whether the next Q·Kᵀ is issued before the current P·V, and the two
+// consumer warpgroups' ping-pong are scheduling, never arithmetic.
 //
 // Without chunks (ChunkBlocks = 0, the test-only
 // AttentionForwardKernel::warp_specialized_unchunked) these kernels compute the bits of the
@@ -77,14 +78,14 @@ constexpr int chunk_blocks = attention_chunk_keys / attention_mma_kv_block;
 static_assert(attention_chunk_keys % attention_mma_kv_block == 0, "chunks of whole blocks");
 
 // Shared memory and threads of the warp-specialized forward: warpgroup 0 is the producer (one warp
-// issues the K/V loads), warpgroups 1..Consumers each own 64 query rows. Q of consumer w sits in
-// its own 128-byte swizzled panels, [panels][64 rows][128 bytes]; K and V of each stage likewise
-// [panels][64 keys][128 bytes]: row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) * 16), the
-// layout the TMA writes with 128B swizzle. Prefill CTAs (two consumers) also keep each consumer
-// thread's merged chunk accumulators (D / 2 floats, [element][thread] so a warp's accesses are
-// consecutive) and reuse them as the output staging; decode CTAs (one consumer) run two per SM,
-// split at chunks (ChunkBlocks > 0) or, test-only, not at all, and stage their output in the
-// stages.
+// issues the K/V loads, and a prefill CTA's Q), warpgroups 1..Consumers each own 64 query rows. Q
+// of consumer w sits in its own 128-byte swizzled panels, [panels][64 rows][128 bytes]; K and V of
+// each stage likewise [panels][64 keys][128 bytes]: row r's 16-byte chunk c at r * 128 + ((c ^ (r %
+// 8)) * 16), the layout the TMA writes with 128B swizzle. Prefill CTAs (two consumers) also keep
+// each consumer thread's merged chunk accumulators (D / 2 floats, [element][thread] so a warp's
+// accesses are consecutive) and reuse them as the output staging; decode CTAs (one consumer) run
+// two per SM, split at chunks (ChunkBlocks > 0) or, test-only, not at all, and stage their output
+// in the stages.
 template <typename T, int D, int Consumers, int ChunkBlocks>
 struct WsTile {
   static constexpr bool decode = Consumers == 1;
@@ -100,7 +101,10 @@ struct WsTile {
   static constexpr int kv_bytes = panels * kv_panel_bytes;  // K or V of one block
   static constexpr int stages = decode ? 2 : 4;
   static constexpr int merge_bytes = decode ? 0 : Consumers * 128 * (D / 2) * 4;
-  static constexpr int barrier_bytes = 3 * stages * 8;
+  // Prefill CTAs are persistent: each takes work items blockIdx.x, + gridDim.x, ... in turn, the
+  // producer loading the next item's Q and first blocks while the consumers finish the last.
+  static constexpr bool persistent = !decode;
+  static constexpr int barrier_bytes = 3 * stages * 8 + 2 * 8;
   static constexpr int shared_bytes =
       Consumers * q_bytes + 2 * stages * kv_bytes + merge_bytes + barrier_bytes + 1024;
   // Registers after setmaxnreg: the producer gives back what the consumers take, within the
@@ -130,7 +134,8 @@ struct WsParams {
   AttentionShape shape;
   int units;  // CTAs per tile (prefill) or per work item (decode): heads, or KV heads when packed
   int pack;   // heads sharing a CTA (1, or the group size when packed)
-  int pingpong;  // two consumer warpgroups take turns issuing their products
+  int pingpong;    // two consumer warpgroups take turns issuing their products
+  int item_count;  // work items (tile, unit) of a persistent launch
 };
 
 // The weights of merging a chunk's state (max m > -inf, sum l over the row) into a row's merged
@@ -171,6 +176,8 @@ struct WsCta {
   std::uint64_t* full_k;
   std::uint64_t* full_v;
   std::uint64_t* empty;
+  std::uint64_t* q_full;   // persistent: the item's Q has landed
+  std::uint64_t* q_empty;  // persistent: every consumer warp holds its Q rows in registers
   AttentionTile tile;
   int chunk;
   std::int64_t partial_base;
@@ -254,13 +261,13 @@ __device__ __forceinline__ void join_chunk(int chunk_index, bool last, float (&a
 template <typename T, int D, int Consumers, int ChunkBlocks>
 __device__ __forceinline__ void produce(const WsCta& cta, const CUtensorMap* k_map,
                                         const CUtensorMap* v_map, const WsParams<T>& params,
-                                        int lane) {
+                                        int lane, int base) {
   using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
   constexpr int BN = Tile::keys, S = Tile::stages;
   const std::int64_t kv_stride = static_cast<std::int64_t>(params.shape.kv_heads) * D;
   const int valid_last = cta.last_position - cta.last_block * BN + 1;
-  for (int i = 0; i < cta.blocks; ++i) {
-    const int block = cta.first_block + i, stage = i % S, use = i / S;
+  for (int i = 0; i < cta.blocks; ++i) {  // the CTA's block uses base, base + 1, ...
+    const int block = cta.first_block + i, stage = (base + i) % S, use = (base + i) / S;
     mbar_wait(&cta.empty[stage], (use & 1) ^ 1);
     const int row = cta.tile.cache_base + block * BN;
     if (lane == 0) {
@@ -300,14 +307,36 @@ __device__ __forceinline__ void produce(const WsCta& cta, const CUtensorMap* k_m
   }
 }
 
-// Consumer warpgroup w (thread its index in it, 0..127): 64 rows, CTA rows 64w + r. Unpacked, row r
+// A persistent CTA's Q for work item number `k` of the CTA (rows 64w + r of each consumer
+// warpgroup w: query 64w + r of the tile), once the consumers hold the previous item's in
+// registers. Rows past the tile's queries load whatever follows them (zeros past the last slot):
+// their rows are computed and never stored, and no other row's bits depend on them.
+template <typename T, int D, int Consumers, int ChunkBlocks>
+__device__ __forceinline__ void produce_queries(const WsCta& cta, const CUtensorMap* q_map, int k,
+                                                int lane) {
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  mbar_wait(cta.q_empty, (k & 1) ^ 1);
+  if (lane != 0) return;
+  mbar_expect_tx(cta.q_full, Consumers * Tile::q_bytes);
+#pragma unroll
+  for (int w = 0; w < Consumers; ++w) {
+#pragma unroll
+    for (int p = 0; p < Tile::panels; ++p) {
+      tma_load_2d(cta.q_s + w * Tile::q_bytes + p * Tile::q_panel_bytes, q_map, cta.q_full,
+                  cta.first_head * D + p * 64, cta.tile.first_slot + 64 * w);
+    }
+  }
+}
+
+// Consumer warpgroup w (thread its index in it, 0..127) on the CTA's k-th work item, whose blocks
+// are the CTA's stage uses base, base + 1, ...: 64 rows, CTA rows 64w + r. Unpacked, row r
 // is query 64w + r of head first_head; packed (one warpgroup), head first_head + r / per_head,
 // query r % per_head. Iteration j issues S = Q·Kᵀ of block j and O += P·V of block j - 1, then
 // finishes block j's softmax while that P·V runs; with two warpgroups in ping-pong, each issues its
 // products in its turn, so one's softmax overlaps the other's products.
 template <typename T, int D, int Consumers, int ChunkBlocks>
 __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& params, int w,
-                                        int thread) {
+                                        int thread, int base, int k) {
   using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
   constexpr int BN = Tile::keys, S = Tile::stages;
   const AttentionShape shape = params.shape;
@@ -317,18 +346,22 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
   unsigned char* q_w = cta.q_s + w * Tile::q_bytes;
   const int pack = cta.pack, per_head = cta.per_head, count = cta.count;
 
-  if (pack == 1) {
-    load_swizzled_async<T, D, 64, 128>(
-        q_w, params.q + (tile.first_slot + 64 * w) * q_stride + cta.first_head * D, q_stride,
-        count - 64 * w, thread);
+  if constexpr (Tile::persistent) {
+    mbar_wait(cta.q_full, k & 1);  // the producer's TMA load of this item's Q
   } else {
-    load_packed_queries_async<T, D, 64, 128>(q_w, params.q, q_stride, tile.first_slot,
-                                             cta.first_head, per_head, count, thread);
+    if (pack == 1) {
+      load_swizzled_async<T, D, 64, 128>(
+          q_w, params.q + (tile.first_slot + 64 * w) * q_stride + cta.first_head * D, q_stride,
+          count - 64 * w, thread);
+    } else {
+      load_packed_queries_async<T, D, 64, 128>(q_w, params.q, q_stride, tile.first_slot,
+                                               cta.first_head, per_head, count, thread);
+    }
+    copy_async_commit();
+    copy_async_wait_all();
+    fence_proxy_async_shared();  // wgmma reads Q through the async proxy
+    named_barrier_sync(1 + w, 128);
   }
-  copy_async_commit();
-  copy_async_wait_all();
-  fence_proxy_async_shared();  // wgmma reads Q through the async proxy
-  named_barrier_sync(1 + w, 128);
   // Each warp keeps its 16 rows of Q as wgmma A fragments (the m16n8k16 layout: ldmatrix of rows
   // lane & 15, 16-byte chunk lane >> 4 of each k16 step) for the whole KV loop, so S = Q·Kᵀ reads
   // only K from shared memory (the same products as with Q there: the GPU tests compare the bits).
@@ -341,6 +374,10 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
       ldmatrix_x4(qa[kk], shared_address(q_w + (kk / 4) * Tile::q_panel_bytes + row * 128 +
                                          ((chunk ^ (row % 8)) << 4)));
     }
+  }
+  if constexpr (Tile::persistent) {  // the next item's Q may come
+    __syncwarp();
+    if (lane == 0) mbar_arrive(cta.q_empty);
   }
 
   auto query_of = [&](int r) { return pack == 1 ? 64 * w + r : r % per_head; };
@@ -377,9 +414,9 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
   auto turn_end = [&](int j) {  // turns 0 .. blocks + 1; warpgroup 1's last hands over to no one
     if (pingpong && !(w == 1 && j == cta.blocks + 1)) named_barrier_arrive(4 - w, 256);
   };
-  auto release = [&](int stage) {
+  auto release = [&](int j) {  // the stage of block j
     __syncwarp();
-    if (lane == 0) mbar_arrive(&cta.empty[stage]);
+    if (lane == 0) mbar_arrive(&cta.empty[(base + j) % S]);
   };
   // Shared-memory descriptors of stage 0's K and V; a stage or a k-step further is a constant
   // added to the address field (address / 16 in the low bits, which never carry: shared memory is
@@ -390,8 +427,8 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
   const std::uint64_t v_desc0 =
       wgmma::descriptor(shared_address(cta.v_s), Tile::kv_panel_bytes, 1024);
   auto issue_qk = [&](int j) {
-    const int stage = j % S;
-    mbar_wait(&cta.full_k[stage], (j / S) & 1);
+    const int stage = (base + j) % S;
+    mbar_wait(&cta.full_k[stage], ((base + j) / S) & 1);
     const std::uint64_t k_desc =
         k_desc0 + static_cast<std::uint64_t>(stage * (Tile::kv_bytes >> 4));
     wgmma::fence();
@@ -405,8 +442,8 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
     wgmma::commit();
   };
   auto issue_pv = [&](int j) {
-    const int stage = j % S;
-    mbar_wait(&cta.full_v[stage], (j / S) & 1);
+    const int stage = (base + j) % S;
+    mbar_wait(&cta.full_v[stage], ((base + j) / S) & 1);
     const std::uint64_t v_stage =
         v_desc0 + static_cast<std::uint64_t>(stage * (Tile::kv_bytes >> 4));
     wgmma::fence();
@@ -484,7 +521,7 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
       } else {
         wgmma::wait<0>();
       }
-      release((j - 1) % S);
+      release(j - 1);
       if (boundary) {
         join_chunk<D>((block - 1) / chunk_size, false, acc, chunk_m, chunk_l, merged_m, merged_l,
                       merge_address, scale_log2);
@@ -505,15 +542,15 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
     issue_pv(group_blocks - 1);
     turn_end(group_blocks + 1);
     wgmma::wait<0>();
-    release((group_blocks - 1) % S);
+    release(group_blocks - 1);
   }
   // Blocks past this warpgroup's rows: their turns, and their stages released.
   for (int j = group_blocks > 0 ? group_blocks + 2 : 0; j <= cta.blocks + 1; ++j) {
     turn_begin();
     turn_end(j);
     if (j < 2) continue;
-    mbar_wait(&cta.full_v[(j - 2) % S], ((j - 2) / S) & 1);
-    release((j - 2) % S);
+    mbar_wait(&cta.full_v[(base + j - 2) % S], ((base + j - 2) / S) & 1);
+    release(j - 2);
   }
   if (group_blocks <= 0) return;  // no real row in this warpgroup
 
@@ -559,39 +596,27 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
 }
 #endif
 
-// Grid: CTA (tile, unit) = blockIdx.x / units, % units, tiles longest first; split decode, CTA
-// (work item, unit) likewise. A unit is one head (its tile rows are queries) or, packed, the `pack`
-// heads of a KV group (row r: head r / per_head, query r % per_head).
-template <typename T, int D, int Consumers, int ChunkBlocks>
-__global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
-                                  WsTile<T, D, Consumers, ChunkBlocks>::ctas_per_sm)
-    forward_ws_kernel(const __grid_constant__ CUtensorMap k_map,
-                      const __grid_constant__ CUtensorMap v_map, const WsParams<T> params) {
+// Work item i is (tile, unit) = i / units, % units, tiles longest first; split decode, (work item,
+// unit) likewise. A unit is one head (its tile rows are queries) or, packed, the `pack` heads of a
+// KV group (row r: head r / per_head, query r % per_head). Decode CTAs take one item each
+// (blockIdx.x); prefill CTAs, one per SM, take items blockIdx.x, + gridDim.x, ... (Tile::
+// persistent).
 #ifdef BITCHECK_ATTENTION_WS_SM90A
+// The CTA's fields for work item `item`.
+template <typename T, int D, int Consumers, int ChunkBlocks>
+__device__ __forceinline__ void setup_item(WsCta& cta, const WsParams<T>& params, int item) {
   using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
-  constexpr int BN = Tile::keys, S = Tile::stages;
-  extern __shared__ unsigned char shared_raw[];
-  unsigned char* shared = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) & ~std::uintptr_t(1023));
-  WsCta cta;
-  cta.q_s = shared;
-  cta.k_s = cta.q_s + Consumers * Tile::q_bytes;  // [stages][panels][keys][128 bytes]
-  cta.v_s = cta.k_s + S * Tile::kv_bytes;
-  cta.merge_s = reinterpret_cast<float*>(cta.v_s + S * Tile::kv_bytes);
-  cta.full_k = reinterpret_cast<std::uint64_t*>(cta.v_s + S * Tile::kv_bytes + Tile::merge_bytes);
-  cta.full_v = cta.full_k + S;
-  cta.empty = cta.full_v + S;
-
+  constexpr int BN = Tile::keys;
   const AttentionShape shape = params.shape;
-  const int unit = static_cast<int>(blockIdx.x % params.units);
-  int tile_index = static_cast<int>(blockIdx.x / params.units);
+  const int unit = item % params.units;
+  int tile_index = item / params.units;
   cta.chunk = 0;
   cta.partial_base = -1;
   if constexpr (Tile::split) {
-    const AttentionWorkItem item = params.items[tile_index];
-    tile_index = item.tile;
-    cta.chunk = item.chunk;
-    cta.partial_base = item.partial_base;
+    const AttentionWorkItem work = params.items[tile_index];
+    tile_index = work.tile;
+    cta.chunk = work.chunk;
+    cta.partial_base = work.partial_base;
   }
   cta.tile = params.tiles[tile_index];
   cta.pack = params.pack;
@@ -605,6 +630,31 @@ __global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
   cta.end_block =
       Tile::split ? min(cta.last_block, cta.first_block + ChunkBlocks - 1) : cta.last_block;
   cta.blocks = cta.end_block - cta.first_block + 1;
+}
+#endif
+
+template <typename T, int D, int Consumers, int ChunkBlocks>
+__global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
+                                  WsTile<T, D, Consumers, ChunkBlocks>::ctas_per_sm)
+    forward_ws_kernel(const __grid_constant__ CUtensorMap q_map,
+                      const __grid_constant__ CUtensorMap k_map,
+                      const __grid_constant__ CUtensorMap v_map, const WsParams<T> params) {
+#ifdef BITCHECK_ATTENTION_WS_SM90A
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  constexpr int S = Tile::stages;
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* shared = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) & ~std::uintptr_t(1023));
+  WsCta cta;
+  cta.q_s = shared;
+  cta.k_s = cta.q_s + Consumers * Tile::q_bytes;  // [stages][panels][keys][128 bytes]
+  cta.v_s = cta.k_s + S * Tile::kv_bytes;
+  cta.merge_s = reinterpret_cast<float*>(cta.v_s + S * Tile::kv_bytes);
+  cta.full_k = reinterpret_cast<std::uint64_t*>(cta.v_s + S * Tile::kv_bytes + Tile::merge_bytes);
+  cta.full_v = cta.full_k + S;
+  cta.empty = cta.full_v + S;
+  cta.q_full = cta.empty + S;
+  cta.q_empty = cta.q_full + 1;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
@@ -612,20 +662,45 @@ __global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
       mbar_init(&cta.full_v[s], 1);
       mbar_init(&cta.empty[s], 4 * Consumers);  // lane 0 of every consumer warp
     }
+    mbar_init(cta.q_full, 1);
+    mbar_init(cta.q_empty, 4 * Consumers);
     mbar_init_fence();
   }
   __syncthreads();
 
+  // A persistent CTA takes items blockIdx.x, + gridDim.x, ...; the k-th of them has its blocks
+  // at stage uses base, base + 1, ..., counted over the CTA's items in order.
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   if (warpgroup == 0) {
     registers_decrease<Tile::producer_registers>();
-    if (threadIdx.x < warp_size)
-      produce<T, D, Consumers, ChunkBlocks>(cta, &k_map, &v_map, params,
-                                            static_cast<int>(threadIdx.x));
+    if (threadIdx.x >= warp_size) return;
+    const int lane = static_cast<int>(threadIdx.x);
+    if constexpr (Tile::persistent) {
+      for (int item = blockIdx.x, k = 0, base = 0; item < params.item_count;
+           item += gridDim.x, ++k) {
+        setup_item<T, D, Consumers, ChunkBlocks>(cta, params, item);
+        produce_queries<T, D, Consumers, ChunkBlocks>(cta, &q_map, k, lane);
+        produce<T, D, Consumers, ChunkBlocks>(cta, &k_map, &v_map, params, lane, base);
+        base += cta.blocks;
+      }
+    } else {
+      setup_item<T, D, Consumers, ChunkBlocks>(cta, params, blockIdx.x);
+      produce<T, D, Consumers, ChunkBlocks>(cta, &k_map, &v_map, params, lane, 0);
+    }
   } else {
     registers_increase<Tile::consumer_registers>();
-    consume<T, D, Consumers, ChunkBlocks>(cta, params, warpgroup - 1,
-                                          static_cast<int>(threadIdx.x) - 128 * warpgroup);
+    const int w = warpgroup - 1, thread = static_cast<int>(threadIdx.x) - 128 * warpgroup;
+    if constexpr (Tile::persistent) {
+      for (int item = blockIdx.x, k = 0, base = 0; item < params.item_count;
+           item += gridDim.x, ++k) {
+        setup_item<T, D, Consumers, ChunkBlocks>(cta, params, item);
+        consume<T, D, Consumers, ChunkBlocks>(cta, params, w, thread, base, k);
+        base += cta.blocks;
+      }
+    } else {
+      setup_item<T, D, Consumers, ChunkBlocks>(cta, params, blockIdx.x);
+      consume<T, D, Consumers, ChunkBlocks>(cta, params, w, thread, 0, 0);
+    }
   }
 #else
   __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
@@ -692,8 +767,8 @@ CUtensorMapDataType tensor_map_type(DeviceDType dtype) {
 }
 
 template <typename T, int D, int Consumers, int ChunkBlocks>
-void launch_ws(const CUtensorMap& k_map, const CUtensorMap& v_map, const WsParams<T>& params,
-               std::int64_t ctas, CUstream_st* stream) {
+void launch_ws(const CUtensorMap& q_map, const CUtensorMap& k_map, const CUtensorMap& v_map,
+               WsParams<T> params, std::int64_t ctas, CUstream_st* stream) {
   using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
   static_assert(Tile::rows == 64 * Consumers && Tile::split == (Consumers == 1 && ChunkBlocks > 0),
                 "a decode launch is split exactly when it is chunked");
@@ -706,9 +781,20 @@ void launch_ws(const CUtensorMap& k_map, const CUtensorMap& v_map, const WsParam
   if (ctas <= 0) return;
   if (ctas > std::numeric_limits<int>::max())
     throw std::invalid_argument("attention forward: work items * heads exceeds the grid");
+  params.item_count = static_cast<int>(ctas);
+  std::int64_t grid = ctas;
+  if constexpr (Tile::persistent) {  // one CTA per SM, each taking items in turn
+    static const int sms = [] {
+      int device = 0, count = 0;
+      BITCHECK_CUDA_CALL(cudaGetDevice(&device));
+      BITCHECK_CUDA_CALL(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+      return count;
+    }();
+    grid = std::min<std::int64_t>(ctas, sms);
+  }
   forward_ws_kernel<T, D, Consumers, ChunkBlocks>
-      <<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(k_map, v_map,
-                                                                                   params);
+      <<<static_cast<unsigned>(grid), Tile::threads, Tile::shared_bytes, stream>>>(q_map, k_map,
+                                                                                   v_map, params);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
@@ -736,7 +822,10 @@ AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape
   if (shape.kv_heads <= 0 || shape.heads % shape.kv_heads != 0)
     throw std::invalid_argument("attention forward: heads must be a multiple of kv heads");
   tile_count_ = static_cast<int>(tiles.size());
-  for (const AttentionTile& tile : tiles) longest_tile_ = std::max(longest_tile_, tile.count);
+  for (const AttentionTile& tile : tiles) {
+    longest_tile_ = std::max(longest_tile_, tile.count);
+    query_rows_ = std::max<std::int64_t>(query_rows_, tile.first_slot + tile.count);
+  }
   if (kernel == AttentionForwardKernel::automatic && !attention_forward_uses_wgmma())
     kernel = AttentionForwardKernel::mma_sync;
   // Head dim 64 keeps the synchronous kernel, whose two CTAs of two warpgroups per SM outran the
@@ -834,6 +923,9 @@ void AttentionForwardLaunch::run(const void* q, const void* k_cache, const void*
   const std::int64_t kv_width = static_cast<std::int64_t>(shape_.kv_heads) * shape_.dim;
   const CUtensorMap k_map = make_tensor_map(type, k_cache, cache_rows_, kv_width, 64);
   const CUtensorMap v_map = make_tensor_map(type, v_cache, cache_rows_, kv_width, 64);
+  // Q as [slots, heads * dim] for the persistent prefill CTAs' TMA loads (64-row boxes).
+  const CUtensorMap q_map = make_tensor_map(
+      type, q, query_rows_, static_cast<std::int64_t>(shape_.heads) * shape_.dim, 64);
   const bool chunked = kernel_ == AttentionForwardKernel::automatic;
   auto launch = [&](auto tag, auto dim) {
     using T = decltype(tag);
@@ -848,22 +940,23 @@ void AttentionForwardLaunch::run(const void* q, const void* k_cache, const void*
                        shape_,
                        decode_ && pack_ > 1 ? shape_.kv_heads : shape_.heads,
                        decode_ ? pack_ : 1,
-                       pingpong_ ? 1 : 0};
+                       pingpong_ ? 1 : 0,
+                       0};
     if (!decode_) {
       const std::int64_t ctas = static_cast<std::int64_t>(tile_count_) * params.units;
       if (chunked) {
-        launch_ws<T, D, 2, chunk_blocks>(k_map, v_map, params, ctas, stream);
+        launch_ws<T, D, 2, chunk_blocks>(q_map, k_map, v_map, params, ctas, stream);
       } else {
-        launch_ws<T, D, 2, 0>(k_map, v_map, params, ctas, stream);
+        launch_ws<T, D, 2, 0>(q_map, k_map, v_map, params, ctas, stream);
       }
       return;
     }
     if (!chunked) {
-      launch_ws<T, D, 1, 0>(k_map, v_map, params,
+      launch_ws<T, D, 1, 0>(q_map, k_map, v_map, params,
                             static_cast<std::int64_t>(tile_count_) * params.units, stream);
       return;
     }
-    launch_ws<T, D, 1, chunk_blocks>(k_map, v_map, params,
+    launch_ws<T, D, 1, chunk_blocks>(q_map, k_map, v_map, params,
                                      static_cast<std::int64_t>(item_count_) * params.units, stream);
     if (merge_task_count_ == 0) return;
     constexpr int threads = 128;

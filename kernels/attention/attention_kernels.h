@@ -121,6 +121,7 @@ class AttentionForwardLaunch {
   DeviceDType dtype_;
   AttentionShape shape_;
   std::int64_t cache_rows_;
+  std::int64_t query_rows_ = 0;  // slots of q (and o) the tiles reach
   AttentionForwardKernel kernel_ = AttentionForwardKernel::automatic;
   int tile_count_ = 0;
   int longest_tile_ = 0;
