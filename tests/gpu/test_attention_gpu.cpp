@@ -2,7 +2,8 @@
 // forward and backward for bf16/fp16 at head dim 64 and 128, SIMT for fp32); the warp-specialized
 // forward gives every layout the prefill rows' bits across 512-key chunk boundaries, the bits of
 // the synchronous wgmma kernel without chunks (and within the first chunk with them), on the
-// sweeps' layouts and the bench shapes; it agrees with the mma.sync forward; the tensor-core
+// sweeps' layouts and the bench shapes, and a tile's bits whichever of its persistent CTA's work
+// items it is; it agrees with the mma.sync forward; the tensor-core
 // backwards agree with the SIMT one, and on sm_90 the wgmma backward gives the mma.sync one's bits;
 // and each CUDA control drifts.
 #include <algorithm>
@@ -464,6 +465,40 @@ TEST_CASE("the warp-specialized forward keeps its bits on the bench shapes", "[g
                        pingpong.o.begin() + first));
     }
   }
+}
+
+TEST_CASE("persistent prefill CTAs give each tile the bits it gets launched alone",
+          "[gpu][attention]") {
+  if (!cuda::attention_forward_uses_wgmma()) return;
+  // 4 sequences of 2048 tokens, 32 heads: 64 tiles x 32 heads = 2048 work items, about 16 for each
+  // persistent CTA. Every fifth tile launched alone is 32 items, each the first of its CTA.
+  const int length = 2048;
+  const ForwardBatch batch(DType::bf16, 32, 8, 128, std::vector<int>(4, length), 17);
+  const Launches prefill = chunked_launches(batch, 0);
+  const ForwardBits together =
+      run_launches(batch, prefill, cuda::AttentionForwardKernel::automatic);
+  Launches alone;
+  for (std::size_t i = 0; i < prefill[0].size(); i += 5) alone.push_back({prefill[0][i]});
+  const ForwardBits separate = run_launches(batch, alone, cuda::AttentionForwardKernel::automatic);
+  const std::size_t row = static_cast<std::size_t>(batch.shape.heads) * batch.shape.dim;
+  int rows = 0, differ = 0;
+  for (const auto& launch : alone) {
+    const cuda::AttentionTile& tile = launch.front();
+    for (int slot = tile.first_slot; slot < tile.first_slot + tile.count; ++slot, ++rows) {
+      const auto o = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(slot) * row);
+      const auto lse = static_cast<std::ptrdiff_t>(slot) * batch.shape.heads;
+      const bool same =
+          std::equal(separate.o.begin() + o,
+                     separate.o.begin() + o + static_cast<std::ptrdiff_t>(row),
+                     together.o.begin() + o) &&
+          std::equal(separate.lse.begin() + lse, separate.lse.begin() + lse + batch.shape.heads,
+                     together.lse.begin() + lse);
+      if (!same) ++differ;
+    }
+  }
+  INFO(rows << " rows of " << alone.size() << " tiles launched alone");
+  CHECK(rows == static_cast<int>(alone.size()) * cuda::attention_mma_tile_queries);
+  CHECK(differ == 0);
 }
 
 TEST_CASE("attention wgmma forward agrees with the mma.sync forward", "[gpu][attention]") {
