@@ -27,6 +27,14 @@ __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
 }
 
+// desc with `units` (16-byte units) added to its address field, in 32-bit arithmetic: the field
+// is the low 14 bits of the low word and never carries (shared memory is below 256 KB), so the high
+// word, the stride offset and the swizzle, stays as it is and the compiler need not add it.
+__device__ __forceinline__ std::uint64_t advance(std::uint64_t desc, std::uint32_t units) {
+  const std::uint32_t low = static_cast<std::uint32_t>(desc) + units;
+  return (desc & 0xFFFFFFFF00000000ull) | low;
+}
+
 // Shared-memory matrix descriptor, 128B swizzle: address, leading and stride byte offsets.
 __device__ __forceinline__ std::uint64_t descriptor(std::uint32_t address,
                                                     std::uint32_t leading_bytes,
