@@ -345,10 +345,14 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
   const int first_slot = tile.first_slot + first_query;
   const int warp = static_cast<int>(threadIdx.x) / warp_size,
             lane = static_cast<int>(threadIdx.x) % warp_size;
-  const int warpgroup = warp / 4, g = lane >> 2, t = lane & 3;
+  // The warpgroup and the last block, read from lane 0: the same in every lane, and so for the
+  // compiler too, which then keeps the block loop, the stage and the wgmma descriptors in uniform
+  // registers (no per-thread descriptor moved over before each wgmma).
+  const int warpgroup = __shfl_sync(0xffffffffu, warp / 4, 0), g = lane >> 2, t = lane & 3;
   const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
                      kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
-  const int last_position = start + count - 1, last_block = last_position / BN;
+  const int last_position = start + count - 1,
+            last_block = __shfl_sync(0xffffffffu, last_position / BN, 0);
   const T* k_sequence = k_cache + tile.cache_base * kv_stride + kv_head * D;
   const T* v_sequence = v_cache + tile.cache_base * kv_stride + kv_head * D;
   auto load_block = [&](int block, int stage) {  // keys past the CTA's last query become zeros
@@ -384,9 +388,17 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
   const int group_first_query = per_head >= 64 ? warpgroup * 64 % per_head : 0;
   const int group_last_query =
       min(per_head >= 64 ? group_first_query + 63 : per_head - 1, count - 1);
-  const int group_last_position = group_first_query < count ? start + group_last_query : -1;
+  const int group_last_position =
+      __shfl_sync(0xffffffffu, group_first_query < count ? start + group_last_query : -1, 0);
   const float scale_log2 = shape.scale * log2_e;
-  const std::uint32_t q_address = shared_address(q_s) + warpgroup * 64 * 128;
+  // Descriptors of the warpgroup's Q and of stage 0's K and V; a stage, a panel or a k-step
+  // further is a constant added to the address field (wgmma::advance).
+  const std::uint64_t q_desc0 =
+      wgmma::descriptor(shared_address(q_s) + warpgroup * 64 * 128, 16, 1024);
+  const std::uint64_t k_desc0 = wgmma::descriptor(shared_address(k_s), 16, 1024);
+  // V (16 keys x D, N-major): the leading offset steps to the next 64-element panel of D, the
+  // stride offset to the next 8 keys.
+  const std::uint64_t v_desc0 = wgmma::descriptor(shared_address(v_s), Tile::kv_panel_bytes, 1024);
 
   for (int block = 0; block <= last_block; ++block) {
     copy_async_wait<Tile::stages - 2>();  // this thread's copies of the block have landed
@@ -396,22 +408,19 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
     if (ahead <= last_block) load_block(ahead, ahead & (Tile::stages - 1));
     copy_async_commit();
     if (block * BN > group_last_position) continue;  // uniform over the warpgroup
-    const int stage = block & (Tile::stages - 1);
-    const std::uint32_t k_address = shared_address(k_s + stage * Tile::kv_bytes);
-    const std::uint32_t v_address = shared_address(v_s + stage * Tile::kv_bytes);
+    const std::uint32_t stage = static_cast<std::uint32_t>(block) & (Tile::stages - 1);
+    const std::uint32_t kv_stage = stage * (Tile::kv_bytes >> 4);
 
-    float s[BN / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    float s[BN / 8][4];  // the first k-step writes it (accumulate 0)
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const std::uint32_t offset = (kk % 4) * 32;  // 16 elements further along the 128-byte row
+      constexpr std::uint32_t q_panel = Tile::q_panel_bytes >> 4,
+                              kv_panel = Tile::kv_panel_bytes >> 4;
+      const std::uint32_t step = (kk % 4) * 2;  // 16 elements further along the 128-byte row
       wgmma::ss_m64n64k16<T>(
-          reinterpret_cast<float(&)[BN / 2]>(s),
-          wgmma::descriptor(q_address + (kk / 4) * Tile::q_panel_bytes + offset, 16, 1024),
-          wgmma::descriptor(k_address + (kk / 4) * Tile::kv_panel_bytes + offset, 16, 1024),
-          kk > 0);
+          reinterpret_cast<float(&)[BN / 2]>(s), wgmma::advance(q_desc0, (kk / 4) * q_panel + step),
+          wgmma::advance(k_desc0, kv_stage + (kk / 4) * kv_panel + step), kk > 0);
     }
     wgmma::commit();
     wgmma::wait_all();
@@ -422,10 +431,7 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
     wgmma::fence();
 #pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc) {
-      // V (16 keys x D, N-major): the leading offset steps to the next 64-element panel of D, the
-      // stride offset to the next 8 keys.
-      const std::uint64_t v_desc =
-          wgmma::descriptor(v_address + kc * 16 * 128, Tile::kv_panel_bytes, 1024);
+      const std::uint64_t v_desc = wgmma::advance(v_desc0, kv_stage + kc * (16 * 128 >> 4));
       if constexpr (D == 128) {
         wgmma::rs_m64n128k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
       } else {
