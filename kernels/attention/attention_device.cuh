@@ -20,6 +20,17 @@
 
 namespace bitcheck::cuda::attention_device {
 
+// setmaxnreg (sm_90a, templates so that no other target compiles them): a whole warpgroup gives
+// back registers, or takes more, to the given count per thread.
+template <int Registers>
+__device__ __forceinline__ void registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Registers));
+}
+template <int Registers>
+__device__ __forceinline__ void registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Registers));
+}
+
 constexpr int warp_size = 32;
 constexpr float log2_e = 1.4426950408889634f;
 constexpr float ln_2 = 0.6931471805599453f;
@@ -283,6 +294,25 @@ __device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const
     unsigned char* destination =
         shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
     copy_async_16(destination, valid ? source + row * row_stride + column * 8 : source, valid);
+  }
+}
+
+// One warp (lane its lane) copies a block of BN keys x D elements into 128-byte swizzled panels of
+// BN * 128 bytes, key k from source + k * row_stride, keys at or past valid_keys as zeros: a
+// producer warp's copy of a block TMA cannot cut at an arbitrary key. One 16-byte chunk per lane at
+// a time (producers run on few registers); the caller commits and waits.
+template <typename T, int D, int BN>
+__device__ __forceinline__ void copy_block_zero_tail_async(unsigned char* destination,
+                                                           const T* source, std::int64_t row_stride,
+                                                           int valid_keys, int lane) {
+  constexpr int chunks = D / 8;
+#pragma unroll 1
+  for (int chunk = lane; chunk < BN * chunks; chunk += warp_size) {
+    const int key = chunk / chunks, column = chunk % chunks;
+    const bool valid = key < valid_keys;
+    copy_async_16(
+        destination + (column / 8) * BN * 128 + key * 128 + (((column % 8) ^ (key % 8)) << 4),
+        valid ? source + key * row_stride + column * 8 : source, valid);
   }
 }
 

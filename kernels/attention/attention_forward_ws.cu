@@ -154,14 +154,6 @@ __device__ __forceinline__ float merge_element(float A, float a, float acc, floa
 }
 
 #ifdef BITCHECK_ATTENTION_WS_SM90A
-template <int Registers>
-__device__ __forceinline__ void registers_decrease() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Registers));
-}
-template <int Registers>
-__device__ __forceinline__ void registers_increase() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Registers));
-}
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
@@ -279,18 +271,9 @@ __device__ __forceinline__ void produce(const WsCta& cta, const CUtensorMap* k_m
       }
     }
     if (block == cta.last_block && valid_last < BN) {
-      // One 16-byte chunk per lane at a time: the producer runs on few registers.
-      const T* source = params.v_cache + row * kv_stride + cta.kv_head * D;
-      unsigned char* destination = cta.v_s + stage * Tile::kv_bytes;
-      constexpr int chunks = D / 8;
-#pragma unroll 1
-      for (int chunk = lane; chunk < BN * chunks; chunk += warp_size) {
-        const int key = chunk / chunks, column = chunk % chunks;
-        const bool valid = key < valid_last;
-        copy_async_16(destination + (column / 8) * Tile::kv_panel_bytes + key * 128 +
-                          (((column % 8) ^ (key % 8)) << 4),
-                      valid ? source + key * kv_stride + column * 8 : source, valid);
-      }
+      copy_block_zero_tail_async<T, D, BN>(cta.v_s + stage * Tile::kv_bytes,
+                                           params.v_cache + row * kv_stride + cta.kv_head * D,
+                                           kv_stride, valid_last, lane);
       copy_async_commit();
       copy_async_wait_all();
       fence_proxy_async_shared();  // the consumers' wgmma reads these rows
@@ -920,8 +903,8 @@ void AttentionForwardLaunch::run(const void* q, const void* k_cache, const void*
   if (kernel_ == AttentionForwardKernel::mma_sync ||
       kernel_ == AttentionForwardKernel::wgmma_synchronous) {  // they record their paths
     attention_forward_mma(dtype_, q, k_cache, v_cache, o, lse, tiles_.as<AttentionTile>(),
-                          tile_count_, shape_, stream, kernel_ == AttentionForwardKernel::mma_sync,
-                          longest_tile_);
+                          tile_count_, cache_rows_, shape_, stream,
+                          kernel_ == AttentionForwardKernel::mma_sync, longest_tile_);
     return;
   }
   record_path(path_);

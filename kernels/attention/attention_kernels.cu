@@ -45,8 +45,10 @@
 #include "attention_device.cuh"
 #include "attention_kernels.h"
 #include "bitcheck/paths.h"
+#include "common/async_copy.cuh"
 #include "common/convert.cuh"
 #include "common/cuda_check.cuh"
+#include "common/tensor_map.cuh"
 #include "common/wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -284,7 +286,9 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
 // ---------------------------------------------------------------------------------------------
 // Hopper forward (sm_90a): the same KV blocks and per-row arithmetic as forward_mma_kernel
 // (softmax_block, store_rows), with the two products on wgmma: S = Q·Kᵀ as m64n64k16 with Q and K
-// K-major in shared memory, O += P·V as m64nDk16 with P in registers and V N-major.
+// K-major in shared memory, O += P·V as m64nDk16 with P in registers and V N-major. Launched for
+// decode-like launches; prefill takes forward_wgmma_producer_kernel below, the same arithmetic
+// with TMA loads from a producer warpgroup.
 //
 // With PackHeads (the launcher picks it for decode-like launches with enough tiles to fill the
 // GPU), heads that share a KV head share the CTA and each K/V block it loads: with G = heads /
@@ -308,7 +312,7 @@ struct WgmmaForwardTile {
   static constexpr int kv_panel_bytes = keys * 128;
   static constexpr int q_bytes = panels * q_panel_bytes;
   static constexpr int kv_bytes = panels * kv_panel_bytes;  // one stage of K or of V
-  static constexpr int stages = Stages;  // K/V blocks in flight (2 for prefill, 4 for decode)
+  static constexpr int stages = Stages;  // K/V blocks in flight (decode-like launches: 4)
   static constexpr int shared_bytes = q_bytes + 2 * stages * kv_bytes + 1024;  // + alignment slack
   static_assert(shared_bytes <= 227 * 1024, "shared memory per block");
   static_assert(sizeof(T) == 2 && keys == 64 && queries == 128 && D % 64 == 0,
@@ -318,6 +322,45 @@ struct WgmmaForwardTile {
   static_assert(warpgroups * 4 * 16 * (D + 8) * 2 <= 2 * stages * kv_bytes,
                 "staging fits in the K/V stages");
 };
+
+#ifdef BITCHECK_ATTENTION_SM90A
+// S = Q·Kᵀ of one 64-key block of the synchronous kernels: D/16 k-steps of m64n64k16 from the
+// warpgroup's Q (q_desc0) and the stage's K (k_desc0 + kv_stage), committed, not waited for.
+template <typename T, int D, typename Tile>
+__device__ __forceinline__ void issue_scores(float (&s)[Tile::keys / 8][4], std::uint64_t q_desc0,
+                                             std::uint64_t k_desc0, std::uint32_t kv_stage) {
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    constexpr std::uint32_t q_panel = Tile::q_panel_bytes >> 4,
+                            kv_panel = Tile::kv_panel_bytes >> 4;
+    const std::uint32_t step = (kk % 4) * 2;  // 16 elements further along the 128-byte row
+    wgmma::ss_m64n64k16<T>(reinterpret_cast<float(&)[Tile::keys / 2]>(s),
+                           wgmma::advance(q_desc0, (kk / 4) * q_panel + step),
+                           wgmma::advance(k_desc0, kv_stage + (kk / 4) * kv_panel + step), kk > 0);
+  }
+  wgmma::commit();
+}
+
+// O += P·V of one block: four 16-key steps of m64nDk16 with P in registers and the stage's V
+// (v_desc0 + kv_stage), committed, not waited for.
+template <typename T, int D, typename Tile>
+__device__ __forceinline__ void issue_pv(float (&acc)[D / 8][4],
+                                         const std::uint32_t (&pa)[Tile::keys / 16][4],
+                                         std::uint64_t v_desc0, std::uint32_t kv_stage) {
+  wgmma::fence();
+#pragma unroll
+  for (int kc = 0; kc < Tile::keys / 16; ++kc) {
+    const std::uint64_t v_desc = wgmma::advance(v_desc0, kv_stage + kc * (16 * 128 >> 4));
+    if constexpr (D == 128) {
+      wgmma::rs_m64n128k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
+    } else {
+      wgmma::rs_m64n64k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
+    }
+  }
+  wgmma::commit();
+}
+#endif
 
 template <typename T, int D, int Stages, bool PackHeads>
 __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
@@ -412,33 +455,13 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
     const std::uint32_t kv_stage = stage * (Tile::kv_bytes >> 4);
 
     float s[BN / 8][4];  // the first k-step writes it (accumulate 0)
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      constexpr std::uint32_t q_panel = Tile::q_panel_bytes >> 4,
-                              kv_panel = Tile::kv_panel_bytes >> 4;
-      const std::uint32_t step = (kk % 4) * 2;  // 16 elements further along the 128-byte row
-      wgmma::ss_m64n64k16<T>(
-          reinterpret_cast<float(&)[BN / 2]>(s), wgmma::advance(q_desc0, (kk / 4) * q_panel + step),
-          wgmma::advance(k_desc0, kv_stage + (kk / 4) * kv_panel + step), kk > 0);
-    }
-    wgmma::commit();
+    issue_scores<T, D, Tile>(s, q_desc0, k_desc0, kv_stage);
     wgmma::wait_all();
     softmax_block<BN, D>(s, acc, m, l, block * BN, warp_first_position, position, t, scale_log2);
     // P, all packed before the fence so the four wgmmas issue back to back.
     std::uint32_t pa[BN / 16][4];
     pack_p_fragments<T, BN>(s, pa);
-    wgmma::fence();
-#pragma unroll
-    for (int kc = 0; kc < BN / 16; ++kc) {
-      const std::uint64_t v_desc = wgmma::advance(v_desc0, kv_stage + kc * (16 * 128 >> 4));
-      if constexpr (D == 128) {
-        wgmma::rs_m64n128k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
-      } else {
-        wgmma::rs_m64n64k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
-      }
-    }
-    wgmma::commit();
+    issue_pv<T, D, Tile>(acc, pa, v_desc0, kv_stage);
     wgmma::wait_all();
   }
   copy_async_wait_all();
@@ -447,6 +470,179 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
   T* o_s = reinterpret_cast<T*>(k_s) + warp * 16 * (D + 8);
   store_rows<T, D>(acc, m, l, o_s, o, lse, first_slot + warp_query, count - warp_query, h, lane,
                    q_stride, shape.heads, scale_log2);
+#else
+  __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
+#endif
+}
+
+// The synchronous kernel's prefill with a producer warpgroup (sm_90a): the same rows, blocks and
+// arithmetic as forward_wgmma_kernel<T, D, Stages, false> (issue_scores, softmax_block,
+// issue_pv, store_rows), so the same bits, but the K/V blocks come by TMA from one warp of a third
+// warpgroup into Stages stages on full and empty mbarriers instead of by cp.async from every
+// thread behind a __syncthreads per block: each consumer warpgroup waits only for its own block's
+// data and frees a stage when its products are done, so the two warpgroups of a CTA no longer wait
+// for each other every block, and issue no loads. The last block's V rows past the CTA's last
+// query become zeros (a masked p = 0 times a pad slot's NaN would be NaN); the rows of K past it
+// are masked by position before they are used. The producer warpgroup gives its registers to the
+// consumers (setmaxnreg): at head dim 64 each SM keeps two CTAs of two consumer warpgroups at 104
+// registers. (One producer warp instead, 288 threads capped at 112 registers, ran 35 % slower on an
+// H100; for two such CTAs per SM ptxas's own register bound is 96.)
+template <typename T, int D, int Stages>
+struct WgmmaProducerTile : WgmmaForwardTile<T, D, Stages> {
+  using Base = WgmmaForwardTile<T, D, Stages>;
+  static constexpr int consumer_threads = Base::threads;
+  static constexpr int threads = consumer_threads + 128;  // + the producer warpgroup
+  static constexpr int ctas_per_sm = D == 64 ? 2 : 1;
+  // setmaxnreg moves registers only within the CTA's allocation at launch: 65536 / (384 *
+  // ctas_per_sm) per thread, in steps of 8 (80 at head dim 64, 168 at 128).
+  static constexpr int producer_registers = 24;
+  static constexpr int launch_registers = 65536 / (threads * ctas_per_sm) / 8 * 8;
+  static constexpr int consumer_registers =
+      (launch_registers * threads - producer_registers * 128) / consumer_threads / 8 * 8;
+  static_assert(producer_registers * 128 + consumer_registers * consumer_threads <=
+                    launch_registers * threads,
+                "setmaxnreg stays within the CTA's registers");
+  static constexpr int barriers_offset = Base::q_bytes + 2 * Stages * Base::kv_bytes;
+  static constexpr int shared_bytes = Base::shared_bytes + 3 * Stages * 8;
+  static_assert(shared_bytes * ctas_per_sm + 1024 * ctas_per_sm <= 228 * 1024,
+                "shared memory per SM");
+};
+
+template <typename T, int D, int Stages>
+__global__ void __launch_bounds__(WgmmaProducerTile<T, D, Stages>::threads,
+                                  WgmmaProducerTile<T, D, Stages>::ctas_per_sm)
+    forward_wgmma_producer_kernel(const __grid_constant__ CUtensorMap k_map,
+                                  const __grid_constant__ CUtensorMap v_map, const T* q,
+                                  const T* v_cache, T* o, float* lse, const AttentionTile* tiles,
+                                  AttentionShape shape) {
+#ifdef BITCHECK_ATTENTION_SM90A
+  using Tile = WgmmaProducerTile<T, D, Stages>;
+  constexpr int BN = Tile::keys, S = Stages;
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* shared = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) & ~std::uintptr_t(1023));
+  unsigned char* q_s = shared;
+  unsigned char* k_s = q_s + Tile::q_bytes;  // [stages][panels][keys][128 bytes]
+  unsigned char* v_s = k_s + S * Tile::kv_bytes;
+  auto* full_k = reinterpret_cast<std::uint64_t*>(shared + Tile::barriers_offset);
+  std::uint64_t* full_v = full_k + S;
+  std::uint64_t* empty = full_v + S;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      async_copy::mbar_init(&full_k[s], 1);
+      async_copy::mbar_init(&full_v[s], 1);
+      async_copy::mbar_init(&empty[s], Tile::consumer_threads / warp_size);  // lane 0 of each
+    }
+    async_copy::mbar_init_fence();
+  }
+  __syncthreads();
+
+  const AttentionTile tile = tiles[blockIdx.x / shape.heads];
+  const int h = static_cast<int>(blockIdx.x % shape.heads), count = tile.count;
+  const int kv_head = h / (shape.heads / shape.kv_heads), start = tile.start_position;
+  const int warp = static_cast<int>(threadIdx.x) / warp_size,
+            lane = static_cast<int>(threadIdx.x) % warp_size;
+  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
+                     kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
+  const int last_position = start + count - 1,
+            last_block = __shfl_sync(0xffffffffu, last_position / BN, 0);
+
+  if (warp >= Tile::consumer_threads / warp_size) {  // the producer warpgroup
+    registers_decrease<Tile::producer_registers>();
+    if (warp > Tile::consumer_threads / warp_size) return;  // one warp loads
+    const int valid_last = last_position - last_block * BN + 1;
+    for (int block = 0; block <= last_block; ++block) {
+      const unsigned stage = static_cast<unsigned>(block) % S,
+                     use = static_cast<unsigned>(block) / S;
+      async_copy::mbar_wait(&empty[stage], (use & 1u) ^ 1u);
+      const int row = tile.cache_base + block * BN;
+      if (lane == 0) {
+        async_copy::mbar_expect_tx(&full_k[stage], Tile::kv_bytes);
+#pragma unroll
+        for (int p = 0; p < Tile::panels; ++p) {
+          async_copy::tma_load_2d(k_s + stage * Tile::kv_bytes + p * Tile::kv_panel_bytes, &k_map,
+                                  &full_k[stage], kv_head * D + p * 64, row);
+        }
+      }
+      if (block == last_block && valid_last < BN) {
+        copy_block_zero_tail_async<T, D, BN>(v_s + stage * Tile::kv_bytes,
+                                             v_cache + row * kv_stride + kv_head * D, kv_stride,
+                                             valid_last, lane);
+        copy_async_commit();
+        copy_async_wait_all();
+        async_copy::fence_proxy_async_shared();  // the consumers' wgmma reads these rows
+        __syncwarp();
+        if (lane == 0) async_copy::mbar_arrive(&full_v[stage]);
+      } else if (lane == 0) {
+        async_copy::mbar_expect_tx(&full_v[stage], Tile::kv_bytes);
+#pragma unroll
+        for (int p = 0; p < Tile::panels; ++p) {
+          async_copy::tma_load_2d(v_s + stage * Tile::kv_bytes + p * Tile::kv_panel_bytes, &v_map,
+                                  &full_v[stage], kv_head * D + p * 64, row);
+        }
+      }
+    }
+    return;
+  }
+
+  registers_increase<Tile::consumer_registers>();
+  load_swizzled_async<T, D, Tile::queries, Tile::consumer_threads>(
+      q_s, q + tile.first_slot * q_stride + h * D, q_stride, count);
+  copy_async_commit();
+  const int warpgroup = __shfl_sync(0xffffffffu, warp / 4, 0), g = lane >> 2, t = lane & 3;
+  const int r0 = warp * 16;
+  float acc[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int warp_first_position = start + r0;
+  const int position[2] = {warp_first_position + g, warp_first_position + g + 8};
+  const int group_last_position = __shfl_sync(
+      0xffffffffu, warpgroup * 64 < count ? start + min(warpgroup * 64 + 63, count - 1) : -1, 0);
+  const float scale_log2 = shape.scale * log2_e;
+  const std::uint64_t q_desc0 =
+      wgmma::descriptor(shared_address(q_s) + warpgroup * 64 * 128, 16, 1024);
+  const std::uint64_t k_desc0 = wgmma::descriptor(shared_address(k_s), 16, 1024);
+  const std::uint64_t v_desc0 = wgmma::descriptor(shared_address(v_s), Tile::kv_panel_bytes, 1024);
+  copy_async_wait_all();
+  async_copy::fence_proxy_async_shared();  // wgmma reads Q through the async proxy
+  async_copy::named_barrier_sync(1, Tile::consumer_threads);
+  // The consumers' barriers by shared-memory address: full_k, full_v and empty, 8 bytes per stage.
+  const std::uint32_t full_k_address = shared_address(full_k),
+                      full_v_address = full_k_address + S * 8,
+                      empty_address = full_v_address + S * 8;
+  auto release = [&](unsigned stage) {
+    __syncwarp();
+    if (lane == 0) async_copy::mbar_arrive(empty_address + stage * 8);
+  };
+
+  for (int block = 0; block <= last_block; ++block) {
+    const unsigned stage = static_cast<unsigned>(block) % S,
+                   phase = (static_cast<unsigned>(block) / S) & 1u;
+    if (block * BN > group_last_position) {  // uniform over the warpgroup; the other one has rows
+      async_copy::mbar_wait(full_v_address + stage * 8, phase);
+      release(stage);
+      continue;
+    }
+    const std::uint32_t kv_stage = stage * (Tile::kv_bytes >> 4);
+    float s[BN / 8][4];  // the first k-step writes it (accumulate 0)
+    async_copy::mbar_wait(full_k_address + stage * 8, phase);
+    issue_scores<T, D, Tile>(s, q_desc0, k_desc0, kv_stage);
+    wgmma::wait_all();
+    softmax_block<BN, D>(s, acc, m, l, block * BN, warp_first_position, position, t, scale_log2);
+    std::uint32_t pa[BN / 16][4];
+    pack_p_fragments<T, BN>(s, pa);
+    async_copy::mbar_wait(full_v_address + stage * 8, phase);
+    issue_pv<T, D, Tile>(acc, pa, v_desc0, kv_stage);
+    wgmma::wait_all();
+    release(stage);
+  }
+  // Every block's loads were waited for; every consumer is done with K and V once all are here.
+  async_copy::named_barrier_sync(1, Tile::consumer_threads);
+  if (r0 >= count) return;  // padding only; no barrier follows
+  T* o_s = reinterpret_cast<T*>(k_s) + warp * 16 * (D + 8);
+  store_rows<T, D>(acc, m, l, o_s, o, lse, tile.first_slot + r0, count - r0, h, lane, q_stride,
+                   shape.heads, scale_log2);
 #else
   __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
 #endif
@@ -1170,10 +1366,10 @@ std::int64_t attention_packed_heads_sequences(AttentionShape shape) {
 namespace {
 
 // Launch shapes of the wgmma forward, a per-launch scheduling choice (no bit depends on it):
-// prefill (some tile longer than 16 queries) on 2 K/V stages, one head per CTA; decode-like
-// launches on 4 stages, since one CTA streams a sequence's whole cache, and with the heads of a KV
-// group packed into one CTA when that still leaves at least 64 CTAs with work (fewer CTAs would
-// leave SMs idle while each streams its cache).
+// prefill (some tile longer than 16 queries) by the producer-warpgroup kernel, one head per CTA;
+// decode-like launches on 4 stages, since one CTA streams a sequence's whole cache, and with the
+// heads of a KV group packed into one CTA when that still leaves at least 64 CTAs with work (fewer
+// CTAs would leave SMs idle while each streams its cache).
 struct WgmmaForwardPlan {
   bool decode_like;
   bool pack_heads;
@@ -1209,10 +1405,40 @@ void launch_wgmma_stages(const void* q, const void* k_cache, const void* v_cache
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
+// K/V stages of the producer-warpgroup prefill kernel (2 ran as fast at head dim 64 on an H100).
+constexpr int producer_stages = 4;
+
+template <typename T, int D>
+void launch_wgmma_producer(const void* q, const void* k_cache, const void* v_cache, void* o,
+                           float* lse, const AttentionTile* tiles, int tile_count,
+                           std::int64_t cache_rows, AttentionShape shape, CUstream_st* stream) {
+  using Tile = WgmmaProducerTile<T, D, producer_stages>;
+  static std::once_flag configured;
+  std::call_once(configured, [] {
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_wgmma_producer_kernel<T, D, producer_stages>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Tile::shared_bytes));
+  });
+  const std::int64_t ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
+  if (ctas > std::numeric_limits<int>::max())
+    throw std::invalid_argument("attention_forward_mma: tiles * heads exceeds the grid");
+  const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
+                                       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const std::int64_t kv_width = static_cast<std::int64_t>(shape.kv_heads) * D;
+  const CUtensorMap k_map = make_tensor_map(type, k_cache, cache_rows, kv_width, 64);
+  const CUtensorMap v_map = make_tensor_map(type, v_cache, cache_rows, kv_width, 64);
+  forward_wgmma_producer_kernel<T, D, producer_stages>
+      <<<static_cast<unsigned>(ctas), Tile::threads, Tile::shared_bytes, stream>>>(
+          k_map, v_map, static_cast<const T*>(q), static_cast<const T*>(v_cache),
+          static_cast<T*>(o), lse, tiles, shape);
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
 template <typename T, int D>
 void launch_wgmma(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse,
                   const AttentionTile* tiles, int tile_count, int longest_tile,
-                  AttentionShape shape, CUstream_st* stream) {
+                  std::int64_t cache_rows, AttentionShape shape, CUstream_st* stream) {
   const WgmmaForwardPlan plan = plan_wgmma_forward(tile_count, longest_tile, shape);
   record_path(plan.pack_heads    ? "forward.wgmma.synchronous.decode.packed-heads"
               : plan.decode_like ? "forward.wgmma.synchronous.decode"
@@ -1224,8 +1450,8 @@ void launch_wgmma(const void* q, const void* k_cache, const void* v_cache, void*
     launch_wgmma_stages<T, D, 4, false>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape,
                                         stream);
   } else {
-    launch_wgmma_stages<T, D, 2, false>(q, k_cache, v_cache, o, lse, tiles, tile_count, shape,
-                                        stream);
+    launch_wgmma_producer<T, D>(q, k_cache, v_cache, o, lse, tiles, tile_count, cache_rows, shape,
+                                stream);
   }
 }
 
@@ -1301,23 +1527,24 @@ void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void
 
 void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache,
                            const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
-                           int tile_count, AttentionShape shape, CUstream_st* stream,
-                           bool force_mma_sync, int longest_tile) {
+                           int tile_count, std::int64_t cache_rows, AttentionShape shape,
+                           CUstream_st* stream, bool force_mma_sync, int longest_tile) {
   if (tile_count <= 0) return;
   if (dtype == DeviceDType::fp32 || (shape.dim != 64 && shape.dim != 128)) {
     throw std::invalid_argument("attention_forward_mma: bf16/fp16 with head dim 64 or 128 only");
   }
   if (!force_mma_sync && attention_forward_uses_wgmma()) {
     if (dtype == DeviceDType::bf16) {
-      shape.dim == 64 ? launch_wgmma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles,
-                                                        tile_count, longest_tile, shape, stream)
-                      : launch_wgmma<__nv_bfloat16, 128>(q, k_cache, v_cache, o, lse, tiles,
-                                                         tile_count, longest_tile, shape, stream);
+      shape.dim == 64
+          ? launch_wgmma<__nv_bfloat16, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count,
+                                            longest_tile, cache_rows, shape, stream)
+          : launch_wgmma<__nv_bfloat16, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count,
+                                             longest_tile, cache_rows, shape, stream);
     } else {
       shape.dim == 64 ? launch_wgmma<__half, 64>(q, k_cache, v_cache, o, lse, tiles, tile_count,
-                                                 longest_tile, shape, stream)
+                                                 longest_tile, cache_rows, shape, stream)
                       : launch_wgmma<__half, 128>(q, k_cache, v_cache, o, lse, tiles, tile_count,
-                                                  longest_tile, shape, stream);
+                                                  longest_tile, cache_rows, shape, stream);
     }
     return;
   }

@@ -144,8 +144,8 @@ bool attention_forward_uses_wgmma();  // for the current device
                                       // (BITCHECK_ATTENTION_FORWARD=mma-sync: false)
 void attention_forward_mma(DeviceDType dtype, const void* q, const void* k_cache,
                            const void* v_cache, void* o, float* lse, const AttentionTile* tiles,
-                           int tile_count, AttentionShape shape, CUstream_st* stream,
-                           bool force_mma_sync = false,
+                           int tile_count, std::int64_t cache_rows, AttentionShape shape,
+                           CUstream_st* stream, bool force_mma_sync = false,
                            int longest_tile = attention_mma_tile_queries);
 
 // SIMT forward (any dtype, dim <= 128, kv_block a multiple of 32 up to 128): keys in blocks of
