@@ -3,7 +3,8 @@
 // forward gives every layout the prefill rows' bits across 512-key chunk boundaries, the bits of
 // the synchronous wgmma kernel without chunks (and within the first chunk with them), on the
 // sweeps' layouts and the bench shapes, and a tile's bits whichever of its persistent CTA's work
-// items it is; it agrees with the mma.sync forward; the tensor-core
+// items it is; no forward path lets NaN in the KV cache past a sequence's last key into a row; the
+// wgmma forward agrees with the mma.sync forward; the tensor-core
 // backwards agree with the SIMT one, and on sm_90 the wgmma backward gives the mma.sync one's bits;
 // and each CUDA control drifts.
 #include <algorithm>
@@ -259,17 +260,35 @@ struct ForwardBits {
   std::vector<std::uint32_t> lse;
 };
 
+// A KV cache other than the batch's own k and v (the same keys at other rows): cache_rows rows,
+// sequence s's keys from row bases[s].
+struct KvCacheView {
+  const cuda::DeviceBuffer *k, *v;
+  std::int64_t cache_rows;
+  std::vector<int> bases;
+};
+
 ForwardBits run_launches(const ForwardBatch& batch, const Launches& launches,
                          cuda::AttentionForwardKernel kernel,
-                         cuda::AttentionSchedule schedule = cuda::AttentionSchedule::automatic) {
+                         cuda::AttentionSchedule schedule = cuda::AttentionSchedule::automatic,
+                         const KvCacheView* cache = nullptr) {
   cuda::DeviceBuffer o(batch.q_elements() * 2),
       lse(static_cast<std::size_t>(batch.slots) * batch.shape.heads * sizeof(float));
   o.fill_bytes(0xFF);
   lse.fill_bytes(0xFF);
-  for (const auto& tiles : launches) {
-    const cuda::AttentionForwardLaunch launch(batch.device_dtype(), batch.shape, tiles, batch.slots,
-                                              kernel, schedule);
-    launch.run(batch.q.get(), batch.k.get(), batch.v.get(), o.get(), lse.as<float>());
+  for (std::vector<cuda::AttentionTile> tiles : launches) {
+    if (cache) {  // each tile's cache base moves to its sequence's rows in the other cache
+      for (cuda::AttentionTile& tile : tiles) {
+        const auto s = std::find(batch.offsets.begin(), batch.offsets.end(), tile.cache_base) -
+                       batch.offsets.begin();
+        tile.cache_base = cache->bases.at(static_cast<std::size_t>(s));
+      }
+    }
+    const cuda::AttentionForwardLaunch launch(batch.device_dtype(), batch.shape, tiles,
+                                              cache ? cache->cache_rows : batch.slots, kernel,
+                                              schedule);
+    launch.run(batch.q.get(), cache ? cache->k->get() : batch.k.get(),
+               cache ? cache->v->get() : batch.v.get(), o.get(), lse.as<float>());
   }
   ForwardBits bits{
       std::vector<std::uint16_t>(batch.q_elements()),
@@ -499,6 +518,86 @@ TEST_CASE("persistent prefill CTAs give each tile the bits it gets launched alon
   INFO(rows << " rows of " << alone.size() << " tiles launched alone");
   CHECK(rows == static_cast<int>(alone.size()) * cuda::attention_mma_tile_queries);
   CHECK(differ == 0);
+}
+
+TEST_CASE("NaN in the KV cache past a sequence's last key reaches no row", "[gpu][attention]") {
+  // A serving engine's cache holds whatever its freed or unwritten rows held after a sequence's
+  // last key, NaN among it. Masked keys have p = 0, but 0 times NaN is NaN: every forward path has
+  // to zero (or never read) the values past a CTA's last query. Here each sequence's keys are
+  // followed by 64 NaN rows, and every row must keep the bits it has with the keys back to back.
+  const int gap = 64;
+  struct Kernel {
+    cuda::AttentionForwardKernel kernel;
+    const char* name;
+    bool needs_sm90, head_dim_128_only;
+  };
+  const Kernel kernels[] = {
+      {cuda::AttentionForwardKernel::automatic, "automatic", false, false},
+      {cuda::AttentionForwardKernel::wgmma_synchronous, "wgmma synchronous", true, false},
+      {cuda::AttentionForwardKernel::warp_specialized_unchunked, "warp-specialized unchunked", true,
+       true},
+      {cuda::AttentionForwardKernel::mma_sync, "mma.sync", false, false}};
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    for (int head_dim : {64, 128}) {
+      const ForwardBatch batch(dtype, 8, 2, head_dim, edge_lengths, 31);
+      // The gapped cache: sequence s at bases[s], then `gap` rows of all-ones bits (NaN).
+      const std::size_t row = static_cast<std::size_t>(batch.shape.kv_heads) * head_dim;
+      KvCacheView view{nullptr, nullptr, 0, {}};
+      for (int length : batch.lengths) {
+        view.bases.push_back(static_cast<int>(view.cache_rows));
+        view.cache_rows += length + gap;
+      }
+      std::vector<std::uint16_t> k_host(static_cast<std::size_t>(batch.slots) * row),
+          v_host(k_host.size());
+      batch.k.download(k_host.data(), batch.k.bytes());
+      batch.v.download(v_host.data(), batch.v.bytes());
+      std::vector<std::uint16_t> k_gapped(static_cast<std::size_t>(view.cache_rows) * row, 0xFFFF),
+          v_gapped(k_gapped.size(), 0xFFFF);
+      for (std::size_t s = 0; s < batch.lengths.size(); ++s) {
+        const auto from =
+            static_cast<std::ptrdiff_t>(static_cast<std::size_t>(batch.offsets[s]) * row);
+        const auto count =
+            static_cast<std::ptrdiff_t>(static_cast<std::size_t>(batch.lengths[s]) * row);
+        const auto to = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(view.bases[s]) * row);
+        std::copy(k_host.begin() + from, k_host.begin() + from + count, k_gapped.begin() + to);
+        std::copy(v_host.begin() + from, v_host.begin() + from + count, v_gapped.begin() + to);
+      }
+      const cuda::DeviceBuffer k = upload_halves(k_gapped), v = upload_halves(v_gapped);
+      view.k = &k;
+      view.v = &v;
+      for (const Kernel& kernel : kernels) {
+        if (kernel.needs_sm90 && !cuda::attention_forward_uses_wgmma()) continue;
+        if (kernel.head_dim_128_only && head_dim != 128) continue;
+        for (const auto& [layout, launches] : layout_launches(batch)) {
+          INFO(to_string(dtype) << " D=" << head_dim << " " << kernel.name << ", " << layout);
+          const ForwardBits together = run_launches(batch, launches, kernel.kernel);
+          const ForwardBits gapped = run_launches(batch, launches, kernel.kernel,
+                                                  cuda::AttentionSchedule::automatic, &view);
+          const RowComparison rows = compare_rows(batch, gapped, together);
+          CHECK(rows.unwritten == 0);
+          CHECK(rows.differ_first_chunk == 0);
+          CHECK(rows.differ_later == 0);
+        }
+      }
+      // The check can fail: a NaN inside a sequence's keys (its last value row, position 1299)
+      // reaches that row and, through 0 times NaN, the other rows of its block's CTA.
+      std::vector<std::uint16_t> poisoned = v_gapped;
+      const std::size_t last =
+          static_cast<std::size_t>(view.bases.back() + batch.lengths.back() - 1) * row;
+      std::fill(poisoned.begin() + static_cast<std::ptrdiff_t>(last),
+                poisoned.begin() + static_cast<std::ptrdiff_t>(last + row), 0xFFFF);
+      const cuda::DeviceBuffer v_poisoned = upload_halves(poisoned);
+      KvCacheView broken = view;
+      broken.v = &v_poisoned;
+      const Launches prefill = chunked_launches(batch, 0);
+      const RowComparison leaked =
+          compare_rows(batch,
+                       run_launches(batch, prefill, cuda::AttentionForwardKernel::automatic,
+                                    cuda::AttentionSchedule::automatic, &broken),
+                       run_launches(batch, prefill, cuda::AttentionForwardKernel::automatic));
+      CHECK(leaked.differ_later > 0);
+    }
+  }
 }
 
 TEST_CASE("attention wgmma forward agrees with the mma.sync forward", "[gpu][attention]") {
