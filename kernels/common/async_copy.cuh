@@ -32,8 +32,8 @@ __device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
-// The same two, on the mbarrier at a shared-memory address (a 32-bit register, where a kernel
-// short of registers cannot keep 64-bit pointers to its barriers).
+// The same two, on the mbarrier at a shared-memory address held in a 32-bit register (as the
+// producer-warpgroup forward's consumers keep theirs; it did not change their register count).
 __device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
