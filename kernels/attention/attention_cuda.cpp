@@ -81,7 +81,9 @@ DeviceBuffer output_buffer(std::size_t bytes) {
   return buffer;
 }
 
-// The KV cache of one layout execution: [tokens, KVH, D] in the case dtype, zeroed at creation.
+// The KV cache of one layout execution: [tokens, KVH, D] in the case dtype, NaN at creation (all
+// bytes 0xFF), so a kernel that reads a row no invocation has written yet (a later sequence's, or a
+// later decode step's) shows: 0 times NaN is NaN, and the row's bits differ from its run alone.
 struct KvCache {
   DeviceBuffer k, v;
 };
@@ -265,8 +267,8 @@ class CudaAttention : public Impl {
           static_cast<std::size_t>(attention::sequence_offsets(spec).back() * kv_width) * element;
       created->k = DeviceBuffer(bytes);
       created->v = DeviceBuffer(bytes);
-      created->k.fill_bytes(0);
-      created->v.fill_bytes(0);
+      created->k.fill_bytes(0xFF);
+      created->v.fill_bytes(0xFF);
       batch.layout_state = created;
     }
     KvCache& cache = *static_cast<KvCache*>(batch.layout_state.get());
