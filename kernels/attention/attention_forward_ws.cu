@@ -101,10 +101,11 @@ struct WsTile {
   static constexpr int kv_bytes = panels * kv_panel_bytes;  // K or V of one block
   static constexpr int stages = decode ? 2 : 4;
   static constexpr int merge_bytes = decode ? 0 : Consumers * 128 * (D / 2) * 4;
-  // Prefill CTAs are persistent: each takes work items blockIdx.x, + gridDim.x, ... in turn, the
-  // producer loading the next item's Q and first blocks while the consumers finish the last.
+  // Prefill CTAs are persistent: each takes work item blockIdx.x, then the next untaken one of
+  // the longest-first list as its producer is ready for it (WsParams::next_item), the producer
+  // loading the next item's Q and first blocks while the consumers finish the last.
   static constexpr bool persistent = !decode;
-  static constexpr int barrier_bytes = 3 * stages * 8 + 2 * 8;
+  static constexpr int barrier_bytes = 3 * stages * 8 + 2 * 8 + 8;  // + the next item's index
   static constexpr int shared_bytes =
       Consumers * q_bytes + 2 * stages * kv_bytes + merge_bytes + barrier_bytes + 1024;
   // Registers after setmaxnreg: the producer gives back what the consumers take, within the
@@ -136,6 +137,9 @@ struct WsParams {
   int pack;   // heads sharing a CTA (1, or the group size when packed)
   int pingpong;    // two consumer warpgroups take turns issuing their products
   int item_count;  // work items (tile, unit) of a persistent launch
+  // Persistent launches: how many items past the first gridDim.x have been taken (0 at launch;
+  // the launch's last take sets it back to 0, so one counter serves every launch in a stream).
+  int* next_item;
 };
 
 // The weights of merging a chunk's state (max m > -inf, sum l over the row) into a row's merged
@@ -176,6 +180,12 @@ struct WsCta {
   int pack, per_head, first_head, count, kv_head;
   int last_position, last_block, first_block, end_block, blocks;
 };
+
+// Persistent: the index of the item whose Q the producer loads (-1: none left), right after
+// q_empty (computed where used: one more pointer in WsCta made the producer spill at 24 registers).
+__device__ __forceinline__ int* item_slot(const WsCta& cta) {
+  return reinterpret_cast<int*>(cta.q_empty + 1);
+}
 
 #ifdef BITCHECK_ATTENTION_WS_SM90A
 // This thread's merged accumulators in shared memory: float4 dt (acc[dt][0..3]) at
@@ -294,12 +304,19 @@ __device__ __forceinline__ void produce(const WsCta& cta, const CUtensorMap* k_m
 // warpgroup w: query 64w + r of the tile), once the consumers hold the previous item's in
 // registers. Rows past the tile's queries load whatever follows them (zeros past the last slot):
 // their rows are computed and never stored, and no other row's bits depend on them.
+// Its index goes to the consumers through item_slot, written before the arrive that they wait for
+// (an mbarrier arrive releases, its wait acquires); item < 0 tells them that none is left.
 template <typename T, int D, int Consumers, int ChunkBlocks>
 __device__ __forceinline__ void produce_queries(const WsCta& cta, const CUtensorMap* q_map, int k,
-                                                int lane) {
+                                                int item, int lane) {
   using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
-  mbar_wait(cta.q_empty, (k & 1) ^ 1);
+  mbar_wait(cta.q_empty, (k & 1) ^ 1);  // every consumer has read the previous index, too
   if (lane != 0) return;
+  *item_slot(cta) = item;
+  if (item < 0) {
+    mbar_arrive(cta.q_full);
+    return;
+  }
   mbar_expect_tx(cta.q_full, Consumers * Tile::q_bytes);
 #pragma unroll
   for (int w = 0; w < Consumers; ++w) {
@@ -329,9 +346,7 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
   unsigned char* q_w = cta.q_s + w * Tile::q_bytes;
   const int pack = cta.pack, per_head = cta.per_head, count = cta.count;
 
-  if constexpr (Tile::persistent) {
-    mbar_wait(cta.q_full, k & 1);  // the producer's TMA load of this item's Q
-  } else {
+  if constexpr (!Tile::persistent) {  // persistent: the caller waited for the TMA load of Q
     if (pack == 1) {
       load_swizzled_async<T, D, 64, 128>(
           q_w, params.q + (tile.first_slot + 64 * w) * q_stride + cta.first_head * D, q_stride,
@@ -657,21 +672,34 @@ __global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
   }
   __syncthreads();
 
-  // A persistent CTA takes items blockIdx.x, + gridDim.x, ...; the k-th of them has its blocks
-  // at stage uses base, base + 1, ..., counted over the CTA's items in order.
+  // A persistent CTA takes item blockIdx.x first, then whichever the counter hands its producer
+  // (gridDim.x + the number taken before); the k-th of its items has its blocks at stage uses
+  // base, base + 1, ..., counted over the CTA's items in order. Which CTA computes an item, and
+  // when, is scheduling: no bit depends on it.
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   if (warpgroup == 0) {
     registers_decrease<Tile::producer_registers>();
     if (threadIdx.x >= warp_size) return;
     const int lane = static_cast<int>(threadIdx.x);
     if constexpr (Tile::persistent) {
-      for (int item = blockIdx.x, k = 0, base = 0; item < params.item_count;
-           item += gridDim.x, ++k) {
+      // The grid never exceeds the items, so every CTA has a first one and takes from the counter
+      // until it runs out, once past the end: item_count takes in all, the last of them (taken =
+      // item_count - 1) resets the counter for the next launch.
+      int k = 0;
+      for (int item = blockIdx.x, base = 0; item >= 0; ++k) {
         setup_item<T, D, Consumers, ChunkBlocks>(cta, params, item);
-        produce_queries<T, D, Consumers, ChunkBlocks>(cta, &q_map, k, lane);
+        produce_queries<T, D, Consumers, ChunkBlocks>(cta, &q_map, k, item, lane);
         produce<T, D, Consumers, ChunkBlocks>(cta, &k_map, &v_map, params, lane, base);
         base += cta.blocks;
+        int taken = 0;
+        if (lane == 0) {
+          taken = atomicAdd(params.next_item, 1);
+          if (taken == params.item_count - 1) atomicExch(params.next_item, 0);
+        }
+        item = static_cast<int>(gridDim.x) + __shfl_sync(0xffffffffu, taken, 0);
+        if (item >= params.item_count) item = -1;
       }
+      produce_queries<T, D, Consumers, ChunkBlocks>(cta, &q_map, k, -1, lane);  // none left
     } else {
       setup_item<T, D, Consumers, ChunkBlocks>(cta, params, blockIdx.x);
       produce<T, D, Consumers, ChunkBlocks>(cta, &k_map, &v_map, params, lane, 0);
@@ -680,8 +708,10 @@ __global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
     registers_increase<Tile::consumer_registers>();
     const int w = warpgroup - 1, thread = static_cast<int>(threadIdx.x) - 128 * warpgroup;
     if constexpr (Tile::persistent) {
-      for (int item = blockIdx.x, k = 0, base = 0; item < params.item_count;
-           item += gridDim.x, ++k) {
+      for (int k = 0, base = 0;; ++k) {
+        mbar_wait(cta.q_full, k & 1);  // the item's index, and its Q loaded by TMA
+        const int item = *static_cast<volatile int*>(item_slot(cta));
+        if (item < 0) break;
         setup_item<T, D, Consumers, ChunkBlocks>(cta, params, item);
         consume<T, D, Consumers, ChunkBlocks>(cta, params, w, thread, base, k);
         base += cta.blocks;
@@ -846,6 +876,8 @@ AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape
   decode_ = longest_tile_ <= 16;
   if (!decode_) {
     pingpong_ = pingpong_schedule(schedule);
+    next_item_ = DeviceBuffer(sizeof(int));  // the persistent CTAs' work counter, 0 between runs
+    next_item_.fill_bytes(0);
     path_ = chunked ? std::string("forward.wgmma.prefill") + (pingpong_ ? "" : ".cooperative")
                     : "forward.wgmma.unchunked";
     return;
@@ -930,7 +962,8 @@ void AttentionForwardLaunch::run(const void* q, const void* k_cache, const void*
                        decode_ && pack_ > 1 ? shape_.kv_heads : shape_.heads,
                        decode_ ? pack_ : 1,
                        pingpong_ ? 1 : 0,
-                       0};
+                       0,
+                       next_item_.as<int>()};
     if (!decode_) {
       const std::int64_t ctas = static_cast<std::int64_t>(tile_count_) * params.units;
       if (chunked) {

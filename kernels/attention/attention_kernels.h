@@ -107,7 +107,8 @@ class AttentionForwardLaunch {
   AttentionForwardLaunch(const AttentionForwardLaunch&) = delete;
   AttentionForwardLaunch& operator=(const AttentionForwardLaunch&) = delete;
 
-  // o and lse of every query of every tile; records path().
+  // o and lse of every query of every tile; records path(). Runs of one launch must not overlap
+  // (a prefill's persistent CTAs share one work counter per launch): one stream, or synchronized.
   void run(const void* q, const void* k_cache, const void* v_cache, void* o, float* lse,
            CUstream_st* stream = nullptr) const;
   // The launch path (bitcheck list --paths): forward.wgmma.prefill, forward.wgmma.decode[.packed-
@@ -133,6 +134,7 @@ class AttentionForwardLaunch {
   int item_count_ = 0;
   int merge_task_count_ = 0;
   DeviceBuffer tiles_, items_, merge_tasks_, partials_;
+  DeviceBuffer next_item_;  // prefill: the work counter of the persistent CTAs
   std::string path_;
 };
 

@@ -3,8 +3,8 @@
 // forward gives every layout the prefill rows' bits across 512-key chunk boundaries, the bits of
 // the synchronous wgmma kernel without chunks (and within the first chunk with them), on the
 // sweeps' layouts and the bench shapes, and a tile's bits whichever of its persistent CTA's work
-// items it is; no forward path lets NaN in the KV cache past a sequence's last key into a row; the
-// wgmma forward agrees with the mma.sync forward; the tensor-core
+// items it is, in every run of a launch; no forward path lets NaN in the KV cache past a sequence's
+// last key into a row; the wgmma forward agrees with the mma.sync forward; the tensor-core
 // backwards agree with the SIMT one, and on sm_90 the wgmma backward gives the mma.sync one's bits;
 // and each CUDA control drifts.
 #include <algorithm>
@@ -518,6 +518,36 @@ TEST_CASE("persistent prefill CTAs give each tile the bits it gets launched alon
   INFO(rows << " rows of " << alone.size() << " tiles launched alone");
   CHECK(rows == static_cast<int>(alone.size()) * cuda::attention_mma_tile_queries);
   CHECK(differ == 0);
+}
+
+TEST_CASE("a persistent prefill launch run again and again takes every work item each time",
+          "[gpu][attention]") {
+  if (!cuda::attention_forward_uses_wgmma()) return;
+  // The persistent CTAs take their items from one counter per launch, which the launch's last take
+  // sets back to 0. Left at its end, a second run would hand out no item past each CTA's first:
+  // most rows would stay NaN.
+  const ForwardBatch batch(DType::bf16, 32, 8, 128, {700, 2048, 1, 1300, 513}, 23);
+  const Launches prefill = chunked_launches(batch, 0);
+  REQUIRE(prefill.size() == 1);
+  const ForwardBits fresh = run_launches(batch, prefill, cuda::AttentionForwardKernel::automatic);
+  CHECK(compare_rows(batch, fresh, fresh).unwritten == 0);
+  const cuda::AttentionForwardLaunch launch(batch.device_dtype(), batch.shape, prefill[0],
+                                            batch.slots);
+  REQUIRE(launch.path() == "forward.wgmma.prefill");
+  cuda::DeviceBuffer o(batch.q_elements() * 2),
+      lse(static_cast<std::size_t>(batch.slots) * batch.shape.heads * sizeof(float));
+  for (int run = 0; run < 3; ++run) {
+    o.fill_bytes(0xFF);
+    lse.fill_bytes(0xFF);
+    launch.run(batch.q.get(), batch.k.get(), batch.v.get(), o.get(), lse.as<float>());
+    ForwardBits again{std::vector<std::uint16_t>(batch.q_elements()),
+                      std::vector<std::uint32_t>(fresh.lse.size())};
+    o.download(again.o.data(), o.bytes());
+    lse.download(again.lse.data(), lse.bytes());
+    INFO("run " << run + 1 << " of one launch");
+    CHECK(again.o == fresh.o);
+    CHECK(again.lse == fresh.lse);
+  }
 }
 
 TEST_CASE("NaN in the KV cache past a sequence's last key reaches no row", "[gpu][attention]") {
