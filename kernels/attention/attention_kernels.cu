@@ -502,8 +502,7 @@ struct WgmmaProducerTile : WgmmaForwardTile<T, D, Stages> {
   static_assert(producer_registers * 128 + consumer_registers * consumer_threads <=
                     launch_registers * threads,
                 "setmaxnreg stays within the CTA's registers");
-  static constexpr int barriers_offset = Base::q_bytes + 2 * Stages * Base::kv_bytes;
-  static constexpr int shared_bytes = Base::shared_bytes + 3 * Stages * 8;
+  static constexpr int shared_bytes = Base::shared_bytes + 3 * Stages * 8;  // + the mbarriers
   static_assert(shared_bytes * ctas_per_sm + 1024 * ctas_per_sm <= 228 * 1024,
                 "shared memory per SM");
 };
@@ -524,7 +523,7 @@ __global__ void __launch_bounds__(WgmmaProducerTile<T, D, Stages>::threads,
   unsigned char* q_s = shared;
   unsigned char* k_s = q_s + Tile::q_bytes;  // [stages][panels][keys][128 bytes]
   unsigned char* v_s = k_s + S * Tile::kv_bytes;
-  auto* full_k = reinterpret_cast<std::uint64_t*>(shared + Tile::barriers_offset);
+  auto* full_k = reinterpret_cast<std::uint64_t*>(v_s + S * Tile::kv_bytes);  // after the stages
   std::uint64_t* full_v = full_k + S;
   std::uint64_t* empty = full_v + S;
   if (threadIdx.x == 0) {
