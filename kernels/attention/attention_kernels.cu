@@ -1665,4 +1665,48 @@ void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, con
   }
 }
 
+namespace {
+
+__device__ __forceinline__ std::uint64_t division_test_hash(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Pair i: l = 2^e (1 + m / 2^23), e in [-1, 23]; acc = +-2^e' (1 + m' / 2^23), e' in [-90, 99], or
+// +-0 for one pair in 64.
+__global__ void division_test_kernel(std::int64_t pairs, std::uint64_t seed, bool naive,
+                                     unsigned long long* mismatches) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  unsigned long long count = 0;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
+       i += stride) {
+    const std::uint64_t h = division_test_hash(seed ^ division_test_hash(i));
+    const auto l_bits = static_cast<std::uint32_t>(((126 + h % 25) << 23) | ((h >> 8) & 0x7fffff));
+    const std::uint64_t h2 = division_test_hash(h);
+    std::uint32_t acc_bits = static_cast<std::uint32_t>(
+        ((127 - 90 + h2 % 190) << 23) | ((h2 >> 8) & 0x7fffff) | ((h2 >> 40) & 1u) << 31);
+    if (((h2 >> 48) & 63) == 0) acc_bits &= 0x80000000u;  // +-0
+    const float l = __uint_as_float(l_bits), acc = __uint_as_float(acc_bits);
+    const float ours = naive ? __fmul_rn(acc, __frcp_rn(l))
+                             : attention_device::division_quotient(
+                                   acc, l, attention_device::division_reciprocal(l));
+    count += __float_as_uint(ours) != __float_as_uint(__fdiv_rn(acc, l));
+  }
+  if (count) atomicAdd(mismatches, count);
+}
+
+}  // namespace
+
+std::int64_t attention_division_mismatches(std::int64_t pairs, std::uint64_t seed, bool naive) {
+  DeviceBuffer counter(sizeof(unsigned long long));
+  counter.fill_bytes(0);
+  division_test_kernel<<<1024, 256>>>(pairs, seed, naive, counter.as<unsigned long long>());
+  BITCHECK_CUDA_LAUNCH_CHECK();
+  unsigned long long mismatches = 0;
+  counter.download(&mismatches, sizeof(mismatches));
+  return static_cast<std::int64_t>(mismatches);
+}
+
 }  // namespace bitcheck::cuda

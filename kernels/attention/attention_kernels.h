@@ -214,4 +214,10 @@ void attention_backward_wgmma(DeviceDType dtype, const void* q, const void* k, c
                               const AttentionBackwardTile* key_tiles, int tile_count,
                               AttentionShape shape, CUstream_st* stream);
 
+// Test support for the forward's epilogue division (attention_device::division_quotient, o = acc /
+// l): on `pairs` pseudo-random pairs (from `seed`) with l in [1/2, 2^24) and |acc| in [2^-90,
+// 2^100) or +-0, how many give other bits than __fdiv_rn. With `naive`, acc * __frcp_rn(l) stands
+// in for it (which differs now and then: the comparison can fail).
+std::int64_t attention_division_mismatches(std::int64_t pairs, std::uint64_t seed, bool naive);
+
 }  // namespace bitcheck::cuda

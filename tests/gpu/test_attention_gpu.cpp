@@ -3,10 +3,10 @@
 // forward gives every layout the prefill rows' bits across 512-key chunk boundaries, the bits of
 // the synchronous wgmma kernel without chunks (and within the first chunk with them), on the
 // sweeps' layouts and the bench shapes, and a tile's bits whichever of its persistent CTA's work
-// items it is, in every run of a launch; no forward path lets NaN in the KV cache past a sequence's
-// last key into a row; the wgmma forward agrees with the mma.sync forward; the tensor-core
-// backwards agree with the SIMT one, and on sm_90 the wgmma backward gives the mma.sync one's bits;
-// and each CUDA control drifts.
+// items it is, in every run of a launch; the epilogue's division gives __fdiv_rn's bits; no forward
+// path lets NaN in the KV cache past a sequence's last key into a row; the wgmma forward agrees
+// with the mma.sync forward; the tensor-core backwards agree with the SIMT one, and on sm_90 the
+// wgmma backward gives the mma.sync one's bits; and each CUDA control drifts.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -628,6 +628,17 @@ TEST_CASE("NaN in the KV cache past a sequence's last key reaches no row", "[gpu
       CHECK(leaked.differ_later > 0);
     }
   }
+}
+
+TEST_CASE("the forward's epilogue division gives the bits of __fdiv_rn", "[gpu][attention]") {
+  // o = acc / l in every forward kernel: a reciprocal per row, then the quotient and correction
+  // nvcc emits for __fdiv_rn without its range check. 2^28 random pairs per seed, l in [1/2, 2^24),
+  // |acc| in [2^-90, 2^100) or +-0.
+  const std::int64_t pairs = std::int64_t{1} << 28;
+  CHECK(cuda::attention_division_mismatches(pairs, 1, false) == 0);
+  CHECK(cuda::attention_division_mismatches(pairs, 2, false) == 0);
+  // The comparison can fail: acc times a correctly rounded 1 / l differs now and then.
+  CHECK(cuda::attention_division_mismatches(pairs, 1, true) > 0);
 }
 
 TEST_CASE("attention wgmma forward agrees with the mma.sync forward", "[gpu][attention]") {
