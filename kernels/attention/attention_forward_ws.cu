@@ -710,7 +710,13 @@ __global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
     if constexpr (Tile::persistent) {
       for (int k = 0, base = 0;; ++k) {
         mbar_wait(cta.q_full, k & 1);  // the item's index, and its Q loaded by TMA
-        const int item = *static_cast<volatile int*>(item_slot(cta));
+        // Lane 0 alone reads the index, the lane that arrives on q_empty once the warp holds its Q
+        // rows, after which the producer may overwrite it: the read is ordered before that arrive
+        // by the lane's own program order, and compute-sanitizer's racecheck sees it so (with
+        // every lane reading it reported a hazard against the producer's next write).
+        int item = 0;
+        if (thread % warp_size == 0) item = *static_cast<volatile int*>(item_slot(cta));
+        item = __shfl_sync(0xffffffffu, item, 0);
         if (item < 0) break;
         setup_item<T, D, Consumers, ChunkBlocks>(cta, params, item);
         consume<T, D, Consumers, ChunkBlocks>(cta, params, w, thread, base, k);
