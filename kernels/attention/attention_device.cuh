@@ -188,13 +188,13 @@ __device__ __forceinline__ void reduce_row_sums(float (&l)[2]) {
 // emits for __fdiv_rn, less its range check (FCHK) and the slow path behind it, which cost a
 // branch, a convergence barrier and a reciprocal per element. With 64 of them per thread, the
 // epilogue of a prefill work item cost about as much as two key blocks: without them the head-dim-
-// 128 forward took 7-8 % less time at L = 2048 (batch 4), 13 % at 1024 (batch 16) and 1-2 % at
-// 4096 and 8192 (H100, same call). Wherever every intermediate is a normal number (l in [1/2,
-// 2^24], which holds for every row with a key: its largest p is 1 up to the rounding of its
-// exponent; |acc| in [2^-90, 2^100]) this is the correctly rounded quotient, the bits of __fdiv_rn
-// (a GPU test compares them on 2^29 random pairs); acc = +-0 gives +-0. Outside that range (an
-// infinite or NaN acc, a tiny one) the result is what these operations give (NaN for an infinite
-// acc), the same in every kernel: all of them divide here.
+// 128 forward took 7-8 % less time at L = 2048 (batch 4), 13 % at 1024 (batch 16), 1-2 % at 4096
+// and 8192 (batch 4) and up to 4 % at 4096 (batch 1) (H100, same call). Wherever every intermediate
+// is a normal number (l in [1/2, 2^24], which holds for every row with a key: its largest p is 1 up
+// to the rounding of its exponent; |acc| in [2^-90, 2^100]) this is the correctly rounded quotient,
+// the bits of __fdiv_rn (a GPU test compares them on 2^29 random pairs); acc = +-0 gives +-0.
+// Outside that range (an infinite or NaN acc, a tiny one) the result is what these operations give
+// (NaN for an infinite acc), the same in every kernel: all of them divide here.
 __device__ __forceinline__ float division_reciprocal(float l) {
   float y0;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y0) : "f"(l));
