@@ -3,19 +3,27 @@
 # fixed-order kernels (forward, forward + backward, decode step) and of PyTorch SDPA on the same
 # shapes, in one call, and the table of both (scripts/attention-vs-sdpa.py) in OUT/attention-vs-sdpa.md.
 #   scripts/gpu-attention-bench.sh BUNDLE_DIR OUT_DIR [--skip-backward] [--env NAME=VALUE] [--tag T]
+#       [--rounds N]
 # --env sets a variable for bitcheck's runs only (BITCHECK_ATTENTION_SCHEDULE=cooperative, say); with
 # --tag the files are OUT/T-*.json and OUT/T-attention-vs-sdpa.md, so variants can share OUT and one
 # SDPA run (kept when OUT/sdpa.json exists).
+# --rounds N (N > 1) runs bitcheck's benches and SDPA's N times, taking turns, into OUT/rK-*.json
+# (round K, SDPA's included, so nothing is kept from an earlier run), and the table gives each side's
+# median time, the median of the rounds' ratios and their range: SDPA's time moves between calls
+# and rounds by up to 15 %, far more than bitcheck's.
 set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=$(mkdir -p "${2:?output dir}" && cd "$2" && pwd)
 shift 2
-backward=1 tag="" environment=()
+backward=1 tag="" environment=() rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-backward) backward=0; shift ;;
     --env) environment+=("$2"); shift 2 ;;
     --tag) tag="$2-"; shift 2 ;;
+    --rounds)
+      rounds="$2"; shift 2
+      [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-attention-bench: --rounds needs a positive count, got '$rounds'" >&2; exit 2; } ;;
     *) echo "gpu-attention-bench: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -28,17 +36,36 @@ bench() {  # bench NAME SPEC [bench args]
     > "$out/${tag}$name.log" 2>&1 || { echo "bench $name failed:"; tail -5 "$out/${tag}$name.log"; status=1; }
   [ -f "$out/${tag}$name/bench.json" ] && cp "$out/${tag}$name/bench.json" "$out/${tag}$name.json"
 }
-bench forward sweeps/bench-attention.json
-[ $backward = 1 ] && bench backward sweeps/bench-attention-backward.json --pass backward
-bench decode sweeps/bench-attention-decode.json
-if [ ! -f "$out/sdpa.json" ]; then
-  python3 "$scripts/bench-attention-sdpa.py" --json "$out/sdpa.json" > "$out/sdpa.txt" 2>&1 || status=1
+sdpa() {  # sdpa PREFIX: SDPA's forward and backward, and its decode step, into OUT/PREFIXsdpa*.json
+  python3 "$scripts/bench-attention-sdpa.py" --json "$out/$1sdpa.json" > "$out/$1sdpa.txt" 2>&1 || status=1
   python3 "$scripts/bench-attention-sdpa.py" --decode --seqs 1024,8192 --dims 128 \
-    --json "$out/sdpa-decode.json" > "$out/sdpa-decode.txt" 2>&1 || status=1
+    --json "$out/$1sdpa-decode.json" > "$out/$1sdpa-decode.txt" 2>&1 || status=1
+}
+forward=() backward_files=() decode=() sdpa_files=() sdpa_decode=()
+if [ "$rounds" = 1 ]; then
+  bench forward sweeps/bench-attention.json
+  [ $backward = 1 ] && bench backward sweeps/bench-attention-backward.json --pass backward
+  bench decode sweeps/bench-attention-decode.json
+  [ -f "$out/sdpa.json" ] || sdpa ""
+  forward=("$out/${tag}forward.json") backward_files=("$out/${tag}backward.json")
+  decode=("$out/${tag}decode.json") sdpa_files=("$out/sdpa.json") sdpa_decode=("$out/sdpa-decode.json")
+else
+  for ((r = 1; r <= rounds; r++)); do
+    prefix="r$r-" saved_tag=$tag
+    tag="$prefix$saved_tag"
+    bench forward sweeps/bench-attention.json
+    [ $backward = 1 ] && bench backward sweeps/bench-attention-backward.json --pass backward
+    bench decode sweeps/bench-attention-decode.json
+    tag=$saved_tag
+    sdpa "$prefix"
+    forward+=("$out/$prefix${tag}forward.json") backward_files+=("$out/$prefix${tag}backward.json")
+    decode+=("$out/$prefix${tag}decode.json") sdpa_files+=("$out/${prefix}sdpa.json")
+    sdpa_decode+=("$out/${prefix}sdpa-decode.json")
+  done
 fi
-args=(--forward "$out/${tag}forward.json" --decode "$out/${tag}decode.json" --sdpa "$out/sdpa.json"
-      --sdpa-decode "$out/sdpa-decode.json" --out "$out/${tag}attention-vs-sdpa.md")
-[ $backward = 1 ] && args+=(--backward "$out/${tag}backward.json")
+args=(--forward "${forward[@]}" --decode "${decode[@]}" --sdpa "${sdpa_files[@]}"
+      --sdpa-decode "${sdpa_decode[@]}" --out "$out/${tag}attention-vs-sdpa.md")
+[ $backward = 1 ] && args+=(--backward "${backward_files[@]}")
 [ ${#environment[@]} -gt 0 ] && args+=(--title "Attention against PyTorch SDPA (${environment[*]})")
 python3 "$scripts/attention-vs-sdpa.py" "${args[@]}" || status=1
 exit $status
