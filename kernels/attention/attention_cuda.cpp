@@ -115,36 +115,6 @@ std::vector<AttentionTile> tiles_of(const std::vector<AttentionToken>& first_tok
   return tiles;
 }
 
-// Backward tiles of whole sequences (first_tokens at position 0): query tiles longest-running
-// first (a query tile's work grows with its position), key tiles likewise (a key tile's work
-// shrinks with its position). The orders change no result.
-struct BackwardTiles {
-  std::vector<AttentionBackwardTile> queries, keys;
-};
-BackwardTiles backward_tiles_of(const std::vector<AttentionToken>& first_tokens,
-                                const std::vector<int>& lengths) {
-  BackwardTiles tiles;
-  for (std::size_t s = 0; s < first_tokens.size(); ++s) {
-    const int slot = first_tokens[s].slot;
-    for (int i = 0; i < lengths[s]; i += cuda::attention_mma_backward_tile) {
-      tiles.queries.push_back({slot + i,
-                               std::min(cuda::attention_mma_backward_tile, lengths[s] - i), i, slot,
-                               lengths[s]});
-    }
-  }
-  tiles.keys = tiles.queries;
-  std::stable_sort(tiles.queries.begin(), tiles.queries.end(),
-                   [](const AttentionBackwardTile& a, const AttentionBackwardTile& b) {
-                     return a.start_position > b.start_position;
-                   });
-  std::stable_sort(tiles.keys.begin(), tiles.keys.end(),
-                   [](const AttentionBackwardTile& a, const AttentionBackwardTile& b) {
-                     return a.sequence_length - a.start_position >
-                            b.sequence_length - b.start_position;
-                   });
-  return tiles;
-}
-
 // The tensor-core backward a case runs: the device's, or mma.sync when forced (force_paths).
 cuda::AttentionBackwardKernel backward_kernel(const CaseSpec& spec) {
   return spec.forced_path == "backward.mma" ? cuda::AttentionBackwardKernel::mma_sync
@@ -160,13 +130,19 @@ void fixed_order_backward(const CaseSpec& spec, DeviceDType dtype, const Attenti
                           const std::vector<AttentionToken>& first_tokens,
                           const std::vector<int>& lengths, int max_position) {
   if (tensor_core_backward() && uses_mma(spec)) {
-    const BackwardTiles tiles = backward_tiles_of(first_tokens, lengths);
-    DeviceBuffer query_tiles = upload(tiles.queries), key_tiles = upload(tiles.keys);
-    cuda::attention_backward_mma(
-        dtype, q, k, v, o, lse, dout, delta, dq, dk, dv, token_buffer.as<AttentionToken>(),
-        static_cast<int>(tokens.size()), query_tiles.as<AttentionBackwardTile>(),
-        key_tiles.as<AttentionBackwardTile>(), static_cast<int>(tiles.queries.size()), shape,
-        nullptr, backward_kernel(spec));
+    std::vector<int> first_slots;
+    for (const AttentionToken& token : first_tokens) first_slots.push_back(token.slot);
+    const int rows = cuda::attention_backward_tile_rows(backward_kernel(spec), shape.dim);
+    cuda::AttentionBackwardTileLists tiles =
+        cuda::attention_backward_tiles(first_slots, lengths, rows);
+    const int count = static_cast<int>(tiles.queries.size());
+    tiles.queries.insert(tiles.queries.end(), tiles.keys.begin(), tiles.keys.end());
+    const DeviceBuffer tile_buffer = upload(tiles.queries);  // the queries' order, the keys'
+    const auto* device_tile = tile_buffer.as<AttentionBackwardTile>();
+    const cuda::AttentionBackwardTiles device_tiles{device_tile, device_tile + count, count, rows};
+    cuda::attention_backward_mma(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv,
+                                 token_buffer.as<AttentionToken>(), static_cast<int>(tokens.size()),
+                                 device_tiles, shape, nullptr, backward_kernel(spec));
     return;
   }
   cuda::attention_backward(dtype, q, k, v, o, lse, dout, delta, dq, dk, dv,
@@ -174,15 +150,18 @@ void fixed_order_backward(const CaseSpec& spec, DeviceDType dtype, const Attenti
                            max_position, shape, nullptr, nullptr);
 }
 
-const char* backward_path(const CaseSpec& spec) {
+const char* backward_path(const CaseSpec& spec, int dim) {
   if (!(tensor_core_backward() && uses_mma(spec)))
     return "simt, one warp per query (dq) and per key (dk, dv)";
   const cuda::AttentionBackwardKernel kernel = backward_kernel(spec);
-  return (kernel == cuda::AttentionBackwardKernel::automatic
-              ? cuda::attention_backward_device_kernel()
-              : kernel) == cuda::AttentionBackwardKernel::wgmma
-             ? "wgmma m64n64k16 + m64nDk16, a warpgroup per 64-query (dq) / 64-key (dk, dv) tile"
-             : "mma.sync m16n8k16, dq per 64-query tile, dk/dv per 64-key tile";
+  if ((kernel == cuda::AttentionBackwardKernel::automatic
+           ? cuda::attention_backward_device_kernel()
+           : kernel) != cuda::AttentionBackwardKernel::wgmma)
+    return "mma.sync m16n8k16, dq per 64-query tile, dk/dv per 64-key tile";
+  return dim == 128 ? "wgmma m64n64k16 + m64nDk16, two warpgroups per CTA on a 128-query (dq) / "
+                      "128-key (dk, dv) pair of 64-row tiles"
+                    : "wgmma m64n64k16 + m64nDk16, a warpgroup per 64-query (dq) / 64-key (dk, "
+                      "dv) tile";
 }
 
 class CudaAttention : public Impl {
@@ -336,7 +315,7 @@ class CudaAttention : public Impl {
       fixed_order_backward(spec, dtype, shape, q.get(), k.get(), v.get(), o.get(), lse.as<float>(),
                            dout.get(), delta.as<float>(), dq.get(), dk.get(), dv.get(), tokens,
                            token_buffer, first_tokens, lengths, max_position);
-      batch.impl_config["backward_path"] = backward_path(spec);
+      batch.impl_config["backward_path"] = backward_path(spec, shape.dim);
     }
     dq.download(batch.out("dq").data(), batch.out("dq").bytes());
     dk.download(batch.out("dk").data(), batch.out("dk").bytes());
@@ -534,7 +513,7 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec,
   measurement.config = {
       {"path", mma ? launch->path() : std::string("forward.simt")},
       {"products", mma ? forward_products(launch->path()) : std::string("simt")},
-      {"backward_path", backward_path(spec)},
+      {"backward_path", backward_path(spec, shape.dim)},
       {"sequences", sequences},
       {"length", length},
       {"note", "inputs are not rotated: attention is compute-bound at these lengths"},

@@ -75,6 +75,18 @@ __device__ __forceinline__ void copy_async_16(void* destination, const void* sou
                "l"(__cvta_generic_to_global(source)), "r"(valid ? 16 : 0)
                : "memory");
 }
+// 4-byte global-to-shared copy (source and destination 4-byte aligned); valid == false zero-fills.
+__device__ __forceinline__ void copy_async_4(void* destination, const void* source, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(destination)),
+               "l"(__cvta_generic_to_global(source)), "r"(valid ? 4 : 0)
+               : "memory");
+}
+// An arrival on the mbarrier `bar` once this thread's earlier copies have landed, counted toward
+// the arrivals the barrier's phase expects (.noinc).
+__device__ __forceinline__ void copy_async_arrive(std::uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar))
+               : "memory");
+}
 __device__ __forceinline__ void copy_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

@@ -33,6 +33,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -1316,8 +1317,12 @@ std::vector<PathDecl> attention_paths(int kind) {
   const PathDecl simt("forward.simt", "SIMT forward (fp32, head dims other than 64 and 128)");
   const PathDecl backward_wgmma(
       "backward.wgmma",
-      "wgmma backward on sm_90: a warpgroup per 64-row tile, dq per query tile over key blocks in "
-      "order, dk/dv per key tile over query blocks in order");
+      "wgmma backward on sm_90, head dim 64: a warpgroup per 64-row tile, dq per query tile over "
+      "key blocks in order, dk/dv per key tile over query blocks in order");
+  const PathDecl backward_wgmma_paired(
+      "backward.wgmma.paired",
+      "wgmma backward on sm_90, head dim 128: the same sums, two warpgroups per CTA on two 64-row "
+      "tiles sharing each streamed block");
   const PathDecl backward_mma =
       PathDecl("backward.mma", "mma.sync backward (GPUs before sm_90): dq per query, dk/dv per key")
           .only_forced();
@@ -1334,7 +1339,8 @@ std::vector<PathDecl> attention_paths(int kind) {
   switch (kind) {
     case 0: {
       std::vector<PathDecl> paths = forward_wgmma;
-      for (const PathDecl& path : {mma_sync, simt, backward_wgmma, backward_mma, backward_simt})
+      for (const PathDecl& path :
+           {mma_sync, simt, backward_wgmma, backward_wgmma_paired, backward_mma, backward_simt})
         paths.push_back(path);
       return paths;
     }
@@ -1511,6 +1517,12 @@ AttentionBackwardKernel attention_backward_device_kernel() {
                                        : AttentionBackwardKernel::mma_sync;
 }
 
+int attention_backward_tile_rows(AttentionBackwardKernel kernel, int dim) {
+  if (kernel == AttentionBackwardKernel::automatic) kernel = attention_backward_device_kernel();
+  return kernel == AttentionBackwardKernel::wgmma && dim == 128 ? attention_backward_pair_tile
+                                                                : attention_mma_backward_tile;
+}
+
 void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void* k_cache,
                            void* v_cache, const int* cache_rows, int slots, int row_width,
                            CUstream_st* stream) {
@@ -1623,14 +1635,37 @@ void attention_backward(DeviceDType dtype, const void* q, const void* k, const v
   });
 }
 
+AttentionBackwardTileLists attention_backward_tiles(const std::vector<int>& first_slots,
+                                                    const std::vector<int>& lengths, int rows) {
+  if (first_slots.size() != lengths.size() || rows <= 0)
+    throw std::invalid_argument("attention_backward_tiles: one first slot per length, rows > 0");
+  AttentionBackwardTileLists tiles;
+  for (std::size_t s = 0; s < lengths.size(); ++s) {
+    for (int i = 0; i < lengths[s]; i += rows) {
+      tiles.queries.push_back(
+          {first_slots[s] + i, std::min(rows, lengths[s] - i), i, first_slots[s], lengths[s]});
+    }
+  }
+  tiles.keys = tiles.queries;
+  std::stable_sort(tiles.queries.begin(), tiles.queries.end(),
+                   [](const AttentionBackwardTile& a, const AttentionBackwardTile& b) {
+                     return a.start_position > b.start_position;
+                   });
+  std::stable_sort(tiles.keys.begin(), tiles.keys.end(),
+                   [](const AttentionBackwardTile& a, const AttentionBackwardTile& b) {
+                     return a.sequence_length - a.start_position >
+                            b.sequence_length - b.start_position;
+                   });
+  return tiles;
+}
+
 void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, const void* v,
                             const void* o, const float* lse, const void* dout, float* delta,
                             void* dq, void* dk, void* dv, const AttentionToken* tokens,
-                            int token_count, const AttentionBackwardTile* query_tiles,
-                            const AttentionBackwardTile* key_tiles, int tile_count,
+                            int token_count, const AttentionBackwardTiles& tiles,
                             AttentionShape shape, CUstream_st* stream,
                             AttentionBackwardKernel kernel) {
-  if (token_count <= 0 || tile_count <= 0) return;
+  if (token_count <= 0) return;
   if (dtype == DeviceDType::fp32 || (shape.dim != 64 && shape.dim != 128)) {
     throw std::invalid_argument("attention_backward_mma: bf16/fp16 with head dim 64 or 128 only");
   }
@@ -1638,7 +1673,13 @@ void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, con
   if (kernel == AttentionBackwardKernel::wgmma && !device_is_sm90())
     throw std::invalid_argument("attention_backward_mma: the wgmma kernels need an sm_90 device");
   const bool wgmma = kernel == AttentionBackwardKernel::wgmma;
-  record_path(wgmma ? "backward.wgmma" : "backward.mma");
+  if (tiles.rows != attention_backward_tile_rows(kernel, shape.dim))
+    throw std::invalid_argument("attention_backward_mma: tiles of " + std::to_string(tiles.rows) +
+                                " rows; this kernel takes attention_backward_tile_rows");
+  if (tiles.count <= 0) return;
+  record_path(!wgmma             ? "backward.mma"
+              : shape.dim == 128 ? "backward.wgmma.paired"
+                                 : "backward.wgmma");
   auto run = [&](auto tag, auto dim) {
     using T = decltype(tag);
     constexpr int D = decltype(dim)::value;
@@ -1647,14 +1688,13 @@ void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, con
         static_cast<const T*>(o), static_cast<const T*>(dout), delta, tokens, token_count, shape);
     BITCHECK_CUDA_LAUNCH_CHECK();
     if (wgmma) {
-      attention_backward_wgmma(dtype, q, k, v, lse, dout, delta, dq, dk, dv, query_tiles, key_tiles,
-                               tile_count, shape, stream);
+      attention_backward_wgmma(dtype, q, k, v, lse, dout, delta, dq, dk, dv, tiles, shape, stream);
       return;
     }
     launch_backward_mma<T, D>(static_cast<const T*>(q), static_cast<const T*>(k),
                               static_cast<const T*>(v), lse, static_cast<const T*>(dout), delta,
                               static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv),
-                              query_tiles, key_tiles, tile_count, shape, stream);
+                              tiles.queries, tiles.keys, tiles.count, shape, stream);
   };
   using Dim64 = std::integral_constant<int, 64>;
   using Dim128 = std::integral_constant<int, 128>;

@@ -172,6 +172,30 @@ struct AttentionBackwardTile {
 
 constexpr int attention_mma_backward_tile =
     64;  // 4 warps of 16 rows; equals attention_mma_kv_block
+// Rows of the paired tiles: the sm_90 backward at head dim 128 gives a CTA two warpgroups, each
+// owning one 64-row tile of a 128-row pair that starts at a multiple of 128, and streams each
+// block of the other operand once for both.
+constexpr int attention_backward_pair_tile = 2 * attention_mma_backward_tile;
+
+// The tiles of a tensor-core backward over whole sequences (sequence s: lengths[s] tokens from
+// slot first_slots[s]), `rows` rows each (attention_mma_backward_tile or
+// attention_backward_pair_tile), starting at multiples of `rows`, in two orders: queries
+// longest-running first (start descending: a query tile's work grows with its position) and keys
+// likewise (sequence_length - start descending). The orders change no result.
+struct AttentionBackwardTileLists {
+  std::vector<AttentionBackwardTile> queries, keys;
+};
+AttentionBackwardTileLists attention_backward_tiles(const std::vector<int>& first_slots,
+                                                    const std::vector<int>& lengths, int rows);
+
+// The tiles of one backward launch in device memory, `rows` rows each: the queries' order and the
+// keys' (attention_backward_tiles), count tiles in each.
+struct AttentionBackwardTiles {
+  const AttentionBackwardTile* queries;
+  const AttentionBackwardTile* keys;
+  int count;
+  int rows;
+};
 
 // Backward over whole sequences (o, lse from the forward): delta = rowsum(do * o), then dq per
 // query over keys in order and dk, dv per key over queries in order (heads of a group in order).
@@ -191,18 +215,21 @@ enum class AttentionBackwardKernel {
 };
 // The kernel `automatic` runs on the current device.
 AttentionBackwardKernel attention_backward_device_kernel();
+// The rows of the tiles `kernel` takes at head dim `dim`: attention_backward_pair_tile for the
+// sm_90 kernels at head dim 128, else attention_mma_backward_tile.
+int attention_backward_tile_rows(AttentionBackwardKernel kernel, int dim);
 
 // Tensor-core backward (bf16/fp16, head dim 64 or 128) of the same sums as attention_backward's
 // fixed-order path: delta as there, dq over key blocks of attention_mma_kv_block from position 0
 // upward, dk and dv over the heads of the group in order and, per head, query blocks from the
-// key's own block upward. query_tiles and key_tiles both cover every token (tile_count each,
-// usually in different orders). Agrees with attention_backward to rounding, not bitwise. Records
-// "backward.wgmma" or "backward.mma".
+// key's own block upward. Both lists of `tiles` cover every token, in tiles of
+// attention_backward_tile_rows(kernel, shape.dim) rows (other sizes: std::invalid_argument).
+// Agrees with attention_backward to rounding, not bitwise. Records "backward.wgmma.paired" (sm_90,
+// head dim 128), "backward.wgmma" (sm_90, head dim 64) or "backward.mma".
 void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, const void* v,
                             const void* o, const float* lse, const void* dout, float* delta,
                             void* dq, void* dk, void* dv, const AttentionToken* tokens,
-                            int token_count, const AttentionBackwardTile* query_tiles,
-                            const AttentionBackwardTile* key_tiles, int tile_count,
+                            int token_count, const AttentionBackwardTiles& tiles,
                             AttentionShape shape, CUstream_st* stream,
                             AttentionBackwardKernel kernel = AttentionBackwardKernel::automatic);
 
@@ -210,8 +237,7 @@ void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, con
 // computed; launch only on an sm_90 device.
 void attention_backward_wgmma(DeviceDType dtype, const void* q, const void* k, const void* v,
                               const float* lse, const void* dout, const float* delta, void* dq,
-                              void* dk, void* dv, const AttentionBackwardTile* query_tiles,
-                              const AttentionBackwardTile* key_tiles, int tile_count,
+                              void* dk, void* dv, const AttentionBackwardTiles& tiles,
                               AttentionShape shape, CUstream_st* stream);
 
 // Test support for the forward's epilogue division (attention_device::division_quotient, o = acc /

@@ -117,14 +117,15 @@ struct BackwardGradients {
 
 enum class BackwardKernel { simt, mma_sync, wgmma };
 
-// One packed batch of sequences (lengths 1, 63, 64, 65 and 200: every tile and block edge), forward
-// on tensor cores, then the SIMT or a tensor-core backward on the same inputs.
+// One packed batch of sequences (lengths 1, 63, 64, 65, 200 and 700: every tile, pair and block
+// edge, and at 700 more blocks than the paired kernels' stages), forward on tensor cores, then the
+// SIMT or a tensor-core backward on the same inputs.
 BackwardGradients run_backward_paths(DType dtype, int head_dim, BackwardKernel kernel) {
-  const std::vector<int> lengths = {1, 63, 64, 65, 200};
+  const std::vector<int> lengths = {1, 63, 64, 65, 200, 700};
   const cuda::AttentionShape shape{8, 2, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
   std::vector<cuda::AttentionToken> tokens;
   std::vector<cuda::AttentionTile> forward_tiles;
-  std::vector<cuda::AttentionBackwardTile> backward_tiles;
+  std::vector<int> first_slots;
   int slots = 0, max_position = 0;
   for (int length : lengths) {
     for (int p = 0; p < length; ++p) tokens.push_back({slots + p, p, slots, length});
@@ -132,13 +133,16 @@ BackwardGradients run_backward_paths(DType dtype, int head_dim, BackwardKernel k
       forward_tiles.push_back(
           {slots + i, std::min(cuda::attention_mma_tile_queries, length - i), i, slots});
     }
-    for (int i = 0; i < length; i += cuda::attention_mma_backward_tile) {
-      backward_tiles.push_back(
-          {slots + i, std::min(cuda::attention_mma_backward_tile, length - i), i, slots, length});
-    }
+    first_slots.push_back(slots);
     slots += length;
     max_position = std::max(max_position, length - 1);
   }
+  const cuda::AttentionBackwardKernel tensor_kernel = kernel == BackwardKernel::wgmma
+                                                          ? cuda::AttentionBackwardKernel::wgmma
+                                                          : cuda::AttentionBackwardKernel::mma_sync;
+  const int tile_rows = cuda::attention_backward_tile_rows(tensor_kernel, head_dim);
+  const cuda::AttentionBackwardTileLists tiles =
+      cuda::attention_backward_tiles(first_slots, lengths, tile_rows);
   const std::size_t q_elements = static_cast<std::size_t>(slots) * shape.heads * head_dim;
   const std::size_t kv_elements = static_cast<std::size_t>(slots) * shape.kv_heads * head_dim;
   std::mt19937 generator(11);
@@ -152,20 +156,20 @@ BackwardGradients run_backward_paths(DType dtype, int head_dim, BackwardKernel k
   for (cuda::DeviceBuffer* gradient : {&dq, &dk, &dv})
     gradient->fill_bytes(0xFF);  // NaN where a kernel writes nothing
   const cuda::DeviceBuffer token_buffer = upload_items(tokens);
-  const cuda::DeviceBuffer backward_tile_buffer = upload_items(backward_tiles);
+  const cuda::DeviceBuffer query_tiles = upload_items(tiles.queries),
+                           key_tiles = upload_items(tiles.keys);
   const cuda::DeviceDType device_dtype =
       dtype == DType::bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::fp16;
   const cuda::AttentionForwardLaunch forward(device_dtype, shape, forward_tiles, slots);
   forward.run(q.get(), k.get(), v.get(), o.get(), lse.as<float>());
   if (kernel != BackwardKernel::simt) {
-    const auto* tiles = backward_tile_buffer.as<cuda::AttentionBackwardTile>();
+    const cuda::AttentionBackwardTiles device_tiles{
+        query_tiles.as<cuda::AttentionBackwardTile>(), key_tiles.as<cuda::AttentionBackwardTile>(),
+        static_cast<int>(tiles.queries.size()), tile_rows};
     cuda::attention_backward_mma(
         device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(),
         delta.as<float>(), dq.get(), dk.get(), dv.get(), token_buffer.as<cuda::AttentionToken>(),
-        static_cast<int>(tokens.size()), tiles, tiles, static_cast<int>(backward_tiles.size()),
-        shape, nullptr,
-        kernel == BackwardKernel::wgmma ? cuda::AttentionBackwardKernel::wgmma
-                                        : cuda::AttentionBackwardKernel::mma_sync);
+        static_cast<int>(tokens.size()), device_tiles, shape, nullptr, tensor_kernel);
   } else {
     cuda::attention_backward(
         device_dtype, q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dout.get(),
