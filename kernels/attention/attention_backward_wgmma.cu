@@ -102,10 +102,12 @@ __device__ __forceinline__ void paired_scores(float (&s)[8][4], float (&dp)[8][4
 #endif
 }
 
+#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
 // The descriptor of a K-major operand of paired_scores at a shared-memory address.
 __device__ __forceinline__ std::uint64_t operand_descriptor(std::uint32_t address) {
   return wgmma::descriptor(address, 16, 1024);
 }
+#endif
 
 // acc += A·B over one 64-row block in four 16-row k-steps in order: A from registers (a[kc]), B
 // the block's N-major panels at `address` (16 rows x D per k-step).
@@ -387,6 +389,7 @@ struct WgmmaPairTile {
   static constexpr int dkdv_shared_bytes =
       4 * tile_bytes + stages * (2 * tile_bytes + 2 * block * 4) + barrier_bytes + 1024;
   static_assert(attention_backward_pair_tile == 2 * 64, "two 64-row tiles");
+  static_assert(ahead == 1 && stages >= 4, "a refill waits for no more than the other's start");
   static_assert(dkdv_shared_bytes <= 227 * 1024 && dq_shared_bytes <= 227 * 1024, "one CTA per SM");
   static_assert(4 * 16 * (D + 8) * static_cast<int>(sizeof(T)) <= 2 * tile_bytes,
                 "a warpgroup's staging fits its own two tiles");
