@@ -32,7 +32,8 @@ TEST_CASE("attention backward tiles cover every token once, in both orders", "[a
         CHECK(tile.count <= rows);
         CHECK(tile.first_slot == tile.sequence_slot + tile.start_position);
         CHECK(tile.start_position + tile.count <= tile.sequence_length);
-        for (int i = 0; i < tile.count; ++i) ++covered[static_cast<std::size_t>(tile.first_slot + i)];
+        for (int i = 0; i < tile.count; ++i)
+          ++covered[static_cast<std::size_t>(tile.first_slot + i)];
       }
       for (std::size_t s = 0; s < lengths.size(); ++s) {
         for (int p = 0; p < lengths[s]; ++p)
