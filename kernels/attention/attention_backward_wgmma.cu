@@ -403,16 +403,66 @@ struct PairRows {
 };
 
 #ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
-// Threads 0..255 copy step `step`'s share into stage step % stages once both warpgroups are done
-// with the stage's last use, then arrive on its full barrier when the copies land.
-template <int Stages, typename Copy>
-__device__ __forceinline__ void fill_stage(int step, std::uint64_t* full, std::uint64_t* empty,
-                                           Copy copy) {
-  const int stage = step % Stages;
-  async_copy::mbar_wait(&empty[stage], ((step / Stages) & 1) ^ 1);
-  copy(stage);
-  copy_async_commit();
-  copy_async_arrive(&full[stage]);
+// The stages of a paired CTA: each stage's full mbarrier (every thread arrives once its copies of
+// the step land) and empty mbarrier (every warp arrives once its products are done with it), right
+// after the stages in shared memory. Step n uses stage n % Stages, for the (n / Stages)-th time.
+template <int Stages>
+struct PairPipeline {
+  std::uint64_t* full;
+  std::uint64_t* empty;
+  __device__ explicit PairPipeline(unsigned char* barriers)
+      : full(reinterpret_cast<std::uint64_t*>(barriers)), empty(full + Stages) {}
+  // Thread 0 sets the barriers up; a __syncthreads must follow before any thread uses them.
+  __device__ void init(int thread) const {
+    if (thread != 0) return;
+    for (int i = 0; i < Stages; ++i) {
+      async_copy::mbar_init(&full[i], 256);
+      async_copy::mbar_init(&empty[i], 256 / warp_size);
+    }
+    async_copy::mbar_init_fence();
+  }
+  // This thread's share of step `step`, copied by copy(stage) once both warpgroups are done with
+  // the stage's last use; the thread arrives on the full barrier when the copies land.
+  template <typename Copy>
+  __device__ void fill(int step, Copy copy) const {
+    const int stage = step % Stages;
+    async_copy::mbar_wait(&empty[stage], ((step / Stages) & 1) ^ 1);
+    copy(stage);
+    copy_async_commit();
+    copy_async_arrive(&full[stage]);
+  }
+  // Everyone's copies of step `step` have landed.
+  __device__ void wait(int step) const {
+    async_copy::mbar_wait(&full[step % Stages], (step / Stages) & 1);
+  }
+  // This warp is done with step `step`'s stage.
+  __device__ void release(int step, int lane) const {
+    __syncwarp();
+    if (lane == 0) async_copy::mbar_arrive(&empty[step % Stages]);
+  }
+  // The first `Ahead` of `count` steps loaded (load(step)), an empty copy group standing in for
+  // each missing one; then this thread's earlier copies (its warpgroup's own tiles) have landed,
+  // and after named barrier 1 + w, those of its whole warpgroup w.
+  template <int Ahead, typename Load>
+  __device__ void start(int count, int w, Load load) const {
+#pragma unroll
+    for (int i = 0; i < Ahead; ++i) {
+      if (i < count) {
+        load(i);
+      } else {
+        copy_async_commit();
+      }
+    }
+    copy_async_wait<Ahead>();
+    async_copy::named_barrier_sync(1 + w, 128);
+  }
+};
+
+// The CTA's dynamic shared memory at 1024-byte alignment, by pointer arithmetic on the shared
+// array, so that the compiler knows every pointer derived from it points into shared memory (plain
+// loads and stores become LDS and STS, not generic ones).
+__device__ __forceinline__ unsigned char* pair_shared_memory(unsigned char* raw) {
+  return raw + ((1024 - (shared_address(raw) & 1023)) & 1023);
 }
 #endif
 
@@ -428,9 +478,7 @@ __global__ void __launch_bounds__(256, 1)
   constexpr int BN = Tile::block, S = Tile::stages, ahead = Tile::ahead;
   constexpr int tile_bytes = Tile::tile_bytes;
   extern __shared__ unsigned char shared_raw[];
-  // Aligned by pointer arithmetic on the shared array, so the compiler knows every pointer below
-  // points into shared memory (plain loads and stores become LDS and STS, not generic ones).
-  unsigned char* shared = shared_raw + ((1024 - (shared_address(shared_raw) & 1023)) & 1023);
+  unsigned char* shared = pair_shared_memory(shared_raw);
   // w and the block counts read from lane 0: the same in every lane for ptxas too, which then
   // keeps the loop, the stages and the wgmma descriptors in uniform registers.
   const int thread = static_cast<int>(threadIdx.x), w = __shfl_sync(0xffffffffu, thread / 128, 0);
@@ -438,8 +486,7 @@ __global__ void __launch_bounds__(256, 1)
   unsigned char* do_s = q_s + tile_bytes;
   unsigned char* k_s = shared + 4 * tile_bytes;  // [stages][panels][keys][128 bytes]
   unsigned char* v_s = k_s + S * tile_bytes;
-  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(v_s + S * tile_bytes);
-  std::uint64_t* empty = full + S;
+  const PairPipeline<S> pipeline(v_s + S * tile_bytes);
 
   const AttentionBackwardTile tile = tiles[blockIdx.x / shape.heads];
   const int h = static_cast<int>(blockIdx.x % shape.heads),
@@ -455,13 +502,7 @@ __global__ void __launch_bounds__(256, 1)
       __shfl_sync(0xffffffffu, rows.count > 0 ? (rows.start + rows.count - 1) / BN : -1, 0);
   const T* k_sequence = k + tile.sequence_slot * kv_stride + kv_head * D;  // key of position 0
   const T* v_sequence = v + tile.sequence_slot * kv_stride + kv_head * D;
-  if (thread == 0) {
-    for (int i = 0; i < S; ++i) {
-      async_copy::mbar_init(&full[i], Tile::threads);
-      async_copy::mbar_init(&empty[i], Tile::threads / warp_size);
-    }
-    async_copy::mbar_init_fence();
-  }
+  pipeline.init(thread);
   // This warpgroup's Q and dO (rows past its tile's become zeros).
   const std::int64_t own_first = (tile.first_slot + 64 * w) * q_stride + h * D;
   load_swizzled_async<T, D, 64, 128>(q_s, q + own_first, q_stride, rows.count, thread % 128);
@@ -470,7 +511,7 @@ __global__ void __launch_bounds__(256, 1)
   __syncthreads();  // the barriers are initialized
 
   auto load_block = [&](int block) {  // keys past the pair's last query become zeros
-    fill_stage<S>(block, full, empty, [&](int stage) {
+    pipeline.fill(block, [&](int stage) {
       const int valid_keys = last_position - block * BN + 1;
       load_swizzled_async<T, D, BN, Tile::threads>(
           k_s + stage * tile_bytes, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
@@ -478,16 +519,7 @@ __global__ void __launch_bounds__(256, 1)
           v_s + stage * tile_bytes, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
     });
   };
-#pragma unroll
-  for (int i = 0; i < ahead; ++i) {
-    if (i <= last_block) {
-      load_block(i);
-    } else {
-      copy_async_commit();  // an empty group: the wait below counts `ahead` groups
-    }
-  }
-  copy_async_wait<ahead>();                    // this thread's Q and dO copies have landed
-  async_copy::named_barrier_sync(1 + w, 128);  // the warpgroup's have
+  pipeline.start<ahead>(last_block + 1, w, load_block);  // and this warpgroup's Q and dO
 
   const int r0 = warp * 16;
   const int warp_first_position = rows.start + r0;
@@ -514,7 +546,7 @@ __global__ void __launch_bounds__(256, 1)
   for (int block = 0; block <= last_block; ++block) {
     if (block + ahead <= last_block) load_block(block + ahead);
     const int stage = block % S;
-    async_copy::mbar_wait(&full[stage], (block / S) & 1);
+    pipeline.wait(block);
     if (block <= own_last_block) {             // else: past this warpgroup's keys
       async_copy::fence_proxy_async_shared();  // cp.async wrote the stage; wgmma reads it
       const std::uint32_t k_address = shared_address(k_s + stage * tile_bytes);
@@ -554,8 +586,7 @@ __global__ void __launch_bounds__(256, 1)
       wgmma::commit();
       wgmma::wait_all();
     }
-    __syncwarp();
-    if (lane == 0) async_copy::mbar_arrive(&empty[stage]);
+    pipeline.release(block, lane);
   }
   // The warpgroup's own Q and dO become its output staging once all its warps are past them.
   async_copy::named_barrier_sync(1 + w, 128);
@@ -582,9 +613,7 @@ __global__ void __launch_bounds__(256, 1)
   constexpr int BM = Tile::block, S = Tile::stages, ahead = Tile::ahead;
   constexpr int tile_bytes = Tile::tile_bytes;
   extern __shared__ unsigned char shared_raw[];
-  // Aligned by pointer arithmetic on the shared array, so the compiler knows every pointer below
-  // points into shared memory (plain loads and stores become LDS and STS, not generic ones).
-  unsigned char* shared = shared_raw + ((1024 - (shared_address(shared_raw) & 1023)) & 1023);
+  unsigned char* shared = pair_shared_memory(shared_raw);
   // w and the step counts read from lane 0 (as in dq_pair_kernel).
   const int thread = static_cast<int>(threadIdx.x), w = __shfl_sync(0xffffffffu, thread / 128, 0);
   unsigned char* k_s = shared + w * 2 * tile_bytes;  // this warpgroup's K, then V
@@ -593,8 +622,7 @@ __global__ void __launch_bounds__(256, 1)
   unsigned char* do_s = q_s + S * tile_bytes;
   float* lse_s = reinterpret_cast<float*>(do_s + S * tile_bytes);  // [stages][queries]
   float* delta_s = lse_s + S * BM;                                 // [stages][queries]
-  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(delta_s + S * BM);
-  std::uint64_t* empty = full + S;
+  const PairPipeline<S> pipeline(reinterpret_cast<unsigned char*>(delta_s + S * BM));
 
   const AttentionBackwardTile tile = tiles[blockIdx.x / shape.kv_heads];
   const int kv_head = static_cast<int>(blockIdx.x % shape.kv_heads),
@@ -608,13 +636,7 @@ __global__ void __launch_bounds__(256, 1)
   steps.first_block = __shfl_sync(0xffffffffu, steps.first_block, 0);
   steps.blocks_per_head = __shfl_sync(0xffffffffu, steps.blocks_per_head, 0);
   steps.count = __shfl_sync(0xffffffffu, steps.count, 0);
-  if (thread == 0) {
-    for (int i = 0; i < S; ++i) {
-      async_copy::mbar_init(&full[i], Tile::threads);
-      async_copy::mbar_init(&empty[i], Tile::threads / warp_size);
-    }
-    async_copy::mbar_init_fence();
-  }
+  pipeline.init(thread);
   const std::int64_t own_first = (tile.first_slot + 64 * w) * kv_stride + kv_head * D;
   load_swizzled_async<T, D, 64, 128>(k_s, k + own_first, kv_stride, rows.count, thread % 128);
   load_swizzled_async<T, D, 64, 128>(v_s, v + own_first, kv_stride, rows.count, thread % 128);
@@ -622,7 +644,7 @@ __global__ void __launch_bounds__(256, 1)
   __syncthreads();  // the barriers are initialized
 
   auto load_step = [&](int step) {  // queries past the sequence become zeros
-    fill_stage<S>(step, full, empty, [&](int stage) {
+    pipeline.fill(step, [&](int stage) {
       const int h = steps.head(step), first_query = steps.first_query(step);
       const int valid_queries = tile.sequence_length - first_query;
       const std::int64_t first_row = tile.sequence_slot + first_query;
@@ -639,16 +661,7 @@ __global__ void __launch_bounds__(256, 1)
       }
     });
   };
-#pragma unroll
-  for (int i = 0; i < ahead; ++i) {
-    if (i < steps.count) {
-      load_step(i);
-    } else {
-      copy_async_commit();  // an empty group: the wait below counts `ahead` groups
-    }
-  }
-  copy_async_wait<ahead>();                    // this thread's K and V copies have landed
-  async_copy::named_barrier_sync(1 + w, 128);  // the warpgroup's have
+  pipeline.start<ahead>(steps.count, w, load_step);  // and this warpgroup's K and V
 
   const int r0 = warp * 16;
   const int key_position[2] = {rows.start + r0 + g, rows.start + r0 + g + 8};
@@ -663,12 +676,12 @@ __global__ void __launch_bounds__(256, 1)
     for (int e = 0; e < 4; ++e) dk_acc[dt][e] = dv_acc[dt][e] = 0.0f;
   }
 
-  // (Issuing the next step's S and dP with this step's dV and dK, as the dq kernel does, would
-  // keep both products' registers live at once: ptxas spills.)
+  // (Issuing the next step's S and dP with this step's dV and dK would keep both products'
+  // registers live at once: ptxas spilled 124 bytes.)
   for (int step = 0; step < steps.count; ++step) {
     if (step + ahead < steps.count) load_step(step + ahead);
     const int stage = step % S, first_query = steps.first_query(step);
-    async_copy::mbar_wait(&full[stage], (step / S) & 1);
+    pipeline.wait(step);
     if (rows.count > 0 && first_query >= rows.start) {  // else: before this warpgroup's keys
       async_copy::fence_proxy_async_shared();           // cp.async wrote the stage; wgmma reads it
       const std::uint32_t q_address = shared_address(q_s + stage * tile_bytes);
@@ -717,8 +730,7 @@ __global__ void __launch_bounds__(256, 1)
       wgmma::commit();
       wgmma::wait_all();
     }
-    __syncwarp();
-    if (lane == 0) async_copy::mbar_arrive(&empty[stage]);
+    pipeline.release(step, lane);
   }
   // The warpgroup's own K and V become its output staging once all its warps are past them.
   async_copy::named_barrier_sync(1 + w, 128);
