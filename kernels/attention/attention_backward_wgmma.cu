@@ -120,6 +120,114 @@ __device__ __forceinline__ void issue_block_products(float (&acc)[D / 8][4],
   for (int kc = 0; kc < 4; ++kc) rs_m64nd<T, D>(acc, a[kc], wgmma::advance(base, kc * 128));
 }
 
+#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+// One key block of dq for a warpgroup (every kernel's, so that their sums are the same): S = Q·Kᵀ
+// and dP = dO·Vᵀ, then p = 2^(s·scale·log2 e − lse·log2 e), ds = p·(dp − delta), masked to 0 by
+// the row's own position where the block reaches past the warp's first row, and dQ += dS·K with dS
+// from registers and K (16 keys x D, N-major) per k-step, keys in order; waited for.
+template <typename T, int D>
+__device__ __forceinline__ void dq_block(float (&acc)[D / 8][4], std::uint64_t q_descriptor,
+                                         std::uint64_t do_descriptor, std::uint32_t k_address,
+                                         std::uint32_t v_address, int block,
+                                         int warp_first_position, const int (&position)[2], int t,
+                                         float scale_log2, const float (&lse_log2)[2],
+                                         const float (&row_delta)[2]) {
+  constexpr int BN = attention_mma_kv_block;
+  float s[BN / 8][4], dp[BN / 8][4];
+  paired_scores<T, D>(s, dp, q_descriptor, operand_descriptor(k_address), do_descriptor,
+                      operand_descriptor(v_address));
+  // ds in place of s; away from the diagonal the same arithmetic runs without the per-element test.
+  auto scores = [&](auto masking) {
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const float p = fast_exp2(__fmaf_rn(s[nt][e], scale_log2, -lse_log2[r]));
+        const float ds = __fmul_rn(p, __fsub_rn(dp[nt][e], row_delta[r]));
+        if constexpr (decltype(masking)::value) {
+          s[nt][e] = block * BN + nt * 8 + 2 * t + (e & 1) > position[r] ? 0.0f : ds;
+        } else {
+          s[nt][e] = ds;
+        }
+      }
+    }
+  };
+  if (block * BN + BN - 1 > warp_first_position) {
+    scores(std::true_type{});
+  } else {
+    scores(std::false_type{});
+  }
+  std::uint32_t dsa[BN / 16][4];
+  pack_p_fragments<T, BN>(s, dsa);
+  wgmma::fence();
+  issue_block_products<T, D>(acc, dsa, k_address);
+  wgmma::commit();
+  wgmma::wait_all();
+}
+
+// One query block of dk and dv for a warpgroup (every kernel's): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, pᵀ and
+// dsᵀ as in dq_block with the lse and delta of the block's queries from shared memory (lse times
+// log2 e already, or with RawLse as the forward wrote it), a query before the key or at or past
+// sequence_length masked to 0 (tested only in the key tile's own block, from tile_start, and the
+// sequence's last), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ from registers and dO, Q (16
+// queries x D, N-major) per k-step, queries in order; waited for.
+template <typename T, int D, bool RawLse>
+__device__ __forceinline__ void dkdv_block(float (&dk_acc)[D / 8][4], float (&dv_acc)[D / 8][4],
+                                           std::uint32_t k_address, std::uint32_t v_address,
+                                           std::uint32_t q_address, std::uint32_t do_address,
+                                           const float* lse_step, const float* delta_step,
+                                           int first_query, int tile_start,
+                                           const int (&key_position)[2], int sequence_length, int t,
+                                           float scale_log2) {
+  constexpr int BM = attention_mma_kv_block;
+  float s[BM / 8][4], dp[BM / 8][4];
+  paired_scores<T, D>(s, dp, operand_descriptor(k_address), operand_descriptor(q_address),
+                      operand_descriptor(v_address), operand_descriptor(do_address));
+  auto scores = [&](auto masking) {
+#pragma unroll
+    for (int nt = 0; nt < BM / 8; ++nt) {
+      const int column = nt * 8 + 2 * t;
+      const float2 lse_pair = *reinterpret_cast<const float2*>(lse_step + column);
+      const float2 delta_pair = *reinterpret_cast<const float2*>(delta_step + column);
+      const float lse_log2[2] = {RawLse ? __fmul_rn(lse_pair.x, log2_e) : lse_pair.x,
+                                 RawLse ? __fmul_rn(lse_pair.y, log2_e) : lse_pair.y};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = fast_exp2(__fmaf_rn(s[nt][e], scale_log2, -lse_log2[e & 1]));
+        const float ds = __fmul_rn(p, __fsub_rn(dp[nt][e], (e & 1) ? delta_pair.y : delta_pair.x));
+        if constexpr (decltype(masking)::value) {
+          const int query = first_query + column + (e & 1);
+          const bool masked = query < key_position[e >> 1] || query >= sequence_length;
+          s[nt][e] = masked ? 0.0f : p;
+          dp[nt][e] = masked ? 0.0f : ds;
+        } else {
+          s[nt][e] = p;
+          dp[nt][e] = ds;
+        }
+      }
+    }
+  };
+  if (first_query < tile_start + BM || first_query + BM > sequence_length) {
+    scores(std::true_type{});
+  } else {
+    scores(std::false_type{});
+  }
+  std::uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+  pack_p_fragments<T, BM>(s, pa);
+  pack_p_fragments<T, BM>(dp, dsa);
+  wgmma::fence();
+  issue_block_products<T, D>(dv_acc, pa, do_address);
+  issue_block_products<T, D>(dk_acc, dsa, q_address);
+  wgmma::commit();
+  wgmma::wait_all();
+}
+#endif
+
+// The head-dim-64 kernels below write dq_block's and dkdv_block's steps out in their loops instead
+// of calling them: with the calls ptxas spilled 84 bytes in the dk/dv kernel at its 168 registers,
+// and head dim 64's forward + backward ran 4-5 % slower at L = 2048 (H100, same call).
+
 // dq at head dim 64: one CTA (a warpgroup) per (query tile, head). Key blocks 0..the tile's own
 // block stream through two shared stages in order; per block S = Q·Kᵀ and dP = dO·Vᵀ, then p =
 // 2^(s·scale·log2 e − lse·log2 e), ds = p·(dp − delta) (masked: 0) and dQ += dS·K with dS from
@@ -549,42 +657,9 @@ __global__ void __launch_bounds__(256, 1)
     pipeline.wait(block);
     if (block <= own_last_block) {             // else: past this warpgroup's keys
       async_copy::fence_proxy_async_shared();  // cp.async wrote the stage; wgmma reads it
-      const std::uint32_t k_address = shared_address(k_s + stage * tile_bytes);
-      const std::uint32_t v_address = shared_address(v_s + stage * tile_bytes);
-      float s[BN / 8][4], dp[BN / 8][4];
-      paired_scores<T, D>(s, dp, q_descriptor, operand_descriptor(k_address), do_descriptor,
-                          operand_descriptor(v_address));
-      // ds in place of s; the causal mask by the row's own position, needed only where the
-      // block reaches past the warp's first row (elsewhere the same arithmetic runs without the
-      // per-element test).
-      auto scores = [&](auto masking) {
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e >> 1;
-            const float p = fast_exp2(__fmaf_rn(s[nt][e], scale_log2, -lse_log2[r]));
-            const float ds = __fmul_rn(p, __fsub_rn(dp[nt][e], row_delta[r]));
-            if constexpr (decltype(masking)::value) {
-              s[nt][e] = block * BN + nt * 8 + 2 * t + (e & 1) > position[r] ? 0.0f : ds;
-            } else {
-              s[nt][e] = ds;
-            }
-          }
-        }
-      };
-      if (block * BN + BN - 1 > warp_first_position) {
-        scores(std::true_type{});
-      } else {
-        scores(std::false_type{});
-      }
-      std::uint32_t dsa[BN / 16][4];
-      pack_p_fragments<T, BN>(s, dsa);
-      // dQ += dS·K: K (16 keys x D, N-major) per k-step, keys in order.
-      wgmma::fence();
-      issue_block_products<T, D>(acc, dsa, k_address);
-      wgmma::commit();
-      wgmma::wait_all();
+      dq_block<T, D>(acc, q_descriptor, do_descriptor, shared_address(k_s + stage * tile_bytes),
+                     shared_address(v_s + stage * tile_bytes), block, warp_first_position, position,
+                     t, scale_log2, lse_log2, row_delta);
     }
     pipeline.release(block, lane);
   }
@@ -666,8 +741,7 @@ __global__ void __launch_bounds__(256, 1)
   const int r0 = warp * 16;
   const int key_position[2] = {rows.start + r0 + g, rows.start + r0 + g + 8};
   const float scale_log2 = shape.scale * log2_e;
-  const std::uint64_t k_descriptor = operand_descriptor(shared_address(k_s)),
-                      v_descriptor = operand_descriptor(shared_address(v_s));
+  const std::uint32_t k_address = shared_address(k_s), v_address = shared_address(v_s);
 
   float dk_acc[D / 8][4], dv_acc[D / 8][4];
 #pragma unroll
@@ -684,51 +758,10 @@ __global__ void __launch_bounds__(256, 1)
     pipeline.wait(step);
     if (rows.count > 0 && first_query >= rows.start) {  // else: before this warpgroup's keys
       async_copy::fence_proxy_async_shared();           // cp.async wrote the stage; wgmma reads it
-      const std::uint32_t q_address = shared_address(q_s + stage * tile_bytes);
-      const std::uint32_t do_address = shared_address(do_s + stage * tile_bytes);
-      const float* lse_step = lse_s + stage * BM;
-      const float* delta_step = delta_s + stage * BM;
-      float s[BM / 8][4], dp[BM / 8][4];
-      paired_scores<T, D>(s, dp, k_descriptor, operand_descriptor(q_address), v_descriptor,
-                          operand_descriptor(do_address));
-      auto scores = [&](auto masking) {
-#pragma unroll
-        for (int nt = 0; nt < BM / 8; ++nt) {
-          const int column = nt * 8 + 2 * t;
-          const float2 lse_pair = *reinterpret_cast<const float2*>(lse_step + column);
-          const float2 delta_pair = *reinterpret_cast<const float2*>(delta_step + column);
-          const float lse_log2[2] = {__fmul_rn(lse_pair.x, log2_e), __fmul_rn(lse_pair.y, log2_e)};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float p = fast_exp2(__fmaf_rn(s[nt][e], scale_log2, -lse_log2[e & 1]));
-            const float ds =
-                __fmul_rn(p, __fsub_rn(dp[nt][e], (e & 1) ? delta_pair.y : delta_pair.x));
-            if constexpr (decltype(masking)::value) {
-              const int query = first_query + column + (e & 1);
-              const bool masked = query < key_position[e >> 1] || query >= tile.sequence_length;
-              s[nt][e] = masked ? 0.0f : p;
-              dp[nt][e] = masked ? 0.0f : ds;
-            } else {
-              s[nt][e] = p;
-              dp[nt][e] = ds;
-            }
-          }
-        }
-      };
-      if (first_query < rows.start + 64 || first_query + BM > tile.sequence_length) {
-        scores(std::true_type{});
-      } else {
-        scores(std::false_type{});
-      }
-      std::uint32_t pa[BM / 16][4], dsa[BM / 16][4];
-      pack_p_fragments<T, BM>(s, pa);
-      pack_p_fragments<T, BM>(dp, dsa);
-      // dV += Pᵀ·dO, dK += dSᵀ·Q: dO and Q (16 queries x D, N-major) per k-step, queries in order.
-      wgmma::fence();
-      issue_block_products<T, D>(dv_acc, pa, do_address);
-      issue_block_products<T, D>(dk_acc, dsa, q_address);
-      wgmma::commit();
-      wgmma::wait_all();
+      dkdv_block<T, D, true>(
+          dk_acc, dv_acc, k_address, v_address, shared_address(q_s + stage * tile_bytes),
+          shared_address(do_s + stage * tile_bytes), lse_s + stage * BM, delta_s + stage * BM,
+          first_query, rows.start, key_position, tile.sequence_length, t, scale_log2);
     }
     pipeline.release(step, lane);
   }
