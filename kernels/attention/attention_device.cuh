@@ -17,6 +17,7 @@
 
 #include "attention_kernels.h"
 #include "common/cuda_check.cuh"
+#include "common/wgmma.cuh"
 
 namespace bitcheck::cuda::attention_device {
 
@@ -161,6 +162,26 @@ __device__ __forceinline__ void pack_p_fragments(const float (&s)[BN / 8][4],
     pa[kc][2] = pack_pair<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
     pa[kc][3] = pack_pair<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
   }
+}
+
+// O += P·V of one block of Keys keys (sm_90a wgmma kernels only): Keys / 16 steps of m64nDk16 in
+// order with P in registers and V from the descriptor v_desc0 advanced by v_stage (16-byte units,
+// the stage's offset), committed, not waited for.
+template <typename T, int D, int Keys>
+__device__ __forceinline__ void issue_pv(float (&acc)[D / 8][4],
+                                         const std::uint32_t (&pa)[Keys / 16][4],
+                                         std::uint64_t v_desc0, std::uint32_t v_stage) {
+  wgmma::fence();
+#pragma unroll
+  for (int kc = 0; kc < Keys / 16; ++kc) {
+    const std::uint64_t v_desc = wgmma::advance(v_desc0, v_stage + kc * (16 * 128 >> 4));
+    if constexpr (D == 128) {
+      wgmma::rs_m64n128k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
+    } else {
+      wgmma::rs_m64n64k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
+    }
+  }
+  wgmma::commit();
 }
 
 // The accumulator rows times the block's alpha (rows g and g + 8 of the m16n8 / m64nN layout).

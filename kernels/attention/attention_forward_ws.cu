@@ -457,18 +457,7 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
   auto issue_pv = [&](int j) {
     const unsigned stage = stage_of(j);
     mbar_wait(&cta.full_v[stage], phase_of(j));
-    const std::uint32_t v_stage = stage * (Tile::kv_bytes >> 4);
-    wgmma::fence();
-#pragma unroll
-    for (int kc = 0; kc < BN / 16; ++kc) {
-      const std::uint64_t v_desc = wgmma::advance(v_desc0, v_stage + kc * (16 * 128 >> 4));
-      if constexpr (D == 128) {
-        wgmma::rs_m64n128k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
-      } else {
-        wgmma::rs_m64n64k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
-      }
-    }
-    wgmma::commit();
+    attention_device::issue_pv<T, D, BN>(acc, pa, v_desc0, stage * (Tile::kv_bytes >> 4));
   };
 
   // Iteration j (block first_block + j) issues O += P·V of block j - 1 and S = Q·Kᵀ of block j + 1

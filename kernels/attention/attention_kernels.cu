@@ -343,24 +343,6 @@ __device__ __forceinline__ void issue_scores(float (&s)[Tile::keys / 8][4], std:
   wgmma::commit();
 }
 
-// O += P·V of one block: four 16-key steps of m64nDk16 with P in registers and the stage's V
-// (v_desc0 + kv_stage), committed, not waited for.
-template <typename T, int D, typename Tile>
-__device__ __forceinline__ void issue_pv(float (&acc)[D / 8][4],
-                                         const std::uint32_t (&pa)[Tile::keys / 16][4],
-                                         std::uint64_t v_desc0, std::uint32_t kv_stage) {
-  wgmma::fence();
-#pragma unroll
-  for (int kc = 0; kc < Tile::keys / 16; ++kc) {
-    const std::uint64_t v_desc = wgmma::advance(v_desc0, kv_stage + kc * (16 * 128 >> 4));
-    if constexpr (D == 128) {
-      wgmma::rs_m64n128k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
-    } else {
-      wgmma::rs_m64n64k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), pa[kc], v_desc);
-    }
-  }
-  wgmma::commit();
-}
 #endif
 
 template <typename T, int D, int Stages, bool PackHeads>
@@ -462,7 +444,7 @@ __global__ void __launch_bounds__(WgmmaForwardTile<T, D, Stages>::threads, 1)
     // P, all packed before the fence so the four wgmmas issue back to back.
     std::uint32_t pa[BN / 16][4];
     pack_p_fragments<T, BN>(s, pa);
-    issue_pv<T, D, Tile>(acc, pa, v_desc0, kv_stage);
+    issue_pv<T, D, Tile::keys>(acc, pa, v_desc0, kv_stage);
     wgmma::wait_all();
   }
   copy_async_wait_all();
@@ -633,7 +615,7 @@ __global__ void __launch_bounds__(WgmmaProducerTile<T, D, Stages>::threads,
     std::uint32_t pa[BN / 16][4];
     pack_p_fragments<T, BN>(s, pa);
     async_copy::mbar_wait(full_v_address + stage * 8, phase);
-    issue_pv<T, D, Tile>(acc, pa, v_desc0, kv_stage);
+    issue_pv<T, D, Tile::keys>(acc, pa, v_desc0, kv_stage);
     wgmma::wait_all();
     release(stage);
   }
