@@ -121,10 +121,11 @@ __device__ __forceinline__ void issue_block_products(float (&acc)[D / 8][4],
 }
 
 #ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
-// One key block of dq for a warpgroup (every kernel's, so that their sums are the same): S = Q·Kᵀ
-// and dP = dO·Vᵀ, then p = 2^(s·scale·log2 e − lse·log2 e), ds = p·(dp − delta), masked to 0 by
-// the row's own position where the block reaches past the warp's first row, and dQ += dS·K with dS
-// from registers and K (16 keys x D, N-major) per k-step, keys in order; waited for.
+// One key block of dq for a warpgroup of the paired kernels (dq_wgmma_kernel writes the same steps
+// out): S = Q·Kᵀ and dP = dO·Vᵀ, then p = 2^(s·scale·log2 e − lse·log2 e), ds = p·(dp − delta),
+// masked to 0 by the row's own position where the block reaches past the warp's first row, and
+// dQ += dS·K with dS from registers and K (16 keys x D, N-major) per k-step, keys in order; waited
+// for.
 template <typename T, int D>
 __device__ __forceinline__ void dq_block(float (&acc)[D / 8][4], std::uint64_t q_descriptor,
                                          std::uint64_t do_descriptor, std::uint32_t k_address,
@@ -166,9 +167,10 @@ __device__ __forceinline__ void dq_block(float (&acc)[D / 8][4], std::uint64_t q
   wgmma::wait_all();
 }
 
-// One query block of dk and dv for a warpgroup (every kernel's): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, pᵀ and
-// dsᵀ as in dq_block with the lse and delta of the block's queries from shared memory (lse times
-// log2 e already, or with RawLse as the forward wrote it), a query before the key or at or past
+// One query block of dk and dv for a warpgroup of the paired kernels (dkdv_wgmma_kernel writes the
+// same steps out): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, pᵀ and dsᵀ as in dq_block with the lse and delta of
+// the block's queries from shared memory (lse times log2 e already, or with RawLse as the forward
+// wrote it), a query before the key or at or past
 // sequence_length masked to 0 (tested only in the key tile's own block, from tile_start, and the
 // sequence's last), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ from registers and dO, Q (16
 // queries x D, N-major) per k-step, queries in order; waited for.

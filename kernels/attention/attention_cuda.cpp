@@ -158,10 +158,11 @@ const char* backward_path(const CaseSpec& spec, int dim) {
            ? cuda::attention_backward_device_kernel()
            : kernel) != cuda::AttentionBackwardKernel::wgmma)
     return "mma.sync m16n8k16, dq per 64-query tile, dk/dv per 64-key tile";
-  return dim == 128 ? "wgmma m64n64k16 + m64nDk16, two warpgroups per CTA on a 128-query (dq) / "
-                      "128-key (dk, dv) pair of 64-row tiles"
-                    : "wgmma m64n64k16 + m64nDk16, a warpgroup per 64-query (dq) / 64-key (dk, "
-                      "dv) tile";
+  return cuda::attention_backward_tile_rows(kernel, dim) == cuda::attention_backward_pair_tile
+             ? "wgmma m64n64k16 + m64nDk16, two warpgroups per CTA on a 128-query (dq) / "
+               "128-key (dk, dv) pair of 64-row tiles"
+             : "wgmma m64n64k16 + m64nDk16, a warpgroup per 64-query (dq) / 64-key (dk, "
+               "dv) tile";
 }
 
 class CudaAttention : public Impl {

@@ -1659,9 +1659,9 @@ void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, con
     throw std::invalid_argument("attention_backward_mma: tiles of " + std::to_string(tiles.rows) +
                                 " rows; this kernel takes attention_backward_tile_rows");
   if (tiles.count <= 0) return;
-  record_path(!wgmma             ? "backward.mma"
-              : shape.dim == 128 ? "backward.wgmma.paired"
-                                 : "backward.wgmma");
+  record_path(!wgmma                                       ? "backward.mma"
+              : tiles.rows == attention_backward_pair_tile ? "backward.wgmma.paired"
+                                                           : "backward.wgmma");
   auto run = [&](auto tag, auto dim) {
     using T = decltype(tag);
     constexpr int D = decltype(dim)::value;
