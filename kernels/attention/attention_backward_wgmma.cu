@@ -480,7 +480,7 @@ __global__ void __launch_bounds__(128, 3)
 // arrivals), and a stage is refilled only then. So a warpgroup starts step n + 1 once the other
 // has started step n (with 4 stages the refill, of step n - 3's stage, never waits longer), and
 // one warpgroup's exponentials run under the other's products. Loading two steps ahead instead
-// ties them closer (the refill then waits for the other to finish step n - 2): 7-9 % slower on an
+// ties them closer (the refill then waits for the other to finish step n - 2): 3-5 % slower on an
 // H100. A step that holds no key (dq) or query (dk/dv) for a warpgroup's rows is skipped by it:
 // the first warpgroup's dq ends one block before the second's, the second's dk/dv starts one
 // block after the first's, per head.
@@ -652,7 +652,7 @@ __global__ void __launch_bounds__(256, 1)
   for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
 
   // (Issuing block b + 1's S and dP with block b's dQ product and waiting for both at once ran
-  // 8-13 % slower on an H100.)
+  // 6-12 % slower on an H100.)
   for (int block = 0; block <= last_block; ++block) {
     if (block + ahead <= last_block) load_block(block + ahead);
     const int stage = block % S;
