@@ -131,7 +131,10 @@ struct WsParams {
   float* lse;
   const AttentionTile* tiles;
   const AttentionWorkItem* items;  // split decode: one per group of `units` CTAs
-  float* partials;                 // split decode: chunk states, (D + 2) floats each
+  // Prefill: the (tile, unit) of work item i as tile * units + unit, in the order CTAs take them
+  // (attention_prefill_order: sections of K/V that fit in L2, longest tiles first in each).
+  const int* order;
+  float* partials;  // split decode: chunk states, (D + 2) floats each
   AttentionShape shape;
   int units;  // CTAs per tile (prefill) or per work item (decode): heads, or KV heads when packed
   int pack;   // heads sharing a CTA (1, or the group size when packed)
@@ -601,6 +604,7 @@ __device__ __forceinline__ void setup_item(WsCta& cta, const WsParams<T>& params
   using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
   constexpr int BN = Tile::keys;
   const AttentionShape shape = params.shape;
+  if constexpr (Tile::persistent) item = params.order[item];
   const int unit = item % params.units;
   int tile_index = item / params.units;
   cta.chunk = 0;
@@ -812,6 +816,15 @@ void launch_ws(const CUtensorMap& q_map, const CUtensorMap& k_map, const CUtenso
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
+// The bytes of K/V a section of prefill work items reads (attention_prefill_order).
+std::int64_t prefill_l2_budget() {
+  static const std::int64_t budget = [] {
+    const char* forced = std::getenv("BITCHECK_ATTENTION_L2_MIB");
+    return (forced ? std::atoll(forced) : 16) << 20;
+  }();
+  return budget;
+}
+
 // Whether prefill CTAs run their consumer warpgroups in ping-pong (measured on an H200 at head
 // dim 128: within 1-2 % of the cooperative schedule, ahead at every length).
 bool pingpong_schedule(AttentionSchedule schedule) {
@@ -873,6 +886,11 @@ AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape
     pingpong_ = pingpong_schedule(schedule);
     next_item_ = DeviceBuffer(sizeof(int));  // the persistent CTAs' work counter, 0 between runs
     next_item_.fill_bytes(0);
+    const std::vector<int> order =
+        attention_prefill_order(tiles, shape.heads, shape.kv_heads,
+                                2 * static_cast<std::int64_t>(shape.dim) * 2, prefill_l2_budget());
+    order_ = DeviceBuffer(order.size() * sizeof(int));
+    order_.upload(order.data(), order_.bytes());
     path_ = chunked ? std::string("forward.wgmma.prefill") + (pingpong_ ? "" : ".cooperative")
                     : "forward.wgmma.unchunked";
     return;
@@ -952,6 +970,7 @@ void AttentionForwardLaunch::run(const void* q, const void* k_cache, const void*
                        lse,
                        tiles_.as<AttentionTile>(),
                        items_.as<AttentionWorkItem>(),
+                       order_.as<int>(),
                        partials_.as<float>(),
                        shape_,
                        decode_ && pack_ > 1 ? shape_.kv_heads : shape_.heads,

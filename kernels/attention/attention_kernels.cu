@@ -1641,6 +1641,79 @@ AttentionBackwardTileLists attention_backward_tiles(const std::vector<int>& firs
   return tiles;
 }
 
+std::vector<int> attention_prefill_order(const std::vector<AttentionTile>& tiles, int heads,
+                                         int kv_heads, std::int64_t kv_row_bytes,
+                                         std::int64_t budget_bytes) {
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
+    throw std::invalid_argument("attention_prefill_order: heads must be a multiple of kv heads");
+  const int group = heads / kv_heads;
+  const auto end_of = [&](int t) {
+    return tiles[static_cast<std::size_t>(t)].start_position +
+           tiles[static_cast<std::size_t>(t)].count;
+  };
+  std::vector<int> by_length(tiles.size());
+  for (std::size_t t = 0; t < tiles.size(); ++t) by_length[t] = static_cast<int>(t);
+  std::stable_sort(by_length.begin(), by_length.end(),
+                   [&](int a, int b) { return end_of(a) > end_of(b); });
+  std::vector<int> order;
+  order.reserve(tiles.size() * static_cast<std::size_t>(heads));
+  if (budget_bytes <= 0) {
+    for (int t : by_length)
+      for (int h = 0; h < heads; ++h) order.push_back(t * heads + h);
+    return order;
+  }
+  // Sequences in the order of their longest tiles, each with its tiles longest first.
+  std::vector<std::vector<int>> sequences;
+  std::vector<int> bases;
+  for (int t : by_length) {
+    const int base = tiles[static_cast<std::size_t>(t)].cache_base;
+    const auto s =
+        static_cast<std::size_t>(std::find(bases.begin(), bases.end(), base) - bases.begin());
+    if (s == bases.size()) {
+      bases.push_back(base);
+      sequences.emplace_back();
+    }
+    sequences[s].push_back(t);
+  }
+  // A section: pairs (sequence, KV head) in that order, as many as fit in the budget.
+  struct Pair {
+    int sequence, kv_head;
+  };
+  std::vector<Pair> section;
+  std::int64_t section_bytes = 0;
+  const auto flush = [&] {
+    std::vector<int> section_tiles;
+    for (std::size_t i = 0; i < section.size(); ++i)
+      if (i == 0 || section[i].sequence != section[i - 1].sequence)  // a sequence's pairs adjoin
+        for (int t : sequences[static_cast<std::size_t>(section[i].sequence)])
+          section_tiles.push_back(t);
+    std::stable_sort(section_tiles.begin(), section_tiles.end(),
+                     [&](int a, int b) { return end_of(a) > end_of(b); });
+    for (int t : section_tiles) {
+      for (const Pair& pair : section) {
+        if (bases[static_cast<std::size_t>(pair.sequence)] !=
+            tiles[static_cast<std::size_t>(t)].cache_base)
+          continue;
+        for (int h = pair.kv_head * group; h < (pair.kv_head + 1) * group; ++h)
+          order.push_back(t * heads + h);
+      }
+    }
+    section.clear();
+    section_bytes = 0;
+  };
+  for (std::size_t s = 0; s < sequences.size(); ++s) {
+    const std::int64_t bytes =
+        static_cast<std::int64_t>(end_of(sequences[s].front())) * kv_row_bytes;
+    for (int g = 0; g < kv_heads; ++g) {
+      if (!section.empty() && section_bytes + bytes > budget_bytes) flush();
+      section.push_back({static_cast<int>(s), g});
+      section_bytes += bytes;
+    }
+  }
+  if (!section.empty()) flush();
+  return order;
+}
+
 void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, const void* v,
                             const void* o, const float* lse, const void* dout, float* delta,
                             void* dq, void* dk, void* dv, const AttentionToken* tokens,

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #ifdef BITCHECK_HAVE_CUDA
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
@@ -67,5 +69,72 @@ TEST_CASE("attention backward tile rows follow the kernel and head dim", "[atten
   CHECK(cuda::attention_backward_tile_rows(Kernel::wgmma, 64) == 64);
   CHECK(cuda::attention_backward_tile_rows(Kernel::mma_sync, 128) == 64);
   CHECK(cuda::attention_backward_tile_rows(Kernel::mma_sync, 64) == 64);
+}
+namespace {
+// Prefill tiles of 128 queries over sequences of `lengths`, in the launcher's order (longest
+// first), each sequence's keys from its own cache base.
+std::vector<cuda::AttentionTile> prefill_tiles(const std::vector<int>& lengths) {
+  std::vector<cuda::AttentionTile> tiles;
+  int slot = 0;
+  for (int length : lengths) {
+    for (int i = 0; i < length; i += 128)
+      tiles.push_back({slot + i, std::min(128, length - i), i, slot});
+    slot += length;
+  }
+  std::stable_sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) {
+    return a.start_position + a.count > b.start_position + b.count;
+  });
+  return tiles;
+}
+}  // namespace
+
+TEST_CASE("attention prefill order: every item once, L2 sections longest first", "[attention]") {
+  const int heads = 32, kv_heads = 8, group = heads / kv_heads;
+  const std::int64_t row_bytes = 2 * 128 * 2;  // K and V, head dim 128, bf16
+  const std::vector<int> lengths = {8192, 8192, 8192, 8192};
+  const std::vector<cuda::AttentionTile> tiles = prefill_tiles(lengths);
+  REQUIRE(tiles.size() == 256);
+  const auto is_permutation = [&](const std::vector<int>& order) {
+    std::vector<int> seen(tiles.size() * heads, 0);
+    for (int item : order) {
+      REQUIRE(item >= 0);
+      REQUIRE(item < static_cast<int>(seen.size()));
+      ++seen[static_cast<std::size_t>(item)];
+    }
+    return order.size() == seen.size() &&
+           std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; });
+  };
+  // No budget: the tiles in their order, each with its heads in order.
+  const std::vector<int> plain =
+      cuda::attention_prefill_order(tiles, heads, kv_heads, row_bytes, 0);
+  REQUIRE(is_permutation(plain));
+  for (std::size_t i = 0; i < plain.size(); ++i) CHECK(plain[i] == static_cast<int>(i));
+  // 16 MiB: a (sequence, KV head) pair is 8192 rows of 512 bytes, 4 MiB, so a section holds four
+  // pairs: one sequence's KV heads 0-3, then 4-7, then the next sequence's.
+  const std::vector<int> order =
+      cuda::attention_prefill_order(tiles, heads, kv_heads, row_bytes, std::int64_t{16} << 20);
+  REQUIRE(is_permutation(order));
+  const int per_section = 64 * 4 * group;  // 64 tiles, 4 KV heads of 4 heads each
+  for (int section = 0; section < 8; ++section) {
+    int last_end = 1 << 30;
+    for (int i = section * per_section; i < (section + 1) * per_section; ++i) {
+      const cuda::AttentionTile& tile = tiles[static_cast<std::size_t>(order[i] / heads)];
+      const int kv_head = order[i] % heads / group;
+      CHECK(tile.cache_base == 8192 * (section / 2));
+      CHECK(kv_head / 4 == section % 2);
+      CHECK(tile.start_position + tile.count <= last_end);  // longest first within a section
+      last_end = tile.start_position + tile.count;
+    }
+  }
+  // Varied lengths, a budget below one pair: one pair per section, sequences longest first.
+  const std::vector<cuda::AttentionTile> varied = prefill_tiles({300, 1000, 5, 129});
+  const std::vector<int> small = cuda::attention_prefill_order(varied, 4, 2, row_bytes, 1);
+  std::vector<int> seen(varied.size() * 4, 0);
+  for (int item : small) ++seen.at(static_cast<std::size_t>(item));
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+  CHECK(varied[static_cast<std::size_t>(small.front() / 4)].cache_base ==
+        300);  // the 1000-token one
+  CHECK(varied[static_cast<std::size_t>(small.back() / 4)].cache_base == 1300);  // the 5-token one
+  CHECK_THROWS_AS(cuda::attention_prefill_order(tiles, 30, 8, row_bytes, 0), std::invalid_argument);
 }
 #endif
