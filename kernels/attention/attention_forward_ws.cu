@@ -816,15 +816,6 @@ void launch_ws(const CUtensorMap& q_map, const CUtensorMap& k_map, const CUtenso
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
-// The bytes of K/V a section of prefill work items reads (attention_prefill_order).
-std::int64_t prefill_l2_budget() {
-  static const std::int64_t budget = [] {
-    const char* forced = std::getenv("BITCHECK_ATTENTION_L2_MIB");
-    return (forced ? std::atoll(forced) : 16) << 20;
-  }();
-  return budget;
-}
-
 // Whether prefill CTAs run their consumer warpgroups in ping-pong (measured on an H200 at head
 // dim 128: within 1-2 % of the cooperative schedule, ahead at every length).
 bool pingpong_schedule(AttentionSchedule schedule) {
@@ -886,9 +877,9 @@ AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape
     pingpong_ = pingpong_schedule(schedule);
     next_item_ = DeviceBuffer(sizeof(int));  // the persistent CTAs' work counter, 0 between runs
     next_item_.fill_bytes(0);
-    const std::vector<int> order =
-        attention_prefill_order(tiles, shape.heads, shape.kv_heads,
-                                2 * static_cast<std::int64_t>(shape.dim) * 2, prefill_l2_budget());
+    const std::vector<int> order = attention_prefill_order(
+        tiles, shape.heads, shape.kv_heads, 2 * static_cast<std::int64_t>(shape.dim) * 2,
+        attention_l2_budget());
     order_ = DeviceBuffer(order.size() * sizeof(int));
     order_.upload(order.data(), order_.bytes());
     path_ = chunked ? std::string("forward.wgmma.prefill") + (pingpong_ ? "" : ".cooperative")

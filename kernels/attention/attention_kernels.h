@@ -190,17 +190,20 @@ AttentionBackwardTileLists attention_backward_tiles(const std::vector<int>& firs
                                                     const std::vector<int>& lengths, int rows);
 
 // The order in which persistent prefill CTAs take their work items, each (tile index, head) coded
-// as tile * heads + head. Items whose keys and values are the same memory run close together, so
-// that a block of K/V, once in L2, serves every CTA that reads it: the (sequence, KV head) pairs
-// (a sequence: the tiles with one cache_base; its pair's bytes: its last position + 1 rows of
-// `kv_row_bytes`, K and V of one head) form sections, consecutive pairs for as long as their
-// bytes stay within `budget_bytes` (at least one pair each). Sequences come longest tile first;
-// within a section the tiles, longest first, each with its heads of the section's KV heads in
-// order. budget_bytes <= 0 gives one section: tiles in their order, each with all its heads. The
-// order is scheduling: it changes no result.
+// as tile * heads + head. Items that read the same K/V run close together, so that a block, once
+// in L2, serves every CTA that reads it: the (sequence, KV head) pairs (a sequence: the tiles of
+// one cache_base; a pair's bytes: the sequence's last position + 1 rows of `kv_row_bytes`, K and V
+// of one head) form sections of consecutive pairs whose bytes stay within `budget_bytes` (at
+// least one pair each). Sequences come longest tile first; within a section the tiles come
+// longest first, each with its heads of the section's KV heads in order. budget_bytes <= 0 gives
+// one section: tiles longest first, each with all its heads. The order changes no result.
 std::vector<int> attention_prefill_order(const std::vector<AttentionTile>& tiles, int heads,
                                          int kv_heads, std::int64_t kv_row_bytes,
                                          std::int64_t budget_bytes);
+
+// The L2 budget of a section of work items: 16 MiB, or BITCHECK_ATTENTION_L2_MIB MiB (0: one
+// section, the longest-first order alone).
+std::int64_t attention_l2_budget();
 
 // The tiles of one backward launch in device memory, `rows` rows each: the queries' order and the
 // keys' (attention_backward_tiles), count tiles in each.
