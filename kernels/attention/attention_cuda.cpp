@@ -61,11 +61,14 @@ cuda::AttentionForwardKernel forward_kernel(const CaseSpec& spec) {
   return cuda::AttentionForwardKernel::automatic;
 }
 
-// The prefill schedule of the two consumer warpgroups: ping-pong unless forced to cooperative.
+// The prefill schedule: ping-pong in L2 sections of the budget, unless forced to cooperative or to
+// sections of one (sequence, KV head) pair.
 cuda::AttentionSchedule forward_schedule(const CaseSpec& spec) {
-  return spec.forced_path == "forward.wgmma.prefill.cooperative"
-             ? cuda::AttentionSchedule::cooperative
-             : cuda::AttentionSchedule::automatic;
+  if (spec.forced_path == "forward.wgmma.prefill.cooperative")
+    return cuda::AttentionSchedule::cooperative;
+  if (spec.forced_path == "forward.wgmma.prefill.l2-sections")
+    return cuda::AttentionSchedule::l2_sections;
+  return cuda::AttentionSchedule::automatic;
 }
 
 // The forward kernel's products, for configs.

@@ -877,12 +877,23 @@ AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape
     pingpong_ = pingpong_schedule(schedule);
     next_item_ = DeviceBuffer(sizeof(int));  // the persistent CTAs' work counter, 0 between runs
     next_item_.fill_bytes(0);
+    const bool sections = schedule == AttentionSchedule::l2_sections;
     const std::vector<int> order = attention_prefill_order(
         tiles, shape.heads, shape.kv_heads, 2 * static_cast<std::int64_t>(shape.dim) * 2,
-        attention_l2_budget());
+        sections ? 1 : attention_l2_budget());
+    // Every item exactly once: an item missed would leave rows unwritten, one repeated would race.
+    std::vector<char> seen(tiles.size() * static_cast<std::size_t>(shape.heads), 0);
+    for (int item : order) {
+      if (item < 0 || static_cast<std::size_t>(item) >= seen.size() ||
+          seen[static_cast<std::size_t>(item)]++)
+        throw std::logic_error("attention forward: the prefill order repeats or misses an item");
+    }
+    if (order.size() != seen.size())
+      throw std::logic_error("attention forward: the prefill order repeats or misses an item");
     order_ = DeviceBuffer(order.size() * sizeof(int));
     order_.upload(order.data(), order_.bytes());
-    path_ = chunked ? std::string("forward.wgmma.prefill") + (pingpong_ ? "" : ".cooperative")
+    path_ = chunked ? std::string("forward.wgmma.prefill") +
+                          (pingpong_ ? (sections ? ".l2-sections" : "") : ".cooperative")
                     : "forward.wgmma.unchunked";
     return;
   }

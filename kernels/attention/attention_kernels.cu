@@ -1274,6 +1274,11 @@ std::vector<PathDecl> attention_paths(int kind) {
                "the same with the two consumer warpgroups issuing as soon as their operands are "
                "there")
           .only_forced();
+  const PathDecl sections =
+      PathDecl("forward.wgmma.prefill.l2-sections",
+               "ping-pong with the work items in sections of one (sequence, KV head) pair, the "
+               "order batches with more than 16 MiB of K/V take, at any batch")
+          .only_forced();
   const PathDecl decode(
       "forward.wgmma.decode",
       "decode-like launches (tiles of <= 16 queries) at head dim 128: one "
@@ -1311,6 +1316,7 @@ std::vector<PathDecl> attention_paths(int kind) {
   const PathDecl backward_simt("backward.simt", "SIMT backward (fp32, other head dims)");
   const std::vector<PathDecl> forward_wgmma = {prefill,
                                                cooperative,
+                                               sections,
                                                decode,
                                                decode_split,
                                                packed,

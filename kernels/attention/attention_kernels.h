@@ -90,7 +90,10 @@ enum class AttentionForwardKernel {
 // warpgroup's softmax overlaps the other's wgmmas) or each as soon as its operands are there. A
 // scheduling choice: both give the same bits. `automatic` is ping-pong, measured faster
 // (BITCHECK_ATTENTION_SCHEDULE=pingpong|cooperative overrides it, for benchmarks).
-enum class AttentionSchedule { automatic, pingpong, cooperative };
+// l2_sections: ping-pong, with the work items in sections of one (sequence, KV head) pair each
+// (attention_prefill_order with a budget of one byte), the order of batches with more K/V than
+// the L2 budget, forced on any batch (forward.wgmma.prefill.l2-sections).
+enum class AttentionSchedule { automatic, pingpong, cooperative, l2_sections };
 
 // One forward launch over `tiles` (host copies; tiles of one segment, up to
 // attention_mma_tile_queries queries each, longest first for prefill), planned once and run any
