@@ -467,6 +467,13 @@ TEST_CASE("the warp-specialized forward keeps its bits on the bench shapes", "[g
                      cuda::AttentionSchedule::cooperative);
     CHECK(pingpong.o == cooperative.o);
     CHECK(pingpong.lse == cooperative.lse);
+    // The work order is scheduling: one (sequence, KV head) pair per L2 section against the
+    // default 16 MiB sections (one at L <= 2048 here, several at 4096 and 8192).
+    const ForwardBits sections =
+        run_launches(batch, prefill, cuda::AttentionForwardKernel::automatic,
+                     cuda::AttentionSchedule::l2_sections);
+    CHECK(pingpong.o == sections.o);
+    CHECK(pingpong.lse == sections.lse);
     const RowComparison chunked = compare_rows(batch, pingpong, synchronous);
     CHECK(chunked.unwritten == 0);
     CHECK(chunked.differ_first_chunk == 0);
