@@ -1731,11 +1731,18 @@ void check_heads(const char* what, int heads, int kv_heads) {
 }  // namespace
 
 std::int64_t attention_l2_budget() {
-  static const std::int64_t budget = [] {
+  static const std::int64_t mib = [] {
     const char* forced = std::getenv("BITCHECK_ATTENTION_L2_MIB");
-    return static_cast<std::int64_t>(forced ? std::atoll(forced) : 16) << 20;
+    if (!forced) return std::int64_t{16};
+    char* end = nullptr;
+    const long long value = std::strtoll(forced, &end, 10);
+    if (*forced == '\0' || *end != '\0' || value < 0 || value > (1 << 20))
+      throw std::invalid_argument(std::string("BITCHECK_ATTENTION_L2_MIB: expected a whole number "
+                                              "of MiB from 0 to 1048576, got '") +
+                                  forced + "'");
+    return static_cast<std::int64_t>(value);
   }();
-  return budget;
+  return mib << 20;
 }
 
 std::vector<int> attention_prefill_order(const std::vector<AttentionTile>& tiles, int heads,

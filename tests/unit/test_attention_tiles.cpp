@@ -7,6 +7,7 @@
 #ifdef BITCHECK_HAVE_CUDA
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <vector>
 
@@ -136,5 +137,7 @@ TEST_CASE("attention prefill order: every item once, L2 sections longest first",
         300);  // the 1000-token one
   CHECK(varied[static_cast<std::size_t>(small.back() / 4)].cache_base == 1300);  // the 5-token one
   CHECK_THROWS_AS(cuda::attention_prefill_order(tiles, 30, 8, row_bytes, 0), std::invalid_argument);
+  // The budget: 16 MiB unless BITCHECK_ATTENTION_L2_MIB says otherwise (a whole number of MiB).
+  if (!std::getenv("BITCHECK_ATTENTION_L2_MIB")) CHECK(cuda::attention_l2_budget() == (16 << 20));
 }
 #endif
