@@ -592,11 +592,12 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
 }
 #endif
 
-// Work item i is (tile, unit) = i / units, % units, tiles longest first; split decode, (work item,
-// unit) likewise. A unit is one head (its tile rows are queries) or, packed, the `pack` heads of a
-// KV group (row r: head r / per_head, query r % per_head). Decode CTAs take one item each
-// (blockIdx.x); prefill CTAs, one per SM, take items blockIdx.x, + gridDim.x, ... (Tile::
-// persistent).
+// Prefill work item i is (tile, unit) = order[i] / units, % units (attention_prefill_order: L2
+// sections, tiles longest first within each); split decode, (work item, unit) = i / units, %
+// units. A unit is one head (its tile rows are queries) or, packed, the `pack` heads of a KV group
+// (row r: head r / per_head, query r % per_head). Decode CTAs take one item each (blockIdx.x);
+// prefill CTAs, one per SM, take item blockIdx.x and then the next untaken one from the launch's
+// counter (Tile::persistent).
 #ifdef BITCHECK_ATTENTION_WS_SM90A
 // The CTA's fields for work item `item`.
 template <typename T, int D, int Consumers, int ChunkBlocks>
@@ -878,9 +879,9 @@ AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape
     next_item_ = DeviceBuffer(sizeof(int));  // the persistent CTAs' work counter, 0 between runs
     next_item_.fill_bytes(0);
     const bool sections = schedule == AttentionSchedule::l2_sections;
+    const std::int64_t kv_row_bytes = 2 * static_cast<std::int64_t>(shape.dim) * 2;  // K and V
     const std::vector<int> order = attention_prefill_order(
-        tiles, shape.heads, shape.kv_heads, 2 * static_cast<std::int64_t>(shape.dim) * 2,
-        sections ? 1 : attention_l2_budget());
+        tiles, shape.heads, shape.kv_heads, kv_row_bytes, sections ? 1 : attention_l2_budget());
     // Every item exactly once: an item missed would leave rows unwritten, one repeated would race.
     std::vector<char> seen(tiles.size() * static_cast<std::size_t>(shape.heads), 0);
     for (int item : order) {
