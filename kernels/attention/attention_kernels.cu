@@ -38,10 +38,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <unordered_set>
+#include <utility>
 
 #include "attention_device.cuh"
 #include "attention_kernels.h"
@@ -1647,89 +1650,6 @@ AttentionBackwardTileLists attention_backward_tiles(const std::vector<int>& firs
   return tiles;
 }
 
-namespace {
-
-// Work items (tile, unit) in L2 sections, each coded tile * units + unit with units = kv_heads *
-// per_kv_head (unit u reads the memory of KV head u / per_kv_head). `by_priority` lists the tiles
-// longest-running first, `sequence_of[t]` names tile t's sequence (any int, equal within one) and
-// `pair_bytes[t]` the bytes one KV head of that sequence reads (the largest over its tiles
-// counts). Sections hold consecutive (sequence, KV head) pairs, sequences in the order of their
-// first tile, while their bytes stay within the budget (at least one pair each); a section's
-// items are its tiles in priority order, each with its units of the section's KV heads in order.
-// A budget <= 0 makes one section of everything: the tiles in priority order, all units each.
-std::vector<int> l2_section_order(const std::vector<int>& by_priority,
-                                  const std::vector<int>& sequence_of,
-                                  const std::vector<std::int64_t>& pair_bytes, int kv_heads,
-                                  int per_kv_head, std::int64_t budget_bytes) {
-  const int units = kv_heads * per_kv_head;
-  std::vector<int> order;
-  order.reserve(by_priority.size() * static_cast<std::size_t>(units));
-  if (budget_bytes <= 0) {
-    for (int t : by_priority)
-      for (int u = 0; u < units; ++u) order.push_back(t * units + u);
-    return order;
-  }
-  // Sequences in the order of their first tile, each with its tiles in priority order.
-  std::vector<std::vector<int>> sequences;
-  std::vector<int> names;
-  std::vector<std::int64_t> bytes;
-  for (int t : by_priority) {
-    const int name = sequence_of[static_cast<std::size_t>(t)];
-    const auto s =
-        static_cast<std::size_t>(std::find(names.begin(), names.end(), name) - names.begin());
-    if (s == names.size()) {
-      names.push_back(name);
-      sequences.emplace_back();
-      bytes.push_back(0);
-    }
-    sequences[s].push_back(t);
-    bytes[s] = std::max(bytes[s], pair_bytes[static_cast<std::size_t>(t)]);
-  }
-  std::vector<int> rank(sequence_of.size());  // a tile's place in the priority order
-  for (std::size_t i = 0; i < by_priority.size(); ++i)
-    rank[static_cast<std::size_t>(by_priority[i])] = static_cast<int>(i);
-  struct Pair {
-    std::size_t sequence;
-    int kv_head;
-  };
-  std::vector<Pair> section;
-  std::int64_t section_bytes = 0;
-  const auto flush = [&] {
-    std::vector<int> section_tiles;
-    for (std::size_t i = 0; i < section.size(); ++i)
-      if (i == 0 || section[i].sequence != section[i - 1].sequence)  // a sequence's pairs adjoin
-        for (int t : sequences[section[i].sequence]) section_tiles.push_back(t);
-    std::sort(section_tiles.begin(), section_tiles.end(), [&](int a, int b) {
-      return rank[static_cast<std::size_t>(a)] < rank[static_cast<std::size_t>(b)];
-    });
-    for (int t : section_tiles) {
-      for (const Pair& pair : section) {
-        if (names[pair.sequence] != sequence_of[static_cast<std::size_t>(t)]) continue;
-        for (int u = pair.kv_head * per_kv_head; u < (pair.kv_head + 1) * per_kv_head; ++u)
-          order.push_back(t * units + u);
-      }
-    }
-    section.clear();
-    section_bytes = 0;
-  };
-  for (std::size_t s = 0; s < sequences.size(); ++s) {
-    for (int g = 0; g < kv_heads; ++g) {
-      if (!section.empty() && section_bytes + bytes[s] > budget_bytes) flush();
-      section.push_back({s, g});
-      section_bytes += bytes[s];
-    }
-  }
-  if (!section.empty()) flush();
-  return order;
-}
-
-void check_heads(const char* what, int heads, int kv_heads) {
-  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
-    throw std::invalid_argument(std::string(what) + ": heads must be a multiple of kv heads");
-}
-
-}  // namespace
-
 std::int64_t attention_l2_budget() {
   static const std::int64_t mib = [] {
     const char* forced = std::getenv("BITCHECK_ATTENTION_L2_MIB");
@@ -1748,22 +1668,55 @@ std::int64_t attention_l2_budget() {
 std::vector<int> attention_prefill_order(const std::vector<AttentionTile>& tiles, int heads,
                                          int kv_heads, std::int64_t kv_row_bytes,
                                          std::int64_t budget_bytes) {
-  check_heads("attention_prefill_order", heads, kv_heads);
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
+    throw std::invalid_argument("attention_prefill_order: heads must be a multiple of kv heads");
+  const int group = heads / kv_heads;
   const auto end_of = [&](int t) {
     return tiles[static_cast<std::size_t>(t)].start_position +
            tiles[static_cast<std::size_t>(t)].count;
   };
-  std::vector<int> by_length(tiles.size()), sequence_of(tiles.size());
-  std::vector<std::int64_t> pair_bytes(tiles.size());
-  for (std::size_t t = 0; t < tiles.size(); ++t) {
-    by_length[t] = static_cast<int>(t);
-    sequence_of[t] = tiles[t].cache_base;
-    pair_bytes[t] = static_cast<std::int64_t>(end_of(static_cast<int>(t))) * kv_row_bytes;
-  }
+  std::vector<int> by_length(tiles.size());
+  for (std::size_t t = 0; t < tiles.size(); ++t) by_length[t] = static_cast<int>(t);
   std::stable_sort(by_length.begin(), by_length.end(),
                    [&](int a, int b) { return end_of(a) > end_of(b); });
-  return l2_section_order(by_length, sequence_of, pair_bytes, kv_heads, heads / kv_heads,
-                          budget_bytes);
+  std::vector<int> order;
+  order.reserve(tiles.size() * static_cast<std::size_t>(heads));
+  if (budget_bytes <= 0) {
+    for (int t : by_length)
+      for (int h = 0; h < heads; ++h) order.push_back(t * heads + h);
+    return order;
+  }
+  // Sequences (cache bases) in the order of their longest tile, whose end gives a pair's bytes.
+  std::vector<int> bases;
+  std::vector<std::int64_t> pair_bytes;
+  std::unordered_set<int> seen;
+  for (int t : by_length) {
+    if (!seen.insert(tiles[static_cast<std::size_t>(t)].cache_base).second) continue;
+    bases.push_back(tiles[static_cast<std::size_t>(t)].cache_base);
+    pair_bytes.push_back(static_cast<std::int64_t>(end_of(t)) * kv_row_bytes);
+  }
+  // A section: per sequence, the KV heads [first, end) of its pairs in the section.
+  std::map<int, std::pair<int, int>> section;
+  std::int64_t section_bytes = 0;
+  const auto flush = [&] {
+    for (int t : by_length) {
+      const auto pairs = section.find(tiles[static_cast<std::size_t>(t)].cache_base);
+      if (pairs == section.end()) continue;
+      for (int h = pairs->second.first * group; h < pairs->second.second * group; ++h)
+        order.push_back(t * heads + h);
+    }
+    section.clear();
+    section_bytes = 0;
+  };
+  for (std::size_t s = 0; s < bases.size(); ++s) {
+    for (int g = 0; g < kv_heads; ++g) {
+      if (!section.empty() && section_bytes + pair_bytes[s] > budget_bytes) flush();
+      section.try_emplace(bases[s], g, g).first->second.second = g + 1;
+      section_bytes += pair_bytes[s];
+    }
+  }
+  if (!section.empty()) flush();
+  return order;
 }
 
 void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, const void* v,
