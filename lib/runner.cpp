@@ -37,6 +37,12 @@ std::vector<std::int64_t> full_shape(const TensorDecl& decl, std::int64_t rows) 
   return shape;
 }
 
+std::string group_scales_string(const std::vector<float>& scales) {
+  std::string text;
+  for (float scale : scales) text += std::to_string(scale) + ",";
+  return text;
+}
+
 bool is_output(const TensorDecl& decl) {
   return decl.role == TensorRole::row_output || decl.role == TensorRole::reduction_output;
 }
@@ -53,6 +59,13 @@ Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::ui
   const auto bound = static_cast<std::uint64_t>(std::max<std::int64_t>(1, decl.index_bound));
   std::optional<TokenIdSampler> token_ids;
   if (decl.generator == Generator::token_id) token_ids.emplace(ids, seed, bound);
+  const auto groups = static_cast<std::int64_t>(decl.group_scales.size());
+  const std::int64_t group_width = groups > 0 ? std::max<std::int64_t>(1, width / groups) : width;
+  auto scale_of = [&](std::int64_t c) {
+    if (groups == 0) return decl.scale;
+    return decl.scale *
+           decl.group_scales[static_cast<std::size_t>(std::min(c / group_width, groups - 1))];
+  };
   auto fill_rows = [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t r = first; r < last; ++r) {
       for (std::int64_t c = 0; c < width; ++c) {
@@ -63,7 +76,7 @@ Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::ui
         } else if (token_ids) {
           tensor.set_int(index, static_cast<std::int32_t>(token_ids->id(name_hash, r, c)));
         } else {
-          tensor.set(index, counter_uniform(seed, name_hash, r, c) * decl.scale);
+          tensor.set(index, counter_uniform(seed, name_hash, r, c) * scale_of(c));
           SpecialElement special =
               special_value_at(decl.dtype, seed, name_hash, r, c, special_value_rate);
           if (special.kind != SpecialValue::none) tensor.set_bits(index, special.bits);
@@ -97,6 +110,7 @@ class ParameterCache {
                                                               std::uint64_t seed) {
     std::string key = decl.name + "/" + to_string(decl.dtype) + "/" + shape_string(decl.shape) +
                       "/" + std::to_string(seed) + "/" + std::to_string(decl.scale) + "/" +
+                      group_scales_string(decl.group_scales) + "/" +
                       std::to_string(decl.index_bound) + "/" +
                       std::to_string(static_cast<int>(decl.generator));
     for (const auto& entry : entries_) {

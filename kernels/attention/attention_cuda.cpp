@@ -193,7 +193,7 @@ class CudaAttention : public Impl {
       case Kind::fixed_order:
         return "KV cache written first; KV blocks of 64 from position 0 upward for prefill, chunks "
                "and decode (bf16/fp16: on sm_90 at D 128 warp-specialized wgmma with the blocks "
-               "in 512-key chunks merged in chunk order, decode split at the chunks, at D 64 the "
+               "in 2048-key chunks merged in chunk order, decode split at the chunks, at D 64 the "
                "synchronous wgmma kernel; mma.sync elsewhere; SIMT for fp32); backward dq per "
                "query over key blocks and "
                "dk/dv per key over query blocks in order (mma.sync where the forward uses it), "
@@ -219,7 +219,7 @@ class CudaAttention : public Impl {
     return cuda::attention_paths(static_cast<int>(kind_));
   }
   // The fixed-order forward packs a KV group's heads from this many sequences on in a decode step
-  // (sequences within one 512-key chunk; longer ones, split at the chunks, pack sooner).
+  // (sequences within one 2048-key chunk; longer ones, split at the chunks, pack sooner).
   std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
                                          std::int64_t max_rows) const override {
     if (kind_ != Kind::fixed_order || spec.pass != Pass::forward || !uses_mma(spec) ||
@@ -392,7 +392,7 @@ class CudaAttention : public Impl {
 };
 
 // One decode step of spec.rows sequences: each sequence's query at position L - 1 over a cache of L
-// keys, with the kernel, KV blocks and 512-key chunks the decode layout runs (split-KV at the
+// keys, with the kernel, KV blocks and 2048-key chunks the decode layout runs (split-KV at the
 // chunks, merged in chunk order). Latency is the point; flops 2*2*L*H*D per sequence, bytes the
 // cache read once.
 BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings& settings) {
@@ -443,7 +443,7 @@ BenchMeasurement decode_step_benchmark(const CaseSpec& spec, const BenchSettings
       {"chunk_keys", mma ? launch->chunk_keys() : 0},
       {"splits", mma ? launch->splits() : 1},
       {"latency_us", measurement.median_ms * 1e3},
-      {"note", "one query per sequence over the whole cache, split at fixed 512-key chunks"}};
+      {"note", "one query per sequence over the whole cache, split at fixed 2048-key chunks"}};
   return measurement;
 }
 

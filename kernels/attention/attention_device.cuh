@@ -99,11 +99,19 @@ __device__ __forceinline__ void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
+// How far (log2 units: the exponent of p) a block's row max may rise above the row's reference max
+// before the reference moves to it. Below that the reference stays, alpha is exactly 1 and the
+// accumulator is not rescaled; p = 2^(s scale log2 e - m scale log2 e) is then at most 2^8, which
+// fp32 sums and the bf16/fp16 P operand hold with the same relative precision. The rule reads only
+// the row's own scores and reference, so it is the same in every layout and kernel.
+constexpr float attention_rescale_threshold = 8.0f;
+
 // One KV block of the online softmax for a thread's two query rows (positions position[0..1]; lane
-// quad t), everything but the accumulator: causal mask, new row max, l rescaled and summed, and
-// s -> p in place; returns in alpha the factor the accumulator rows take (rescale_rows). Every
-// tensor-core forward kernel calls it on the same accumulator layout, so their per-row arithmetic
-// is the same.
+// quad t), everything but the accumulator: causal mask, the row's reference max (moved to the new
+// row max when that is above it by more than attention_rescale_threshold, or on the first block
+// with a key), l rescaled and summed, and s -> p in place; returns in alpha the factor the
+// accumulator rows take (rescale_rows). Every tensor-core forward kernel calls it on the same
+// accumulator layout, so their per-row arithmetic is the same.
 template <int BN>
 __device__ __forceinline__ void softmax_scores(float (&s)[BN / 8][4], float (&m)[2], float (&l)[2],
                                                float (&alpha)[2], int first_key,
@@ -132,8 +140,13 @@ __device__ __forceinline__ void softmax_scores(float (&s)[BN / 8][4], float (&m)
   for (int r = 0; r < 2; ++r) {
     m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 1));
     m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 2));
-    // Exactly 1 when the block does not raise the max (a fully masked block among them); exactly
-    // 0 on the first real block (m = -inf), never -inf - -inf.
+    // The reference stays unless the block raises it by more than the threshold (NaN compares
+    // false: an infinite score moves it, as before).
+    if (m[r] != -INFINITY &&
+        __fmul_rn(__fsub_rn(m_new[r], m[r]), scale_log2) <= attention_rescale_threshold)
+      m_new[r] = m[r];
+    // Exactly 1 when the reference stays (a fully masked block among them); exactly 0 on the
+    // first real block (m = -inf), never -inf - -inf.
     alpha[r] =
         m_new[r] == m[r] ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(m[r], m_new[r]), scale_log2));
     m[r] = m_new[r];
@@ -204,7 +217,9 @@ __device__ __forceinline__ void softmax_block(float (&s)[BN / 8][4], float (&acc
                                               int t, float scale_log2) {
   float alpha[2];
   softmax_scores<BN>(s, m, l, alpha, first_key, warp_first_position, position, t, scale_log2);
-  rescale_rows<D>(acc, alpha);
+  // Times exactly 1 leaves every bit (a NaN's payload aside): a warp none of whose rows moved its
+  // reference skips the rescale, as the warp-specialized kernel does.
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) rescale_rows<D>(acc, alpha);
 }
 
 // A row's sum l from the four lanes of its quad (each holds its share), in a fixed pattern.

@@ -6,7 +6,7 @@
 // (attention_mma_kv_block) from position 0 upward, each block through softmax_scores and
 // rescale_rows, its two products on the same wgmma instructions (m64n64k16 for S = Q·Kᵀ with the
 // D/16 k-steps in order, then m64nDk16 for O += P·V with the four 16-key steps in order). On top
-// of that the blocks form chunks of attention_chunk_keys (512 keys, 8 blocks) aligned to position
+// of that the blocks form chunks of attention_chunk_keys (2048 keys, 32 blocks) aligned to position
 // 0: a chunk starts from a fresh state (m = -inf, l = 0, acc = 0), chunk 0's final state is the
 // row's state, and every later chunk holding a key at or before the row's position merges into it
 // in chunk order (chunk_merge_weights and merge_element; a chunk with no such key, m = -inf,
@@ -20,8 +20,8 @@
 // Without chunks (ChunkBlocks = 0, the test-only
 // AttentionForwardKernel::warp_specialized_unchunked) these kernels compute the bits of the
 // synchronous wgmma kernel of attention_kernels.cu; the GPU tests compare them bit for bit. The
-// 512-key chunks change the bits of rows past position 511 (once, written down in
-// docs/attention.md), so that a decode step can split its keys.
+// chunks change the bits of rows past position 2047 (written down in docs/attention.md, as is the
+// move from 512-key chunks), so that a decode step can split its keys.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -509,7 +509,7 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
       for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
     } else if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
       // Times exactly 1 leaves every bit (a NaN's payload aside, and o = NaN either way): a warp
-      // none of whose rows raised its max skips the rescale.
+      // none of whose rows moved its reference max skips the rescale.
       rescale_rows<D>(acc, alpha);
     }
     pack_p_fragments<T, BN>(s, pa);
@@ -726,7 +726,7 @@ __global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
 #endif
 }
 
-// Split-KV merge: one warp per (query, head) of a tile split over chunks; chunks 0..position / 512
+// Split-KV merge: one warp per (query, head) of a tile split over chunks; chunks 0..position / 2048
 // in order, the first one's state taken as it is, each later one merged with chunk_merge_weights
 // and merge_element as a prefill CTA merges it; then o and lse as store_rows_reduced computes
 // them. Lane i holds dims [i * D / 32, (i + 1) * D / 32).

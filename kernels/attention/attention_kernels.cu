@@ -1270,7 +1270,7 @@ void launch_mma(const void* q, const void* k_cache, const void* v_cache, void* o
 std::vector<PathDecl> attention_paths(int kind) {
   const PathDecl prefill("forward.wgmma.prefill",
                          "warp-specialized wgmma forward (head dim 128): a TMA producer warp, two "
-                         "consumer warpgroups in ping-pong on the same K/V blocks, 512-key chunks "
+                         "consumer warpgroups in ping-pong on the same K/V blocks, 2048-key chunks "
                          "merged in order");
   const PathDecl cooperative =
       PathDecl("forward.wgmma.prefill.cooperative",
@@ -1285,15 +1285,15 @@ std::vector<PathDecl> attention_paths(int kind) {
   const PathDecl decode(
       "forward.wgmma.decode",
       "decode-like launches (tiles of <= 16 queries) at head dim 128: one "
-      "consumer warpgroup and a head per CTA, every row within one 512-key chunk");
+      "consumer warpgroup and a head per CTA, every row within one 2048-key chunk");
   const PathDecl decode_split("forward.wgmma.decode.split-kv",
-                              "decode-like, a head per CTA, a CTA per 512-key chunk, the chunks "
+                              "decode-like, a head per CTA, a CTA per 2048-key chunk, the chunks "
                               "merged in order by a second kernel");
   const PathDecl packed("forward.wgmma.decode.packed-heads",
                         "decode-like with a KV group's heads in one CTA (>= 64 CTAs of work), "
-                        "every row within one 512-key chunk");
+                        "every row within one 2048-key chunk");
   const PathDecl packed_split("forward.wgmma.decode.packed-heads.split-kv",
-                              "decode-like with a KV group's heads in one CTA, a CTA per 512-key "
+                              "decode-like with a KV group's heads in one CTA, a CTA per 2048-key "
                               "chunk, merged in order by a second kernel");
   const PathDecl synchronous_prefill("forward.wgmma.synchronous.prefill",
                                      "head dim 64 on sm_90: the synchronous wgmma kernel (cp.async "

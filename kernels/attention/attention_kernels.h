@@ -30,7 +30,8 @@ struct AttentionShape {
 std::vector<PathDecl> attention_paths(int kind);
 // The sequence count from which a decode step packs a KV group's heads into one CTA (the wgmma
 // forwards' "...decode.packed-heads"), or 0 when the group size never packs. At head dim 128 this
-// counts sequences within one 512-key chunk; longer ones pack sooner (a CTA per chunk).
+// counts sequences within one chunk (attention_chunk_keys); longer ones pack sooner (a CTA per
+// chunk).
 std::int64_t attention_packed_heads_sequences(AttentionShape shape);
 
 // One query (or key) token. Forward: keys of positions 0..position at rows cache_base + j of the
@@ -59,10 +60,12 @@ void attention_write_cache(DeviceDType dtype, const void* k, const void* v, void
                            void* v_cache, const int* cache_rows, int slots, int row_width,
                            CUstream_st* stream);
 
-constexpr int attention_chunk_keys = 512;  // keys per chunk: split-KV points of the forward
+// Keys per chunk: the split-KV points of the head-dim-128 forward (512 before the lazy rescale
+// came: docs/attention.md).
+constexpr int attention_chunk_keys = 2048;
 
-// Chunks of attention_chunk_keys a row at `last_position` reduces (chunk c: keys [512c, 512c +
-// 512)).
+// Chunks of attention_chunk_keys a row at `last_position` reduces (chunk c: keys [2048c, 2048c +
+// 2048)).
 inline std::int64_t attention_forward_chunks(int last_position) {
   return last_position / attention_chunk_keys + 1;
 }
@@ -77,7 +80,7 @@ inline bool attention_warp_specialized_dim(int dim) {
 enum class AttentionForwardKernel {
   // The device's: on sm_90 at head dim 128 the warp-specialized wgmma kernels
   // (attention_forward_ws.cu: a TMA producer warp; prefill on two consumer warpgroups in
-  // ping-pong, decode-like launches on one, split at 512-key chunks), at head dim 64 the
+  // ping-pong, decode-like launches on one, split at 2048-key chunks), at head dim 64 the
   // synchronous one (measured faster there); elsewhere mma.sync.
   automatic,
   mma_sync,           // forward_mma_kernel on any device ("forward.mma-sync")

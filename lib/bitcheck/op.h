@@ -67,7 +67,7 @@ enum class TensorRole {
 std::string to_string(TensorRole role);
 
 enum class Generator {
-  uniform,   // counter_uniform(...) * scale, rounded to the tensor dtype
+  uniform,   // counter_uniform(...) * scale (* the column's group scale), rounded to the dtype
   index,     // integer in [0, index_bound), uniform (positions)
   token_id,  // token id in [0, index_bound), drawn from the case's IdDistribution (CaseSpec::ids)
 };
@@ -80,6 +80,10 @@ struct TensorDecl {
   Generator generator = Generator::uniform;
   float scale = 1.0f;
   std::int64_t index_bound = 0;
+  // Uniform generator: a row's columns in equal groups (a head's elements each), group g's values
+  // also times group_scales[g] (empty: every group at `scale` alone). Attention's q uses it to give
+  // some heads scores wide enough to move the softmax's reference max after a row's first block.
+  std::vector<float> group_scales = {};
 };
 
 // Ops over sequences (attention): a run of consecutive slots holding consecutive tokens of one

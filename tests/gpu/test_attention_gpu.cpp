@@ -1,6 +1,7 @@
 // attention on the GPU: the fixed-order CUDA impl passes every sequence layout (tensor-core
 // forward and backward for bf16/fp16 at head dim 64 and 128, SIMT for fp32); the warp-specialized
-// forward gives every layout the prefill rows' bits across 512-key chunk boundaries, the bits of
+// forward gives every layout the prefill rows' bits across 2048-key chunk boundaries (with heads
+// whose scores move the softmax's reference max mid-row), the bits of
 // the synchronous wgmma kernel without chunks (and within the first chunk with them), on the
 // sweeps' layouts and the bench shapes, and a tile's bits whichever of its persistent CTA's work
 // items it is, in every run of a launch; the epilogue's division gives __fdiv_rn's bits; no forward
@@ -203,6 +204,22 @@ struct ForwardBatch {
     q.fill_uniform(device_dtype(), seed);
     k.fill_uniform(device_dtype(), seed + 1);
     v.fill_uniform(device_dtype(), seed + 2);
+    widen_odd_heads();
+  }
+  // The queries of every odd head times 8 (exact), as the sweeps' attention inputs have them:
+  // scores wide enough that a block after a row's first raises its max past the rescale
+  // threshold, so the reference max moves mid-row.
+  void widen_odd_heads() {
+    std::vector<std::uint16_t> bits(q_elements());
+    q.download(bits.data(), q.bytes());
+    const std::size_t width = static_cast<std::size_t>(shape.dim);
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      if ((i / width) % static_cast<std::size_t>(shape.heads) % 2 == 0) continue;
+      const float wide =
+          8.0f * (dtype == DType::bf16 ? bf16_bits_to_float(bits[i]) : fp16_bits_to_float(bits[i]));
+      bits[i] = dtype == DType::bf16 ? float_to_bf16_bits(wide) : float_to_fp16_bits(wide);
+    }
+    q.upload(bits.data(), q.bytes());
   }
   std::size_t q_elements() const {
     return static_cast<std::size_t>(slots) * shape.heads * shape.dim;
@@ -303,7 +320,8 @@ ForwardBits run_launches(const ForwardBatch& batch, const Launches& launches,
 }
 
 // How two runs compare, slot by slot: rows whose o or lse bits differ, split by whether the
-// token's position is below 512 (within the first chunk), and rows a run left unwritten.
+// token's position is below attention_chunk_keys (within the first chunk), and rows a run left
+// unwritten.
 struct RowComparison {
   int differ_first_chunk = 0, differ_later = 0, unwritten = 0;
   double max_relative_diff = 0.0;  // of o over the later rows, against max |b|
@@ -336,15 +354,21 @@ RowComparison compare_rows(const ForwardBatch& batch, const ForwardBits& a, cons
   return result;
 }
 
-// Lengths around every block (64), tile (128) and chunk (512) edge, up to 2.5 chunks.
-const std::vector<int> edge_lengths = {1, 63, 64, 65, 200, 511, 512, 513, 700, 1024, 1025, 1300};
+// Lengths around every block (64), tile (128) and chunk (attention_chunk_keys, C) edge, and the
+// chunks' former 512-key edge, up to 2C + 300 (three chunks).
+constexpr int chunk = cuda::attention_chunk_keys;
+const std::vector<int> edge_lengths = {
+    1, 63, 64, 65, 200, 511, 512, 513, chunk - 1, chunk, chunk + 1, chunk + 200, 2 * chunk + 300};
 
-// 40 sequences of lengths uniform in [1, 1100]: decode steps with enough CTAs to pack the heads.
+// 40 sequences: 24 of lengths uniform in [1, 1100] and 16 in [C + 1, C + 400]. Decode steps with
+// enough CTAs to pack the heads within the first chunk (40 x 2 KV heads >= 64 CTAs) and past it
+// (16 sequences x 2 chunks x 2 KV heads), split at the chunks.
 std::vector<int> many_lengths() {
   std::mt19937 generator(40);
-  std::uniform_int_distribution<int> length_of(1, 1100);
-  std::vector<int> lengths(40);
-  for (int& length : lengths) length = length_of(generator);
+  std::uniform_int_distribution<int> short_length(1, 1100), long_length(chunk + 1, chunk + 400);
+  std::vector<int> lengths;
+  for (int s = 0; s < 40; ++s)
+    lengths.push_back(s % 5 < 3 ? short_length(generator) : long_length(generator));
   return lengths;
 }
 
@@ -383,12 +407,14 @@ TEST_CASE("attention forward layouts give the prefill rows' bits across chunk bo
   }
 }
 
-TEST_CASE("attention decode steps split at 512-key chunks pack and split as planned",
+TEST_CASE("attention decode steps split at the chunks pack and split as planned",
           "[gpu][attention]") {
   if (!cuda::attention_forward_uses_wgmma()) return;
   const cuda::AttentionShape shape{8, 2, 128, 1.0f / std::sqrt(128.0f)};
-  // One sequence at position 1300: three chunks, a head per CTA (3 x 8 CTAs < 64).
-  const cuda::AttentionForwardLaunch one(cuda::DeviceDType::bf16, shape, {{0, 1, 1300, 0}}, 1301);
+  // One sequence at position 2C + 300: three chunks, a head per CTA (3 x 8 CTAs < 64).
+  const int position = 2 * chunk + 300;
+  const cuda::AttentionForwardLaunch one(cuda::DeviceDType::bf16, shape, {{0, 1, position, 0}},
+                                         position + 1);
   CHECK(one.path() == "forward.wgmma.decode.split-kv");
   CHECK(one.splits() == 3);
   // 40 sequences within one chunk: 40 x 2 KV heads >= 64 CTAs, the heads of a group packed.
@@ -397,6 +423,17 @@ TEST_CASE("attention decode steps split at 512-key chunks pack and split as plan
   const cuda::AttentionForwardLaunch packed(cuda::DeviceDType::bf16, shape, tiles, 40 * 301);
   CHECK(packed.path() == "forward.wgmma.decode.packed-heads");
   CHECK(packed.splits() == 1);
+  // 16 sequences past key C - 1: 16 x 2 chunks x 2 KV heads >= 64 CTAs, packed and split; 15 are
+  // not enough to pack.
+  for (int count : {16, 15}) {
+    std::vector<cuda::AttentionTile> long_tiles;
+    for (int s = 0; s < count; ++s) long_tiles.push_back({s, 1, chunk + 100, s * (chunk + 101)});
+    const cuda::AttentionForwardLaunch split(cuda::DeviceDType::bf16, shape, long_tiles,
+                                             count * (chunk + 101));
+    CHECK(split.path() == (count == 16 ? "forward.wgmma.decode.packed-heads.split-kv"
+                                       : "forward.wgmma.decode.split-kv"));
+    CHECK(split.splits() == 2);
+  }
   // A prefill launch: two consumer warpgroups.
   const cuda::AttentionForwardLaunch prefill(cuda::DeviceDType::bf16, shape, {{0, 128, 0, 0}}, 128);
   CHECK(prefill.path() == "forward.wgmma.prefill");
