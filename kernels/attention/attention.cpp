@@ -289,14 +289,18 @@ void register_attention_op(Registry& registry) {
         {"k", TensorRole::row_input, spec.dtype, {kvh, d}},
         {"v", TensorRole::row_input, spec.dtype, {kvh, d}},
     };
-    // Every odd head's queries 8 times wider: scaled scores of about 2.7 standard deviations
-    // (natural units) instead of 0.33, as trained models' heads have, so that a block after a
-    // row's first can raise the row max by more than the tensor-core forward's rescale threshold
-    // (2^8 in p's units) and the reference max moves mid-row. The even heads keep unit-size
-    // scores, where every key's p counts in the row sum.
-    decls[0].group_scales.assign(static_cast<std::size_t>(h), 1.0f);
-    for (std::int64_t head = 1; head < h; head += 2) {
-      decls[0].group_scales[static_cast<std::size_t>(head)] = attention::wide_query_scale;
+    // Forward: every odd head's queries 8 times wider, scaled scores with a standard deviation of
+    // about 2.7 (natural units) instead of 0.33, as trained models' heads have them, so that a
+    // block after a row's first can raise the row max by more than the tensor-core forward's
+    // rescale threshold (2^8 in p's units) and the reference max moves mid-row. The even heads
+    // keep unit-size scores, where every key's p counts in the row sum. The backward recomputes
+    // p from lse (no reference max) and keeps unit-size queries: the contract's tolerances for dq
+    // and dk are derived for them (their errors grow with |q|).
+    if (spec.pass == Pass::forward) {
+      decls[0].group_scales.assign(static_cast<std::size_t>(h), 1.0f);
+      for (std::int64_t head = 1; head < h; head += 2) {
+        decls[0].group_scales[static_cast<std::size_t>(head)] = attention::wide_query_scale;
+      }
     }
     if (spec.pass == Pass::forward) {
       decls.push_back({"o", TensorRole::row_output, spec.dtype, {h, d}});

@@ -18,8 +18,8 @@ std::vector<std::int64_t> sequence_lengths(const CaseSpec& spec);
 std::vector<std::int64_t> sequence_offsets(const CaseSpec& spec);
 // 1 / sqrt(head dim), the softmax scale of every impl and the reference.
 float softmax_scale(const CaseSpec& spec);
-// The queries of every odd head are uniform in [-8, 8) instead of [-1, 1) (TensorDecl's
-// group_scales): scores wide enough to move the softmax's reference max mid-row.
+// In forward cases the queries of every odd head are uniform in [-8, 8) instead of [-1, 1)
+// (TensorDecl's group_scales): scores wide enough to move the softmax's reference max mid-row.
 constexpr float wide_query_scale = 8.0f;
 
 }  // namespace bitcheck::attention
