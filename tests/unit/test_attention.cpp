@@ -7,6 +7,8 @@
 
 #include "attention/attention.h"
 #include "bitcheck/contract.h"
+#include "bitcheck/dtype.h"
+#include "bitcheck/rng.h"
 #include "bitcheck/runner.h"
 
 using namespace bitcheck;
@@ -65,6 +67,39 @@ TEST_CASE("attention cpu-fixed-order passes every sequence layout, forward and b
       CHECK(result.verdict == Verdict::pass);
       const std::size_t expected_layouts = pass == Pass::forward ? 9 : 3;
       CHECK(result.layouts_run.size() == expected_layouts);
+    }
+  }
+}
+
+TEST_CASE("attention's forward cases widen the odd heads' queries, the backward keeps them unit",
+          "[attention][rng]") {
+  for (Pass pass : {Pass::forward, Pass::backward}) {
+    const CaseSpec spec = attention_case("cpu-fixed-order", DType::bf16, pass, 3);
+    Runner runner(world().registry, world().contract);
+    CaseArtifacts artifacts;
+    const CaseResult result = runner.run_case(spec, &artifacts);
+    INFO(to_string(pass) << ": " << describe(result));
+    CHECK(result.verdict == Verdict::pass);
+    const Tensor& q = artifacts.inputs.at("q");
+    const std::int64_t heads = spec.dim("H"), dim = spec.dim("D"), width = heads * dim;
+    std::int64_t wide = 0, unit = 0;
+    for (std::int64_t r = 0; r < q.rows(); ++r) {
+      for (std::int64_t c = 0; c < width; ++c) {
+        const bool odd_head = (c / dim) % 2 == 1;
+        const float scale = pass == Pass::forward && odd_head ? attention::wide_query_scale : 1.0f;
+        REQUIRE(q.bits(r * width + c) ==
+                encode_bits(DType::bf16, counter_uniform(spec.seed, hash_name("q"), r, c) * scale));
+        (scale > 1.0f ? wide : unit)++;
+      }
+    }
+    CHECK(unit > 0);
+    CHECK(wide == (pass == Pass::forward ? unit : 0));  // H = 4: two heads of each
+    // k and v keep the generator's unit scale in both passes.
+    const Tensor& k = artifacts.inputs.at("k");
+    const std::int64_t kv_width = spec.dim("KVH") * dim;
+    for (std::int64_t c = 0; c < kv_width; ++c) {
+      REQUIRE(k.bits(c) ==
+              encode_bits(DType::bf16, counter_uniform(spec.seed, hash_name("k"), 0, c)));
     }
   }
 }
