@@ -59,13 +59,15 @@ Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::ui
   const auto bound = static_cast<std::uint64_t>(std::max<std::int64_t>(1, decl.index_bound));
   std::optional<TokenIdSampler> token_ids;
   if (decl.generator == Generator::token_id) token_ids.emplace(ids, seed, bound);
-  const auto groups = static_cast<std::int64_t>(decl.group_scales.size());
-  const std::int64_t group_width = groups > 0 ? std::max<std::int64_t>(1, width / groups) : width;
-  auto scale_of = [&](std::int64_t c) {
-    if (groups == 0) return decl.scale;
-    return decl.scale *
-           decl.group_scales[static_cast<std::size_t>(std::min(c / group_width, groups - 1))];
-  };
+  // Each column's scale, once: decl.scale, times its group's scale where the decl has groups.
+  std::vector<float> column_scale(static_cast<std::size_t>(width), decl.scale);
+  if (const auto groups = static_cast<std::int64_t>(decl.group_scales.size()); groups > 0) {
+    const std::int64_t group_width = std::max<std::int64_t>(1, width / groups);
+    for (std::int64_t c = 0; c < width; ++c) {
+      column_scale[static_cast<std::size_t>(c)] *=
+          decl.group_scales[static_cast<std::size_t>(std::min(c / group_width, groups - 1))];
+    }
+  }
   auto fill_rows = [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t r = first; r < last; ++r) {
       for (std::int64_t c = 0; c < width; ++c) {
@@ -76,7 +78,8 @@ Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::ui
         } else if (token_ids) {
           tensor.set_int(index, static_cast<std::int32_t>(token_ids->id(name_hash, r, c)));
         } else {
-          tensor.set(index, counter_uniform(seed, name_hash, r, c) * scale_of(c));
+          tensor.set(index, counter_uniform(seed, name_hash, r, c) *
+                                column_scale[static_cast<std::size_t>(c)]);
           SpecialElement special =
               special_value_at(decl.dtype, seed, name_hash, r, c, special_value_rate);
           if (special.kind != SpecialValue::none) tensor.set_bits(index, special.bits);

@@ -301,8 +301,6 @@ void register_attention_op(Registry& registry) {
       for (std::int64_t head = 1; head < h; head += 2) {
         decls[0].group_scales[static_cast<std::size_t>(head)] = attention::wide_query_scale;
       }
-    }
-    if (spec.pass == Pass::forward) {
       decls.push_back({"o", TensorRole::row_output, spec.dtype, {h, d}});
       decls.push_back({"lse", TensorRole::row_output, DType::fp32, {h}});
     } else {

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/attention.h"
 #include "attention/attention_kernels.h"
 #include "bitcheck/contract.h"
 #include "bitcheck/dtype.h"
@@ -206,9 +207,9 @@ struct ForwardBatch {
     v.fill_uniform(device_dtype(), seed + 2);
     widen_odd_heads();
   }
-  // The queries of every odd head times 8 (exact), as the sweeps' attention inputs have them:
-  // scores wide enough that a block after a row's first raises its max past the rescale
-  // threshold, so the reference max moves mid-row.
+  // The queries of every odd head times attention::wide_query_scale (8: exact), as the sweeps'
+  // attention inputs have them: scores wide enough that a block after a row's first raises its
+  // max past the rescale threshold, so the reference max moves mid-row.
   void widen_odd_heads() {
     std::vector<std::uint16_t> bits(q_elements());
     q.download(bits.data(), q.bytes());
@@ -216,7 +217,8 @@ struct ForwardBatch {
     for (std::size_t i = 0; i < bits.size(); ++i) {
       if ((i / width) % static_cast<std::size_t>(shape.heads) % 2 == 0) continue;
       const float wide =
-          8.0f * (dtype == DType::bf16 ? bf16_bits_to_float(bits[i]) : fp16_bits_to_float(bits[i]));
+          attention::wide_query_scale *
+          (dtype == DType::bf16 ? bf16_bits_to_float(bits[i]) : fp16_bits_to_float(bits[i]));
       bits[i] = dtype == DType::bf16 ? float_to_bf16_bits(wide) : float_to_fp16_bits(wide);
     }
     q.upload(bits.data(), q.bytes());
