@@ -62,12 +62,16 @@ cuda::AttentionForwardKernel forward_kernel(const CaseSpec& spec) {
 }
 
 // The prefill schedule: ping-pong in L2 sections of the budget, unless forced to cooperative or to
-// sections of one (sequence, KV head) pair.
+// sections of one (sequence, KV head) pair; a decode launch's CTAs per SM, unless forced.
 cuda::AttentionSchedule forward_schedule(const CaseSpec& spec) {
   if (spec.forced_path == "forward.wgmma.prefill.cooperative")
     return cuda::AttentionSchedule::cooperative;
   if (spec.forced_path == "forward.wgmma.prefill.l2-sections")
     return cuda::AttentionSchedule::l2_sections;
+  if (spec.forced_path == "forward.wgmma.decode-ctas.one-per-sm")
+    return cuda::AttentionSchedule::decode_one_per_sm;
+  if (spec.forced_path == "forward.wgmma.decode-ctas.two-per-sm")
+    return cuda::AttentionSchedule::decode_two_per_sm;
   return cuda::AttentionSchedule::automatic;
 }
 
@@ -382,6 +386,7 @@ class CudaAttention : public Impl {
                            {"kv_block", cuda::attention_mma_kv_block},
                            {"chunk_keys", launch.chunk_keys()},
                            {"splits", launch.splits()}};
+      if (launch.ctas_per_sm() > 0) batch.impl_config["ctas_per_sm"] = launch.ctas_per_sm();
       return;
     }
     batch.impl_config = {{"path", "simt"}, {"kv_block", fixed_simt_kv_block}, {"splits", 1}};

@@ -83,23 +83,25 @@ static_assert(attention_chunk_keys % attention_mma_kv_block == 0, "chunks of who
 // each stage likewise [panels][64 keys][128 bytes]: row r's 16-byte chunk c at r * 128 + ((c ^ (r %
 // 8)) * 16), the layout the TMA writes with 128B swizzle. Prefill CTAs (two consumers) also keep
 // each consumer thread's merged chunk accumulators (D / 2 floats, [element][thread] so a warp's
-// accesses are consecutive) and reuse them as the output staging; decode CTAs (one consumer) run
-// two per SM, split at chunks (ChunkBlocks > 0) or, test-only, not at all, and stage their output
-// in the stages.
-template <typename T, int D, int Consumers, int ChunkBlocks>
+// accesses are consecutive) and reuse them as the output staging; decode CTAs (one consumer) are
+// split at chunks (ChunkBlocks > 0) or, test-only, not at all, and stage their output in the
+// stages. Stages: K/V blocks in flight. Prefill runs 4; decode runs 2 with two CTAs per SM
+// (launches with more CTAs than SMs) or 4 with one (no more CTAs than SMs: each SM streams a
+// single chunk, so the loads it keeps in flight set its pace).
+template <typename T, int D, int Consumers, int ChunkBlocks, int Stages>
 struct WsTile {
   static constexpr bool decode = Consumers == 1;
   static constexpr bool split = decode && ChunkBlocks > 0;
   static constexpr int rows = 64 * Consumers;
   static constexpr int keys = attention_mma_kv_block;
   static constexpr int threads = 128 * (Consumers + 1);
-  static constexpr int ctas_per_sm = decode ? 2 : 1;
+  static constexpr int ctas_per_sm = decode && Stages == 2 ? 2 : 1;
   static constexpr int panels = D / 64;
   static constexpr int q_panel_bytes = 64 * 128;          // one consumer's 64 rows
   static constexpr int q_bytes = panels * q_panel_bytes;  // per consumer
   static constexpr int kv_panel_bytes = keys * 128;
   static constexpr int kv_bytes = panels * kv_panel_bytes;  // K or V of one block
-  static constexpr int stages = decode ? 2 : 4;
+  static constexpr int stages = Stages;
   static constexpr int merge_bytes = decode ? 0 : Consumers * 128 * (D / 2) * 4;
   // Prefill CTAs are persistent: each takes work item blockIdx.x, then the next untaken one of
   // the longest-first list as its producer is ready for it (WsParams::next_item), the producer
@@ -111,9 +113,10 @@ struct WsTile {
   // Registers after setmaxnreg: the producer gives back what the consumers take, within the
   // 65536 / (threads * ctas_per_sm) each thread starts with (168 or 128).
   static constexpr int producer_registers = 24;
-  static constexpr int consumer_registers = decode ? 232 : 240;
+  static constexpr int consumer_registers = ctas_per_sm == 2 ? 232 : 240;
   static_assert(sizeof(T) == 2 && keys == 64 && D == 128, "16-bit, 64 keys, head dim 128");
   static_assert(Consumers == 1 || Consumers == 2, "one or two consumer warpgroups");
+  static_assert(Stages == 4 || (decode && Stages == 2), "prefill on 4 stages, decode on 2 or 4");
   static_assert(shared_bytes * ctas_per_sm + 1024 * ctas_per_sm <= 228 * 1024,
                 "shared memory per SM");
   static_assert(decode || 64 * (D + 8) * 2 <= 128 * (D / 2) * 4, "staging fits the merge area");
@@ -263,11 +266,11 @@ __device__ __forceinline__ void join_chunk(int chunk_index, bool last, float (&a
 // The producer warp: block after block into the stages as the consumers free them. The last
 // block's V rows past the CTA's last query become zeros (copied with zero fill, as the synchronous
 // kernel loads them): a masked p = 0 times a pad slot's NaN would be NaN.
-template <typename T, int D, int Consumers, int ChunkBlocks>
+template <typename T, int D, int Consumers, int ChunkBlocks, int Stages>
 __device__ __forceinline__ void produce(const WsCta& cta, const CUtensorMap* k_map,
                                         const CUtensorMap* v_map, const WsParams<T>& params,
                                         int lane, int base) {
-  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks, Stages>;
   constexpr int BN = Tile::keys, S = Tile::stages;
   const std::int64_t kv_stride = static_cast<std::int64_t>(params.shape.kv_heads) * D;
   const int valid_last = cta.last_position - cta.last_block * BN + 1;
@@ -309,10 +312,10 @@ __device__ __forceinline__ void produce(const WsCta& cta, const CUtensorMap* k_m
 // their rows are computed and never stored, and no other row's bits depend on them.
 // Its index goes to the consumers through item_slot, written before the arrive that they wait for
 // (an mbarrier arrive releases, its wait acquires); item < 0 tells them that none is left.
-template <typename T, int D, int Consumers, int ChunkBlocks>
+template <typename T, int D, int Consumers, int ChunkBlocks, int Stages>
 __device__ __forceinline__ void produce_queries(const WsCta& cta, const CUtensorMap* q_map, int k,
                                                 int item, int lane) {
-  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks, Stages>;
   mbar_wait(cta.q_empty, (k & 1) ^ 1);  // every consumer has read the previous index, too
   if (lane != 0) return;
   *item_slot(cta) = item;
@@ -337,10 +340,10 @@ __device__ __forceinline__ void produce_queries(const WsCta& cta, const CUtensor
 // query r % per_head. Iteration j issues S = Q·Kᵀ of block j and O += P·V of block j - 1, then
 // finishes block j's softmax while that P·V runs; with two warpgroups in ping-pong, each issues its
 // products in its turn, so one's softmax overlaps the other's products.
-template <typename T, int D, int Consumers, int ChunkBlocks>
+template <typename T, int D, int Consumers, int ChunkBlocks, int Stages>
 __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& params, int w,
                                         int thread, int base, int k) {
-  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks, Stages>;
   constexpr int BN = Tile::keys, S = Tile::stages;
   const AttentionShape shape = params.shape;
   const AttentionTile tile = cta.tile;
@@ -468,7 +471,7 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
   // then runs block j's softmax on the scores the previous iteration computed: both products run
   // under the softmax, and no wait on the tensor cores is left on its path. That needs the stage
   // of block j + 1 loaded while block j - 1's is still held: three stages or more. With two (decode
-  // CTAs, two per SM), iteration j issues S = Q·Kᵀ of block j and waits for it instead.
+  // CTAs two per SM), iteration j issues S = Q·Kᵀ of block j and waits for it instead.
   constexpr bool ahead = S >= 3;
   // The scores of block j: s_even for even j, s_odd for odd j (with two stages, S = Q·Kᵀ of block
   // j is issued in iteration j itself, into the array its softmax reads).
@@ -600,9 +603,9 @@ __device__ __forceinline__ void consume(const WsCta& cta, const WsParams<T>& par
 // counter (Tile::persistent).
 #ifdef BITCHECK_ATTENTION_WS_SM90A
 // The CTA's fields for work item `item`.
-template <typename T, int D, int Consumers, int ChunkBlocks>
+template <typename T, int D, int Consumers, int ChunkBlocks, int Stages>
 __device__ __forceinline__ void setup_item(WsCta& cta, const WsParams<T>& params, int item) {
-  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks, Stages>;
   constexpr int BN = Tile::keys;
   const AttentionShape shape = params.shape;
   if constexpr (Tile::persistent) item = params.order[item];
@@ -631,14 +634,14 @@ __device__ __forceinline__ void setup_item(WsCta& cta, const WsParams<T>& params
 }
 #endif
 
-template <typename T, int D, int Consumers, int ChunkBlocks>
-__global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
-                                  WsTile<T, D, Consumers, ChunkBlocks>::ctas_per_sm)
+template <typename T, int D, int Consumers, int ChunkBlocks, int Stages>
+__global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks, Stages>::threads,
+                                  WsTile<T, D, Consumers, ChunkBlocks, Stages>::ctas_per_sm)
     forward_ws_kernel(const __grid_constant__ CUtensorMap q_map,
                       const __grid_constant__ CUtensorMap k_map,
                       const __grid_constant__ CUtensorMap v_map, const WsParams<T> params) {
 #ifdef BITCHECK_ATTENTION_WS_SM90A
-  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks, Stages>;
   constexpr int S = Tile::stages;
   extern __shared__ unsigned char shared_raw[];
   unsigned char* shared = reinterpret_cast<unsigned char*>(
@@ -681,9 +684,9 @@ __global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
       // item_count - 1) resets the counter for the next launch.
       int k = 0;
       for (int item = blockIdx.x, base = 0; item >= 0; ++k) {
-        setup_item<T, D, Consumers, ChunkBlocks>(cta, params, item);
-        produce_queries<T, D, Consumers, ChunkBlocks>(cta, &q_map, k, item, lane);
-        produce<T, D, Consumers, ChunkBlocks>(cta, &k_map, &v_map, params, lane, base);
+        setup_item<T, D, Consumers, ChunkBlocks, Stages>(cta, params, item);
+        produce_queries<T, D, Consumers, ChunkBlocks, Stages>(cta, &q_map, k, item, lane);
+        produce<T, D, Consumers, ChunkBlocks, Stages>(cta, &k_map, &v_map, params, lane, base);
         base += cta.blocks;
         int taken = 0;
         if (lane == 0) {
@@ -693,10 +696,10 @@ __global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
         item = static_cast<int>(gridDim.x) + __shfl_sync(0xffffffffu, taken, 0);
         if (item >= params.item_count) item = -1;
       }
-      produce_queries<T, D, Consumers, ChunkBlocks>(cta, &q_map, k, -1, lane);  // none left
+      produce_queries<T, D, Consumers, ChunkBlocks, Stages>(cta, &q_map, k, -1, lane);  // none left
     } else {
-      setup_item<T, D, Consumers, ChunkBlocks>(cta, params, blockIdx.x);
-      produce<T, D, Consumers, ChunkBlocks>(cta, &k_map, &v_map, params, lane, 0);
+      setup_item<T, D, Consumers, ChunkBlocks, Stages>(cta, params, blockIdx.x);
+      produce<T, D, Consumers, ChunkBlocks, Stages>(cta, &k_map, &v_map, params, lane, 0);
     }
   } else {
     registers_increase<Tile::consumer_registers>();
@@ -712,13 +715,13 @@ __global__ void __launch_bounds__(WsTile<T, D, Consumers, ChunkBlocks>::threads,
         if (thread % warp_size == 0) item = *static_cast<volatile int*>(item_slot(cta));
         item = __shfl_sync(0xffffffffu, item, 0);
         if (item < 0) break;
-        setup_item<T, D, Consumers, ChunkBlocks>(cta, params, item);
-        consume<T, D, Consumers, ChunkBlocks>(cta, params, w, thread, base, k);
+        setup_item<T, D, Consumers, ChunkBlocks, Stages>(cta, params, item);
+        consume<T, D, Consumers, ChunkBlocks, Stages>(cta, params, w, thread, base, k);
         base += cta.blocks;
       }
     } else {
-      setup_item<T, D, Consumers, ChunkBlocks>(cta, params, blockIdx.x);
-      consume<T, D, Consumers, ChunkBlocks>(cta, params, w, thread, 0, 0);
+      setup_item<T, D, Consumers, ChunkBlocks, Stages>(cta, params, blockIdx.x);
+      consume<T, D, Consumers, ChunkBlocks, Stages>(cta, params, w, thread, 0, 0);
     }
   }
 #else
@@ -785,15 +788,15 @@ CUtensorMapDataType tensor_map_type(DeviceDType dtype) {
                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 }
 
-template <typename T, int D, int Consumers, int ChunkBlocks>
+template <typename T, int D, int Consumers, int ChunkBlocks, int Stages>
 void launch_ws(const CUtensorMap& q_map, const CUtensorMap& k_map, const CUtensorMap& v_map,
                WsParams<T> params, std::int64_t ctas, CUstream_st* stream) {
-  using Tile = WsTile<T, D, Consumers, ChunkBlocks>;
+  using Tile = WsTile<T, D, Consumers, ChunkBlocks, Stages>;
   static_assert(Tile::rows == 64 * Consumers && Tile::split == (Consumers == 1 && ChunkBlocks > 0),
                 "a decode launch is split exactly when it is chunked");
   static std::once_flag configured;
   std::call_once(configured, [] {
-    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_ws_kernel<T, D, Consumers, ChunkBlocks>,
+    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(forward_ws_kernel<T, D, Consumers, ChunkBlocks, Stages>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Tile::shared_bytes));
   });
@@ -811,7 +814,7 @@ void launch_ws(const CUtensorMap& q_map, const CUtensorMap& k_map, const CUtenso
     }();
     grid = std::min<std::int64_t>(ctas, sms);
   }
-  forward_ws_kernel<T, D, Consumers, ChunkBlocks>
+  forward_ws_kernel<T, D, Consumers, ChunkBlocks, Stages>
       <<<static_cast<unsigned>(grid), Tile::threads, Tile::shared_bytes, stream>>>(q_map, k_map,
                                                                                    v_map, params);
   BITCHECK_CUDA_LAUNCH_CHECK();
@@ -826,6 +829,21 @@ bool pingpong_schedule(AttentionSchedule schedule) {
     if (std::string(forced) == "cooperative") return false;
   }
   return schedule != AttentionSchedule::cooperative;
+}
+
+// Whether a decode launch of `ctas` CTAs runs one CTA per SM on 4 stages rather than two
+// on 2 each: where it has no more CTAs than the device has SMs (measured in
+// reports/gpu/attention/: a decode step at 1 x 8192 keys, 128 CTAs). Scheduling only.
+bool decode_one_per_sm(AttentionSchedule schedule, std::int64_t ctas) {
+  if (schedule == AttentionSchedule::decode_one_per_sm) return true;
+  if (schedule == AttentionSchedule::decode_two_per_sm) return false;
+  static const char* forced = std::getenv("BITCHECK_ATTENTION_DECODE_CTAS");
+  if (forced && std::string(forced) == "one-per-sm") return true;
+  if (forced && std::string(forced) == "two-per-sm") return false;
+  int device = 0, sms = 0;
+  BITCHECK_CUDA_CALL(cudaGetDevice(&device));
+  BITCHECK_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return ctas <= sms;
 }
 
 }  // namespace
@@ -941,6 +959,11 @@ AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape
   }
   path_ = std::string("forward.wgmma.decode") + (pack_ > 1 ? ".packed-heads" : "") +
           (tasks.empty() ? "" : ".split-kv");
+  const std::int64_t ctas =
+      static_cast<std::int64_t>(item_count_) * (pack_ > 1 ? shape.kv_heads : shape.heads);
+  ctas_per_sm_ = decode_one_per_sm(schedule, ctas) ? 1 : 2;
+  ctas_path_ = ctas_per_sm_ == 1 ? "forward.wgmma.decode-ctas.one-per-sm"
+                                 : "forward.wgmma.decode-ctas.two-per-sm";
 }
 
 AttentionForwardLaunch::~AttentionForwardLaunch() = default;
@@ -956,6 +979,7 @@ void AttentionForwardLaunch::run(const void* q, const void* k_cache, const void*
     return;
   }
   record_path(path_);
+  if (!ctas_path_.empty()) record_path(ctas_path_);
   const CUtensorMapDataType type = tensor_map_type(dtype_);
   const std::int64_t kv_width = static_cast<std::int64_t>(shape_.kv_heads) * shape_.dim;
   const CUtensorMap k_map = make_tensor_map(type, k_cache, cache_rows_, kv_width, 64);
@@ -984,19 +1008,23 @@ void AttentionForwardLaunch::run(const void* q, const void* k_cache, const void*
     if (!decode_) {
       const std::int64_t ctas = static_cast<std::int64_t>(tile_count_) * params.units;
       if (chunked) {
-        launch_ws<T, D, 2, chunk_blocks>(q_map, k_map, v_map, params, ctas, stream);
+        launch_ws<T, D, 2, chunk_blocks, 4>(q_map, k_map, v_map, params, ctas, stream);
       } else {
-        launch_ws<T, D, 2, 0>(q_map, k_map, v_map, params, ctas, stream);
+        launch_ws<T, D, 2, 0, 4>(q_map, k_map, v_map, params, ctas, stream);
       }
       return;
     }
     if (!chunked) {
-      launch_ws<T, D, 1, 0>(q_map, k_map, v_map, params,
-                            static_cast<std::int64_t>(tile_count_) * params.units, stream);
+      launch_ws<T, D, 1, 0, 2>(q_map, k_map, v_map, params,
+                               static_cast<std::int64_t>(tile_count_) * params.units, stream);
       return;
     }
-    launch_ws<T, D, 1, chunk_blocks>(q_map, k_map, v_map, params,
-                                     static_cast<std::int64_t>(item_count_) * params.units, stream);
+    const std::int64_t ctas = static_cast<std::int64_t>(item_count_) * params.units;
+    if (ctas_per_sm_ == 1) {
+      launch_ws<T, D, 1, chunk_blocks, 4>(q_map, k_map, v_map, params, ctas, stream);
+    } else {
+      launch_ws<T, D, 1, chunk_blocks, 2>(q_map, k_map, v_map, params, ctas, stream);
+    }
     if (merge_task_count_ == 0) return;
     constexpr int threads = 128;
     const std::int64_t warps = static_cast<std::int64_t>(merge_task_count_) * shape_.heads * 16;

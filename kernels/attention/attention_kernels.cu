@@ -1295,6 +1295,16 @@ std::vector<PathDecl> attention_paths(int kind) {
   const PathDecl packed_split("forward.wgmma.decode.packed-heads.split-kv",
                               "decode-like with a KV group's heads in one CTA, a CTA per 2048-key "
                               "chunk, merged in order by a second kernel");
+  const PathDecl one_per_sm =
+      PathDecl("forward.wgmma.decode-ctas.one-per-sm",
+               "a head-dim-128 decode launch with no more CTAs than SMs (one sequence, or few): "
+               "one CTA per SM, 4 K/V stages, the next block's Q·Kᵀ issued under the softmax")
+          .forceable();
+  const PathDecl two_per_sm =
+      PathDecl("forward.wgmma.decode-ctas.two-per-sm",
+               "a head-dim-128 decode launch with more CTAs than SMs: two CTAs per SM, 2 K/V "
+               "stages each")
+          .forceable();
   const PathDecl synchronous_prefill("forward.wgmma.synchronous.prefill",
                                      "head dim 64 on sm_90: the synchronous wgmma kernel (cp.async "
                                      "loads, two CTAs of two warpgroups per SM), no chunks");
@@ -1324,6 +1334,8 @@ std::vector<PathDecl> attention_paths(int kind) {
                                                decode_split,
                                                packed,
                                                packed_split,
+                                               one_per_sm,
+                                               two_per_sm,
                                                synchronous_prefill,
                                                synchronous_decode,
                                                synchronous_packed};

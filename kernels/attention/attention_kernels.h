@@ -96,7 +96,18 @@ enum class AttentionForwardKernel {
 // l2_sections: ping-pong, with the work items in sections of one (sequence, KV head) pair each
 // (attention_prefill_order with a budget of one byte), the order of batches with more K/V than
 // the L2 budget, forced on any batch (forward.wgmma.prefill.l2-sections).
-enum class AttentionSchedule { automatic, pingpong, cooperative, l2_sections };
+// decode_one_per_sm / decode_two_per_sm: a decode launch's CTAs one per SM on 4 stages, or
+// two per SM on 2 each, whatever its size; automatic takes one per SM where the launch has no more
+// CTAs than SMs (BITCHECK_ATTENTION_DECODE_CTAS=one-per-sm|two-per-sm overrides it, for
+// benchmarks). Scheduling too: the same bits.
+enum class AttentionSchedule {
+  automatic,
+  pingpong,
+  cooperative,
+  l2_sections,
+  decode_one_per_sm,
+  decode_two_per_sm
+};
 
 // One forward launch over `tiles` (host copies; tiles of one segment, up to
 // attention_mma_tile_queries queries each, longest first for prefill), planned once and run any
@@ -121,6 +132,9 @@ class AttentionForwardLaunch {
   // heads][.split-kv], forward.mma-sync, ...
   const std::string& path() const { return path_; }
   int splits() const { return splits_; }  // the most chunks a decode tile is split into
+  // CTAs per SM of a decode launch (1 on 4 stages, 2 on 2 each), or 0 for other launches;
+  // recorded as forward.wgmma.decode-ctas.one-per-sm or .two-per-sm.
+  int ctas_per_sm() const { return ctas_per_sm_; }
   // Keys per chunk of the launch's arithmetic: attention_chunk_keys, or 0 (no chunks).
   int chunk_keys() const { return chunked_ ? attention_chunk_keys : 0; }
 
@@ -133,6 +147,8 @@ class AttentionForwardLaunch {
   int tile_count_ = 0;
   int longest_tile_ = 0;
   bool decode_ = false;
+  int ctas_per_sm_ = 0;
+  std::string ctas_path_;
   int splits_ = 1;
   int pack_ = 1;
   bool pingpong_ = false;

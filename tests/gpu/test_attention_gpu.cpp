@@ -398,6 +398,21 @@ TEST_CASE("attention forward layouts give the prefill rows' bits across chunk bo
           CHECK(rows.unwritten == 0);
           CHECK(rows.differ_first_chunk == 0);
           CHECK(rows.differ_later == 0);
+          // Decode-like launches (tiles of 1 and 16 queries) forced to either CTA shape: one CTA
+          // per SM on 4 stages, two on 2 each. The automatic pick takes both across these steps.
+          if (head_dim != 128 || (layout != "chunked_1" && layout != "chunked_16")) continue;
+          for (cuda::AttentionSchedule forced : {cuda::AttentionSchedule::decode_one_per_sm,
+                                                 cuda::AttentionSchedule::decode_two_per_sm}) {
+            INFO((forced == cuda::AttentionSchedule::decode_one_per_sm ? "one" : "two")
+                 << " CTA(s) per SM");
+            const RowComparison shaped = compare_rows(
+                batch,
+                run_launches(batch, launches, cuda::AttentionForwardKernel::automatic, forced),
+                prefill);
+            CHECK(shaped.unwritten == 0);
+            CHECK(shaped.differ_first_chunk == 0);
+            CHECK(shaped.differ_later == 0);
+          }
         }
         // The comparison sees a one-bit change.
         ForwardBits flipped = prefill;
@@ -439,6 +454,35 @@ TEST_CASE("attention decode steps split at the chunks pack and split as planned"
   // A prefill launch: two consumer warpgroups.
   const cuda::AttentionForwardLaunch prefill(cuda::DeviceDType::bf16, shape, {{0, 128, 0, 0}}, 128);
   CHECK(prefill.path() == "forward.wgmma.prefill");
+  CHECK(prefill.ctas_per_sm() == 0);
+}
+
+TEST_CASE("decode launches run one CTA per SM up to the SM count, two past it",
+          "[gpu][attention]") {
+  if (!cuda::attention_forward_uses_wgmma()) return;
+  const int sms = cuda::query_device().sm_count;
+  REQUIRE(sms > 2);
+  // One sequence within the first chunk, 8 heads: a CTA per head. Then 2 KV heads packed: one CTA
+  // per KV head and sequence, and exactly as many sequences as fill the SMs, and one more.
+  const cuda::AttentionShape shape{8, 2, 128, 1.0f / std::sqrt(128.0f)};
+  const cuda::AttentionForwardLaunch one(cuda::DeviceDType::bf16, shape, {{0, 1, 300, 0}}, 301);
+  CHECK(one.ctas_per_sm() == 1);
+  const int full = sms / 2;
+  for (int count : {full, full + 1}) {
+    std::vector<cuda::AttentionTile> tiles;
+    for (int s = 0; s < count; ++s) tiles.push_back({s, 1, 300, s * 301});
+    const cuda::AttentionForwardLaunch packed(cuda::DeviceDType::bf16, shape, tiles, count * 301);
+    INFO(count << " sequences, " << sms << " SMs");
+    REQUIRE(packed.path() == "forward.wgmma.decode.packed-heads");
+    CHECK(packed.ctas_per_sm() == (2 * count <= sms ? 1 : 2));
+    // Forced either way, whatever the size.
+    for (auto [forced, ctas] : {std::pair{cuda::AttentionSchedule::decode_one_per_sm, 1},
+                                std::pair{cuda::AttentionSchedule::decode_two_per_sm, 2}}) {
+      const cuda::AttentionForwardLaunch shaped(cuda::DeviceDType::bf16, shape, tiles, count * 301,
+                                                cuda::AttentionForwardKernel::automatic, forced);
+      CHECK(shaped.ctas_per_sm() == ctas);
+    }
+  }
 }
 
 TEST_CASE("the warp-specialized forward gives the synchronous kernel's bits", "[gpu][attention]") {
@@ -523,15 +567,29 @@ TEST_CASE("the warp-specialized forward keeps its bits on the bench shapes", "[g
     for (int s = 0; s < 4; ++s)
       step.push_back({batch.offsets[static_cast<std::size_t>(s)] + bench.length - 1, 1,
                       bench.length - 1, batch.offsets[static_cast<std::size_t>(s)]});
-    const ForwardBits decoded =
-        run_launches(batch, {step}, cuda::AttentionForwardKernel::automatic);
+    // So does the first sequence's step alone (the decode bench's batch 1), and each with its CTAs
+    // forced to either shape (automatic: one per SM at these sizes).
     const std::size_t row = static_cast<std::size_t>(batch.shape.heads) * bench.head_dim;
-    for (const cuda::AttentionTile& tile : step) {
-      const auto first =
-          static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tile.first_slot) * row);
-      CHECK(std::equal(decoded.o.begin() + first,
-                       decoded.o.begin() + first + static_cast<std::ptrdiff_t>(row),
-                       pingpong.o.begin() + first));
+    for (const std::vector<cuda::AttentionTile>& tiles :
+         {step, std::vector<cuda::AttentionTile>{step.front()}}) {
+      for (cuda::AttentionSchedule schedule :
+           {cuda::AttentionSchedule::automatic, cuda::AttentionSchedule::decode_one_per_sm,
+            cuda::AttentionSchedule::decode_two_per_sm}) {
+        INFO(tiles.size() << " sequence(s), schedule " << static_cast<int>(schedule));
+        const ForwardBits decoded =
+            run_launches(batch, {tiles}, cuda::AttentionForwardKernel::automatic, schedule);
+        for (const cuda::AttentionTile& tile : tiles) {
+          const auto first =
+              static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tile.first_slot) * row);
+          CHECK(std::equal(decoded.o.begin() + first,
+                           decoded.o.begin() + first + static_cast<std::ptrdiff_t>(row),
+                           pingpong.o.begin() + first));
+          for (int h = 0; h < batch.shape.heads; ++h) {
+            const std::size_t i = static_cast<std::size_t>(tile.first_slot) * batch.shape.heads + h;
+            CHECK(decoded.lse[i] == pingpong.lse[i]);
+          }
+        }
+      }
     }
   }
 }
