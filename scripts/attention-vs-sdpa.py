@@ -123,10 +123,13 @@ def render(args):
                        ["D", "L", "sequences", "ours us", "SDPA us", "SDPA / ours"] +
                        spread_header + ["our path"], body, ratios)
     device = meta.get("cuda", {}).get("gpu_name") or sdpa.get("device")
-    timing = ("Both timed in the same call on the same GPU: CUDA events, median of repeats." if
+    repeats = getattr(args, "repeats", None)
+    median = (f"median of {repeats} timed launches per point on each side (sustained: long enough "
+              "that both run at the card's power limit)" if repeats else "median of repeats")
+    timing = (f"Both timed in the same call on the same GPU: CUDA events, {median}." if
               rounds == 1 else
               f"Both timed in the same call on the same GPU, {rounds} rounds taking turns (bitcheck's "
-              "benches, then SDPA's): CUDA events, median of repeats; the times are the medians over "
+              f"benches, then SDPA's): CUDA events, {median}; the times are the medians over "
               "the rounds, the ratio the median of the rounds' ratios.")
     lines.insert(2, f"Device: {device}; SDPA: torch {sdpa.get('torch')}, {sdpa.get('dtype')}, "
                     f"{sdpa.get('heads')} heads, {sdpa.get('kv_heads')} KV heads, causal. " + timing)
@@ -187,6 +190,7 @@ def arguments():
         parser.add_argument(flag, nargs="+")
     parser.add_argument("--sdpa", nargs="+", required=True)
     parser.add_argument("--title", default="Attention against PyTorch SDPA")
+    parser.add_argument("--repeats", type=int, help="the timed launches per point both sides ran")
     parser.add_argument("--out")
     return parser
 

@@ -3,7 +3,7 @@
 # fixed-order kernels (forward, forward + backward, decode step) and of PyTorch SDPA on the same
 # shapes, in one call, and the table of both (scripts/attention-vs-sdpa.py) in OUT/attention-vs-sdpa.md.
 #   scripts/gpu-attention-bench.sh BUNDLE_DIR OUT_DIR [--skip-backward] [--env NAME=VALUE] [--tag T]
-#       [--rounds N]
+#       [--rounds N] [--repeats N]
 # --env sets a variable for bitcheck's runs only (BITCHECK_ATTENTION_SCHEDULE=cooperative, say); with
 # --tag the files are OUT/T-*.json and OUT/T-attention-vs-sdpa.md, so variants can share OUT and one
 # SDPA run (kept when OUT/sdpa.json exists).
@@ -11,11 +11,15 @@
 # (round K, SDPA's included, so nothing is kept from an earlier run), and the table gives each side's
 # median time, the median of the rounds' ratios and their range: SDPA's time moves between calls
 # and rounds by up to 15 %, far more than bitcheck's.
+# --repeats N times N launches per point on both sides (default: bitcheck bench's 30, SDPA's 20).
+# Short runs measure a card that may still be below its power limit, and the two sides do not gain
+# alike from that (H200, L = 8192: SDPA's forward 3.35 ms in its first launches, 3.88-3.94 ms once
+# the card holds its 700 W cap, ours 3.89-4.00 either way); with N = 300 both sides run capped.
 set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=$(mkdir -p "${2:?output dir}" && cd "$2" && pwd)
 shift 2
-backward=1 tag="" environment=() rounds=1
+backward=1 tag="" environment=() rounds=1 repeats=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-backward) backward=0; shift ;;
@@ -24,6 +28,9 @@ while [ $# -gt 0 ]; do
     --rounds)
       rounds="$2"; shift 2
       [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-attention-bench: --rounds needs a positive count, got '$rounds'" >&2; exit 2; } ;;
+    --repeats)
+      [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-attention-bench: --repeats needs a positive count, got '${2:-}'" >&2; exit 2; }
+      repeats=(--repeats "$2"); shift 2 ;;
     *) echo "gpu-attention-bench: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -32,13 +39,13 @@ cd "$bundle"
 status=0
 bench() {  # bench NAME SPEC [bench args]
   local name=$1 spec=$2; shift 2
-  env "${environment[@]}" bin/bitcheck bench --spec "$spec" --op attention --out "$out/${tag}$name" "$@" \
+  env "${environment[@]}" bin/bitcheck bench --spec "$spec" --op attention "${repeats[@]}" --out "$out/${tag}$name" "$@" \
     > "$out/${tag}$name.log" 2>&1 || { echo "bench $name failed:"; tail -5 "$out/${tag}$name.log"; status=1; }
   [ -f "$out/${tag}$name/bench.json" ] && cp "$out/${tag}$name/bench.json" "$out/${tag}$name.json"
 }
 sdpa() {  # sdpa PREFIX: SDPA's forward and backward, and its decode step, into OUT/PREFIXsdpa*.json
-  python3 "$scripts/bench-attention-sdpa.py" --json "$out/$1sdpa.json" > "$out/$1sdpa.txt" 2>&1 || status=1
-  python3 "$scripts/bench-attention-sdpa.py" --decode --seqs 1024,8192 --dims 128 \
+  python3 "$scripts/bench-attention-sdpa.py" "${repeats[@]}" --json "$out/$1sdpa.json" > "$out/$1sdpa.txt" 2>&1 || status=1
+  python3 "$scripts/bench-attention-sdpa.py" --decode --seqs 1024,8192 --dims 128 "${repeats[@]}" \
     --json "$out/$1sdpa-decode.json" > "$out/$1sdpa-decode.txt" 2>&1 || status=1
 }
 forward=() backward_files=() decode=() sdpa_files=() sdpa_decode=()
@@ -67,5 +74,6 @@ args=(--forward "${forward[@]}" --decode "${decode[@]}" --sdpa "${sdpa_files[@]}
       --sdpa-decode "${sdpa_decode[@]}" --out "$out/${tag}attention-vs-sdpa.md")
 [ $backward = 1 ] && args+=(--backward "${backward_files[@]}")
 [ ${#environment[@]} -gt 0 ] && args+=(--title "Attention against PyTorch SDPA (${environment[*]})")
+[ ${#repeats[@]} -gt 0 ] && args+=("${repeats[@]}")
 python3 "$scripts/attention-vs-sdpa.py" "${args[@]}" || status=1
 exit $status
