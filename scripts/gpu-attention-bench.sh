@@ -13,8 +13,9 @@
 # and rounds by up to 15 %, far more than bitcheck's.
 # --repeats N times N launches per point on both sides (default: bitcheck bench's 30, SDPA's 20).
 # Short runs measure a card that may still be below its power limit, and the two sides do not gain
-# alike from that (H200, L = 8192: SDPA's forward 3.35 ms in its first launches, 3.88-3.94 ms once
-# the card holds its 700 W cap, ours 3.89-4.00 either way); with N = 300 both sides run capped.
+# alike from that (scripts/gpu-power-trace.sh on an H200, L = 8192: SDPA's forward 3.54 ms in its
+# first launches and 3.90 over 4 s at the 700 W cap, ours 3.92 over 30 launches and 3.96 over 300);
+# with N = 300 both sides run capped.
 set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=$(mkdir -p "${2:?output dir}" && cd "$2" && pwd)
