@@ -111,7 +111,8 @@ struct WsTile {
   static constexpr int shared_bytes =
       Consumers * q_bytes + 2 * stages * kv_bytes + merge_bytes + barrier_bytes + 1024;
   // Registers after setmaxnreg: the producer gives back what the consumers take, within the
-  // 65536 / (threads * ctas_per_sm) each thread starts with (168 or 128).
+  // 65536 / (threads * ctas_per_sm) each thread starts with (168, 128, or 256 for one decode CTA
+  // per SM).
   static constexpr int producer_registers = 24;
   static constexpr int consumer_registers = ctas_per_sm == 2 ? 232 : 240;
   static_assert(sizeof(T) == 2 && keys == 64 && D == 128, "16-bit, 64 keys, head dim 128");
