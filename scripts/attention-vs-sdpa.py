@@ -170,6 +170,12 @@ def selftest():
         one = render(parser.parse_args(["--forward", ours_files[0], "--sdpa", sdpa_files[0]]))
         if "range" in one or "| 1.00x | forward.wgmma.prefill |" not in one:
             missing.append("one round: no range column")
+        if "median of repeats" not in one or "sustained" in one:
+            missing.append("default repeats: 'median of repeats' in the header")
+        sustained = render(parser.parse_args(["--forward", *ours_files, "--sdpa", *sdpa_files,
+                                              "--repeats", "300"]))
+        if "median of 300 timed launches per point on each side (sustained" not in sustained:
+            missing.append("--repeats 300: the count in the header")
         try:
             render(parser.parse_args(["--forward", *ours_files, "--sdpa", sdpa_files[0]]))
             missing.append("a round-count mismatch must fail")
