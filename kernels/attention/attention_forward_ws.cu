@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -789,6 +790,22 @@ CUtensorMapDataType tensor_map_type(DeviceDType dtype) {
                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 }
 
+// SMs of the current device, queried once per device: the persistent prefill grid and the decode
+// CTA shape are sized by it, and a decode layout plans a launch per step.
+int multiprocessor_count() {
+  static std::mutex mutex;
+  static std::map<int, int> counts;
+  int device = 0;
+  BITCHECK_CUDA_CALL(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto [entry, inserted] = counts.try_emplace(device, 0);
+  if (inserted) {
+    BITCHECK_CUDA_CALL(
+        cudaDeviceGetAttribute(&entry->second, cudaDevAttrMultiProcessorCount, device));
+  }
+  return entry->second;
+}
+
 template <typename T, int D, int Consumers, int ChunkBlocks, int Stages>
 void launch_ws(const CUtensorMap& q_map, const CUtensorMap& k_map, const CUtensorMap& v_map,
                WsParams<T> params, std::int64_t ctas, CUstream_st* stream) {
@@ -807,13 +824,7 @@ void launch_ws(const CUtensorMap& q_map, const CUtensorMap& k_map, const CUtenso
   params.item_count = static_cast<int>(ctas);
   std::int64_t grid = ctas;
   if constexpr (Tile::persistent) {  // one CTA per SM, each taking items in turn
-    static const int sms = [] {
-      int device = 0, count = 0;
-      BITCHECK_CUDA_CALL(cudaGetDevice(&device));
-      BITCHECK_CUDA_CALL(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-      return count;
-    }();
-    grid = std::min<std::int64_t>(ctas, sms);
+    grid = std::min<std::int64_t>(ctas, multiprocessor_count());
   }
   forward_ws_kernel<T, D, Consumers, ChunkBlocks, Stages>
       <<<static_cast<unsigned>(grid), Tile::threads, Tile::shared_bytes, stream>>>(q_map, k_map,
@@ -841,10 +852,7 @@ bool decode_one_per_sm(AttentionSchedule schedule, std::int64_t ctas) {
   static const char* forced = std::getenv("BITCHECK_ATTENTION_DECODE_CTAS");
   if (forced && std::string(forced) == "one-per-sm") return true;
   if (forced && std::string(forced) == "two-per-sm") return false;
-  int device = 0, sms = 0;
-  BITCHECK_CUDA_CALL(cudaGetDevice(&device));
-  BITCHECK_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return ctas <= sms;
+  return ctas <= multiprocessor_count();
 }
 
 }  // namespace
