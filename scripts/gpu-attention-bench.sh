@@ -3,7 +3,7 @@
 # fixed-order kernels (forward, forward + backward, decode step) and of PyTorch SDPA on the same
 # shapes, in one call, and the table of both (scripts/attention-vs-sdpa.py) in OUT/attention-vs-sdpa.md.
 #   scripts/gpu-attention-bench.sh BUNDLE_DIR OUT_DIR [--skip-backward] [--env NAME=VALUE] [--tag T]
-#       [--rounds N] [--repeats N]
+#       [--rounds N] [--repeats N (default 300)]
 # --env sets a variable for bitcheck's runs only (BITCHECK_ATTENTION_SCHEDULE=cooperative, say); with
 # --tag the files are OUT/T-*.json and OUT/T-attention-vs-sdpa.md, so variants can share OUT and one
 # SDPA run (kept when OUT/sdpa.json exists).
@@ -11,16 +11,17 @@
 # (round K, SDPA's included, so nothing is kept from an earlier run), and the table gives each side's
 # median time, the median of the rounds' ratios and their range: SDPA's time moves between calls
 # and rounds by up to 15 %, far more than bitcheck's.
-# --repeats N times N launches per point on both sides (default: bitcheck bench's 30, SDPA's 20).
-# Short runs measure a card that may still be below its power limit, and the two sides do not gain
-# alike from that (scripts/gpu-power-trace.sh on an H200, L = 8192: SDPA's forward 3.54 ms in its
-# first launches and 3.90 over 4 s at the 700 W cap, ours 3.92 over 30 launches and 3.96 over 300);
-# with N = 300 both sides run capped.
+# --repeats N times N launches per point on both sides, after each side's warm-up launches (5);
+# default 300: sustained, so that both sides run at the card's power limit, as a training or serving
+# job does. --repeats 30 gives the short runs of bitcheck bench's own default (SDPA's script: 20),
+# which measure the card's power state as much as the kernels: on an H200 at L = 8192 SDPA's forward
+# took 3.54 ms in its first launches and 3.90 over 4 s at the 700 W cap (scripts/gpu-power-trace.sh);
+# reports/gpu/attention/README.md has both kinds of runs of the same kernels, and their spread.
 set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=$(mkdir -p "${2:?output dir}" && cd "$2" && pwd)
 shift 2
-backward=1 tag="" environment=() rounds=1 repeats=()
+backward=1 tag="" environment=() rounds=1 repeats=(--repeats 300)
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-backward) backward=0; shift ;;
@@ -75,6 +76,6 @@ args=(--forward "${forward[@]}" --decode "${decode[@]}" --sdpa "${sdpa_files[@]}
       --sdpa-decode "${sdpa_decode[@]}" --out "$out/${tag}attention-vs-sdpa.md")
 [ $backward = 1 ] && args+=(--backward "${backward_files[@]}")
 [ ${#environment[@]} -gt 0 ] && args+=(--title "Attention against PyTorch SDPA (${environment[*]})")
-[ ${#repeats[@]} -gt 0 ] && args+=("${repeats[@]}")
+args+=("${repeats[@]}")
 python3 "$scripts/attention-vs-sdpa.py" "${args[@]}" || status=1
 exit $status
