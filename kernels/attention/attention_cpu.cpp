@@ -70,8 +70,8 @@ class AttentionCpu : public Impl {
         return "control: KV block of 16 keys when the sequence so far is at most 32 tokens, else "
                "32 (a prefill tile picked from the sequence length)";
       case Kind::atomic_dq:
-        return "control: dq accumulated per KV block in arrival order, modelled as rotated by the "
-               "sequence's slot (atomicAdd in flash-attention backward)";
+        return "control: dq accumulated per 4-key block in arrival order, modelled as rotated by "
+               "the sequence's slot, onto dq in its dtype (atomicAdd in flash-attention backward)";
     }
     return "";
   }
@@ -298,11 +298,20 @@ class AttentionCpu : public Impl {
 
   // dq of query i (head h) = scale * sum_j ds_j k_j: one partial sum per KV block of 16, the
   // partials added in block order (fixed) or, for the atomic control, in an order rotated by the
-  // sequence's first slot (the order atomicAdds from the KV-block CTAs happen to land).
+  // sequence's first slot (the order atomicAdds from the KV-block CTAs happen to land) onto dq in
+  // its own dtype, each sum rounded to it (atomicAdd on a bf16 or fp16 tensor, no fp32 scratch):
+  // summed in fp32 and rounded once, a reordering moved a 16-bit row's bits only where a sum
+  // happened to sit next to a rounding boundary (one element in tens of thousands), so the control
+  // drifted by luck in small cases. A row of three or more partials whose rotation differs
+  // between two layouts now differs in most of its elements.
   void dq_row(const std::vector<float>& ds, std::int64_t i, std::int64_t kv,
               const KvCache& kv_cache, std::int64_t base, std::int64_t first_slot,
               const HeadShape& dims, Tensor& dq, std::int64_t h) const {
-    const std::int64_t block = attention::cpu_kv_block, blocks = i / block + 1;
+    // The control's partials are per 4 keys: only a row of three partials or more can change
+    // with their order (a + b = b + a), and with 16-key blocks that left the rows of short
+    // sequences (the nightly's L = 33 cases) nothing to reorder.
+    const std::int64_t block = kind_ == Kind::atomic_dq ? 4 : attention::cpu_kv_block,
+                       blocks = i / block + 1;
     std::vector<float> acc(static_cast<std::size_t>(dims.dim), 0.0f), part(acc.size());
     const std::int64_t rotation = kind_ == Kind::atomic_dq ? first_slot % blocks : 0;
     for (std::int64_t b = 0; b < blocks; ++b) {
@@ -314,7 +323,10 @@ class AttentionCpu : public Impl {
         for (std::int64_t d = 0; d < dims.dim; ++d)
           part[static_cast<std::size_t>(d)] += ds[static_cast<std::size_t>(j)] * key[d];
       }
-      for (std::size_t d = 0; d < acc.size(); ++d) acc[d] += part[d] * dims.scale;
+      for (std::size_t d = 0; d < acc.size(); ++d) {
+        acc[d] += part[d] * dims.scale;
+        if (kind_ == Kind::atomic_dq) acc[d] = round_to(dq.dtype(), acc[d]);
+      }
     }
     for (std::int64_t d = 0; d < dims.dim; ++d)
       dq.set(((first_slot + i) * dims.heads + h) * dims.dim + d, acc[static_cast<std::size_t>(d)]);
