@@ -19,6 +19,8 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <random>
+#include <sstream>
 #include <stdexcept>
 
 #include "bitcheck/backend.h"
@@ -42,43 +44,104 @@ std::string environment_or(const char* name, const std::string& fallback) {
   return value && *value ? value : fallback;
 }
 
-// One shared-memory buffer, grown (replaced) when a call needs more.
+// One shared-memory buffer, grown (replaced) when a call needs more. Its name is unlinked as soon
+// as the worker has mapped it (a reply saying "shm_mapped"), so a process that ends without
+// running destructors (a killed sweep worker, a case that crashed) leaves nothing in /dev/shm; a
+// new worker (after one died) gets the contents under a new name (relink). Names carry the pid, a
+// generation and a random part, and a name that exists already is never reused (O_EXCL, retried):
+// a segment left by an earlier process with the same pid had failed the call with EEXIST.
 class SharedBuffer {
  public:
   ~SharedBuffer() { release(); }
   void ensure(std::size_t bytes) {
     if (bytes <= size_) return;
     release();
-    static int generation = 0;
-    name_ = "/bitcheck-" + std::to_string(::getpid()) + "-" + std::to_string(++generation);
-    int fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) throw std::runtime_error("shm_open " + name_ + ": " + std::strerror(errno));
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      ::close(fd);
-      throw std::runtime_error("ftruncate " + name_ + ": " + std::strerror(errno));
+    map_new(bytes);
+  }
+  // The worker has mapped the current name: nothing needs it any more.
+  void mapped_by_worker() {
+    if (!linked_) return;
+    ::shm_unlink(name_.c_str());
+    linked_ = false;
+  }
+  // A new worker opens segments by name: the current contents under a new, linked name, mapped at
+  // the same address (MAP_FIXED), so pointers into the buffer that a caller holds stay valid.
+  void relink() {
+    if (!data_ || linked_) return;
+    const int fd = open_new(size_);
+    for (std::size_t done = 0; done < size_;) {
+      const ssize_t n = ::pwrite(fd, data_ + done, size_ - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int error = errno;
+        ::close(fd);
+        ::shm_unlink(name_.c_str());
+        throw std::runtime_error("write " + name_ + ": " + std::strerror(error));
+      }
+      done += static_cast<std::size_t>(n);
     }
-    void* mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void* mapped = ::mmap(data_, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    const int error = errno;
     ::close(fd);
-    if (mapped == MAP_FAILED)
-      throw std::runtime_error("mmap " + name_ + ": " + std::strerror(errno));
-    data_ = static_cast<unsigned char*>(mapped);
-    size_ = bytes;
+    if (mapped != data_) {
+      ::shm_unlink(name_.c_str());
+      throw std::runtime_error("mmap " + name_ + ": " + std::strerror(error));
+    }
+    linked_ = true;
   }
   unsigned char* data() { return data_; }
   const std::string& name() const { return name_; }
   std::size_t size() const { return size_; }
+  bool linked() const { return linked_; }
 
  private:
+  // A new segment of `bytes` under a new name, open: its descriptor.
+  int open_new(std::size_t bytes) {
+    static int generation = 0;
+    static std::mt19937_64 random{std::random_device{}()};
+    int fd = -1;
+    for (int attempt = 0; fd < 0 && attempt < 16; ++attempt) {
+      std::ostringstream name;
+      name << "/bitcheck-" << ::getpid() << "-" << ++generation << "-" << std::hex
+           << (random() & 0xffffffffu);
+      name_ = name.str();
+      fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) throw std::runtime_error("shm_open " + name_ + ": " + std::strerror(errno));
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      const int error = errno;
+      ::close(fd);
+      ::shm_unlink(name_.c_str());
+      throw std::runtime_error("ftruncate " + name_ + ": " + std::strerror(error));
+    }
+    return fd;
+  }
+  void map_new(std::size_t bytes) {
+    const int fd = open_new(bytes);
+    void* mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int error = errno;
+    ::close(fd);
+    if (mapped == MAP_FAILED) {
+      ::shm_unlink(name_.c_str());
+      throw std::runtime_error("mmap " + name_ + ": " + std::strerror(error));
+    }
+    data_ = static_cast<unsigned char*>(mapped);
+    size_ = bytes;
+    linked_ = true;
+  }
   void release() {
     if (!data_) return;
     ::munmap(data_, size_);
-    ::shm_unlink(name_.c_str());
+    if (linked_) ::shm_unlink(name_.c_str());
     data_ = nullptr;
     size_ = 0;
+    linked_ = false;
   }
   std::string name_;
   unsigned char* data_ = nullptr;
   std::size_t size_ = 0;
+  bool linked_ = false;
 };
 
 // Set once the worker object below is destroyed (static destruction): an impl destroyed after it
@@ -93,15 +156,34 @@ class PythonWorker {
     python_worker_gone = true;
   }
 
+  // A message naming the shared buffer ("shm") names it as it is when sent: a worker started here
+  // gets it relinked under a new name.
   nlohmann::json request(const nlohmann::json& message) {
-    if (pid_ < 0) start();
-    const std::string frame = python_protocol::encode_frame(message);
+    if (pid_ < 0) {
+      start();
+      shared_.relink();
+    }
+    const bool names_buffer = message.contains("shm");
+    std::string frame;
+    if (names_buffer && message["shm"] != shared_.name()) {
+      nlohmann::json renamed = message;
+      renamed["shm"] = shared_.name();
+      frame = python_protocol::encode_frame(renamed);
+    } else {
+      frame = python_protocol::encode_frame(message);
+    }
     unsigned char header[4];
     std::string reply;
     if (write_all(frame.data(), frame.size()) && read_all(header, 4)) {
       const std::uint32_t reply_length = python_protocol::frame_length(header);
       reply.resize(reply_length);
-      if (read_all(reply.data(), reply_length)) return nlohmann::json::parse(reply);
+      if (read_all(reply.data(), reply_length)) {
+        nlohmann::json parsed = nlohmann::json::parse(reply);
+        // The worker says when it holds a mapping of the buffer (not when the call failed
+        // before it opened it, as for a module that does not import).
+        if (names_buffer && parsed.value("shm_mapped", false)) shared_.mapped_by_worker();
+        return parsed;
+      }
     }
     const std::string how = reap();
     throw std::runtime_error("the Python worker (" + command_ + ") " + how +

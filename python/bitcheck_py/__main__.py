@@ -99,6 +99,8 @@ def main():
         except Exception as error:  # the case becomes `error` with this traceback
             reply = {"ok": False, "error": user_traceback(error)}
             poisoned = poisons_the_context(error)
+        if "shm" in request and shm.holds(request["shm"]):
+            reply["shm_mapped"] = True  # bitcheck may unlink its name: this mapping stays
         write_message(channel_out, reply)
         if poisoned:
             return 3

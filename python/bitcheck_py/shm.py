@@ -18,6 +18,11 @@ def shared_buffer(name, size):
     return _buffer["map"]
 
 
+def holds(name):
+    """Whether this worker has the buffer `name` mapped (bitcheck then unlinks the name)."""
+    return _buffer["name"] == name and _buffer["map"] is not None
+
+
 def view(buffer, offset, dtype, shape):
     """A numpy view of `shape` elements of bitcheck dtype `dtype` at `offset` of `buffer`."""
     shape = tuple(shape)

@@ -1,6 +1,11 @@
 """Python impls that fail on purpose, one per failure mode bitcheck must turn into a case `error`
 (the CLI tests run them): an exception, a hang, a wrong shape and a wrong dtype; and on the GPU
-path (the GPU tests run them) an exception and a result that is not on the device."""
+path (the GPU tests run them) an exception and a result that is not on the device. kills_bitcheck
+kills the bitcheck process that called it, on its second call, and dies_every_second_call exits its
+worker on the second call of each: the CLI tests check that no shared memory is left behind and
+that a new worker gets the shared buffer."""
+import os
+import signal
 import time
 
 import numpy as np
@@ -27,6 +32,33 @@ def wrong_shape(x, w):
 @bitcheck_py.impl(op="matmul", invariant=True)
 def wrong_dtype(x, w):
     return (x @ w.T).astype(np.float64)
+
+
+_calls = {"kills_bitcheck": 0}
+
+
+@bitcheck_py.impl(op="matmul", invariant=True)
+def kills_bitcheck(x, w):
+    """Answers once (bitcheck's shared buffer is then mapped here), then, on the next call, writes
+    bitcheck's pid to $BITCHECK_TEST_PID_FILE and kills it: no destructor of it runs."""
+    _calls["kills_bitcheck"] += 1
+    if _calls["kills_bitcheck"] == 1:
+        return x @ w.T
+    with open(os.environ["BITCHECK_TEST_PID_FILE"], "w") as file:
+        file.write(str(os.getppid()))
+    os.kill(os.getppid(), signal.SIGKILL)
+    while True:
+        time.sleep(3600)
+
+
+@bitcheck_py.impl(op="matmul", invariant=True)
+def dies_every_second_call(x, w):
+    """Each worker process answers its first call and exits on its second: bitcheck starts a new
+    worker for the call after, which must find the shared buffer under its new name."""
+    _calls["dies_every_second_call"] = _calls.get("dies_every_second_call", 0) + 1
+    if _calls["dies_every_second_call"] == 2:
+        os._exit(3)
+    return x @ w.T
 
 
 def not_declared(x, w):

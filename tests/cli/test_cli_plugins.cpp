@@ -5,7 +5,10 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "cli/cli_support.h"
 
@@ -207,6 +210,66 @@ TEST_CASE("a numpy Python impl passes, its control drifts, and repro reruns it",
   INFO(repro.out << repro.err);
   CHECK(repro.exit_code == 0);
   CHECK(repro.out.find("-> same bits") != std::string::npos);
+}
+
+TEST_CASE("a bitcheck process killed while a Python impl holds its buffer leaves no shared memory",
+          "[cli][python]") {
+  // The buffer's name is unlinked once the worker has mapped it: a process that ends without its
+  // destructors (killed, or a sweep worker past its case timeout) left a /dev/shm/bitcheck-PID-*
+  // segment behind, and a later process that got the same pid failed its first call (EEXIST).
+  PythonEnvironment python;
+  if (!python.ready()) {
+    WARN("no python3 with numpy: skipped");
+    return;
+  }
+  TempDir dir;
+  const std::string pid_file = dir / "bitcheck.pid";
+  setenv("BITCHECK_TEST_PID_FILE", pid_file.c_str(), 1);
+  Run sweep = run_bitcheck(dir,
+                           "sweep --py-impl broken:kills_bitcheck --op matmul --backend cpu"
+                           " --dtype fp32 --pass forward --batch 3 --no-progress --no-isolate"
+                           " --impl py:broken:kills_bitcheck --out " +
+                               quote(dir.path()));
+  unsetenv("BITCHECK_TEST_PID_FILE");
+  INFO(sweep.out << sweep.err);
+  CHECK(sweep.exit_code != 0);
+  REQUIRE(std::filesystem::exists(pid_file));
+  const std::string prefix = "bitcheck-" + read_file(pid_file) + "-";
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) left.push_back(name);
+  }
+  INFO("left in /dev/shm: " << left.size() << (left.empty() ? "" : " such as " + left[0]));
+  CHECK(left.empty());
+}
+
+TEST_CASE("a Python worker that dies is replaced and the new one gets the shared buffer",
+          "[cli][python]") {
+  PythonEnvironment python;
+  if (!python.ready()) {
+    WARN("no python3 with numpy: skipped");
+    return;
+  }
+  TempDir dir;
+  Run sweep = run_bitcheck(dir,
+                           "sweep --py-impl broken:dies_every_second_call --op matmul"
+                           " --backend cpu --dtype fp32 --pass forward --batch 3 --no-progress"
+                           " --no-isolate --impl py:broken:dies_every_second_call --out " +
+                               quote(dir.path()));
+  INFO(sweep.out << sweep.err);
+  CHECK(sweep.exit_code == 3);
+  json results =
+      results_of("py:broken:dies_every_second_call", json::parse(read_file(dir / "report.json")));
+  REQUIRE(results.size() == 2);
+  for (const auto& c : results) {
+    // Each case's second call ends its worker; the first call of the second case runs on a new
+    // worker, which opens the buffer under the name bitcheck gave it anew (the old one was unlinked
+    // once mapped): a failure to open it would be this case's reason instead.
+    INFO(c["id"] << ": " << c["reason"]);
+    CHECK(c["verdict"] == "error");
+    CHECK(c["reason"].get<std::string>().find("exited with status 3") != std::string::npos);
+  }
 }
 
 TEST_CASE("Python failures are case errors with the reason and the sweep completes",
