@@ -67,6 +67,22 @@ class PythonEnvironment {
   std::string python_;
 };
 
+// A test of Python impls on the numpy path passes, with a warning, where no python3 with numpy is.
+#define SKIP_WITHOUT_NUMPY(python)          \
+  if (!(python).ready()) {                  \
+    WARN("no python3 with numpy: skipped"); \
+    return;                                 \
+  }
+
+// One Python impl (module:function) over the fp32 matmul forward cases of batch 3, in this process
+// (--no-isolate: the impl's worker is a child of the bitcheck process the test starts).
+Run sweep_in_process(const TempDir& dir, const std::string& function) {
+  return run_bitcheck(dir, "sweep --py-impl " + function +
+                               " --op matmul --backend cpu --dtype fp32 --pass forward --batch 3"
+                               " --no-progress --no-isolate --impl py:" +
+                               function + " --out " + quote(dir.path()));
+}
+
 }  // namespace
 
 TEST_CASE("the example plugin's fixed-order matmul passes and its split-K control drifts",
@@ -179,10 +195,7 @@ TEST_CASE(
 
 TEST_CASE("a numpy Python impl passes, its control drifts, and repro reruns it", "[cli][python]") {
   PythonEnvironment python;
-  if (!python.ready()) {
-    WARN("no python3 with numpy: skipped");
-    return;
-  }
+  SKIP_WITHOUT_NUMPY(python);
   TempDir dir;
   Run list = run_bitcheck(dir, "list --py-impl numpy_matmul:fixed_order");
   INFO(list.err);
@@ -218,18 +231,11 @@ TEST_CASE("a bitcheck process killed while a Python impl holds its buffer leaves
   // destructors (killed, or a sweep worker past its case timeout) left a /dev/shm/bitcheck-PID-*
   // segment behind, and a later process that got the same pid failed its first call (EEXIST).
   PythonEnvironment python;
-  if (!python.ready()) {
-    WARN("no python3 with numpy: skipped");
-    return;
-  }
+  SKIP_WITHOUT_NUMPY(python);
   TempDir dir;
   const std::string pid_file = dir / "bitcheck.pid";
   setenv("BITCHECK_TEST_PID_FILE", pid_file.c_str(), 1);
-  Run sweep = run_bitcheck(dir,
-                           "sweep --py-impl broken:kills_bitcheck --op matmul --backend cpu"
-                           " --dtype fp32 --pass forward --batch 3 --no-progress --no-isolate"
-                           " --impl py:broken:kills_bitcheck --out " +
-                               quote(dir.path()));
+  Run sweep = sweep_in_process(dir, "broken:kills_bitcheck");
   unsetenv("BITCHECK_TEST_PID_FILE");
   INFO(sweep.out << sweep.err);
   CHECK(sweep.exit_code != 0);
@@ -247,16 +253,9 @@ TEST_CASE("a bitcheck process killed while a Python impl holds its buffer leaves
 TEST_CASE("a Python worker that dies is replaced and the new one gets the shared buffer",
           "[cli][python]") {
   PythonEnvironment python;
-  if (!python.ready()) {
-    WARN("no python3 with numpy: skipped");
-    return;
-  }
+  SKIP_WITHOUT_NUMPY(python);
   TempDir dir;
-  Run sweep = run_bitcheck(dir,
-                           "sweep --py-impl broken:dies_every_second_call --op matmul"
-                           " --backend cpu --dtype fp32 --pass forward --batch 3 --no-progress"
-                           " --no-isolate --impl py:broken:dies_every_second_call --out " +
-                               quote(dir.path()));
+  Run sweep = sweep_in_process(dir, "broken:dies_every_second_call");
   INFO(sweep.out << sweep.err);
   CHECK(sweep.exit_code == 3);
   json results =
@@ -275,10 +274,7 @@ TEST_CASE("a Python worker that dies is replaced and the new one gets the shared
 TEST_CASE("Python failures are case errors with the reason and the sweep completes",
           "[cli][python]") {
   PythonEnvironment python;
-  if (!python.ready()) {
-    WARN("no python3 with numpy: skipped");
-    return;
-  }
+  SKIP_WITHOUT_NUMPY(python);
   TempDir dir;
   const std::string impls =
       "py:broken:raises,py:broken:wrong_shape,py:broken:wrong_dtype,py:broken:hangs";
