@@ -189,13 +189,13 @@ struct WsCta {
   int last_position, last_block, first_block, end_block, blocks;
 };
 
+#ifdef BITCHECK_ATTENTION_WS_SM90A
 // Persistent: the index of the item whose Q the producer loads (-1: none left), right after
 // q_empty (computed where used: one more pointer in WsCta made the producer spill at 24 registers).
 __device__ __forceinline__ int* item_slot(const WsCta& cta) {
   return reinterpret_cast<int*>(cta.q_empty + 1);
 }
 
-#ifdef BITCHECK_ATTENTION_WS_SM90A
 // This thread's merged accumulators in shared memory: float4 dt (acc[dt][0..3]) at
 // base + dt * 128 * 16, so a warp's accesses are 512 consecutive bytes.
 __device__ __forceinline__ float4 load_merged(std::uint32_t address) {
