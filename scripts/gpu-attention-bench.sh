@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from a bundle (scripts/gpu-bundle.sh): the attention bench of bitcheck's
 # fixed-order kernels (forward, forward + backward, decode step) and of PyTorch SDPA on the same
-# shapes, in one call, and the table of both (scripts/attention-vs-sdpa.py) in OUT/attention-vs-sdpa.md.
+# shapes, in one call, and the table of both (scripts/attention-vs-sdpa.py) in OUT/attention-vs-sdpa.md;
+# OUT/power.md has the SM clock, power and throttle reasons during each run (scripts/power-phases.py).
 #   scripts/gpu-attention-bench.sh BUNDLE_DIR OUT_DIR [--skip-backward] [--env NAME=VALUE] [--tag T]
 #       [--rounds N] [--repeats N (default 300)]
 # --env sets a variable for bitcheck's runs only (BITCHECK_ATTENTION_SCHEDULE=cooperative, say); with
@@ -39,16 +40,32 @@ done
 scripts=$(cd "$(dirname "$0")" && pwd)
 cd "$bundle"
 status=0
+# The SM clock, power and throttle reasons every 100 ms while both sides run, and each run's start
+# and end, so that OUT/TAGpower.md (scripts/power-phases.py) shows whether each side ran at the
+# card's power limit.
+marks="$out/${tag}power-marks.txt" smi_csv="$out/${tag}power-smi.csv"
+: > "$marks"
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv,noheader -lms 100 > "$smi_csv" 2> /dev/null &
+smi=$!
+trap 'kill $smi 2> /dev/null' EXIT
+mark() { echo "$(date +%Y/%m/%d\ %H:%M:%S.%3N) $1" >> "$marks"; }
 bench() {  # bench NAME SPEC [bench args]
   local name=$1 spec=$2; shift 2
+  mark "${tag}$name-start"
   env "${environment[@]}" bin/bitcheck bench --spec "$spec" --op attention "${repeats[@]}" --out "$out/${tag}$name" "$@" \
     > "$out/${tag}$name.log" 2>&1 || { echo "bench $name failed:"; tail -5 "$out/${tag}$name.log"; status=1; }
+  mark "${tag}$name-end"
   [ -f "$out/${tag}$name/bench.json" ] && cp "$out/${tag}$name/bench.json" "$out/${tag}$name.json"
 }
 sdpa() {  # sdpa PREFIX: SDPA's forward and backward, and its decode step, into OUT/PREFIXsdpa*.json
+  mark "$1sdpa-start"
   python3 "$scripts/bench-attention-sdpa.py" "${repeats[@]}" --json "$out/$1sdpa.json" > "$out/$1sdpa.txt" 2>&1 || status=1
+  mark "$1sdpa-end"
+  mark "$1sdpa-decode-start"
   python3 "$scripts/bench-attention-sdpa.py" --decode --seqs 1024,8192 --dims 128 "${repeats[@]}" \
     --json "$out/$1sdpa-decode.json" > "$out/$1sdpa-decode.txt" 2>&1 || status=1
+  mark "$1sdpa-decode-end"
 }
 forward=() backward_files=() decode=() sdpa_files=() sdpa_decode=()
 if [ "$rounds" = 1 ]; then
@@ -78,4 +95,11 @@ args=(--forward "${forward[@]}" --decode "${decode[@]}" --sdpa "${sdpa_files[@]}
 [ ${#environment[@]} -gt 0 ] && args+=(--title "Attention against PyTorch SDPA (${environment[*]})")
 args+=("${repeats[@]}")
 python3 "$scripts/attention-vs-sdpa.py" "${args[@]}" || status=1
+kill $smi 2> /dev/null
+wait $smi 2> /dev/null
+if [ -s "$smi_csv" ]; then
+  python3 "$scripts/power-phases.py" "$smi_csv" "$marks" --title "## SM clock and power of each run \
+($(nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader 2> /dev/null))" \
+    > "$out/${tag}power.md" || status=1
+fi
 exit $status

@@ -5,8 +5,9 @@
 # `bitcheck bench --repeats 30` and `--repeats N` (1000 at 4096, 300 at 8192), SDPA as a loop of
 # its forward for 4 s, 10 launches per CUDA-event pair. Shows whether a short bench run measures the
 # card below its power limit, and for which side. Writes OUT/smi.csv, OUT/marks.txt (phase start and
-# end), OUT/ours-L.txt, OUT/sdpa-L.txt and OUT/power-trace.md (per phase: samples above 250 W, their
-# median clock and power, the throttle reasons seen; the times).
+# end), OUT/ours-L.txt, OUT/sdpa-L.txt and OUT/power-trace.md (per phase, scripts/power-phases.py:
+# samples above 250 W, their median clock and power, the share with the software power cap active,
+# the throttle reasons seen; the times).
 #   scripts/gpu-power-trace.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
@@ -57,34 +58,11 @@ PY
   mark "sdpa-$L-end"
 done
 kill $smi 2>/dev/null; wait $smi 2>/dev/null
-python3 - "$out" > "$out/power-trace.md" <<'PY'
-import datetime, statistics, sys
+python3 "$scripts/power-phases.py" "$out/smi.csv" "$out/marks.txt" \
+  --title "# SM clock and power during the attention forward ($(cat "$out/device.txt"))" > "$out/power-trace.md"
+python3 - "$out" >> "$out/power-trace.md" <<'PY'
+import statistics, sys
 out = sys.argv[1]
-parse = lambda d, t: datetime.datetime.strptime(d + " " + t, "%Y/%m/%d %H:%M:%S.%f")
-marks = {}
-for line in open(f"{out}/marks.txt"):
-    day, clock, name = line.split(maxsplit=2)
-    marks[name.strip()] = parse(day, clock)
-samples = []
-for line in open(f"{out}/smi.csv"):
-    fields = [x.strip() for x in line.split(",")]
-    try:
-        samples.append((parse(*fields[0].split(" ")), float(fields[1].split()[0]),
-                        float(fields[2].split()[0]), fields[4]))
-    except (ValueError, IndexError):
-        pass
-device = open(f"{out}/device.txt").read().strip()
-print(f"# SM clock and power during the attention forward ({device})\n")
-print("| phase | samples above 250 W | median SM clock (MHz) | median power (W) | throttle reasons seen |")
-print("|---|---|---|---|---|")
-for name in [n[:-6] for n in marks if n.endswith("-start")]:
-    s, e = marks[name + "-start"], marks[name + "-end"]
-    busy = [x for x in samples if s <= x[0] <= e and x[2] > 250]
-    if not busy:
-        print(f"| {name} | 0 | | | |")
-        continue
-    print(f"| {name} | {len(busy)} | {statistics.median(x[1] for x in busy):.0f} | "
-          f"{statistics.median(x[2] for x in busy):.0f} | {', '.join(sorted(set(x[3] for x in busy)))} |")
 print("\nOurs (`bitcheck bench`, median of the timed launches):\n")
 for L in (4096, 8192):
     for line in open(f"{out}/ours-{L}.txt"):
