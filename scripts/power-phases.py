@@ -5,10 +5,11 @@
 line) in, a markdown table out: per phase the samples above a power floor (the card busy), their
 median SM clock and power, and the share of them with the software power cap active (throttle
 reason 0x4), the reasons seen. Used by scripts/gpu-power-trace.sh and scripts/gpu-attention-bench.sh.
-  scripts/power-phases.py SMI_CSV MARKS [--floor WATTS] [--title TEXT]
+  scripts/power-phases.py SMI_CSV[.gz] MARKS [--floor WATTS] [--title TEXT]
   scripts/power-phases.py selftest"""
 import argparse
 import datetime
+import gzip
 import os
 import statistics
 import sys
@@ -21,10 +22,16 @@ def parse_time(day, clock):
     return datetime.datetime.strptime(day + " " + clock, "%Y/%m/%d %H:%M:%S.%f")
 
 
+def lines_of(path):
+    """The lines of a text file, gzip-compressed where the name ends in .gz."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as file:
+        return file.read().splitlines()
+
+
 def read_marks(path):
     """{phase: (start, end)} in the order the phases started; a phase without an end is left out."""
     starts, phases = {}, {}
-    for line in open(path):
+    for line in lines_of(path):
         parts = line.split(maxsplit=2)
         if len(parts) < 3:
             continue
@@ -39,7 +46,7 @@ def read_marks(path):
 def read_samples(path):
     """[(time, SM MHz, W, throttle reasons as an int)]; lines nvidia-smi could not fill are skipped."""
     samples = []
-    for line in open(path):
+    for line in lines_of(path):
         fields = [x.strip() for x in line.split(",")]
         try:
             samples.append((parse_time(*fields[0].split(" ")), float(fields[1].split()[0]),
@@ -85,11 +92,15 @@ def selftest():
             f.write(f"{stamp(0)} a-start\n{stamp(1)} a-end\n{stamp(2)} b-start\n{stamp(3)} b-end\n"
                     f"{stamp(4)} c-start\n")
         text = table(read_samples(smi), read_marks(marks), 250)
+        with open(smi, "rb") as raw, gzip.open(smi + ".gz", "wb") as packed:
+            packed.write(raw.read())
+        if table(read_samples(smi + ".gz"), read_marks(marks), 250) != text:
+            text += "\n(the gzip copy of the samples gave another table)"
     expect = ["| a | 2 | 1980 | 410 | 0 % of them | 0x0 |",
               "| b | 5 | 1710 | 688 | 60 % of them | 0x0, 0x4, 0x20 |"]
     missing = [e for e in expect if e not in text]
-    if "| c |" in text:
-        missing.append("a phase without an end must be left out")
+    if "| c |" in text or "gzip copy" in text:
+        missing.append("a phase without an end must be left out, and a gzip copy read alike")
     if missing:
         print("power-phases selftest FAILED:", *missing, sep="\n  ")
         print(text)
