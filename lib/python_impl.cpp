@@ -92,7 +92,6 @@ class SharedBuffer {
   unsigned char* data() { return data_; }
   const std::string& name() const { return name_; }
   std::size_t size() const { return size_; }
-  bool linked() const { return linked_; }
 
  private:
   // A new segment of `bytes` under a new name, open: its descriptor.

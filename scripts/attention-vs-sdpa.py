@@ -123,7 +123,7 @@ def render(args):
                        ["D", "L", "sequences", "ours us", "SDPA us", "SDPA / ours"] +
                        spread_header + ["our path"], body, ratios)
     device = meta.get("cuda", {}).get("gpu_name") or sdpa.get("device")
-    repeats = getattr(args, "repeats", None)
+    repeats = args.repeats
     if not repeats:
         median = "median of repeats"
     elif repeats >= 300:  # gpu-attention-bench.sh's default

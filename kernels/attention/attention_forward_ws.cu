@@ -971,8 +971,6 @@ AttentionForwardLaunch::AttentionForwardLaunch(DeviceDType dtype, AttentionShape
   const std::int64_t ctas =
       static_cast<std::int64_t>(item_count_) * (pack_ > 1 ? shape.kv_heads : shape.heads);
   ctas_per_sm_ = decode_one_per_sm(schedule, ctas) ? 1 : 2;
-  ctas_path_ = ctas_per_sm_ == 1 ? "forward.wgmma.decode-ctas.one-per-sm"
-                                 : "forward.wgmma.decode-ctas.two-per-sm";
 }
 
 AttentionForwardLaunch::~AttentionForwardLaunch() = default;
@@ -988,7 +986,10 @@ void AttentionForwardLaunch::run(const void* q, const void* k_cache, const void*
     return;
   }
   record_path(path_);
-  if (!ctas_path_.empty()) record_path(ctas_path_);
+  if (ctas_per_sm_ > 0) {
+    record_path(ctas_per_sm_ == 1 ? "forward.wgmma.decode-ctas.one-per-sm"
+                                  : "forward.wgmma.decode-ctas.two-per-sm");
+  }
   const CUtensorMapDataType type = tensor_map_type(dtype_);
   const std::int64_t kv_width = static_cast<std::int64_t>(shape_.kv_heads) * shape_.dim;
   const CUtensorMap k_map = make_tensor_map(type, k_cache, cache_rows_, kv_width, 64);

@@ -148,7 +148,6 @@ class AttentionForwardLaunch {
   int longest_tile_ = 0;
   bool decode_ = false;
   int ctas_per_sm_ = 0;
-  std::string ctas_path_;
   int splits_ = 1;
   int pack_ = 1;
   bool pingpong_ = false;

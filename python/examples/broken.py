@@ -34,7 +34,7 @@ def wrong_dtype(x, w):
     return (x @ w.T).astype(np.float64)
 
 
-_calls = {"kills_bitcheck": 0}
+_calls = {"kills_bitcheck": 0, "dies_every_second_call": 0}
 
 
 @bitcheck_py.impl(op="matmul", invariant=True)
@@ -55,7 +55,7 @@ def kills_bitcheck(x, w):
 def dies_every_second_call(x, w):
     """Each worker process answers its first call and exits on its second: bitcheck starts a new
     worker for the call after, which must find the shared buffer under its new name."""
-    _calls["dies_every_second_call"] = _calls.get("dies_every_second_call", 0) + 1
+    _calls["dies_every_second_call"] += 1
     if _calls["dies_every_second_call"] == 2:
         os._exit(3)
     return x @ w.T
