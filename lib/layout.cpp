@@ -77,17 +77,6 @@ Layout microbatches(const CaseSpec& spec, LayoutRandom& random, std::int64_t gra
 
 }  // namespace
 
-const std::vector<std::string>& known_layouts() {
-  static const std::vector<std::string> names = {"alone",    "batch",  "shuffled",  "pad_right",
-                                                 "pad_left", "ragged", "microbatch"};
-  return names;
-}
-
-bool is_known_layout(const std::string& name) {
-  const auto& names = known_layouts();
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
 std::vector<std::int64_t> select_alone_rows(const CaseSpec& spec) {
   return select_alone_rows(spec, spec.rows);
 }

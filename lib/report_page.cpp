@@ -13,7 +13,7 @@
 #include <set>
 #include <sstream>
 
-#include "bitcheck/bench.h"
+#include "bitcheck/bench_cost.h"
 #include "bitcheck/coverage.h"
 #include "bitcheck/json_input.h"
 #include "bitcheck/matrix_render.h"

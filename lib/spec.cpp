@@ -8,7 +8,7 @@
 
 #include "bitcheck/error.h"
 #include "bitcheck/json_input.h"
-#include "bitcheck/layout.h"
+#include "bitcheck/layout_names.h"
 #include "bitcheck/special_values.h"
 
 namespace bitcheck {

@@ -24,11 +24,4 @@ struct BenchOptions {
 // Writes OUT/bench.json and OUT/bench.md; returns 0, or 3 when a benchmark failed.
 int run_bench(const BenchOptions& options, const Registry& registry);
 
-// The cost of invariance from bench results (bench.json "results"): per op, dtype, pass, shape and
-// invariant impl, its time over the library default's at the same M (matmul: over
-// cublaslt-heuristic), or for memory-bound ops over a device copy of the same bytes; per M, and
-// the geometric mean, worst and best over M. 1.0 = free, 2.0 = twice the time.
-nlohmann::json cost_of_invariance(const nlohmann::json& results);
-std::string render_cost_of_invariance_markdown(const nlohmann::json& cost);
-
 }  // namespace bitcheck

@@ -5,17 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "bitcheck/layout_names.h"
 #include "bitcheck/op.h"
 
 namespace bitcheck {
-
-// The canonical layout for row outputs: each selected row computed alone (batch of 1).
-inline const char* const canonical_layout = "alone";
-// The canonical layout for reduction outputs: all tokens in one batch, in order.
-inline const char* const canonical_reduction_layout = "batch";
-
-const std::vector<std::string>& known_layouts();
-bool is_known_layout(const std::string& name);
 
 // Rows computed alone: all rows when rows <= alone_rows, else the first, the last and a
 // seed-determined sample, sorted.
