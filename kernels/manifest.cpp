@@ -5,9 +5,9 @@
 // chain).
 #include "add_rmsnorm/add_rmsnorm.h"
 #include "attention/attention.h"
-#include "bitcheck/op.h"
 #include "chain/chain.h"
 #include "common/cuda_backend.h"
+#include "core/op.h"
 #include "elementwise/elementwise.h"
 #include "embedding/embedding.h"
 #include "lm_head/lm_head.h"

@@ -4,8 +4,8 @@
 #include <memory>
 #include <string>
 
-#include "bitcheck/sweep.h"
 #include "commands.h"
+#include "sweep/sweep.h"
 #include "tuner/refine.h"
 #include "tuner/search.h"
 

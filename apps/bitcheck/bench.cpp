@@ -1,11 +1,11 @@
 // `bitcheck bench`: time device impls against the library default (or copy bandwidth) in one run.
-#include "bitcheck/bench.h"
+#include "sweep/bench.h"
 
 #include <memory>
 #include <string>
 
-#include "bitcheck/backend.h"
 #include "commands.h"
+#include "core/backend.h"
 
 namespace bitcheck::cli {
 namespace {

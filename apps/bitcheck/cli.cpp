@@ -4,10 +4,10 @@
 
 #include <iostream>
 
-#include "bitcheck/build_info.h"
-#include "bitcheck/error.h"
-#include "bitcheck/op.h"
 #include "commands.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "core/op.h"
 
 namespace bitcheck::cli {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/plugin_loader.h"
+#include "external/plugin_loader.h"
 
 namespace bitcheck {
 class Registry;

@@ -1,14 +1,14 @@
 // `bitcheck contract show|check`: print the numerical contract as bitcheck reads it, or validate
 // it.
-#include "bitcheck/contract.h"
+#include "spec/contract.h"
 
 #include <iostream>
 #include <memory>
 #include <string>
 
-#include "bitcheck/error.h"
-#include "bitcheck/sweep.h"
 #include "commands.h"
+#include "core/error.h"
+#include "sweep/sweep.h"
 
 namespace bitcheck::cli {
 namespace {

@@ -1,15 +1,15 @@
 // `bitcheck coverage`: which declared launch paths a report's cases ran, which switch points they
 // crossed with the bits intact, and the paths never run or never crossed.
-#include "bitcheck/coverage.h"
+#include "report/coverage.h"
 
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
 #include "commands.h"
+#include "core/error.h"
+#include "core/json_input.h"
 
 namespace bitcheck::cli {
 namespace {

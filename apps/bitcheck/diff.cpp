@@ -4,11 +4,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
-#include "bitcheck/report.h"
-#include "bitcheck/report_diff.h"
 #include "commands.h"
+#include "core/error.h"
+#include "core/json_input.h"
+#include "report/report.h"
+#include "report/report_diff.h"
 
 namespace bitcheck::cli {
 namespace {

@@ -4,12 +4,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/coverage.h"
-#include "bitcheck/error.h"
-#include "bitcheck/layout.h"
-#include "bitcheck/op.h"
 #include "commands.h"
+#include "core/error.h"
+#include "core/op.h"
+#include "report/coverage.h"
+#include "run/layout.h"
+#include "spec/contract.h"
 
 namespace bitcheck::cli {
 namespace {

@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
-#include "bitcheck/matrix_render.h"
-#include "bitcheck/report.h"
-#include "bitcheck/report_page.h"
 #include "commands.h"
+#include "core/error.h"
+#include "core/json_input.h"
+#include "report/matrix_render.h"
+#include "report/report.h"
+#include "report/report_page.h"
 
 namespace bitcheck::cli {
 namespace {

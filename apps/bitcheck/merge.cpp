@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
-#include "bitcheck/op.h"
-#include "bitcheck/report.h"
 #include "commands.h"
+#include "core/error.h"
+#include "core/json_input.h"
+#include "core/op.h"
+#include "report/report.h"
 
 namespace bitcheck::cli {
 namespace {

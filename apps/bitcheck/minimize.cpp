@@ -1,5 +1,5 @@
 // `bitcheck minimize`: shrink a drifting case of a report while it still drifts.
-#include "bitcheck/minimize.h"
+#include "sweep/minimize.h"
 
 #include <memory>
 

@@ -1,5 +1,5 @@
 // `bitcheck repro`: re-run one case of a report exactly, optionally dumping its tensors.
-#include "bitcheck/repro.h"
+#include "sweep/repro.h"
 
 #include <memory>
 

@@ -1,6 +1,6 @@
 // `bitcheck sweep`: run a sweep spec and write a report. The flags fill SweepOptions; the few that
 // need checking or reading (seeds, shard, --skip-done reports) are turned into overrides here.
-#include "bitcheck/sweep.h"
+#include "sweep/sweep.h"
 
 #include <cstdint>
 #include <filesystem>
@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
-#include "bitcheck/special_values.h"
 #include "commands.h"
+#include "core/error.h"
+#include "core/json_input.h"
+#include "core/special_values.h"
 
 namespace bitcheck::cli {
 namespace {

@@ -2,8 +2,8 @@
 // sent over a socket (see lib/bitcheck/isolation.h).
 #include <memory>
 
-#include "bitcheck/isolation.h"
 #include "commands.h"
+#include "sweep/isolation.h"
 
 namespace bitcheck::cli {
 

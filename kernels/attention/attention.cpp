@@ -9,8 +9,8 @@
 #include <numeric>
 #include <string>
 
-#include "bitcheck/rng.h"
 #include "common/eigen_view.h"
+#include "core/rng.h"
 
 namespace bitcheck {
 namespace attention {

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "bitcheck/op.h"
 #include "common/registration.h"
+#include "core/op.h"
 
 namespace bitcheck::attention {
 

@@ -11,10 +11,10 @@
 
 #include "attention/attention.h"
 #include "attention_kernels.h"
-#include "bitcheck/op.h"
 #include "common/adapter_support.h"
 #include "common/bench_support.h"
 #include "common/runtime.h"
+#include "core/op.h"
 
 namespace bitcheck {
 namespace {

@@ -48,12 +48,12 @@
 
 #include "attention_device.cuh"
 #include "attention_kernels.h"
-#include "bitcheck/paths.h"
 #include "common/async_copy.cuh"
 #include "common/convert.cuh"
 #include "common/cuda_check.cuh"
 #include "common/tensor_map.cuh"
 #include "common/wgmma.cuh"
+#include "core/paths.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define BITCHECK_ATTENTION_SM90A 1

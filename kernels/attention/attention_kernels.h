@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/paths.h"
 #include "common/device_dtype.h"
 #include "common/runtime.h"
+#include "core/paths.h"
 
 struct CUstream_st;  // cudaStream_t without CUDA headers; nullptr is the default stream.
 

@@ -12,8 +12,8 @@
 #include <stdexcept>
 
 #include "attention/attention.h"
-#include "bitcheck/layout.h"
-#include "bitcheck/rng.h"
+#include "core/rng.h"
+#include "run/layout.h"
 
 namespace bitcheck {
 namespace {

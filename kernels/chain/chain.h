@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/op.h"
 #include "common/registration.h"
+#include "core/op.h"
 
 namespace bitcheck::chain {
 

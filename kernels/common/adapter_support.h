@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bench_support.h"
-#include "bitcheck/op.h"
+#include "core/op.h"
 #include "device_dtype.h"
 #include "runtime.h"
 

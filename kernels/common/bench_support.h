@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "bitcheck/op.h"
+#include "core/op.h"
 #include "runtime.h"
 
 namespace bitcheck::cuda_bench {

@@ -1,7 +1,7 @@
 // The CUDA backend's registration: its status (available, or the reason it is not) and its
 // DeviceBackend (bitcheck/backend.h).
 #pragma once
-#include "bitcheck/op.h"
+#include "core/op.h"
 
 namespace bitcheck {
 // cuda_backend.cpp: in a CPU-only build, marks the backend unavailable and registers a stand-in

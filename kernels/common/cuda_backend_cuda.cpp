@@ -4,12 +4,12 @@
 // (kernels/<op>/<op>_cuda.cpp), even without a device, so their cases are skipped with the reason.
 #include <memory>
 
-#include "bitcheck/backend.h"
-#include "bitcheck/op.h"
 #include "common/bench_support.h"
 #include "common/cuda_backend.h"
 #include "common/external_device.h"
 #include "common/runtime.h"
+#include "core/backend.h"
+#include "core/op.h"
 #include "tuner/pin_lookup.h"
 
 namespace bitcheck {

@@ -4,7 +4,7 @@
 #include <Eigen/Dense>
 #include <vector>
 
-#include "bitcheck/tensor.h"
+#include "core/tensor.h"
 
 namespace bitcheck {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <memory>
 
-#include "bitcheck/external_device.h"
+#include "external/external_device.h"
 
 namespace bitcheck {
 // external_device_cuda.cpp (CUDA build): touches the device only when first used.

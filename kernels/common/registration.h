@@ -2,7 +2,7 @@
 // manifest (kernels/manifest.cpp), which calls every op for each part in turn, so that each part
 // sees what the parts before it registered.
 #pragma once
-#include "bitcheck/op.h"
+#include "core/op.h"
 
 namespace bitcheck {
 

@@ -5,7 +5,7 @@
 #include <functional>
 #include <vector>
 
-#include "bitcheck/op.h"
+#include "core/op.h"
 
 namespace bitcheck {
 

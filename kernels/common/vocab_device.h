@@ -13,7 +13,7 @@
 
 #include "adapter_support.h"
 #include "bench_support.h"
-#include "bitcheck/op.h"
+#include "core/op.h"
 #include "runtime.h"
 
 namespace bitcheck::vocab_device {

@@ -3,8 +3,8 @@
 #pragma once
 #include <string>
 
-#include "bitcheck/op.h"
 #include "common/eigen_view.h"
+#include "core/op.h"
 
 namespace bitcheck {
 

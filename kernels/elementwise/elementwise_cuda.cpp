@@ -3,9 +3,9 @@
 // with scale's dscale accumulated over tokens in token order; and their device-resident benchmark.
 #include <memory>
 
-#include "bitcheck/op.h"
 #include "common/adapter_support.h"
 #include "common/runtime.h"
+#include "core/op.h"
 #include "elementwise/elementwise.h"
 #include "elementwise/elementwise_ops.h"
 #include "elementwise_kernels.h"

@@ -19,10 +19,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "bitcheck/paths.h"
 #include "common/cuda_check.cuh"
 #include "common/elementwise_math.h"
 #include "common/vector_io.cuh"
+#include "core/paths.h"
 #include "elementwise_kernels.h"
 
 namespace bitcheck::cuda {

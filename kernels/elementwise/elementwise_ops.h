@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/op.h"
 #include "common/elementwise_math.h"
+#include "core/op.h"
 
 namespace bitcheck {
 

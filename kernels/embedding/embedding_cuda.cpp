@@ -5,9 +5,9 @@
 #include <memory>
 #include <numeric>
 
-#include "bitcheck/op.h"
 #include "common/runtime.h"
 #include "common/vocab_device.h"
+#include "core/op.h"
 #include "embedding/embedding.h"
 #include "embedding_kernels.h"
 

@@ -13,8 +13,8 @@
 
 #include <stdexcept>
 
-#include "bitcheck/paths.h"
 #include "common/cuda_check.cuh"
+#include "core/paths.h"
 #include "embedding_kernels.h"
 
 namespace bitcheck::cuda {

@@ -7,9 +7,9 @@
 #include <memory>
 #include <numeric>
 
-#include "bitcheck/op.h"
 #include "common/runtime.h"
 #include "common/vocab_device.h"
+#include "core/op.h"
 #include "lm_head/lm_head.h"
 #include "lm_head_logprob/lm_head_logprob.h"
 #include "logprob/logprob_kernels.h"

@@ -4,9 +4,9 @@
 #include <memory>
 #include <numeric>
 
-#include "bitcheck/op.h"
 #include "common/runtime.h"
 #include "common/vocab_device.h"
+#include "core/op.h"
 #include "logprob/logprob.h"
 #include "logprob_kernels.h"
 

@@ -39,11 +39,11 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "bitcheck/paths.h"
 #include "common/async_copy.cuh"
 #include "common/convert.cuh"
 #include "common/cuda_check.cuh"
 #include "common/vector_io.cuh"
+#include "core/paths.h"
 #include "logprob_kernels.h"
 
 namespace bitcheck::cuda {

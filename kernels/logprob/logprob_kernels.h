@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "bitcheck/paths.h"
 #include "common/device_dtype.h"
+#include "core/paths.h"
 
 struct CUstream_st;
 

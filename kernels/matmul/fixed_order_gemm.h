@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/paths.h"
+#include "core/paths.h"
 #include "gemm_dtype.h"  // GemmDType { bf16, fp16, fp32 }
 
 struct CUstream_st;  // cudaStream_t without CUDA headers; nullptr is the default stream.

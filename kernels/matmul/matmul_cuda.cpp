@@ -7,10 +7,10 @@
 #include <memory>
 #include <stdexcept>
 
-#include "bitcheck/op.h"
 #include "common/adapter_support.h"
 #include "common/bench_support.h"
 #include "common/runtime.h"
+#include "core/op.h"
 #include "cublaslt_gemm.h"
 #include "fixed_order_gemm.h"
 #include "matmul/matmul.h"

@@ -3,8 +3,8 @@
 #pragma once
 #include <cstdint>
 
-#include "bitcheck/tensor.h"
 #include "common/runtime.h"
+#include "core/tensor.h"
 
 namespace bitcheck::cuda {
 

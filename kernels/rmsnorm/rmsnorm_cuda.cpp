@@ -11,9 +11,9 @@
 #include <memory>
 
 #include "add_rmsnorm/add_rmsnorm.h"
-#include "bitcheck/op.h"
 #include "common/adapter_support.h"
 #include "common/runtime.h"
+#include "core/op.h"
 #include "rmsnorm/rmsnorm.h"
 #include "rmsnorm_kernels.h"
 

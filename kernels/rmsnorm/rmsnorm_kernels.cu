@@ -38,9 +38,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "bitcheck/paths.h"
 #include "common/cuda_check.cuh"
 #include "common/vector_io.cuh"
+#include "core/paths.h"
 #include "rmsnorm_kernels.h"
 
 namespace bitcheck::cuda {

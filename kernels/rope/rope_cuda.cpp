@@ -3,9 +3,9 @@
 // position, as chunked-prefill kernels do); and the device-resident benchmark.
 #include <memory>
 
-#include "bitcheck/op.h"
 #include "common/adapter_support.h"
 #include "common/runtime.h"
+#include "core/op.h"
 #include "rope/rope.h"
 #include "rope/rope_math.h"
 #include "rope_kernels.h"

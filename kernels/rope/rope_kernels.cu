@@ -22,10 +22,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "bitcheck/paths.h"
 #include "common/convert.cuh"
 #include "common/cuda_check.cuh"
 #include "common/vector_io.cuh"
+#include "core/paths.h"
 #include "rope_kernels.h"
 #include "rope_math.h"
 

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "bitcheck/op.h"
+#include "core/op.h"
 #include "testing/testing.h"
 
 namespace bitcheck {

@@ -6,8 +6,8 @@
 #include <memory>
 #include <stdexcept>
 
-#include "bitcheck/op.h"
 #include "common/runtime.h"
+#include "core/op.h"
 #include "testing/fault_kernels.h"
 #include "testing/testing.h"
 

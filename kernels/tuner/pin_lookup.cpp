@@ -1,7 +1,7 @@
 // The pin-lookup interface (pin_lookup.h) over the process-wide pin table (pins.h).
 #include "tuner/pin_lookup.h"
 
-#include "bitcheck/paths.h"
+#include "core/paths.h"
 #include "tuner/pins.h"
 
 namespace bitcheck::cuda {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/paths.h"
+#include "core/paths.h"
 #include "matmul/cublaslt_gemm.h"
 
 namespace bitcheck::cuda {

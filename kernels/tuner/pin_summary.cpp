@@ -8,8 +8,8 @@
 #include <set>
 #include <sstream>
 
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
+#include "core/error.h"
+#include "core/json_input.h"
 
 namespace bitcheck {
 namespace {

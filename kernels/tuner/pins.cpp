@@ -9,9 +9,9 @@
 #include <iterator>
 #include <stdexcept>
 
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
-#include "bitcheck/report.h"
+#include "core/error.h"
+#include "core/json_input.h"
+#include "report/report.h"
 #include "tuner/pin_summary.h"
 #include "tuner/search.h"
 

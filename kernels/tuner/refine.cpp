@@ -12,9 +12,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "bitcheck/error.h"
-#include "bitcheck/report.h"
-#include "bitcheck/sweep.h"
+#include "core/error.h"
+#include "report/report.h"
+#include "sweep/sweep.h"
 #include "tuner/search.h"
 
 namespace bitcheck {

@@ -8,9 +8,9 @@
 #include <map>
 #include <set>
 
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
 #include "common/runtime.h"
+#include "core/error.h"
+#include "core/json_input.h"
 #include "tuner/enumerate.h"
 #include "tuner/pins.h"
 #include "tuner/refine.h"

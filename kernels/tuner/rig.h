@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/dtype.h"
 #include "common/runtime.h"
+#include "core/dtype.h"
 #include "matmul/cublaslt_gemm.h"
 
 namespace bitcheck::cuda {

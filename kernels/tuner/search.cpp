@@ -11,9 +11,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "bitcheck/error.h"
-#include "bitcheck/report.h"
-#include "bitcheck/sweep.h"
+#include "core/error.h"
+#include "report/report.h"
+#include "sweep/sweep.h"
 
 namespace bitcheck {
 namespace {

@@ -10,9 +10,9 @@
 #include <memory>
 #include <set>
 
-#include "bitcheck/dtype.h"
 #include "common/bench_support.h"
 #include "common/runtime.h"
+#include "core/dtype.h"
 #include "matmul/cublaslt_gemm.h"
 #include "tuner/enumerate.h"
 #include "tuner/pins.h"

@@ -7,11 +7,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
-#include "bitcheck/op.h"
-#include "bitcheck/spec.h"
+#include "core/error.h"
+#include "core/json_input.h"
+#include "core/op.h"
+#include "spec/contract.h"
+#include "spec/spec.h"
 
 namespace {
 

@@ -20,10 +20,10 @@
 
 #include "attention/attention.h"
 #include "attention/attention_kernels.h"
-#include "bitcheck/contract.h"
-#include "bitcheck/dtype.h"
-#include "bitcheck/runner.h"
 #include "common/runtime.h"
+#include "core/dtype.h"
+#include "run/runner.h"
+#include "spec/contract.h"
 
 using namespace bitcheck;
 

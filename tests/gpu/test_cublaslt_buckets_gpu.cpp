@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include "bitcheck/json_input.h"
 #include "common/runtime.h"
+#include "core/json_input.h"
 #include "tuner/pins.h"
 #include "tuner/search.h"
 #include "unit/case_support.h"

@@ -6,8 +6,8 @@
 #include <catch2/catch.hpp>
 #include <set>
 
-#include "bitcheck/json_input.h"
 #include "common/runtime.h"
+#include "core/json_input.h"
 #include "tuner/pins.h"
 #include "tuner/refine.h"
 #include "tuner/search.h"

@@ -11,10 +11,10 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/layout.h"
-#include "bitcheck/plugin_loader.h"
-#include "bitcheck/runner.h"
+#include "external/plugin_loader.h"
+#include "run/layout.h"
+#include "run/runner.h"
+#include "spec/contract.h"
 
 using namespace bitcheck;
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/layout.h"
-#include "bitcheck/runner.h"
+#include "run/layout.h"
+#include "run/runner.h"
+#include "spec/contract.h"
 
 namespace case_support {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/layout.h"
-#include "bitcheck/runner.h"
+#include "run/layout.h"
+#include "run/runner.h"
+#include "spec/contract.h"
 #include "unit/case_support.h"
 
 namespace op_test {

@@ -6,10 +6,10 @@
 #include <set>
 
 #include "attention/attention.h"
-#include "bitcheck/contract.h"
-#include "bitcheck/dtype.h"
-#include "bitcheck/rng.h"
-#include "bitcheck/runner.h"
+#include "core/dtype.h"
+#include "core/rng.h"
+#include "run/runner.h"
+#include "spec/contract.h"
 
 using namespace bitcheck;
 

@@ -3,7 +3,7 @@
 // and failed measurements are not in it.
 #include <catch2/catch.hpp>
 
-#include "bitcheck/bench_cost.h"
+#include "report/bench_cost.h"
 
 using namespace bitcheck;
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/case_checks.h"
-#include "bitcheck/case_json.h"
-#include "bitcheck/summary.h"
 #include "case_support.h"
+#include "report/case_json.h"
+#include "report/summary.h"
+#include "run/case_checks.h"
 
 using namespace bitcheck;
 using case_support::from_values;

@@ -5,11 +5,11 @@
 #include <catch2/catch.hpp>
 
 #include "attention/attention.h"
-#include "bitcheck/contract.h"
-#include "bitcheck/report.h"
-#include "bitcheck/runner.h"
 #include "case_support.h"
 #include "chain/chain.h"
+#include "report/report.h"
+#include "run/runner.h"
+#include "spec/contract.h"
 
 using namespace bitcheck;
 

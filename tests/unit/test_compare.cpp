@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "bitcheck/compare.h"
-#include "bitcheck/report.h"
+#include "report/report.h"
+#include "run/compare.h"
 #include "unit/case_support.h"
 
 using namespace bitcheck;

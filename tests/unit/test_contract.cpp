@@ -8,10 +8,10 @@
 #include <functional>
 #include <string>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
-#include "bitcheck/op.h"
+#include "core/error.h"
+#include "core/json_input.h"
+#include "core/op.h"
+#include "spec/contract.h"
 
 using namespace bitcheck;
 using nlohmann::json;

@@ -2,10 +2,10 @@
 // outputs keep the op's row, and a malformed override is BadInput naming its path.
 #include <catch2/catch.hpp>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
-#include "bitcheck/op.h"
+#include "core/error.h"
+#include "core/json_input.h"
+#include "core/op.h"
+#include "spec/contract.h"
 
 using namespace bitcheck;
 

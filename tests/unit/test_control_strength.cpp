@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "bitcheck/dtype.h"
-#include "bitcheck/rng.h"
 #include "common/elementwise_math.h"
+#include "core/dtype.h"
+#include "core/rng.h"
 
 using namespace bitcheck;
 

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <limits>
 
-#include "bitcheck/dtype.h"
-#include "bitcheck/tensor.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
 
 using namespace bitcheck;
 

@@ -13,12 +13,12 @@
 #include <cstring>
 #include <map>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/external_device.h"
-#include "bitcheck/layout.h"
-#include "bitcheck/plugin_loader.h"
-#include "bitcheck/python_protocol.h"
-#include "bitcheck/runner.h"
+#include "external/external_device.h"
+#include "external/plugin_loader.h"
+#include "external/python_protocol.h"
+#include "run/layout.h"
+#include "run/runner.h"
+#include "spec/contract.h"
 
 using namespace bitcheck;
 

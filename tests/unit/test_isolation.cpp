@@ -4,11 +4,11 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 
-#include "bitcheck/device_memory.h"
-#include "bitcheck/isolation.h"
-#include "bitcheck/json_input.h"
-#include "bitcheck/report.h"
-#include "bitcheck/repro.h"
+#include "core/json_input.h"
+#include "report/report.h"
+#include "run/device_memory.h"
+#include "sweep/isolation.h"
+#include "sweep/repro.h"
 #include "unit/case_support.h"
 
 using namespace bitcheck;

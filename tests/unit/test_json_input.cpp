@@ -2,8 +2,8 @@
 // must be BadInput with a located message, never another exception (exit 3) or a silent reading.
 #include <catch2/catch.hpp>
 
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
+#include "core/error.h"
+#include "core/json_input.h"
 
 TEST_CASE("a number beyond double range is BadInput, not an escaping exception", "[json][fuzz]") {
   // libFuzzer on the contract loader: nlohmann throws out_of_range (406), not parse_error.

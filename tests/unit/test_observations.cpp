@@ -3,9 +3,9 @@
 // control (drifting by construction) that holds still is one.
 #include <catch2/catch.hpp>
 
-#include "bitcheck/matrix_render.h"
-#include "bitcheck/op.h"
-#include "bitcheck/summary.h"
+#include "core/op.h"
+#include "report/matrix_render.h"
+#include "report/summary.h"
 
 using namespace bitcheck;
 

@@ -3,9 +3,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "bitcheck/coverage.h"
-#include "bitcheck/paths.h"
-#include "bitcheck/spec.h"
+#include "core/paths.h"
+#include "report/coverage.h"
+#include "spec/spec.h"
 
 using namespace bitcheck;
 using nlohmann::json;

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <vector>
 
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
+#include "core/error.h"
+#include "core/json_input.h"
 #include "temp_dir.h"
 #include "tuner/pins.h"
 

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "bitcheck/error.h"
+#include "core/error.h"
 #include "temp_dir.h"
 #include "tuner/pin_summary.h"
 

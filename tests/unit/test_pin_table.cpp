@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "bitcheck/error.h"
+#include "core/error.h"
 #include "tuner/pins.h"
 
 using bitcheck::cuda::LtConfig;

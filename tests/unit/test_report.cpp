@@ -10,11 +10,11 @@
 #include <limits>
 #include <sstream>
 
-#include "bitcheck/build_info.h"
-#include "bitcheck/contract.h"
-#include "bitcheck/report.h"
-#include "bitcheck/runner.h"
-#include "bitcheck/sweep.h"
+#include "core/build_info.h"
+#include "report/report.h"
+#include "run/runner.h"
+#include "spec/contract.h"
+#include "sweep/sweep.h"
 
 using namespace bitcheck;
 using nlohmann::json;

@@ -6,8 +6,8 @@
 #include <regex>
 #include <sstream>
 
-#include "bitcheck/json_input.h"
-#include "bitcheck/report_page.h"
+#include "core/json_input.h"
+#include "report/report_page.h"
 
 using namespace bitcheck;
 

@@ -7,11 +7,11 @@
 #include <limits>
 #include <sstream>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/report.h"
-#include "bitcheck/runner.h"
-#include "bitcheck/sweep.h"
+#include "report/report.h"
+#include "run/runner.h"
 #include "schema/json_schema.h"
+#include "spec/contract.h"
+#include "sweep/sweep.h"
 
 using namespace bitcheck;
 using nlohmann::json;

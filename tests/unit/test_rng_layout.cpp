@@ -9,10 +9,10 @@
 #include <set>
 #include <vector>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/layout.h"
-#include "bitcheck/rng.h"
-#include "bitcheck/runner.h"
+#include "core/rng.h"
+#include "run/layout.h"
+#include "run/runner.h"
+#include "spec/contract.h"
 
 using namespace bitcheck;
 

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/report.h"
-#include "bitcheck/runner.h"
+#include "report/report.h"
+#include "run/runner.h"
+#include "spec/contract.h"
 
 using namespace bitcheck;
 

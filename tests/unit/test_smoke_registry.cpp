@@ -1,7 +1,7 @@
 // The manifest registers every op with at least one invariant CPU impl and one CPU control.
 #include <catch2/catch.hpp>
 
-#include "bitcheck/op.h"
+#include "core/op.h"
 
 TEST_CASE("every op has an invariant CPU impl and a CPU control", "[registry]") {
   bitcheck::Registry registry;

@@ -8,11 +8,11 @@
 #include <set>
 #include <string>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
-#include "bitcheck/runner.h"
-#include "bitcheck/spec.h"
+#include "core/error.h"
+#include "core/json_input.h"
+#include "run/runner.h"
+#include "spec/contract.h"
+#include "spec/spec.h"
 
 using namespace bitcheck;
 

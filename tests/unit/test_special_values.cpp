@@ -11,14 +11,14 @@
 #include <set>
 #include <string>
 
-#include "bitcheck/compare.h"
-#include "bitcheck/contract.h"
-#include "bitcheck/error.h"
-#include "bitcheck/layout.h"
-#include "bitcheck/rng.h"
-#include "bitcheck/runner.h"
-#include "bitcheck/spec.h"
-#include "bitcheck/special_values.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/special_values.h"
+#include "run/compare.h"
+#include "run/layout.h"
+#include "run/runner.h"
+#include "spec/contract.h"
+#include "spec/spec.h"
 #include "unit/case_support.h"
 
 using namespace bitcheck;

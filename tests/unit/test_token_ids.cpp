@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "bitcheck/case_json.h"
-#include "bitcheck/error.h"
-#include "bitcheck/json_input.h"
-#include "bitcheck/rng.h"
-#include "bitcheck/spec.h"
-#include "bitcheck/token_ids.h"
+#include "core/error.h"
+#include "core/json_input.h"
+#include "core/rng.h"
+#include "core/token_ids.h"
+#include "report/case_json.h"
+#include "spec/spec.h"
 #include "unit/vocab_case.h"
 
 using namespace bitcheck;

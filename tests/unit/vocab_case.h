@@ -3,9 +3,9 @@
 #pragma once
 #include <string>
 
-#include "bitcheck/contract.h"
-#include "bitcheck/layout.h"
-#include "bitcheck/runner.h"
+#include "run/layout.h"
+#include "run/runner.h"
+#include "spec/contract.h"
 #include "unit/case_support.h"
 
 namespace vocab_test {

@@ -1,0 +1,191 @@
+// Case ids, batch access and the registry of ops, impls and backends.
+#include "core/op.h"
+
+#include <algorithm>
+#include <atomic>
+#include <stdexcept>
+
+#include "core/special_values.h"
+
+namespace bitcheck {
+
+std::string to_string(Pass pass) {
+  return pass == Pass::forward ? "forward" : "backward";
+}
+
+std::optional<Pass> parse_pass(const std::string& name) {
+  if (name == "forward") return Pass::forward;
+  if (name == "backward") return Pass::backward;
+  return std::nullopt;
+}
+
+std::string to_string(TensorRole role) {
+  switch (role) {
+    case TensorRole::row_input:
+      return "row_input";
+    case TensorRole::parameter:
+      return "parameter";
+    case TensorRole::row_output:
+      return "row_output";
+    case TensorRole::reduction_output:
+      return "reduction_output";
+  }
+  return "unknown";
+}
+
+std::string dims_string(const Dims& dims) {
+  std::string text;
+  for (const auto& [name, value] : dims) {
+    if (!text.empty()) text += ",";
+    text += name + "=" + std::to_string(value);
+  }
+  return text;
+}
+
+std::string CaseSpec::id() const {
+  std::string text = op + "/" + impl + "/" + dtype_name + "/" + to_string(pass) + "/" +
+                     dims_string(dims) + "/M=" + std::to_string(rows) +
+                     "/seed=" + std::to_string(seed);
+  if (ids != IdDistribution::uniform) text += "/ids=" + to_string(ids);
+  if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
+  if (!forced_path.empty()) text += "/path=" + forced_path;
+  return text;
+}
+
+std::string CaseSpec::input_group() const {
+  std::string text = op + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) +
+                     "/M=" + std::to_string(rows) + "/seed=" + std::to_string(seed) +
+                     "/alone=" + std::to_string(alone_rows);
+  if (ids != IdDistribution::uniform) text += "/ids=" + to_string(ids);
+  if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
+  return text;
+}
+
+std::uint64_t new_input_id() {
+  static std::atomic<std::uint64_t> counter{1};
+  return counter++;
+}
+
+std::int64_t CaseSpec::dim(const std::string& name) const {
+  auto it = dims.find(name);
+  if (it == dims.end()) throw std::invalid_argument("case " + id() + " has no dim " + name);
+  return it->second;
+}
+
+std::int64_t Invocation::valid_rows() const {
+  return std::count_if(slot_rows.begin(), slot_rows.end(), [](std::int64_t r) { return r >= 0; });
+}
+
+const Tensor& Batch::in(const std::string& name) const {
+  auto it = inputs.find(name);
+  if (it == inputs.end()) throw std::invalid_argument("batch has no input tensor '" + name + "'");
+  return *it->second;
+}
+
+Tensor& Batch::out(const std::string& name) {
+  auto it = outputs.find(name);
+  if (it == outputs.end()) throw std::invalid_argument("batch has no output tensor '" + name + "'");
+  return it->second;
+}
+
+void Registry::add_op(OpDef op) {
+  if (find_op(op.name)) throw std::logic_error("op registered twice: " + op.name);
+  if (op.tolerance_key.empty()) op.tolerance_key = op.name;
+  if (!op.reference == !op.reference_along)
+    throw std::logic_error("op " + op.name + " needs exactly one of reference, reference_along");
+  if (op.reference_along && !op.threshold_of)
+    throw std::logic_error("op " + op.name + ": reference_along needs threshold_of");
+  ops_.push_back(std::move(op));
+}
+
+void Registry::add_impl(const std::string& op, std::unique_ptr<Impl> impl) {
+  if (!find_op(op)) throw std::logic_error("impl for unregistered op: " + op);
+  if (find_impl(op, impl->name())) throw std::logic_error("impl registered twice: " + impl->name());
+  impls_[op].push_back(std::move(impl));
+}
+
+void Registry::set_backend_status(const std::string& backend, bool available, std::string reason) {
+  backends_[backend] = {available, std::move(reason)};
+}
+
+const OpDef* Registry::find_op(const std::string& name) const {
+  for (const auto& op : ops_) {
+    if (op.name == name) return &op;
+  }
+  return nullptr;
+}
+
+Impl* Registry::find_impl(const std::string& op, const std::string& impl) const {
+  auto it = impls_.find(op);
+  if (it == impls_.end()) return nullptr;
+  for (const auto& candidate : it->second) {
+    if (candidate->name() == impl) return candidate.get();
+  }
+  return nullptr;
+}
+
+std::vector<const OpDef*> Registry::ops() const {
+  std::vector<const OpDef*> result;
+  for (const auto& op : ops_) result.push_back(&op);
+  return result;
+}
+
+std::vector<Impl*> Registry::impls(const std::string& op) const {
+  std::vector<Impl*> result;
+  auto it = impls_.find(op);
+  if (it == impls_.end()) return result;
+  for (const auto& impl : it->second) result.push_back(impl.get());
+  return result;
+}
+
+bool Registry::backend_available(const std::string& backend) const {
+  auto it = backends_.find(backend);
+  return it != backends_.end() && it->second.first;
+}
+
+std::string Registry::backend_reason(const std::string& backend) const {
+  auto it = backends_.find(backend);
+  return it == backends_.end() ? "backend '" + backend + "' is not built" : it->second.second;
+}
+
+std::vector<std::string> Registry::backends() const {
+  std::vector<std::string> names;
+  for (const auto& [name, status] : backends_) names.push_back(name);
+  return names;
+}
+
+void Registry::set_device_backend(const std::string& backend,
+                                  std::unique_ptr<DeviceBackend> device) {
+  device_backends_[backend] = std::move(device);
+}
+
+DeviceBackend* Registry::device_backend(const std::string& backend) const {
+  auto it = device_backends_.find(backend);
+  return it == device_backends_.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::string> Registry::device_backend_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, device] : device_backends_) names.push_back(name);
+  return names;
+}
+
+nlohmann::json device_backends_meta(const Registry& registry) {
+  nlohmann::json meta = nlohmann::json::object();
+  for (const auto& name : registry.device_backend_names()) {
+    meta[name] = registry.device_backend(name)->meta();
+  }
+  return meta;
+}
+
+void configure_device_backends(const Registry& registry, const BackendOptions& options) {
+  for (const auto& name : registry.device_backend_names()) {
+    registry.device_backend(name)->configure(options);
+  }
+}
+
+void finish_device_backends(const Registry& registry) {
+  for (const auto& name : registry.device_backend_names()) registry.device_backend(name)->finish();
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,318 @@
+// The op / impl / case model. An OpDef names its tensors and owns the FP32 reference; an Impl
+// computes the op on one backend for one physical batch (an Invocation of a layout). Ops and impls
+// are registered explicitly through register_all() in kernels/manifest.cpp.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/dtype.h"
+#include "core/paths.h"
+#include "core/tensor.h"
+#include "core/token_ids.h"
+
+namespace bitcheck {
+
+enum class Pass { forward, backward };
+std::string to_string(Pass pass);
+std::optional<Pass> parse_pass(const std::string& name);
+
+using Dims = std::map<std::string, std::int64_t>;
+std::string dims_string(const Dims& dims);  // "K=128,N=64"
+
+// One case: op x impl x dtype x pass x shape x batch x seed, run under a set of layouts.
+struct CaseSpec {
+  std::string op;
+  std::string impl;
+  std::string dtype_name;  // as written in the spec; may be out of scope (e.g. fp8)
+  DType dtype = DType::fp32;
+  Pass pass = Pass::forward;
+  Dims dims;              // op dimensions other than the batch (e.g. N, K)
+  std::int64_t rows = 1;  // logical rows (tokens) in the case: the batch size M
+  std::uint64_t seed = 1;
+  std::vector<std::string> layouts;
+  int repeats = 2;               // canonical runs for the determinism check (>= 2)
+  std::int64_t alone_rows = 64;  // rows computed alone (batch 1); all rows when rows <= this
+  std::int64_t index = 0;        // position in the sweep's full case list (shards keep it)
+  // Fraction of float row-input elements replaced by NaN, +-Inf, subnormals and -0 (0 = off).
+  double special_values = 0;
+  // How the token-id inputs (Generator::token_id) are drawn. Only a case whose op has such an
+  // input holds anything but uniform (the spec expansion sees to it).
+  IdDistribution ids = IdDistribution::uniform;
+  // A declared path forced on every call (a path the batch cannot reach, see PathDecl::forced_by);
+  // empty = the impl picks its paths itself.
+  std::string forced_path;
+  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/ids=zipf" (or few) when the ids are
+  // not uniform, "/special=rate" when special values are on and "/path=name" when a path is
+  // forced
+  std::string id() const;
+  // The case's inputs and reference without its impl: cases of one group get identical inputs and
+  // one FP32 reference (the runner computes it once per group; shards keep a group together).
+  std::string input_group() const;
+  std::int64_t dim(const std::string& name) const;
+};
+
+enum class TensorRole {
+  row_input,         // one row per token; placed in slots by the layout; pad slots hold NaN
+  parameter,         // shared by all rows (weights, gains); identical in every layout
+  row_output,        // one row per token; compared per logical row across layouts
+  reduction_output,  // reduced over tokens (dW, dweight): fp32 accumulator, compared whole
+};
+std::string to_string(TensorRole role);
+
+enum class Generator {
+  uniform,   // counter_uniform(...) * scale (* the column's group scale), rounded to the dtype
+  index,     // integer in [0, index_bound), uniform (positions)
+  token_id,  // token id in [0, index_bound), drawn from the case's IdDistribution (CaseSpec::ids)
+};
+
+struct TensorDecl {
+  std::string name;
+  TensorRole role = TensorRole::row_input;
+  DType dtype = DType::fp32;
+  std::vector<std::int64_t> shape;  // row tensors: the shape of ONE row; others: the full shape
+  Generator generator = Generator::uniform;
+  float scale = 1.0f;
+  std::int64_t index_bound = 0;
+  // Uniform generator: a row's columns in equal groups (a head's elements each), group g's values
+  // also times group_scales[g] (empty: every group at `scale` alone). Attention's q uses it to give
+  // some heads scores wide enough to move the softmax's reference max after a row's first block.
+  std::vector<float> group_scales = {};
+};
+
+// Ops over sequences (attention): a run of consecutive slots holding consecutive tokens of one
+// sequence. Tokens 0 .. start_position-1 of the sequence came in earlier invocations of the layout
+// (they are in the KV cache); the segment's tokens are at positions start_position + i.
+struct Segment {
+  std::int64_t sequence = 0;
+  std::int64_t first_slot = 0;
+  std::int64_t length = 0;
+  std::int64_t start_position = 0;
+};
+
+// One physical batch presented to an impl: slot s holds logical row slot_rows[s] (-1 = padding).
+struct Invocation {
+  std::vector<std::int64_t> slot_rows;
+  std::vector<Segment> segments;  // empty for ops whose rows are independent tokens
+  std::int64_t slots() const { return static_cast<std::int64_t>(slot_rows.size()); }
+  std::int64_t valid_rows() const;
+};
+
+// A layout: the same logical rows presented as a sequence of invocations.
+struct Layout {
+  std::string name;
+  std::vector<Invocation> invocations;
+  // True when every logical row appears exactly once, in increasing order, across invocations:
+  // then reduction outputs (dW, dweight) must equal the canonical ones bit for bit.
+  bool covers_all_rows_in_order = false;
+};
+
+// The tensors of one invocation. Row tensors have `slots` rows; reduction outputs are fp32
+// accumulators that persist across the invocations of a layout (zero before the first).
+struct Batch {
+  const CaseSpec* spec = nullptr;
+  const Invocation* invocation = nullptr;
+  std::int64_t invocation_index = 0;
+  std::int64_t invocation_count = 1;  // invocations in this layout execution
+  // false when no check reads this layout's reduction outputs (a layout that does not hold every
+  // token in order, such as alone or shuffled): an impl may then leave them unwritten and save
+  // the work and the transfers (gigabytes for a vocab-sized dW).
+  bool reductions_wanted = true;
+  // Inputs are shared and immutable. `input_ids` gives each a process-unique id for its content
+  // (parameters keep theirs across invocations and cases), so a device impl can cache uploads.
+  std::map<std::string, std::shared_ptr<const Tensor>> inputs;
+  std::map<std::string, std::uint64_t> input_ids;
+  std::map<std::string, Tensor> outputs;
+  nlohmann::json impl_config;  // an impl records the configuration it used (e.g. a cuBLASLt pin)
+  // State an impl keeps across the invocations of one layout execution (e.g. a KV cache): empty
+  // before the first invocation, dropped after the last.
+  std::shared_ptr<void> layout_state;
+
+  const Tensor& in(const std::string& name) const;
+  Tensor& out(const std::string& name);
+  std::int64_t slots() const { return invocation->slots(); }
+  bool is_pad(std::int64_t slot) const { return invocation->slot_rows[slot] < 0; }
+};
+
+// A process-unique id for the content of a new input tensor (Batch::input_ids); the runner and
+// impls that compose others (the chain) draw from the same counter.
+std::uint64_t new_input_id();
+
+// Settings and result of timing one impl on one case's shape (device-resident buffers, warm-up,
+// median of repeats, inputs rotated through at least `rotate_bytes` so caches are not measured).
+struct BenchSettings {
+  int warmup = 5;
+  int repeats = 30;
+  std::size_t rotate_bytes = std::size_t(256) << 20;
+};
+struct BenchMeasurement {
+  double median_ms = 0;
+  double min_ms = 0;
+  double flops = 0;        // useful floating-point operations of one run (0 if memory-bound)
+  double bytes_moved = 0;  // each input read once, each output written once
+  nlohmann::json config;   // e.g. the cuBLASLt configuration that was timed
+};
+
+class Impl {
+ public:
+  virtual ~Impl() = default;
+  virtual std::string name() const = 0;
+  virtual std::string backend() const = 0;  // "cpu" or "cuda"
+  // false for a control: an impl that exists to prove the harness sees drift.
+  virtual bool claims_invariance() const = 0;
+  // For a control: the real failure it models. For an invariant impl: what fixes its order.
+  virtual std::string description() const = 0;
+  virtual bool supports(Pass pass) const = 0;
+  // A reason to skip the case (dtype or shape the impl does not handle), or nullopt to run it.
+  virtual std::optional<std::string> skip_reason(const CaseSpec&) const { return std::nullopt; }
+  // Micro-batch boundaries for token reductions fall on multiples of this many tokens.
+  virtual std::int64_t token_granularity() const { return 1; }
+  // Device memory the impl needs beyond the case's tensors (library workspace, intermediates the
+  // op does not declare), counted by the device-memory check before the case runs.
+  virtual std::size_t device_workspace_bytes(const CaseSpec&) const { return 0; }
+  // A library default (cuBLASLt's heuristic, a framework's own call): neither a claim nor a
+  // control. Whether it drifts depends on the GPU, the shape and the library version, so a run
+  // observes what it did and reports it; its passing never means the harness lost its sight.
+  virtual bool is_library_default() const { return false; }
+  // For a control: whether it is expected to drift in this pass (a backward-only failure model
+  // keeps an invariant forward). Every (control, dtype, pass) group so marked must drift somewhere,
+  // so only a drift built into the impl, one that happens on every GPU, may be expected.
+  virtual bool expected_to_drift(Pass) const {
+    return !claims_invariance() && !is_library_default();
+  }
+  // The launch paths the impl can take (PathDecl). run() records the ones each call takes with
+  // record_path(); an impl that keeps the default has one path, recorded for it.
+  virtual std::vector<PathDecl> paths() const {
+    return {PathDecl(single_path_name, "the impl's only launch path")};
+  }
+  // The batch values where the path changes for the case's shape (spec.rows ignored), up to
+  // `max_rows`; empty when the path does not depend on the batch. A sweep's
+  // "batches": "switch-points" takes each side of them.
+  virtual std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t /*max_rows*/) const {
+    return {};
+  }
+  // Computes the outputs of one invocation. Throws on failure (the case becomes `error`).
+  virtual void run(Batch& batch) = 0;
+  // Times the impl on the case's shape (batch = spec.rows) entirely on the device; nullopt when
+  // the impl has no benchmark (CPU impls). Throws on failure.
+  virtual std::optional<BenchMeasurement> benchmark(const CaseSpec&, const BenchSettings&) {
+    return std::nullopt;
+  }
+};
+
+// Reference outputs for a subset of rows: row outputs for `rows` (in that order), reduction
+// outputs for the reduction tensor's rows listed in `reduction_rows`, all as fp32.
+struct ReferenceRequest {
+  std::vector<std::int64_t> rows;
+  std::vector<std::int64_t> reduction_rows;
+  // Wide row outputs: the columns to compute, per output (absent = all). A reference may ignore
+  // it and return every column; the accuracy check compares whatever it returns.
+  std::map<std::string, std::vector<std::int64_t>> columns;
+};
+
+// Ops whose cases say more than the three checks do (the chain: each call's status in execution
+// order) extend the report through this; the pipeline never names an op.
+struct ReportExtension {
+  std::string key;  // the field of a case's report entry that holds the details
+  // The details of a case that ran (not skipped), from its report entry.
+  std::function<nlohmann::json(const nlohmann::json& case_entry)> details;
+  // A case's lines for the terminal (repro), from its details.
+  std::function<std::vector<std::string>(const nlohmann::json& details)> case_lines;
+  // The terminal summary's text over a report's results ("" when nothing applies).
+  std::function<std::string(const nlohmann::json& results)> run_summary;
+};
+
+struct OpDef {
+  std::string name;
+  std::string summary;
+  std::vector<std::string> dim_names;  // required shape dims in the spec, besides the batch
+  bool has_backward = true;
+  std::string tolerance_key;  // contract threshold row; defaults to name
+  // `bitcheck bench` baseline: the impl that is the library default (e.g. cublaslt-heuristic);
+  // empty for memory-bound ops, which are measured against the device copy bandwidth.
+  std::string bench_baseline;
+  // A compute-bound op whose library default lives outside bitcheck (attention: PyTorch SDPA, timed
+  // by a script): bench reports its TFLOP/s and names this instead of a copy-bandwidth ratio.
+  std::string bench_external_baseline;
+  // Useful floating-point operations of one run of a case at spec.rows rows (bench's TFLOP/s of
+  // impls from outside bitcheck, which do not know the op); unset for memory-bound ops.
+  std::function<double(const CaseSpec&)> bench_flops;
+  // Tensors of a case (inputs and outputs) for its pass and dtype.
+  std::function<std::vector<TensorDecl>(const CaseSpec&)> tensors;
+  // Validates dims beyond presence (e.g. even head dim); returns a reason when invalid.
+  std::function<std::optional<std::string>(const CaseSpec&)> shape_problem;
+  // FP32 Eigen reference on the logical (dtype-rounded) inputs: `inputs` row tensors hold all
+  // logical rows in order. Fills `outputs` with one fp32 tensor per output, rows as requested.
+  std::function<void(const CaseSpec&, const std::map<std::string, Tensor>& inputs,
+                     const ReferenceRequest&, std::map<std::string, Tensor>& outputs)>
+      reference;
+  // Ops over sequences (attention) bring their own layouts; unset, the generic ones apply. Logical
+  // rows of a case (default: spec.rows), the layout names the op accepts, its canonical layout for
+  // row outputs (which must present every logical row), and the builder: nullopt when a layout
+  // does not apply to the case (e.g. decode in a backward pass, or a generic layout name).
+  std::function<std::int64_t(const CaseSpec&)> logical_rows;
+  std::vector<std::string> layout_names;
+  std::string canonical_layout;
+  std::function<std::optional<Layout>(const std::string& name, const CaseSpec&)> make_layout;
+  // Ops composed of other ops' calls (the chain): the calls as cases of those ops, so a case's
+  // estimated cost (sharding) is the sum of its calls' costs. Unset: the op's own tensors.
+  std::function<std::vector<CaseSpec>(const CaseSpec&)> parts;
+  // Ops composed of other ops' calls (the chain), instead of `reference`: each call's FP32
+  // reference on the inputs the impl actually gave that call, i.e. on the impl's own earlier
+  // outputs, read from `trajectory` (every row output of the case by name, all logical rows, as
+  // the impl stored them in the batch layout). Each call is then held to its own op's contract row
+  // (`threshold_of`), however far a rounding difference upstream has carried the impl's values
+  // from an end-to-end FP32 composition.
+  std::function<void(const CaseSpec&, const std::map<std::string, Tensor>& inputs,
+                     const std::map<std::string, Tensor>& trajectory, const ReferenceRequest&,
+                     std::map<std::string, Tensor>& outputs)>
+      reference_along;
+  // The contract row of an output: {tolerance key, tensor} (the chain: "l0.qkv.y" ->
+  // {"matmul", "y"}). Unset: {tolerance_key, the output's name}.
+  std::function<std::pair<std::string, std::string>(const std::string& output)> threshold_of;
+  // Unset for ops whose report entry is the three checks alone.
+  std::optional<ReportExtension> report_extension;
+};
+
+class Registry {
+ public:
+  void add_op(OpDef op);
+  void add_impl(const std::string& op, std::unique_ptr<Impl> impl);
+  // A backend that is compiled out or has no device: its impls' cases are skipped with the reason.
+  void set_backend_status(const std::string& backend, bool available, std::string reason);
+  // A backend with a device (CUDA): what the harness asks of it (bitcheck/backend.h).
+  void set_device_backend(const std::string& backend, std::unique_ptr<DeviceBackend> device);
+
+  const OpDef* find_op(const std::string& name) const;
+  Impl* find_impl(const std::string& op, const std::string& impl) const;
+  std::vector<const OpDef*> ops() const;  // registration order
+  std::vector<Impl*> impls(const std::string& op) const;
+  bool backend_available(const std::string& backend) const;
+  std::string backend_reason(const std::string& backend) const;
+  std::vector<std::string> backends() const;
+  DeviceBackend* device_backend(const std::string& backend) const;  // nullptr: none registered
+  std::vector<std::string> device_backend_names() const;
+
+ private:
+  std::vector<OpDef> ops_;
+  // Before the impls, so destroyed after them: impls from outside bitcheck free their device
+  // memory through their backend.
+  std::map<std::string, std::unique_ptr<DeviceBackend>> device_backends_;
+  std::map<std::string, std::vector<std::unique_ptr<Impl>>> impls_;
+  std::map<std::string, std::pair<bool, std::string>> backends_;
+};
+
+// Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which
+// compose whatever is registered before them: a test can add its own impls first).
+void register_ops_and_cpu(Registry& registry);
+// The manifest: register_ops_and_cpu, the test impls (BITCHECK_TEST_IMPLS=1), the CUDA backend
+// (when built) and the chain's impls.
+void register_all(Registry& registry);
+
+}  // namespace bitcheck

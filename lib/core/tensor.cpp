@@ -1,0 +1,93 @@
+// Host tensor storage and element access through dtype conversions.
+#include "core/tensor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace bitcheck {
+
+Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape)
+    : dtype_(dtype), shape_(std::move(shape)), numel_(1) {
+  for (std::int64_t extent : shape_) {
+    if (extent < 0) throw std::invalid_argument("negative tensor extent");
+    numel_ *= extent;
+  }
+  data_.resize(static_cast<std::size_t>(numel_) * dtype_size(dtype_));
+}
+
+std::uint32_t Tensor::bits(std::int64_t index) const {
+  const std::byte* p = data_.data() + static_cast<std::size_t>(index) * dtype_size(dtype_);
+  if (dtype_size(dtype_) == 2) {
+    std::uint16_t half;
+    std::memcpy(&half, p, 2);
+    return half;
+  }
+  std::uint32_t word;
+  std::memcpy(&word, p, 4);
+  return word;
+}
+
+void Tensor::set_bits(std::int64_t index, std::uint32_t value_bits) {
+  std::byte* p = data_.data() + static_cast<std::size_t>(index) * dtype_size(dtype_);
+  if (dtype_size(dtype_) == 2) {
+    auto half = static_cast<std::uint16_t>(value_bits);
+    std::memcpy(p, &half, 2);
+  } else {
+    std::memcpy(p, &value_bits, 4);
+  }
+}
+
+float Tensor::get(std::int64_t index) const {
+  return decode_bits(dtype_, bits(index));
+}
+void Tensor::set(std::int64_t index, float value) {
+  set_bits(index, encode_bits(dtype_, value));
+}
+
+void Tensor::fill_nan() {
+  std::uint32_t poison = dtype_ == DType::i32
+                             ? static_cast<std::uint32_t>(std::numeric_limits<std::int32_t>::min())
+                             : encode_bits(dtype_, std::numeric_limits<float>::quiet_NaN());
+  const std::size_t width = dtype_size(dtype_);
+  if (numel_ == 0) return;
+  set_bits(0, poison);
+  // Doubling copies: a pattern fill at memcpy speed (GPU-sized tensors are gigabytes).
+  std::size_t filled = width, total = data_.size();
+  while (filled < total) {
+    std::size_t chunk = std::min(filled, total - filled);
+    std::memcpy(data_.data() + filled, data_.data(), chunk);
+    filled += chunk;
+  }
+}
+
+std::vector<float> Tensor::to_floats() const {
+  std::vector<float> values(static_cast<std::size_t>(numel_));
+  for (std::int64_t i = 0; i < numel_; ++i) values[static_cast<std::size_t>(i)] = get(i);
+  return values;
+}
+
+void Tensor::copy_row_from(const Tensor& source, std::int64_t source_row, std::int64_t row) {
+  if (source.dtype_ != dtype_ || source.row_size() != row_size()) {
+    throw std::invalid_argument("copy_row_from: dtype or row size mismatch");
+  }
+  std::size_t row_bytes = static_cast<std::size_t>(row_size()) * dtype_size(dtype_);
+  std::memcpy(data_.data() + static_cast<std::size_t>(row) * row_bytes,
+              source.data_.data() + static_cast<std::size_t>(source_row) * row_bytes, row_bytes);
+}
+
+bool Tensor::bitwise_equal(const Tensor& other) const {
+  return dtype_ == other.dtype_ && shape_ == other.shape_ && data_ == other.data_;
+}
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) text += ",";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+}  // namespace bitcheck

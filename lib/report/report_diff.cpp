@@ -1,0 +1,121 @@
+// Case-by-case comparison of two reports.
+#include "report/report_diff.h"
+
+#include <map>
+#include <sstream>
+
+#include "core/verdict.h"
+
+namespace bitcheck {
+namespace {
+
+bool failing(const nlohmann::json& c) {
+  auto verdict = parse_verdict(c.at("verdict").get<std::string>()).value_or(Verdict::error);
+  if (c.value("control", false)) return false;
+  return is_failure(verdict);
+}
+
+bool control_drifted(const nlohmann::json& c) {
+  std::string verdict = c.at("verdict").get<std::string>();
+  return verdict == "drift" || verdict == "nondeterministic";
+}
+
+nlohmann::json entry(const std::string& id, const nlohmann::json* old_case,
+                     const nlohmann::json* new_case) {
+  nlohmann::json j = {{"id", id}};
+  if (old_case) j["old"] = (*old_case)["verdict"];
+  if (new_case) j["new"] = (*new_case)["verdict"];
+  return j;
+}
+
+}  // namespace
+
+ReportDiff diff_reports(const nlohmann::json& old_report, const nlohmann::json& new_report) {
+  std::map<std::string, const nlohmann::json*> old_cases, new_cases;
+  for (const auto& c : old_report.at("results")) old_cases[c.at("id").get<std::string>()] = &c;
+  for (const auto& c : new_report.at("results")) new_cases[c.at("id").get<std::string>()] = &c;
+  ReportDiff diff;
+  nlohmann::json& d = diff.document;
+  for (const char* key :
+       {"newly_failing", "fixed", "still_failing", "verdict_changes", "fingerprint_changed",
+        "controls_lost_drift", "controls_regained_drift", "added", "removed"}) {
+    d[key] = nlohmann::json::array();
+  }
+  for (const auto& [id, new_case] : new_cases) {
+    auto found = old_cases.find(id);
+    if (found == old_cases.end()) {
+      d["added"].push_back(entry(id, nullptr, new_case));
+      continue;
+    }
+    const nlohmann::json* old_case = found->second;
+    const std::string old_verdict = (*old_case)["verdict"], new_verdict = (*new_case)["verdict"];
+    if (new_case->value("control", false)) {
+      if (control_drifted(*old_case) && !control_drifted(*new_case) && new_verdict != "skipped") {
+        d["controls_lost_drift"].push_back(entry(id, old_case, new_case));
+      } else if (!control_drifted(*old_case) && control_drifted(*new_case)) {
+        d["controls_regained_drift"].push_back(entry(id, old_case, new_case));
+      }
+    } else if (!failing(*old_case) && failing(*new_case)) {
+      d["newly_failing"].push_back(entry(id, old_case, new_case));
+    } else if (failing(*old_case) && !failing(*new_case)) {
+      d["fixed"].push_back(entry(id, old_case, new_case));
+    } else if (failing(*old_case) && failing(*new_case)) {
+      d["still_failing"].push_back(entry(id, old_case, new_case));
+    }
+    if (old_verdict != new_verdict) d["verdict_changes"].push_back(entry(id, old_case, new_case));
+    if (old_case->contains("fingerprint") && new_case->contains("fingerprint") &&
+        (*old_case)["fingerprint"] != (*new_case)["fingerprint"]) {
+      nlohmann::json j = entry(id, old_case, new_case);
+      j["old_fingerprint"] = (*old_case)["fingerprint"];
+      j["new_fingerprint"] = (*new_case)["fingerprint"];
+      d["fingerprint_changed"].push_back(j);
+    }
+  }
+  for (const auto& [id, old_case] : old_cases) {
+    if (!new_cases.count(id)) d["removed"].push_back(entry(id, old_case, nullptr));
+  }
+  diff.regression = !d["newly_failing"].empty() || !d["controls_lost_drift"].empty();
+  d["regression"] = diff.regression;
+  for (const char* side : {"old", "new"}) {
+    const auto& report = std::string(side) == "old" ? old_report : new_report;
+    d["meta"][side] = {
+        {"git_revision", report["meta"].value("git_revision", "")},
+        {"started_at", report["meta"].value("started_at", "")},
+        {"gpu",
+         report["meta"].contains("cuda") ? report["meta"]["cuda"].value("gpu_name", "") : ""}};
+  }
+  return diff;
+}
+
+std::string render_diff(const ReportDiff& diff) {
+  std::ostringstream out;
+  const auto& d = diff.document;
+  const char* labels[][2] = {{"newly_failing", "newly failing"},
+                             {"fixed", "fixed"},
+                             {"still_failing", "still failing"},
+                             {"controls_lost_drift", "controls that lost their drift"},
+                             {"controls_regained_drift", "controls drifting again"},
+                             {"fingerprint_changed", "fingerprint changed"},
+                             {"verdict_changes", "verdict changes"},
+                             {"added", "added cases"},
+                             {"removed", "removed cases"}};
+  for (const auto& label : labels) {
+    const auto& list = d[label[0]];
+    out << label[1] << ": " << list.size() << "\n";
+    std::size_t shown = 0;
+    for (const auto& e : list) {
+      if (++shown > 20) {
+        out << "  ... " << (list.size() - 20) << " more (see --json)\n";
+        break;
+      }
+      out << "  " << e["id"].get<std::string>();
+      if (e.contains("old") && e.contains("new"))
+        out << "  " << e["old"].get<std::string>() << " -> " << e["new"].get<std::string>();
+      out << "\n";
+    }
+  }
+  out << (diff.regression ? "REGRESSION\n" : "no regression\n");
+  return out.str();
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,122 @@
+// The typed summary of a run and its status matrix, from case outcomes; the exit code.
+#include "report/summary.h"
+
+#include <set>
+
+namespace bitcheck {
+namespace {
+
+std::vector<CaseOutcome> outcomes_of(const std::vector<CaseResult>& results) {
+  std::vector<CaseOutcome> outcomes;
+  for (const auto& r : results) outcomes.push_back(outcome_of(r));
+  return outcomes;
+}
+
+std::int64_t count(const Summary& summary, Verdict verdict) {
+  auto found = summary.verdicts.find(to_string(verdict));
+  return found == summary.verdicts.end() ? 0 : found->second;
+}
+
+}  // namespace
+
+CaseOutcome outcome_of(const CaseResult& r) {
+  return {r.spec.id(), r.spec.op,    r.spec.impl,         r.spec.dtype_name, to_string(r.spec.pass),
+          r.verdict,   r.is_control, r.expected_to_drift, r.is_observation};
+}
+
+int exit_code_of(const Summary& summary) {
+  if (count(summary, Verdict::error) > 0 || summary.control_errors > 0) return 3;
+  const bool finding = count(summary, Verdict::drift) > 0 ||
+                       count(summary, Verdict::nondeterministic) > 0 ||
+                       count(summary, Verdict::inaccurate) > 0;
+  return finding || !summary.harness_failures.empty() ? 1 : 0;
+}
+
+Summary summarize(const std::vector<CaseOutcome>& results,
+                  const std::vector<std::string>& op_order) {
+  Summary summary;
+  summary.cases = static_cast<std::int64_t>(results.size());
+  std::map<std::string, ControlGroup> groups, observed;
+  auto count_into = [](std::map<std::string, ControlGroup>& into, const CaseOutcome& r) {
+    ControlGroup& group = into[r.op + "/" + r.impl + "/" + r.dtype + "/" + r.pass];
+    group.op = r.op;
+    group.impl = r.impl;
+    group.dtype = r.dtype;
+    group.pass = r.pass;
+    group.cases++;
+    if (r.verdict == Verdict::drift || r.verdict == Verdict::nondeterministic) group.drifted++;
+  };
+  for (const auto& r : results) {
+    if (r.control) {
+      if (r.observation && r.verdict != Verdict::skipped && r.verdict != Verdict::error)
+        count_into(observed, r);
+      if (!r.expected_to_drift || r.verdict == Verdict::skipped) continue;
+      count_into(groups, r);
+      if (r.verdict == Verdict::error) summary.control_errors++;
+      continue;
+    }
+    summary.verdicts[to_string(r.verdict)]++;
+  }
+  for (const auto& op : op_order) {
+    for (const auto& r : results) {
+      if (r.control || r.op != op || !is_failure(r.verdict)) continue;
+      summary.first_failing_op = op;
+      summary.first_failing_case = r.id;
+      break;
+    }
+    if (summary.first_failing_op) break;
+  }
+  for (const auto& [key, group] : groups) {
+    summary.controls.push_back(group);
+    if (group.lost_sight()) {
+      summary.harness_failures.push_back(
+          "control " + group.op + "/" + group.impl + " " + group.dtype + " " + group.pass +
+          " did not drift in any of its " + std::to_string(group.cases) +
+          " cases: the harness lost its sight");
+    }
+  }
+  for (const auto& [key, group] : observed) summary.observations.push_back(group);
+  summary.exit_code = exit_code_of(summary);
+  return summary;
+}
+
+Summary summarize(const std::vector<CaseResult>& results,
+                  const std::vector<std::string>& op_order) {
+  return summarize(outcomes_of(results), op_order);
+}
+
+Summary shard_summary(Summary summary) {
+  summary.harness_failures.clear();
+  summary.exit_code = exit_code_of(summary);
+  return summary;
+}
+
+StatusMatrix build_matrix(const std::vector<CaseOutcome>& results,
+                          const std::vector<std::string>& op_order) {
+  StatusMatrix matrix;
+  std::set<std::string> ops_seen, dtypes_seen;
+  for (const auto& r : results) {
+    if (r.control) continue;
+    ops_seen.insert(r.op);
+    dtypes_seen.insert(r.dtype);
+    MatrixCell& cell = matrix.cells[r.op][r.dtype][r.pass];
+    cell.counts[to_string(r.verdict)]++;
+    if (cell.status.empty() || severity(r.verdict) > severity(*parse_verdict(cell.status))) {
+      cell.status = to_string(r.verdict);
+    }
+  }
+  for (const auto& op : op_order) {
+    if (ops_seen.count(op)) matrix.ops.push_back(op);
+  }
+  for (const char* dtype : {"bf16", "fp32", "fp16", "fp8"}) {
+    if (dtypes_seen.count(dtype)) matrix.dtypes.push_back(dtype);
+  }
+  return matrix;
+}
+
+StatusMatrix build_matrix(const std::vector<CaseResult>& results,
+                          const std::vector<std::string>& op_order) {
+  return build_matrix(outcomes_of(results), op_order);
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,78 @@
+// A run's typed summary: verdict counts over invariant impls, control groups, the first failing
+// op, the status matrix, and the exit code, computed here alone.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/verdict.h"
+#include "run/runner.h"
+
+namespace bitcheck {
+
+// What summaries and matrices need of a case, from a live result (outcome_of) or from a report's
+// entry (outcome_from_json, case_json.h), so merged shards and re-read reports summarize exactly
+// like a live run.
+struct CaseOutcome {
+  std::string id, op, impl, dtype, pass;
+  Verdict verdict = Verdict::skipped;
+  bool control = false;
+  bool expected_to_drift = false;
+  bool observation = false;  // a library default (Impl::is_library_default)
+};
+CaseOutcome outcome_of(const CaseResult& result);
+
+// Cell of the status matrix: op x dtype x pass, over invariant impls (controls are separate).
+struct MatrixCell {
+  std::map<std::string, std::int64_t> counts;  // verdict -> cases
+  std::string status;                          // the most severe verdict present
+};
+struct StatusMatrix {
+  std::vector<std::string> ops;  // execution order
+  std::vector<std::string> dtypes;
+  std::map<std::string, std::map<std::string, std::map<std::string, MatrixCell>>>
+      cells;  // op->dtype->pass
+};
+
+// One control impl x dtype x pass expected to drift, or one library default's impl x dtype x pass
+// observed (Summary::observations).
+struct ControlGroup {
+  std::string op, impl, dtype, pass;
+  std::int64_t cases = 0, drifted = 0;
+  bool lost_sight() const { return cases > 0 && drifted == 0; }
+};
+
+struct Summary {
+  std::int64_t cases = 0;
+  std::map<std::string, std::int64_t> verdicts;  // over invariant impls
+  std::vector<ControlGroup> controls;
+  // What each library default did on this device: drifted in some cases or in none. Never a
+  // failure: it describes the library, GPU and shapes, not the harness.
+  std::vector<ControlGroup> observations;
+  std::int64_t control_errors = 0;  // controls expected to drift whose case errored
+  std::optional<std::string> first_failing_op;
+  std::optional<std::string> first_failing_case;
+  std::vector<std::string> harness_failures;  // controls that lost sight
+  int exit_code = 0;                          // exit_code_of(*this)
+};
+
+// The exit code of a run: 3 when a case errored, 1 for a finding (an invariant impl's drift,
+// nondeterminism or inaccuracy, or a control that lost sight), else 0.
+int exit_code_of(const Summary& summary);
+
+Summary summarize(const std::vector<CaseOutcome>& results,
+                  const std::vector<std::string>& op_order);
+Summary summarize(const std::vector<CaseResult>& results, const std::vector<std::string>& op_order);
+// A shard's summary: a control group's cases are spread over the shards, so one shard's cases of
+// a group may all pass while another's drift. Whether the harness lost sight is judged on the
+// merged report (bitcheck merge), not on a shard: its harness failures are left out.
+Summary shard_summary(Summary summary);
+
+StatusMatrix build_matrix(const std::vector<CaseOutcome>& results,
+                          const std::vector<std::string>& op_order);
+StatusMatrix build_matrix(const std::vector<CaseResult>& results,
+                          const std::vector<std::string>& op_order);
+
+}  // namespace bitcheck

@@ -1,0 +1,160 @@
+// The three checks of a case, each a function of the outputs it compares: invariance (bits
+// against the canonical layouts), determinism (canonical repeats) and accuracy (FP32 reference).
+#include "run/case_checks.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "run/layout.h"
+
+namespace bitcheck {
+namespace {
+
+bool is_output(const TensorDecl& decl) {
+  return decl.role == TensorRole::row_output || decl.role == TensorRole::reduction_output;
+}
+
+DriftMetrics named(DriftMetrics metrics, const std::string& layout,
+                   const std::string& reference_layout) {
+  metrics.layout = layout;
+  metrics.reference_layout = reference_layout;
+  return metrics;
+}
+
+DriftMetrics compare_rows(const std::string& layout, const std::string& reference_layout,
+                          const TensorDecl& decl, const LayoutOutputs& expected,
+                          const LayoutOutputs& actual, const std::vector<std::int64_t>& rows) {
+  DriftComparator comparator(decl.name, decl.dtype);
+  for (std::int64_t row : rows) {
+    comparator.compare_row(row, expected.rows.at(decl.name), row, actual.rows.at(decl.name), row);
+  }
+  return named(comparator.metrics(), layout, reference_layout);
+}
+
+DriftMetrics compare_whole(const std::string& layout, const std::string& reference_layout,
+                           const TensorDecl& decl, const Tensor& expected, const Tensor& actual) {
+  DriftComparator comparator(decl.name, decl.dtype);
+  for (std::int64_t row = 0; row < expected.rows(); ++row) {
+    comparator.compare_row(row, expected, row, actual, row);
+  }
+  return named(comparator.metrics(), layout, reference_layout);
+}
+
+void record(DriftMetrics metrics, InvarianceResult& result) {
+  ++result.comparisons;
+  if (metrics.drifted()) result.drift.push_back(std::move(metrics));
+}
+
+// Rows of a layout compared against alone (those in the alone sample) and against the batch.
+void check_row_output(const TensorDecl& decl, const std::string& layout,
+                      const LayoutOutputs& outputs, const CanonicalOutputs& canonical,
+                      InvarianceResult& result) {
+  std::vector<std::int64_t> against_alone, against_batch;
+  for (std::size_t row = 0; row < outputs.present.size(); ++row) {
+    if (!outputs.present[row]) continue;
+    if (canonical.alone->present[row]) {
+      against_alone.push_back(static_cast<std::int64_t>(row));
+    } else if (canonical.batch && layout != canonical_reduction_layout) {
+      against_batch.push_back(static_cast<std::int64_t>(row));
+    }
+  }
+  record(
+      compare_rows(layout, canonical.rows_layout, decl, *canonical.alone, outputs, against_alone),
+      result);
+  if (!against_batch.empty()) {
+    record(compare_rows(layout, canonical_reduction_layout, decl, *canonical.batch, outputs,
+                        against_batch),
+           result);
+  }
+}
+
+}  // namespace
+
+void InvarianceResult::append(InvarianceResult other) {
+  comparisons += other.comparisons;
+  for (auto& metrics : other.drift) drift.push_back(std::move(metrics));
+}
+
+void DeterminismResult::append(DeterminismResult other) {
+  for (auto& metrics : other.nondeterminism) nondeterminism.push_back(std::move(metrics));
+}
+
+bool AccuracyResult::passed() const {
+  return std::all_of(tensors.begin(), tensors.end(),
+                     [](const AccuracyMetrics& metrics) { return metrics.passed(); });
+}
+
+InvarianceResult check_invariance(const std::vector<TensorDecl>& decls, const std::string& layout,
+                                  bool covers_all_rows_in_order, const LayoutOutputs& outputs,
+                                  const CanonicalOutputs& canonical) {
+  InvarianceResult result;
+  for (const auto& decl : decls) {
+    if (decl.role == TensorRole::row_output && layout != canonical.rows_layout) {
+      check_row_output(decl, layout, outputs, canonical, result);
+    }
+    if (decl.role == TensorRole::reduction_output && layout != canonical_reduction_layout &&
+        covers_all_rows_in_order) {
+      record(compare_whole(layout, canonical_reduction_layout, decl,
+                           canonical.batch->reductions.at(decl.name),
+                           outputs.reductions.at(decl.name)),
+             result);
+    }
+  }
+  return result;
+}
+
+DeterminismResult check_determinism(const std::vector<TensorDecl>& decls, const std::string& layout,
+                                    int repeat, const LayoutOutputs& first,
+                                    const LayoutOutputs& again) {
+  DeterminismResult result;
+  const std::string repeat_name = layout + " repeat " + std::to_string(repeat + 1);
+  for (const auto& decl : decls) {
+    if (!is_output(decl)) continue;
+    const bool row = decl.role == TensorRole::row_output;
+    const Tensor& a = row ? first.rows.at(decl.name) : first.reductions.at(decl.name);
+    const Tensor& b = row ? again.rows.at(decl.name) : again.reductions.at(decl.name);
+    DriftMetrics metrics = compare_whole(repeat_name, layout, decl, a, b);
+    if (metrics.drifted()) result.nondeterminism.push_back(std::move(metrics));
+  }
+  return result;
+}
+
+AccuracyMetrics check_output_accuracy(const std::string& op, const TensorDecl& output,
+                                      const AccuracyInputs& inputs) {
+  const ReferenceRequest& request = *inputs.request;
+  const std::map<std::string, Tensor>& reference = *inputs.reference;
+  const Threshold& threshold = inputs.threshold_of(output.name);
+  if (!reference.count(output.name)) {
+    throw std::logic_error("reference of " + op + " did not produce " + output.name);
+  }
+  if (output.role == TensorRole::reduction_output) {
+    return check_accuracy(output.name, inputs.batch->reductions.at(output.name),
+                          request.reduction_rows, reference.at(output.name), request.reduction_rows,
+                          threshold.atol, threshold.rtol, {}, inputs.nonfinite_rules);
+  }
+  auto columns = request.columns.find(output.name);
+  return check_accuracy(
+      output.name, inputs.row_outputs->rows.at(output.name), request.rows,
+      reference.at(output.name), request.rows, threshold.atol, threshold.rtol,
+      columns == request.columns.end() ? std::vector<std::int64_t>{} : columns->second,
+      inputs.nonfinite_rules);
+}
+
+AccuracyResult check_outputs_accuracy(const std::string& op, const std::vector<TensorDecl>& decls,
+                                      const AccuracyInputs& inputs) {
+  AccuracyResult result;
+  for (const auto& decl : decls) {
+    if (is_output(decl)) result.tensors.push_back(check_output_accuracy(op, decl, inputs));
+  }
+  return result;
+}
+
+Verdict verdict_of(const InvarianceResult& invariance, const DeterminismResult& determinism,
+                   const AccuracyResult& accuracy) {
+  if (!determinism.passed()) return Verdict::nondeterministic;
+  if (!invariance.passed()) return Verdict::drift;
+  if (!accuracy.passed()) return Verdict::inaccurate;
+  return Verdict::pass;
+}
+
+}  // namespace bitcheck

@@ -1,0 +1,85 @@
+// The three checks of a case as functions of its outputs, each returning a typed result:
+// invariance (a layout's rows and token reductions against the canonical ones, bit for bit),
+// determinism (a canonical layout run again) and accuracy (against the FP32 reference).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+#include "core/verdict.h"
+#include "run/compare.h"
+#include "spec/contract.h"
+
+namespace bitcheck {
+
+// The outputs of one layout execution, by logical row.
+struct LayoutOutputs {
+  std::map<std::string, Tensor> rows;  // row outputs gathered by logical row
+  std::vector<bool> present;           // which logical rows the layout produced
+  std::map<std::string, Tensor> reductions;
+};
+
+// What the other layouts are compared against: the canonical layout for row outputs (rows
+// computed alone) and the batch layout (token reductions, and rows outside the alone sample).
+struct CanonicalOutputs {
+  std::string rows_layout;               // the canonical layout's name for row outputs
+  const LayoutOutputs* alone = nullptr;  // set once the canonical row layout ran
+  const LayoutOutputs* batch = nullptr;  // set once the batch layout ran
+};
+
+struct InvarianceResult {
+  std::vector<DriftMetrics> drift;  // comparisons that differ, in the order they were made
+  std::int64_t comparisons = 0;     // comparisons made (tensor x layout)
+  bool passed() const { return drift.empty(); }
+  void append(InvarianceResult other);
+};
+
+struct DeterminismResult {
+  std::vector<DriftMetrics> nondeterminism;  // repeats of a canonical layout that differ
+  bool passed() const { return nondeterminism.empty(); }
+  void append(DeterminismResult other);
+};
+
+struct AccuracyResult {
+  std::vector<AccuracyMetrics> tensors;  // one per output tensor, in declaration order
+  bool passed() const;
+};
+
+// Invariance of one layout: each row output's present rows against the alone layout's (rows
+// outside the alone sample against the batch layout's, except in the batch layout itself), and,
+// when the layout holds every token in order, each reduction output against the batch layout's.
+InvarianceResult check_invariance(const std::vector<TensorDecl>& decls, const std::string& layout,
+                                  bool covers_all_rows_in_order, const LayoutOutputs& outputs,
+                                  const CanonicalOutputs& canonical);
+
+// Determinism: run `repeat` (0-based) of `layout` against its first run, every output whole.
+DeterminismResult check_determinism(const std::vector<TensorDecl>& decls, const std::string& layout,
+                                    int repeat, const LayoutOutputs& first,
+                                    const LayoutOutputs& again);
+
+// What the accuracy check compares: `row_outputs` on the request's rows (and columns), the batch
+// layout's reductions on its reduction rows, against `reference`, each output within its
+// contract row (`threshold_of(output name)`).
+struct AccuracyInputs {
+  const LayoutOutputs* row_outputs = nullptr;
+  const LayoutOutputs* batch = nullptr;
+  const std::map<std::string, Tensor>* reference = nullptr;
+  const ReferenceRequest* request = nullptr;
+  std::function<const Threshold&(const std::string& output)> threshold_of;
+  NonFiniteRules nonfinite_rules;
+};
+// One output's accuracy; `op` names the op in the error thrown when the reference lacks it.
+AccuracyMetrics check_output_accuracy(const std::string& op, const TensorDecl& output,
+                                      const AccuracyInputs& inputs);
+// Every output's, in declaration order.
+AccuracyResult check_outputs_accuracy(const std::string& op, const std::vector<TensorDecl>& decls,
+                                      const AccuracyInputs& inputs);
+
+// The case's verdict from its checks: nondeterministic, else drift, else inaccurate, else pass.
+Verdict verdict_of(const InvarianceResult& invariance, const DeterminismResult& determinism,
+                   const AccuracyResult& accuracy);
+
+}  // namespace bitcheck

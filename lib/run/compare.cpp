@@ -1,0 +1,142 @@
+// Drift metrics, accuracy checks and fingerprints.
+#include "run/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+namespace bitcheck {
+namespace {
+constexpr std::size_t max_listed_rows = 16;
+
+double relative(double difference, double reference) {
+  double magnitude = std::fabs(reference);
+  if (magnitude == 0.0) return difference == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return difference / magnitude;
+}
+}  // namespace
+
+DriftComparator::DriftComparator(std::string tensor, DType dtype) {
+  metrics_.tensor = std::move(tensor);
+  metrics_.dtype = dtype;
+}
+
+void DriftComparator::compare_row(std::int64_t logical_row, const Tensor& expected,
+                                  std::int64_t expected_row, const Tensor& actual,
+                                  std::int64_t actual_row) {
+  const std::int64_t width = expected.row_size();
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(expected.dtype());
+  metrics_.compared += width;
+  // Fast path: identical rows (the common case) are one memcmp.
+  if (std::memcmp(static_cast<const std::byte*>(expected.data()) +
+                      row_bytes * static_cast<std::size_t>(expected_row),
+                  static_cast<const std::byte*>(actual.data()) +
+                      row_bytes * static_cast<std::size_t>(actual_row),
+                  row_bytes) == 0) {
+    return;
+  }
+  bool row_differs = false;
+  for (std::int64_t column = 0; column < width; ++column) {
+    std::uint32_t e_bits = expected.bits(expected_row * width + column);
+    std::uint32_t a_bits = actual.bits(actual_row * width + column);
+    if (e_bits == a_bits) continue;
+    row_differs = true;
+    ++metrics_.mismatch_count;
+    double e = decode_bits(metrics_.dtype, e_bits), a = decode_bits(metrics_.dtype, a_bits);
+    double difference = std::fabs(a - e);
+    if (std::isnan(difference)) difference = std::numeric_limits<double>::infinity();
+    metrics_.max_abs_diff = std::max(metrics_.max_abs_diff, difference);
+    metrics_.max_rel_diff = std::max(metrics_.max_rel_diff, relative(difference, e));
+    metrics_.max_ulp_distance =
+        std::max(metrics_.max_ulp_distance, ulp_distance(metrics_.dtype, e_bits, a_bits));
+    if (!metrics_.first_mismatch) {
+      metrics_.first_mismatch = Mismatch{logical_row,           column, static_cast<float>(e),
+                                         static_cast<float>(a), e_bits, a_bits};
+    }
+  }
+  if (row_differs) {
+    ++metrics_.rows_differing;
+    if (metrics_.differing_rows.size() < max_listed_rows) {
+      metrics_.differing_rows.push_back(logical_row);
+    }
+  }
+}
+
+AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
+                               const std::vector<std::int64_t>& actual_rows,
+                               const Tensor& reference, const std::vector<std::int64_t>& row_ids,
+                               double atol, double rtol, const std::vector<std::int64_t>& columns,
+                               const NonFiniteRules& rules) {
+  AccuracyMetrics metrics;
+  metrics.tensor = tensor;
+  metrics.atol = atol;
+  metrics.rtol = rtol;
+  const std::int64_t width = actual.row_size();
+  const bool sampled =
+      !columns.empty() && reference.row_size() == static_cast<std::int64_t>(columns.size());
+  const std::int64_t reference_width = reference.row_size();
+  double worst_excess = -1.0;
+  for (std::size_t i = 0; i < actual_rows.size(); ++i) {
+    for (std::int64_t j = 0; j < reference_width; ++j) {
+      std::int64_t column = sampled ? columns[static_cast<std::size_t>(j)] : j;
+      std::int64_t a_index = actual_rows[i] * width + column;
+      std::int64_t r_index = static_cast<std::int64_t>(i) * reference_width + j;
+      double a = actual.get(a_index), r = reference.get(r_index);
+      ++metrics.compared;
+      auto record_worst = [&](double excess) {
+        if (excess <= worst_excess) return;
+        worst_excess = excess;
+        metrics.worst = Mismatch{row_ids[i],
+                                 column,
+                                 static_cast<float>(r),
+                                 static_cast<float>(a),
+                                 reference.bits(r_index),
+                                 actual.bits(a_index)};
+      };
+      if (std::isnan(a) || std::isnan(r)) {
+        if (rules.nan_matches_reference && std::isnan(a) && std::isnan(r)) {
+          ++metrics.nonfinite_matched;
+          continue;
+        }
+        ++metrics.nan_count;
+        record_worst(std::numeric_limits<double>::infinity());
+        continue;
+      }
+      if (std::isinf(r) && a == r) {
+        ++metrics.nonfinite_matched;
+        continue;
+      }
+      // An infinity on one side only (or of the other sign) is never within a threshold: with an
+      // infinite reference, rtol * |ref| would be infinite too.
+      const bool infinite = std::isinf(a) || std::isinf(r);
+      double error = infinite ? std::numeric_limits<double>::infinity() : std::fabs(a - r);
+      metrics.max_abs_error = std::max(metrics.max_abs_error, error);
+      metrics.max_rel_error = std::max(metrics.max_rel_error, relative(error, r));
+      double allowed = atol + rtol * std::fabs(r);
+      if (!infinite && error <= allowed) continue;
+      ++metrics.violations;
+      record_worst(infinite ? std::numeric_limits<double>::infinity() : error - allowed);
+    }
+  }
+  return metrics;
+}
+
+std::uint64_t fingerprint_bytes(const void* data, std::size_t bytes, std::uint64_t seed) {
+  std::uint64_t h = 0xcbf29ce484222325ull ^ seed;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string fingerprint_hex(std::uint64_t fingerprint) {
+  char buffer[20];
+  std::snprintf(buffer, sizeof buffer, "%016llx", static_cast<unsigned long long>(fingerprint));
+  return buffer;
+}
+
+}  // namespace bitcheck

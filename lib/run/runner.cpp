@@ -1,0 +1,689 @@
+// Case execution as a pipeline of small steps: the plan (skip checks, tensors, layouts), the inputs
+// from the counter-based generator, each layout through the impl, then the three checks
+// (case_checks.h), from whose typed results the CaseResult is assembled.
+#include "run/runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "core/rng.h"
+#include "core/special_values.h"
+#include "core/token_ids.h"
+#include "run/case_checks.h"
+#include "run/device_memory.h"
+#include "run/layout.h"
+
+namespace bitcheck {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::size_t max_reference_reduction_rows = 256;
+// Row outputs wider than this get their accuracy checked on this many sampled columns.
+constexpr std::size_t max_reference_columns = 1024;
+constexpr std::size_t max_cached_reference_bytes = std::size_t(1) << 30;
+constexpr std::size_t parameter_cache_entries = 6;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::vector<std::int64_t> full_shape(const TensorDecl& decl, std::int64_t rows) {
+  std::vector<std::int64_t> shape = {rows};
+  shape.insert(shape.end(), decl.shape.begin(), decl.shape.end());
+  return shape;
+}
+
+std::string group_scales_string(const std::vector<float>& scales) {
+  std::string text;
+  for (float scale : scales) text += std::to_string(scale) + ",";
+  return text;
+}
+
+bool is_output(const TensorDecl& decl) {
+  return decl.role == TensorRole::row_output || decl.role == TensorRole::reduction_output;
+}
+
+// Fills a tensor from the generator: element (row, column) depends only on the key, never on the
+// layout. Rows are split over threads; the values do not depend on the split. With a special-value
+// rate, that fraction of a float tensor's elements is NaN, +-Inf, subnormal or -0 instead; token
+// ids follow the case's id distribution.
+Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::uint64_t seed,
+                double special_value_rate = 0, IdDistribution ids = IdDistribution::uniform) {
+  Tensor tensor(decl.dtype, std::move(shape));
+  const std::uint64_t name_hash = hash_name(decl.name);
+  const std::int64_t rows = tensor.rows(), width = tensor.row_size();
+  const auto bound = static_cast<std::uint64_t>(std::max<std::int64_t>(1, decl.index_bound));
+  std::optional<TokenIdSampler> token_ids;
+  if (decl.generator == Generator::token_id) token_ids.emplace(ids, seed, bound);
+  // Each column's scale, once: decl.scale, times its group's scale where the decl has groups.
+  std::vector<float> column_scale(static_cast<std::size_t>(width), decl.scale);
+  if (const auto groups = static_cast<std::int64_t>(decl.group_scales.size()); groups > 0) {
+    const std::int64_t group_width = std::max<std::int64_t>(1, width / groups);
+    for (std::int64_t c = 0; c < width; ++c) {
+      column_scale[static_cast<std::size_t>(c)] *=
+          decl.group_scales[static_cast<std::size_t>(std::min(c / group_width, groups - 1))];
+    }
+  }
+  auto fill_rows = [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t r = first; r < last; ++r) {
+      for (std::int64_t c = 0; c < width; ++c) {
+        std::int64_t index = r * width + c;
+        if (decl.generator == Generator::index) {
+          tensor.set_int(index,
+                         static_cast<std::int32_t>(counter_index(seed, name_hash, r, c, bound)));
+        } else if (token_ids) {
+          tensor.set_int(index, static_cast<std::int32_t>(token_ids->id(name_hash, r, c)));
+        } else {
+          tensor.set(index, counter_uniform(seed, name_hash, r, c) *
+                                column_scale[static_cast<std::size_t>(c)]);
+          SpecialElement special =
+              special_value_at(decl.dtype, seed, name_hash, r, c, special_value_rate);
+          if (special.kind != SpecialValue::none) tensor.set_bits(index, special.bits);
+        }
+      }
+    }
+  };
+  std::int64_t threads =
+      std::min<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()),
+                             std::max<std::int64_t>(1, rows * width / (1 << 16)));
+  if (threads <= 1) {
+    fill_rows(0, rows);
+    return tensor;
+  }
+  std::vector<std::thread> workers;
+  std::int64_t per_thread = (rows + threads - 1) / threads;
+  for (std::int64_t t = 0; t < threads; ++t) {
+    std::int64_t first = t * per_thread, last = std::min(rows, first + per_thread);
+    if (first < last) workers.emplace_back(fill_rows, first, last);
+  }
+  for (auto& worker : workers) worker.join();
+  return tensor;
+}
+
+// Parameters (weights, gains) shared by the cases that draw the same ones: the last few, with
+// the ids device impls cache their uploads by. Input ids are unique in the process (not per
+// Runner).
+class ParameterCache {
+ public:
+  std::pair<std::shared_ptr<const Tensor>, std::uint64_t> get(const TensorDecl& decl,
+                                                              std::uint64_t seed) {
+    std::string key = decl.name + "/" + to_string(decl.dtype) + "/" + shape_string(decl.shape) +
+                      "/" + std::to_string(seed) + "/" + std::to_string(decl.scale) + "/" +
+                      group_scales_string(decl.group_scales) + "/" +
+                      std::to_string(decl.index_bound) + "/" +
+                      std::to_string(static_cast<int>(decl.generator));
+    for (const auto& entry : entries_) {
+      if (entry.first == key) return entry.second;
+    }
+    auto tensor = std::make_shared<const Tensor>(generate(decl, decl.shape, seed));
+    if (entries_.size() >= parameter_cache_entries) entries_.erase(entries_.begin());
+    entries_.push_back({key, {tensor, new_input_id()}});
+    return entries_.back().second;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::pair<std::shared_ptr<const Tensor>, std::uint64_t>>>
+      entries_;
+};
+
+// The FP32 reference of the last input group (CaseSpec::input_group): the impls of a group run
+// one after another (the sweep orders them so) and share it. Kept only up to a size.
+struct ReferenceCache {
+  std::string group;
+  std::map<std::string, Tensor> outputs;
+  void clear() {
+    group.clear();
+    outputs.clear();
+  }
+};
+
+struct Inputs {
+  std::map<std::string, std::shared_ptr<const Tensor>> tensors;  // logical rows for row inputs
+  std::map<std::string, std::uint64_t> ids;
+};
+
+// What a case will do, before anything runs: its tensors, logical rows, the rows computed alone
+// and the layouts in run order (the canonical ones first, so every other layout is compared as
+// soon as it has run and its outputs, gigabytes for GPU-sized cases, are dropped right away).
+struct CasePlan {
+  std::vector<TensorDecl> decls;
+  bool has_rows = false, has_reductions = false;
+  std::int64_t rows = 0;
+  std::vector<std::int64_t> alone_rows;
+  std::string canonical_rows_layout;
+  std::vector<std::string> layouts;
+
+  // 0: the canonical layout for row outputs, 1: the batch layout, 2: any other.
+  int rank(const std::string& layout) const {
+    if (layout == canonical_rows_layout && has_rows) return 0;
+    if (layout == canonical_reduction_layout) return 1;
+    return 2;
+  }
+  // A canonical layout runs spec.repeats times, for the determinism check.
+  bool canonical(const std::string& layout) const {
+    return (layout == canonical_rows_layout && has_rows) ||
+           (layout == canonical_reduction_layout && has_reductions);
+  }
+};
+
+std::optional<std::string> skip_reason(const Registry& registry, const Contract& contract,
+                                       const OpDef& op, const Impl& impl, const CaseSpec& spec) {
+  if (auto reason = contract.dtype_skip_reason(spec.dtype_name)) return reason;
+  if (!registry.backend_available(impl.backend())) {
+    return "backend unavailable: " + registry.backend_reason(impl.backend());
+  }
+  if (spec.pass == Pass::backward && !op.has_backward) {
+    return "op " + op.name + " has no backward pass";
+  }
+  if (!impl.supports(spec.pass)) {
+    return "impl " + impl.name() + " has no " + to_string(spec.pass) + " pass";
+  }
+  if (op.shape_problem) {
+    if (auto problem = op.shape_problem(spec)) return "shape invalid: " + *problem;
+  }
+  if (auto reason = impl.skip_reason(spec)) return reason;
+  // Last, once the case is known to be valid: a device case too large for the free memory.
+  return device_memory_skip_reason(registry, op, impl, spec);
+}
+
+CasePlan plan_case(const OpDef& op, const CaseSpec& spec) {
+  CasePlan plan;
+  plan.decls = op.tensors(spec);
+  for (const auto& decl : plan.decls) {
+    plan.has_rows = plan.has_rows || decl.role == TensorRole::row_output;
+    plan.has_reductions = plan.has_reductions || decl.role == TensorRole::reduction_output;
+  }
+  plan.rows = op.logical_rows ? op.logical_rows(spec) : spec.rows;
+  plan.alone_rows = select_alone_rows(spec, plan.rows);
+  plan.canonical_rows_layout = op.make_layout ? op.canonical_layout : canonical_layout;
+  plan.layouts = spec.layouts;
+  auto ensure = [&](const std::string& name) {
+    if (std::find(plan.layouts.begin(), plan.layouts.end(), name) == plan.layouts.end()) {
+      plan.layouts.insert(plan.layouts.begin(), name);
+    }
+  };
+  // The batch layout is the reference for token reductions and for rows outside the alone
+  // sample, so it runs whenever either exists. It also holds the trajectory a composed op's
+  // per-call references follow.
+  if (plan.has_reductions || op.reference_along ||
+      (plan.has_rows && static_cast<std::int64_t>(plan.alone_rows.size()) < plan.rows)) {
+    ensure(canonical_reduction_layout);
+  }
+  if (plan.has_rows) ensure(plan.canonical_rows_layout);
+  std::stable_sort(
+      plan.layouts.begin(), plan.layouts.end(),
+      [&](const std::string& a, const std::string& b) { return plan.rank(a) < plan.rank(b); });
+  return plan;
+}
+
+// nullopt: the layout does not apply to this op or case (an op's own layout names and the
+// generic ones are disjoint), so it is not run.
+std::optional<Layout> build_layout(const OpDef& op, const Impl& impl, const CaseSpec& spec,
+                                   const CasePlan& plan, const std::string& name) {
+  if (op.make_layout) return op.make_layout(name, spec);
+  if (!is_known_layout(name)) return std::nullopt;
+  return make_layout(name, spec, plan.alone_rows, impl.token_granularity());
+}
+
+Inputs generate_inputs(const CasePlan& plan, const CaseSpec& spec, ParameterCache& parameters) {
+  Inputs inputs;
+  for (const auto& decl : plan.decls) {
+    if (decl.role == TensorRole::parameter) {
+      auto [tensor, id] = parameters.get(decl, spec.seed);
+      inputs.tensors[decl.name] = tensor;
+      inputs.ids[decl.name] = id;
+    } else if (decl.role == TensorRole::row_input) {
+      inputs.tensors[decl.name] = std::make_shared<const Tensor>(
+          generate(decl, full_shape(decl, plan.rows), spec.seed, spec.special_values, spec.ids));
+      inputs.ids[decl.name] = new_input_id();
+    }
+  }
+  return inputs;
+}
+
+bool is_identity(const Invocation& invocation, std::int64_t rows) {
+  bool identity = invocation.slots() == rows;
+  for (std::int64_t s = 0; identity && s < invocation.slots(); ++s) {
+    identity = invocation.slot_rows[static_cast<std::size_t>(s)] == s;
+  }
+  return identity;
+}
+
+// One invocation's batch: parameters and in-order row inputs shared, other row inputs placed in
+// their slots (pad slots NaN), row outputs poisoned, reduction outputs carried across invocations.
+Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
+                 const std::vector<TensorDecl>& decls, const Inputs& inputs, std::int64_t rows,
+                 LayoutOutputs& result, bool reductions_wanted) {
+  const Invocation& invocation = layout.invocations[index];
+  Batch batch;
+  batch.spec = &spec;
+  batch.invocation = &invocation;
+  batch.invocation_index = static_cast<std::int64_t>(index);
+  batch.invocation_count = static_cast<std::int64_t>(layout.invocations.size());
+  batch.reductions_wanted = reductions_wanted;
+  const bool identity = is_identity(invocation, rows);
+  for (const auto& decl : decls) {
+    if (decl.role == TensorRole::parameter || (decl.role == TensorRole::row_input && identity)) {
+      batch.inputs[decl.name] = inputs.tensors.at(decl.name);
+      batch.input_ids[decl.name] = inputs.ids.at(decl.name);
+    } else if (decl.role == TensorRole::row_input) {
+      const Tensor& logical = *inputs.tensors.at(decl.name);
+      Tensor physical(decl.dtype, full_shape(decl, invocation.slots()));
+      physical.fill_nan();  // pad slots: NaN, so a leak into real rows cannot hide
+      for (std::int64_t s = 0; s < invocation.slots(); ++s) {
+        std::int64_t row = invocation.slot_rows[static_cast<std::size_t>(s)];
+        if (row >= 0) physical.copy_row_from(logical, row, s);
+      }
+      batch.inputs[decl.name] = std::make_shared<const Tensor>(std::move(physical));
+      batch.input_ids[decl.name] = new_input_id();
+    } else if (decl.role == TensorRole::row_output) {
+      Tensor output(decl.dtype, full_shape(decl, invocation.slots()));
+      output.fill_nan();  // poison: an unwritten element shows up as NaN
+      batch.outputs.emplace(decl.name, std::move(output));
+    } else {
+      batch.outputs.emplace(decl.name, std::move(result.reductions[decl.name]));
+    }
+  }
+  return batch;
+}
+
+// Takes an invocation's outputs into the layout's: row outputs by logical row (or whole, when the
+// layout is one in-order invocation), reduction outputs as they are.
+void gather_outputs(const Impl& impl, const Invocation& invocation, bool whole,
+                    const std::vector<TensorDecl>& decls, std::int64_t rows, Batch& batch,
+                    LayoutOutputs& result) {
+  for (const auto& decl : decls) {
+    if (!is_output(decl)) continue;
+    Tensor& output = batch.out(decl.name);
+    auto expected =
+        decl.role == TensorRole::row_output ? full_shape(decl, invocation.slots()) : decl.shape;
+    if (output.shape() != expected || output.dtype() != decl.dtype) {
+      throw std::runtime_error("impl " + impl.name() + " returned " + decl.name + " as " +
+                               to_string(output.dtype()) + shape_string(output.shape()) +
+                               ", expected " + to_string(decl.dtype) + shape_string(expected));
+    }
+    if (decl.role == TensorRole::reduction_output) {
+      result.reductions[decl.name] = std::move(output);
+      continue;
+    }
+    if (whole) {
+      result.rows[decl.name] = std::move(output);
+      result.present.assign(static_cast<std::size_t>(rows), true);
+      continue;
+    }
+    for (std::int64_t s = 0; s < invocation.slots(); ++s) {
+      std::int64_t row = invocation.slot_rows[static_cast<std::size_t>(s)];
+      if (row < 0) continue;
+      result.rows[decl.name].copy_row_from(output, s, row);
+      result.present[static_cast<std::size_t>(row)] = true;
+    }
+  }
+}
+
+// Runs every invocation of a layout through the impl; the outputs by logical row.
+LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& spec,
+                             const CasePlan& plan, const Inputs& inputs,
+                             nlohmann::json& impl_config, double& impl_seconds,
+                             bool reductions_wanted, std::set<std::string>& paths) {
+  LayoutOutputs result;
+  result.present.assign(static_cast<std::size_t>(plan.rows), false);
+  std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
+  // One invocation holding every row in order (the batch layout): its outputs are the logical
+  // outputs, taken over without a copy.
+  const bool whole =
+      layout.invocations.size() == 1 && is_identity(layout.invocations[0], plan.rows);
+  for (const auto& decl : plan.decls) {
+    if (decl.role == TensorRole::row_output && !whole) {
+      result.rows.emplace(decl.name, Tensor(decl.dtype, full_shape(decl, plan.rows)));
+      result.rows[decl.name].fill_nan();
+    } else if (decl.role == TensorRole::reduction_output) {
+      result.reductions.emplace(decl.name, Tensor(decl.dtype, decl.shape));
+    }
+  }
+  for (std::size_t i = 0; i < layout.invocations.size(); ++i) {
+    Batch batch =
+        make_batch(spec, layout, i, plan.decls, inputs, plan.rows, result, reductions_wanted);
+    batch.layout_state = layout_state;
+    auto start = Clock::now();
+    {
+      PathRecording recording;
+      impl.run(batch);
+      paths.insert(recording.paths().begin(), recording.paths().end());
+    }
+    impl_seconds += seconds_since(start);
+    layout_state = batch.layout_state;
+    if (!batch.impl_config.is_null()) impl_config = batch.impl_config;
+    gather_outputs(impl, layout.invocations[i], whole, plan.decls, plan.rows, batch, result);
+  }
+  return result;
+}
+
+// All of [0, rows) when small, else `limit` indices including the first and last.
+std::vector<std::int64_t> reduction_sample(std::int64_t rows, std::uint64_t seed,
+                                           std::size_t limit = max_reference_reduction_rows) {
+  std::vector<std::int64_t> all;
+  if (static_cast<std::size_t>(rows) <= limit) {
+    for (std::int64_t r = 0; r < rows; ++r) all.push_back(r);
+    return all;
+  }
+  std::set<std::int64_t> chosen = {0, rows - 1};
+  LayoutRandom random(seed ^ hash_name("reduction_sample"));
+  while (chosen.size() < limit) chosen.insert(random.uniform_int(0, rows - 1));
+  return {chosen.begin(), chosen.end()};
+}
+
+// The rows (and, for wide outputs, columns) the reference computes.
+ReferenceRequest reference_request(const CasePlan& plan, const CaseSpec& spec) {
+  ReferenceRequest request{plan.alone_rows, {}, {}};
+  for (const auto& decl : plan.decls) {
+    if (decl.role == TensorRole::reduction_output && request.reduction_rows.empty()) {
+      request.reduction_rows = reduction_sample(decl.shape.empty() ? 1 : decl.shape[0], spec.seed);
+    }
+    std::int64_t width = 1;
+    for (std::int64_t extent : decl.shape) width *= extent;
+    if (decl.role == TensorRole::row_output &&
+        width > static_cast<std::int64_t>(max_reference_columns)) {
+      request.columns[decl.name] =
+          reduction_sample(width, spec.seed ^ hash_name(decl.name), max_reference_columns);
+    }
+  }
+  return request;
+}
+
+// Row inputs are owned by this case alone once every layout has run: moved, not copied
+// (gigabytes for vocab-sized backward cases). Cached parameters are shared, so copied.
+std::map<std::string, Tensor> take_logical_inputs(Inputs& inputs) {
+  std::map<std::string, Tensor> logical_inputs;
+  for (auto& [name, tensor] : inputs.tensors) {
+    if (tensor.use_count() == 1) {
+      logical_inputs.emplace(name, std::move(*std::const_pointer_cast<Tensor>(tensor)));
+      tensor.reset();
+    } else {
+      logical_inputs.emplace(name, *tensor);
+    }
+  }
+  return logical_inputs;
+}
+
+std::string fingerprint_outputs(const std::vector<TensorDecl>& decls,
+                                const LayoutOutputs& canonical, const LayoutOutputs* reductions,
+                                const std::vector<std::int64_t>& rows) {
+  std::uint64_t hash = 0;
+  for (const auto& decl : decls) {
+    if (decl.role == TensorRole::row_output) {
+      const Tensor& tensor = canonical.rows.at(decl.name);
+      std::size_t row_bytes =
+          static_cast<std::size_t>(tensor.row_size()) * dtype_size(tensor.dtype());
+      hash = fingerprint_bytes(decl.name.data(), decl.name.size(), hash);
+      for (std::int64_t row : rows) {
+        hash = fingerprint_bytes(static_cast<const std::byte*>(tensor.data()) +
+                                     row_bytes * static_cast<std::size_t>(row),
+                                 row_bytes, hash);
+      }
+    } else if (decl.role == TensorRole::reduction_output && reductions) {
+      const Tensor& tensor = reductions->reductions.at(decl.name);
+      hash = fingerprint_bytes(decl.name.data(), decl.name.size(), hash);
+      hash = fingerprint_bytes(tensor.data(), tensor.bytes(), hash);
+    }
+  }
+  return fingerprint_hex(hash);
+}
+
+}  // namespace
+
+struct Runner::State {
+  const Registry& registry;
+  const Contract& contract;
+  ParameterCache parameters;
+  ReferenceCache reference;
+
+  State(const Registry& r, const Contract& c) : registry(r), contract(c) {}
+};
+
+namespace {
+
+// One case through the pipeline. Each step leaves its typed result in a member, so a case that
+// fails part-way (`error`) still reports the layouts that ran and what they found.
+class CasePipeline {
+ public:
+  CasePipeline(const CaseSpec& spec, const OpDef& op, Impl& impl, const Contract& contract,
+               ParameterCache& parameters, ReferenceCache& reference, CaseArtifacts* artifacts)
+      : spec_(spec),
+        op_(op),
+        impl_(impl),
+        contract_(contract),
+        parameters_(parameters),
+        reference_(reference),
+        artifacts_(artifacts) {}
+
+  void run() {
+    plan_ = plan_case(op_, spec_);
+    canonical_.rows_layout = plan_.canonical_rows_layout;
+    auto inputs_start = Clock::now();
+    inputs_ = generate_inputs(plan_, spec_, parameters_);
+    timings_.inputs_seconds = seconds_since(inputs_start);
+    run_layouts();
+    compute_reference();
+    check_accuracy();
+    keep_artifacts();
+    if (reference_bytes() > max_cached_reference_bytes) reference_.clear();
+  }
+
+  // The CaseResult from the checks' results (partial ones after an error).
+  void assemble(CaseResult& result) {
+    if (complete_) result.verdict = verdict_of(invariance_, determinism_, accuracy_);
+    result.layouts_run = std::move(layouts_run_);
+    result.drift = std::move(invariance_.drift);
+    result.layout_comparisons = invariance_.comparisons;
+    result.nondeterminism = std::move(determinism_.nondeterminism);
+    result.accuracy = std::move(accuracy_.tensors);
+    result.fingerprint = std::move(fingerprint_);
+    result.impl_config = std::move(impl_config_);
+    for (auto& [layout, paths] : paths_) {
+      if (paths.empty()) continue;  // the layout's first call failed (an error case)
+      result.paths[layout] = std::vector<std::string>(paths.begin(), paths.end());
+    }
+    result.timings = timings_;
+  }
+
+ private:
+  // Every layout through the impl, canonical ones first. Each other layout is checked for
+  // invariance as soon as it has run, the batch layout too (against alone); each canonical
+  // layout's repeats for determinism against its first run.
+  void run_layouts() {
+    for (const auto& name : plan_.layouts) {
+      std::optional<Layout> layout = build_layout(op_, impl_, spec_, plan_, name);
+      if (!layout) continue;
+      const int runs = plan_.canonical(name) ? spec_.repeats : 1;
+      for (int repeat = 0; repeat < runs; ++repeat) {
+        // Reductions are compared in the batch layout (the reference) and in layouts holding
+        // every token in order; kept for a dump too.
+        const bool reductions_wanted = name == canonical_reduction_layout ||
+                                       layout->covers_all_rows_in_order || artifacts_ != nullptr;
+        std::set<std::string>& paths = paths_[name];
+        LayoutOutputs outputs = execute_layout(*layout, impl_, spec_, plan_, inputs_, impl_config_,
+                                               timings_.impl_seconds, reductions_wanted, paths);
+        if (paths.empty()) paths.insert(unrecorded_path_);
+        if (repeat == 0) {
+          keep_or_check(name, *layout, std::move(outputs));
+        } else {
+          auto compare_start = Clock::now();
+          determinism_.append(
+              check_determinism(plan_.decls, name, repeat, kept_.at(name), outputs));
+          timings_.compare_seconds += seconds_since(compare_start);
+        }
+      }
+      layouts_run_.push_back(name);
+    }
+  }
+
+  void keep_or_check(const std::string& name, const Layout& layout, LayoutOutputs outputs) {
+    const int rank = plan_.rank(name);
+    if (rank == 2) {
+      check_layout(name, layout, outputs);
+      if (artifacts_) kept_.emplace(name, std::move(outputs));
+      return;
+    }
+    const LayoutOutputs& kept = kept_.emplace(name, std::move(outputs)).first->second;
+    if (rank == 0) canonical_.alone = &kept;
+    if (rank == 1) {
+      canonical_.batch = &kept;
+      if (canonical_.alone) check_layout(name, layout, kept);  // the batch against alone too
+    }
+  }
+
+  void check_layout(const std::string& name, const Layout& layout, const LayoutOutputs& outputs) {
+    auto compare_start = Clock::now();
+    invariance_.append(
+        check_invariance(plan_.decls, name, layout.covers_all_rows_in_order, outputs, canonical_));
+    timings_.compare_seconds += seconds_since(compare_start);
+  }
+
+  // The FP32 reference on the same rounded inputs: along the impl's own trajectory for composed
+  // ops (for this case alone), else once per input group.
+  void compute_reference() {
+    auto reference_start = Clock::now();
+    request_ = reference_request(plan_, spec_);
+    logical_inputs_ = take_logical_inputs(inputs_);
+    const std::string group = spec_.input_group();
+    if (op_.reference_along) {
+      if (!canonical_.batch) throw std::logic_error(op_.name + ": the batch layout did not run");
+      reference_.clear();
+      op_.reference_along(spec_, logical_inputs_, canonical_.batch->rows, request_,
+                          reference_.outputs);
+    } else if (reference_.group != group) {
+      reference_.clear();
+      std::map<std::string, Tensor> fresh;
+      op_.reference(spec_, logical_inputs_, request_, fresh);
+      reference_.outputs = std::move(fresh);
+      reference_.group = group;
+    }
+    timings_.reference_seconds = seconds_since(reference_start);
+  }
+
+  // Accuracy of the canonical outputs (along a trajectory: the batch layout's, which the
+  // references were fed), then the fingerprint of the canonical bits.
+  void check_accuracy() {
+    auto compare_start = Clock::now();
+    AccuracyInputs inputs;
+    inputs.row_outputs = op_.reference_along ? canonical_.batch : canonical_.alone;
+    inputs.batch = canonical_.batch;
+    inputs.reference = &reference_.outputs;
+    inputs.request = &request_;
+    inputs.threshold_of = [this](const std::string& output) -> const Threshold& {
+      const auto [key, tensor] =
+          op_.threshold_of ? op_.threshold_of(output) : std::make_pair(op_.tolerance_key, output);
+      return contract_.threshold(key, spec_.dtype_name, tensor);
+    };
+    inputs.nonfinite_rules.nan_matches_reference =
+        spec_.special_values > 0 && contract_.special_values.nan == "match_reference_position";
+    for (const auto& decl : plan_.decls) {  // one at a time: an error keeps the ones before it
+      if (is_output(decl))
+        accuracy_.tensors.push_back(check_output_accuracy(op_.name, decl, inputs));
+    }
+    fingerprint_ =
+        fingerprint_outputs(plan_.decls, canonical_.alone ? *canonical_.alone : *canonical_.batch,
+                            canonical_.batch, plan_.alone_rows);
+    timings_.compare_seconds += seconds_since(compare_start);
+    complete_ = true;
+  }
+
+  void keep_artifacts() {
+    if (!artifacts_) return;
+    artifacts_->inputs = std::move(logical_inputs_);
+    for (auto& [name, layout_outputs] : kept_) {
+      auto& outputs = artifacts_->layout_outputs[name];
+      for (auto& [tensor_name, tensor] : layout_outputs.rows) {
+        outputs.emplace(tensor_name, std::move(tensor));
+      }
+      for (auto& [tensor_name, tensor] : layout_outputs.reductions) {
+        outputs.emplace(tensor_name, std::move(tensor));
+      }
+    }
+    artifacts_->reference = reference_.outputs;
+    artifacts_->reference_rows = plan_.alone_rows;
+  }
+
+  std::size_t reference_bytes() const {
+    std::size_t bytes = 0;
+    for (const auto& entry : reference_.outputs) bytes += entry.second.bytes();
+    return bytes;
+  }
+
+  const CaseSpec& spec_;
+  const OpDef& op_;
+  Impl& impl_;
+  const Contract& contract_;
+  ParameterCache& parameters_;
+  ReferenceCache& reference_;
+  CaseArtifacts* artifacts_;
+
+  CasePlan plan_;
+  Inputs inputs_;
+  std::map<std::string, LayoutOutputs> kept_;  // canonical layouts (and every one for a dump)
+  CanonicalOutputs canonical_;
+  ReferenceRequest request_;
+  std::map<std::string, Tensor> logical_inputs_;
+
+  std::vector<std::string> layouts_run_;
+  InvarianceResult invariance_;
+  DeterminismResult determinism_;
+  AccuracyResult accuracy_;
+  std::string fingerprint_;
+  nlohmann::json impl_config_;
+  std::map<std::string, std::set<std::string>> paths_;  // by layout: every call's recorded paths
+  // What a layout whose calls recorded nothing ran: the single path of an impl that declares one,
+  // else a name no declaration matches (the coverage table shows it as undeclared).
+  std::string unrecorded_path_ = [this] {
+    const std::vector<PathDecl> declared = impl_.paths();
+    return declared.size() == 1 && !declared[0].family ? declared[0].name
+                                                       : std::string(unrecorded_path_name);
+  }();
+  CaseTimings timings_;
+  bool complete_ = false;
+};
+
+}  // namespace
+
+Runner::Runner(const Registry& registry, const Contract& contract)
+    : state_(std::make_unique<State>(registry, contract)) {}
+Runner::~Runner() = default;
+
+CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
+  auto case_start = Clock::now();
+  CaseResult result;
+  result.spec = spec;
+  const OpDef* op = state_->registry.find_op(spec.op);
+  Impl* impl = op ? state_->registry.find_impl(spec.op, spec.impl) : nullptr;
+  if (!impl) throw std::logic_error("case names an unregistered op or impl: " + spec.id());
+  result.backend = impl->backend();
+  result.is_control = !impl->claims_invariance();
+  result.expected_to_drift = impl->expected_to_drift(spec.pass);
+  result.is_observation = impl->is_library_default();
+  if (auto reason = skip_reason(state_->registry, state_->contract, *op, *impl, spec)) {
+    result.verdict = Verdict::skipped;
+    result.reason = *reason;
+    return result;
+  }
+  CasePipeline pipeline(spec, *op, *impl, state_->contract, state_->parameters, state_->reference,
+                        artifacts);
+  std::optional<std::string> error;
+  try {
+    pipeline.run();
+  } catch (const std::exception& exception) {
+    error = exception.what();
+  }
+  pipeline.assemble(result);
+  if (error) {
+    result.verdict = Verdict::error;
+    result.reason = *error;
+  }
+  result.timings.total_seconds = seconds_since(case_start);
+  return result;
+}
+
+}  // namespace bitcheck

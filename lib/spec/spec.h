@@ -1,0 +1,106 @@
+// Sweep specs (sweeps/*.json): which ops, impls, dtypes, passes, shapes, batch sizes, layouts and
+// seeds to run, with defaults and per-op overrides; command-line filters; expansion into cases.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+#include "spec/contract.h"
+
+namespace bitcheck {
+
+struct OpSweep {
+  std::string op;
+  std::vector<std::string> impls;  // empty = every registered impl of the op
+  std::vector<std::string> dtypes;
+  std::vector<std::string> passes;
+  std::vector<std::string> layouts;
+  std::vector<std::uint64_t> seeds;
+  std::vector<std::int64_t> batches;
+  // "batches": "switch-points" (or the string among the numbers): each side of the switch points
+  // of the impls under test, at most `switch_budget` batch values per shape, none above
+  // `switch_max_batch`.
+  bool switch_points = false;
+  int switch_budget = 12;
+  std::int64_t switch_max_batch = 4096;
+  // Paths forced on every call, one case per path and impl declaring it (PathDecl::forced_by);
+  // empty: the impls pick their paths.
+  std::vector<std::string> force_paths;
+  std::vector<Dims> shapes;
+  int repeats = 2;
+  std::int64_t alone_rows = 64;
+  double special_values = 0;  // rate of special input values (0 = off)
+  // Token-id distribution of the cases whose op has token-id inputs; the others stay uniform.
+  IdDistribution ids = IdDistribution::uniform;
+};
+
+struct SweepSpec {
+  std::string source;
+  std::string description;
+  std::vector<OpSweep> ops;
+};
+
+// Command-line filters and overrides; empty means "as the spec says".
+struct SweepOverrides {
+  std::vector<std::string> ops;  // "all" or names
+  std::vector<std::string> impls;
+  std::vector<std::string> dtypes;
+  std::vector<std::string> passes;
+  std::vector<std::string> layouts;
+  std::vector<std::int64_t> batches;
+  std::vector<std::uint64_t> seeds;
+  std::string backend = "auto";  // auto | cpu | cuda
+  std::optional<int> repeats;
+  std::optional<double> special_values;  // --special-values[-rate]: a rate in [0, 0.5], 0 = off
+  std::optional<std::string> ids;        // --ids: uniform, zipf or few
+  int shard_index = 0;                   // --shard i/n: run the cases whose index is i modulo n
+  int shard_count = 1;
+  // --shard-queue FILE (the children of --devices): instead of a fixed share, a shard takes the
+  // next unit of work (case_units, most expensive first) from a counter in FILE shared by all
+  // shards, until none is left; expand_cases then returns every case.
+  std::string shard_queue;
+  // --skip-done REPORT: case ids already checked in earlier (e.g. interrupted) reports; they are
+  // dropped before sharding, so the shards split what is left.
+  std::set<std::string> skip_ids;
+};
+
+SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& file,
+                           const Registry& registry, const Contract& contract);
+SweepSpec load_sweep_spec(const std::string& path, const Registry& registry,
+                          const Contract& contract);
+SweepSpec load_embedded_sweep_spec(const Registry& registry, const Contract& contract);
+const char* embedded_sweep_spec_json();
+
+// Validates overrides (BadInput naming the flag) and applies them.
+SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const Registry& registry,
+                          const Contract& contract);
+
+// The relative cost --shard balances: a fixed part per case plus one proportional to the bytes of
+// the case's tensors.
+double estimated_case_cost(const CaseSpec& c, const Registry& registry);
+
+// Units of work for `workers` parallel workers: the cases (indices into `cases`) of one input
+// group, cut into consecutive runs where a group would cost more than a worker's share; with the
+// estimated cost of each. Static shards and the shared queue both hand out whole units.
+struct CaseUnit {
+  std::vector<std::size_t> members;
+  double cost = 0;
+};
+std::vector<CaseUnit> case_units(const std::vector<CaseSpec>& cases, const Registry& registry,
+                                 int workers);
+
+// The cartesian product, in spec order. Impls of an unavailable backend still yield cases (to be
+// skipped with the backend's reason) unless the backend was filtered out explicitly.
+std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& registry,
+                                   const SweepOverrides& overrides);
+
+// The batch values "batches": "switch-points" gives for one shape: 1 and each side (M - 1, M) of
+// switch points of the impls, first those reaching a path not yet seen, then a transition not yet
+// seen, then the rest spread evenly, until `budget` values.
+std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<SwitchPoint>>& points,
+                                               int budget);
+
+}  // namespace bitcheck

@@ -1,0 +1,70 @@
+// The sweep driver behind `bitcheck sweep`: contract + spec -> cases -> runner -> report.
+#pragma once
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/printer.h"
+#include "spec/contract.h"
+#include "spec/spec.h"
+
+namespace bitcheck {
+
+struct SweepOptions {
+  std::string spec_path;      // empty: the embedded default spec
+  std::string contract_path;  // empty: the embedded contract
+  SweepOverrides overrides;
+  std::string out_dir = "out";
+  std::string report_name = "report.json";
+  std::vector<std::string> argv;
+  bool progress = true;  // a progress line on stderr when it is a terminal
+  BackendOptions cuda;
+  std::size_t max_cases = 20000;  // a spec expanding to more is refused unless confirmed
+  bool confirmed = false;         // --yes
+  // Fault isolation (isolation.h): cases run in a worker process, so a crash or a sticky CUDA error
+  // costs only its own case. automatic: on when CUDA cases can run (--isolate / --no-isolate).
+  enum class Isolation { automatic, on, off };
+  Isolation isolation = Isolation::automatic;
+  std::string
+      worker_executable;  // the binary with the __sweep-worker subcommand; empty: in process
+  double case_timeout_seconds = 0;  // --case-timeout: an isolated case's time limit (0: none)
+  std::vector<std::string> skip_done_reports;  // --skip-done (their ids are in overrides.skip_ids)
+  // --devices: one shard per entry, run in parallel as child processes of this binary with
+  // CUDA_VISIBLE_DEVICES=<entry>, merged into one report (an entry may repeat: two shards on it).
+  std::vector<std::string> devices;
+  // --require-coverage: exit 1 when a declared launch path of an invariant impl never ran (judged
+  // on the whole run: a shard leaves it to the merged report).
+  bool require_coverage = false;
+  Printer* printer = &terminal_printer();  // the summary, report paths, notes and progress
+};
+
+// The exit code once --require-coverage has judged the report: the gaps are printed, and a run
+// that would exit 0 exits 1 when there are any.
+int judge_coverage(const SweepOptions& options, const nlohmann::json& report, int exit_code);
+
+// What a sweep will run: the contract, the spec with the overrides applied and the cases (of the
+// shard, when sharded). BadInput for a sweep with no case or over the case limit without --yes.
+struct SweepPlan {
+  Contract contract;
+  SweepSpec spec;
+  std::vector<CaseSpec> cases;
+};
+SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry);
+
+// Host, git revision, compile flags, and each device backend's device and library versions (the
+// CUDA backend's under "cuda").
+nlohmann::json environment_meta(const Registry& registry);
+std::string utc_timestamp();
+
+// Runs the sweep and writes the report; returns the exit code (0/1/3). BadInput propagates (2).
+int run_sweep(const SweepOptions& options, const Registry& registry);
+// `--devices`: the sweep as one child process per device (see SweepOptions::devices), each writing
+// a shard report to a temporary directory; SIGINT/SIGTERM are forwarded to the children and the
+// merged partial report is marked interrupted. Same exit codes as run_sweep.
+int run_sweep_on_devices(const SweepOptions& options, const Registry& registry);
+// The counter file of --shard-queue, at 0 (run_sweep_on_devices makes one for its shards).
+void create_shard_queue(const std::string& path);
+
+}  // namespace bitcheck
