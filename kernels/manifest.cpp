@@ -4,6 +4,7 @@
 // impls' CUDA part and every op's CUDA impls, and last the impls composed of the others (the
 // chain).
 #include "add_rmsnorm/add_rmsnorm.h"
+#include "all_reduce/all_reduce.h"
 #include "attention/attention.h"
 #include "chain/chain.h"
 #include "common/cuda_backend.h"
@@ -14,6 +15,7 @@
 #include "lm_head_logprob/lm_head_logprob.h"
 #include "logprob/logprob.h"
 #include "matmul/matmul.h"
+#include "reduce_scatter/reduce_scatter.h"
 #include "rmsnorm/rmsnorm.h"
 #include "rope/rope.h"
 #include "testing/testing.h"
@@ -30,11 +32,13 @@ constexpr RegisterOp manifest[] = {
     register_lm_head,          // kernels/lm_head/
     register_logprob,          // kernels/logprob/
     register_lm_head_logprob,  // kernels/lm_head_logprob/
-    register_elementwise,  // kernels/elementwise/: silu, gelu, swiglu, residual_add, scale, cast
-    register_add_rmsnorm,  // kernels/add_rmsnorm/
-    register_rope,         // kernels/rope/
-    register_attention,    // kernels/attention/
-    register_chain,        // kernels/chain/, after the ops it composes
+    register_elementwise,     // kernels/elementwise/: silu, gelu, swiglu, residual_add, scale, cast
+    register_add_rmsnorm,     // kernels/add_rmsnorm/
+    register_rope,            // kernels/rope/
+    register_attention,       // kernels/attention/
+    register_all_reduce,      // kernels/all_reduce/: collectives over the case's tp ranks
+    register_reduce_scatter,  // kernels/reduce_scatter/
+    register_chain,           // kernels/chain/, after the ops it composes
 };
 
 void register_part(Registry& registry, OpPart part) {

@@ -7,6 +7,7 @@
 #include "common/bench_support.h"
 #include "common/cuda_backend.h"
 #include "common/external_device.h"
+#include "common/nccl_ranks.h"
 #include "common/runtime.h"
 #include "core/backend.h"
 #include "core/op.h"
@@ -32,8 +33,15 @@ class CudaBackend : public DeviceBackend {
     meta["driver_version"] = device.driver_version;
     meta["cuda_runtime_version"] = device.runtime_version;
     meta["cublaslt_version"] = device.cublaslt_version;
+    meta["nccl"] = nccl::meta();
     return meta;
   }
+
+  // Tensor parallelism: one process per GPU, NCCL between them (common/nccl_ranks.h).
+  std::optional<std::string> ranks_unavailable() const override { return nccl::unavailable(); }
+  void join_ranks(const RankGroup& group) override { nccl::join(group); }
+  RankGroup rank_group() const override { return nccl::group(); }
+  bool all_ranks_agree(int tp, bool mine) override { return nccl::all_true(mine, tp); }
 
   void configure(const BackendOptions& options) override {
     cuda::configure_pins(options.pin_file, options.write_pins);

@@ -65,6 +65,7 @@ void register_test_impls_cpu(Registry& registry) {
   // Only on request: every sweep over all impls would otherwise wait for it forever.
   const char* hang = std::getenv("BITCHECK_TEST_HANG");
   if (hang && std::string(hang) == "1") registry.add_impl("matmul", std::make_unique<HangingCpu>());
+  register_test_ranks(registry);
 }
 
 void register_testing(Registry& registry, OpPart part) {

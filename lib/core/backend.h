@@ -19,6 +19,15 @@ struct BackendOptions {
   bool write_pins = false;  // write derived pins back at the end
 };
 
+// One process's place in a group of ranks: its rank, the group's size, and the directory the ranks
+// meet in (the communicators' unique ids are exchanged there, so ranks on several nodes need a
+// shared one).
+struct RankGroup {
+  int rank = 0;
+  int size = 1;
+  std::string directory;
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -44,6 +53,17 @@ class DeviceBackend {
   // Device memory for impls from outside bitcheck (plugins, Python functions), or nullptr where
   // the backend has no device (bitcheck/external_device.h).
   virtual ExternalDeviceMemory* external_memory() const { return nullptr; }
+  // Tensor parallelism: a sweep over cases at tp > 1 starts one process per rank (one GPU each),
+  // and each joins the group. Why this backend cannot, or nullopt when it can (NCCL found).
+  virtual std::optional<std::string> ranks_unavailable() const {
+    return std::string("the backend runs on one rank only");
+  }
+  virtual void join_ranks(const RankGroup& group);
+  // The group this process belongs to (size 1 when it runs alone). A case at tp = P needs P ranks.
+  virtual RankGroup rank_group() const { return {}; }
+  // Whether every one of ranks [0, tp) passes true: the ranks of a case agree to run it (or to
+  // skip it), so none waits in a collective for a rank that skipped.
+  virtual bool all_ranks_agree(int tp, bool mine) { return tp == 1 ? mine : false; }
 };
 
 // Every registered device backend's meta block, under the backend's name.

@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/paths.h"
 #include "core/tensor.h"
+#include "core/tensor_parallel.h"
 #include "core/token_ids.h"
 
 namespace bitcheck {
@@ -37,7 +38,10 @@ struct CaseSpec {
   std::int64_t rows = 1;  // logical rows (tokens) in the case: the batch size M
   std::uint64_t seed = 1;
   std::vector<std::string> layouts;
-  int repeats = 2;               // canonical runs for the determinism check (>= 2)
+  int repeats = 2;  // canonical runs for the determinism check (>= 2)
+  // Ranks the case's layouts run on (tensor parallelism); its canonical rows are still those
+  // alone at tp = 1, so a token's bits are compared across batches and across TP sizes.
+  int tp = 1;
   std::int64_t alone_rows = 64;  // rows computed alone (batch 1); all rows when rows <= this
   std::int64_t index = 0;        // position in the sweep's full case list (shards keep it)
   // Fraction of float row-input elements replaced by NaN, +-Inf, subnormals and -0 (0 = off).
@@ -48,7 +52,8 @@ struct CaseSpec {
   // A declared path forced on every call (a path the batch cannot reach, see PathDecl::forced_by);
   // empty = the impl picks its paths itself.
   std::string forced_path;
-  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/ids=zipf" (or few) when the ids are
+  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/tp=P" when tp > 1, "/ids=zipf" (or
+  // few) when the ids are
   // not uniform, "/special=rate" when special values are on and "/path=name" when a path is
   // forced
   std::string id() const;
@@ -118,6 +123,9 @@ struct Layout {
 struct Batch {
   const CaseSpec* spec = nullptr;
   const Invocation* invocation = nullptr;
+  // The ranks this invocation runs on: the case's tp, or 1 for the canonical layouts at tp = 1
+  // that a case at tp > 1 is compared against.
+  int tp = 1;
   std::int64_t invocation_index = 0;
   std::int64_t invocation_count = 1;  // invocations in this layout execution
   // false when no check reads this layout's reduction outputs (a layout that does not hold every
@@ -180,6 +188,8 @@ class Impl {
   // control. Whether it drifts depends on the GPU, the shape and the library version, so a run
   // observes what it did and reports it; its passing never means the harness lost its sight.
   virtual bool is_library_default() const { return false; }
+  // How the impl runs on several ranks (tensor_parallel.h); by default on one rank only.
+  virtual TensorParallelism tensor_parallelism() const { return {}; }
   // For a control: whether it is expected to drift in this pass (a backward-only failure model
   // keeps an invariant forward). Every (control, dtype, pass) group so marked must drift somewhere,
   // so only a drift built into the impl, one that happens on every GPU, may be expected.
@@ -278,6 +288,9 @@ struct OpDef {
   std::function<std::pair<std::string, std::string>(const std::string& output)> threshold_of;
   // Unset for ops whose report entry is the three checks alone.
   std::optional<ReportExtension> report_extension;
+  // Ops whose math is defined per rank count (the collectives: one contribution per rank): a case
+  // at tp = P is its own canonical, with no comparison across TP sizes.
+  bool tp_in_math = false;
 };
 
 class Registry {

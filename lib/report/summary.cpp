@@ -1,6 +1,7 @@
 // The typed summary of a run and its status matrix, from case outcomes; the exit code.
 #include "report/summary.h"
 
+#include <map>
 #include <set>
 
 namespace bitcheck {
@@ -20,8 +21,22 @@ std::int64_t count(const Summary& summary, Verdict verdict) {
 }  // namespace
 
 CaseOutcome outcome_of(const CaseResult& r) {
-  return {r.spec.id(), r.spec.op,    r.spec.impl,         r.spec.dtype_name, to_string(r.spec.pass),
-          r.verdict,   r.is_control, r.expected_to_drift, r.is_observation};
+  CaseOutcome outcome;
+  outcome.id = r.spec.id();
+  outcome.op = r.spec.op;
+  outcome.impl = r.spec.impl;
+  outcome.dtype = r.spec.dtype_name;
+  outcome.pass = to_string(r.spec.pass);
+  outcome.tp = r.spec.tp;
+  outcome.verdict = r.verdict;
+  outcome.control = r.is_control;
+  outcome.expected_to_drift = r.expected_to_drift;
+  outcome.observation = r.is_observation;
+  return outcome;
+}
+
+std::string matrix_row_name(const std::string& op, int tp) {
+  return tp > 1 ? op + " tp=" + std::to_string(tp) : op;
 }
 
 int exit_code_of(const Summary& summary) {
@@ -94,19 +109,20 @@ Summary shard_summary(Summary summary) {
 StatusMatrix build_matrix(const std::vector<CaseOutcome>& results,
                           const std::vector<std::string>& op_order) {
   StatusMatrix matrix;
-  std::set<std::string> ops_seen, dtypes_seen;
+  std::set<std::string> dtypes_seen;
+  std::map<std::string, std::set<int>> tps_seen;  // op -> its TP sizes
   for (const auto& r : results) {
     if (r.control) continue;
-    ops_seen.insert(r.op);
+    tps_seen[r.op].insert(r.tp);
     dtypes_seen.insert(r.dtype);
-    MatrixCell& cell = matrix.cells[r.op][r.dtype][r.pass];
+    MatrixCell& cell = matrix.cells[matrix_row_name(r.op, r.tp)][r.dtype][r.pass];
     cell.counts[to_string(r.verdict)]++;
     if (cell.status.empty() || severity(r.verdict) > severity(*parse_verdict(cell.status))) {
       cell.status = to_string(r.verdict);
     }
   }
   for (const auto& op : op_order) {
-    if (ops_seen.count(op)) matrix.ops.push_back(op);
+    for (int tp : tps_seen[op]) matrix.ops.push_back(matrix_row_name(op, tp));
   }
   for (const char* dtype : {"bf16", "fp32", "fp16", "fp8"}) {
     if (dtypes_seen.count(dtype)) matrix.dtypes.push_back(dtype);

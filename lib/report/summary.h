@@ -17,6 +17,7 @@ namespace bitcheck {
 // like a live run.
 struct CaseOutcome {
   std::string id, op, impl, dtype, pass;
+  int tp = 1;
   Verdict verdict = Verdict::skipped;
   bool control = false;
   bool expected_to_drift = false;
@@ -24,7 +25,8 @@ struct CaseOutcome {
 };
 CaseOutcome outcome_of(const CaseResult& result);
 
-// Cell of the status matrix: op x dtype x pass, over invariant impls (controls are separate).
+// Cell of the status matrix: op x dtype x pass, over invariant impls (controls are separate). A
+// case at tp > 1 has its own row, "op tp=P" (matrix_row_name), after the op's row at tp = 1.
 struct MatrixCell {
   std::map<std::string, std::int64_t> counts;  // verdict -> cases
   std::string status;                          // the most severe verdict present
@@ -69,6 +71,9 @@ Summary summarize(const std::vector<CaseResult>& results, const std::vector<std:
 // a group may all pass while another's drift. Whether the harness lost sight is judged on the
 // merged report (bitcheck merge), not on a shard: its harness failures are left out.
 Summary shard_summary(Summary summary);
+
+// The status matrix's row of a case: its op, or "op tp=P" for a case at tp > 1.
+std::string matrix_row_name(const std::string& op, int tp);
 
 StatusMatrix build_matrix(const std::vector<CaseOutcome>& results,
                           const std::vector<std::string>& op_order);

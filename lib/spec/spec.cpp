@@ -151,6 +151,24 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
               (known.empty() ? std::string("none") : known) + "), got \"" + name + "\"");
     });
   }
+  if (auto tps = node.find("tp")) {
+    sweep.tps.clear();
+    auto tp_of = [&](const JsonCursor& item) {
+      const int tp = static_cast<int>(item.as_int(1, max_tensor_parallel));
+      if (!is_valid_tp(tp)) {
+        item.fail(valid_tp_choices() + " (ranks; the fixed-order reductions split into " +
+                  std::to_string(max_tensor_parallel) + " chunks), got " + std::to_string(tp));
+      }
+      if (std::find(sweep.tps.begin(), sweep.tps.end(), tp) == sweep.tps.end())
+        sweep.tps.push_back(tp);
+    };
+    if (tps->node().is_array()) {
+      for (const auto& item : tps->items()) tp_of(item);
+    } else {
+      tp_of(*tps);
+    }
+    if (sweep.tps.empty()) tps->fail("a non-empty list of TP sizes (" + valid_tp_choices() + ")");
+  }
   if (auto repeats = node.find("repeats"))
     sweep.repeats = static_cast<int>(repeats->as_int(2, 100));
   // At least 2: the alone sample always holds the first and the last row.
@@ -231,6 +249,27 @@ std::vector<Dims> parse_shapes(const JsonCursor& shapes, const OpDef& op) {
   return result;
 }
 
+// The impls of an entry that run on several ranks, at each TP size above 1: every dim they split
+// must divide by it (BadInput naming the file, the tp field and the shape).
+void check_tp_splits(const Registry& registry, const OpSweep& sweep, const std::string& file,
+                     const std::string& field) {
+  for (int tp : sweep.tps) {
+    if (tp == 1) continue;
+    for (const Impl* impl : registry.impls(sweep.op)) {
+      if (!sweep.impls.empty() && !contains(sweep.impls, impl->name())) continue;
+      const TensorParallelism parallelism = impl->tensor_parallelism();
+      if (!parallelism.supports(tp)) continue;
+      for (const Dims& dims : sweep.shapes) {
+        if (auto problem = parallelism.split_problem(dims, tp)) {
+          throw BadInput(file, field,
+                         "TP sizes that divide the dims " + impl->name() + " splits over ranks: " +
+                             *problem + " in the shape " + dims_string(dims));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& file,
@@ -255,7 +294,8 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
   defaults.batches = {1, 2, 3, 7, 16, 33};
   if (auto node = root.find("defaults")) {
     node->allow_only({"impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats",
-                      "alone_rows", "special_values", "ids", "switch_budget", "switch_max_batch"});
+                      "alone_rows", "special_values", "ids", "switch_budget", "switch_max_batch",
+                      "tp"});
     parse_common(*node, registry, contract, nullptr, defaults);
   }
 
@@ -278,7 +318,7 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
     }
     entry.allow_only({"op", "description", "impls", "dtypes", "passes", "layouts", "seeds",
                       "batches", "repeats", "alone_rows", "special_values", "ids", "shapes",
-                      "switch_budget", "switch_max_batch", "force_paths"});
+                      "switch_budget", "switch_max_batch", "force_paths", "tp"});
     OpSweep sweep = defaults;
     sweep.op = op_name;
     parse_common(entry, registry, contract, op, sweep);
@@ -292,6 +332,8 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
       }
     }
     sweep.shapes = parse_shapes(entry.at("shapes"), *op);
+    check_tp_splits(registry, sweep, file,
+                    entry.find("tp") ? "$.ops." + name + ".tp" : "$.defaults.tp");
     // An op entry that asks for an id distribution its op has no ids for is a mistake; one
     // inherited from the defaults applies to the ops that have token ids and leaves the others.
     if (auto ids = entry.find("ids")) {
@@ -364,6 +406,9 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const
     ids = parse_id_distribution(*overrides.ids);
     if (!ids) fail("--ids", id_distribution_choices() + ", got \"" + *overrides.ids + "\"");
   }
+  for (int tp : overrides.tps) {
+    if (!is_valid_tp(tp)) fail("--tp", valid_tp_choices() + ", got " + std::to_string(tp));
+  }
   if (overrides.shard_count < 1 || overrides.shard_index < 0 ||
       overrides.shard_index >= overrides.shard_count) {
     fail("--shard", "i/n with 0 <= i < n");
@@ -388,6 +433,10 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const
     if (overrides.repeats) sweep.repeats = *overrides.repeats;
     if (overrides.special_values) sweep.special_values = *overrides.special_values;
     if (ids) sweep.ids = *ids;
+    if (!overrides.tps.empty()) {
+      sweep.tps = overrides.tps;
+      check_tp_splits(registry, sweep, command_line, "--tp");
+    }
     kept.push_back(sweep);
   }
   if (kept.empty()) {
@@ -519,8 +568,12 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
     } else {
       for (const auto& name : sweep.impls) impls.push_back(registry.find_impl(sweep.op, name));
     }
+    // An impl that runs on several ranks joins an entry that asks for a tp above 1, or names it.
+    const bool wants_ranks =
+        std::any_of(sweep.tps.begin(), sweep.tps.end(), [](int tp) { return tp > 1; });
     std::vector<Impl*> selected;
     for (Impl* impl : impls) {
+      if (!wants_ranks && sweep.impls.empty() && impl->tensor_parallelism().max_tp > 1) continue;
       if (!overrides.impls.empty() && !contains(overrides.impls, impl->name())) continue;
       if (overrides.backend != "auto" && impl->backend() != overrides.backend) continue;
       selected.push_back(impl);
@@ -553,27 +606,31 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
           for (std::int64_t rows : batches) {
             for (std::uint64_t seed : sweep.seeds) {
               for (const std::string& path : forced) {
-                for (Impl* impl : selected) {
-                  if (!path.empty() && !declares_forced_path(*impl, path)) continue;
-                  CaseSpec c;
-                  c.op = sweep.op;
-                  c.impl = impl->name();
-                  c.dtype_name = dtype_name;
-                  c.dtype = parse_dtype(dtype_name).value_or(DType::fp32);
-                  c.pass = *parse_pass(pass_name);
-                  c.dims = dims;
-                  c.rows = rows;
-                  c.seed = seed;
-                  c.layouts = sweep.layouts;
-                  c.repeats = sweep.repeats;
-                  c.alone_rows = sweep.alone_rows;
-                  c.special_values = sweep.special_values;
-                  // Only a case with token ids carries a distribution (and names it in its id).
-                  if (sweep.ids != IdDistribution::uniform && has_token_ids(op, c))
-                    c.ids = sweep.ids;
-                  c.forced_path = path;
-                  c.index = next_index++;
-                  cases.push_back(c);
+                for (int tp : sweep.tps) {
+                  for (Impl* impl : selected) {
+                    if (!path.empty() && !declares_forced_path(*impl, path)) continue;
+                    if (!impl->tensor_parallelism().supports(tp)) continue;
+                    CaseSpec c;
+                    c.op = sweep.op;
+                    c.impl = impl->name();
+                    c.dtype_name = dtype_name;
+                    c.dtype = parse_dtype(dtype_name).value_or(DType::fp32);
+                    c.pass = *parse_pass(pass_name);
+                    c.dims = dims;
+                    c.rows = rows;
+                    c.seed = seed;
+                    c.layouts = sweep.layouts;
+                    c.repeats = sweep.repeats;
+                    c.alone_rows = sweep.alone_rows;
+                    c.special_values = sweep.special_values;
+                    // Only a case with token ids carries a distribution (and names it in its id).
+                    if (sweep.ids != IdDistribution::uniform && has_token_ids(op, c))
+                      c.ids = sweep.ids;
+                    c.forced_path = path;
+                    c.tp = tp;
+                    c.index = next_index++;
+                    cases.push_back(c);
+                  }
                 }
               }
             }

@@ -247,17 +247,17 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
   if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
   write_file_atomically(options.out_path, minimized.dump(1) + "\n");
 
-  std::ostringstream out;
-  out << "minimized: " << best.id() << "\n"
-      << "  from " << spec.id() << "\n"
-      << "  " << size_change(spec, best) << "; " << minimizer.steps() << " steps in "
-      << minimizer.trials() << " trials"
-      << (minimizer.budget_left() ? "" : " (trial budget exhausted: --max-trials)") << "\n"
-      << "  layouts: " << join(best.layouts) << "\n"
-      << "report: " << options.out_path << "\n"
-      << "replay: " << options.binary << " repro " << shell_quote(options.out_path) << " --case "
-      << shell_quote(best.id()) << "\n";
-  printer.result(out.str());
+  std::ostringstream text;
+  text << "minimized: " << best.id() << "\n"
+       << "  from " << spec.id() << "\n"
+       << "  " << size_change(spec, best) << "; " << minimizer.steps() << " steps in "
+       << minimizer.trials() << " trials"
+       << (minimizer.budget_left() ? "" : " (trial budget exhausted: --max-trials)") << "\n"
+       << "  layouts: " << join(best.layouts) << "\n"
+       << "report: " << options.out_path << "\n"
+       << "replay: " << options.binary << " repro " << shell_quote(options.out_path) << " --case "
+       << shell_quote(best.id()) << "\n";
+  printer.result(text.str());
   return exit_pass;
 }
 

@@ -23,6 +23,7 @@
 #include "report/report.h"
 #include "run/runner.h"
 #include "sweep/isolation.h"
+#include "sweep/rank_group.h"
 
 namespace bitcheck {
 
@@ -142,6 +143,7 @@ SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry) {
 }
 
 int run_sweep(const SweepOptions& options, const Registry& registry) {
+  if (options.rank >= 0) return run_rank_worker(options, registry);
   if (!options.devices.empty()) return run_sweep_on_devices(options, registry);
   auto start = std::chrono::steady_clock::now();
   configure_device_backends(registry, options.cuda);

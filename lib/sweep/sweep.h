@@ -38,6 +38,15 @@ struct SweepOptions {
   // on the whole run: a shard leaves it to the merged report).
   bool require_coverage = false;
   Printer* printer = &terminal_printer();  // the summary, report paths, notes and progress
+  // A rank of a group of processes running cases at tp > 1 (rank_group.h): set by --rank r/n,
+  // --rank-dir and --rank-cases in the processes the parent starts.
+  int rank = -1;
+  int rank_count = 0;
+  std::string rank_dir;
+  std::string rank_cases;    // a file of case ids, one a line: the cases the group runs, in order
+  std::string rank_results;  // rank 0 appends each case's entry here, a line each
+  // How long a case of a rank group may take before the group is killed and the case is `error`.
+  double rank_case_timeout_seconds = 900;
 };
 
 // The exit code once --require-coverage has judged the report: the gaps are printed, and a run

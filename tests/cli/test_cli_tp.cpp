@@ -1,0 +1,133 @@
+// Tensor parallelism through the binary on the CPU backend: TP sizes as a case dimension, the
+// simulated collectives' orders (a ring drifts at 3 or more ranks, the fixed tree and the rank
+// chain hold), bad TP sizes refused, and a group of rank processes (test-only ranks meeting through
+// files) that records a crashed or hung rank's case as `error` and goes on.
+#include <catch2/catch.hpp>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_support.h"
+
+using nlohmann::json;
+
+namespace {
+
+std::map<std::string, json> by_id(const json& report) {
+  std::map<std::string, json> cases;
+  for (const auto& c : report["results"]) cases[c["id"].get<std::string>()] = c;
+  return cases;
+}
+
+// Sets environment variables for the commands run while it lives.
+class Environment {
+ public:
+  explicit Environment(std::vector<std::string> names) : names_(std::move(names)) {
+    for (const auto& name : names_) setenv(name.c_str(), "1", 1);
+  }
+  ~Environment() {
+    for (const auto& name : names_) unsetenv(name.c_str());
+  }
+  Environment(const Environment&) = delete;
+  Environment& operator=(const Environment&) = delete;
+
+ private:
+  std::vector<std::string> names_;
+};
+
+void write_spec(const TempDir& dir, const std::string& name, const std::string& text) {
+  std::ofstream(dir / name) << text;
+}
+
+}  // namespace
+
+TEST_CASE("all_reduce at tp 1, 2 and 4: the ring drifts only at 4 ranks, the fixed orders hold",
+          "[cli][tp]") {
+  TempDir dir;
+  write_spec(dir, "spec.json", R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "tp": [1, 2, 4], "batches": [1, 3, 16]},
+    "ops": {"all_reduce": {"shapes": [{"H": 256}]}}})");
+  Run run = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") +
+                                  " --backend cpu --no-progress --out " + quote(dir / "out"));
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == 0);
+  const json report = json::parse(read_file(dir / "out/report.json"));
+  const auto cases = by_id(report);
+  const std::string base = "all_reduce/IMPL/bf16/forward/H=256/M=16/seed=1";
+  auto verdict = [&](const std::string& impl, const std::string& tp) {
+    std::string id = base;
+    id.replace(id.find("IMPL"), 4, impl);
+    return cases.at(id + tp)["verdict"].get<std::string>();
+  };
+  CHECK(verdict("cpu-fixed-order", "") == "pass");
+  CHECK(verdict("cpu-fixed-order", "/tp=4") == "pass");
+  CHECK(verdict("cpu-rank-chain", "/tp=4") == "pass");
+  CHECK(verdict("cpu-ring", "/tp=2") == "pass");  // a sum of two values is commutative
+  CHECK(verdict("cpu-ring", "/tp=4") == "drift");
+  CHECK(verdict("cpu-rotating-chain", "/tp=4") == "drift");
+  CHECK(cases.at(base.substr(0, base.find("IMPL")) + "cpu-ring/bf16/forward/H=256/M=16/seed=1/tp=4")
+            .value("tp", 0) == 4);
+  // The matrix has a row per TP size.
+  const auto& ops = report["status_matrix"]["ops"];
+  CHECK(std::find(ops.begin(), ops.end(), "all_reduce tp=4") != ops.end());
+  // A control at tp 2 is not expected to drift, at tp 4 it is.
+  CHECK_FALSE(cases.at("all_reduce/cpu-ring/bf16/forward/H=256/M=16/seed=1/tp=2")
+                  .value("expected_to_drift", true));
+  CHECK(cases.at("all_reduce/cpu-ring/bf16/forward/H=256/M=16/seed=1/tp=4")
+            .value("expected_to_drift", false));
+}
+
+TEST_CASE("a TP size that is not 1, 2, 4 or 8 is bad input naming the file and the field",
+          "[cli][tp]") {
+  TempDir dir;
+  write_spec(dir, "spec.json", R"({"schema_version": 1,
+    "ops": {"all_reduce": {"shapes": [{"H": 256}], "tp": [1, 3]}}})");
+  Run run = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") +
+                                  " --backend cpu --no-progress --out " + quote(dir / "out"));
+  CHECK(run.exit_code == 2);
+  CHECK(run.err.find("spec.json") != std::string::npos);
+  CHECK(run.err.find("$.ops.all_reduce.tp[1]") != std::string::npos);
+  CHECK(run.err.find("1, 2, 4 or 8") != std::string::npos);
+  Run flag =
+      run_bitcheck(dir, "sweep --op all_reduce --tp 5 --backend cpu --out " + quote(dir / "out"));
+  CHECK(flag.exit_code == 2);
+  CHECK(flag.err.find("--tp") != std::string::npos);
+}
+
+TEST_CASE("a rank group: a crashed or hung rank makes its case error, and the sweep goes on",
+          "[cli][tp][isolation]") {
+  TempDir dir;
+  Environment enabled({"BITCHECK_TEST_IMPLS", "BITCHECK_TEST_RANKS"});
+  write_spec(dir, "spec.json", R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "tp": [1, 2, 4], "batches": [2, 5]},
+    "ops": {"all_reduce": {"shapes": [{"H": 64}],
+      "impls": ["test-ranks-fixed-order", "test-rank-crash", "test-rank-hang"]}}})");
+  Run run = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") +
+                                  " --devices a,b,c,d --rank-case-timeout 4 --no-progress --out " +
+                                  quote(dir / "out"));
+  INFO(run.out << run.err);
+  CHECK(run.exit_code == 3);  // the faulted cases are errors
+  const json report = json::parse(read_file(dir / "out/report.json"));
+  const auto cases = by_id(report);
+  CHECK(cases.size() == 3 * 3 * 2);  // every case is in the report
+  auto verdict = [&](const std::string& impl, int rows, const std::string& tp) {
+    return cases
+        .at("all_reduce/" + impl + "/bf16/forward/H=64/M=" + std::to_string(rows) + "/seed=1" + tp)
+        .at("verdict")
+        .get<std::string>();
+  };
+  for (int rows : {2, 5}) {
+    for (const std::string tp : {"", "/tp=2", "/tp=4"}) {
+      CHECK(verdict("test-ranks-fixed-order", rows, tp) == "pass");
+      CHECK(verdict("test-rank-crash", rows, tp) == (tp.empty() ? "pass" : "error"));
+      CHECK(verdict("test-rank-hang", rows, tp) == (tp.empty() ? "pass" : "error"));
+    }
+  }
+  const json& crashed = cases.at("all_reduce/test-rank-crash/bf16/forward/H=64/M=2/seed=1/tp=2");
+  CHECK(crashed["reason"].get<std::string>().find("rank 1") != std::string::npos);
+  CHECK(crashed["reason"].get<std::string>().find("signal 11") != std::string::npos);
+  const json& hung = cases.at("all_reduce/test-rank-hang/bf16/forward/H=64/M=2/seed=1/tp=4");
+  CHECK(hung["reason"].get<std::string>().find("no rank of the group finished") !=
+        std::string::npos);
+  CHECK(report["meta"]["rank_group"]["size"] == 4);
+  CHECK(report["meta"]["rank_group"]["faults"].size() == 8);
+}
