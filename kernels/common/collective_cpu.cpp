@@ -30,7 +30,8 @@ constexpr SimulatedKind kinds[] = {
      "part's owner: the order follows the message size, so it moves with the batch at 3 or more "
      "ranks"},
     {"cpu-rotating-chain", RankSum::rotating_chain, false, 3,
-     "control: a chain whose starting rank rotates with the message size (at 3 or more ranks)"},
+     "control: a chain from a rank that a hash of the message size picks, so it moves with the "
+     "batch (at 3 or more ranks)"},
 };
 
 class SimulatedCollective : public Impl {

@@ -11,6 +11,7 @@
 #include "common/collective.h"
 #include "common/gathered_sum.h"
 #include "common/nccl_ranks.h"
+#include "common/rank_sum.h"
 
 namespace bitcheck {
 namespace {
@@ -54,8 +55,8 @@ std::string description_of(Collective collective, Transport transport) {
       return "ncclAllGather of the contributions (an exact copy), then on every rank one thread "
              "per element sums the ranks in one balanced fp32 tree in rank order, rounded once";
     case Transport::gathered_rotating_chain:
-      return "control: ncclAllGather, then a chain in the dtype from the rank (message elements / "
-             "64) % tp, which rotates with the message size (at 3 or more ranks)";
+      return "control: ncclAllGather, then a chain in the dtype from a rank that a hash of the "
+             "message size picks, so it moves with the batch (at 3 or more ranks)";
   }
   return "";
 }
@@ -150,7 +151,7 @@ class NcclCollective : public Impl {
     if (kind_.transport == Transport::gathered_tree) {
       cuda::sum_gathered_fixed_tree(dtype, gathered.get(), sum.get(), count, tp, nullptr);
     } else {
-      const int start = static_cast<int>((count / 64) % static_cast<std::size_t>(tp));
+      const int start = rotating_start(static_cast<std::int64_t>(count), tp);
       cuda::sum_gathered_chain(dtype, gathered.get(), sum.get(), count, tp, start, nullptr);
     }
     cuda::synchronize();

@@ -52,13 +52,20 @@ float sum_ranks(RankSum sum, const std::vector<float>& values, DType dtype, std:
     case RankSum::fixed_tree:
       return round_to(dtype, tree(values.data(), static_cast<int>(ranks)));
     case RankSum::rotating_chain:
-      return chain(values, dtype, static_cast<std::size_t>((message_elements / 64) % ranks));
+      return chain(
+          values, dtype,
+          static_cast<std::size_t>(rotating_start(message_elements, static_cast<int>(ranks))));
   }
   throw std::logic_error("sum_ranks: unknown order");
 }
 
 float fixed_tree(const float* leaves, int count) {
   return tree(leaves, count);
+}
+
+int rotating_start(std::int64_t message_elements, int ranks) {
+  const std::uint64_t hashed = static_cast<std::uint64_t>(message_elements) * 0x9E3779B97F4A7C15ull;
+  return static_cast<int>((hashed >> 32) % static_cast<std::uint64_t>(ranks));
 }
 
 std::pair<int, int> rank_leaves(int count, int tp, int rank) {

@@ -20,10 +20,14 @@ enum class RankSum {
   // A balanced binary tree over the ranks in fp32, rounded to the dtype once (bitcheck's
   // fixed-order collective).
   fixed_tree,
-  // A control: the chain starts at the rank (message_elements / 64) % P, so its start rotates with
-  // the message size.
+  // A control: the chain starts at rotating_start(message_elements, P), a hash of the message
+  // size, so its start moves with the batch.
   rotating_chain,
 };
+
+// The rotating chain's first rank: a multiplicative hash of the message size, so that messages of
+// different sizes (M x H, whatever power of two H is) start at different ranks.
+int rotating_start(std::int64_t message_elements, int ranks);
 
 std::string to_string(RankSum sum);
 

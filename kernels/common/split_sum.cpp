@@ -11,8 +11,6 @@ std::string to_string(SplitOrder order) {
       return "fixed chunks";
     case SplitOrder::early_rounding:
       return "early rounding";
-    case SplitOrder::naive_pair:
-      return "naive pair";
     case SplitOrder::rank_chain:
       return "rank chain";
     case SplitOrder::ring:
@@ -35,11 +33,6 @@ float finish_split_sum(SplitOrder order, const std::vector<float>& leaves, int t
         ranks[static_cast<std::size_t>(rank)] = tp > 1 ? round_to(dtype, subtree) : subtree;
       }
       return round_to(dtype, fixed_tree(ranks.data(), tp));
-    }
-    case SplitOrder::naive_pair: {
-      float sum = 0.0f;
-      for (float value : leaves) sum += value;
-      return round_to(dtype, sum);
     }
     case SplitOrder::rank_chain:
     case SplitOrder::ring: {

@@ -19,9 +19,6 @@ enum class SplitOrder {
   // Control: the same chunks and tree, but each rank's subtree rounded to the dtype before the
   // collective finishes the tree: at tp = 1 nothing is rounded early, at tp > 1 it is.
   early_rounding,
-  // Control: each rank sums its share in index order in fp32 and the ranks' sums are added in rank
-  // order in fp32, rounded once: a plain GEMM at tp = 1 against GEMM + sum at tp = P.
-  naive_pair,
   // NCCL's: each rank's share in index order in fp32, rounded to the dtype (the rank's GEMM
   // output), then the ranks' values summed as `RankSum` orders them (chain or ring).
   rank_chain,

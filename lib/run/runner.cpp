@@ -645,7 +645,7 @@ class CasePipeline {
     inputs.threshold_of = [this](const std::string& output) -> const Threshold& {
       const auto [key, tensor] =
           op_.threshold_of ? op_.threshold_of(output) : std::make_pair(op_.tolerance_key, output);
-      return contract_.threshold(key, spec_.dtype_name, tensor);
+      return contract_.threshold_at_tp(key, spec_.tp, spec_.dtype_name, tensor);
     };
     inputs.nonfinite_rules.nan_matches_reference =
         spec_.special_values > 0 && contract_.special_values.nan == "match_reference_position";
