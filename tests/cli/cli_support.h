@@ -1,6 +1,6 @@
 // Helpers for the CLI tests: a temporary directory and running the bitcheck binary with captured
 // output and exit code. Every report a run leaves in its directory is checked against
-// reports/report.schema.json.
+// docs/report.schema.json.
 #pragma once
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -57,11 +57,11 @@ struct Run {
 // Checks one report against the schema; a report is a JSON object with "tool": "bitcheck".
 void check_report_valid(const std::string& path, const nlohmann::json& report) {
   static const schema_check::JsonSchema schema(
-      nlohmann::json::parse(read_file(source_dir + "/reports/report.schema.json")));
+      nlohmann::json::parse(read_file(source_dir + "/docs/report.schema.json")));
   std::vector<std::string> errors = schema.validate(report);
   std::string listed;
   for (std::size_t i = 0; i < errors.size() && i < 20; ++i) listed += "\n  " + errors[i];
-  INFO("report " << path << " violates reports/report.schema.json:" << listed);
+  INFO("report " << path << " violates docs/report.schema.json:" << listed);
   CHECK(errors.empty());
 }
 
