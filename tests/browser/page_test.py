@@ -229,7 +229,7 @@ def test_regression(binary, source_dir, work_dir):
     previous_path = os.path.join(work_dir, "previous.json")
     json.dump(report, open(report_path, "w"))
     json.dump(previous, open(previous_path, "w"))
-    bench_path = os.path.join(source_dir, "reports/gpu/nightly/bench/bench.json")
+    bench_path = os.path.join(source_dir, "tests/data/bench-h200.json")
     page_path = os.path.join(work_dir, "index.html")
     bitcheck(binary, "matrix", report_path, "--format", "html", "--previous", previous_path, "--bench", bench_path,
              "--out", page_path)
@@ -245,14 +245,14 @@ def test_regression(binary, source_dir, work_dir):
 
 def test_large(binary, source_dir, work_dir):
     # Every op, impl, dtype and pass of the default spec on the CPU backend: over 2,000 cases with
-    # drift findings (the controls), like a nightly; the bench is the committed GPU nightly's.
+    # drift findings (the controls), like a nightly; the bench is a GPU nightly's (tests/data/bench-h200.json).
     sweep_dir = os.path.join(work_dir, "sweep")
     bitcheck(binary, "sweep", "--op", "all", "--backend", "cpu", "--no-progress", "--out", sweep_dir)
     report_path = os.path.join(sweep_dir, "report.json")
     report = json.load(open(report_path))
     assert len(report["results"]) >= 2000, "the CPU sweep has fewer than 2,000 cases"
     page_path = os.path.join(work_dir, "index.html")
-    bench_path = os.path.join(source_dir, "reports/gpu/nightly/bench/bench.json")
+    bench_path = os.path.join(source_dir, "tests/data/bench-h200.json")
     bitcheck(binary, "matrix", report_path, "--format", "html", "--previous", report_path, "--bench", bench_path,
              "--out", page_path)
     size = os.path.getsize(page_path)

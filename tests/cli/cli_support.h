@@ -1,6 +1,6 @@
 // Helpers for the CLI tests: a temporary directory and running the bitcheck binary with captured
 // output and exit code. Every report a run leaves in its directory is checked against
-// reports/report.schema.json.
+// docs/report.schema.json.
 #pragma once
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -57,11 +57,11 @@ struct Run {
 // Checks one report against the schema; a report is a JSON object with "tool": "bitcheck".
 void check_report_valid(const std::string& path, const nlohmann::json& report) {
   static const schema_check::JsonSchema schema(
-      nlohmann::json::parse(read_file(source_dir + "/reports/report.schema.json")));
+      nlohmann::json::parse(read_file(source_dir + "/docs/report.schema.json")));
   std::vector<std::string> errors = schema.validate(report);
   std::string listed;
   for (std::size_t i = 0; i < errors.size() && i < 20; ++i) listed += "\n  " + errors[i];
-  INFO("report " << path << " violates reports/report.schema.json:" << listed);
+  INFO("report " << path << " violates docs/report.schema.json:" << listed);
   CHECK(errors.empty());
 }
 
@@ -82,12 +82,11 @@ void check_reports_in(const std::string& directory) {
   }
 }
 
-// Runs the binary with `args` (already quoted where needed), capturing stdout and stderr; then
-// checks the reports the run left in `dir` against the schema.
-Run run_bitcheck(const TempDir& dir, const std::string& args) {
-  const std::string command =
-      quote(binary) + " " + args + " > " + quote(dir / "stdout") + " 2> " + quote(dir / "stderr");
-  const int status = std::system(command.c_str());
+// Runs a shell command line, capturing stdout and stderr in `dir`; then checks the reports the run
+// left in `dir` against the schema.
+Run run_command(const TempDir& dir, const std::string& command) {
+  const std::string line = command + " > " + quote(dir / "stdout") + " 2> " + quote(dir / "stderr");
+  const int status = std::system(line.c_str());
   Run run;
   if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) run.exit_code = -WTERMSIG(status);
@@ -95,6 +94,11 @@ Run run_bitcheck(const TempDir& dir, const std::string& args) {
   run.err = read_file(dir / "stderr");
   check_reports_in(dir.path());
   return run;
+}
+
+// Runs the binary with `args` (already quoted where needed), as run_command does.
+[[maybe_unused]] Run run_bitcheck(const TempDir& dir, const std::string& args) {
+  return run_command(dir, quote(binary) + " " + args);
 }
 
 }  // namespace
