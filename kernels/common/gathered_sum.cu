@@ -4,6 +4,8 @@
 //                      rank order, rounded once. Nothing in the order depends on the message size,
 //                      the batch or the element's position: every element of every batch sums
 //                      (v0 + v1) + (v2 + v3) at 4 ranks.
+//   fp32_tree_kernel   the same tree over fp32 partials, rounded once to the output dtype (a TP
+//                      GEMM's chunk tree, finished across the ranks).
 //   chain_kernel       one thread per element: a chain in the dtype from rank `start` (the control
 //                      passes a start that moves with the message size).
 #include "common/convert.cuh"
@@ -32,6 +34,15 @@ __global__ void fixed_tree_kernel(const T* gathered, T* out, std::size_t count, 
   if (i >= count) return;
   float values[max_ranks];
   for (int r = 0; r < ranks; ++r) values[r] = to_float(gathered[r * count + i]);
+  out[i] = from_float<T>(tree(values, ranks));
+}
+
+template <typename T>
+__global__ void fp32_tree_kernel(const float* gathered, T* out, std::size_t count, int ranks) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= count) return;
+  float values[max_ranks];
+  for (int r = 0; r < ranks; ++r) values[r] = gathered[r * count + i];
   out[i] = from_float<T>(tree(values, ranks));
 }
 
@@ -70,6 +81,17 @@ void sum_gathered_fixed_tree(DeviceDType dtype, const void* gathered, void* out,
     using T = decltype(type);
     fixed_tree_kernel<T><<<blocks(count), threads, 0, static_cast<cudaStream_t>(stream)>>>(
         static_cast<const T*>(gathered), static_cast<T*>(out), count, ranks);
+  });
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+void sum_gathered_fp32_tree(DeviceDType out_dtype, const float* gathered, void* out,
+                            std::size_t count, int ranks, void* stream) {
+  if (count == 0) return;
+  by_dtype(out_dtype, [&](auto type) {
+    using T = decltype(type);
+    fp32_tree_kernel<T><<<blocks(count), threads, 0, static_cast<cudaStream_t>(stream)>>>(
+        gathered, static_cast<T*>(out), count, ranks);
   });
   BITCHECK_CUDA_LAUNCH_CHECK();
 }

@@ -183,7 +183,7 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
       const std::string fault =
           run_group(options, remaining, {devices.begin(), devices.begin() + size},
                     work_dir + "/group-" + std::to_string(attempt), results_path);
-      results = read_results(results_path);
+      for (auto& [id, entry] : read_results(results_path)) results[id] = std::move(entry);
       std::vector<CaseSpec> left;
       bool failed = fault.empty();
       for (const auto& c : remaining) {

@@ -44,7 +44,7 @@ TEST_CASE("all_reduce at tp 1, 2 and 4: the ring drifts only at 4 ranks, the fix
           "[cli][tp]") {
   TempDir dir;
   write_spec(dir, "spec.json", R"({"schema_version": 1,
-    "defaults": {"dtypes": ["bf16"], "tp": [1, 2, 4], "batches": [1, 3, 16]},
+    "defaults": {"dtypes": ["bf16"], "passes": ["forward"], "tp": [1, 2, 4], "batches": [1, 3, 16]},
     "ops": {"all_reduce": {"shapes": [{"H": 256}]}}})");
   Run run = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") +
                                   " --backend cpu --no-progress --out " + quote(dir / "out"));
@@ -98,7 +98,7 @@ TEST_CASE("a rank group: a crashed or hung rank makes its case error, and the sw
   TempDir dir;
   Environment enabled({"BITCHECK_TEST_IMPLS", "BITCHECK_TEST_RANKS"});
   write_spec(dir, "spec.json", R"({"schema_version": 1,
-    "defaults": {"dtypes": ["bf16"], "tp": [1, 2, 4], "batches": [2, 5]},
+    "defaults": {"dtypes": ["bf16"], "passes": ["forward"], "tp": [1, 2, 4], "batches": [2, 5]},
     "ops": {"all_reduce": {"shapes": [{"H": 64}],
       "impls": ["test-ranks-fixed-order", "test-rank-crash", "test-rank-hang"]}}})");
   Run run = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") +
@@ -130,4 +130,67 @@ TEST_CASE("a rank group: a crashed or hung rank makes its case error, and the sw
         std::string::npos);
   CHECK(report["meta"]["rank_group"]["size"] == 4);
   CHECK(report["meta"]["rank_group"]["faults"].size() == 8);
+}
+
+TEST_CASE("TP matmul on simulated ranks: fixed-order holds across TP sizes, the controls drift",
+          "[cli][tp]") {
+  TempDir dir;
+  write_spec(dir, "spec.json", R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "tp": [1, 2, 4], "batches": [3, 16]},
+    "ops": {"matmul": {"shapes": [{"N": 32, "K": 256}], "impls": [
+      "cpu-tp-row-fixed-order", "cpu-tp-row-rank-chain", "cpu-tp-row-ring",
+      "cpu-tp-row-early-rounding", "cpu-tp-row-naive-pair", "cpu-tp-column-fixed-order",
+      "cpu-tp-column-naive-pair"]}}})");
+  Run run = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") +
+                                  " --backend cpu --no-progress --out " + quote(dir / "out"));
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == 0);
+  const auto cases = by_id(json::parse(read_file(dir / "out/report.json")));
+  auto at = [&](const std::string& impl, const std::string& pass, int rows, int tp) {
+    return cases.at("matmul/" + impl + "/bf16/" + pass + "/K=256,N=32/M=" + std::to_string(rows) +
+                    "/seed=1" + (tp > 1 ? "/tp=" + std::to_string(tp) : ""));
+  };
+  auto across_tp = [](const json& c) {
+    std::size_t found = 0;
+    for (const auto& list :
+         {c.value("drift", json::array()), c.value("cross_tp_drift", json::array())})
+      for (const auto& d : list)
+        found += d["reference_layout"].get<std::string>().find("/tp=1") != std::string::npos;
+    return found;
+  };
+  for (int tp : {2, 4}) {
+    for (const std::string pass : {"forward", "backward"}) {
+      // fixed-order: the same bits at every tp, forward and backward.
+      const json fixed = at("cpu-tp-row-fixed-order", pass, 16, tp);
+      CHECK(fixed["verdict"] == "pass");
+      CHECK(across_tp(fixed) == 0);
+      CHECK(fixed["layouts_run"][0] == "alone/tp=1");
+      CHECK(at("cpu-tp-column-fixed-order", pass, 16, tp)["verdict"] == "pass");
+    }
+    // The rank chain holds in the batch; across TP sizes it differs, reported beside the verdict.
+    const json chain = at("cpu-tp-row-rank-chain", "forward", 16, tp);
+    CHECK(chain["verdict"] == "pass");
+    CHECK(chain.contains("cross_tp_drift"));
+    // The cross-TP controls drift in the pass whose sum crosses the ranks.
+    CHECK(at("cpu-tp-row-naive-pair", "forward", 16, tp)["verdict"] == "drift");
+    CHECK(at("cpu-tp-row-early-rounding", "forward", 16, tp)["verdict"] == "drift");
+    CHECK(at("cpu-tp-column-naive-pair", "backward", 16, tp)["verdict"] == "drift");
+    CHECK(at("cpu-tp-column-naive-pair", "forward", 16, tp)["verdict"] == "pass");
+  }
+  CHECK(at("cpu-tp-row-ring", "forward", 16, 4)["verdict"] == "drift");
+  CHECK(at("cpu-tp-row-naive-pair", "forward", 16, 1)["verdict"] == "pass");
+}
+
+TEST_CASE("a TP size that does not divide a split dim is bad input naming the file and the field",
+          "[cli][tp]") {
+  TempDir dir;
+  write_spec(dir, "spec.json", R"({"schema_version": 1,
+    "ops": {"matmul": {"shapes": [{"N": 32, "K": 36}], "tp": [1, 8],
+                       "impls": ["cpu-tp-row-fixed-order"]}}})");
+  Run run = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") +
+                                  " --backend cpu --no-progress --out " + quote(dir / "out"));
+  CHECK(run.exit_code == 2);
+  CHECK(run.err.find("spec.json") != std::string::npos);
+  CHECK(run.err.find("$.ops.matmul.tp") != std::string::npos);
+  CHECK(run.err.find("tp=8 does not divide K=36") != std::string::npos);
 }
