@@ -54,11 +54,15 @@ std::string executable_directory() {
   return std::filesystem::read_symlink("/proc/self/exe", ignored).parent_path().string();
 }
 
-// The profiler plugin, when it is found and NCCL_PROFILER_PLUGIN does not name another: NCCL loads
-// it by the path we set, and dlopen hands both of us the same copy.
+// The profiler plugin, when it is found and NCCL_PROFILER_PLUGIN names no other: NCCL loads it by
+// the path we set, and dlopen hands both of us the same copy. A rank process inherits the path its
+// parent set, and takes the plugin's recorder from it.
 void load_profiler(Library& library) {
-  if (std::getenv("NCCL_PROFILER_PLUGIN")) return;
   std::vector<std::string> candidates;
+  if (const char* named = std::getenv("NCCL_PROFILER_PLUGIN")) {
+    if (std::string(named).find("bitcheck-nccl-profiler") == std::string::npos) return;
+    candidates.push_back(named);
+  }
   if (const char* path = std::getenv("BITCHECK_NCCL_PROFILER")) candidates.push_back(path);
   const std::string here = executable_directory();
   candidates.push_back(here + "/libbitcheck-nccl-profiler.so");

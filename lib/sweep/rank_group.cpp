@@ -68,14 +68,23 @@ nlohmann::json error_entry(const CaseSpec& spec, const Registry& registry,
   return case_entry(result, registry);
 }
 
+// Kills every rank still running and reaps them; a rank stuck in the driver (uninterruptible) is
+// left to the system after a few seconds rather than holding up the sweep.
 void kill_group(std::vector<Rank>& ranks) {
   for (auto& rank : ranks) {
-    if (rank.done) continue;
-    kill(-rank.pid, SIGKILL);
-    int status = 0;
-    waitpid(rank.pid, &status, 0);
-    rank.done = true;
-    rank.exit_code = -SIGKILL;
+    if (!rank.done) kill(-rank.pid, SIGKILL);
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (auto& rank : ranks) {
+    while (!rank.done) {
+      int status = 0;
+      if (waitpid(rank.pid, &status, WNOHANG) == rank.pid || Clock::now() > deadline) {
+        rank.done = true;
+        rank.exit_code = -SIGKILL;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
 }
 
@@ -112,7 +121,8 @@ std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& 
     rank.pid = spawn_child(args, environment, rank.log_path);
   }
   std::size_t finished = read_results(results_path).size();
-  auto last_progress = Clock::now();
+  auto last_progress = Clock::now(), last_note = Clock::now();
+  Printer& printer = *options.printer;
   for (;;) {
     std::size_t running = 0;
     for (auto& rank : ranks) {
@@ -135,6 +145,11 @@ std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& 
     if (now_finished != finished) {
       finished = now_finished;
       last_progress = Clock::now();
+    }
+    if (Clock::now() - last_note > std::chrono::seconds(15)) {
+      last_note = Clock::now();
+      printer.note("rank group: " + std::to_string(finished) + " cases done, " +
+                   std::to_string(running) + " ranks running");
     }
     const double waited = std::chrono::duration<double>(Clock::now() - last_progress).count();
     if (waited > options.rank_case_timeout_seconds) {
@@ -247,8 +262,20 @@ int run_rank_worker(const SweepOptions& options, const Registry& registry) {
   Runner runner(registry, plan.contract);
   std::ofstream results;
   if (options.rank == 0) results.open(options.rank_results, std::ios::app);
-  for (const CaseSpec* c : cases) {
-    CaseResult result = runner.run_case(*c);
+  // Each case's start and end in the rank's log, so a group that stops shows where each rank was.
+  const auto start = Clock::now();
+  auto stamp = [&] {
+    return std::to_string(
+               static_cast<int>(std::chrono::duration<double>(Clock::now() - start).count())) +
+           " s";
+  };
+  Printer& printer = *options.printer;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    printer.note("rank " + std::to_string(options.rank) + " [" + std::to_string(i + 1) + "/" +
+                 std::to_string(cases.size()) + "] " + stamp() + " start " + cases[i]->id());
+    CaseResult result = runner.run_case(*cases[i]);
+    printer.note("rank " + std::to_string(options.rank) + " " + stamp() + " " +
+                 to_string(result.verdict) + (result.reason.empty() ? "" : ": " + result.reason));
     if (options.rank != 0) continue;
     results << case_entry(result, registry).dump() << "\n" << std::flush;
   }
