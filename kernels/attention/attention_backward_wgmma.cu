@@ -1,7 +1,14 @@
-// The attention backward on wgmma (sm_90a): the same two kernels and the same sums as the mma.sync
-// backward of attention_kernels.cu (dq per 64-query tile over key blocks in order; dk, dv per
-// 64-key tile over the heads of the group in order and, per head, over query blocks from the key's
-// own block to the end of the sequence), with each block's products issued as warpgroup MMAs.
+// The attention backward on wgmma (sm_90a; bf16/fp16, head dim 64 or 128): the same two kernels
+// and the same sums as the mma.sync backward of attention_backward_mma_simt.cu (dq per 64-query
+// tile over key blocks in order; dk, dv per 64-key tile over the heads of the group in order and,
+// per head, over query blocks from the key's own block to the end of the sequence), with each
+// block's products issued as warpgroup MMAs. attention_backward_mma (attention_plan.cu) runs
+// delta_kernel first and records the path.
+//
+// Kernels:
+//   dq_wgmma_kernel<T, 64>, dkdv_wgmma_kernel<T, 64>  a warpgroup per 64-row tile: backward.wgmma
+//   dq_pair_kernel<T, 128>, dkdv_pair_kernel<T, 128>  two warpgroups on a 128-row pair of tiles:
+//                                                     backward.wgmma.paired
 //
 // What keeps a row's bits independent of the batch: a warpgroup holds one tile of 64 rows of one
 // sequence, starting at a multiple of 64 (AttentionBackwardTile), so the blocks a row
@@ -26,15 +33,13 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "attention_backward_device.cuh"
 #include "attention_device.cuh"
 #include "attention_kernels.h"
+#include "attention_launchers.h"
 #include "common/async_copy.cuh"
 #include "common/cuda_check.cuh"
 #include "common/wgmma.cuh"
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define BITCHECK_ATTENTION_BACKWARD_SM90A 1
-#endif
 
 namespace bitcheck::cuda {
 namespace {
@@ -65,7 +70,7 @@ struct WgmmaBackwardTile {
 template <typename T, int D>
 __device__ __forceinline__ void rs_m64nd(float (&acc)[D / 8][4], const std::uint32_t (&a)[4],
                                          std::uint64_t b) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   if constexpr (D == 128) {
     wgmma::rs_m64n128k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), a, b);
   } else {
@@ -82,7 +87,7 @@ template <typename T, int D>
 __device__ __forceinline__ void paired_scores(float (&s)[8][4], float (&dp)[8][4], std::uint64_t a1,
                                               std::uint64_t b1, std::uint64_t a2,
                                               std::uint64_t b2) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   constexpr int panel = WgmmaBackwardTile<T, D>::panel_bytes;
   wgmma::fence();
 #pragma unroll
@@ -102,7 +107,7 @@ __device__ __forceinline__ void paired_scores(float (&s)[8][4], float (&dp)[8][4
 #endif
 }
 
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
 // The descriptor of a K-major operand of paired_scores at a shared-memory address.
 __device__ __forceinline__ std::uint64_t operand_descriptor(std::uint32_t address) {
   return wgmma::descriptor(address, 16, 1024);
@@ -120,7 +125,7 @@ __device__ __forceinline__ void issue_block_products(float (&acc)[D / 8][4],
   for (int kc = 0; kc < 4; ++kc) rs_m64nd<T, D>(acc, a[kc], wgmma::advance(base, kc * 128));
 }
 
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
 // One key block of dq for a warpgroup of the paired kernels (dq_wgmma_kernel writes the same steps
 // out): S = Q·Kᵀ and dP = dO·Vᵀ, then p = 2^(s·scale·log2 e − lse·log2 e), ds = p·(dp − delta),
 // masked to 0 by the row's own position where the block reaches past the warp's first row, and
@@ -239,7 +244,7 @@ __global__ void __launch_bounds__(128, 2)
     dq_wgmma_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                     const float* delta, T* dq, const AttentionBackwardTile* tiles,
                     AttentionShape shape) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   using Tile = WgmmaBackwardTile<T, D>;
   constexpr int BN = Tile::block, threads = Tile::threads;
   extern __shared__ unsigned char shared_raw[];
@@ -347,7 +352,7 @@ __global__ void __launch_bounds__(128, 3)
     dkdv_wgmma_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                       const float* delta, T* dk, T* dv, const AttentionBackwardTile* tiles,
                       AttentionShape shape) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   using Tile = WgmmaBackwardTile<T, D>;
   constexpr int BM = Tile::block, threads = Tile::threads;
   extern __shared__ unsigned char shared_raw[];
@@ -512,7 +517,7 @@ struct PairRows {
       : start(tile.start_position + 64 * w), count(min(64, tile.count - 64 * w)) {}
 };
 
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
 // The stages of a paired CTA: each stage's full mbarrier (every thread arrives once its copies of
 // the step land) and empty mbarrier (every warp arrives once its products are done with it), right
 // after the stages in shared memory. Step n uses stage n % Stages, for the (n / Stages)-th time.
@@ -583,7 +588,7 @@ __global__ void __launch_bounds__(256, 1)
     dq_pair_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                    const float* delta, T* dq, const AttentionBackwardTile* tiles,
                    AttentionShape shape) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   using Tile = WgmmaPairTile<T, D>;
   constexpr int BN = Tile::block, S = Tile::stages, ahead = Tile::ahead;
   constexpr int tile_bytes = Tile::tile_bytes;
@@ -685,7 +690,7 @@ __global__ void __launch_bounds__(256, 1)
     dkdv_pair_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                      const float* delta, T* dk, T* dv, const AttentionBackwardTile* tiles,
                      AttentionShape shape) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   using Tile = WgmmaPairTile<T, D>;
   constexpr int BM = Tile::block, S = Tile::stages, ahead = Tile::ahead;
   constexpr int tile_bytes = Tile::tile_bytes;
@@ -803,26 +808,19 @@ void launch(const T* q, const T* k, const T* v, const float* lse, const T* dout,
 
 }  // namespace
 
-void attention_backward_wgmma(DeviceDType dtype, const void* q, const void* k, const void* v,
-                              const float* lse, const void* dout, const float* delta, void* dq,
-                              void* dk, void* dv, const AttentionBackwardTiles& tiles,
-                              AttentionShape shape, CUstream_st* stream) {
-  auto run = [&](auto tag, auto dim) {
-    using T = decltype(tag);
-    constexpr int D = decltype(dim)::value;
-    launch<T, D>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), lse,
-                 static_cast<const T*>(dout), delta, static_cast<T*>(dq), static_cast<T*>(dk),
-                 static_cast<T*>(dv), tiles, shape, stream);
-  };
-  using Dim64 = std::integral_constant<int, 64>;
-  using Dim128 = std::integral_constant<int, 128>;
-  if (dtype == DeviceDType::bf16) {
-    shape.dim == 64 ? run(__nv_bfloat16{}, Dim64{}) : run(__nv_bfloat16{}, Dim128{});
-  } else if (dtype == DeviceDType::fp16) {
-    shape.dim == 64 ? run(__half{}, Dim64{}) : run(__half{}, Dim128{});
-  } else {
+void launch_backward_wgmma(DeviceDType dtype, const void* q, const void* k, const void* v,
+                           const float* lse, const void* dout, const float* delta, void* dq,
+                           void* dk, void* dv, const AttentionBackwardTiles& tiles,
+                           AttentionShape shape, CUstream_st* stream) {
+  if (dtype != DeviceDType::bf16 && dtype != DeviceDType::fp16)
     throw std::invalid_argument("attention backward (wgmma): bf16/fp16 only");
-  }
+  dispatch_tensor_core(dtype, shape.dim, [&](auto tag, auto dim) {
+    using T = decltype(tag);
+    launch<T, decltype(dim)::value>(static_cast<const T*>(q), static_cast<const T*>(k),
+                                    static_cast<const T*>(v), lse, static_cast<const T*>(dout),
+                                    delta, static_cast<T*>(dq), static_cast<T*>(dk),
+                                    static_cast<T*>(dv), tiles, shape, stream);
+  });
 }
 
 }  // namespace bitcheck::cuda
