@@ -292,85 +292,57 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
   T* k_s = do_s + Tile::elements;  // [stages][keys][stride]
   T* v_s = k_s + 2 * Tile::elements;
 
-  const AttentionBackwardTile tile = tiles[blockIdx.x / shape.heads];
-  const int h = static_cast<int>(blockIdx.x % shape.heads),
-            kv_head = h / (shape.heads / shape.kv_heads);
-  const int warp = static_cast<int>(threadIdx.x) / warp_size,
-            lane = static_cast<int>(threadIdx.x) % warp_size;
-  const int g = lane >> 2, t = lane & 3;
-  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
-                     kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
-  const int last_position = tile.start_position + tile.count - 1, last_block = last_position / BN;
-  const T* k_sequence = k + tile.sequence_slot * kv_stride + kv_head * D;  // key of position 0
-  const T* v_sequence = v + tile.sequence_slot * kv_stride + kv_head * D;
+  const HeadTileCta<AttentionBackwardTile, D, BN> cta(tiles, shape);
+  const AttentionBackwardTile& tile = cta.tile;
+  const CtaThread<D>& thread = cta.thread;
+  const T* k_sequence =
+      k + tile.sequence_slot * thread.kv_stride + cta.kv_head * D;  // key of position 0
+  const T* v_sequence = v + tile.sequence_slot * thread.kv_stride + cta.kv_head * D;
   auto load_block = [&](int block, int stage) {  // keys past the tile's last query become zeros
-    const int valid_keys = last_position - block * BN + 1;
-    load_rows_async<T, D, BN, Tile::threads>(
-        k_s + stage * Tile::elements, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
-    load_rows_async<T, D, BN, Tile::threads>(
-        v_s + stage * Tile::elements, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    load_kv_block<false, T, D, BN, Tile::threads>(k_s, v_s, Tile::elements, stage, k_sequence,
+                                                  v_sequence, thread.kv_stride, block,
+                                                  cta.last_position);
   };
 
-  load_rows_async<T, D, Tile::rows, Tile::threads>(q_s, q + tile.first_slot * q_stride + h * D,
-                                                   q_stride, tile.count);
-  load_rows_async<T, D, Tile::rows, Tile::threads>(do_s, dout + tile.first_slot * q_stride + h * D,
-                                                   q_stride, tile.count);
+  load_rows_async<T, D, Tile::rows, Tile::threads>(
+      q_s, q + tile.first_slot * thread.q_stride + cta.h * D, thread.q_stride, tile.count);
+  load_rows_async<T, D, Tile::rows, Tile::threads>(
+      do_s, dout + tile.first_slot * thread.q_stride + cta.h * D, thread.q_stride, tile.count);
   load_block(0, 0);
   copy_async_commit();
 
-  const int r0 = warp * 16;
+  const int r0 = thread.warp * 16;
   const int warp_first_position = tile.start_position + r0;
-  const int position[2] = {warp_first_position + g, warp_first_position + g + 8};
+  const int position[2] = {warp_first_position + thread.g, warp_first_position + thread.g + 8};
   const int warp_last_position =
       r0 < tile.count ? tile.start_position + min(r0 + 15, tile.count - 1) : -1;
   const float scale_log2 = shape.scale * log2_e;
   float lse_log2[2], row_delta[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = r0 + g + 8 * r;
-    const std::int64_t at = (tile.first_slot + row) * static_cast<std::int64_t>(shape.heads) + h;
-    lse_log2[r] = row < tile.count ? __fmul_rn(lse[at], log2_e) : 0.0f;
-    row_delta[r] = row < tile.count ? delta[at] : 0.0f;
-  }
+  load_row_lse_delta(lse_log2, row_delta, lse, delta, tile, shape.heads, cta.h, r0, thread.g);
   const unsigned q_lane =
-      shared_address(q_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
+      shared_address(q_s + r0 * stride) + a_lane_offset<stride, element_bytes>(thread.lane);
   const unsigned do_lane =
-      shared_address(do_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
+      shared_address(do_s + r0 * stride) + a_lane_offset<stride, element_bytes>(thread.lane);
   const unsigned k_lane =
-      shared_address(k_s) + b_lane_offset<stride, element_bytes>(lane);  // K as B of S
+      shared_address(k_s) + b_lane_offset<stride, element_bytes>(thread.lane);  // K as B of S
   const unsigned v_lane =
-      shared_address(v_s) + b_lane_offset<stride, element_bytes>(lane);  // V as B of dP
+      shared_address(v_s) + b_lane_offset<stride, element_bytes>(thread.lane);  // V as B of dP
   const unsigned k_trans_lane =
-      shared_address(k_s) + a_lane_offset<stride, element_bytes>(lane);  // K as B of dQ
+      shared_address(k_s) + a_lane_offset<stride, element_bytes>(thread.lane);  // K as B of dQ
 
   float acc[D / 8][4];
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+  clear_accumulators(acc);
 
-  for (int block = 0; block <= last_block; ++block) {
-    copy_async_wait_all();  // this thread's copies of the block have landed
-    __syncthreads();        // everyone's have, and nobody still reads the other stage
-    if (block < last_block) load_block(block + 1, (block + 1) & 1);
-    copy_async_commit();
+  for (int block = 0; block <= cta.last_block; ++block) {
+    two_stage_block(block, cta.last_block, load_block);
     if (block * BN > warp_last_position) continue;
     const unsigned stage_offset = static_cast<unsigned>((block & 1) * stage_bytes);
 
     float s[BN / 8][4], dp[BN / 8][4];
     paired_products<T, D, BN, row_bytes, element_bytes>(s, dp, q_lane, do_lane, k_lane, v_lane,
                                                         stage_offset);
-    // ds in place of s; the causal mask by the row's own position, needed only where the block
-    // reaches past the warp's first row.
-    const bool diagonal = block * BN + BN - 1 > warp_first_position;
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const bool masked = diagonal && block * BN + nt * 8 + 2 * t + (e & 1) > position[r];
-        const float p = fast_exp2(__fmaf_rn(s[nt][e], scale_log2, -lse_log2[r]));
-        s[nt][e] = masked ? 0.0f : __fmul_rn(p, __fsub_rn(dp[nt][e], row_delta[r]));
-      }
-    }
+    key_block_ds<BN>(s, dp, block, warp_first_position, position, thread.t, scale_log2, lse_log2,
+                     row_delta);
     // dQ += dS·K: K's B-fragments (keys x dims) through ldmatrix.trans.
 #pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc) {
@@ -389,8 +361,8 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
   if (r0 >= tile.count) return;  // padding only; no barrier follows
   // Only this warp ever read its Q rows: stage dq there.
   store_warp_rows<T, D>(q_s + r0 * stride, acc, shape.scale,
-                        dq + (tile.first_slot + r0) * q_stride + h * D, q_stride, tile.count - r0,
-                        lane);
+                        dq + (tile.first_slot + r0) * thread.q_stride + cta.h * D, thread.q_stride,
+                        tile.count - r0, thread.lane);
 }
 
 // dk, dv: one CTA per (key tile, kv head). Warp w owns tile keys 16w..16w+15 (lane: keys g, g + 8).
@@ -417,65 +389,42 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
   float* lse_s = reinterpret_cast<float*>(v_s + Tile::elements);  // [stages][queries], times log2 e
   float* delta_s = lse_s + 2 * BM;                                // [stages][queries]
 
-  const AttentionBackwardTile tile = tiles[blockIdx.x / shape.kv_heads];
-  const int kv_head = static_cast<int>(blockIdx.x % shape.kv_heads),
-            group = shape.heads / shape.kv_heads;
-  const int warp = static_cast<int>(threadIdx.x) / warp_size,
-            lane = static_cast<int>(threadIdx.x) % warp_size;
-  const int g = lane >> 2, t = lane & 3;
-  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
-                     kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
-  const BackwardKeySteps<BM> steps(tile, kv_head, group);
-  auto load_step = [&](int step, int stage) {  // queries past the sequence become zeros
-    const int h = steps.head(step), first_query = steps.first_query(step);
-    const int valid_queries = tile.sequence_length - first_query;
-    const std::int64_t first_row = tile.sequence_slot + first_query;
-    load_rows_async<T, D, BM, Tile::threads>(
-        q_s + stage * Tile::elements, q + first_row * q_stride + h * D, q_stride, valid_queries);
-    load_rows_async<T, D, BM, Tile::threads>(do_s + stage * Tile::elements,
-                                             dout + first_row * q_stride + h * D, q_stride,
-                                             valid_queries);
-    stage_lse_delta<BM>(lse_s + stage * BM, delta_s + stage * BM, lse, delta, first_row,
-                        shape.heads, h, valid_queries);
+  const KeyTileCta<D, BM> cta(tiles, shape);
+  const AttentionBackwardTile& tile = cta.tile;
+  const CtaThread<D>& thread = cta.thread;
+  auto load_step = [&](int step, int stage) {
+    cta.template load_step<false, T, Tile::threads>(q_s, do_s, Tile::elements, lse_s, delta_s, step,
+                                                    stage, q, dout, lse, delta, shape.heads);
   };
 
-  load_rows_async<T, D, Tile::rows, Tile::threads>(
-      k_s, k + tile.first_slot * kv_stride + kv_head * D, kv_stride, tile.count);
-  load_rows_async<T, D, Tile::rows, Tile::threads>(
-      v_s, v + tile.first_slot * kv_stride + kv_head * D, kv_stride, tile.count);
+  cta.template load_keys<false, T, Tile::rows, Tile::threads>(k_s, v_s, k, v);
   load_step(0, 0);
   copy_async_commit();
 
-  const int r0 = warp * 16;
-  const int key_position[2] = {tile.start_position + r0 + g, tile.start_position + r0 + g + 8};
+  const int r0 = thread.warp * 16;
+  const int key_position[2] = {tile.start_position + r0 + thread.g,
+                               tile.start_position + r0 + thread.g + 8};
   const float scale_log2 = shape.scale * log2_e;
   const unsigned k_lane =
-      shared_address(k_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
+      shared_address(k_s + r0 * stride) + a_lane_offset<stride, element_bytes>(thread.lane);
   const unsigned v_lane =
-      shared_address(v_s + r0 * stride) + a_lane_offset<stride, element_bytes>(lane);
+      shared_address(v_s + r0 * stride) + a_lane_offset<stride, element_bytes>(thread.lane);
   const unsigned q_lane =
-      shared_address(q_s) + b_lane_offset<stride, element_bytes>(lane);  // Q as B of Sᵀ
+      shared_address(q_s) + b_lane_offset<stride, element_bytes>(thread.lane);  // Q as B of Sᵀ
   const unsigned do_lane =
-      shared_address(do_s) + b_lane_offset<stride, element_bytes>(lane);  // dO as B of dPᵀ
+      shared_address(do_s) + b_lane_offset<stride, element_bytes>(thread.lane);  // dO as B of dPᵀ
   const unsigned q_trans_lane =
-      shared_address(q_s) + a_lane_offset<stride, element_bytes>(lane);  // Q as B of dK
+      shared_address(q_s) + a_lane_offset<stride, element_bytes>(thread.lane);  // Q as B of dK
   const unsigned do_trans_lane =
-      shared_address(do_s) + a_lane_offset<stride, element_bytes>(lane);  // dO as B of dV
+      shared_address(do_s) + a_lane_offset<stride, element_bytes>(thread.lane);  // dO as B of dV
 
   float dk_acc[D / 8][4], dv_acc[D / 8][4];
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk_acc[dt][e] = dv_acc[dt][e] = 0.0f;
-  }
+  clear_accumulators(dk_acc, dv_acc);
 
-  for (int step = 0; step < steps.count; ++step) {
-    copy_async_wait_all();  // this thread's copies of the step have landed
-    __syncthreads();  // everyone's (and the lse, delta stores) have; nobody reads the other stage
-    if (step + 1 < steps.count) load_step(step + 1, (step + 1) & 1);
-    copy_async_commit();
-    if (r0 >= tile.count) continue;  // padding keys only
-    const int stage = step & 1, first_query = steps.first_query(step);
+  for (int step = 0; step < cta.steps.count; ++step) {
+    two_stage_step(step, cta.steps.count, load_step);  // its barrier: the lse, delta stores too
+    if (r0 >= tile.count) continue;                    // padding keys only
+    const int stage = step & 1, first_query = cta.steps.first_query(step);
     const unsigned stage_offset = static_cast<unsigned>(stage * stage_bytes);
     const float* lse_step = lse_s + stage * BM;
     const float* delta_step = delta_s + stage * BM;
@@ -492,7 +441,8 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
       for (int nt = 0; nt < QP / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int column = part * QP + nt * 8 + 2 * t + (e & 1), query = first_query + column;
+          const int column = part * QP + nt * 8 + 2 * thread.t + (e & 1),
+                    query = first_query + column;
           const bool masked = query < key_position[e >> 1] || query >= tile.sequence_length;
           const float p = fast_exp2(__fmaf_rn(s[nt][e], scale_log2, -lse_step[column]));
           const float ds = __fmul_rn(p, __fsub_rn(dp[nt][e], delta_step[column]));
@@ -522,11 +472,12 @@ __global__ void __launch_bounds__(BackwardTile<T, D>::threads, 2)
   }
   if (r0 >= tile.count) return;  // padding only; no barrier follows
   // Only this warp ever read its K and V rows: stage dk and dv there.
-  const std::int64_t out_row = tile.first_slot * kv_stride + kv_head * D + r0 * kv_stride;
-  store_warp_rows<T, D>(k_s + r0 * stride, dk_acc, shape.scale, dk + out_row, kv_stride,
-                        tile.count - r0, lane);
-  store_warp_rows<T, D>(v_s + r0 * stride, dv_acc, 1.0f, dv + out_row, kv_stride, tile.count - r0,
-                        lane);
+  const std::int64_t out_row =
+      tile.first_slot * thread.kv_stride + cta.kv_head * D + r0 * thread.kv_stride;
+  store_warp_rows<T, D>(k_s + r0 * stride, dk_acc, shape.scale, dk + out_row, thread.kv_stride,
+                        tile.count - r0, thread.lane);
+  store_warp_rows<T, D>(v_s + r0 * stride, dv_acc, 1.0f, dv + out_row, thread.kv_stride,
+                        tile.count - r0, thread.lane);
 }
 
 template <typename T, int D>

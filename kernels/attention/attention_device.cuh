@@ -208,6 +208,103 @@ __device__ __forceinline__ void load_packed_queries_async(
   }
 }
 
+// This thread's warp and lane in a CTA of warps, the lane's rows g, g + 8 and columns 2t, 2t + 1
+// in an mma accumulator, and the elements between two slots' rows of q-shaped ([slots, heads, D])
+// and k-shaped ([slots, kv_heads, D]) tensors.
+template <int D>
+struct CtaThread {
+  int warp, lane, g, t;
+  std::int64_t q_stride, kv_stride;
+  __device__ __forceinline__ explicit CtaThread(AttentionShape shape)
+      : warp(static_cast<int>(threadIdx.x) / warp_size),
+        lane(static_cast<int>(threadIdx.x) % warp_size),
+        g(lane >> 2),
+        t(lane & 3),
+        q_stride(static_cast<std::int64_t>(shape.heads) * D),
+        kv_stride(static_cast<std::int64_t>(shape.kv_heads) * D) {}
+};
+
+// A CTA over one head h of one tile of query rows (blockIdx.x = tile index * heads + h), which
+// streams the blocks of BN keys of the tile's sequence from position 0 to its last row's block
+// (the forward and the dq kernels), and this thread in it. The members are in the order the
+// kernels compute them: another order changes the kernels' compiled code.
+template <typename Tile, int D, int BN>
+struct HeadTileCta {
+  Tile tile;
+  int h, kv_head;
+  CtaThread<D> thread;
+  int last_position, last_block;
+  __device__ __forceinline__ HeadTileCta(const Tile* tiles, AttentionShape shape)
+      : tile(tiles[blockIdx.x / shape.heads]),
+        h(static_cast<int>(blockIdx.x % shape.heads)),
+        kv_head(h / (shape.heads / shape.kv_heads)),
+        thread(shape),
+        last_position(tile.start_position + tile.count - 1),
+        last_block(last_position / BN) {}
+};
+
+// `rows` rows of D elements (row r at source + r * row_stride, rows at or past valid_rows as
+// zeros) copied by `threads` threads: load_rows_async's padded rows of D + 8 (the mma.sync
+// kernels) or, Swizzled, load_swizzled_async's 128-byte swizzled panels (the wgmma kernels).
+template <bool Swizzled, typename T, int D, int rows, int threads, typename Shared>
+__device__ __forceinline__ void load_tile_rows(Shared* shared, const T* source,
+                                               std::int64_t row_stride, int valid_rows) {
+  if constexpr (Swizzled) {
+    load_swizzled_async<T, D, rows, threads>(shared, source, row_stride, valid_rows);
+  } else {
+    load_rows_async<T, D, rows, threads>(shared, source, row_stride, valid_rows);
+  }
+}
+
+// Keys block * BN .. of a sequence (key 0's rows at k_sequence and v_sequence, kv_stride elements
+// apart) into stage `stage` of the K and V buffers at k_s and v_s (stage_size elements or bytes
+// each) by load_tile_rows, keys past last_position (the CTA's last query) as zeros.
+template <bool Swizzled, typename T, int D, int BN, int threads, typename Shared>
+__device__ __forceinline__ void load_kv_block(Shared* k_s, Shared* v_s, int stage_size, int stage,
+                                              const T* k_sequence, const T* v_sequence,
+                                              std::int64_t kv_stride, int block,
+                                              int last_position) {
+  const int valid_keys = last_position - block * BN + 1;
+  load_tile_rows<Swizzled, T, D, BN, threads>(
+      k_s + stage * stage_size, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+  load_tile_rows<Swizzled, T, D, BN, threads>(
+      v_s + stage * stage_size, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+}
+
+// The top of step `step` of a two-stage cp.async pipeline of `count` steps: this thread's copies
+// of the step have landed, then everyone's (the barrier: nobody still reads the other stage), and
+// the copies of step + 1 into the other stage are under way (load(next step, its stage)).
+template <typename Load>
+__device__ __forceinline__ void two_stage_step(int step, int count, Load& load) {
+  copy_async_wait_all();
+  __syncthreads();
+  if (step + 1 < count) load(step + 1, (step + 1) & 1);
+  copy_async_commit();
+}
+// The same over key blocks 0..last_block.
+template <typename Load>
+__device__ __forceinline__ void two_stage_block(int block, int last_block, Load& load) {
+  copy_async_wait_all();
+  __syncthreads();
+  if (block < last_block) load(block + 1, (block + 1) & 1);
+  copy_async_commit();
+}
+
+// A warp's accumulator rows set to zero; two of them in one pass.
+template <int N>
+__device__ __forceinline__ void clear_accumulators(float (&a)[N][4]) {
+#pragma unroll
+  for (int dt = 0; dt < N; ++dt) a[dt][0] = a[dt][1] = a[dt][2] = a[dt][3] = 0.0f;
+}
+template <int N>
+__device__ __forceinline__ void clear_accumulators(float (&a)[N][4], float (&b)[N][4]) {
+#pragma unroll
+  for (int dt = 0; dt < N; ++dt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) a[dt][e] = b[dt][e] = 0.0f;
+  }
+}
+
 // How far (log2 units: the exponent of p) a block's row max may rise above the row's reference max
 // before the reference moves to it. Below that the reference stays, alpha is exactly 1 and the
 // accumulator is not rescaled; p = 2^(s scale log2 e - m scale log2 e) is then at most 2^8, which

@@ -93,70 +93,62 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
   T* k_s = q_s + Tile::q_elements;            // [stages][keys][stride]
   T* v_s = k_s + Tile::stages * Tile::kv_elements;
 
-  const AttentionTile tile = tiles[blockIdx.x / shape.heads];
-  const int h = static_cast<int>(blockIdx.x % shape.heads),
-            kv_head = h / (shape.heads / shape.kv_heads);
-  const int warp = static_cast<int>(threadIdx.x) / warp_size,
-            lane = static_cast<int>(threadIdx.x) % warp_size;
-  const int g = lane >> 2, t = lane & 3;
-  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
-                     kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
-  const int last_position = tile.start_position + tile.count - 1, last_block = last_position / BN;
-  const T* q_tile = q + tile.first_slot * q_stride + h * D;
-  const T* k_sequence = k_cache + tile.cache_base * kv_stride + kv_head * D;  // key of position 0
-  const T* v_sequence = v_cache + tile.cache_base * kv_stride + kv_head * D;
+  const HeadTileCta<AttentionTile, D, BN> cta(tiles, shape);
+  const AttentionTile& tile = cta.tile;
+  const CtaThread<D>& thread = cta.thread;
+  const T* q_tile = q + tile.first_slot * thread.q_stride + cta.h * D;
+  const T* k_sequence =
+      k_cache + tile.cache_base * thread.kv_stride + cta.kv_head * D;  // key of position 0
+  const T* v_sequence = v_cache + tile.cache_base * thread.kv_stride + cta.kv_head * D;
   auto load_block = [&](int block, int stage) {  // keys past the tile's last query become zeros
-    const int valid_keys = last_position - block * BN + 1;
-    load_rows_async<T, D, BN, Tile::threads>(k_s + stage * Tile::kv_elements,
-                                             k_sequence + block * BN * kv_stride, kv_stride,
-                                             valid_keys);
-    load_rows_async<T, D, BN, Tile::threads>(v_s + stage * Tile::kv_elements,
-                                             v_sequence + block * BN * kv_stride, kv_stride,
-                                             valid_keys);
+    load_kv_block<false, T, D, BN, Tile::threads>(k_s, v_s, Tile::kv_elements, stage, k_sequence,
+                                                  v_sequence, thread.kv_stride, block,
+                                                  cta.last_position);
   };
 
-  load_rows_async<T, D, Tile::queries, Tile::threads>(q_s, q_tile, q_stride, tile.count);
+  load_rows_async<T, D, Tile::queries, Tile::threads>(q_s, q_tile, thread.q_stride, tile.count);
   load_block(0, 0);
   copy_async_commit();
   copy_async_wait_all();
   __syncthreads();
 
-  const int r0 = warp * 16;
+  const int r0 = thread.warp * 16;
   std::uint32_t qa[D / 16][4];
   {
     // A-fragment of rows r0..r0+15, dims 16kc..16kc+15: matrices (rows 0-7 | 8-15) x (dims 0-7 |
     // 8-15).
     const unsigned q_lane =
-        shared_address(q_s) + ((r0 + (lane & 15)) * stride + (lane >> 4) * 8) * element_bytes;
+        shared_address(q_s) +
+        ((r0 + (thread.lane & 15)) * stride + (thread.lane >> 4) * 8) * element_bytes;
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc) ldmatrix_x4(qa[kc], q_lane + kc * 16 * element_bytes);
   }
   // K B-fragments for key tiles 2j, 2j + 1: matrices (keys 0-7, dims 0-7 | 8-15), (keys 8-15, ...).
   const unsigned k_lane =
       shared_address(k_s) +
-      (((lane & 7) + ((lane >> 4) << 3)) * stride + ((lane >> 3) & 1) * 8) * element_bytes;
+      (((thread.lane & 7) + ((thread.lane >> 4) << 3)) * stride + ((thread.lane >> 3) & 1) * 8) *
+          element_bytes;
   // V B-fragments (ldmatrix.trans) for dim tiles 2j, 2j + 1: (keys 0-7 | 8-15, dims 0-7), (...,
   // dims 8-15).
   const unsigned v_lane =
-      shared_address(v_s) + ((lane & 15) * stride + (lane >> 4) * 8) * element_bytes;
+      shared_address(v_s) + ((thread.lane & 15) * stride + (thread.lane >> 4) * 8) * element_bytes;
 
   float acc[D / 8][4];
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+  clear_accumulators(acc);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int warp_first_position = tile.start_position + r0;
-  const int position[2] = {warp_first_position + g, warp_first_position + g + 8};
+  const int position[2] = {warp_first_position + thread.g, warp_first_position + thread.g + 8};
   // Rows past tile.count are padding: never stored, so they need no block of their own.
   const int warp_last_position =
       r0 < tile.count ? tile.start_position + min(r0 + 15, tile.count - 1) : -1;
   const float scale_log2 = shape.scale * log2_e;
 
-  for (int block = 0; block <= last_block; ++block) {
+  for (int block = 0; block <= cta.last_block; ++block) {
     if (block > 0) {
       copy_async_wait_all();  // this thread's copies of the block have landed
       __syncthreads();        // everyone's have, and nobody still reads the other stage
     }
-    if (block < last_block) load_block(block + 1, (block + 1) & 1);
+    if (block < cta.last_block) load_block(block + 1, (block + 1) & 1);
     copy_async_commit();
     // A block past every real row of this warp would leave each row bit-identical: skip it.
     if (block * BN > warp_last_position) continue;
@@ -175,7 +167,8 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
         mma_16816<T>(s[2 * pair + 1], qa[kc], kb[2], kb[3]);
       }
     }
-    softmax_block<BN, D>(s, acc, m, l, block * BN, warp_first_position, position, t, scale_log2);
+    softmax_block<BN, D>(s, acc, m, l, block * BN, warp_first_position, position, thread.t,
+                         scale_log2);
     // O += P·V: the accumulator layout of S tiles 2kc, 2kc + 1 is the A-fragment layout of keys
     // 16kc..16kc+15, so P never leaves registers.
 #pragma unroll
@@ -196,8 +189,8 @@ __global__ void __launch_bounds__(ForwardTile<T, D>::threads, 1)
   }
   if (r0 >= tile.count) return;  // padding only; no barrier follows
 
-  store_rows<T, D>(acc, m, l, q_s + r0 * stride, o, lse, tile.first_slot + r0, tile.count - r0, h,
-                   lane, q_stride, shape.heads, scale_log2);
+  store_rows<T, D>(acc, m, l, q_s + r0 * stride, o, lse, tile.first_slot + r0, tile.count - r0,
+                   cta.h, thread.lane, thread.q_stride, shape.heads, scale_log2);
 }
 
 // SIMT forward: one warp per (query, head, split). Lane j of a 32-key step owns key j's score (a
