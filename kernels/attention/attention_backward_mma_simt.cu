@@ -12,16 +12,13 @@
 //   dq_kernel<T> with atomic_scratch, round_dq_kernel<T>   dq from per-64-key-block partials added
 //                                        with atomicAdd, then rounded: backward.simt.atomic-dq
 //
-// Why a row's bits do not depend on the batch: no atomics (only the named control,
-// dq_atomic_scratch, has them). Tensor-core kernels: dq of a query row sums its keys in blocks of
-// attention_mma_kv_block from position 0 up to its own block, in order; dk and dv of a key row sum,
-// for each head of its group in order, the query blocks of the same size from the key's own block
-// to the end of the sequence, in order; everything in fp32. Tiles are 64 rows of one sequence
-// starting at a multiple of 64, so which rows share a warp or CTA, and which blocks a warp visits,
-// follow from the sequence alone; the mma gives each element from its own row and column, the
-// causal mask is per element (masked p and ds are exact zeros), and the softmax and ds arithmetic
-// is explicitly rounded, so no row's bits depend on a neighbour. SIMT kernels: one warp per query
-// (dq over keys in order) and per key (dk, dv over queries in order).
+// Why a row's bits do not depend on the batch: every sum runs in an order set by the row's own
+// sequence and position (dq of a query over its keys in 64-key blocks from position 0; dk and dv of
+// a key over the heads of its group and, per head, the query blocks from its own block to the end
+// of the sequence; tiles of 64 rows starting at multiples of 64, or the SIMT kernels' warp per
+// query or key), in fp32 with explicitly rounded softmax and ds arithmetic. The mma gives each
+// element from its own row and column, the causal mask is per element (masked p and ds are exact
+// zeros), and only the named control (dq_atomic_scratch) uses atomics.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -10,14 +10,12 @@
 //   dq_pair_kernel<T, 128>, dkdv_pair_kernel<T, 128>  two warpgroups on a 128-row pair of tiles:
 //                                                     backward.wgmma.paired
 //
-// What keeps a row's bits independent of the batch: a warpgroup holds one tile of 64 rows of one
-// sequence, starting at a multiple of 64 (AttentionBackwardTile), so the blocks a row
-// visits and their order follow from its own position and sequence length. Each product element
-// comes from its own row and column only (wgmma m64n64k16 over the head dim in D/16 k-steps in
-// order for S and dP; m64nDk16 over the block in four 16-row k-steps in order for dQ, dK and dV),
-// the causal mask is per element (masked p and ds are exact zeros), and the p and ds arithmetic
-// is explicitly rounded (__fmaf_rn, __fmul_rn, __fsub_rn) as in the mma.sync kernels. No atomics:
-// every output element is written once, by the CTA that owns its row.
+// Why a row's bits do not depend on the batch: a warpgroup holds one 64-row tile of one sequence
+// starting at a multiple of 64 (AttentionBackwardTile), so the blocks a row visits and their order
+// follow from its own position and sequence length, each product element comes from its own row and
+// column (wgmma k-steps in order), the causal mask is per element and the p and ds arithmetic is
+// explicitly rounded as in the mma.sync kernels. No atomics: every output element is written once,
+// by the CTA that owns its row.
 //
 // Scheduling: at head dim 64, three CTAs of one warpgroup per SM, each a synchronous pipeline
 // (cp.async loads of the next block in flight under the current block's products), so one CTA's

@@ -15,13 +15,12 @@
 //   combine_kernel<T>                    a warp per (query, head), after a split SIMT forward:
 //       forward.simt.split-kv (the control)
 //
-// Why a row's bits do not depend on the batch: a row's chunks are fixed by its position alone
-// (2048 keys each, aligned to position 0); a decode CTA computes one chunk's state with the
-// arithmetic of a prefill CTA, and merge_chunks_kernel joins the states in chunk order with the
-// operations a prefill CTA joins them with (chunk_merge_weights, merge_element, output_element and
-// row_lse in attention_device.cuh), so a decoded row gets the bits of the same row prefilled,
-// however many CTAs its step launched, packed heads or not. combine_kernel sums its splits in order
-// too, but the splits come from the batch: that is the control's drift.
+// Why a row's bits do not depend on the batch: its chunks are fixed by its position alone (2048
+// keys, aligned to position 0), and a decode CTA computes a chunk's state, and merge_chunks_kernel
+// joins the states in chunk order, with the operations of a prefill CTA (chunk_merge_weights,
+// merge_element, output_element, row_lse in attention_device.cuh), so a decoded row gets the bits
+// of the same row prefilled however many CTAs its step launched. combine_kernel sums its splits in
+// order too, but the splits come from the batch: that is the control's drift.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

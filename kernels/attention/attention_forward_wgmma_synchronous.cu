@@ -11,16 +11,14 @@
 //   forward_wgmma_producer_kernel<T, D, 4> prefill, K/V by TMA from a producer warpgroup:
 //                                          forward.wgmma.synchronous.prefill
 //
-// Why a row's bits do not depend on batch, position in the batch, padding, chunking or decode: the
-// row reduces its keys in 64-key blocks (attention_mma_kv_block) aligned to position 0 of its
-// sequence, from block 0 upward, each key read from the KV cache that the invocation wrote before
-// attending; a decode step is a tile of one query in the same kernels. Which queries share the CTA
-// (the tile, its size, packed heads) never changes a row's arithmetic: wgmma computes each output
-// element from its own row and column only, every row's softmax and epilogue take the same steps
-// (softmax_block, store_rows in attention_device.cuh), and the causal mask is per element by the
-// row's own position. Blocks past a row's position are fully masked (p = 0, rescale factor exactly
-// 1), so they leave the row's state bit-identical: a warpgroup may skip a block past all its rows,
-// and a CTA never loads a block past its last query. No split-KV.
+// Why a row's bits do not depend on batch, position in the batch, padding, chunking or decode: it
+// reduces its keys in 64-key blocks aligned to position 0 of its sequence, from block 0 upward (a
+// decode step is a tile of one query in the same kernels), with per-element wgmma products, the
+// per-row softmax and epilogue every tensor-core forward shares (attention_device.cuh) and a
+// per-element causal mask, so the other rows of its CTA (the tile, its size, packed heads) never
+// enter its arithmetic. A block past a row's position is fully masked (p = 0, rescale factor
+// exactly 1) and leaves its state bit-identical: a warpgroup may skip blocks past all its rows, and
+// a CTA never loads one past its last query.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
