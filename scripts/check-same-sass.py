@@ -155,36 +155,34 @@ def demangle(names):
 MANGLED = re.compile(r"_Z[\w$]+")
 
 
+def map_strings(parts, change):
+    """`parts` (strings, bytes and numbers in lists, tuples and dicts) with every string s in it
+    replaced by change(s)."""
+    if isinstance(parts, str):
+        return change(parts)
+    if isinstance(parts, (list, tuple)):
+        return type(parts)(map_strings(p, change) for p in parts)
+    if isinstance(parts, dict):
+        return {key: map_strings(value, change) for key, value in parts.items()}
+    return parts
+
+
 def own_name_out(parts, name):
     """`parts` with the function's own mangled name, wherever a string holds it, as <self>: a
     renamed function's references to itself (its parameter bank, its labels) stay the same."""
-    if isinstance(parts, str):
-        return re.sub(re.escape(name) + r"(?![\w$])", "<self>", parts)
-    if isinstance(parts, (list, tuple)):
-        return type(parts)(own_name_out(p, name) for p in parts)
-    if isinstance(parts, dict):
-        return {key: own_name_out(value, name) for key, value in parts.items()}
-    return parts
+    own = re.compile(re.escape(name) + r"(?![\w$])")
+    return map_strings(parts, lambda text: own.sub("<self>", text))
 
 
 def mangled_in(parts):
-    if isinstance(parts, str):
-        return set(MANGLED.findall(parts))
-    if isinstance(parts, (list, tuple)):
-        return set().union(*(mangled_in(p) for p in parts)) if parts else set()
-    if isinstance(parts, dict):
-        return mangled_in(list(parts.values()))
-    return set()
+    found = set()
+    map_strings(parts, lambda text: found.update(MANGLED.findall(text)) or text)
+    return found
 
 
 def demangled_in(parts, names):
-    if isinstance(parts, str):
-        return MANGLED.sub(lambda m: names.get(m.group(0), m.group(0)), parts)
-    if isinstance(parts, (list, tuple)):
-        return type(parts)(demangled_in(p, names) for p in parts)
-    if isinstance(parts, dict):
-        return {key: demangled_in(value, names) for key, value in parts.items()}
-    return parts
+    return map_strings(parts, lambda text: MANGLED.sub(lambda m: names.get(m.group(0), m.group(0)),
+                                                       text))
 
 
 # ---- SASS -----------------------------------------------------------------------------------------
