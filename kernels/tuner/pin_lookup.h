@@ -39,7 +39,7 @@ class PinnedConfig {
   // The launch path a call records: "<min>-<max>" rows of the bucket used (a member of the
   // "bucket" family), or "" for an unbucketed pin.
   std::string bucket_member() const;
-  // Records the launch path (bitcheck/paths.h): "bucket:<member>", or "pinned" when unbucketed.
+  // Records the launch path (core/paths.h): "bucket:<member>", or "pinned" when unbucketed.
   void record_path() const;
 
  private:

@@ -51,7 +51,7 @@ class DeviceBackend {
   // run.
   virtual std::optional<std::string> context_fault() const = 0;
   // Device memory for impls from outside bitcheck (plugins, Python functions), or nullptr where
-  // the backend has no device (bitcheck/external_device.h).
+  // the backend has no device (external/external_device.h).
   virtual ExternalDeviceMemory* external_memory() const { return nullptr; }
   // Tensor parallelism: a sweep over cases at tp > 1 starts one process per rank (one GPU each),
   // and each joins the group. Why this backend cannot, or nullopt when it can (NCCL found).

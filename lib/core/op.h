@@ -299,7 +299,7 @@ class Registry {
   void add_impl(const std::string& op, std::unique_ptr<Impl> impl);
   // A backend that is compiled out or has no device: its impls' cases are skipped with the reason.
   void set_backend_status(const std::string& backend, bool available, std::string reason);
-  // A backend with a device (CUDA): what the harness asks of it (bitcheck/backend.h).
+  // A backend with a device (CUDA): what the harness asks of it (core/backend.h).
   void set_device_backend(const std::string& backend, std::unique_ptr<DeviceBackend> device);
 
   const OpDef* find_op(const std::string& name) const;

@@ -1,6 +1,6 @@
 // Python impls (--py-impl module:function): one `python3 -m bitcheck_py` worker per process,
 // started on first use, answering length-prefixed JSON messages on its stdin/stdout
-// (bitcheck/python_protocol.h). On the CPU the tensors of a call travel through one POSIX
+// (external/python_protocol.h). On the CPU the tensors of a call travel through one POSIX
 // shared-memory buffer that the worker maps as numpy arrays; on a device they stay in device
 // allocations (DeviceStaging) that the worker opens through CUDA IPC and wraps as torch tensors
 // (DLPack), so nothing is copied between the processes. python/bitcheck_py maps bitcheck's call
