@@ -43,6 +43,15 @@ void add_bench_command(CLI::App& app, Context& context) {
   command->add_option("--rounds", bench.rounds,
                       "Interleaved rounds per point (fastest median kept)");
   command->add_option("--out", bench.out_dir, "Directory for bench.json and bench.md");
+  command
+      ->add_option("--tp", bench.overrides.tps,
+                   "TP sizes (1, 2, 4, 8): cases at tp > 1 are timed by a group of rank "
+                   "processes, one per GPU of --devices")
+      ->delimiter(',');
+  command
+      ->add_option("--devices", bench.devices,
+                   "The GPUs of the rank group that times the cases at tp > 1 (one per rank)")
+      ->delimiter(',');
   command->add_option("--pins", flags->pin_file,
                       "cuBLASLt pin directory, or one pin file (default: contract/pins)");
   auto external = std::make_shared<ExternalImpls>();

@@ -131,6 +131,12 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
       .add_option("--skip-ids", flags.skip_ids,
                   "A file of case ids (one a line) not to run: those a rank group ran")
       ->group("");
+  command.add_flag("--rank-bench", sweep.rank_bench, "The group times its cases (bench)")
+      ->group("");
+  command.add_option("--bench-warmup", sweep.bench.warmup, "Warm-up launches (--rank-bench)")
+      ->group("");
+  command.add_option("--bench-repeats", sweep.bench.repeats, "Timed launches (--rank-bench)")
+      ->group("");
   command.add_option("--rank-case-timeout", sweep.rank_case_timeout_seconds,
                      "Seconds a case of a rank group may take before the group is stopped and the "
                      "case is `error` (default 900)");

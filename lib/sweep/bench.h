@@ -19,6 +19,7 @@ struct BenchOptions {
   int warmup = 5;
   int repeats = 30;
   int rounds = 2;                          // interleaved rounds; the best round's median counts
+  std::vector<std::string> devices;        // the rank group's GPUs, for cases at tp > 1
   Printer* printer = &terminal_printer();  // the table, progress and notes
   std::vector<std::string> argv;
 };

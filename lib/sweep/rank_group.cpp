@@ -110,6 +110,13 @@ std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& 
     rank.device = devices[static_cast<std::size_t>(r)];
     rank.log_path = directory + "/rank-" + std::to_string(r) + ".log";
     std::vector<std::string> args = sweep_child_args(options, binary);
+    if (options.rank_bench) {
+      for (const std::string& arg :
+           {std::string("--rank-bench"), std::string("--bench-warmup"),
+            std::to_string(options.bench.warmup), std::string("--bench-repeats"),
+            std::to_string(options.bench.repeats)})
+        args.push_back(arg);
+    }
     for (const std::string& arg :
          {std::string("--no-isolate"), std::string("--no-progress"), std::string("--rank"),
           std::to_string(r) + "/" + std::to_string(size), std::string("--rank-dir"), directory,
@@ -161,6 +168,32 @@ std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& 
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+}
+
+// A rank of a timing group: every case's benchmark on every rank of it, rank 0's times written.
+int run_rank_bench(const SweepOptions& options, const Registry& registry,
+                   const std::vector<const CaseSpec*>& cases) {
+  std::ofstream results;
+  if (options.rank == 0) results.open(options.rank_results, std::ios::app);
+  for (const CaseSpec* c : cases) {
+    if (options.rank >= c->tp) continue;
+    nlohmann::json entry = {{"id", c->id()}};
+    try {
+      std::optional<BenchMeasurement> measured =
+          registry.find_impl(c->op, c->impl)->benchmark(*c, options.bench);
+      if (!measured) continue;
+      entry.update({{"median_ms", measured->median_ms},
+                    {"min_ms", measured->min_ms},
+                    {"flops", measured->flops},
+                    {"bytes_moved", measured->bytes_moved},
+                    {"config", measured->config}});
+    } catch (const std::exception& error) {
+      entry["error"] = error.what();
+    }
+    options.printer->note("rank " + std::to_string(options.rank) + " timed " + c->id());
+    if (options.rank == 0) results << entry.dump() << "\n" << std::flush;
+  }
+  return exit_pass;
 }
 
 }  // namespace
@@ -259,6 +292,7 @@ int run_rank_worker(const SweepOptions& options, const Registry& registry) {
     const std::string backend = registry.find_impl(c->op, c->impl)->backend();
     if (joined.insert(backend).second) registry.device_backend(backend)->join_ranks(group);
   }
+  if (options.rank_bench) return run_rank_bench(options, registry, cases);
   Runner runner(registry, plan.contract);
   std::ofstream results;
   if (options.rank == 0) results.open(options.rank_results, std::ios::app);

@@ -47,6 +47,10 @@ struct SweepOptions {
   std::string rank_results;  // rank 0 appends each case's entry here, a line each
   // How long a case of a rank group may take before the group is killed and the case is `error`.
   double rank_case_timeout_seconds = 900;
+  // The group times its cases (Impl::benchmark on every rank) instead of checking them: `bitcheck
+  // bench --devices` for cases at tp > 1.
+  bool rank_bench = false;
+  BenchSettings bench;
 };
 
 // The exit code once --require-coverage has judged the report: the gaps are printed, and a run
