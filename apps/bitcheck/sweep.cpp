@@ -111,9 +111,9 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
           "Run one shard per listed device in parallel (child processes with CUDA_VISIBLE_DEVICES "
           "set), merged into one report; on the CPU backend only the parallelism")
       ->delimiter(',');
-  command.add_option("--pins", sweep.cuda.pin_file,
+  command.add_option("--pins", sweep.run.pins,
                      "cuBLASLt pin directory, or one pin file (default: contract/pins)");
-  command.add_flag("--write-pins", sweep.cuda.write_pins,
+  command.add_flag("--write-pins", sweep.run.write_pins,
                    "Write pins derived in this run back to the pin table");
   add_external_impl_options(command, flags.external);
 }

@@ -1,7 +1,7 @@
 // The CUDA backend: the device's status and its DeviceBackend (device facts for the report, free
-// memory, context faults, the copy yardstick, the cuBLASLt pin table's configuration, the device
-// memory of plugin and Python impls). Each op registers its own CUDA impls
-// (kernels/<op>/<op>_cuda.cpp), even without a device, so their cases are skipped with the reason.
+// memory, context faults, the copy yardstick, the device memory of plugin and Python impls). Each
+// op registers its own CUDA impls (kernels/<op>/<op>_cuda.cpp), even without a device, so their
+// cases are skipped with the reason.
 #include <memory>
 
 #include "common/bench_support.h"
@@ -10,7 +10,6 @@
 #include "common/runtime.h"
 #include "core/backend.h"
 #include "core/op.h"
-#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 namespace {
@@ -33,15 +32,6 @@ class CudaBackend : public DeviceBackend {
     meta["cuda_runtime_version"] = device.runtime_version;
     meta["cublaslt_version"] = device.cublaslt_version;
     return meta;
-  }
-
-  void configure(const BackendOptions& options) override {
-    cuda::configure_pins(options.pin_file, options.write_pins);
-  }
-
-  std::string finish() override {
-    cuda::write_back_pins();
-    return "";
   }
 
   std::optional<std::size_t> free_memory_bytes() const override {

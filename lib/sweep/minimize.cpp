@@ -213,6 +213,7 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
   if (!registry.find_impl(spec.op, spec.impl))
     found->at("impl").fail("an impl this bitcheck build has");
 
+  start_run(registry, options.run);
   Contract contract = load_contract_or_embedded(options.contract_path, registry);
   Runner runner(registry, contract);
   Printer& printer = *options.printer;
@@ -255,8 +256,8 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
       << (minimizer.budget_left() ? "" : " (trial budget exhausted: --max-trials)") << "\n"
       << "  layouts: " << join(best.layouts) << "\n"
       << "report: " << options.out_path << "\n"
-      << "replay: " << options.binary << " repro " << shell_quote(options.out_path) << " --case "
-      << shell_quote(best.id()) << "\n";
+      << "replay: " << repro_command(options.binary, options.out_path, best.id(), options.run)
+      << "\n";
   printer.result(out.str());
   return exit_pass;
 }

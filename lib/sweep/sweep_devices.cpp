@@ -91,7 +91,7 @@ std::vector<std::string> shard_args(const SweepOptions& options, const std::stri
     add("--case-timeout", limit.str());
   }
   add("--backend", o.backend);
-  add("--pins", options.cuda.pin_file);
+  add("--pins", options.run.pins);
   add("--max-cases", std::to_string(options.max_cases));
   if (options.confirmed) args.push_back("--yes");
   if (!options.progress) args.push_back("--no-progress");
@@ -116,7 +116,7 @@ void validate_devices(const SweepOptions& options) {
     throw BadInput("command line", "--devices",
                    "no --shard with it (--devices shards the sweep itself)");
   }
-  if (options.cuda.write_pins) {
+  if (options.run.write_pins) {
     throw BadInput("command line", "--devices",
                    "no --write-pins with it (shards would overwrite each other's pins; derive pins "
                    "in a plain sweep)");
