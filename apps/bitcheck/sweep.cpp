@@ -140,9 +140,9 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
   command.add_option("--rank-case-timeout", sweep.rank_case_timeout_seconds,
                      "Seconds a case of a rank group may take before the group is stopped and the "
                      "case is `error` (default 900)");
-  command.add_option("--pins", sweep.cuda.pin_file,
+  command.add_option("--pins", sweep.run.pins,
                      "cuBLASLt pin directory, or one pin file (default: contract/pins)");
-  command.add_flag("--write-pins", sweep.cuda.write_pins,
+  command.add_flag("--write-pins", sweep.run.write_pins,
                    "Write pins derived in this run back to the pin table");
   add_external_impl_options(command, flags.external);
 }

@@ -15,8 +15,8 @@
 #include "logprob/logprob_kernels.h"
 #include "matmul/cublaslt_gemm.h"
 #include "matmul/fixed_order_gemm.h"
+#include "matmul/pin_lookup.h"
 #include "matmul/split_k_control.h"
-#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 namespace {

@@ -14,8 +14,8 @@
 #include "cublaslt_gemm.h"
 #include "fixed_order_gemm.h"
 #include "matmul/matmul.h"
+#include "matmul/pin_lookup.h"
 #include "matmul/split_k_control.h"
-#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 namespace {
@@ -405,6 +405,7 @@ std::optional<BenchMeasurement> CudaMatmul::benchmark(const CaseSpec& spec,
 }  // namespace
 
 void register_matmul_cuda(Registry& registry) {
+  registry.add_run_hook(cuda::pin_table_run_hook());
   registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::fixed_order));
   registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::cublaslt_pinned));
   registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::cublaslt_heuristic));

@@ -29,8 +29,6 @@ constexpr const char* backend_name = "test-ranks";
 class FileRanks : public DeviceBackend {
  public:
   nlohmann::json meta() const override { return {{"backend", backend_name}}; }
-  void configure(const BackendOptions&) override {}
-  std::string finish() override { return ""; }
   double copy_bandwidth_gbps() const override { return -1; }
   double copy_bandwidth_gbps(double, int, int, std::size_t) const override { return -1; }
   std::optional<std::size_t> free_memory_bytes() const override { return std::nullopt; }

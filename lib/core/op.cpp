@@ -180,10 +180,8 @@ nlohmann::json device_backends_meta(const Registry& registry) {
   return meta;
 }
 
-void configure_device_backends(const Registry& registry, const BackendOptions& options) {
-  for (const auto& name : registry.device_backend_names()) {
-    registry.device_backend(name)->configure(options);
-  }
+void Registry::add_run_hook(RunHook hook) {
+  run_hooks_.push_back(std::move(hook));
 }
 
 void DeviceBackend::join_ranks(const RankGroup&) {
@@ -191,8 +189,12 @@ void DeviceBackend::join_ranks(const RankGroup&) {
                            ranks_unavailable().value_or("(no reason given)"));
 }
 
-void finish_device_backends(const Registry& registry) {
-  for (const auto& name : registry.device_backend_names()) registry.device_backend(name)->finish();
+void start_run(const Registry& registry, const RunSettings& settings) {
+  for (const RunHook& hook : registry.run_hooks()) hook.start(settings);
+}
+
+void finish_run(const Registry& registry) {
+  for (const RunHook& hook : registry.run_hooks()) hook.finish();
 }
 
 }  // namespace bitcheck

@@ -14,6 +14,7 @@
 #include "core/backend.h"
 #include "core/dtype.h"
 #include "core/paths.h"
+#include "core/run_settings.h"
 #include "core/tensor.h"
 #include "core/tensor_parallel.h"
 #include "core/token_ids.h"
@@ -301,6 +302,8 @@ class Registry {
   void set_backend_status(const std::string& backend, bool available, std::string reason);
   // A backend with a device (CUDA): what the harness asks of it (core/backend.h).
   void set_device_backend(const std::string& backend, std::unique_ptr<DeviceBackend> device);
+  // What an op needs set up for a run and finished at its end (core/run_settings.h).
+  void add_run_hook(RunHook hook);
 
   const OpDef* find_op(const std::string& name) const;
   Impl* find_impl(const std::string& op, const std::string& impl) const;
@@ -311,6 +314,7 @@ class Registry {
   std::vector<std::string> backends() const;
   DeviceBackend* device_backend(const std::string& backend) const;  // nullptr: none registered
   std::vector<std::string> device_backend_names() const;
+  const std::vector<RunHook>& run_hooks() const { return run_hooks_; }
 
  private:
   std::vector<OpDef> ops_;
@@ -319,6 +323,7 @@ class Registry {
   std::map<std::string, std::unique_ptr<DeviceBackend>> device_backends_;
   std::map<std::string, std::vector<std::unique_ptr<Impl>>> impls_;
   std::map<std::string, std::pair<bool, std::string>> backends_;
+  std::vector<RunHook> run_hooks_;
 };
 
 // Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which

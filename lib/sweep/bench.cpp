@@ -90,15 +90,13 @@ std::vector<Row> time_in_rank_group(const BenchOptions& options, const Registry&
 }  // namespace
 
 int run_bench(const BenchOptions& options, const Registry& registry) {
-  Contract contract = load_contract_or_embedded(options.contract_path, registry);
-  SweepSpec spec = options.spec_path.empty()
-                       ? load_embedded_sweep_spec(registry, contract)
-                       : load_sweep_spec(options.spec_path, registry, contract);
   SweepOverrides overrides = options.overrides;
   if (overrides.passes.empty()) overrides.passes = {"forward"};
   overrides.backend = "cuda";
-  spec = apply_overrides(spec, overrides, registry, contract);
-  std::vector<CaseSpec> cases = expand_cases(spec, registry, overrides);
+  const SweepPlan plan =
+      plan_run(options.spec_path, options.contract_path, overrides, options.run, registry);
+  const Contract& contract = plan.contract;
+  const std::vector<CaseSpec>& cases = plan.cases;
   if (!registry.backend_available("cuda")) {
     options.printer->note("bitcheck bench: " + registry.backend_reason("cuda"));
     return exit_internal;

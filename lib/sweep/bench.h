@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/printer.h"
+#include "core/run_settings.h"
 #include "spec/spec.h"
 
 namespace bitcheck {
@@ -15,6 +16,7 @@ struct BenchOptions {
   std::string spec_path;  // empty: the embedded default spec
   std::string contract_path;
   SweepOverrides overrides;
+  RunSettings run;  // --pins (bench never writes pins back)
   std::string out_dir = "out";
   int warmup = 5;
   int repeats = 30;

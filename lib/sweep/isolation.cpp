@@ -216,8 +216,8 @@ void IsolatedRunner::start_worker() {
   ++workers_started_;
 
   nlohmann::json hello = {{"contract", settings_.contract_path},
-                          {"pins", settings_.cuda.pin_file},
-                          {"write_pins", settings_.cuda.write_pins}};
+                          {"pins", settings_.run.pins},
+                          {"write_pins", settings_.run.write_pins}};
   std::optional<std::string> ready;
   if (write_line(socket_, dump_line(hello))) ready = read_line(socket_, buffer_);
   std::string problem;
@@ -330,8 +330,7 @@ int run_sweep_worker(const Registry& registry, int fd) {
   std::optional<Contract> contract;
   try {
     nlohmann::json hello = nlohmann::json::parse(*hello_line);
-    configure_device_backends(
-        registry, {hello.at("pins").get<std::string>(), hello.at("write_pins").get<bool>()});
+    start_run(registry, {hello.at("pins").get<std::string>(), hello.at("write_pins").get<bool>()});
     contract = load_contract_or_embedded(hello.at("contract").get<std::string>(), registry);
   } catch (const std::exception& error) {
     write_line(fd, dump_line({{"startup_error", error.what()}}));
@@ -362,11 +361,11 @@ int run_sweep_worker(const Registry& registry, int fd) {
     if (!write_line(fd, dump_line(reply))) return exit_internal;
     if (context_fault) {
       // No CUDA call can be trusted any more, not even the runtime's teardown: leave at once.
-      finish_device_backends(registry);
+      finish_run(registry);
       std::_Exit(exit_internal);
     }
   }
-  finish_device_backends(registry);
+  finish_run(registry);
   return exit_pass;
 }
 

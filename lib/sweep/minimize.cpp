@@ -213,6 +213,7 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
   if (!registry.find_impl(spec.op, spec.impl))
     found->at("impl").fail("an impl this bitcheck build has");
 
+  start_run(registry, options.run);
   Contract contract = load_contract_or_embedded(options.contract_path, registry);
   Runner runner(registry, contract);
   Printer& printer = *options.printer;
@@ -243,8 +244,8 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
                                          {"trials", minimizer.trials()},
                                          {"steps", minimizer.steps()},
                                          {"budget_exhausted", !minimizer.budget_left()}};
-  std::filesystem::path out(options.out_path);
-  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+  const std::filesystem::path report_file(options.out_path);
+  if (report_file.has_parent_path()) std::filesystem::create_directories(report_file.parent_path());
   write_file_atomically(options.out_path, minimized.dump(1) + "\n");
 
   std::ostringstream text;
@@ -255,8 +256,8 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
        << (minimizer.budget_left() ? "" : " (trial budget exhausted: --max-trials)") << "\n"
        << "  layouts: " << join(best.layouts) << "\n"
        << "report: " << options.out_path << "\n"
-       << "replay: " << options.binary << " repro " << shell_quote(options.out_path) << " --case "
-       << shell_quote(best.id()) << "\n";
+       << "replay: " << repro_command(options.binary, options.out_path, best.id(), options.run)
+       << "\n";
   printer.result(text.str());
   return exit_pass;
 }

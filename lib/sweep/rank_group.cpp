@@ -270,7 +270,6 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
 }
 
 int run_rank_worker(const SweepOptions& options, const Registry& registry) {
-  configure_device_backends(registry, options.cuda);
   const SweepPlan plan = plan_sweep(options, registry);
   std::map<std::string, const CaseSpec*> by_id;
   for (const auto& c : plan.cases) by_id[c.id()] = &c;

@@ -10,10 +10,6 @@
 
 namespace bitcheck {
 
-// The readable name of a pin key (the pin-file key object), also the stem of its file in a pin
-// directory: "sm90-lt13.1-bf16-forward-N4096-K14336" (weight_grad: "...-T256").
-std::string pin_key_name(const nlohmann::json& key);
-
 // One pin entry, summarized.
 struct PinSummary {
   std::string key;   // pin_key_name

@@ -1,6 +1,5 @@
-// Device helpers of `bitcheck algos`: random inputs, row fingerprints, row gathering, the fp64
-// reference of a few GEMM rows, and cuBLASLt configuration variants from algorithm capabilities.
-#include <cublasLt.h>
+// The GEMM rig's kernels (gemm_rig_kernels.h): random inputs, row fingerprints, row gathering and
+// the fp64 reference of a few GEMM rows.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -8,8 +7,7 @@
 
 #include "common/cuda_check.cuh"
 #include "common/runtime.h"
-#include "matmul/cublaslt_internal.cuh"
-#include "tuner/search_device.h"
+#include "matmul/gemm_rig_kernels.h"
 
 namespace bitcheck::cuda {
 namespace {
@@ -129,49 +127,6 @@ void algo_reference_rows(GemmDType dtype, LtGemmForm form, const void* input, co
       launch_reference<float>(form, input, w, row_indices, count, n, k, value, abs_sum);
       break;
   }
-}
-
-LtConfig lt_with_split_k(LtConfig base, std::int32_t splits) {
-  base.splitk_num = splits;
-  base.reduction_scheme =
-      splits == 1 ? CUBLASLT_REDUCTION_SCHEME_NONE : CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  return base;
-}
-
-bool lt_reduction_allowed(const LtConfig& config, GemmDType dtype, LtGemmForm form) {
-  if (config.splitk_num == 1) return true;
-  if (output_type(form, dtype) == CUDA_R_32F) return true;
-  return config.reduction_scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-}
-
-std::vector<LtConfig> lt_option_variants(const LtConfig& base, GemmDType dtype, LtGemmForm form) {
-  const cudaDataType_t in = input_type(dtype);
-  const cudaDataType_t out = output_type(form, dtype);
-  cublasLtMatmulAlgo_t algo{};
-  if (cublasLtMatmulAlgoInit(lt_handle(), CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, out, out,
-                             base.algo_id, &algo) != CUBLAS_STATUS_SUCCESS) {
-    return {};
-  }
-  std::vector<LtConfig> variants;
-  const auto custom_max = capability<std::int32_t>(algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX);
-  for (std::int32_t option = 0; option <= custom_max; ++option) {
-    LtConfig variant = base;
-    variant.custom_option = static_cast<std::uint32_t>(option);
-    if (!variant.same_kernel(base)) variants.push_back(variant);
-  }
-  if (capability<std::uint32_t>(algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) != 0) {
-    LtConfig variant = base;
-    variant.cta_swizzling = base.cta_swizzling == 0 ? 1 : 0;
-    variants.push_back(variant);
-  }
-  for (const cublasLtClusterShape_t cluster :
-       {CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
-        CUBLASLT_CLUSTER_SHAPE_1x2x1}) {
-    LtConfig variant = base;
-    variant.cluster_shape_id = static_cast<std::uint16_t>(cluster);
-    if (!variant.same_kernel(base)) variants.push_back(variant);
-  }
-  return variants;
 }
 
 }  // namespace bitcheck::cuda

@@ -10,16 +10,10 @@
 
 #include "core/error.h"
 #include "core/json_input.h"
+#include "matmul/pin_format.h"
 
 namespace bitcheck {
 namespace {
-
-std::string version_text(std::int64_t version) {
-  // cuBLASLt versions are major * 10000 + minor * 100 + patch.
-  std::string text = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100);
-  if (version % 100 != 0) text += "." + std::to_string(version % 100);
-  return text;
-}
 
 // A configuration by its words, or its fields where a hand-written file has no "describe".
 std::string configuration_name(const JsonCursor& config) {
@@ -164,19 +158,6 @@ std::string change_text(const PinSummary& before, const PinSummary& after) {
 }
 
 }  // namespace
-
-std::string pin_key_name(const nlohmann::json& key) {
-  std::string arch = key.at("arch").get<std::string>();
-  arch.erase(std::remove(arch.begin(), arch.end(), '_'), arch.end());
-  const std::string form = key.at("form").get<std::string>();
-  std::string name = arch + "-lt" + version_text(key.at("cublaslt_version").get<std::int64_t>()) +
-                     "-" + key.at("dtype").get<std::string>() + "-" + form + "-N" +
-                     std::to_string(key.at("N").get<std::int64_t>()) + "-K" +
-                     std::to_string(key.at("K").get<std::int64_t>());
-  if (form == "weight_grad")
-    name += "-T" + std::to_string(key.at("chunk_tokens").get<std::int64_t>());
-  return name;
-}
 
 std::vector<PinSummary> summarize_pins(const std::string& path) {
   std::vector<PinSummary> pins;

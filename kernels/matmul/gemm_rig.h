@@ -1,6 +1,7 @@
-// The GEMM rig of `bitcheck algos` and `algos --refine`: random inputs for one shape up to a
-// largest M (row r of X is the same whatever M is), a workspace, per-row output fingerprints and
-// the benchmark timing method of every CUDA impl (bench_support.h). Plain C++: no CUDA headers.
+// The GEMM rig of `bitcheck algos` and `algos --refine` (apps/tuner/): the device buffers of one
+// shape up to a largest M (random inputs, row r of X the same whatever M is; outputs; a workspace),
+// per-row output fingerprints, accuracy rows against an fp64 reference, and the benchmark timing
+// method of every CUDA impl (bench_support.h). Plain C++: no CUDA headers (gemm_rig_cuda.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,16 @@ class GemmRig {
   double median_us(const LtConfig& config, std::int64_t rows, int warmup, int repeats);
   // One run on copy 0, then one fingerprint per output row (rows values).
   std::vector<std::uint64_t> row_fingerprints(const LtConfig& config, std::int64_t rows);
+  // Sets the output rows an accuracy check reads (sorted, each below max_rows) and returns their
+  // fp64 reference on copy 0's inputs: the value and the sum of |a*b| of every output, row-major
+  // [rows, out_cols].
+  struct ReferenceRows {
+    std::vector<double> value, abs_sum;
+  };
+  ReferenceRows set_accuracy_rows(const std::vector<std::int64_t>& rows);
+  // The bytes of the first `count` accuracy rows of copy 0's output as the last launch left them,
+  // row-major [count, row_bytes()].
+  std::vector<unsigned char> accuracy_row_bytes(std::int64_t count);
   // Whether cuBLASLt accepts `config` at `rows` within the workspace.
   bool accepts(const LtConfig& config, std::int64_t rows) const;
   LtConfig heuristic(std::int64_t rows) const;  // the library default at M = rows
@@ -57,6 +68,7 @@ class GemmRig {
   std::size_t element_;
   std::vector<DeviceBuffer> x_, y_, w_;
   DeviceBuffer workspace_, fingerprints_;
+  DeviceBuffer accuracy_rows_, gathered_rows_;  // the accuracy rows' indices, their gathered bytes
 };
 
 }  // namespace bitcheck::cuda

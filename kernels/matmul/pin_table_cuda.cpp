@@ -1,7 +1,5 @@
 // Pin table loading (single-configuration and bucketed pins) from a directory of one file per key
 // or from one file, lookup-or-derive, merging one entry into its file, and atomic write-back.
-#include "tuner/pins.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -11,9 +9,9 @@
 
 #include "core/error.h"
 #include "core/json_input.h"
+#include "matmul/pin_format.h"
+#include "matmul/pin_table.h"
 #include "report/report.h"
-#include "tuner/pin_summary.h"
-#include "tuner/search.h"
 
 namespace bitcheck::cuda {
 

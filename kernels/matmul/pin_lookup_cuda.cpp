@@ -1,8 +1,7 @@
-// The pin-lookup interface (pin_lookup.h) over the process-wide pin table (pins.h).
-#include "tuner/pin_lookup.h"
-
+// The pin-lookup interface (pin_lookup.h) over the process-wide pin table (pin_table.h).
 #include "core/paths.h"
-#include "tuner/pins.h"
+#include "matmul/pin_lookup.h"
+#include "matmul/pin_table.h"
 
 namespace bitcheck::cuda {
 
@@ -54,17 +53,16 @@ std::vector<SwitchPoint> pin_switch_points(const PinKey& key, std::int64_t max_r
   return points;
 }
 
-void configure_pins(const std::string& path, bool write_back) {
-  PinTable::instance().configure(path, write_back);
+RunHook pin_table_run_hook() {
+  return {[](const RunSettings& settings) {
+            PinTable::instance().configure(settings.pins, settings.write_pins);
+          },
+          [] { PinTable::instance().write_back_if_requested(); }};
 }
 
 PinnedConfig lookup_pin(const PinKey& key, std::int64_t rows,
                         const std::function<LtConfig()>& derive) {
   return PinnedConfig(PinTable::instance().lookup(key, derive), rows);
-}
-
-void write_back_pins() {
-  PinTable::instance().write_back_if_requested();
 }
 
 }  // namespace bitcheck::cuda

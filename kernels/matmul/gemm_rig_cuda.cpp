@@ -1,10 +1,9 @@
-// The GEMM rig shared by the cuBLASLt search and its refinement (rig.h).
-#include "tuner/rig.h"
-
+// The GEMM rig shared by the cuBLASLt search and its refinement (gemm_rig.h).
 #include <algorithm>
 
 #include "common/bench_support.h"
-#include "tuner/search_device.h"
+#include "matmul/gemm_rig.h"
+#include "matmul/gemm_rig_kernels.h"
 
 namespace bitcheck::cuda {
 
@@ -74,6 +73,29 @@ std::vector<std::uint64_t> GemmRig::row_fingerprints(const LtConfig& config, std
   std::vector<std::uint64_t> result(static_cast<std::size_t>(rows));
   fingerprints_.download(result.data(), result.size() * sizeof(std::uint64_t));
   return result;
+}
+
+GemmRig::ReferenceRows GemmRig::set_accuracy_rows(const std::vector<std::int64_t>& rows) {
+  const auto count = static_cast<std::int64_t>(rows.size());
+  accuracy_rows_ = DeviceBuffer(rows.size() * sizeof(std::int64_t));
+  accuracy_rows_.upload(rows.data(), accuracy_rows_.bytes());
+  gathered_rows_ = DeviceBuffer(std::max<std::size_t>(1, rows.size()) * row_bytes());
+  const std::size_t outputs = static_cast<std::size_t>(count * out_cols_);
+  DeviceBuffer value(outputs * sizeof(double)), abs_sum(outputs * sizeof(double));
+  algo_reference_rows(dtype_, form_, x(), w(), accuracy_rows_.as<std::int64_t>(), count, n_, k_,
+                      value.as<double>(), abs_sum.as<double>());
+  ReferenceRows reference{std::vector<double>(outputs), std::vector<double>(outputs)};
+  value.download(reference.value.data(), value.bytes());
+  abs_sum.download(reference.abs_sum.data(), abs_sum.bytes());
+  return reference;
+}
+
+std::vector<unsigned char> GemmRig::accuracy_row_bytes(std::int64_t count) {
+  algo_gather_rows(y(), accuracy_rows_.as<std::int64_t>(), count,
+                   static_cast<std::int64_t>(row_bytes()), gathered_rows_.get());
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(count) * row_bytes());
+  if (count > 0) gathered_rows_.download(bytes.data(), bytes.size());
+  return bytes;
 }
 
 bool GemmRig::accepts(const LtConfig& config, std::int64_t rows) const {

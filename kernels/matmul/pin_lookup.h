@@ -1,6 +1,6 @@
-// The tuner's one interface to the GEMM impls (matmul, lm_head) and the CUDA backend: where the pin
-// tables are read from, the pinned configuration of one GEMM with what a case records of it, and
-// the write-back of pins derived during a run. Everything else of the tuner stays behind it.
+// What the pinned GEMMs (matmul's, lm_head's) ask of the pin table (pin_table.h): the pinned
+// configuration of one GEMM with what a case records of it, the switch points of a bucketed pin,
+// and the run hook that says where the table is read from and writes derived pins back.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/paths.h"
+#include "core/run_settings.h"
 #include "matmul/cublaslt_gemm.h"
 
 namespace bitcheck::cuda {
@@ -48,9 +49,11 @@ class PinnedConfig {
   const LtConfig* config_;
 };
 
-// Where pins are read from (a directory of one file per key, contract/pins by default, or a single
-// pin file) and whether pins derived during the run are written back there at its end.
-void configure_pins(const std::string& path, bool write_back);
+// The pin table's part in a run (Registry::add_run_hook): at its start, where pins are read from
+// (RunSettings::pins: a directory of one file per key, contract/pins by default, or a single pin
+// file) and whether pins derived during the run are written back there (RunSettings::write_pins);
+// at its end, that write-back.
+RunHook pin_table_run_hook();
 // The pin for `key` at `rows` (weight_grad: the chunk's tokens), deriving the configuration once
 // per key with `derive` when the table has none. Throws std::invalid_argument for a bucketed pin
 // when rows < 1.
@@ -62,9 +65,6 @@ PinnedConfig lookup_pin(const PinKey& key, std::int64_t rows,
 std::vector<std::int64_t> pin_configuration_edges(const PinKey& key, std::int64_t max_rows);
 // The same as a pinned GEMM's switch points (Impl::switch_points): one per configuration edge.
 std::vector<SwitchPoint> pin_switch_points(const PinKey& key, std::int64_t max_rows);
-// Writes the pins derived in this run back when configure_pins asked for it.
-void write_back_pins();
-
 // A configuration as JSON: its fields and "describe".
 nlohmann::json lt_config_to_json(const LtConfig& config);
 

@@ -76,11 +76,6 @@ std::optional<std::size_t> chosen_for(const ClassTable& table, std::int64_t rows
 
 // ---- buckets ----------------------------------------------------------------------------------
 
-std::string RowBucket::label() const {
-  return "[" + std::to_string(min_rows) + "," +
-         (max_rows == 0 ? std::string("inf)") : std::to_string(max_rows) + "]");
-}
-
 std::vector<RowBucket> buckets_from_rows(std::vector<std::int64_t> rows) {
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
@@ -113,28 +108,6 @@ std::vector<std::int64_t> interior_rows(std::vector<std::int64_t> edges) {
 const std::vector<RowBucket>& default_row_buckets() {
   static const std::vector<RowBucket> buckets = buckets_from_rows(default_algos_rows());
   return buckets;
-}
-
-std::optional<std::string> bucket_coverage_problem(const std::vector<RowBucket>& buckets) {
-  if (buckets.empty()) return "no buckets";
-  std::int64_t next = 1;
-  for (std::size_t i = 0; i < buckets.size(); ++i) {
-    const RowBucket& b = buckets[i];
-    if (b.min_rows != next) {
-      return "bucket " + std::to_string(i) + " starts at " + std::to_string(b.min_rows) +
-             ", expected " + std::to_string(next) +
-             " (buckets must cover every M from 1 in order, without gaps or overlaps)";
-    }
-    if (b.max_rows == 0) {
-      if (i + 1 != buckets.size())
-        return "bucket " + std::to_string(i) + " is unbounded but is not the last";
-      return std::nullopt;
-    }
-    if (b.max_rows < b.min_rows) return "bucket " + std::to_string(i) + " ends before it starts";
-    next = b.max_rows + 1;
-  }
-  return "the last bucket ends at " + std::to_string(next - 1) +
-         ": the last bucket must be unbounded";
 }
 
 std::size_t bucket_index(const std::vector<RowBucket>& buckets, std::int64_t rows) {

@@ -1,6 +1,7 @@
-// `bitcheck algos --refine`, device side: the heuristic's pick at every scanned M, the pieces where
-// it differs from the table, its bits against the table's, and timings of both in each piece
-// (refine.h). The host side (refine.cpp) chooses and writes.
+// `bitcheck algos --refine`, the measurement (with the CUDA backend): the heuristic's pick at every
+// scanned M, the pieces where it differs from the table, its bits against the table's, and timings
+// of both in each piece (refine.h), on the pinned matmul's GEMM rig (matmul/gemm_rig.h). The host
+// side (refine.cpp) chooses and writes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,10 +12,10 @@
 #include "common/runtime.h"
 #include "core/error.h"
 #include "core/json_input.h"
-#include "tuner/enumerate.h"
-#include "tuner/pins.h"
+#include "matmul/cublaslt_search.h"
+#include "matmul/gemm_rig.h"
+#include "matmul/pin_table.h"
 #include "tuner/refine.h"
-#include "tuner/rig.h"
 
 namespace bitcheck {
 namespace {

@@ -1,7 +1,9 @@
-// `bitcheck algos`, device side: enumerates cuBLASLt configurations of one GEMM shape, runs each at
-// every tested M on the same random rows, fingerprints every output row, checks a set of rows
-// against an fp64 reference, and times them with the benchmark method of every CUDA impl
-// (bench_support.h). The host side (search.cpp) turns this into bit-classes and a pin table.
+// `bitcheck algos`, the measurement (with the CUDA backend): which cuBLASLt configurations of one
+// GEMM shape to try and when to time them in full. The pinned matmul's primitives do the device
+// work (matmul/cublaslt_search.h enumerates, matmul/gemm_rig.h runs each at every tested M on the
+// same random rows, fingerprints every output row, reads a set of rows against an fp64 reference
+// and times with the benchmark method of every CUDA impl). search.cpp turns this into bit-classes
+// and a pin table.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,20 +12,17 @@
 #include <memory>
 #include <set>
 
-#include "common/bench_support.h"
 #include "common/runtime.h"
 #include "core/dtype.h"
 #include "matmul/cublaslt_gemm.h"
-#include "tuner/enumerate.h"
-#include "tuner/pins.h"
-#include "tuner/rig.h"
+#include "matmul/cublaslt_search.h"
+#include "matmul/gemm_rig.h"
+#include "matmul/pin_table.h"
 #include "tuner/search.h"
-#include "tuner/search_device.h"
 
 namespace bitcheck {
 namespace {
 
-using cuda::DeviceBuffer;
 using cuda::GemmDType;
 using cuda::LtConfig;
 using cuda::LtGemmForm;
@@ -95,7 +94,7 @@ class Search {
   }
 
  private:
-  // ---- buffers and reference ----------------------------------------------------------------
+  // ---- reference ------------------------------------------------------------------------------
 
   void compute_reference() {
     std::set<std::int64_t> rows;
@@ -104,20 +103,9 @@ class Search {
     }
     for (std::int64_t m : request_.rows) rows.insert(m - 1);
     accuracy_rows_.assign(rows.begin(), rows.end());
-    const auto count = static_cast<std::int64_t>(accuracy_rows_.size());
-    DeviceBuffer indices(accuracy_rows_.size() * sizeof(std::int64_t));
-    indices.upload(accuracy_rows_.data(), indices.bytes());
-    const std::size_t outputs = static_cast<std::size_t>(count * out_cols_);
-    DeviceBuffer value(outputs * sizeof(double)), abs_sum(outputs * sizeof(double));
-    cuda::algo_reference_rows(dtype_, form_, rig_->x(), rig_->w(), indices.as<std::int64_t>(),
-                              count, request_.n, request_.k, value.as<double>(),
-                              abs_sum.as<double>());
-    reference_.resize(outputs);
-    reference_abs_.resize(outputs);
-    value.download(reference_.data(), value.bytes());
-    abs_sum.download(reference_abs_.data(), abs_sum.bytes());
-    gathered_ = DeviceBuffer(std::max<std::size_t>(1, accuracy_rows_.size()) * rig_->row_bytes());
-    row_indices_ = std::move(indices);
+    cuda::GemmRig::ReferenceRows reference = rig_->set_accuracy_rows(accuracy_rows_);
+    reference_ = std::move(reference.value);
+    reference_abs_ = std::move(reference.abs_sum);
   }
 
   // ---- candidates -----------------------------------------------------------------------------
@@ -193,15 +181,11 @@ class Search {
   AlgoRun check_run(const LtConfig& config, std::int64_t rows) {
     AlgoRun run;
     run.row_fingerprints = rig_->row_fingerprints(config, rows);
-    const std::size_t row_bytes = rig_->row_bytes();
     // The accuracy rows are sorted: those below M are a prefix.
     const auto count = static_cast<std::int64_t>(
         std::lower_bound(accuracy_rows_.begin(), accuracy_rows_.end(), rows) -
         accuracy_rows_.begin());
-    cuda::algo_gather_rows(rig_->y(), row_indices_.as<std::int64_t>(), count,
-                           static_cast<std::int64_t>(row_bytes), gathered_.get());
-    std::vector<unsigned char> host(static_cast<std::size_t>(count) * row_bytes);
-    if (count > 0) gathered_.download(host.data(), host.size());
+    const std::vector<unsigned char> host = rig_->accuracy_row_bytes(count);
     for (std::size_t i = 0; i < static_cast<std::size_t>(count * out_cols_); ++i) {
       std::uint32_t bits = 0;
       std::memcpy(&bits, host.data() + i * element_, element_);
@@ -333,7 +317,6 @@ class Search {
   std::size_t element_;
   std::int64_t max_rows_;
   std::unique_ptr<cuda::GemmRig> rig_;
-  DeviceBuffer gathered_, row_indices_;
   std::vector<std::int64_t> accuracy_rows_;
   std::vector<double> reference_, reference_abs_;
   std::vector<LtConfig> configs_;  // one per measured candidate

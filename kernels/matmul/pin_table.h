@@ -1,8 +1,8 @@
-// The cuBLASLt pin tables (contract/pins/, one file per key): pinned configurations keyed by GPU
-// architecture, cuBLASLt version, dtype, GEMM form and (N, K). A missing pin is derived once per
-// key (never per call, never per M) and can be written back. A pin is one configuration for every
-// M, or (written by `bitcheck algos`) a table of M buckets with one configuration each, all of one
-// bit-class: configurations measured to give the same bits on every row at every tested M.
+// The pinned matmul's cuBLASLt pin tables (contract/pins/, one file per key): configurations keyed
+// by GPU architecture, cuBLASLt version, dtype, GEMM form and (N, K). A missing pin is derived once
+// per key (never per call, never per M) and can be written back. A pin is one configuration for
+// every M, or (written by `bitcheck algos`) a table of M buckets with one configuration each, all
+// of one bit-class: configurations measured to give the same bits on every row at every tested M.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "matmul/cublaslt_gemm.h"
-#include "tuner/pin_lookup.h"
+#include "matmul/pin_lookup.h"
 
 namespace bitcheck::cuda {
 

@@ -11,20 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace bitcheck {
+#include "matmul/pin_format.h"
 
-// A range of row counts M, inclusive; max_rows == 0 means unbounded.
-struct RowBucket {
-  std::int64_t min_rows = 1;
-  std::int64_t max_rows = 0;
-  bool contains(std::int64_t rows) const {
-    return rows >= min_rows && (max_rows == 0 || rows <= max_rows);
-  }
-  std::string label() const;  // "[33,48]", "[4097,inf)"
-  bool operator==(const RowBucket& other) const {
-    return min_rows == other.min_rows && max_rows == other.max_rows;
-  }
-};
+namespace bitcheck {
 
 // One bucket per tested M, ending at it: [1, m1], [m1 + 1, m2], ..., and the last [m(n-1) + 1, inf)
 // for the largest. A bucket's configuration is the one fastest at its upper edge, the M with the
@@ -37,8 +26,6 @@ std::vector<RowBucket> buckets_from_rows(std::vector<std::int64_t> rows);
 std::vector<std::int64_t> interior_rows(std::vector<std::int64_t> edges);
 // buckets_from_rows(default_algos_rows()).
 const std::vector<RowBucket>& default_row_buckets();
-// Why `buckets` do not cover every M >= 1 exactly once in increasing order, or nullopt.
-std::optional<std::string> bucket_coverage_problem(const std::vector<RowBucket>& buckets);
 // Index of the bucket holding `rows`; throws std::out_of_range when none does.
 std::size_t bucket_index(const std::vector<RowBucket>& buckets, std::int64_t rows);
 
