@@ -243,8 +243,8 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
                                          {"trials", minimizer.trials()},
                                          {"steps", minimizer.steps()},
                                          {"budget_exhausted", !minimizer.budget_left()}};
-  std::filesystem::path out(options.out_path);
-  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+  const std::filesystem::path report_file(options.out_path);
+  if (report_file.has_parent_path()) std::filesystem::create_directories(report_file.parent_path());
   write_file_atomically(options.out_path, minimized.dump(1) + "\n");
 
   std::ostringstream out;
