@@ -1,6 +1,7 @@
 // The typed summary of a run and its status matrix, from case outcomes; the exit code.
 #include "report/summary.h"
 
+#include <algorithm>
 #include <set>
 
 namespace bitcheck {
@@ -20,8 +21,17 @@ std::int64_t count(const Summary& summary, Verdict verdict) {
 }  // namespace
 
 CaseOutcome outcome_of(const CaseResult& r) {
-  return {r.spec.id(), r.spec.op,    r.spec.impl,         r.spec.dtype_name, to_string(r.spec.pass),
-          r.verdict,   r.is_control, r.expected_to_drift, r.is_observation};
+  return {r.spec.id(),
+          r.spec.op,
+          r.spec.impl,
+          r.spec.dtype_name,
+          to_string(r.spec.pass),
+          r.verdict,
+          r.is_control,
+          r.expected_to_drift,
+          r.is_observation,
+          r.spec.rows,
+          r.drift_needs_rows};
 }
 
 int exit_code_of(const Summary& summary) {
@@ -45,6 +55,11 @@ Summary summarize(const std::vector<CaseOutcome>& results,
     group.pass = r.pass;
     group.cases++;
     if (r.verdict == Verdict::drift || r.verdict == Verdict::nondeterministic) group.drifted++;
+    if (r.drift_needs_rows > 0) {
+      group.without_chance++;
+      group.largest_batch = std::max(group.largest_batch, r.rows);
+      group.needs_rows = r.drift_needs_rows;
+    }
   };
   for (const auto& r : results) {
     if (r.control) {
@@ -68,11 +83,21 @@ Summary summarize(const std::vector<CaseOutcome>& results,
   }
   for (const auto& [key, group] : groups) {
     summary.controls.push_back(group);
+    const std::string control =
+        "control " + group.op + "/" + group.impl + " " + group.dtype + " " + group.pass;
     if (group.lost_sight()) {
       summary.harness_failures.push_back(
-          "control " + group.op + "/" + group.impl + " " + group.dtype + " " + group.pass +
-          " did not drift in any of its " + std::to_string(group.cases) +
-          " cases: the harness lost its sight");
+          control + " did not drift in any of its " +
+          std::to_string(group.cases - group.without_chance) + " cases" +
+          (group.without_chance > 0 ? " that reached its switch point" : "") +
+          ": the harness lost its sight");
+    }
+    if (group.no_chance()) {
+      summary.controls_without_chance.push_back(
+          control + " had no chance to drift: its batches go up to " +
+          std::to_string(group.largest_batch) + " rows and its path switches at " +
+          std::to_string(group.needs_rows) + " (add batch " + std::to_string(group.needs_rows) +
+          ", or \"switch-points\", to the spec)");
     }
   }
   for (const auto& [key, group] : observed) summary.observations.push_back(group);
@@ -87,6 +112,7 @@ Summary summarize(const std::vector<CaseResult>& results,
 
 Summary shard_summary(Summary summary) {
   summary.harness_failures.clear();
+  summary.controls_without_chance.clear();
   summary.exit_code = exit_code_of(summary);
   return summary;
 }
