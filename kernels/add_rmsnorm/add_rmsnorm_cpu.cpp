@@ -52,6 +52,11 @@ class AddRmsnormCpu : public Impl {
     return "";
   }
   bool supports(Pass) const override { return true; }
+  // The split control's path changes where the split stops: a batch of that many rows drifts.
+  std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
+    if (kind_ != Kind::split_row_small_batch) return {};
+    return row_threshold_switch(split_row_below_rows, "rows.split", "rows.whole", max_rows);
+  }
 
   void run(Batch& batch) override {
     const std::int64_t width = batch.spec->dim("H");

@@ -50,6 +50,11 @@ class LogprobCpu : public Impl {
            "first (a split count chosen from the batch size)";
   }
   bool supports(Pass) const override { return true; }
+  // The control's path changes where the split stops: a batch of that many rows drifts.
+  std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
+    if (!split_by_rows_) return {};
+    return row_threshold_switch(split_below_rows, "rows.split-vocab", "rows.whole", max_rows);
+  }
 
   void run(Batch& batch) override {
     const std::int64_t parts =

@@ -204,7 +204,8 @@ class Impl {
   }
   // The batch values where the path changes for the case's shape (spec.rows ignored), up to
   // `max_rows`; empty when the path does not depend on the batch. A sweep's
-  // "batches": "switch-points" takes each side of them.
+  // "batches": "switch-points" takes each side of them. A control declares its own too: a control
+  // case whose batch stays below the first one had no chance to drift, and is reported so.
   virtual std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t /*max_rows*/) const {
     return {};
   }

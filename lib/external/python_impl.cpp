@@ -25,6 +25,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "core/op.h"
 #include "external/external_device.h"
 #include "external/plugin_loader.h"
@@ -177,7 +178,8 @@ class PythonWorker {
       const std::uint32_t reply_length = python_protocol::frame_length(header);
       reply.resize(reply_length);
       if (read_all(reply.data(), reply_length)) {
-        nlohmann::json parsed = nlohmann::json::parse(reply);
+        nlohmann::json parsed =
+            parse_json_text(reply, "the reply of the Python worker (" + command_ + ")");
         // The worker says when it holds a mapping of the buffer (not when the call failed
         // before it opened it, as for a module that does not import).
         if (names_buffer && parsed.value("shm_mapped", false)) shared_.mapped_by_worker();

@@ -433,6 +433,14 @@ std::string library_default_rows(const nlohmann::json& report) {
   return out.str();
 }
 
+// A control group's cell class and word: it drifted, lost sight, or had no batch that could.
+std::string control_cell_state(const nlohmann::json& group) {
+  if (group.value("lost_sight", false)) return "st-drift\">LOST SIGHT ";
+  if (group.contains("no_chance_needs_rows"))
+    return "st-skipped\">no chance (needs batch " + str(group, "no_chance_needs_rows") + ") ";
+  return "st-pass\">drifts ";
+}
+
 // One row per control (op, impl), one column per dtype and pass: drifted / cases, and whether the
 // group drifted at all.
 std::string controls_section(const nlohmann::json& report) {
@@ -471,9 +479,8 @@ std::string controls_section(const nlohmann::json& report) {
           continue;
         }
         const nlohmann::json& g = *found->second;
-        const bool lost = g.value("lost_sight", false);
-        out << "<td class=\"" << (lost ? "st-drift\">LOST SIGHT " : "st-pass\">drifts ")
-            << escape_html(str(g, "drifted")) << " / " << escape_html(str(g, "cases")) << "</td>";
+        out << "<td class=\"" << control_cell_state(g) << escape_html(str(g, "drifted")) << " / "
+            << escape_html(str(g, "cases")) << "</td>";
       }
     }
     out << "<td>" << filter_button("op:" + op + " impl:" + impl) << "</td></tr>\n";

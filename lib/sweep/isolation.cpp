@@ -89,6 +89,16 @@ std::string dump_line(const nlohmann::json& document) {
   return document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// A worker's reply, or a discarded value when it is no JSON the strict reader accepts (the caller
+// reports it as unreadable).
+nlohmann::json readable_reply(const std::string& line) {
+  try {
+    return parse_json_text(line, worker_label);
+  } catch (const BadInput&) {
+    return nlohmann::json(nlohmann::json::value_t::discarded);
+  }
+}
+
 std::string describe_exit(int status) {
   if (WIFSIGNALED(status)) {
     const int signal_number = WTERMSIG(status);
@@ -223,11 +233,11 @@ void IsolatedRunner::start_worker() {
   std::string problem;
   try {
     if (ready) {
-      nlohmann::json reply = nlohmann::json::parse(*ready);
+      nlohmann::json reply = parse_json_text(*ready, worker_label);
       if (reply.value("ready", false)) return;
       problem = reply.value("startup_error", "it sent no ready line");
     }
-  } catch (const nlohmann::json::exception&) {
+  } catch (const std::exception&) {
     problem = "it sent an unreadable ready line";
   }
   std::string how = reap();
@@ -295,7 +305,7 @@ CaseResult IsolatedRunner::run_case(const CaseSpec& spec) {
                            "; the sweep went on with the next case in a fresh worker",
                        seconds());
   }
-  nlohmann::json reply = nlohmann::json::parse(*line, nullptr, false);
+  nlohmann::json reply = readable_reply(*line);
   if (!reply.is_object() || !reply.contains("result") || !reply["result"].is_object()) {
     ++faults_;
     std::string why =
@@ -329,7 +339,7 @@ int run_sweep_worker(const Registry& registry, int fd) {
   if (!hello_line) return exit_internal;
   std::optional<Contract> contract;
   try {
-    nlohmann::json hello = nlohmann::json::parse(*hello_line);
+    nlohmann::json hello = parse_json_text(*hello_line, worker_label);
     start_run(registry, {hello.at("pins").get<std::string>(), hello.at("write_pins").get<bool>()});
     contract = load_contract_or_embedded(hello.at("contract").get<std::string>(), registry);
   } catch (const std::exception& error) {
@@ -342,7 +352,7 @@ int run_sweep_worker(const Registry& registry, int fd) {
     nlohmann::json reply;
     std::optional<std::string> context_fault;
     try {
-      nlohmann::json request = nlohmann::json::parse(*line);
+      nlohmann::json request = parse_json_text(*line, worker_label);
       CaseSpec spec = case_spec_from_json(JsonCursor(request.at("case"), worker_label, "$.case"));
       if (spec.id() != request["case"].value("id", "")) {
         throw std::logic_error(
