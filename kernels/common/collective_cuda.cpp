@@ -68,45 +68,42 @@ std::string description_of(Collective collective, Transport transport) {
   return "";
 }
 
+ImplInfo info_of(Collective collective, const NcclKind& kind) {
+  const bool invariant =
+      kind.transport == Transport::gathered_tree ||
+      (kind.transport == Transport::nccl_pinned && collective == Collective::all_reduce);
+  const bool library_default =
+      kind.transport == Transport::nccl_default ||
+      (kind.transport == Transport::nccl_pinned && collective != Collective::all_reduce);
+  const std::string description = description_of(collective, kind.transport);
+  TensorParallelism parallelism;
+  parallelism.max_tp = max_tensor_parallel;
+  parallelism.drifts_from_tp = kind.drifts_from_tp;
+  std::vector<PathDecl> paths = {PathDecl("tp1.copy", "tp = 1: the one contribution is the sum")};
+  PathDecl nccl("nccl", "what NCCL chose per call: function.algorithm.protocol.channels");
+  nccl.as_family();
+  if (kind.transport == Transport::gathered_tree ||
+      kind.transport == Transport::gathered_rotating_chain) {
+    paths.push_back(PathDecl("gathered.sum", "the gathered contributions summed on every rank"));
+    nccl.informative();  // an exact copy whatever NCCL chooses
+  }
+  if (kind.transport == Transport::gathered_tree) {
+    paths.push_back(PathDecl("scattered.sum",
+                             "messages of 512 KiB and more: each rank sums its part of every "
+                             "contribution (an all-to-all), the parts all-gathered"));
+  }
+  paths.push_back(nccl);
+  ImplInfo info = invariant         ? ImplInfo::invariant(kind.name, "cuda", description)
+                  : library_default ? ImplInfo::library_default(kind.name, "cuda", description)
+                                    : ImplInfo::control(kind.name, "cuda", description);
+  info.only_passes({Pass::forward}).on_ranks(parallelism).with_paths(paths);
+  return info;
+}
+
 class NcclCollective : public Impl {
  public:
   NcclCollective(Collective collective, const NcclKind& kind)
-      : collective_(collective), kind_(kind) {}
-  std::string name() const override { return kind_.name; }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override {
-    return kind_.transport == Transport::gathered_tree ||
-           (kind_.transport == Transport::nccl_pinned && collective_ == Collective::all_reduce);
-  }
-  bool is_library_default() const override {
-    return kind_.transport == Transport::nccl_default ||
-           (kind_.transport == Transport::nccl_pinned && collective_ != Collective::all_reduce);
-  }
-  std::string description() const override { return description_of(collective_, kind_.transport); }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
-  TensorParallelism tensor_parallelism() const override {
-    TensorParallelism parallelism;
-    parallelism.max_tp = max_tensor_parallel;
-    parallelism.drifts_from_tp = kind_.drifts_from_tp;
-    return parallelism;
-  }
-  std::vector<PathDecl> paths() const override {
-    std::vector<PathDecl> paths = {PathDecl("tp1.copy", "tp = 1: the one contribution is the sum")};
-    PathDecl nccl("nccl", "what NCCL chose per call: function.algorithm.protocol.channels");
-    nccl.as_family();
-    if (kind_.transport == Transport::gathered_tree ||
-        kind_.transport == Transport::gathered_rotating_chain) {
-      paths.push_back(PathDecl("gathered.sum", "the gathered contributions summed on every rank"));
-      nccl.informative();  // an exact copy whatever NCCL chooses
-    }
-    if (kind_.transport == Transport::gathered_tree) {
-      paths.push_back(PathDecl("scattered.sum",
-                               "messages of 512 KiB and more: each rank sums its part of every "
-                               "contribution (an all-to-all), the parts all-gathered"));
-    }
-    paths.push_back(nccl);
-    return paths;
-  }
+      : Impl(info_of(collective, kind)), collective_(collective), kind_(kind) {}
 
   void run(Batch& batch) override {
     const std::int64_t h = batch.spec->dim("H");

@@ -47,39 +47,41 @@ constexpr TpKind kinds[] = {
      "bits across TP sizes: a second rounding or another association at every tp > 1"},
 };
 
+// The pass whose sum crosses the ranks: the one a control drifts in.
+Pass split_pass(Split split) {
+  return split == Split::rows ? Pass::forward : Pass::backward;
+}
+
+ImplInfo info_of(Split split, const TpKind& kind) {
+  const std::string name =
+      std::string("cpu-tp-") + (split == Split::rows ? "row-" : "column-") + kind.order_name;
+  const std::string description =
+      std::string(split == Split::rows
+                      ? "row-parallel (K split over ranks; the forward sums across them): "
+                      : "column-parallel (N split over ranks; dX sums across them): ") +
+      kind.description;
+  TensorParallelism parallelism;
+  parallelism.split_dims = {split == Split::rows ? "K" : "N"};
+  parallelism.max_tp = max_tensor_parallel;
+  parallelism.across_tp = kind.across_tp;
+  parallelism.drifts_from_tp = kind.drifts_from_tp;
+  ImplInfo info = kind.claims_invariance ? ImplInfo::invariant(name, "cpu", description)
+                                         : ImplInfo::control(name, "cpu", description);
+  info.drifting_in({split_pass(split)}).on_ranks(parallelism);
+  return info;
+}
+
 class MatmulTpCpu : public Impl {
  public:
-  MatmulTpCpu(Split split, const TpKind& kind) : split_(split), kind_(kind) {}
-  std::string name() const override {
-    return std::string("cpu-tp-") + (split_ == Split::rows ? "row-" : "column-") + kind_.order_name;
-  }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return kind_.claims_invariance; }
-  // A control drifts only in the pass whose sum crosses the ranks.
-  bool expected_to_drift(Pass pass) const override {
-    return !kind_.claims_invariance && pass == split_pass();
-  }
-  std::string description() const override {
-    return std::string(split_ == Split::rows
-                           ? "row-parallel (K split over ranks; the forward sums across them): "
-                           : "column-parallel (N split over ranks; dX sums across them): ") +
-           kind_.description;
-  }
-  bool supports(Pass) const override { return true; }
+  MatmulTpCpu(Split split, const TpKind& kind)
+      : Impl(info_of(split, kind)), split_(split), kind_(kind) {}
+
   // Rounding a rank's partial to fp32 changes nothing: the early-rounding control models a 16-bit
   // output dtype.
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     if (kind_.order == SplitOrder::early_rounding && spec.dtype == DType::fp32)
       return "the early-rounding control rounds partials to the output dtype: a no-op in fp32";
     return std::nullopt;
-  }
-  TensorParallelism tensor_parallelism() const override {
-    TensorParallelism parallelism;
-    parallelism.split_dims = {split_ == Split::rows ? "K" : "N"};
-    parallelism.max_tp = max_tensor_parallel;
-    parallelism.across_tp = kind_.across_tp;
-    parallelism.drifts_from_tp = kind_.drifts_from_tp;
-    return parallelism;
   }
 
   void run(Batch& batch) override {
@@ -129,8 +131,6 @@ class MatmulTpCpu : public Impl {
   }
 
  private:
-  Pass split_pass() const { return split_ == Split::rows ? Pass::forward : Pass::backward; }
-
   Split split_;
   const TpKind& kind_;
 };

@@ -141,25 +141,42 @@ DeviceBuffer heuristic_gemm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// The pass whose sum crosses the ranks: the one a control drifts in.
+Pass split_pass(Split split) {
+  return split == Split::rows ? Pass::forward : Pass::backward;
+}
+
+ImplInfo info_of(Split split, const TpCudaKind& kind) {
+  const std::string name =
+      std::string("tp-") + (split == Split::rows ? "row-" : "column-") + kind.name;
+  const std::string description =
+      std::string(split == Split::rows
+                      ? "row-parallel (K split over ranks; the forward sums across them): "
+                      : "column-parallel (N split over ranks; dX sums across them): ") +
+      kind.description;
+  TensorParallelism parallelism;
+  parallelism.split_dims = {split == Split::rows ? "K" : "N"};
+  parallelism.max_tp = max_tensor_parallel;
+  parallelism.across_tp = kind.across_tp;
+  parallelism.drifts_from_tp = kind.drifts_from_tp;
+  PathDecl nccl("nccl", "what NCCL chose per call: function.algorithm.protocol.channels");
+  nccl.as_family();
+  ImplInfo info = kind.claims_invariance ? ImplInfo::invariant(name, "cuda", description)
+                  : kind.library_default ? ImplInfo::library_default(name, "cuda", description)
+                                         : ImplInfo::control(name, "cuda", description);
+  info.drifting_in({split_pass(split)})
+      .on_ranks(parallelism)
+      .with_paths(
+          {PathDecl("split-sum", "a GEMM whose reduction the ranks share, summed across them"),
+           PathDecl("local", "a rank-local GEMM (or dW), gathered"), nccl});
+  return info;
+}
+
 class MatmulTpCuda : public Impl {
  public:
-  MatmulTpCuda(Split split, const TpCudaKind& kind) : split_(split), kind_(kind) {}
-  std::string name() const override {
-    return std::string("tp-") + (split_ == Split::rows ? "row-" : "column-") + kind_.name;
-  }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return kind_.claims_invariance; }
-  bool is_library_default() const override { return kind_.library_default; }
-  bool expected_to_drift(Pass pass) const override {
-    return !kind_.claims_invariance && !kind_.library_default && pass == split_pass();
-  }
-  std::string description() const override {
-    return std::string(split_ == Split::rows
-                           ? "row-parallel (K split over ranks; the forward sums across them): "
-                           : "column-parallel (N split over ranks; dX sums across them): ") +
-           kind_.description;
-  }
-  bool supports(Pass) const override { return true; }
+  MatmulTpCuda(Split split, const TpCudaKind& kind)
+      : Impl(info_of(split, kind)), split_(split), kind_(kind) {}
+
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     if (spec.dtype == DType::fp32 && kind_.order == Order::early_rounding)
       return "the early-rounding control rounds partials to the output dtype: a no-op in fp32";
@@ -167,20 +184,6 @@ class MatmulTpCuda : public Impl {
     if (split % (chunk_count * 8) != 0)
       return "the split dim must be a multiple of 64 (8 chunks of the fixed-order GEMM's 8)";
     return std::nullopt;
-  }
-  TensorParallelism tensor_parallelism() const override {
-    TensorParallelism parallelism;
-    parallelism.split_dims = {split_ == Split::rows ? "K" : "N"};
-    parallelism.max_tp = max_tensor_parallel;
-    parallelism.across_tp = kind_.across_tp;
-    parallelism.drifts_from_tp = kind_.drifts_from_tp;
-    return parallelism;
-  }
-  std::vector<PathDecl> paths() const override {
-    PathDecl nccl("nccl", "what NCCL chose per call: function.algorithm.protocol.channels");
-    nccl.as_family();
-    return {PathDecl("split-sum", "a GEMM whose reduction the ranks share, summed across them"),
-            PathDecl("local", "a rank-local GEMM (or dW), gathered"), nccl};
   }
 
   void run(Batch& batch) override {
@@ -206,8 +209,6 @@ class MatmulTpCuda : public Impl {
   }
 
  private:
-  Pass split_pass() const { return split_ == Split::rows ? Pass::forward : Pass::backward; }
-
   static void scatter_rows(const Tensor& packed, const std::vector<std::int32_t>& slots,
                            Tensor& out) {
     for (std::size_t i = 0; i < slots.size(); ++i)

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/special_values.h"
 
 namespace bitcheck {
@@ -259,6 +260,21 @@ CaseSpec case_spec_from_json(const JsonCursor& c) {
     if (!is_valid_tp(spec.tp)) tp->fail("a TP size (" + valid_tp_choices() + ")");
   }
   return spec;
+}
+
+ReportCase find_report_case(const JsonCursor& report, const std::string& case_id,
+                            const Registry& registry) {
+  std::optional<JsonCursor> found;
+  for (const auto& c : report.at("results").items()) {
+    if (c.at("id").as_string() == case_id) found = c;
+  }
+  if (!found)
+    throw BadInput(report.file(), "$.results[*].id", "a case with id \"" + case_id + "\"");
+  CaseSpec spec = case_spec_from_json(*found);
+  if (!registry.find_op(spec.op)) found->at("op").fail("an op this bitcheck build has");
+  if (!registry.find_impl(spec.op, spec.impl))
+    found->at("impl").fail("an impl this bitcheck build has");
+  return {*found, std::move(spec)};
 }
 
 CaseResult case_from_json(const JsonCursor& c) {

@@ -86,20 +86,12 @@ void write_npy(const std::string& path, const Tensor& tensor) {
 
 int run_repro(const ReproOptions& options, const Registry& registry) {
   nlohmann::json report = load_json_file(options.report_path);
-  JsonCursor root(report, options.report_path);
-  std::optional<JsonCursor> found;
-  for (const auto& c : root.at("results").items()) {
-    if (c.at("id").as_string() == options.case_id) found = c;
-  }
-  if (!found)
-    throw BadInput(options.report_path, "$.results[*].id",
-                   "a case with id \"" + options.case_id + "\"");
-  CaseSpec spec = case_spec_from_json(*found);
-  if (!registry.find_impl(spec.op, spec.impl))
-    found->at("impl").fail("an impl this bitcheck build has");
-  const std::string recorded_verdict = found->at("verdict").as_string();
+  ReportCase found =
+      find_report_case(JsonCursor(report, options.report_path), options.case_id, registry);
+  const CaseSpec& spec = found.spec;
+  const std::string recorded_verdict = found.entry.at("verdict").as_string();
   const std::string recorded_fingerprint =
-      found->find("fingerprint") ? found->at("fingerprint").as_string() : "";
+      found.entry.find("fingerprint") ? found.entry.at("fingerprint").as_string() : "";
 
   start_run(registry, options.run);
   Contract contract = load_contract_or_embedded(options.contract_path, registry);

@@ -1,8 +1,8 @@
 """The worker bitcheck starts (`python3 -m bitcheck_py worker`): length-prefixed JSON requests on
 stdin, one reply each on stdout. Anything the user's code prints goes to stderr, never into the
-channel. Requests: describe (the function's declaration), call (one invocation: shared memory on
-the CPU, CUDA IPC handles on the GPU), bench (time the function on device tensors), close (IPC
-handles bitcheck is about to free)."""
+channel. Requests: describe (the function's declaration; the request names bitcheck's ops), call
+(one invocation: shared memory on the CPU, CUDA IPC handles on the GPU), bench (time the function
+on device tensors), close (IPC handles bitcheck is about to free)."""
 import importlib
 import json
 import os
@@ -79,7 +79,7 @@ def handle(request):
         return {"ok": True}
     function = resolve(request["function"])
     if request["type"] == "describe":
-        return dict(declaration(function), ok=True)
+        return dict(declaration(function, request.get("ops", ())), ok=True)
     if request["type"] == "call":
         if "device" in request:
             cuda_ipc.run_call(function, request)

@@ -226,6 +226,29 @@ TEST_CASE("a numpy Python impl passes, its control drifts, and repro reruns it",
   CHECK(repro.out.find("-> same bits") != std::string::npos);
 }
 
+TEST_CASE("an undeclared Python function observes the op it is named after, one of the registry's",
+          "[cli][python]") {
+  PythonEnvironment python;
+  SKIP_WITHOUT_NUMPY(python);
+  TempDir dir;
+  Run named = run_bitcheck(dir, "list --py-impl numpy_matmul:matmul");
+  INFO(named.err);
+  REQUIRE(named.exit_code == 0);
+  CHECK(named.out.find("~ matmul/py:numpy_matmul:matmul [cpu] undeclared Python function "
+                       "(observation)") != std::string::npos);
+  // A name that is no op is refused, and the ops the refusal lists are the registry's, in order.
+  Run list = run_bitcheck(dir, "list --json");
+  REQUIRE(list.exit_code == 0);
+  const json listed = json::parse(list.out);
+  std::string ops;
+  for (const auto& op : listed["ops"])
+    ops += (ops.empty() ? "" : ", ") + op["name"].get<std::string>();
+  Run unnamed = run_bitcheck(dir, "list --py-impl numpy_matmul:_dot_in_order");
+  INFO(unnamed.err << "\nthe registry's ops: " << ops);
+  CHECK(unnamed.exit_code == 2);
+  CHECK(unnamed.err.find("its name is not an op (" + ops + ")") != std::string::npos);
+}
+
 TEST_CASE("a bitcheck process killed while a Python impl holds its buffer leaves no shared memory",
           "[cli][python]") {
   // The buffer's name is unlinked once the worker has mapped it: a process that ends without its

@@ -63,12 +63,11 @@ nlohmann::json status_of(const CaseResult& result) {
 // impl it wraps, but 16 bf16 ulps off its reference.
 class OffByASixteenth : public Impl {
  public:
-  explicit OffByASixteenth(Impl& wrapped) : wrapped_(wrapped) {}
-  std::string name() const override { return "cpu-test-off-by-a-sixteenth"; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override { return "test only: invariant and inaccurate"; }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
+  explicit OffByASixteenth(Impl& wrapped)
+      : Impl(ImplInfo::invariant("cpu-test-off-by-a-sixteenth", "cpu",
+                                 "test only: invariant and inaccurate")
+                 .only_passes({Pass::forward})),
+        wrapped_(wrapped) {}
   void run(Batch& batch) override {
     wrapped_.run(batch);
     Tensor& y = batch.out("y");

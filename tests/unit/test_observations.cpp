@@ -99,27 +99,34 @@ TEST_CASE("a control no case of which reached its switch point had no chance: no
 }
 
 namespace {
-class LibraryDefault : public Impl {
+class NoOp : public Impl {
  public:
-  std::string name() const override { return "library-default"; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return false; }
-  bool is_library_default() const override { return true; }
-  std::string description() const override { return "a library's default path"; }
-  bool supports(Pass) const override { return true; }
+  using Impl::Impl;
   void run(Batch&) override {}
-};
-class Control : public LibraryDefault {
- public:
-  bool is_library_default() const override { return false; }
 };
 }  // namespace
 
 TEST_CASE("impls: a library default is never expected to drift, a control is", "[summary]") {
-  CHECK_FALSE(LibraryDefault().expected_to_drift(Pass::forward));
-  CHECK_FALSE(LibraryDefault().expected_to_drift(Pass::backward));
-  CHECK(Control().expected_to_drift(Pass::forward));
-  CHECK(Control().expected_to_drift(Pass::backward));
+  const NoOp library_default(
+      ImplInfo::library_default("library-default", "cpu", "a library's default path"));
+  const NoOp control(ImplInfo::control("control", "cpu", "a control"));
+  const NoOp invariant(ImplInfo::invariant("invariant", "cpu", "an invariant impl"));
+  CHECK_FALSE(library_default.expected_to_drift(Pass::forward));
+  CHECK_FALSE(library_default.expected_to_drift(Pass::backward));
+  CHECK_FALSE(library_default.claims_invariance());
+  CHECK(control.expected_to_drift(Pass::forward));
+  CHECK(control.expected_to_drift(Pass::backward));
+  CHECK_FALSE(control.is_library_default());
+  CHECK_FALSE(invariant.expected_to_drift(Pass::forward));
+  CHECK_FALSE(invariant.expected_to_drift(Pass::backward));
+}
+
+TEST_CASE("impls: a backward-only failure model is expected to drift in the backward pass alone",
+          "[summary]") {
+  const NoOp tree(ImplInfo::control("dw-tree", "cpu", "a tree sized by the slots")
+                      .drifting_in({Pass::backward}));
+  CHECK_FALSE(tree.expected_to_drift(Pass::forward));
+  CHECK(tree.expected_to_drift(Pass::backward));
 }
 
 TEST_CASE("the markdown matrix lists each library default: drifted cases and where", "[summary]") {

@@ -26,17 +26,14 @@ class PinSwitchingMatmul : public Impl {
  public:
   PinSwitchingMatmul(std::shared_ptr<const std::string> pins_in_use, std::string switching_pins,
                      Impl& fixed_order)
-      : pins_in_use_(std::move(pins_in_use)),
+      : Impl(ImplInfo::invariant(
+                 "pin-switching", "cpu",
+                 "a stand-in of the pinned matmul: switches path at M = 40 under one pin table")
+                 .only_passes({Pass::forward})
+                 .with_paths(fixed_order.paths())),
+        pins_in_use_(std::move(pins_in_use)),
         switching_pins_(std::move(switching_pins)),
         fixed_order_(fixed_order) {}
-  std::string name() const override { return "pin-switching"; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override {
-    return "a stand-in of the pinned matmul: switches path at M = 40 under one pin table";
-  }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
-  std::vector<PathDecl> paths() const override { return fixed_order_.paths(); }
   std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t) const override {
     if (*pins_in_use_ != switching_pins_) return {};
     return {{40, "bucket:before 40", "bucket:from 40"}};
