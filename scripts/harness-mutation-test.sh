@@ -17,6 +17,8 @@
 #       uncommitted change; each patch is reverted after its run, and on any failure) and builds
 #       in build-harness-mutants itself: ccache then finds every object of an earlier build of
 #       this tree, where a copy recompiles the tests (the source path is compiled into them).
+#       --unit-only runs `ctest -L unit` alone and no sweep (a tenth of the time: the standard is
+#       that a broken comparison, layout or reduction fails a unit test).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 patches="$root/scripts/harness-mutants"
@@ -76,9 +78,10 @@ failed_tests() {
 # sweep.rc). harness_mutation_patches is left out: with a patch applied, that patch no longer
 # applies, which says nothing about the harness.
 test_build() {  # BUILD DIR
-  (cd "$1" && ctest -L 'unit|cli' -E '^harness_mutation_patches$' -j "$(nproc)" --output-on-failure \
+  (cd "$1" && ctest -L "$labels" -E '^harness_mutation_patches$' -j "$(nproc)" --output-on-failure \
     > "$2/ctest.log" 2>&1)
   echo $? > "$2/ctest.rc"
+  if [ "$labels" = unit ]; then echo - > "$2/sweep.rc"; return; fi
   rm -rf "$2/sweep"
   "$1/apps/bitcheck" sweep --op all --backend cpu --no-progress --out "$2/sweep" > "$2/sweep.log" 2>&1
   echo $? > "$2/sweep.rc"
@@ -87,11 +90,13 @@ test_build() {  # BUILD DIR
 
 run_phase() {
   local only="" in_place=0 out="$root/reports/harness-mutation.md"
+  labels='unit|cli'
   local command_line="scripts/harness-mutation-test.sh run $*"
   while [ $# -gt 0 ]; do
     case "$1" in
       --only) only=$2; shift 2 ;;
       --in-place) in_place=1; shift ;;
+      --unit-only) labels=unit; shift ;;
       --out) out=$(realpath -m "$2"); shift 2 ;;
       *) die "run: unknown argument $1" ;;
     esac
@@ -187,20 +192,20 @@ write_report() {  # OUT REVISION COMMAND RESULTS NAMES...
 
 Planted slips in the harness (\`lib/\`), one per patch in \`scripts/harness-mutants/\` (each header
 says the slip and why it is realistic), each built into a CPU-only bitcheck and run against
-\`ctest -L 'unit|cli'\` and the default CPU sweep. A mutant is killed when at least one test fails.
+\`ctest -L '$labels'\`$( [ "$labels" = unit ] || echo " and the default CPU sweep"). A mutant is killed when at least one test fails.
 
 **Mutation score: $killed/$total** harness mutants fail at least one test.
 
 - Command: \`$command_line\` (git $revision, $(date -u +%Y-%m-%d), $(nproc) cores, no GPU; Release,
   \`-DBITCHECK_WITH_CUDA=OFF\`).
-- Tests: \`ctest -L 'unit|cli' -E '^harness_mutation_patches$'\` (that test checks that each patch
+- Tests: \`ctest -L '$labels' -E '^harness_mutation_patches$'\` (that test checks that each patch
   applies, which an applied patch no longer does).
-- Baseline (the unmutated tree): every \`unit|cli\` test passes; the default CPU sweep
+- Baseline (the unmutated tree): every \`$labels\` test passes; the default CPU sweep
   (\`bitcheck sweep --op all --backend cpu\`) exits $baseline_sweep.
 - Sweep exit: the default CPU sweep's exit code with the mutant. Where it stays $baseline_sweep
   the slip hides from a plain run, and only the tests show it.
 
-| mutant | file | slip | \`ctest -L 'unit\|cli'\` | failing tests | sweep exit |
+| mutant | file | slip | \`ctest -L '${labels/|/\\|}'\` | failing tests | sweep exit |
 |---|---|---|---|---|---|
 $rows
 EOF

@@ -19,21 +19,33 @@ std::string to_string(SplitOrder order) {
   return "";
 }
 
+namespace {
+
+// Each rank's subtree of the chunk tree (its leaves, summed in fp32 as the fixed tree orders them),
+// rounded to the dtype when `round_early` (the early-rounding control; a no-op at tp = 1), then
+// the tree over the ranks' values as the collective finishes it, rounded once. With 8 leaves and
+// tp a power of two the ranks' subtrees are the whole tree's, so every tp gives the same bits.
+float finish_chunk_tree(const std::vector<float>& leaves, int tp, DType dtype, bool round_early) {
+  const int count = static_cast<int>(leaves.size());
+  std::vector<float> ranks(static_cast<std::size_t>(tp));
+  for (int rank = 0; rank < tp; ++rank) {
+    const auto [first, last] = rank_leaves(count, tp, rank);
+    const float subtree = fixed_tree(leaves.data() + first, last - first);
+    ranks[static_cast<std::size_t>(rank)] =
+        round_early && tp > 1 ? round_to(dtype, subtree) : subtree;
+  }
+  return round_to(dtype, fixed_tree(ranks.data(), tp));
+}
+
+}  // namespace
+
 float finish_split_sum(SplitOrder order, const std::vector<float>& leaves, int tp, DType dtype,
                        std::int64_t element, std::int64_t message) {
-  const int count = static_cast<int>(leaves.size());
   switch (order) {
     case SplitOrder::fixed_chunks:
-      return round_to(dtype, fixed_tree(leaves.data(), count));
-    case SplitOrder::early_rounding: {
-      std::vector<float> ranks(static_cast<std::size_t>(tp));
-      for (int rank = 0; rank < tp; ++rank) {
-        const auto [first, last] = rank_leaves(count, tp, rank);
-        const float subtree = fixed_tree(leaves.data() + first, last - first);
-        ranks[static_cast<std::size_t>(rank)] = tp > 1 ? round_to(dtype, subtree) : subtree;
-      }
-      return round_to(dtype, fixed_tree(ranks.data(), tp));
-    }
+      return finish_chunk_tree(leaves, tp, dtype, false);
+    case SplitOrder::early_rounding:
+      return finish_chunk_tree(leaves, tp, dtype, true);
     case SplitOrder::rank_chain:
     case SplitOrder::ring: {
       std::vector<float> ranks(leaves.size());

@@ -84,7 +84,7 @@ pid_t spawn_child(const std::vector<std::string>& args,
       dup2(log, STDERR_FILENO);
       close(log);
     }
-    execv(argv[0], argv.data());
+    execvp(argv[0], argv.data());  // a launcher (srun) is found on PATH
     _exit(127);
   }
   return pid;

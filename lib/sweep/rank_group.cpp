@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -31,6 +33,15 @@ struct Rank {
   bool done = false;
   int exit_code = 0;  // -N when killed by signal N
 };
+
+// The tasks of the Slurm allocation this parent runs in (SLURM_NTASKS), as slots "task 0", ...
+std::vector<std::string> slurm_task_slots() {
+  const char* tasks = std::getenv("SLURM_NTASKS");
+  const int count = tasks ? std::atoi(tasks) : 0;
+  std::vector<std::string> slots;
+  for (int t = 0; t < count; ++t) slots.push_back("task " + std::to_string(t));
+  return slots;
+}
 
 std::vector<std::string> distinct(const std::vector<std::string>& devices) {
   std::vector<std::string> kept;
@@ -103,13 +114,20 @@ std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& 
   std::string binary = std::filesystem::read_symlink("/proc/self/exe", ignored).string();
   if (binary.empty()) binary = options.argv.front();
   const int size = static_cast<int>(devices.size());
-  std::vector<Rank> ranks(static_cast<std::size_t>(size));
-  for (int r = 0; r < size; ++r) {
+  // Under srun the group is one process here, the Slurm step, whose tasks are the ranks.
+  const bool srun = options.rank_launcher == "srun";
+  std::vector<Rank> ranks(srun ? 1 : static_cast<std::size_t>(size));
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     Rank& rank = ranks[static_cast<std::size_t>(r)];
     rank.rank = r;
-    rank.device = devices[static_cast<std::size_t>(r)];
-    rank.log_path = directory + "/rank-" + std::to_string(r) + ".log";
+    rank.device = srun ? "srun step of " + std::to_string(size) + " tasks"
+                       : devices[static_cast<std::size_t>(r)];
+    rank.log_path = directory + (srun ? "/srun.log" : "/rank-" + std::to_string(r) + ".log");
     std::vector<std::string> args = sweep_child_args(options, binary);
+    if (srun) {
+      args.insert(args.begin(), {"srun", "--ntasks=" + std::to_string(size), "--gpus-per-task=1",
+                                 "--kill-on-bad-exit=1", "--label"});
+    }
     if (options.rank_bench) {
       for (const std::string& arg :
            {std::string("--rank-bench"), std::string("--bench-warmup"),
@@ -123,8 +141,9 @@ std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& 
           std::string("--rank-cases"), cases_path, std::string("--rank-results"), results_path,
           std::string("--out"), directory})
       args.push_back(arg);
+    if (srun) args[std::find(args.begin(), args.end(), "--rank") - args.begin() + 1] = "slurm";
     auto environment = multi_gpu_safe_environment();
-    environment.push_back({"CUDA_VISIBLE_DEVICES", rank.device});
+    if (!srun) environment.push_back({"CUDA_VISIBLE_DEVICES", rank.device});
     rank.pid = spawn_child(args, environment, rank.log_path);
   }
   std::size_t finished = read_results(results_path).size();
@@ -207,16 +226,23 @@ bool needs_rank_group(const CaseSpec& c, const Registry& registry) {
 RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registry,
                             const std::vector<CaseSpec>& cases, const std::string& work_dir) {
   RankGroupRun run;
-  const std::vector<std::string> devices = distinct(options.devices);
   int largest = 1;
   for (const auto& c : cases) largest = std::max(largest, c.tp);
+  // On this host: one rank per distinct GPU of --devices. Under srun: the allocation's tasks.
+  std::vector<std::string> devices = distinct(options.devices);
+  if (options.rank_launcher == "srun") devices = slurm_task_slots();
   const int size = std::min<int>(largest, static_cast<int>(devices.size()));
   run.meta = {{"size", size},
               {"devices", std::vector<std::string>(devices.begin(), devices.begin() + size)},
               {"groups_started", 0},
               {"faults", nlohmann::json::array()}};
   std::optional<std::string> unavailable;
-  if (size < 2) unavailable = "a group of ranks needs --devices listing 2 or more distinct GPUs";
+  if (size < 2) {
+    unavailable = options.rank_launcher == "srun"
+                      ? "a group of ranks under srun needs an allocation of 2 or more tasks "
+                        "(SLURM_NTASKS)"
+                      : "a group of ranks needs --devices listing 2 or more distinct GPUs";
+  }
   for (const auto& c : cases) {
     const Impl* impl = registry.find_impl(c.op, c.impl);
     if (!unavailable) unavailable = registry.device_backend(impl->backend())->ranks_unavailable();

@@ -45,6 +45,10 @@ struct SweepOptions {
   std::string rank_dir;
   std::string rank_cases;    // a file of case ids, one a line: the cases the group runs, in order
   std::string rank_results;  // rank 0 appends each case's entry here, a line each
+  // How the group's processes start: "" on this host, one per GPU of `devices`; "srun": one
+  // Slurm step of one task per rank across the allocation's nodes (each task a GPU of its node),
+  // meeting in rank_dir on the shared file system (--rank-launcher).
+  std::string rank_launcher;
   // How long a case of a rank group may take before the group is killed and the case is `error`.
   double rank_case_timeout_seconds = 900;
   // The group times its cases (Impl::benchmark on every rank) instead of checking them: `bitcheck
