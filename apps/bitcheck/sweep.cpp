@@ -265,7 +265,7 @@ int run(SweepFlags& flags, const Registry& registry) {
                    "--devices beside it (this node's GPUs, which run the cases at tp = 1)");
   if (!flags.skip_ids.empty()) add_case_ids(flags.skip_ids, sweep.overrides.skip_ids);
   if (!sweep.overrides.shard_queue.empty()) {
-    if (sweep.overrides.shard_count < 1)
+    if (flags.shard.empty())
       throw BadInput("command line", "--shard-queue", "--shard i/n beside it");
     if (!std::filesystem::is_regular_file(sweep.overrides.shard_queue))
       throw BadInput("command line", "--shard-queue",

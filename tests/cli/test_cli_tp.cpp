@@ -196,8 +196,9 @@ TEST_CASE("a TP size that does not divide a split dim is bad input naming the fi
 }
 
 TEST_CASE(
-    "--rank-launcher srun: the rank group is one srun step whose tasks take their rank from "
-    "Slurm; a crashed task is its case's error",
+    "a rank group under srun is one step whose tasks take their rank from Slurm, and a crashed "
+    "task "
+    "is its case's error",
     "[cli][tp][slurm]") {
   TempDir dir;
   Environment enabled({"BITCHECK_TEST_IMPLS", "BITCHECK_TEST_RANKS"});
