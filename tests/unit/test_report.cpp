@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/build_info.h"
+#include "manifest.h"
 #include "report/report.h"
 #include "run/runner.h"
 #include "spec/contract.h"
