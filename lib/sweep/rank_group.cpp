@@ -137,11 +137,11 @@ std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& 
     }
     for (const std::string& arg :
          {std::string("--no-isolate"), std::string("--no-progress"), std::string("--rank"),
-          std::to_string(r) + "/" + std::to_string(size), std::string("--rank-dir"), directory,
-          std::string("--rank-cases"), cases_path, std::string("--rank-results"), results_path,
-          std::string("--out"), directory})
+          // Under srun each task takes its rank from Slurm.
+          srun ? std::string("slurm") : std::to_string(r) + "/" + std::to_string(size),
+          std::string("--rank-dir"), directory, std::string("--rank-cases"), cases_path,
+          std::string("--rank-results"), results_path, std::string("--out"), directory})
       args.push_back(arg);
-    if (srun) args[std::find(args.begin(), args.end(), "--rank") - args.begin() + 1] = "slurm";
     auto environment = multi_gpu_safe_environment();
     if (!srun) environment.push_back({"CUDA_VISIBLE_DEVICES", rank.device});
     rank.pid = spawn_child(args, environment, rank.log_path);
