@@ -30,9 +30,13 @@ void register_embedding_op(Registry& registry) {
   op.dim_names = {"V", "H"};
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t v = spec.dim("V"), h = spec.dim("H");
+    // The table takes the case's special values: the forward has no float row input, and its
+    // -0 entries show what a TP impl does with the sign of zero.
+    TensorDecl table = embedding_table_decl(spec);
+    table.takes_special_values = true;
     std::vector<TensorDecl> decls = {
         {"ids", TensorRole::row_input, DType::i32, {1}, Generator::token_id, 1.0f, v},
-        embedding_table_decl(spec),
+        table,
     };
     if (spec.pass == Pass::forward) {
       decls.push_back({"out", TensorRole::row_output, spec.dtype, {h}});
