@@ -297,6 +297,9 @@ void register_chain_impls(Registry& registry) {
     for (const char* op : chain_ops) {
       for (Impl* impl : registry.impls(op)) {
         if (impl->backend() != base.backend || impl == impls.at(op)) continue;
+        // Not the TP impls: the chain runs on one rank, where their controls cannot drift (they
+        // differ across TP sizes, or at 3 or more ranks).
+        if (impl->tensor_parallelism().max_tp > 1) continue;
         registry.add_impl("chain", std::make_unique<ChainImpl>(registry, base.impl, base.backend,
                                                                impls, op, impl));
       }

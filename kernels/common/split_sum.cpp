@@ -19,6 +19,16 @@ std::string to_string(SplitOrder order) {
   return "";
 }
 
+TensorParallelism split_parallelism(TensorParallelism::AcrossTp across_tp, int drifts_from_tp,
+                                    std::vector<std::string> split_dims) {
+  TensorParallelism parallelism;
+  parallelism.split_dims = std::move(split_dims);
+  parallelism.max_tp = max_tensor_parallel;
+  parallelism.across_tp = across_tp;
+  parallelism.drifts_from_tp = drifts_from_tp;
+  return parallelism;
+}
+
 float finish_split_sum(SplitOrder order, const std::vector<float>& leaves, int tp, DType dtype,
                        std::int64_t element, std::int64_t message) {
   const int count = static_cast<int>(leaves.size());

@@ -16,16 +16,7 @@ namespace {
 
 enum class Split { rows, columns };  // K (row-parallel) or N (column-parallel) over the ranks
 
-struct TpKind {
-  const char* order_name;
-  SplitOrder order;
-  bool claims_invariance;
-  TensorParallelism::AcrossTp across_tp;
-  int drifts_from_tp;
-  const char* description;
-};
-
-constexpr TpKind kinds[] = {
+constexpr SplitSumKind kinds[] = {
     {"fixed-order", SplitOrder::fixed_chunks, true, TensorParallelism::AcrossTp::claimed, 1,
      "the split sum in 8 chunks of fp32 index-order sums added in one fixed binary tree, rounded "
      "once: each rank's subtree and the collective's upper levels form the same tree at every tp"},
@@ -49,7 +40,7 @@ constexpr TpKind kinds[] = {
 
 class MatmulTpCpu : public Impl {
  public:
-  MatmulTpCpu(Split split, const TpKind& kind) : split_(split), kind_(kind) {}
+  MatmulTpCpu(Split split, const SplitSumKind& kind) : split_(split), kind_(kind) {}
   std::string name() const override {
     return std::string("cpu-tp-") + (split_ == Split::rows ? "row-" : "column-") + kind_.order_name;
   }
@@ -74,12 +65,8 @@ class MatmulTpCpu : public Impl {
     return std::nullopt;
   }
   TensorParallelism tensor_parallelism() const override {
-    TensorParallelism parallelism;
-    parallelism.split_dims = {split_ == Split::rows ? "K" : "N"};
-    parallelism.max_tp = max_tensor_parallel;
-    parallelism.across_tp = kind_.across_tp;
-    parallelism.drifts_from_tp = kind_.drifts_from_tp;
-    return parallelism;
+    return split_parallelism(kind_.across_tp, kind_.drifts_from_tp,
+                             {split_ == Split::rows ? "K" : "N"});
   }
 
   void run(Batch& batch) override {
@@ -132,14 +119,14 @@ class MatmulTpCpu : public Impl {
   Pass split_pass() const { return split_ == Split::rows ? Pass::forward : Pass::backward; }
 
   Split split_;
-  const TpKind& kind_;
+  const SplitSumKind& kind_;
 };
 
 }  // namespace
 
 void register_matmul_tp_cpu(Registry& registry) {
   for (Split split : {Split::rows, Split::columns}) {
-    for (const TpKind& kind : kinds)
+    for (const SplitSumKind& kind : kinds)
       registry.add_impl("matmul", std::make_unique<MatmulTpCpu>(split, kind));
   }
 }
