@@ -55,8 +55,8 @@ cp -r "$root/python/bitcheck_py" "$root/python/examples" "$bundle/python/"
 find "$bundle/python" -name __pycache__ -prune -exec rm -rf {} +
 cp "$root/scripts/gpu-python-report.sh" "$root/scripts/compact-report.py" "$root/scripts/gpu-check.sh" \
   "$root/scripts/gpu-tp-report.sh" "$root/scripts/tp-summary.py" "$bundle/scripts/"
-# The searched cuBLASLt tables, the input of `bitcheck algos --refine kernels/tuner/searched`.
-mkdir -p "$bundle/kernels/tuner" && cp -r "$root/kernels/tuner/searched" "$bundle/kernels/tuner/"
+# The searched cuBLASLt tables, the input of `bitcheck algos --refine apps/tuner/searched`.
+mkdir -p "$bundle/apps/tuner" && cp -r "$root/apps/tuner/searched" "$bundle/apps/tuner/"
 if [ -n "${BITCHECK_REVISION:-}" ]; then
   echo "$BITCHECK_REVISION" > "$bundle/REVISION"
 else

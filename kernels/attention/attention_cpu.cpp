@@ -41,45 +41,7 @@ struct Partial {
 class AttentionCpu : public Impl {
  public:
   enum class Kind { fixed_order, split_kv_by_batch, kv_block_by_length, atomic_dq };
-  explicit AttentionCpu(Kind kind) : kind_(kind) {}
-
-  std::string name() const override {
-    switch (kind_) {
-      case Kind::fixed_order:
-        return "cpu-fixed-order";
-      case Kind::split_kv_by_batch:
-        return "cpu-split-kv-by-batch";
-      case Kind::kv_block_by_length:
-        return "cpu-kv-block-by-length";
-      case Kind::atomic_dq:
-        return "cpu-atomic-dq";
-    }
-    return "";
-  }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return kind_ == Kind::fixed_order; }
-  std::string description() const override {
-    switch (kind_) {
-      case Kind::fixed_order:
-        return "KV cache written first; KV blocks of 16 from position 0 upward for prefill, chunks "
-               "and decode; dq over key blocks in order, dk/dv over queries in order";
-      case Kind::split_kv_by_batch:
-        return "control: split-KV with ceil(4 / sequences in the batch) splits, partials combined "
-               "by log-sum-exp (flash-decoding sized by the batch)";
-      case Kind::kv_block_by_length:
-        return "control: KV block of 16 keys when the sequence so far is at most 32 tokens, else "
-               "32 (a prefill tile picked from the sequence length)";
-      case Kind::atomic_dq:
-        return "control: dq accumulated per 4-key block in arrival order, modelled as rotated by "
-               "the sequence's slot, onto dq in its dtype (atomicAdd in flash-attention backward)";
-    }
-    return "";
-  }
-  bool supports(Pass pass) const override {
-    if (kind_ == Kind::atomic_dq) return pass == Pass::backward;
-    if (kind_ == Kind::fixed_order) return true;
-    return pass == Pass::forward;
-  }
+  AttentionCpu(ImplInfo info, Kind kind) : Impl(std::move(info)), kind_(kind) {}
 
   void run(Batch& batch) override {
     const CaseSpec& spec = *batch.spec;
@@ -338,12 +300,30 @@ class AttentionCpu : public Impl {
 }  // namespace
 
 void register_attention_cpu(Registry& registry) {
-  registry.add_impl("attention", std::make_unique<AttentionCpu>(AttentionCpu::Kind::fixed_order));
-  registry.add_impl("attention",
-                    std::make_unique<AttentionCpu>(AttentionCpu::Kind::split_kv_by_batch));
-  registry.add_impl("attention",
-                    std::make_unique<AttentionCpu>(AttentionCpu::Kind::kv_block_by_length));
-  registry.add_impl("attention", std::make_unique<AttentionCpu>(AttentionCpu::Kind::atomic_dq));
+  using Kind = AttentionCpu::Kind;
+  register_impls<AttentionCpu, Kind>(
+      registry, "attention",
+      {{ImplInfo::invariant("cpu-fixed-order", "cpu",
+                            "KV cache written first; KV blocks of 16 from position 0 upward for "
+                            "prefill, chunks and decode; dq over key blocks in order, dk/dv over "
+                            "queries in order"),
+        Kind::fixed_order},
+       {ImplInfo::control("cpu-split-kv-by-batch", "cpu",
+                          "control: split-KV with ceil(4 / sequences in the batch) splits, "
+                          "partials combined by log-sum-exp (flash-decoding sized by the batch)")
+            .only_passes({Pass::forward}),
+        Kind::split_kv_by_batch},
+       {ImplInfo::control("cpu-kv-block-by-length", "cpu",
+                          "control: KV block of 16 keys when the sequence so far is at most 32 "
+                          "tokens, else 32 (a prefill tile picked from the sequence length)")
+            .only_passes({Pass::forward}),
+        Kind::kv_block_by_length},
+       {ImplInfo::control("cpu-atomic-dq", "cpu",
+                          "control: dq accumulated per 4-key block in arrival order, modelled as "
+                          "rotated by the sequence's slot, onto dq in its dtype (atomicAdd in "
+                          "flash-attention backward)")
+            .only_passes({Pass::backward}),
+        Kind::atomic_dq}});
 }
 
 }  // namespace bitcheck

@@ -175,53 +175,8 @@ const char* backward_path(const CaseSpec& spec, int dim) {
 class CudaAttention : public Impl {
  public:
   enum class Kind { fixed_order, split_kv_by_batch, kv_block_by_length, atomic_dq };
-  explicit CudaAttention(Kind kind) : kind_(kind) {}
+  CudaAttention(ImplInfo info, Kind kind) : Impl(std::move(info)), kind_(kind) {}
 
-  std::string name() const override {
-    switch (kind_) {
-      case Kind::fixed_order:
-        return "fixed-order";
-      case Kind::split_kv_by_batch:
-        return "split-kv-by-batch";
-      case Kind::kv_block_by_length:
-        return "kv-block-by-length";
-      case Kind::atomic_dq:
-        return "atomic-dq";
-    }
-    return "";
-  }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return kind_ == Kind::fixed_order; }
-  std::string description() const override {
-    switch (kind_) {
-      case Kind::fixed_order:
-        return "KV cache written first; KV blocks of 64 from position 0 upward for prefill, chunks "
-               "and decode (bf16/fp16: on sm_90 at D 128 warp-specialized wgmma with the blocks "
-               "in 2048-key chunks merged in chunk order, decode split at the chunks, at D 64 the "
-               "synchronous wgmma kernel; mma.sync elsewhere; SIMT for fp32); backward dq per "
-               "query over key blocks and "
-               "dk/dv per key over query blocks in order (mma.sync where the forward uses it), "
-               "no atomics";
-      case Kind::split_kv_by_batch:
-        return "control: split-KV forward with max(1, 8 / sequences) splits combined by "
-               "log-sum-exp (flash-decoding sized by the batch)";
-      case Kind::kv_block_by_length:
-        return "control: KV block of 32 keys for sequences ending at <= 64 tokens, else 64 (a "
-               "prefill tile picked from the sequence length)";
-      case Kind::atomic_dq:
-        return "control: backward dq from per-64-key-block partials added with atomicAdd "
-               "(flash-attention backward)";
-    }
-    return "";
-  }
-  bool supports(Pass pass) const override {
-    if (kind_ == Kind::atomic_dq) return pass == Pass::backward;
-    if (kind_ == Kind::fixed_order) return true;
-    return pass == Pass::forward;
-  }
-  std::vector<PathDecl> paths() const override {
-    return cuda::attention_paths(static_cast<int>(kind_));
-  }
   // The fixed-order forward packs a KV group's heads from this many sequences on in a decode step
   // (sequences within one 2048-key chunk; longer ones, split at the chunks, pack sooner).
   std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
@@ -533,12 +488,39 @@ std::optional<BenchMeasurement> CudaAttention::benchmark(const CaseSpec& spec,
 }  // namespace
 
 void register_attention_cuda(Registry& registry) {
-  registry.add_impl("attention", std::make_unique<CudaAttention>(CudaAttention::Kind::fixed_order));
-  registry.add_impl("attention",
-                    std::make_unique<CudaAttention>(CudaAttention::Kind::split_kv_by_batch));
-  registry.add_impl("attention",
-                    std::make_unique<CudaAttention>(CudaAttention::Kind::kv_block_by_length));
-  registry.add_impl("attention", std::make_unique<CudaAttention>(CudaAttention::Kind::atomic_dq));
+  using Kind = CudaAttention::Kind;
+  auto paths_of = [](Kind kind) { return cuda::attention_paths(static_cast<int>(kind)); };
+  register_impls<CudaAttention, Kind>(
+      registry, "attention",
+      {{ImplInfo::invariant(
+            "fixed-order", "cuda",
+            "KV cache written first; KV blocks of 64 from position 0 upward for prefill, chunks "
+            "and "
+            "decode (bf16/fp16: on sm_90 at D 128 warp-specialized wgmma with the blocks in "
+            "2048-key chunks merged in chunk order, decode split at the chunks, at D 64 the "
+            "synchronous wgmma kernel; mma.sync elsewhere; SIMT for fp32); backward dq per query "
+            "over key blocks and dk/dv per key over query blocks in order (mma.sync where the "
+            "forward uses it), no atomics")
+            .with_paths(paths_of(Kind::fixed_order)),
+        Kind::fixed_order},
+       {ImplInfo::control("split-kv-by-batch", "cuda",
+                          "control: split-KV forward with max(1, 8 / sequences) splits combined by "
+                          "log-sum-exp (flash-decoding sized by the batch)")
+            .only_passes({Pass::forward})
+            .with_paths(paths_of(Kind::split_kv_by_batch)),
+        Kind::split_kv_by_batch},
+       {ImplInfo::control("kv-block-by-length", "cuda",
+                          "control: KV block of 32 keys for sequences ending at <= 64 tokens, else "
+                          "64 (a prefill tile picked from the sequence length)")
+            .only_passes({Pass::forward})
+            .with_paths(paths_of(Kind::kv_block_by_length)),
+        Kind::kv_block_by_length},
+       {ImplInfo::control("atomic-dq", "cuda",
+                          "control: backward dq from per-64-key-block partials added with "
+                          "atomicAdd (flash-attention backward)")
+            .only_passes({Pass::backward})
+            .with_paths(paths_of(Kind::atomic_dq)),
+        Kind::atomic_dq}});
 }
 
 }  // namespace bitcheck

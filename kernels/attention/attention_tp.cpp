@@ -34,15 +34,18 @@ CaseSpec rank_spec(const CaseSpec& spec, int tp) {
   return share;
 }
 
-std::string HeadParallel::description() const {
-  return "heads and KV heads split over ranks, each rank running " + inner_.name() +
-         " on its heads (no reduction across ranks: the same bits at every tp), the outputs "
-         "gathered: " +
-         inner_.description();
-}
-
-TensorParallelism HeadParallel::tensor_parallelism() const {
-  return split_parallelism(TensorParallelism::AcrossTp::claimed, 1, {"H", "KVH"});
+ImplInfo head_parallel_info(const Impl& inner, std::string name, std::vector<PathDecl> paths) {
+  ImplInfo info = ImplInfo::invariant(
+      std::move(name), inner.backend(),
+      "heads and KV heads split over ranks, each rank running " + inner.name() +
+          " on its heads (no reduction across ranks: the same bits at every tp), the outputs "
+          "gathered: " +
+          inner.description());
+  info.only_passes(inner.info().passes)
+      .with_dtypes(inner.info().dtypes)
+      .with_paths(std::move(paths))
+      .on_ranks(split_parallelism(TensorParallelism::AcrossTp::claimed, 1, {"H", "KVH"}));
+  return info;
 }
 
 Batch HeadParallel::run_rank(Batch& batch, int rank) {

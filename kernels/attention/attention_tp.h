@@ -13,25 +13,24 @@ namespace bitcheck::attention {
 // A rank's case: H / tp heads and KVH / tp KV heads (the group size H / KVH unchanged).
 CaseSpec rank_spec(const CaseSpec& spec, int tp);
 
+// The head-parallel impl named `name` over `inner`: its passes, dtypes and description, claimed
+// invariant at every tp with the heads and KV heads split, and `paths` (the inner impl's and the
+// transport's).
+ImplInfo head_parallel_info(const Impl& inner, std::string name, std::vector<PathDecl> paths);
+
 // The head-parallel base: it runs `inner` (registered before it, for the same backend) on the
 // ranks' shares. Every attention row tensor is head-major ([heads, D], [heads] for lse), so rank r
 // holds the r-th of tp equal column blocks of each.
 class HeadParallel : public Impl {
  public:
-  HeadParallel(Impl& inner, std::string name) : inner_(inner), name_(std::move(name)) {}
-  std::string name() const override { return name_; }
-  std::string backend() const override { return inner_.backend(); }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override;
-  bool supports(Pass pass) const override { return inner_.supports(pass); }
+  HeadParallel(Impl& inner, std::string name, std::vector<PathDecl> paths)
+      : Impl(head_parallel_info(inner, std::move(name), std::move(paths))), inner_(inner) {}
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     return inner_.skip_reason(rank_spec(spec, spec.tp));
   }
   std::size_t device_workspace_bytes(const CaseSpec& spec) const override {
     return inner_.device_workspace_bytes(rank_spec(spec, spec.tp));
   }
-  TensorParallelism tensor_parallelism() const override;
-  std::vector<PathDecl> paths() const override { return inner_.paths(); }
   std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
                                          std::int64_t max_rows) const override {
     return inner_.switch_points(rank_spec(spec, spec.tp), max_rows);
@@ -42,9 +41,6 @@ class HeadParallel : public Impl {
   // outputs [slots, width / tp] each. The rank's layout state (a KV cache) lives in `batch`'s.
   Batch run_rank(Batch& batch, int rank);
   Impl& inner_;
-
- private:
-  std::string name_;
 };
 
 // Copies each output of `share` (rank `rank`'s column block) into its place in `batch`'s outputs.

@@ -21,8 +21,8 @@ class HeadParallelCpu : public attention::HeadParallel {
 
 void register_attention_tp_cpu(Registry& registry) {
   Impl* inner = registry.find_impl("attention", "cpu-fixed-order");
-  registry.add_impl("attention",
-                    std::make_unique<HeadParallelCpu>(*inner, "cpu-tp-heads-fixed-order"));
+  registry.add_impl("attention", std::make_unique<HeadParallelCpu>(
+                                     *inner, "cpu-tp-heads-fixed-order", inner->paths()));
 }
 
 }  // namespace bitcheck

@@ -15,11 +15,6 @@ namespace {
 class HeadParallelCuda : public attention::HeadParallel {
  public:
   using HeadParallel::HeadParallel;
-  std::vector<PathDecl> paths() const override {
-    std::vector<PathDecl> paths = inner_.paths();
-    paths.push_back(cuda_tp::nccl_choices(true));
-    return paths;
-  }
 
   void run(Batch& batch) override {
     const int rank = batch.tp > 1 ? nccl::group().rank : 0;
@@ -37,8 +32,10 @@ class HeadParallelCuda : public attention::HeadParallel {
 
 void register_attention_tp_cuda(Registry& registry) {
   Impl* inner = registry.find_impl("attention", "fixed-order");
-  registry.add_impl("attention",
-                    std::make_unique<HeadParallelCuda>(*inner, "tp-heads-fixed-order"));
+  std::vector<PathDecl> paths = inner->paths();
+  paths.push_back(cuda_tp::nccl_choices(true));  // the outputs' all-gathers
+  registry.add_impl("attention", std::make_unique<HeadParallelCuda>(*inner, "tp-heads-fixed-order",
+                                                                    std::move(paths)));
 }
 
 }  // namespace bitcheck

@@ -60,65 +60,72 @@ class ImplExecutor : public chain::Executor {
   std::map<const Tensor*, std::pair<SharedTensor, std::uint64_t>> ids_;
 };
 
+// Whether the chain with `swapped` in every `op` call must drift in the pass: where the swapped
+// control must, unless the chain's layouts cannot show it.
+bool chain_drifts_with(const std::string& op, const Impl& swapped, Pass pass) {
+  // The chain's backward layouts present whole sequences from position 0, where rope's
+  // chunk-relative angle is the absolute one: only chunked prefill and decode move it.
+  if (op == "rope" && pass == Pass::backward) return false;
+  // Nor do its backward invocations hold fewer than 4 tokens, where the CUDA split-K-by-rows
+  // controls split: every one holds a whole batch of sequences.
+  if (swapped.name() == "split-k-by-rows" && pass == Pass::backward) return false;
+  return swapped.expected_to_drift(pass);
+}
+
 // What a component impl that recorded nothing ran: its only declared path.
 std::string single_path_of(const Impl& impl) {
   const std::vector<PathDecl> declared = impl.paths();
   return declared.size() == 1 && !declared[0].family ? declared[0].name : unrecorded_path_name;
 }
 
+// The chain on one backend: `base` (an invariant impl of every op in the chain), or with `swapped`
+// swapped in for every `swapped_op` call. A variant is what its swapped impl is (a control's
+// variant is a control) and runs the passes it has: a forward-only control is checked by the
+// forward chain, since the backward's layouts are whole sequences, which many such controls cannot
+// tell apart.
+ImplInfo chain_info(const std::string& base_name, const std::string& backend,
+                    const std::map<std::string, Impl*>& base, const std::string& swapped_op,
+                    const Impl* swapped) {
+  std::string composed;
+  for (const auto& [op, impl] : base)
+    composed += (composed.empty() ? "" : ", ") + op + "/" + impl->name();
+  ImplInfo info =
+      ImplInfo::invariant(base_name, backend, "the decoder stack composed of " + composed);
+  if (swapped) {
+    info.name = base_name + "+" + swapped_op + "=" + swapped->name();
+    info.kind = swapped->info().kind;
+    info.description = (swapped->claims_invariance() ? "" : "control: ") +
+                       std::string("the decoder stack with ") + swapped_op + "/" + swapped->name() +
+                       " in every " + swapped_op + " call (" + swapped->description() + ")";
+    info.passes = swapped->info().passes;
+    info.drifts_in = {};
+    for (Pass pass : {Pass::forward, Pass::backward}) {
+      if (chain_drifts_with(swapped_op, *swapped, pass)) info.drifts_in.push_back(pass);
+    }
+  }
+  // The components' paths as "<op>:<path>", shown for information: the components' own sweeps
+  // are where their paths are required.
+  for (const auto& [op, base_impl] : base) {
+    const Impl* impl = op == swapped_op && swapped ? swapped : base_impl;
+    for (PathDecl decl : impl->paths()) {
+      decl.name = op + ":" + decl.name;
+      decl.description = op + "/" + impl->name() + ": " + decl.description;
+      info.paths.push_back(decl.informative());
+    }
+  }
+  return info;
+}
+
 class ChainImpl : public Impl {
  public:
-  ChainImpl(const Registry& registry, std::string base_name, std::string backend,
+  ChainImpl(const Registry& registry, const std::string& base_name, const std::string& backend,
             std::map<std::string, Impl*> base, std::string swapped_op = "", Impl* swapped = nullptr)
-      : registry_(registry),
-        base_name_(std::move(base_name)),
-        backend_(std::move(backend)),
+      : Impl(chain_info(base_name, backend, base, swapped_op, swapped)),
+        registry_(registry),
         base_(std::move(base)),
         swapped_op_(std::move(swapped_op)),
         swapped_(swapped) {}
 
-  std::string name() const override {
-    return swapped_ ? base_name_ + "+" + swapped_op_ + "=" + swapped_->name() : base_name_;
-  }
-  std::string backend() const override { return backend_; }
-  bool claims_invariance() const override { return !swapped_ || swapped_->claims_invariance(); }
-  bool is_library_default() const override { return swapped_ && swapped_->is_library_default(); }
-  std::string description() const override {
-    std::string text;
-    for (const auto& [op, impl] : base_)
-      text += (text.empty() ? "" : ", ") + op + "/" + impl->name();
-    if (!swapped_) return "the decoder stack composed of " + text;
-    return (claims_invariance() ? "" : "control: ") + std::string("the decoder stack with ") +
-           swapped_op_ + "/" + swapped_->name() + " in every " + swapped_op_ + " call (" +
-           swapped_->description() + ")";
-  }
-  // A variant runs the passes its op impl has (a forward-only control is checked by the forward
-  // chain: the backward's layouts are whole sequences, which many such controls cannot tell apart).
-  bool supports(Pass pass) const override { return !swapped_ || swapped_->supports(pass); }
-  // The components' paths as "<op>:<path>", shown for information: the components' own sweeps
-  // are where their paths are required.
-  std::vector<PathDecl> paths() const override {
-    std::vector<PathDecl> paths;
-    for (const auto& [op, base] : base_) {
-      const Impl* impl = op == swapped_op_ && swapped_ ? swapped_ : base;
-      for (PathDecl decl : impl->paths()) {
-        decl.name = op + ":" + decl.name;
-        decl.description = op + "/" + impl->name() + ": " + decl.description;
-        paths.push_back(decl.informative());
-      }
-    }
-    return paths;
-  }
-  bool expected_to_drift(Pass pass) const override {
-    if (!swapped_ || swapped_->claims_invariance()) return false;
-    // The chain's backward layouts present whole sequences from position 0, where rope's
-    // chunk-relative angle is the absolute one: only chunked prefill and decode move it.
-    if (swapped_op_ == "rope" && pass == Pass::backward) return false;
-    // Nor do its backward invocations hold fewer than 4 tokens, where the CUDA split-K-by-rows
-    // controls split: every one holds a whole batch of sequences.
-    if (swapped_->name() == "split-k-by-rows" && pass == Pass::backward) return false;
-    return swapped_->expected_to_drift(pass);
-  }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     if (swapped_ && !swapped_->claims_invariance()) {
       const std::int64_t width = swapped_op_ == "residual_add" ? spec.dim("H")
@@ -200,7 +207,6 @@ class ChainImpl : public Impl {
 
  private:
   const Registry& registry_;
-  std::string base_name_, backend_;
   std::map<std::string, Impl*> base_;
   std::string swapped_op_;
   Impl* swapped_;
@@ -297,8 +303,7 @@ void register_chain_impls(Registry& registry) {
     for (const char* op : chain_ops) {
       for (Impl* impl : registry.impls(op)) {
         if (impl->backend() != base.backend || impl == impls.at(op)) continue;
-        // Not the TP impls: the chain runs on one rank, where their controls cannot drift (they
-        // differ across TP sizes, or at 3 or more ranks).
+        // The chain runs on one rank: an impl split over ranks has no call in it.
         if (impl->tensor_parallelism().max_tp > 1) continue;
         registry.add_impl("chain", std::make_unique<ChainImpl>(registry, base.impl, base.backend,
                                                                impls, op, impl));

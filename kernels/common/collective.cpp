@@ -19,6 +19,7 @@ void register_collective_op(Registry& registry, Collective collective) {
   op.dim_names = {"H"};
   op.has_backward = false;
   op.tp_in_math = true;
+  op.bench_baseline = "nccl-default";  // bitcheck bench: every impl against NCCL as it comes
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t h = spec.dim("H");
     return std::vector<TensorDecl>{

@@ -34,20 +34,19 @@ constexpr SimulatedKind kinds[] = {
      "batch (at 3 or more ranks)"},
 };
 
+ImplInfo info_of(const SimulatedKind& kind) {
+  TensorParallelism parallelism;
+  parallelism.max_tp = max_tensor_parallel;
+  parallelism.drifts_from_tp = kind.drifts_from_tp;
+  ImplInfo info = kind.claims_invariance ? ImplInfo::invariant(kind.name, "cpu", kind.description)
+                                         : ImplInfo::control(kind.name, "cpu", kind.description);
+  info.only_passes({Pass::forward}).on_ranks(parallelism);
+  return info;
+}
+
 class SimulatedCollective : public Impl {
  public:
-  explicit SimulatedCollective(const SimulatedKind& kind) : kind_(kind) {}
-  std::string name() const override { return kind_.name; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return kind_.claims_invariance; }
-  std::string description() const override { return kind_.description; }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
-  TensorParallelism tensor_parallelism() const override {
-    TensorParallelism parallelism;
-    parallelism.max_tp = max_tensor_parallel;
-    parallelism.drifts_from_tp = kind_.drifts_from_tp;
-    return parallelism;
-  }
+  explicit SimulatedCollective(const SimulatedKind& kind) : Impl(info_of(kind)), kind_(kind) {}
 
   void run(Batch& batch) override {
     const std::int64_t h = batch.spec->dim("H");

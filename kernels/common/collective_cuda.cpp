@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/adapter_support.h"
+#include "common/bench_support.h"
 #include "common/collective.h"
 #include "common/gathered_sum.h"
 #include "common/nccl_ranks.h"
@@ -19,6 +20,10 @@ namespace {
 namespace cs = cuda_support;
 
 enum class Transport { nccl_default, nccl_pinned, gathered_tree, gathered_rotating_chain };
+
+// From this many bytes of a rank's contribution the fixed-order collective moves its data as a ring
+// all-reduce does (scattered_sum); below it, one all-gather has the lower latency.
+constexpr std::size_t scattered_from_bytes = std::size_t(512) << 10;
 
 struct NcclKind {
   const char* name;
@@ -52,8 +57,10 @@ std::string description_of(Collective collective, Transport transport) {
                        "reduce-scatter's one algorithm here, reduces each part from the rank "
                        "after its owner, an order that follows the message size (observed)";
     case Transport::gathered_tree:
-      return "ncclAllGather of the contributions (an exact copy), then on every rank one thread "
-             "per element sums the ranks in one balanced fp32 tree in rank order, rounded once";
+      return "the contributions copied exactly (one ncclAllGather; from 512 KiB a message, an "
+             "all-to-all of parts and an all-gather of the summed parts, a ring all-reduce's "
+             "traffic), each element summed over the ranks in one balanced fp32 tree in rank "
+             "order, rounded once";
     case Transport::gathered_rotating_chain:
       return "control: ncclAllGather, then a chain in the dtype from a rank that a hash of the "
              "message size picks, so it moves with the batch (at 3 or more ranks)";
@@ -61,40 +68,42 @@ std::string description_of(Collective collective, Transport transport) {
   return "";
 }
 
+ImplInfo info_of(Collective collective, const NcclKind& kind) {
+  const bool invariant =
+      kind.transport == Transport::gathered_tree ||
+      (kind.transport == Transport::nccl_pinned && collective == Collective::all_reduce);
+  const bool library_default =
+      kind.transport == Transport::nccl_default ||
+      (kind.transport == Transport::nccl_pinned && collective != Collective::all_reduce);
+  const std::string description = description_of(collective, kind.transport);
+  TensorParallelism parallelism;
+  parallelism.max_tp = max_tensor_parallel;
+  parallelism.drifts_from_tp = kind.drifts_from_tp;
+  std::vector<PathDecl> paths = {PathDecl("tp1.copy", "tp = 1: the one contribution is the sum")};
+  PathDecl nccl("nccl", "what NCCL chose per call: function.algorithm.protocol.channels");
+  nccl.as_family();
+  if (kind.transport == Transport::gathered_tree ||
+      kind.transport == Transport::gathered_rotating_chain) {
+    paths.push_back(PathDecl("gathered.sum", "the gathered contributions summed on every rank"));
+    nccl.informative();  // an exact copy whatever NCCL chooses
+  }
+  if (kind.transport == Transport::gathered_tree) {
+    paths.push_back(PathDecl("scattered.sum",
+                             "messages of 512 KiB and more: each rank sums its part of every "
+                             "contribution (an all-to-all), the parts all-gathered"));
+  }
+  paths.push_back(nccl);
+  ImplInfo info = invariant         ? ImplInfo::invariant(kind.name, "cuda", description)
+                  : library_default ? ImplInfo::library_default(kind.name, "cuda", description)
+                                    : ImplInfo::control(kind.name, "cuda", description);
+  info.only_passes({Pass::forward}).on_ranks(parallelism).with_paths(paths);
+  return info;
+}
+
 class NcclCollective : public Impl {
  public:
   NcclCollective(Collective collective, const NcclKind& kind)
-      : collective_(collective), kind_(kind) {}
-  std::string name() const override { return kind_.name; }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override {
-    return kind_.transport == Transport::gathered_tree ||
-           (kind_.transport == Transport::nccl_pinned && collective_ == Collective::all_reduce);
-  }
-  bool is_library_default() const override {
-    return kind_.transport == Transport::nccl_default ||
-           (kind_.transport == Transport::nccl_pinned && collective_ != Collective::all_reduce);
-  }
-  std::string description() const override { return description_of(collective_, kind_.transport); }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
-  TensorParallelism tensor_parallelism() const override {
-    TensorParallelism parallelism;
-    parallelism.max_tp = max_tensor_parallel;
-    parallelism.drifts_from_tp = kind_.drifts_from_tp;
-    return parallelism;
-  }
-  std::vector<PathDecl> paths() const override {
-    std::vector<PathDecl> paths = {PathDecl("tp1.copy", "tp = 1: the one contribution is the sum")};
-    PathDecl nccl("nccl", "what NCCL chose per call: function.algorithm.protocol.channels");
-    nccl.as_family();
-    if (kind_.transport == Transport::gathered_tree ||
-        kind_.transport == Transport::gathered_rotating_chain) {
-      paths.push_back(PathDecl("gathered.sum", "the gathered contributions summed on every rank"));
-      nccl.informative();  // an exact copy whatever NCCL chooses
-    }
-    paths.push_back(nccl);
-    return paths;
-  }
+      : Impl(info_of(collective, kind)), collective_(collective), kind_(kind) {}
 
   void run(Batch& batch) override {
     const std::int64_t h = batch.spec->dim("H");
@@ -115,22 +124,81 @@ class NcclCollective : public Impl {
     }
     cuda::DeviceBuffer send = cs::upload(mine);
     cuda::DeviceBuffer sum(y.bytes() + 16);
-    switch (kind_.transport) {
-      case Transport::nccl_default:
-      case Transport::nccl_pinned:
-        nccl_sum(send, sum, count, dtype, tp, mine.bytes());
-        break;
-      case Transport::gathered_tree:
-      case Transport::gathered_rotating_chain:
-        gathered_sum(send, sum, count, dtype, tp, mine.bytes());
-        break;
-    }
+    Workspace workspace(mine.bytes(), tp);
+    reduce(send, sum, count, dtype, tp, mine.bytes(), workspace);
     sum.download(y.data(), y.bytes());
   }
 
+  // The collective on device-resident buffers of `rows` x H per rank: every rank of the group
+  // runs it, each timing its own calls (rank 0's times are reported). The bytes are the bus bytes
+  // of an all-reduce (2 (tp - 1) / tp of the message), whatever the transport.
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
+    if (spec.tp == 1) return std::nullopt;  // one rank: a copy, nothing to time
+    const int tp = spec.tp;
+    const cuda::DeviceDType dtype = cs::device_dtype(spec.dtype);
+    const std::size_t count = static_cast<std::size_t>(spec.rows * spec.dim("H"));
+    const std::size_t bytes = count * dtype_size(spec.dtype);
+    cuda::DeviceBuffer send = cuda_bench::random_input(bytes, spec.dtype, 1 + nccl::group().rank);
+    cuda::DeviceBuffer sum(bytes + 16);
+    Workspace workspace(bytes, tp);
+    nccl::Asynchronous asynchronous;
+    BenchMeasurement measurement = cuda_bench::time_rotated(
+        settings, 1, [&](std::size_t) { reduce(send, sum, count, dtype, tp, bytes, workspace); });
+    measurement.bytes_moved = static_cast<double>(bytes) * 2.0 * (tp - 1) / tp;
+    measurement.config = {{"transport", transport_of(bytes, count, tp)}};
+    return measurement;
+  }
+
  private:
+  // Device buffers a call needs besides its input and output, made once per message size.
+  struct Workspace {
+    Workspace(std::size_t bytes, int tp)
+        : gathered(bytes * static_cast<std::size_t>(tp) + 16),
+          parts(bytes + 16),
+          part(bytes / static_cast<std::size_t>(tp) + 16) {}
+    cuda::DeviceBuffer gathered, parts, part;
+  };
+
+  std::string transport_of(std::size_t bytes, std::size_t count, int tp) const {
+    switch (kind_.transport) {
+      case Transport::nccl_default:
+        return "nccl (its choice)";
+      case Transport::nccl_pinned:
+        return "nccl (tree, Simple, 16 channels)";
+      case Transport::gathered_tree:
+        return scattered(bytes, count, tp) ? "all-to-all + tree + all-gather" : "all-gather + tree";
+      case Transport::gathered_rotating_chain:
+        return "all-gather + rotating chain";
+    }
+    return "";
+  }
+
+  bool scattered(std::size_t bytes, std::size_t count, int tp) const {
+    return kind_.transport == Transport::gathered_tree && bytes >= scattered_from_bytes &&
+           count % static_cast<std::size_t>(tp) == 0;
+  }
+
+  void reduce(const cuda::DeviceBuffer& send, cuda::DeviceBuffer& sum, std::size_t count,
+              cuda::DeviceDType dtype, int tp, std::size_t bytes, Workspace& workspace) const {
+    switch (kind_.transport) {
+      case Transport::nccl_default:
+      case Transport::nccl_pinned:
+        nccl_sum(send, sum, count, dtype, tp, workspace);
+        return;
+      case Transport::gathered_tree:
+      case Transport::gathered_rotating_chain:
+        if (scattered(bytes, count, tp)) {
+          scattered_sum(send, sum, count, dtype, tp, workspace);
+        } else {
+          gathered_sum(send, sum, count, dtype, tp, workspace);
+        }
+        return;
+    }
+  }
+
   void nccl_sum(const cuda::DeviceBuffer& send, cuda::DeviceBuffer& sum, std::size_t count,
-                cuda::DeviceDType dtype, int tp, std::size_t bytes) const {
+                cuda::DeviceDType dtype, int tp, Workspace& workspace) const {
     const nccl::CommSettings settings =
         kind_.transport == Transport::nccl_default ? nccl::library_default() : nccl::tree_simple();
     if (collective_ == Collective::all_reduce) {
@@ -138,24 +206,37 @@ class NcclCollective : public Impl {
       return;
     }
     // Rank r's part, then every part gathered back (an exact copy) for the check.
-    cuda::DeviceBuffer part(bytes / static_cast<std::size_t>(tp) + 16);
-    nccl::reduce_scatter_sum(send.get(), part.get(), count, dtype, tp, settings);
-    nccl::all_gather(part.get(), sum.get(), count / static_cast<std::size_t>(tp), dtype, tp,
-                     nccl::library_default());
+    nccl::reduce_scatter_sum(send.get(), workspace.part.get(), count, dtype, tp, settings);
+    nccl::all_gather(workspace.part.get(), sum.get(), count / static_cast<std::size_t>(tp), dtype,
+                     tp, nccl::library_default());
   }
 
   void gathered_sum(const cuda::DeviceBuffer& send, cuda::DeviceBuffer& sum, std::size_t count,
-                    cuda::DeviceDType dtype, int tp, std::size_t bytes) const {
-    cuda::DeviceBuffer gathered(bytes * static_cast<std::size_t>(tp) + 16);
-    nccl::all_gather(send.get(), gathered.get(), count, dtype, tp, nccl::library_default());
+                    cuda::DeviceDType dtype, int tp, Workspace& workspace) const {
+    nccl::all_gather(send.get(), workspace.gathered.get(), count, dtype, tp,
+                     nccl::library_default());
     if (kind_.transport == Transport::gathered_tree) {
-      cuda::sum_gathered_fixed_tree(dtype, gathered.get(), sum.get(), count, tp, nullptr);
+      cuda::sum_gathered_fixed_tree(dtype, workspace.gathered.get(), sum.get(), count, tp, nullptr);
     } else {
       const int start = rotating_start(static_cast<std::int64_t>(count), tp);
-      cuda::sum_gathered_chain(dtype, gathered.get(), sum.get(), count, tp, start, nullptr);
+      cuda::sum_gathered_chain(dtype, workspace.gathered.get(), sum.get(), count, tp, start,
+                               nullptr);
     }
-    cuda::synchronize();
     record_path("gathered.sum");
+  }
+
+  // The fixed tree with the traffic of a ring all-reduce: rank r receives the r-th part of every
+  // contribution (an all-to-all of exact copies), sums it over the ranks in the same tree as the
+  // gathered path, and the parts are all-gathered. Each element is summed in the same order on
+  // either path, so the bits are the same.
+  void scattered_sum(const cuda::DeviceBuffer& send, cuda::DeviceBuffer& sum, std::size_t count,
+                     cuda::DeviceDType dtype, int tp, Workspace& workspace) const {
+    const std::size_t part = count / static_cast<std::size_t>(tp);
+    nccl::all_to_all(send.get(), workspace.parts.get(), part, dtype, tp, nccl::library_default());
+    cuda::sum_gathered_fixed_tree(dtype, workspace.parts.get(), workspace.part.get(), part, tp,
+                                  nullptr);
+    nccl::all_gather(workspace.part.get(), sum.get(), part, dtype, tp, nccl::library_default());
+    record_path("scattered.sum");
   }
 
   Collective collective_;

@@ -1,7 +1,7 @@
 // The CUDA backend: the device's status and its DeviceBackend (device facts for the report, free
-// memory, context faults, the copy yardstick, the cuBLASLt pin table's configuration, the device
-// memory of plugin and Python impls). Each op registers its own CUDA impls
-// (kernels/<op>/<op>_cuda.cpp), even without a device, so their cases are skipped with the reason.
+// memory, context faults, the copy yardstick, the device memory of plugin and Python impls). Each
+// op registers its own CUDA impls (kernels/<op>/<op>_cuda.cpp), even without a device, so their
+// cases are skipped with the reason.
 #include <memory>
 
 #include "common/bench_support.h"
@@ -11,7 +11,6 @@
 #include "common/runtime.h"
 #include "core/backend.h"
 #include "core/op.h"
-#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 namespace {
@@ -42,15 +41,6 @@ class CudaBackend : public DeviceBackend {
   void join_ranks(const RankGroup& group) override { nccl::join(group); }
   RankGroup rank_group() const override { return nccl::group(); }
   bool all_ranks_agree(int tp, bool mine) override { return nccl::all_true(mine, tp); }
-
-  void configure(const BackendOptions& options) override {
-    cuda::configure_pins(options.pin_file, options.write_pins);
-  }
-
-  std::string finish() override {
-    cuda::write_back_pins();
-    return "";
-  }
 
   std::optional<std::size_t> free_memory_bytes() const override {
     static const bool available = cuda::query_device().available;

@@ -50,6 +50,20 @@ void reduce_scatter_sum(const void* send, void* receive, std::size_t count, cuda
 void all_gather(const void* send, void* receive, std::size_t count_per_rank,
                 cuda::DeviceDType dtype, int tp, const CommSettings& settings,
                 void* stream = nullptr);
+// Rank r sends its `count_per_rank` elements at [p * count_per_rank, ...) to rank p and receives
+// rank p's r-th part at [p * count_per_rank, ...): grouped sends and receives, exact copies.
+void all_to_all(const void* send, void* receive, std::size_t count_per_rank,
+                cuda::DeviceDType dtype, int tp, const CommSettings& settings,
+                void* stream = nullptr);
+// While it lives, the collectives above return without waiting for the device and record no
+// paths: a benchmark times the queued work with CUDA events.
+class Asynchronous {
+ public:
+  Asynchronous();
+  ~Asynchronous();
+  Asynchronous(const Asynchronous&) = delete;
+  Asynchronous& operator=(const Asynchronous&) = delete;
+};
 // Whether every rank of [0, tp) passes true.
 bool all_true(bool mine, int tp);
 

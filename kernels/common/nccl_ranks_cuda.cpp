@@ -36,6 +36,10 @@ struct Library {
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclReduceScatter) reduce_scatter = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) receive = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
   decltype(&ncclGetErrorString) error_string = nullptr;
   // The profiler plugin that reports NCCL's choices (libbitcheck-nccl-profiler.so beside the
   // binary), and its function that hands over what it saw since the last call.
@@ -97,6 +101,10 @@ Library load() {
   bind(library, library.all_reduce, "ncclAllReduce");
   bind(library, library.reduce_scatter, "ncclReduceScatter");
   bind(library, library.all_gather, "ncclAllGather");
+  bind(library, library.send, "ncclSend");
+  bind(library, library.receive, "ncclRecv");
+  bind(library, library.group_start, "ncclGroupStart");
+  bind(library, library.group_end, "ncclGroupEnd");
   bind(library, library.error_string, "ncclGetErrorString");
   if (!library.problem.empty()) return library;
   library.get_version(&library.version);
@@ -126,6 +134,10 @@ void check(ncclResult_t result, const char* what) {
 void check_cuda(cudaError_t result, const char* what) {
   if (result == cudaSuccess) return;
   throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(result));
+}
+
+std::size_t element_bytes(cuda::DeviceDType dtype) {
+  return dtype == cuda::DeviceDType::fp32 ? 4 : 2;
 }
 
 ncclDataType_t nccl_type(cuda::DeviceDType dtype) {
@@ -244,7 +256,13 @@ void record_choices() {
   }
 }
 
+bool& asynchronous() {
+  static bool on = false;
+  return on;
+}
+
 void finish(void* stream, const char* what) {
+  if (asynchronous()) return;
   check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), what);
   record_choices();
 }
@@ -320,6 +338,32 @@ void all_gather(const void* send, void* receive, std::size_t count_per_rank,
                              communicator(tp, settings), static_cast<cudaStream_t>(stream)),
         "ncclAllGather");
   finish(stream, "after ncclAllGather");
+}
+
+void all_to_all(const void* send, void* receive, std::size_t count_per_rank,
+                cuda::DeviceDType dtype, int tp, const CommSettings& settings, void* stream) {
+  ncclComm_t comm = communicator(tp, settings);
+  const std::size_t bytes = count_per_rank * element_bytes(dtype);
+  auto s = static_cast<cudaStream_t>(stream);
+  check(library().group_start(), "ncclGroupStart");
+  for (int peer = 0; peer < tp; ++peer) {
+    check(library().send(static_cast<const char*>(send) + bytes * static_cast<std::size_t>(peer),
+                         count_per_rank, nccl_type(dtype), peer, comm, s),
+          "ncclSend");
+    check(library().receive(static_cast<char*>(receive) + bytes * static_cast<std::size_t>(peer),
+                            count_per_rank, nccl_type(dtype), peer, comm, s),
+          "ncclRecv");
+  }
+  check(library().group_end(), "ncclGroupEnd");
+  finish(stream, "after the all-to-all");
+}
+
+Asynchronous::Asynchronous() {
+  asynchronous() = true;
+}
+Asynchronous::~Asynchronous() {
+  asynchronous() = false;
+  record_choices();  // drained: the benchmark's calls are no case's paths
 }
 
 bool all_true(bool mine, int tp) {

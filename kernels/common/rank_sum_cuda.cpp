@@ -8,6 +8,7 @@
 #include "common/gathered_sum.h"
 #include "common/nccl_ranks.h"
 #include "common/rank_sum.h"
+#include "common/split_sum.h"
 #include "core/dtype.h"
 
 namespace bitcheck::cuda_tp {
@@ -66,6 +67,20 @@ void sum_rank_shares(RankOrder order, const void* local, std::size_t count, cuda
   nccl::all_reduce_sum(
       local, out, count, dtype, tp,
       order == RankOrder::nccl_default ? nccl::library_default() : nccl::tree_simple());
+}
+
+ImplInfo rank_order_info(const RankOrderKind& kind, std::string name, std::string description,
+                         std::vector<Pass> control_passes, std::vector<std::string> split_dims,
+                         std::vector<PathDecl> paths) {
+  ImplInfo info = kind.claims_invariance
+                      ? ImplInfo::invariant(std::move(name), "cuda", std::move(description))
+                  : kind.library_default
+                      ? ImplInfo::library_default(std::move(name), "cuda", std::move(description))
+                      : ImplInfo::control(std::move(name), "cuda", std::move(description));
+  info.drifting_in(std::move(control_passes))
+      .on_ranks(split_parallelism(kind.across_tp, kind.drifts_from_tp, std::move(split_dims)))
+      .with_paths(std::move(paths));
+  return info;
 }
 
 PathDecl nccl_choices(bool only_gathers) {

@@ -7,6 +7,7 @@
 
 #include "common/device_dtype.h"
 #include "common/runtime.h"
+#include "core/op.h"
 #include "core/paths.h"
 #include "core/tensor.h"
 #include "core/tensor_parallel.h"
@@ -33,6 +34,13 @@ struct RankOrderKind {
   int drifts_from_tp;
   const char* description;
 };
+
+// The ImplInfo of a CUDA TP impl of `kind` named `name`: invariant, library default or a control
+// that drifts in `control_passes` (the passes whose sums cross the ranks), on ranks that split
+// `split_dims`, with its launch paths.
+ImplInfo rank_order_info(const RankOrderKind& kind, std::string name, std::string description,
+                         std::vector<Pass> control_passes, std::vector<std::string> split_dims,
+                         std::vector<PathDecl> paths);
 
 // The chunks' orders get this many fp32 partials over a split dim (max_tensor_parallel).
 constexpr int chunk_count = 8;

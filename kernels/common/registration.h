@@ -1,7 +1,12 @@
 // How an op registers itself: one register_<op>(registry, part) per op, listed once in the
 // manifest (kernels/manifest.cpp), which calls every op for each part in turn, so that each part
-// sees what the parts before it registered.
+// sees what the parts before it registered; and register_impls, an op's impls as one table.
 #pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/op.h"
 
 namespace bitcheck {
@@ -21,6 +26,15 @@ struct OpRegistration {
   RegisterFunction cuda = nullptr;
   RegisterFunction composed = nullptr;
 };
+
+// Registers one impl of `op` per row: ImplClass(info, variant), where the variant is what the
+// class's run() reads (a kind, a flag) and the info what the impl is.
+template <typename ImplClass, typename Variant>
+void register_impls(Registry& registry, const std::string& op,
+                    const std::vector<std::pair<ImplInfo, Variant>>& impls) {
+  for (const auto& [info, variant] : impls)
+    registry.add_impl(op, std::make_unique<ImplClass>(info, variant));
+}
 
 inline void register_op_part(Registry& registry, OpPart part, const OpRegistration& op) {
   RegisterFunction functions[2] = {nullptr, nullptr};

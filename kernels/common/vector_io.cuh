@@ -1,8 +1,9 @@
 // Vector loads and stores of 8 consecutive elements of a bf16, fp16 or fp32 buffer (one 16-byte
 // access for 16-bit dtypes, two for fp32), converted to and from fp32, for the memory-bound
-// kernels. Conversions are exact (widening) and round-to-nearest-even (narrowing): the same bits as
-// the scalar __float2bfloat16_rn / __float2half_rn path, so a vector body and a scalar tail agree.
-// Callers guarantee 16-byte alignment (group * 8 elements from a 16-byte aligned base).
+// kernels, and their scalar forms (one element, the dtype a launch argument). Conversions are exact
+// (widening) and round-to-nearest-even (narrowing): the same bits as the scalar __float2bfloat16_rn
+// / __float2half_rn path, so a vector body and a scalar tail agree. Callers guarantee 16-byte
+// alignment (group * 8 elements from a 16-byte aligned base).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -72,6 +73,45 @@ __device__ __forceinline__ void store_group8(void* base, DeviceDType dtype, int6
     return;
   }
   static_cast<uint4*>(base)[group] = narrow_group8(values, dtype);
+}
+
+// Element `index` of `base`, widened to fp32.
+__device__ __forceinline__ float load_element(const void* base, DeviceDType dtype, int64_t index) {
+  switch (dtype) {
+    case DeviceDType::bf16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
+    case DeviceDType::fp16:
+      return __half2float(static_cast<const __half*>(base)[index]);
+    default:
+      return static_cast<const float*>(base)[index];
+  }
+}
+
+// Stores `value` rounded to nearest even into element `index` of `base`.
+__device__ __forceinline__ void store_element(void* base, DeviceDType dtype, int64_t index,
+                                              float value) {
+  switch (dtype) {
+    case DeviceDType::bf16:
+      static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16_rn(value);
+      return;
+    case DeviceDType::fp16:
+      static_cast<__half*>(base)[index] = __float2half_rn(value);
+      return;
+    default:
+      static_cast<float*>(base)[index] = value;
+  }
+}
+
+// `value` rounded to nearest even in the dtype and widened back, as if stored and loaded.
+__device__ __forceinline__ float round_to_dtype(DeviceDType dtype, float value) {
+  switch (dtype) {
+    case DeviceDType::bf16:
+      return __bfloat162float(__float2bfloat16_rn(value));
+    case DeviceDType::fp16:
+      return __half2float(__float2half_rn(value));
+    default:
+      return value;
+  }
 }
 
 // Host side: whether a device pointer allows the 16-byte group accesses above (null counts as

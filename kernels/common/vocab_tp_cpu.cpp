@@ -2,7 +2,6 @@
 // exponentials, the owner's target logit, dh's split sum, and the kinds of the impls.
 #include "common/vocab_tp_cpu.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -105,11 +104,6 @@ void vocab_parallel_input_grad(const Batch& batch, const Tensor& dlogits, const 
                                        }));
     }
   }
-}
-
-bool VocabTpCpu::expected_to_drift(Pass pass) const {
-  return !kind_.claims_invariance &&
-         std::find(control_passes_.begin(), control_passes_.end(), pass) != control_passes_.end();
 }
 
 std::optional<std::string> VocabTpCpu::skip_reason(const CaseSpec& spec) const {

@@ -44,31 +44,21 @@ void vocab_parallel_logprob_rows(const Batch& batch, const Tensor& logits, Split
 void vocab_parallel_input_grad(const Batch& batch, const Tensor& dlogits, const Tensor& table,
                                SplitOrder order, Tensor& dh);
 
-// The base of the vocabulary-parallel CPU impls: name, claims and TP declaration from the kind.
-// A control drifts by construction in `control_passes`, the passes whose sums cross the ranks.
+// The base of the vocabulary-parallel CPU impls: cpu-tp-vocab-<order>, its claims and V split
+// over the ranks from the kind. A control drifts by construction in `control_passes`, the passes
+// whose sums cross the ranks.
 class VocabTpCpu : public Impl {
  public:
-  VocabTpCpu(const SplitSumKind& kind, std::string what_is_split, std::vector<Pass> control_passes)
-      : kind_(kind),
-        what_is_split_(std::move(what_is_split)),
-        control_passes_(std::move(control_passes)) {}
-  std::string name() const override { return std::string("cpu-tp-vocab-") + kind_.order_name; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return kind_.claims_invariance; }
-  bool expected_to_drift(Pass pass) const override;
-  std::string description() const override { return what_is_split_ + ": " + kind_.description; }
-  bool supports(Pass) const override { return true; }
+  VocabTpCpu(const SplitSumKind& kind, const std::string& what_is_split,
+             std::vector<Pass> control_passes)
+      : Impl(split_sum_info(kind, std::string("cpu-tp-vocab-") + kind.order_name,
+                            what_is_split + ": " + kind.description, std::move(control_passes),
+                            {"V"})),
+        kind_(kind) {}
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override;
-  TensorParallelism tensor_parallelism() const override {
-    return split_parallelism(kind_.across_tp, kind_.drifts_from_tp, {"V"});
-  }
 
  protected:
   const SplitSumKind& kind_;
-
- private:
-  std::string what_is_split_;
-  std::vector<Pass> control_passes_;
 };
 
 }  // namespace bitcheck

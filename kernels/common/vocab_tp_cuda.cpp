@@ -2,12 +2,10 @@
 // statistics across the ranks and logprob from the owners' target logits.
 #include "common/vocab_tp_cuda.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "common/adapter_support.h"
 #include "common/nccl_ranks.h"
-#include "common/split_sum.h"
 #include "common/vocab_device.h"
 #include "common/vocab_ops.h"
 #include "common/vocab_tp_kernels.h"
@@ -195,28 +193,22 @@ void scatter_rows(const Tensor& packed, const std::vector<std::int32_t>& slots, 
     out.copy_row_from(packed, static_cast<std::int64_t>(i), slots[i]);
 }
 
-bool VocabTpCuda::expected_to_drift(Pass pass) const {
-  return !kind_.claims_invariance && !kind_.library_default &&
-         std::find(control_passes_.begin(), control_passes_.end(), pass) != control_passes_.end();
-}
-
 std::optional<std::string> VocabTpCuda::skip_reason(const CaseSpec& spec) const {
   if (kind_.order == RankOrder::early_rounding && spec.dtype == DType::fp32)
     return "the early-rounding control rounds partials to the case dtype: a no-op in fp32";
   return std::nullopt;
 }
 
-TensorParallelism VocabTpCuda::tensor_parallelism() const {
-  return split_parallelism(kind_.across_tp, kind_.drifts_from_tp, {"V"});
-}
-
-std::vector<PathDecl> VocabTpCuda::paths() const {
+ImplInfo vocab_tp_info(const cuda_tp::RankOrderKind& kind, const std::string& what_is_split,
+                       std::vector<Pass> control_passes, bool rank_local_work) {
   std::vector<PathDecl> paths = {
       PathDecl("split-sum", "a sum over V whose shares the ranks hold, reduced across them"),
       cuda_tp::nccl_choices(false)};
-  if (rank_local_work_)
+  if (rank_local_work)
     paths.push_back(PathDecl("local", "rank-local work (logits, dtable), gathered"));
-  return paths;
+  return cuda_tp::rank_order_info(kind, std::string("tp-vocab-") + kind.order_name,
+                                  what_is_split + ": " + kind.description,
+                                  std::move(control_passes), {"V"}, std::move(paths));
 }
 
 }  // namespace bitcheck::vocab_tp

@@ -64,35 +64,25 @@ class RankLogSoftmax {
 // Rows of `packed` ([slots.size(), width], host) into `out` at `slots`.
 void scatter_rows(const Tensor& packed, const std::vector<std::int32_t>& slots, Tensor& out);
 
-// The base of the vocabulary-parallel CUDA impls: name, claims and TP declaration from the kind.
-// A control drifts by construction in `control_passes`, the passes whose sums cross the ranks;
-// `rank_local_work`: the op also has work each rank does alone and gathers (a "local" path).
+// The ImplInfo of a vocabulary-parallel CUDA impl: tp-vocab-<order>, its claims and V split over
+// the ranks from the kind. A control drifts by construction in `control_passes`, the passes whose
+// sums cross the ranks; `rank_local_work`: the op also has work each rank does alone and gathers
+// (a "local" path).
+ImplInfo vocab_tp_info(const cuda_tp::RankOrderKind& kind, const std::string& what_is_split,
+                       std::vector<Pass> control_passes, bool rank_local_work);
+
+// The base of the vocabulary-parallel CUDA impls: the kind's order, and the early-rounding
+// control skipped in fp32 (rounding to fp32 is a no-op).
 class VocabTpCuda : public Impl {
  public:
-  VocabTpCuda(const cuda_tp::RankOrderKind& kind, std::string what_is_split,
+  VocabTpCuda(const cuda_tp::RankOrderKind& kind, const std::string& what_is_split,
               std::vector<Pass> control_passes, bool rank_local_work)
-      : kind_(kind),
-        what_is_split_(std::move(what_is_split)),
-        control_passes_(std::move(control_passes)),
-        rank_local_work_(rank_local_work) {}
-  std::string name() const override { return std::string("tp-vocab-") + kind_.order_name; }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return kind_.claims_invariance; }
-  bool is_library_default() const override { return kind_.library_default; }
-  bool expected_to_drift(Pass pass) const override;
-  std::string description() const override { return what_is_split_ + ": " + kind_.description; }
-  bool supports(Pass) const override { return true; }
+      : Impl(vocab_tp_info(kind, what_is_split, std::move(control_passes), rank_local_work)),
+        kind_(kind) {}
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override;
-  TensorParallelism tensor_parallelism() const override;
-  std::vector<PathDecl> paths() const override;
 
  protected:
   const cuda_tp::RankOrderKind& kind_;
-
- private:
-  std::string what_is_split_;
-  std::vector<Pass> control_passes_;
-  bool rank_local_work_;
 };
 
 }  // namespace bitcheck::vocab_tp

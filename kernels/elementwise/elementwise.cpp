@@ -12,6 +12,7 @@ namespace bitcheck {
 namespace {
 
 using elementwise::Op;
+using elementwise::Variant;
 using Array = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // Inputs span a few units so sigmoid, tanh and erf are exercised beyond their linear part.
@@ -137,6 +138,47 @@ std::vector<SwitchPoint> elementwise_switch_points(elementwise::Variant tail, st
         return joined;
       },
       max_rows);
+}
+
+ElementwiseImpl::ElementwiseImpl(ImplInfo info, ElementwiseOpInfo op, elementwise::Variant tail)
+    : Impl(std::move(info)), op_(std::move(op)), tail_(tail) {}
+
+std::vector<SwitchPoint> ElementwiseImpl::switch_points(const CaseSpec& spec,
+                                                        std::int64_t max_rows) const {
+  return elementwise_switch_points(tail_, spec.dim("H"), max_rows);
+}
+
+std::optional<std::string> ElementwiseImpl::skip_reason(const CaseSpec& spec) const {
+  if (!supports_dtype(spec.dtype_name)) {
+    return "the fp32 -> fp32 cast is exact: there is no rounding whose mode could differ";
+  }
+  return std::nullopt;
+}
+
+void register_elementwise_impls(Registry& registry, const ElementwiseBackend& backend,
+                                const MakeElementwiseImpl& make) {
+  const std::map<Variant, std::string> names = {
+      {Variant::exact, "fixed-order"},
+      {Variant::tail_approx, "tail-approx"},
+      {Variant::downcast_intermediate, "tail-downcast-bf16"},
+      {Variant::round_toward_zero, "tail-round-toward-zero"}};
+  for (const auto& op : elementwise_ops()) {
+    std::vector<Variant> variants = {Variant::exact};
+    if (op.has_transcendental) variants.push_back(Variant::tail_approx);
+    variants.push_back(op.op == Op::cast ? Variant::round_toward_zero
+                                         : Variant::downcast_intermediate);
+    for (Variant variant : variants) {
+      const std::string name = backend.name_prefix + names.at(variant);
+      const std::string& description = backend.descriptions.at(variant);
+      ImplInfo info = variant == Variant::exact
+                          ? ImplInfo::invariant(name, backend.backend, description)
+                          : ImplInfo::control(name, backend.backend, description);
+      info.with_paths(elementwise_paths(op.op));
+      // Narrowing fp32 to fp32 rounds nothing: the rounding-mode control has only 16-bit dtypes.
+      if (variant == Variant::round_toward_zero) info.with_dtypes({"bf16", "fp16"});
+      registry.add_impl(op.name, make(std::move(info), op, variant));
+    }
+  }
 }
 
 const std::vector<ElementwiseOpInfo>& elementwise_ops() {

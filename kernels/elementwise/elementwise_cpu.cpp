@@ -26,55 +26,9 @@ void set_toward_zero(Tensor& tensor, std::int64_t index, float value) {
   tensor.set_bits(index, encode_bits(tensor.dtype(), nearest) - 1u);  // one step toward zero
 }
 
-class ElementwiseCpu : public Impl {
+class ElementwiseCpu : public ElementwiseImpl {
  public:
-  ElementwiseCpu(ElementwiseOpInfo info, Variant tail) : info_(std::move(info)), tail_(tail) {}
-
-  std::string name() const override {
-    switch (tail_) {
-      case Variant::exact:
-        return "cpu-fixed-order";
-      case Variant::tail_approx:
-        return "cpu-tail-approx";
-      case Variant::downcast_intermediate:
-        return "cpu-tail-downcast-bf16";
-      case Variant::round_toward_zero:
-        return "cpu-tail-round-toward-zero";
-    }
-    return "";
-  }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return tail_ == Variant::exact; }
-  std::string description() const override {
-    switch (tail_) {
-      case Variant::exact:
-        return "one formula for every element (explicitly rounded fp32 operations); dscale summed "
-               "over tokens in token order";
-      case Variant::tail_approx:
-        return "control: the scalar tail (the partial last 2048-element tile of the flattened "
-               "batch) evaluates tanh in bf16 precision, as a packed-bf16 tail does (gelu_erf: the "
-               "tanh form), the body the exact fp32 formula";
-      case Variant::downcast_intermediate:
-        return "control: the scalar tail rounds its key intermediate (sigmoid, tanh, erf, silu(a), "
-               "the sum, the scale) to bf16 before finishing in fp32";
-      case Variant::round_toward_zero:
-        return "control: the scalar tail converts fp32 to the 16-bit dtype by truncation instead "
-               "of round-to-nearest-even";
-    }
-    return "";
-  }
-  bool supports(Pass) const override { return true; }
-  std::vector<PathDecl> paths() const override { return elementwise_paths(info_.op); }
-  std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
-                                         std::int64_t max_rows) const override {
-    return elementwise_switch_points(tail_, spec.dim("H"), max_rows);
-  }
-  std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
-    if (tail_ == Variant::round_toward_zero && spec.dtype == DType::fp32) {
-      return "the fp32 -> fp32 cast is exact: there is no rounding whose mode could differ";
-    }
-    return std::nullopt;
-  }
+  using ElementwiseImpl::ElementwiseImpl;
 
   void run(Batch& batch) override {
     const std::int64_t h = batch.spec->dim("H");
@@ -82,7 +36,7 @@ class ElementwiseCpu : public Impl {
     std::vector<Tensor*> outputs;
     const Tensor* parameter = nullptr;
     std::string reduction;
-    for (const auto& decl : elementwise_tensors(info_.op, *batch.spec)) {
+    for (const auto& decl : elementwise_tensors(op_.op, *batch.spec)) {
       if (decl.role == TensorRole::row_input) inputs.push_back(&batch.in(decl.name));
       if (decl.role == TensorRole::parameter) parameter = &batch.in(decl.name);
       if (decl.role == TensorRole::row_output) outputs.push_back(&batch.out(decl.name));
@@ -98,9 +52,9 @@ class ElementwiseCpu : public Impl {
       for (std::size_t k = 0; k < inputs.size(); ++k) in[k] = inputs[k]->get(e);
       const float scale = parameter ? parameter->get(e % h) : 0.0f;
       if (forward) {
-        elementwise::forward(info_.op, variant, in, scale, out);
+        elementwise::forward(op_.op, variant, in, scale, out);
       } else {
-        elementwise::backward(info_.op, variant, in, scale, out);
+        elementwise::backward(op_.op, variant, in, scale, out);
       }
       for (std::size_t k = 0; k < outputs.size(); ++k) {
         if (variant == Variant::round_toward_zero) {
@@ -127,25 +81,31 @@ class ElementwiseCpu : public Impl {
       dscale.set(c, sum);
     }
   }
-
-  ElementwiseOpInfo info_;
-  Variant tail_;
 };
 
 }  // namespace
 
 void register_elementwise_cpu(Registry& registry) {
-  for (const auto& info : elementwise_ops()) {
-    std::vector<Variant> variants = {Variant::exact};
-    if (info.has_transcendental) variants.push_back(Variant::tail_approx);
-    if (info.op == elementwise::Op::cast) {
-      variants.push_back(Variant::round_toward_zero);
-    } else {
-      variants.push_back(Variant::downcast_intermediate);
-    }
-    for (Variant variant : variants)
-      registry.add_impl(info.name, std::make_unique<ElementwiseCpu>(info, variant));
-  }
+  const ElementwiseBackend cpu = {
+      "cpu",
+      "cpu-",
+      {{Variant::exact,
+        "one formula for every element (explicitly rounded fp32 operations); dscale summed over "
+        "tokens in token order"},
+       {Variant::tail_approx,
+        "control: the scalar tail (the partial last 2048-element tile of the flattened batch) "
+        "evaluates tanh in bf16 precision, as a packed-bf16 tail does (gelu_erf: the tanh form), "
+        "the body the exact fp32 formula"},
+       {Variant::downcast_intermediate,
+        "control: the scalar tail rounds its key intermediate (sigmoid, tanh, erf, silu(a), the "
+        "sum, the scale) to bf16 before finishing in fp32"},
+       {Variant::round_toward_zero,
+        "control: the scalar tail converts fp32 to the 16-bit dtype by truncation instead of "
+        "round-to-nearest-even"}}};
+  register_elementwise_impls(registry, cpu,
+                             [](ImplInfo info, const ElementwiseOpInfo& op, Variant tail) {
+                               return std::make_unique<ElementwiseCpu>(std::move(info), op, tail);
+                             });
 }
 
 }  // namespace bitcheck

@@ -5,11 +5,11 @@
 
 #include "common/adapter_support.h"
 #include "common/runtime.h"
+#include "common/token_columns.h"
 #include "core/op.h"
 #include "elementwise/elementwise.h"
 #include "elementwise/elementwise_ops.h"
 #include "elementwise_kernels.h"
-#include "rmsnorm/rmsnorm_kernels.h"
 
 namespace bitcheck {
 namespace {
@@ -18,55 +18,9 @@ using cuda::DeviceBuffer;
 using elementwise::Variant;
 namespace support = cuda_support;
 
-class CudaElementwise : public Impl {
+class CudaElementwise : public ElementwiseImpl {
  public:
-  CudaElementwise(ElementwiseOpInfo info, Variant tail) : info_(std::move(info)), tail_(tail) {}
-
-  std::string name() const override {
-    switch (tail_) {
-      case Variant::exact:
-        return "fixed-order";
-      case Variant::tail_approx:
-        return "tail-approx";
-      case Variant::downcast_intermediate:
-        return "tail-downcast-bf16";
-      case Variant::round_toward_zero:
-        return "tail-round-toward-zero";
-    }
-    return "";
-  }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return tail_ == Variant::exact; }
-  std::string description() const override {
-    switch (tail_) {
-      case Variant::exact:
-        return "16-byte vector body and scalar tail evaluate the same explicitly rounded fp32 "
-               "formula; dscale summed over tokens in token order (no atomics)";
-      case Variant::tail_approx:
-        return "control: the scalar tail (the partial last 2048-element tile) evaluates tanh with "
-               "the packed-bf16 hardware approximation tanh.approx.bf16 (sigmoid through tanh; "
-               "gelu_erf: the tanh form) while the vector body uses the accurate fp32 formula";
-      case Variant::downcast_intermediate:
-        return "control: the scalar tail (the partial last 2048-element tile) rounds its key "
-               "intermediate to bf16 (a tail written with __nv_bfloat16 temporaries)";
-      case Variant::round_toward_zero:
-        return "control: the scalar tail (the partial last 2048-element tile) narrows fp32 with "
-               "round-toward-zero (__float2bfloat16_rz) instead of round-to-nearest-even";
-    }
-    return "";
-  }
-  bool supports(Pass) const override { return true; }
-  std::vector<PathDecl> paths() const override { return elementwise_paths(info_.op); }
-  std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
-                                         std::int64_t max_rows) const override {
-    return elementwise_switch_points(tail_, spec.dim("H"), max_rows);
-  }
-  std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
-    if (tail_ == Variant::round_toward_zero && spec.dtype == DType::fp32) {
-      return "the fp32 -> fp32 cast is exact: there is no rounding whose mode could differ";
-    }
-    return std::nullopt;
-  }
+  using ElementwiseImpl::ElementwiseImpl;
 
   void run(Batch& batch) override {
     const std::int64_t h = batch.spec->dim("H");
@@ -74,7 +28,7 @@ class CudaElementwise : public Impl {
     std::vector<DeviceBuffer> inputs, outputs;
     std::vector<Tensor*> host_outputs;
     std::string reduction;
-    for (const auto& decl : elementwise_tensors(info_.op, *batch.spec)) {
+    for (const auto& decl : elementwise_tensors(op_.op, *batch.spec)) {
       if (decl.role == TensorRole::row_input) {
         inputs.push_back(support::upload(batch.in(decl.name)));
         launch.in[inputs.size() - 1] = inputs.back().get();
@@ -108,7 +62,7 @@ class CudaElementwise : public Impl {
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
                                             const BenchSettings& settings) override {
     const std::int64_t h = spec.dim("H"), count = spec.rows * h;
-    std::vector<TensorDecl> decls = elementwise_tensors(info_.op, spec);
+    std::vector<TensorDecl> decls = elementwise_tensors(op_.op, spec);
     std::size_t set_bytes = 0;
     for (const auto& decl : decls) {
       if (decl.role == TensorRole::row_input || decl.role == TensorRole::row_output) {
@@ -164,12 +118,12 @@ class CudaElementwise : public Impl {
  private:
   cuda::ElementwiseLaunch base_launch(const CaseSpec& spec, std::int64_t count) const {
     cuda::ElementwiseLaunch launch;
-    launch.op = static_cast<int>(info_.op);
+    launch.op = static_cast<int>(op_.op);
     launch.backward = spec.pass == Pass::backward;
     launch.tail_variant = static_cast<int>(tail_);
     launch.count = count;
     launch.width = spec.dim("H");
-    for (const auto& decl : elementwise_tensors(info_.op, spec)) {
+    for (const auto& decl : elementwise_tensors(op_.op, spec)) {
       if (decl.role == TensorRole::row_input)
         launch.in_dtype[launch.inputs++] = support::device_dtype(decl.dtype);
       if (decl.role == TensorRole::row_output)
@@ -178,22 +132,32 @@ class CudaElementwise : public Impl {
     return launch;
   }
 
-  ElementwiseOpInfo info_;
-  Variant tail_;
   support::ParameterCache parameters_;
 };
 
 }  // namespace
 
 void register_elementwise_cuda(Registry& registry) {
-  for (const auto& info : elementwise_ops()) {
-    std::vector<Variant> variants = {Variant::exact};
-    if (info.has_transcendental) variants.push_back(Variant::tail_approx);
-    variants.push_back(info.op == elementwise::Op::cast ? Variant::round_toward_zero
-                                                        : Variant::downcast_intermediate);
-    for (Variant variant : variants)
-      registry.add_impl(info.name, std::make_unique<CudaElementwise>(info, variant));
-  }
+  const ElementwiseBackend cuda = {
+      "cuda",
+      "",
+      {{Variant::exact,
+        "16-byte vector body and scalar tail evaluate the same explicitly rounded fp32 formula; "
+        "dscale summed over tokens in token order (no atomics)"},
+       {Variant::tail_approx,
+        "control: the scalar tail (the partial last 2048-element tile) evaluates tanh with the "
+        "packed-bf16 hardware approximation tanh.approx.bf16 (sigmoid through tanh; gelu_erf: the "
+        "tanh form) while the vector body uses the accurate fp32 formula"},
+       {Variant::downcast_intermediate,
+        "control: the scalar tail (the partial last 2048-element tile) rounds its key "
+        "intermediate to bf16 (a tail written with __nv_bfloat16 temporaries)"},
+       {Variant::round_toward_zero,
+        "control: the scalar tail (the partial last 2048-element tile) narrows fp32 with "
+        "round-toward-zero (__float2bfloat16_rz) instead of round-to-nearest-even"}}};
+  register_elementwise_impls(registry, cuda,
+                             [](ImplInfo info, const ElementwiseOpInfo& op, Variant tail) {
+                               return std::make_unique<CudaElementwise>(std::move(info), op, tail);
+                             });
 }
 
 }  // namespace bitcheck

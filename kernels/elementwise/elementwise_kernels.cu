@@ -33,17 +33,6 @@ using elementwise::Variant;
 constexpr int kThreads = 256;
 constexpr int kGroup = vector_group;
 
-__device__ __forceinline__ float load_one(const void* base, DeviceDType dtype, int64_t index) {
-  switch (dtype) {
-    case DeviceDType::bf16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
-    case DeviceDType::fp16:
-      return __half2float(static_cast<const __half*>(base)[index]);
-    default:
-      return static_cast<const float*>(base)[index];
-  }
-}
-
 __device__ __forceinline__ void store_one(void* base, DeviceDType dtype, int64_t index, float value,
                                           bool toward_zero) {
   switch (dtype) {
@@ -191,7 +180,7 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseLaunch
   for (int64_t e = body + threadIdx.x; e < a.count; e += blockDim.x) {
     float element_in[3] = {0.f, 0.f, 0.f}, element_out[2] = {0.f, 0.f};
 #pragma unroll
-    for (int k = 0; k < kInputs; ++k) element_in[k] = load_one(a.in[k], a.in_dtype[k], e);
+    for (int k = 0; k < kInputs; ++k) element_in[k] = load_element(a.in[k], a.in_dtype[k], e);
     const float parameter = a.parameter ? a.parameter[e % a.width] : 0.f;
     apply<kOp, kBackward>(tail, element_in, parameter, element_out);
 #pragma unroll

@@ -1,7 +1,12 @@
 // The elementwise family's op table: one op per function (silu, gelu_tanh, gelu_erf, swiglu,
 // residual_add, scale, cast), its tensors per pass, shared by the op definitions, the CPU impls and
-// the CUDA adapters so all three agree on tensor order and dtypes.
+// the CUDA adapters so all three agree on tensor order and dtypes; and what the CPU and CUDA impls
+// share: their identities, switch points and skip reason, and their registration.
 #pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,5 +40,36 @@ std::vector<std::string> elementwise_call_paths(elementwise::Variant tail, std::
 // the tail, so they change wherever (M * H) crosses between a whole and a partial last granule.
 std::vector<SwitchPoint> elementwise_switch_points(elementwise::Variant tail, std::int64_t width,
                                                    std::int64_t max_rows);
+
+// What a backend calls its elementwise impls and what it says of each: name_prefix + the variant's
+// name ("cpu-" + "tail-approx"), and a description per tail variant.
+struct ElementwiseBackend {
+  std::string backend;  // "cpu" or "cuda"
+  std::string name_prefix;
+  std::map<elementwise::Variant, std::string> descriptions;
+};
+
+// What the CPU and CUDA impls of an elementwise op share: the op, the tail variant run() applies,
+// and the switch points and skip reason that follow from them.
+class ElementwiseImpl : public Impl {
+ public:
+  ElementwiseImpl(ImplInfo info, ElementwiseOpInfo op, elementwise::Variant tail);
+  std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
+                                         std::int64_t max_rows) const override;
+  std::optional<std::string> skip_reason(const CaseSpec& spec) const override;
+
+ protected:
+  const ElementwiseOpInfo op_;
+  const elementwise::Variant tail_;
+};
+
+using MakeElementwiseImpl = std::function<std::unique_ptr<Impl>(
+    ImplInfo info, const ElementwiseOpInfo& op, elementwise::Variant tail)>;
+
+// Registers the impls of every op of the family on one backend: fixed-order, tail-approx where the
+// op's formula has a transcendental, and tail-round-toward-zero for cast, tail-downcast-bf16 for
+// the others.
+void register_elementwise_impls(Registry& registry, const ElementwiseBackend& backend,
+                                const MakeElementwiseImpl& make);
 
 }  // namespace bitcheck

@@ -42,25 +42,7 @@ void scatter_tokens(const Batch& batch, const std::vector<TokenId>& tokens, std:
 class EmbeddingCpu : public Impl {
  public:
   enum class Kind { fixed_order, reverse_when_padded };
-  explicit EmbeddingCpu(Kind kind) : kind_(kind) {}
-
-  std::string name() const override {
-    return kind_ == Kind::fixed_order ? "cpu-fixed-order" : "cpu-reverse-when-padded";
-  }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return kind_ == Kind::fixed_order; }
-  bool expected_to_drift(Pass pass) const override {
-    return kind_ == Kind::reverse_when_padded && pass == Pass::backward;
-  }
-  std::string description() const override {
-    if (kind_ == Kind::fixed_order) {
-      return "forward copies table rows; dtable: stable sort of (id, token order), then one "
-             "running fp32 sum per id in token order started from the accumulator";
-    }
-    return "control: dtable scattered token by token in reverse slot order when the batch holds "
-           "pad slots (a scatter whose order follows the physical layout)";
-  }
-  bool supports(Pass) const override { return true; }
+  EmbeddingCpu(ImplInfo info, Kind kind) : Impl(std::move(info)), kind_(kind) {}
 
   void run(Batch& batch) override {
     const std::int64_t vocab = batch.spec->dim("V"), hidden = batch.spec->dim("H");
@@ -109,9 +91,20 @@ void embedding_table_grad_in_id_order(const Batch& batch, std::int64_t first_id,
 }
 
 void register_embedding_cpu(Registry& registry) {
-  registry.add_impl("embedding", std::make_unique<EmbeddingCpu>(EmbeddingCpu::Kind::fixed_order));
-  registry.add_impl("embedding",
-                    std::make_unique<EmbeddingCpu>(EmbeddingCpu::Kind::reverse_when_padded));
+  using Kind = EmbeddingCpu::Kind;
+  register_impls<EmbeddingCpu, Kind>(
+      registry, "embedding",
+      {{ImplInfo::invariant("cpu-fixed-order", "cpu",
+                            "forward copies table rows; dtable: stable sort of (id, token order), "
+                            "then one running fp32 sum per id in token order started from the "
+                            "accumulator"),
+        Kind::fixed_order},
+       {ImplInfo::control("cpu-reverse-when-padded", "cpu",
+                          "control: dtable scattered token by token in reverse slot order when the "
+                          "batch holds pad slots (a scatter whose order follows the physical "
+                          "layout)")
+            .drifting_in({Pass::backward}),
+        Kind::reverse_when_padded}});
 }
 
 }  // namespace bitcheck

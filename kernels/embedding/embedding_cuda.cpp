@@ -18,33 +18,8 @@ namespace vd = vocab_device;
 
 class CudaEmbedding : public Impl {
  public:
-  explicit CudaEmbedding(bool atomic_scatter) : atomic_scatter_(atomic_scatter) {}
-
-  std::string name() const override {
-    return atomic_scatter_ ? "atomic-add-scatter" : "fixed-order";
-  }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return !atomic_scatter_; }
-  bool expected_to_drift(Pass pass) const override {
-    return atomic_scatter_ && pass == Pass::backward;
-  }
-  std::string description() const override {
-    if (!atomic_scatter_) {
-      return "gather copies rows (ids checked on the device); dtable: stable sort of (id, token "
-             "order) on the host, then one device thread per (id, column) adds the id's tokens in "
-             "token order to the running fp32 value";
-    }
-    return "control: dtable by atomicAdd of every (token, column) into the fp32 table, the usual "
-           "embedding-backward scatter; the order of additions is the hardware's";
-  }
-  bool supports(Pass) const override { return true; }
-  std::vector<PathDecl> paths() const override {
-    if (atomic_scatter_)
-      return {PathDecl("gather", "forward: rows copied by id"),
-              PathDecl("dtable.atomic", "dtable: every (token, column) added atomically")};
-    return {PathDecl("gather", "forward: rows copied by id"),
-            PathDecl("dtable.id-segments", "dtable: one segment per id, tokens in token order")};
-  }
+  CudaEmbedding(ImplInfo info, bool atomic_scatter)
+      : Impl(std::move(info)), atomic_scatter_(atomic_scatter) {}
 
   void run(Batch& batch) override {
     const CaseSpec& spec = *batch.spec;
@@ -159,8 +134,24 @@ void embedding_table_grad_on_device(const Batch& batch, std::int64_t first_id, s
 }
 
 void register_embedding_cuda(Registry& registry) {
-  registry.add_impl("embedding", std::make_unique<CudaEmbedding>(false));
-  registry.add_impl("embedding", std::make_unique<CudaEmbedding>(true));
+  const PathDecl gather("gather", "forward: rows copied by id");
+  register_impls<CudaEmbedding, bool>(
+      registry, "embedding",
+      {{ImplInfo::invariant("fixed-order", "cuda",
+                            "gather copies rows (ids checked on the device); dtable: stable sort "
+                            "of (id, token order) on the host, then one device thread per (id, "
+                            "column) adds the id's tokens in token order to the running fp32 value")
+            .with_paths({gather, PathDecl("dtable.id-segments",
+                                          "dtable: one segment per id, tokens in token order")}),
+        false},
+       {ImplInfo::control("atomic-add-scatter", "cuda",
+                          "control: dtable by atomicAdd of every (token, column) into the fp32 "
+                          "table, the usual embedding-backward scatter; the order of additions is "
+                          "the hardware's")
+            .drifting_in({Pass::backward})
+            .with_paths({gather, PathDecl("dtable.atomic",
+                                          "dtable: every (token, column) added atomically")}),
+        true}});
 }
 
 }  // namespace bitcheck

@@ -39,17 +39,14 @@ constexpr EmbeddingTpKind kinds[] = {
      "at tp > 1 (and a signaling NaN, quieted); dtable rank-local in (id, token order)"},
 };
 
+ImplInfo info_of(const EmbeddingTpKind& kind) {
+  return ImplInfo::invariant(kind.name, "cpu", kind.description)
+      .on_ranks(split_parallelism(kind.across_tp, 1, {"V"}));
+}
+
 class EmbeddingTpCpu : public Impl {
  public:
-  explicit EmbeddingTpCpu(const EmbeddingTpKind& kind) : kind_(kind) {}
-  std::string name() const override { return kind_.name; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override { return kind_.description; }
-  bool supports(Pass) const override { return true; }
-  TensorParallelism tensor_parallelism() const override {
-    return split_parallelism(kind_.across_tp, 1, {"V"});
-  }
+  explicit EmbeddingTpCpu(const EmbeddingTpKind& kind) : Impl(info_of(kind)), kind_(kind) {}
 
   void run(Batch& batch) override {
     const std::int64_t vocab = batch.spec->dim("V"), share = vocab / batch.tp;

@@ -45,26 +45,24 @@ constexpr EmbeddingTpCudaKind kinds[] = {
      "payload; dtable rank-local"},
 };
 
+ImplInfo info_of(const EmbeddingTpCudaKind& kind) {
+  const bool owner_row = kind.combine == Combine::owner_row;
+  ImplInfo info = kind.combine == Combine::nccl_default
+                      ? ImplInfo::library_default(kind.name, "cuda", kind.description)
+                      : ImplInfo::invariant(kind.name, "cuda", kind.description);
+  info.on_ranks(split_parallelism(owner_row ? TensorParallelism::AcrossTp::claimed
+                                            : TensorParallelism::AcrossTp::observed,
+                                  1, {"V"}))
+      .with_paths(
+          {PathDecl("lookup", "forward: the owned ids looked up, combined across the ranks"),
+           PathDecl("dtable.id-segments", "dtable: the rank's ids, tokens in token order"),
+           cuda_tp::nccl_choices(owner_row)});
+  return info;
+}
+
 class EmbeddingTpCuda : public Impl {
  public:
-  explicit EmbeddingTpCuda(const EmbeddingTpCudaKind& kind) : kind_(kind) {}
-  std::string name() const override { return kind_.name; }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return kind_.combine != Combine::nccl_default; }
-  bool is_library_default() const override { return kind_.combine == Combine::nccl_default; }
-  std::string description() const override { return kind_.description; }
-  bool supports(Pass) const override { return true; }
-  TensorParallelism tensor_parallelism() const override {
-    return split_parallelism(kind_.combine == Combine::owner_row
-                                 ? TensorParallelism::AcrossTp::claimed
-                                 : TensorParallelism::AcrossTp::observed,
-                             1, {"V"});
-  }
-  std::vector<PathDecl> paths() const override {
-    return {PathDecl("lookup", "forward: the owned ids looked up, combined across the ranks"),
-            PathDecl("dtable.id-segments", "dtable: the rank's ids, tokens in token order"),
-            cuda_tp::nccl_choices(kind_.combine == Combine::owner_row)};
-  }
+  explicit EmbeddingTpCuda(const EmbeddingTpCudaKind& kind) : Impl(info_of(kind)), kind_(kind) {}
 
   void run(Batch& batch) override {
     const vocab_tp::RankShare share = vocab_tp::rank_share(batch);

@@ -13,22 +13,13 @@ namespace {
 
 class LmHeadCpu : public Impl {
  public:
-  explicit LmHeadCpu(bool split_k_by_rows) : split_k_by_rows_(split_k_by_rows) {}
-
-  std::string name() const override {
-    return split_k_by_rows_ ? "cpu-split-k-by-rows" : "cpu-fixed-order";
+  LmHeadCpu(ImplInfo info, bool split_k_by_rows)
+      : Impl(std::move(info)), split_k_by_rows_(split_k_by_rows) {}
+  // The control's path changes where the split stops: a batch of that many rows drifts.
+  std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
+    if (!split_k_by_rows_) return {};
+    return row_threshold_switch(split_below_rows, "rows.split-k", "rows.whole", max_rows);
   }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return !split_k_by_rows_; }
-  std::string description() const override {
-    if (!split_k_by_rows_) {
-      return "logits summed over H in index order, dh over V in index order, dtable over tokens in "
-             "token order";
-    }
-    return "control: with fewer than 4 rows the H (and, for dh, V) sums split into 4 partials "
-           "reduced in the output dtype, like a heuristic choosing split-K for small M";
-  }
-  bool supports(Pass) const override { return true; }
 
   void run(Batch& batch) override {
     const bool split = split_k_by_rows_ && batch.invocation->valid_rows() < split_below_rows;
@@ -48,8 +39,17 @@ class LmHeadCpu : public Impl {
 }  // namespace
 
 void register_lm_head_cpu(Registry& registry) {
-  registry.add_impl("lm_head", std::make_unique<LmHeadCpu>(false));
-  registry.add_impl("lm_head", std::make_unique<LmHeadCpu>(true));
+  register_impls<LmHeadCpu, bool>(
+      registry, "lm_head",
+      {{ImplInfo::invariant("cpu-fixed-order", "cpu",
+                            "logits summed over H in index order, dh over V in index order, dtable "
+                            "over tokens in token order"),
+        false},
+       {ImplInfo::control("cpu-split-k-by-rows", "cpu",
+                          "control: with fewer than 4 rows the H (and, for dh, V) sums split into "
+                          "4 partials reduced in the output dtype, like a heuristic choosing "
+                          "split-K for small M"),
+        true}});
 }
 
 }  // namespace bitcheck

@@ -1,9 +1,11 @@
-// CUDA impls of lm_head and lm_head_logprob. The LM head routes through the invariant GEMMs of
-// kernels/matmul (our fixed-order GEMM, or cuBLASLt with a pinned split-K-1 configuration; the
-// cuBLASLt heuristic is the control); lm_head_logprob hands the logits, stored in the case dtype,
-// to the fixed-piece logprob kernels and back. The table is the process-wide device copy of the
-// runner's parameter: tied to the embedding's table whenever both ops declare the same one.
+// CUDA impls of lm_head, and the LM head's GEMMs as ops built on it run them too
+// (lm_head_gemms.h). The LM head routes through the invariant GEMMs of kernels/matmul (our
+// fixed-order GEMM, or cuBLASLt with a pinned split-K-1 configuration; the cuBLASLt heuristic is
+// the library default, the split-K-by-rows GEMM the control). The table is the process-wide device
+// copy of the runner's parameter: tied to the embedding's table whenever both ops declare the same
+// one.
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <numeric>
 
@@ -11,14 +13,14 @@
 #include "common/vocab_device.h"
 #include "core/op.h"
 #include "lm_head/lm_head.h"
-#include "lm_head_logprob/lm_head_logprob.h"
-#include "logprob/logprob_kernels.h"
+#include "lm_head/lm_head_gemms.h"
 #include "matmul/cublaslt_gemm.h"
 #include "matmul/fixed_order_gemm.h"
+#include "matmul/pin_lookup.h"
 #include "matmul/split_k_control.h"
-#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
+namespace lm_head {
 namespace {
 
 namespace vd = vocab_device;
@@ -27,25 +29,7 @@ using cuda::LtConfig;
 
 constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
 
-enum class GemmPath { fixed_order, cublaslt_pinned, cublaslt_heuristic, split_k_by_rows };
-
-const char* path_name(GemmPath path) {
-  switch (path) {
-    case GemmPath::fixed_order:
-      return "fixed-order";
-    case GemmPath::cublaslt_pinned:
-      return "cublaslt-pinned";
-    case GemmPath::cublaslt_heuristic:
-      return "cublaslt-heuristic";
-    case GemmPath::split_k_by_rows:
-      return "split-k-by-rows";
-  }
-  return "";
-}
-
-bool claims_invariance(GemmPath path) {
-  return path == GemmPath::fixed_order || path == GemmPath::cublaslt_pinned;
-}
+}  // namespace
 
 // Where an LM head impl's GEMM path changes with M: the fixed-order tile pick (logits: N = V; dh:
 // N = H), a pinned table's configuration edges, the split-K control's row threshold.
@@ -79,44 +63,90 @@ std::vector<SwitchPoint> gemm_switch_points(GemmPath path, const CaseSpec& spec,
   }
 }
 
-// The launch paths of an LM head impl's GEMMs; with the logprob kernels' for lm_head_logprob.
-std::vector<PathDecl> gemm_paths(GemmPath path, bool with_logprob) {
+namespace {
+
+// The fixed-order GEMM's paths, shown for information where they are matmul's (the same launcher:
+// required there), except `kept`.
+std::vector<PathDecl> fixed_order_paths_shown(const std::string& kept) {
   std::vector<PathDecl> paths;
-  switch (path) {
-    case GemmPath::fixed_order:
-      // The GEMM's tiles are matmul's (the same launcher): required there, shown here. The
-      // token-sequential dtable is the LM head's own.
-      for (PathDecl decl : cuda::fixed_order_gemm_paths())
-        paths.push_back(decl.name == "dw.token-sequential" ? decl : decl.informative());
-      break;
-    case GemmPath::cublaslt_pinned:
-      paths = {PathDecl("bucket", "a bucketed pin's configuration for the M bucket").as_family(),
-               PathDecl("pinned", "an unbucketed pin: one configuration for every M"),
-               PathDecl("dw.token-sequential", "dtable: one FMA per token in token order")};
-      break;
-    case GemmPath::cublaslt_heuristic:
-      paths = {PathDecl("heuristic", "cuBLASLt's heuristic configuration per shape")};
-      break;
-    case GemmPath::split_k_by_rows:
-      paths = {PathDecl("rows.split-k", "fewer than 4 rows: the sums split in 4 partials"),
-               PathDecl("rows.whole", "4 rows or more: the fixed-order GEMM's whole sums")};
-      for (PathDecl decl : cuda::fixed_order_gemm_paths()) paths.push_back(decl.informative());
-      break;
-  }
-  // The logprob kernels' paths are logprob's (required there), shown here.
-  if (with_logprob)
-    for (PathDecl decl : cuda::logprob_paths(false)) paths.push_back(decl.informative());
+  for (PathDecl decl : cuda::fixed_order_gemm_paths())
+    paths.push_back(decl.name == kept ? decl : decl.informative());
   return paths;
 }
 
+std::vector<PathDecl> joined_paths(std::vector<PathDecl> paths, const std::vector<PathDecl>& more) {
+  paths.insert(paths.end(), more.begin(), more.end());
+  return paths;
+}
+
+}  // namespace
+
+ImplInfo gemm_info(GemmPath path) {
+  const std::map<GemmPath, ImplInfo> infos = {
+      {GemmPath::fixed_order,
+       ImplInfo::invariant(
+           "fixed-order", "cuda",
+           "matmul's fixed-order GEMM: logits and dh sum H (resp. V) in a fixed block order with "
+           "no split-K, dtable one FMA per token in token order")
+           // The token-sequential dtable is the LM head's own.
+           .with_paths(fixed_order_paths_shown("dw.token-sequential"))},
+      {GemmPath::cublaslt_pinned,
+       ImplInfo::invariant(
+           "cublaslt-pinned", "cuda",
+           "cuBLASLt with a pinned split-K-1 configuration per (dtype, V, H) from the pin table "
+           "for logits and dh; dtable by the token-sequential fixed-order kernel (a GEMM over a "
+           "chunk of tokens cannot match one token at a time, and the alone layout splits the "
+           "tokens one by one)")
+           .with_paths(
+               {PathDecl("bucket", "a bucketed pin's configuration for the M bucket").as_family(),
+                PathDecl("pinned", "an unbucketed pin: one configuration for every M"),
+                PathDecl("dw.token-sequential", "dtable: one FMA per token in token order")})},
+      // Whether the library default drifts is observed (on an H200 with cuBLASLt 13.1 its forward
+      // kept split-K 1 at every M and only dh's V-long sum drifted; docs/notes-cublaslt.md).
+      {GemmPath::cublaslt_heuristic,
+       ImplInfo::library_default(
+           "cublaslt-heuristic", "cuda",
+           "library default (observed): cuBLASLt heuristic per shape (split-K chosen per M); on "
+           "an H200 at vocabulary shapes it kept split-K 1 for logits but split dh's V-long sum "
+           "when rows were few")
+           .with_paths({PathDecl("heuristic", "cuBLASLt's heuristic configuration per shape")})},
+      {GemmPath::split_k_by_rows,
+       ImplInfo::control(
+           "split-k-by-rows", "cuda",
+           "control: with fewer than 4 rows, the fixed-order GEMM's H sum (logits) and V sum "
+           "(dh) split into 4 partials reduced in the output dtype, like a library heuristic "
+           "choosing split-K for small M; dtable as fixed-order")
+           .with_paths(joined_paths(
+               {PathDecl("rows.split-k", "fewer than 4 rows: the sums split in 4 partials"),
+                PathDecl("rows.whole", "4 rows or more: the fixed-order GEMM's whole sums")},
+               fixed_order_paths_shown("")))},
+  };
+  return infos.at(path);
+}
+
+std::optional<std::string> gemm_skip_reason(GemmPath path, const CaseSpec& spec) {
+  const bool fixed_order_gemm = path == GemmPath::fixed_order || path == GemmPath::split_k_by_rows;
+  if (fixed_order_gemm && (spec.dim("V") % 8 || spec.dim("H") % 8)) {
+    return "fixed-order GEMM needs V and H multiples of 8";
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+class LmHeadGemms;
+BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec,
+                                  const BenchSettings& settings);
+
 // The three products of the LM head on one path. V plays the GEMM's N and H its K.
-class LmHeadGemms {
+class LmHeadGemms : public Gemms {
  public:
   explicit LmHeadGemms(GemmPath path) : path_(path) {}
   GemmPath path() const { return path_; }
 
   // logits[M,V] = h[M,H] · table[V,H]ᵀ
-  void logits(Batch& batch, const void* h, const void* table, void* logits, std::int64_t m) {
+  void logits(Batch& batch, const void* h, const void* table, void* logits,
+              std::int64_t m) override {
     const std::int64_t v = batch.spec->dim("V"), hidden = batch.spec->dim("H");
     const cuda::GemmDType dtype = vd::device_dtype(batch.spec->dtype);
     if (path_ == GemmPath::split_k_by_rows) {
@@ -138,7 +168,7 @@ class LmHeadGemms {
   }
 
   // dh[M,H] = dlogits[M,V] · table[V,H]
-  void input_grad(Batch& batch, const void* dlogits, void* dh, std::int64_t m) {
+  void input_grad(Batch& batch, const void* dlogits, void* dh, std::int64_t m) override {
     const std::int64_t v = batch.spec->dim("V"), hidden = batch.spec->dim("H");
     const cuda::GemmDType dtype = vd::device_dtype(batch.spec->dtype);
     if (path_ == GemmPath::split_k_by_rows) {
@@ -172,7 +202,7 @@ class LmHeadGemms {
 
   // The same on device-resident packed rows (fixed-order and heuristic paths only).
   void table_grad_device(Batch& batch, const void* dlogits, const void* h, std::int64_t tokens,
-                         DeviceBuffer& dtable) {
+                         DeviceBuffer& dtable) override {
     const std::int64_t v = batch.spec->dim("V"), hidden = batch.spec->dim("H");
     const cuda::GemmDType dtype = vd::device_dtype(batch.spec->dtype);
     if (path_ != GemmPath::cublaslt_heuristic) {
@@ -187,6 +217,12 @@ class LmHeadGemms {
                                 cuda::lt_heuristic_config_dw(dtype, v, hidden, tokens), tokens);
     cuda::lt_gemm_dw_chunk(config, dtype, dlogits, h, dtable.as<float>(), tokens, v, hidden, true,
                            workspace(), lt_workspace_bytes, nullptr);
+  }
+
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
+    if (spec.pass != Pass::forward || path_ == GemmPath::split_k_by_rows) return std::nullopt;
+    return benchmark_logits(*this, spec, settings);
   }
 
   void* workspace() {
@@ -255,35 +291,6 @@ class LmHeadGemms {
   DeviceBuffer workspace_;
 };
 
-std::string gemm_description(GemmPath path) {
-  switch (path) {
-    case GemmPath::fixed_order:
-      return "matmul's fixed-order GEMM: logits and dh sum H (resp. V) in a fixed block order with "
-             "no split-K, dtable one FMA per token in token order";
-    case GemmPath::cublaslt_pinned:
-      return "cuBLASLt with a pinned split-K-1 configuration per (dtype, V, H) from the pin table "
-             "for logits and dh; dtable by the token-sequential fixed-order kernel (a GEMM over a "
-             "chunk of tokens cannot match one token at a time, and the alone layout splits the "
-             "tokens one by one)";
-    case GemmPath::cublaslt_heuristic:
-      return "library default (observed): cuBLASLt heuristic per shape (split-K chosen per M); on "
-             "an H200 at vocabulary shapes it kept split-K 1 for logits but split dh's V-long sum "
-             "when rows were few";
-    case GemmPath::split_k_by_rows:
-      return "control: with fewer than 4 rows, the fixed-order GEMM's H sum (logits) and V sum "
-             "(dh) split into 4 partials reduced in the output dtype, like a library heuristic "
-             "choosing split-K for small M; dtable as fixed-order";
-  }
-  return "";
-}
-
-void check_gemm_shape(const CaseSpec& spec, GemmPath path, std::optional<std::string>& reason) {
-  const bool fixed_order_gemm = path == GemmPath::fixed_order || path == GemmPath::split_k_by_rows;
-  if (fixed_order_gemm && (spec.dim("V") % 8 || spec.dim("H") % 8)) {
-    reason = "fixed-order GEMM needs V and H multiples of 8";
-  }
-}
-
 // Times logits = h · tableᵀ on the device (the forward product both ops start with).
 BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec,
                                   const BenchSettings& settings) {
@@ -325,27 +332,30 @@ BenchMeasurement benchmark_logits(LmHeadGemms& gemms, const CaseSpec& spec,
   return measurement;
 }
 
+}  // namespace
+
+std::unique_ptr<Gemms> make_gemms(GemmPath path) {
+  return std::make_unique<LmHeadGemms>(path);
+}
+
+}  // namespace lm_head
+
+namespace {
+
+using lm_head::GemmPath;
+namespace vd = vocab_device;
+using cuda::DeviceBuffer;
+
 class CudaLmHead : public Impl {
  public:
-  explicit CudaLmHead(GemmPath path) : gemms_(path) {}
+  explicit CudaLmHead(GemmPath path) : Impl(lm_head::gemm_info(path)), gemms_(path) {}
 
-  std::string name() const override { return path_name(gemms_.path()); }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return bitcheck::claims_invariance(gemms_.path()); }
-  // The library default: whether it drifts is observed (on an H200 with cuBLASLt 13.1 its forward
-  // kept split-K 1 at every M and only dh's V-long sum drifted; docs/notes-cublaslt.md).
-  bool is_library_default() const override { return gemms_.path() == GemmPath::cublaslt_heuristic; }
-  std::string description() const override { return gemm_description(gemms_.path()); }
-  bool supports(Pass) const override { return true; }
-  std::vector<PathDecl> paths() const override { return gemm_paths(gemms_.path(), false); }
   std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
                                          std::int64_t max_rows) const override {
-    return gemm_switch_points(gemms_.path(), spec, max_rows);
+    return lm_head::gemm_switch_points(gemms_.path(), spec, max_rows);
   }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
-    std::optional<std::string> reason;
-    check_gemm_shape(spec, gemms_.path(), reason);
-    return reason;
+    return lm_head::gemm_skip_reason(gemms_.path(), spec);
   }
 
   void run(Batch& batch) override {
@@ -375,119 +385,19 @@ class CudaLmHead : public Impl {
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
                                             const BenchSettings& settings) override {
-    if (spec.pass != Pass::forward || gemms_.path() == GemmPath::split_k_by_rows)
-      return std::nullopt;
-    return benchmark_logits(gemms_, spec, settings);
+    return gemms_.benchmark(spec, settings);
   }
 
  private:
-  LmHeadGemms gemms_;
-};
-
-class CudaLmHeadLogprob : public Impl {
- public:
-  explicit CudaLmHeadLogprob(GemmPath path) : gemms_(path) {}
-
-  std::string name() const override { return path_name(gemms_.path()); }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return bitcheck::claims_invariance(gemms_.path()); }
-  bool is_library_default() const override { return gemms_.path() == GemmPath::cublaslt_heuristic; }
-  std::string description() const override {
-    return gemm_description(gemms_.path()) +
-           "; logits stored in the case dtype feed the fixed-order logprob kernels (a split of the "
-           "vocabulary fixed by V)";
-  }
-  bool supports(Pass) const override { return true; }
-  std::vector<PathDecl> paths() const override { return gemm_paths(gemms_.path(), true); }
-  std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
-                                         std::int64_t max_rows) const override {
-    return gemm_switch_points(gemms_.path(), spec, max_rows);
-  }
-  std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
-    std::optional<std::string> reason;
-    check_gemm_shape(spec, gemms_.path(), reason);
-    return reason;
-  }
-
-  void run(Batch& batch) override {
-    const CaseSpec& spec = *batch.spec;
-    const std::int64_t m = batch.slots(), v = spec.dim("V"), hidden = spec.dim("H");
-    const cuda::DeviceDType dtype = vd::device_dtype(spec.dtype);
-    auto table = vd::shared_parameter(batch, "table");
-    std::vector<std::int32_t> slots = vd::real_slot_list(batch);
-    const auto rows = static_cast<std::int64_t>(slots.size());
-    DeviceBuffer h = vd::upload(batch.in("h")), targets = vd::upload(batch.in("target")),
-                 slot_list = vd::upload(slots);
-    DeviceBuffer logits(static_cast<std::size_t>(m * v) * dtype_size(spec.dtype));
-    gemms_.logits(batch, h.get(), table->get(), logits.get(), m);
-    const cuda::LogprobSplit split{};
-    DeviceBuffer workspace(
-        std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, v, split)));
-    vd::ErrorRecord error;
-    if (spec.pass == Pass::forward) {
-      Tensor& logprob = batch.out("logprob");
-      DeviceBuffer out(logprob.bytes());
-      out.fill_bytes(0xFF);
-      cuda::logprob_forward(dtype, logits.get(), targets.as<std::int32_t>(),
-                            slot_list.as<std::int32_t>(), slot_list.as<std::int32_t>(), rows, v,
-                            out.as<float>(), split, workspace.get(), error.get(), nullptr);
-      error.check("lm_head_logprob", v);
-      vd::download(out, logprob);
-      return;
-    }
-    // dlogits of the real rows, packed (row r = slot slots[r]), feed dh and dtable.
-    std::vector<std::int32_t> packed(slots.size());
-    std::iota(packed.begin(), packed.end(), 0);
-    DeviceBuffer packed_list = vd::upload(packed), dlogprob = vd::upload(batch.in("dlogprob"));
-    DeviceBuffer dlogits(
-        std::max<std::size_t>(16, static_cast<std::size_t>(rows * v) * dtype_size(spec.dtype)));
-    cuda::logprob_backward(dtype, logits.get(), targets.as<std::int32_t>(), dlogprob.as<float>(),
-                           slot_list.as<std::int32_t>(), packed_list.as<std::int32_t>(), rows, v,
-                           dlogits.get(), split, workspace.get(), error.get(), nullptr);
-    error.check("lm_head_logprob", v);
-    Tensor& dh = batch.out("dh");
-    Tensor dh_packed(spec.dtype, {rows, hidden});
-    DeviceBuffer dh_device(std::max<std::size_t>(16, dh_packed.bytes()));
-    Tensor& dtable = batch.out("dtable");
-    DeviceBuffer dtable_device = vd::upload(dtable);
-    if (rows > 0) {
-      gemms_.input_grad(batch, dlogits.get(), dh_device.get(), rows);
-      DeviceBuffer h_packed = vd::upload(vd::compact_rows(batch.in("h"), slots));
-      gemms_.table_grad_device(batch, dlogits.get(), h_packed.get(), rows, dtable_device);
-    }
-    vd::download(dh_device, dh_packed);
-    for (std::int64_t r = 0; r < rows; ++r)
-      dh.copy_row_from(dh_packed, r, slots[static_cast<std::size_t>(r)]);
-    vd::download(dtable_device, dtable);
-  }
-
-  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
-                                            const BenchSettings& settings) override {
-    if (spec.pass != Pass::forward || gemms_.path() == GemmPath::split_k_by_rows)
-      return std::nullopt;
-    return benchmark_logits(gemms_, spec,
-                            settings);  // the GEMM dominates; logprob has its own benchmark
-  }
-
- private:
-  LmHeadGemms gemms_;
+  lm_head::LmHeadGemms gemms_;
 };
 
 }  // namespace
 
 void register_lm_head_cuda(Registry& registry) {
-  registry.add_impl("lm_head", std::make_unique<CudaLmHead>(GemmPath::fixed_order));
-  registry.add_impl("lm_head", std::make_unique<CudaLmHead>(GemmPath::cublaslt_pinned));
-  registry.add_impl("lm_head", std::make_unique<CudaLmHead>(GemmPath::cublaslt_heuristic));
-  registry.add_impl("lm_head", std::make_unique<CudaLmHead>(GemmPath::split_k_by_rows));
-}
-
-void register_lm_head_logprob_cuda(Registry& registry) {
-  registry.add_impl("lm_head_logprob", std::make_unique<CudaLmHeadLogprob>(GemmPath::fixed_order));
-  registry.add_impl("lm_head_logprob",
-                    std::make_unique<CudaLmHeadLogprob>(GemmPath::cublaslt_heuristic));
-  registry.add_impl("lm_head_logprob",
-                    std::make_unique<CudaLmHeadLogprob>(GemmPath::split_k_by_rows));
+  for (GemmPath path : {GemmPath::fixed_order, GemmPath::cublaslt_pinned,
+                        GemmPath::cublaslt_heuristic, GemmPath::split_k_by_rows})
+    registry.add_impl("lm_head", std::make_unique<CudaLmHead>(path));
 }
 
 }  // namespace bitcheck

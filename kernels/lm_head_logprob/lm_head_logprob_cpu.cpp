@@ -11,22 +11,13 @@ namespace {
 
 class LmHeadLogprobCpu : public Impl {
  public:
-  explicit LmHeadLogprobCpu(bool split_k_by_rows) : split_k_by_rows_(split_k_by_rows) {}
-
-  std::string name() const override {
-    return split_k_by_rows_ ? "cpu-split-k-by-rows" : "cpu-fixed-order";
+  LmHeadLogprobCpu(ImplInfo info, bool split_k_by_rows)
+      : Impl(std::move(info)), split_k_by_rows_(split_k_by_rows) {}
+  // The control's path changes where the split stops: a batch of that many rows drifts.
+  std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
+    if (!split_k_by_rows_) return {};
+    return row_threshold_switch(split_below_rows, "rows.split-k", "rows.whole", max_rows);
   }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return !split_k_by_rows_; }
-  std::string description() const override {
-    if (!split_k_by_rows_) {
-      return "lm_head cpu-fixed-order into logits in the case dtype, then logprob cpu-fixed-order "
-             "(4096-entry chunks in order); backward through both";
-    }
-    return "control: the LM head (logits and dh) splits its sums into 4 partials reduced in the "
-           "output dtype when the batch holds fewer than 4 rows";
-  }
-  bool supports(Pass) const override { return true; }
 
   void run(Batch& batch) override {
     const bool split = split_k_by_rows_ && batch.invocation->valid_rows() < split_below_rows;
@@ -53,8 +44,16 @@ class LmHeadLogprobCpu : public Impl {
 }  // namespace
 
 void register_lm_head_logprob_cpu(Registry& registry) {
-  registry.add_impl("lm_head_logprob", std::make_unique<LmHeadLogprobCpu>(false));
-  registry.add_impl("lm_head_logprob", std::make_unique<LmHeadLogprobCpu>(true));
+  register_impls<LmHeadLogprobCpu, bool>(
+      registry, "lm_head_logprob",
+      {{ImplInfo::invariant("cpu-fixed-order", "cpu",
+                            "lm_head cpu-fixed-order into logits in the case dtype, then logprob "
+                            "cpu-fixed-order (4096-entry chunks in order); backward through both"),
+        false},
+       {ImplInfo::control("cpu-split-k-by-rows", "cpu",
+                          "control: the LM head (logits and dh) splits its sums into 4 partials "
+                          "reduced in the output dtype when the batch holds fewer than 4 rows"),
+        true}});
 }
 
 }  // namespace bitcheck

@@ -35,21 +35,13 @@ namespace {
 
 class LogprobCpu : public Impl {
  public:
-  explicit LogprobCpu(bool split_by_rows) : split_by_rows_(split_by_rows) {}
-
-  std::string name() const override {
-    return split_by_rows_ ? "cpu-split-vocab-by-rows" : "cpu-fixed-order";
+  LogprobCpu(ImplInfo info, bool split_by_rows)
+      : Impl(std::move(info)), split_by_rows_(split_by_rows) {}
+  // The control's path changes where the split stops: a batch of that many rows drifts.
+  std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
+    if (!split_by_rows_) return {};
+    return row_threshold_switch(split_below_rows, "rows.split-vocab", "rows.whole", max_rows);
   }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return !split_by_rows_; }
-  std::string description() const override {
-    if (!split_by_rows_)
-      return "log-sum-exp in fixed chunks of 4096 vocabulary entries (index order inside), merged "
-             "in chunk order";
-    return "control: with fewer than 4 rows the vocabulary is split in 4 parts merged last to "
-           "first (a split count chosen from the batch size)";
-  }
-  bool supports(Pass) const override { return true; }
 
   void run(Batch& batch) override {
     const std::int64_t parts =
@@ -68,8 +60,16 @@ class LogprobCpu : public Impl {
 }  // namespace
 
 void register_logprob_cpu(Registry& registry) {
-  registry.add_impl("logprob", std::make_unique<LogprobCpu>(false));
-  registry.add_impl("logprob", std::make_unique<LogprobCpu>(true));
+  register_impls<LogprobCpu, bool>(
+      registry, "logprob",
+      {{ImplInfo::invariant("cpu-fixed-order", "cpu",
+                            "log-sum-exp in fixed chunks of 4096 vocabulary entries (index order "
+                            "inside), merged in chunk order"),
+        false},
+       {ImplInfo::control("cpu-split-vocab-by-rows", "cpu",
+                          "control: with fewer than 4 rows the vocabulary is split in 4 parts "
+                          "merged last to first (a split count chosen from the batch size)"),
+        true}});
 }
 
 }  // namespace bitcheck

@@ -17,25 +17,8 @@ namespace vd = vocab_device;
 
 class CudaLogprob : public Impl {
  public:
-  explicit CudaLogprob(bool split_by_rows) : split_by_rows_(split_by_rows) {}
-
-  std::string name() const override {
-    return split_by_rows_ ? "split-vocab-by-rows" : "fixed-order";
-  }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return !split_by_rows_; }
-  std::string description() const override {
-    if (!split_by_rows_) {
-      return "one block folds a whole row in one read (16-byte loads, fixed lane order and "
-             "butterfly, warps in order); the backward keeps the row in shared memory (runs of "
-             "64 KiB over a thread-block cluster, merged in run order) and writes dlogits from it; "
-             "targets checked on the device";
-    }
-    return "control: pieces sized so rows x pieces fills the GPU (more pieces when rows are few), "
-           "merged last to first";
-  }
-  bool supports(Pass) const override { return true; }
-  std::vector<PathDecl> paths() const override { return cuda::logprob_paths(split_by_rows_); }
+  CudaLogprob(ImplInfo info, bool split_by_rows)
+      : Impl(std::move(info)), split_by_rows_(split_by_rows) {}
 
   void run(Batch& batch) override {
     const CaseSpec& spec = *batch.spec;
@@ -151,8 +134,20 @@ std::optional<BenchMeasurement> CudaLogprob::benchmark(const CaseSpec& spec,
 }  // namespace
 
 void register_logprob_cuda(Registry& registry) {
-  registry.add_impl("logprob", std::make_unique<CudaLogprob>(false));
-  registry.add_impl("logprob", std::make_unique<CudaLogprob>(true));
+  register_impls<CudaLogprob, bool>(
+      registry, "logprob",
+      {{ImplInfo::invariant("fixed-order", "cuda",
+                            "one block folds a whole row in one read (16-byte loads, fixed lane "
+                            "order and butterfly, warps in order); the backward keeps the row in "
+                            "shared memory (runs of 64 KiB over a thread-block cluster, merged in "
+                            "run order) and writes dlogits from it; targets checked on the device")
+            .with_paths(cuda::logprob_paths(false)),
+        false},
+       {ImplInfo::control("split-vocab-by-rows", "cuda",
+                          "control: pieces sized so rows x pieces fills the GPU (more pieces when "
+                          "rows are few), merged last to first")
+            .with_paths(cuda::logprob_paths(true)),
+        true}});
 }
 
 }  // namespace bitcheck

@@ -28,41 +28,12 @@ float dot_in_order(const Tensor& a, std::int64_t a_offset, std::int64_t a_stride
 class MatmulCpu : public Impl {
  public:
   enum class Kind { fixed_order, split_k_by_rows, dw_tree_by_tokens };
-  explicit MatmulCpu(Kind kind) : kind_(kind) {}
-
-  std::string name() const override {
-    switch (kind_) {
-      case Kind::fixed_order:
-        return "cpu-fixed-order";
-      case Kind::split_k_by_rows:
-        return "cpu-split-k-by-rows";
-      case Kind::dw_tree_by_tokens:
-        return "cpu-dw-tree-by-tokens";
-    }
-    return "";
+  MatmulCpu(ImplInfo info, Kind kind) : Impl(std::move(info)), kind_(kind) {}
+  // The split-K control's path changes where the split stops: a batch of that many rows drifts.
+  std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
+    if (kind_ != Kind::split_k_by_rows) return {};
+    return row_threshold_switch(split_k_below_rows, "rows.split-k", "rows.whole", max_rows);
   }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return kind_ == Kind::fixed_order; }
-  bool expected_to_drift(Pass pass) const override {
-    if (kind_ == Kind::dw_tree_by_tokens) return pass == Pass::backward;
-    return kind_ == Kind::split_k_by_rows;
-  }
-  std::string description() const override {
-    switch (kind_) {
-      case Kind::fixed_order:
-        return "K summed in index order per row; dW summed over tokens in token order into the "
-               "fp32 accumulator";
-      case Kind::split_k_by_rows:
-        return "control: with fewer than 4 rows, splits the K sum into 4 partials reduced in the "
-               "output dtype, like a library heuristic choosing split-K (OUTPUT_TYPE reduction) "
-               "for small M";
-      case Kind::dw_tree_by_tokens:
-        return "control: dW reduced with a tree whose leaves hold ceil(slots/4) tokens, so padding "
-               "and micro-batching reshape the sum";
-    }
-    return "";
-  }
-  bool supports(Pass) const override { return true; }
 
   void run(Batch& batch) override {
     const std::int64_t n = batch.spec->dim("N"), k = batch.spec->dim("K");
@@ -127,9 +98,23 @@ class MatmulCpu : public Impl {
 }  // namespace
 
 void register_matmul_cpu(Registry& registry) {
-  registry.add_impl("matmul", std::make_unique<MatmulCpu>(MatmulCpu::Kind::fixed_order));
-  registry.add_impl("matmul", std::make_unique<MatmulCpu>(MatmulCpu::Kind::split_k_by_rows));
-  registry.add_impl("matmul", std::make_unique<MatmulCpu>(MatmulCpu::Kind::dw_tree_by_tokens));
+  using Kind = MatmulCpu::Kind;
+  register_impls<MatmulCpu, Kind>(
+      registry, "matmul",
+      {{ImplInfo::invariant("cpu-fixed-order", "cpu",
+                            "K summed in index order per row; dW summed over tokens in token "
+                            "order into the fp32 accumulator"),
+        Kind::fixed_order},
+       {ImplInfo::control("cpu-split-k-by-rows", "cpu",
+                          "control: with fewer than 4 rows, splits the K sum into 4 partials "
+                          "reduced in the output dtype, like a library heuristic choosing split-K "
+                          "(OUTPUT_TYPE reduction) for small M"),
+        Kind::split_k_by_rows},
+       {ImplInfo::control("cpu-dw-tree-by-tokens", "cpu",
+                          "control: dW reduced with a tree whose leaves hold ceil(slots/4) tokens, "
+                          "so padding and micro-batching reshape the sum")
+            .drifting_in({Pass::backward}),
+        Kind::dw_tree_by_tokens}});
 }
 
 }  // namespace bitcheck

@@ -14,8 +14,8 @@
 #include "cublaslt_gemm.h"
 #include "fixed_order_gemm.h"
 #include "matmul/matmul.h"
+#include "matmul/pin_lookup.h"
 #include "matmul/split_k_control.h"
-#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 namespace {
@@ -33,80 +33,14 @@ using cuda_support::upload;
 constexpr std::int64_t lt_dw_chunk_tokens = 256;
 constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
 
-// The launch paths of the matmul impls: 0 fixed-order, 1 pinned cuBLASLt, 2 the heuristic, 3 the
-// split-K control.
-std::vector<PathDecl> matmul_paths(int kind) {
-  switch (kind) {
-    case 0:
-      return cuda::fixed_order_gemm_paths();
-    case 1:
-      return {PathDecl("bucket", "a bucketed pin's configuration for the M bucket (member: rows)")
-                  .as_family(),
-              PathDecl("pinned", "an unbucketed pin: one configuration for every M"),
-              PathDecl("dw.chunks-256", "dW in fixed 256-token chunks added in order")};
-    case 3: {
-      std::vector<PathDecl> paths = {
-          PathDecl("rows.split-k", "fewer than 4 rows: the K sum split in 4 partials"),
-          PathDecl("rows.whole", "4 rows or more: the fixed-order GEMM's whole K sum")};
-      // The partials and dW go through the fixed-order GEMM, whose paths are shown too.
-      for (PathDecl decl : cuda::fixed_order_gemm_paths()) paths.push_back(decl.informative());
-      return paths;
-    }
-    default:
-      return {PathDecl("heuristic", "cuBLASLt's heuristic configuration per shape")};
-  }
-}
-
 class CudaMatmul : public Impl {
  public:
   enum class Kind { fixed_order, cublaslt_pinned, cublaslt_heuristic, split_k_by_rows };
-  explicit CudaMatmul(Kind kind) : kind_(kind) {}
+  CudaMatmul(ImplInfo info, Kind kind) : Impl(std::move(info)), kind_(kind) {}
 
-  std::string name() const override {
-    switch (kind_) {
-      case Kind::fixed_order:
-        return "fixed-order";
-      case Kind::cublaslt_pinned:
-        return "cublaslt-pinned";
-      case Kind::cublaslt_heuristic:
-        return "cublaslt-heuristic";
-      case Kind::split_k_by_rows:
-        return "split-k-by-rows";
-    }
-    return "";
-  }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override {
-    return kind_ == Kind::fixed_order || kind_ == Kind::cublaslt_pinned;
-  }
-  // The heuristic is the library default: whether it drifts depends on the GPU, the shape and the
-  // cuBLASLt version, so its cases are observations (the split-K-by-rows control drifts always).
-  bool is_library_default() const override { return kind_ == Kind::cublaslt_heuristic; }
-  std::string description() const override {
-    switch (kind_) {
-      case Kind::fixed_order:
-        return "our GEMM: wgmma m64nNk16 (N = 64/128/256 by shape) over K blocks of 64 in order "
-               "(portable fp32 FMA chain for fp32), no split-K; dW one FMA per token in token "
-               "order";
-      case Kind::cublaslt_pinned:
-        return "cuBLASLt with the pin table's configuration per (arch, cuBLASLt, dtype, N, K): one "
-               "split-K-1 configuration, or one per M bucket all of one bit-class (bitcheck "
-               "algos); dW in fixed 256-token chunks summed in order";
-      case Kind::cublaslt_heuristic:
-        return "library default (observed): heuristic configuration per shape (split-K chosen "
-               "per M), dW over the invocation's tokens at once";
-      case Kind::split_k_by_rows:
-        return "control: with fewer than 4 rows, the fixed-order GEMM's K sum (dX: N sum) split "
-               "into 4 partials reduced in the output dtype, like a library heuristic choosing "
-               "split-K for small M; dW as fixed-order";
-    }
-    return "";
-  }
-  bool supports(Pass) const override { return true; }
   std::int64_t token_granularity() const override {
     return kind_ == Kind::cublaslt_pinned ? lt_dw_chunk_tokens : 1;
   }
-  std::vector<PathDecl> paths() const override { return matmul_paths(static_cast<int>(kind_)); }
   std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
                                          std::int64_t max_rows) const override {
     if (!cuda::query_device().available) return {};
@@ -405,10 +339,46 @@ std::optional<BenchMeasurement> CudaMatmul::benchmark(const CaseSpec& spec,
 }  // namespace
 
 void register_matmul_cuda(Registry& registry) {
-  registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::fixed_order));
-  registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::cublaslt_pinned));
-  registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::cublaslt_heuristic));
-  registry.add_impl("matmul", std::make_unique<CudaMatmul>(CudaMatmul::Kind::split_k_by_rows));
+  registry.add_run_hook(cuda::pin_table_run_hook());
+  using Kind = CudaMatmul::Kind;
+  // The split-K control's partials and dW go through the fixed-order GEMM, whose paths are shown.
+  std::vector<PathDecl> split_k_paths = {
+      PathDecl("rows.split-k", "fewer than 4 rows: the K sum split in 4 partials"),
+      PathDecl("rows.whole", "4 rows or more: the fixed-order GEMM's whole K sum")};
+  for (PathDecl decl : cuda::fixed_order_gemm_paths()) split_k_paths.push_back(decl.informative());
+  register_impls<CudaMatmul, Kind>(
+      registry, "matmul",
+      {{ImplInfo::invariant(
+            "fixed-order", "cuda",
+            "our GEMM: wgmma m64nNk16 (N = 64/128/256 by shape) over K blocks of "
+            "64 in order (portable fp32 FMA chain for fp32), no split-K; dW one FMA "
+            "per token in token order")
+            .with_paths(cuda::fixed_order_gemm_paths()),
+        Kind::fixed_order},
+       {ImplInfo::invariant("cublaslt-pinned", "cuda",
+                            "cuBLASLt with the pin table's configuration per (arch, cuBLASLt, "
+                            "dtype, N, K): one split-K-1 configuration, or one per M bucket all of "
+                            "one bit-class (bitcheck algos); dW in fixed 256-token chunks summed "
+                            "in order")
+            .with_paths({PathDecl("bucket",
+                                  "a bucketed pin's configuration for the M bucket (member: rows)")
+                             .as_family(),
+                         PathDecl("pinned", "an unbucketed pin: one configuration for every M"),
+                         PathDecl("dw.chunks-256", "dW in fixed 256-token chunks added in order")}),
+        Kind::cublaslt_pinned},
+       // The library default: whether it drifts depends on the GPU, the shape and the cuBLASLt
+       // version, so its cases are observations (the split-K-by-rows control drifts always).
+       {ImplInfo::library_default("cublaslt-heuristic", "cuda",
+                                  "library default (observed): heuristic configuration per shape "
+                                  "(split-K chosen per M), dW over the invocation's tokens at once")
+            .with_paths({PathDecl("heuristic", "cuBLASLt's heuristic configuration per shape")}),
+        Kind::cublaslt_heuristic},
+       {ImplInfo::control("split-k-by-rows", "cuda",
+                          "control: with fewer than 4 rows, the fixed-order GEMM's K sum (dX: N "
+                          "sum) split into 4 partials reduced in the output dtype, like a library "
+                          "heuristic choosing split-K for small M; dW as fixed-order")
+            .with_paths(split_k_paths),
+        Kind::split_k_by_rows}});
 }
 
 }  // namespace bitcheck

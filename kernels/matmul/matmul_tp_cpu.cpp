@@ -34,39 +34,35 @@ constexpr SplitSumKind kinds[] = {
     {"naive-pair", SplitOrder::rank_chain, false, TensorParallelism::AcrossTp::expected_to_drift, 2,
      "control: the naive TP pair, a plain GEMM at tp = 1 against each rank's GEMM output (rounded "
      "to the dtype) summed across the ranks at tp > 1, the rank chain's arithmetic held to the "
-     "same "
-     "bits across TP sizes: a second rounding or another association at every tp > 1"},
+     "same bits across TP sizes: a second rounding or another association at every tp > 1"},
 };
+
+// The pass whose sum crosses the ranks: the one a control drifts in.
+Pass split_pass(Split split) {
+  return split == Split::rows ? Pass::forward : Pass::backward;
+}
+
+ImplInfo info_of(Split split, const SplitSumKind& kind) {
+  return split_sum_info(
+      kind, std::string("cpu-tp-") + (split == Split::rows ? "row-" : "column-") + kind.order_name,
+      std::string(split == Split::rows
+                      ? "row-parallel (K split over ranks; the forward sums across them): "
+                      : "column-parallel (N split over ranks; dX sums across them): ") +
+          kind.description,
+      {split_pass(split)}, {split == Split::rows ? "K" : "N"});
+}
 
 class MatmulTpCpu : public Impl {
  public:
-  MatmulTpCpu(Split split, const SplitSumKind& kind) : split_(split), kind_(kind) {}
-  std::string name() const override {
-    return std::string("cpu-tp-") + (split_ == Split::rows ? "row-" : "column-") + kind_.order_name;
-  }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return kind_.claims_invariance; }
-  // A control drifts only in the pass whose sum crosses the ranks.
-  bool expected_to_drift(Pass pass) const override {
-    return !kind_.claims_invariance && pass == split_pass();
-  }
-  std::string description() const override {
-    return std::string(split_ == Split::rows
-                           ? "row-parallel (K split over ranks; the forward sums across them): "
-                           : "column-parallel (N split over ranks; dX sums across them): ") +
-           kind_.description;
-  }
-  bool supports(Pass) const override { return true; }
+  MatmulTpCpu(Split split, const SplitSumKind& kind)
+      : Impl(info_of(split, kind)), split_(split), kind_(kind) {}
+
   // Rounding a rank's partial to fp32 changes nothing: the early-rounding control models a 16-bit
   // output dtype.
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     if (kind_.order == SplitOrder::early_rounding && spec.dtype == DType::fp32)
       return "the early-rounding control rounds partials to the output dtype: a no-op in fp32";
     return std::nullopt;
-  }
-  TensorParallelism tensor_parallelism() const override {
-    return split_parallelism(kind_.across_tp, kind_.drifts_from_tp,
-                             {split_ == Split::rows ? "K" : "N"});
   }
 
   void run(Batch& batch) override {
@@ -116,8 +112,6 @@ class MatmulTpCpu : public Impl {
   }
 
  private:
-  Pass split_pass() const { return split_ == Split::rows ? Pass::forward : Pass::backward; }
-
   Split split_;
   const SplitSumKind& kind_;
 };

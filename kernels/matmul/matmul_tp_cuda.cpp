@@ -21,7 +21,6 @@
 #include "common/adapter_support.h"
 #include "common/nccl_ranks.h"
 #include "common/rank_sum_cuda.h"
-#include "common/split_sum.h"
 #include "common/token_reduction.h"
 #include "cublaslt_gemm.h"
 #include "fixed_order_gemm.h"
@@ -118,25 +117,28 @@ DeviceBuffer heuristic_gemm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// The pass whose sum crosses the ranks: the one a control drifts in.
+Pass split_pass(Split split) {
+  return split == Split::rows ? Pass::forward : Pass::backward;
+}
+
+ImplInfo info_of(Split split, const cuda_tp::RankOrderKind& kind) {
+  return cuda_tp::rank_order_info(
+      kind, std::string("tp-") + (split == Split::rows ? "row-" : "column-") + kind.order_name,
+      std::string(split == Split::rows
+                      ? "row-parallel (K split over ranks; the forward sums across them): "
+                      : "column-parallel (N split over ranks; dX sums across them): ") +
+          kind.description,
+      {split_pass(split)}, {split == Split::rows ? "K" : "N"},
+      {PathDecl("split-sum", "a GEMM whose reduction the ranks share, summed across them"),
+       PathDecl("local", "a rank-local GEMM (or dW), gathered"), cuda_tp::nccl_choices(false)});
+}
+
 class MatmulTpCuda : public Impl {
  public:
-  MatmulTpCuda(Split split, const cuda_tp::RankOrderKind& kind) : split_(split), kind_(kind) {}
-  std::string name() const override {
-    return std::string("tp-") + (split_ == Split::rows ? "row-" : "column-") + kind_.order_name;
-  }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return kind_.claims_invariance; }
-  bool is_library_default() const override { return kind_.library_default; }
-  bool expected_to_drift(Pass pass) const override {
-    return !kind_.claims_invariance && !kind_.library_default && pass == split_pass();
-  }
-  std::string description() const override {
-    return std::string(split_ == Split::rows
-                           ? "row-parallel (K split over ranks; the forward sums across them): "
-                           : "column-parallel (N split over ranks; dX sums across them): ") +
-           kind_.description;
-  }
-  bool supports(Pass) const override { return true; }
+  MatmulTpCuda(Split split, const cuda_tp::RankOrderKind& kind)
+      : Impl(info_of(split, kind)), split_(split), kind_(kind) {}
+
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     if (spec.dtype == DType::fp32 && kind_.order == Order::early_rounding)
       return "the early-rounding control rounds partials to the output dtype: a no-op in fp32";
@@ -144,14 +146,6 @@ class MatmulTpCuda : public Impl {
     if (split % (chunk_count * 8) != 0)
       return "the split dim must be a multiple of 64 (8 chunks of the fixed-order GEMM's 8)";
     return std::nullopt;
-  }
-  TensorParallelism tensor_parallelism() const override {
-    return split_parallelism(kind_.across_tp, kind_.drifts_from_tp,
-                             {split_ == Split::rows ? "K" : "N"});
-  }
-  std::vector<PathDecl> paths() const override {
-    return {PathDecl("split-sum", "a GEMM whose reduction the ranks share, summed across them"),
-            PathDecl("local", "a rank-local GEMM (or dW), gathered"), cuda_tp::nccl_choices(false)};
   }
 
   void run(Batch& batch) override {
@@ -177,8 +171,6 @@ class MatmulTpCuda : public Impl {
   }
 
  private:
-  Pass split_pass() const { return split_ == Split::rows ? Pass::forward : Pass::backward; }
-
   static void scatter_rows(const Tensor& packed, const std::vector<std::int32_t>& slots,
                            Tensor& out) {
     for (std::size_t i = 0; i < slots.size(); ++i)

@@ -1,7 +1,7 @@
-// CUDA impls of rmsnorm and add_rmsnorm: `fixed-order` (forward: a row layout chosen from the width
-// and dtype alone, whole warps per row holding the row in registers, see rmsnorm_kernels.cu;
-// backward: one block of 256 threads per row whatever the batch; dweight accumulated over tokens
-// in token order, no atomics) and the control
+// CUDA impls of rmsnorm, alone or after the fused residual add: `fixed-order` (forward: a
+// row layout chosen from the width and dtype alone, whole warps per row holding the row in
+// registers, see rmsnorm_kernels.cu; backward: one block of 256 threads per row whatever the batch;
+// dweight accumulated over tokens in token order, no atomics) and the control
 // `block-size-by-tokens` (below 256 tokens each row is split across 4 blocks whose partial sums go
 // through a workspace in the io dtype; one block per row from 256 tokens on: the launch-shape
 // switch reported against vLLM's fused-add RMSNorm). Reordering the fp32 sum alone moves the
@@ -10,9 +10,9 @@
 // dtype.
 #include <memory>
 
-#include "add_rmsnorm/add_rmsnorm.h"
 #include "common/adapter_support.h"
 #include "common/runtime.h"
+#include "common/token_columns.h"
 #include "core/op.h"
 #include "rmsnorm/rmsnorm.h"
 #include "rmsnorm_kernels.h"
@@ -28,25 +28,11 @@ constexpr int control_small_batch_splits = 4;
 
 class CudaRmsnorm : public Impl {
  public:
-  CudaRmsnorm(bool fused_add, bool control) : fused_add_(fused_add), control_(control) {}
+  CudaRmsnorm(ImplInfo info, RmsnormInput input, bool control)
+      : Impl(std::move(info)),
+        fused_add_(input == RmsnormInput::x_plus_residual),
+        control_(control) {}
 
-  std::string name() const override { return control_ ? "block-size-by-tokens" : "fixed-order"; }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return !control_; }
-  std::string description() const override {
-    return control_ ? "control: below 256 tokens each row is split across 4 blocks whose partial "
-                      "sums of squares pass through a workspace in the io dtype, one block per row "
-                      "from 256 tokens on (launch shape chosen from the token count, as in vLLM's "
-                      "fused-add RMSNorm): the row's sum changes with the batch"
-                    : "forward: threads per row chosen from the width and dtype only (whole warps, "
-                      "two 16-byte units each; one warp per row, four rows a block, for short "
-                      "rows), row kept in registers, fixed per-thread order and fixed reduction "
-                      "tree; backward: one block of 256 threads per row whatever the batch "
-                      "(16-byte loads); dweight: per-column sequential sum over tokens in token "
-                      "order into the carried fp32 accumulator (no atomics)";
-  }
-  bool supports(Pass) const override { return true; }
-  std::vector<PathDecl> paths() const override { return cuda::rmsnorm_paths(control_); }
   // The control switches its launch shape at control_switch_tokens tokens; the fixed-order
   // layouts depend on the width and dtype only.
   std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
@@ -214,14 +200,33 @@ class CudaRmsnorm : public Impl {
 
 }  // namespace
 
-void register_rmsnorm_cuda(Registry& registry) {
-  registry.add_impl("rmsnorm", std::make_unique<CudaRmsnorm>(false, false));
-  registry.add_impl("rmsnorm", std::make_unique<CudaRmsnorm>(false, true));
+void register_rmsnorm_cuda_impls(Registry& registry, const std::string& op, RmsnormInput input) {
+  registry.add_impl(
+      op, std::make_unique<CudaRmsnorm>(
+              ImplInfo::invariant(
+                  "fixed-order", "cuda",
+                  "forward: threads per row chosen from the width and dtype only (whole warps, two "
+                  "16-byte units each; one warp per row, four rows a block, for short rows), row "
+                  "kept in registers, fixed per-thread order and fixed reduction tree; backward: "
+                  "one block of 256 threads per row whatever the batch (16-byte loads); dweight: "
+                  "per-column sequential sum over tokens in token order into the carried fp32 "
+                  "accumulator (no atomics)")
+                  .with_paths(cuda::rmsnorm_paths(false)),
+              input, false));
+  registry.add_impl(
+      op, std::make_unique<CudaRmsnorm>(
+              ImplInfo::control(
+                  "block-size-by-tokens", "cuda",
+                  "control: below 256 tokens each row is split across 4 blocks whose partial sums "
+                  "of squares pass through a workspace in the io dtype, one block per row from 256 "
+                  "tokens on (launch shape chosen from the token count, as in vLLM's fused-add "
+                  "RMSNorm): the row's sum changes with the batch")
+                  .with_paths(cuda::rmsnorm_paths(true)),
+              input, true));
 }
 
-void register_add_rmsnorm_cuda(Registry& registry) {
-  registry.add_impl("add_rmsnorm", std::make_unique<CudaRmsnorm>(true, false));
-  registry.add_impl("add_rmsnorm", std::make_unique<CudaRmsnorm>(true, true));
+void register_rmsnorm_cuda(Registry& registry) {
+  register_rmsnorm_cuda_impls(registry, "rmsnorm", RmsnormInput::x);
 }
 
 }  // namespace bitcheck

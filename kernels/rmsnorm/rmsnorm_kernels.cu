@@ -1,5 +1,5 @@
-// rmsnorm/* kernels: RMSNorm and fused residual-add + RMSNorm (forward, backward rows) and the
-// token-ordered column accumulation for dweight / dscale, each beside its launcher.
+// rmsnorm/* kernels: RMSNorm and fused residual-add + RMSNorm (forward, backward rows), each beside
+// its launcher; dweight's token-ordered column accumulation is common/token_columns.cu.
 //
 // Why the reduction orders are independent of batch size, position and padding:
 // - Forward rows (the fixed-order configuration: block_threads == rmsnorm_fixed_block_threads, no
@@ -26,10 +26,6 @@
 //   kernel.
 // - A control's split rows (row_splits > 1) reduce each column slice in its own block and add the
 //   slices' partials (rounded through the io-dtype workspace) in slice order.
-// - Columns (dweight, dscale): thread c keeps accumulator[c] in a register and adds one token's
-//   contribution at a time in token-list order (contributions are computed by 32 token-warps in
-//   parallel and staged in shared memory, but added strictly in order). No atomics, no tree: the
-//   result equals the sequential sum over tokens, and the running value carries across calls.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -48,46 +44,11 @@ namespace {
 
 constexpr float kEps = 1e-6f;
 
-__device__ __forceinline__ float load(const void* base, DeviceDType dtype, int64_t index) {
-  switch (dtype) {
-    case DeviceDType::bf16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
-    case DeviceDType::fp16:
-      return __half2float(static_cast<const __half*>(base)[index]);
-    default:
-      return static_cast<const float*>(base)[index];
-  }
-}
-
-__device__ __forceinline__ void store(void* base, DeviceDType dtype, int64_t index, float value) {
-  switch (dtype) {
-    case DeviceDType::bf16:
-      static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16_rn(value);
-      return;
-    case DeviceDType::fp16:
-      static_cast<__half*>(base)[index] = __float2half_rn(value);
-      return;
-    default:
-      static_cast<float*>(base)[index] = value;
-  }
-}
-
-__device__ __forceinline__ float round_to_dtype(DeviceDType dtype, float value) {
-  switch (dtype) {
-    case DeviceDType::bf16:
-      return __bfloat162float(__float2bfloat16_rn(value));
-    case DeviceDType::fp16:
-      return __half2float(__float2half_rn(value));
-    default:
-      return value;
-  }
-}
-
 // The normalized row's element: x, or dtype(x + residual) for the fused add.
 __device__ __forceinline__ float row_value(const RmsnormLaunch& a, int64_t index) {
-  float v = load(a.x, a.dtype, index);
+  float v = load_element(a.x, a.dtype, index);
   if (!a.residual) return v;
-  return round_to_dtype(a.dtype, __fadd_rn(v, load(a.residual, a.dtype, index)));
+  return round_to_dtype(a.dtype, __fadd_rn(v, load_element(a.residual, a.dtype, index)));
 }
 
 // Block-wide sum of two values with a fixed shape: xor tree within each warp, then warp 0 adds the
@@ -126,8 +87,8 @@ __device__ __forceinline__ float2 row_partials(const RmsnormLaunch& a, int64_t r
       const float v = row_value(a, row + column);
       sum.x = __fadd_rn(sum.x, __fmul_rn(v, v));
       if (with_gradient) {
-        const float gradient =
-            __fmul_rn(load(a.dy, a.dtype, row + column), load(a.weight, a.dtype, column));
+        const float gradient = __fmul_rn(load_element(a.dy, a.dtype, row + column),
+                                         load_element(a.weight, a.dtype, column));
         sum.y = __fadd_rn(sum.y, __fmul_rn(gradient, v));
       }
     }
@@ -152,15 +113,16 @@ __global__ void rmsnorm_partials_kernel(RmsnormLaunch a, bool with_gradient) {
     const float v = row_value(a, row + c);
     sum.x = __fadd_rn(sum.x, __fmul_rn(v, v));
     if (with_gradient) {
-      const float gradient = __fmul_rn(load(a.dy, a.dtype, row + c), load(a.weight, a.dtype, c));
+      const float gradient =
+          __fmul_rn(load_element(a.dy, a.dtype, row + c), load_element(a.weight, a.dtype, c));
       sum.y = __fadd_rn(sum.y, __fmul_rn(gradient, v));
     }
   }
   sum = block_sum2(sum);
   if (threadIdx.x == 0) {
     const int64_t index = (static_cast<int64_t>(blockIdx.y) * a.row_splits + blockIdx.x) * 2;
-    store(a.partials, a.dtype, index, sum.x);
-    store(a.partials, a.dtype, index + 1, sum.y);
+    store_element(a.partials, a.dtype, index, sum.x);
+    store_element(a.partials, a.dtype, index + 1, sum.y);
   }
 }
 
@@ -172,8 +134,8 @@ __device__ __forceinline__ float2 row_sums(const RmsnormLaunch& a, int64_t row,
   float2 sum = make_float2(0.f, 0.f);
   for (int s = 0; s < a.row_splits; ++s) {
     const int64_t index = (static_cast<int64_t>(blockIdx.x) * a.row_splits + s) * 2;
-    sum.x = __fadd_rn(sum.x, load(a.partials, a.dtype, index));
-    sum.y = __fadd_rn(sum.y, load(a.partials, a.dtype, index + 1));
+    sum.x = __fadd_rn(sum.x, load_element(a.partials, a.dtype, index));
+    sum.y = __fadd_rn(sum.y, load_element(a.partials, a.dtype, index + 1));
   }
   return sum;
 }
@@ -183,8 +145,9 @@ __global__ void rmsnorm_forward_kernel(RmsnormLaunch a) {
   const float r = inverse_rms_of(row_sums(a, row, false).x, a.width);
   for (int64_t c = threadIdx.x; c < a.width; c += blockDim.x) {
     const float v = row_value(a, row + c);
-    store(a.y, a.dtype, row + c, __fmul_rn(__fmul_rn(v, r), load(a.weight, a.dtype, c)));
-    if (a.h_out) store(a.h_out, a.dtype, row + c, v);
+    store_element(a.y, a.dtype, row + c,
+                  __fmul_rn(__fmul_rn(v, r), load_element(a.weight, a.dtype, c)));
+    if (a.h_out) store_element(a.h_out, a.dtype, row + c, v);
   }
 }
 
@@ -198,11 +161,12 @@ __global__ void rmsnorm_backward_rows_kernel(RmsnormLaunch a) {
   if (threadIdx.x == 0) a.inverse_rms[slot] = r;
   for (int64_t c = threadIdx.x; c < a.width; c += blockDim.x) {
     const float xhat = __fmul_rn(row_value(a, row + c), r);
-    const float g = __fmul_rn(load(a.dy, a.dtype, row + c), load(a.weight, a.dtype, c));
+    const float g =
+        __fmul_rn(load_element(a.dy, a.dtype, row + c), load_element(a.weight, a.dtype, c));
     float value = __fmul_rn(__fsub_rn(g, __fmul_rn(xhat, projection)), r);
-    if (a.dh) value = __fadd_rn(load(a.dh, a.dtype, row + c), value);
-    store(a.dx, a.dtype, row + c, value);
-    if (a.dresidual) store(a.dresidual, a.dtype, row + c, value);
+    if (a.dh) value = __fadd_rn(load_element(a.dh, a.dtype, row + c), value);
+    store_element(a.dx, a.dtype, row + c, value);
+    if (a.dresidual) store_element(a.dresidual, a.dtype, row + c, value);
   }
 }
 
@@ -515,38 +479,6 @@ void launch_forward_rows(const RmsnormLaunch& a, const RmsnormRowLayout& layout,
   }
 }
 
-constexpr int kColumns = 32;     // columns per block (one per lane)
-constexpr int kTokenWarps = 32;  // tokens whose contributions are loaded in parallel per step
-
-__global__ void __launch_bounds__(kColumns* kTokenWarps)
-    token_column_kernel(DeviceDType dtype, const void* dy, const void* x, const void* residual,
-                        const float* inverse_rms, const int32_t* tokens, int64_t token_count,
-                        int64_t width, float* accumulator) {
-  __shared__ float staged[kTokenWarps][kColumns];
-  const int lane = threadIdx.x, warp = threadIdx.y;
-  const int64_t column = static_cast<int64_t>(blockIdx.x) * kColumns + lane;
-  const bool active = column < width;
-  float sum = (warp == 0 && active) ? accumulator[column] : 0.f;
-  for (int64_t first = 0; first < token_count; first += kTokenWarps) {
-    const int64_t t = first + warp;
-    if (t < token_count && active) {
-      const int64_t slot = tokens[t];
-      const int64_t index = slot * width + column;
-      float v = load(x, dtype, index);
-      if (residual) v = round_to_dtype(dtype, __fadd_rn(v, load(residual, dtype, index)));
-      if (inverse_rms) v = __fmul_rn(v, inverse_rms[slot]);
-      staged[warp][lane] = __fmul_rn(load(dy, dtype, index), v);
-    }
-    __syncthreads();
-    if (warp == 0 && active) {
-      const int64_t steps = min(static_cast<int64_t>(kTokenWarps), token_count - first);
-      for (int64_t i = 0; i < steps; ++i) sum = __fadd_rn(sum, staged[i][lane]);  // token order
-    }
-    __syncthreads();
-  }
-  if (warp == 0 && active) accumulator[column] = sum;
-}
-
 }  // namespace
 
 namespace {
@@ -648,17 +580,6 @@ void rmsnorm_backward_rows(const RmsnormLaunch& a, CUstream_st* stream) {
       launch_partials(a, true, stream);
       rmsnorm_backward_rows_kernel<<<blocks, a.block_threads, 0, stream>>>(a);
   }
-  BITCHECK_CUDA_LAUNCH_CHECK();
-}
-
-void token_column_accumulate(DeviceDType dtype, const void* dy, const void* x, const void* residual,
-                             const float* inverse_rms, const int32_t* tokens, int64_t token_count,
-                             int64_t width, float* accumulator, CUstream_st* stream) {
-  if (token_count == 0 || width == 0) return;
-  record_path("columns.token-sequential");
-  const unsigned blocks = static_cast<unsigned>((width + kColumns - 1) / kColumns);
-  token_column_kernel<<<blocks, dim3(kColumns, kTokenWarps), 0, stream>>>(
-      dtype, dy, x, residual, inverse_rms, tokens, token_count, width, accumulator);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 

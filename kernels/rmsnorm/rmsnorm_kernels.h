@@ -1,5 +1,5 @@
 // rmsnorm/*: launchers of the RMSNorm and fused residual-add + RMSNorm kernels (forward rows,
-// backward rows) and of the token-ordered column accumulation behind dweight and dscale.
+// backward rows); dweight's token-ordered column accumulation is common/token_columns.h.
 // Plain C++ header, no CUDA headers.
 #pragma once
 #include <cstdint>
@@ -64,13 +64,5 @@ RmsnormRowLayout rmsnorm_forward_row_layout(DeviceDType dtype, int64_t width);
 
 void rmsnorm_forward(const RmsnormLaunch& launch, CUstream_st* stream);
 void rmsnorm_backward_rows(const RmsnormLaunch& launch, CUstream_st* stream);
-
-// accumulator[c] (fp32, in/out) += dy[t, c] * v[t, c] * (inverse_rms ? inverse_rms[t] : 1) for
-// t = tokens[0], tokens[1], ... in order, one fp32 add per token into the running value, where v
-// is x, or dtype(x + residual) when residual is set. The running value lives in `accumulator`
-// between calls, so splitting the tokens into consecutive calls gives identical bits.
-void token_column_accumulate(DeviceDType dtype, const void* dy, const void* x, const void* residual,
-                             const float* inverse_rms, const int32_t* tokens, int64_t token_count,
-                             int64_t width, float* accumulator, CUstream_st* stream);
 
 }  // namespace bitcheck::cuda

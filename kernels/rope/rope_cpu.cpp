@@ -14,21 +14,8 @@ namespace {
 
 class RopeCpu : public Impl {
  public:
-  explicit RopeCpu(bool chunk_relative) : chunk_relative_(chunk_relative) {}
-
-  std::string name() const override {
-    return chunk_relative_ ? "cpu-chunk-relative-angle" : "cpu-fixed-order";
-  }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return !chunk_relative_; }
-  std::string description() const override {
-    return chunk_relative_ ? "control: angle = (pos - chunk_start) * inv_freq + chunk_start * "
-                             "inv_freq with chunk_start the invocation's first real position "
-                             "(chunk-relative RoPE in chunked prefill)"
-                           : "angle = fp32(pos) * inv_freq in fp32, sinf/cosf, explicitly rounded "
-                             "rotation: nothing depends on the batch";
-  }
-  bool supports(Pass) const override { return true; }
+  RopeCpu(ImplInfo info, bool chunk_relative)
+      : Impl(std::move(info)), chunk_relative_(chunk_relative) {}
 
   void run(Batch& batch) override {
     const CaseSpec& spec = *batch.spec;
@@ -73,8 +60,17 @@ class RopeCpu : public Impl {
 }  // namespace
 
 void register_rope_cpu(Registry& registry) {
-  registry.add_impl("rope", std::make_unique<RopeCpu>(false));
-  registry.add_impl("rope", std::make_unique<RopeCpu>(true));
+  register_impls<RopeCpu, bool>(
+      registry, "rope",
+      {{ImplInfo::invariant("cpu-fixed-order", "cpu",
+                            "angle = fp32(pos) * inv_freq in fp32, sinf/cosf, explicitly rounded "
+                            "rotation: nothing depends on the batch"),
+        false},
+       {ImplInfo::control("cpu-chunk-relative-angle", "cpu",
+                          "control: angle = (pos - chunk_start) * inv_freq + chunk_start * "
+                          "inv_freq with chunk_start the invocation's first real position "
+                          "(chunk-relative RoPE in chunked prefill)"),
+        true}});
 }
 
 }  // namespace bitcheck

@@ -18,28 +18,8 @@ namespace support = cuda_support;
 
 class CudaRope : public Impl {
  public:
-  explicit CudaRope(bool chunk_relative) : chunk_relative_(chunk_relative) {}
-
-  std::string name() const override {
-    return chunk_relative_ ? "chunk-relative-angle" : "fixed-order";
-  }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return !chunk_relative_; }
-  std::string description() const override {
-    return chunk_relative_ ? "control: angle = (pos - chunk_start) * inv_freq + chunk_start * "
-                             "inv_freq, chunk_start = the invocation's first real position"
-                           : "angle = fp32(pos) * inv_freq (inv_freq rounded once from double), "
-                             "sincosf once per (slot, pair), explicitly rounded rotation; the "
-                             "16-byte vector kernel and the scalar kernel (odd shapes, unaligned "
-                             "buffers) evaluate the same per-element formula";
-  }
-  bool supports(Pass) const override { return true; }
-  std::vector<PathDecl> paths() const override {
-    return {PathDecl("vector", "16-byte groups, the angle table in shared memory"),
-            PathDecl("scalar",
-                     "one element at a time (head or rotary dims off the 16-byte "
-                     "grid, unaligned buffers)")};
-  }
+  CudaRope(ImplInfo info, bool chunk_relative)
+      : Impl(std::move(info)), chunk_relative_(chunk_relative) {}
 
   void run(Batch& batch) override {
     const bool backward = batch.spec->pass == Pass::backward;
@@ -129,8 +109,25 @@ class CudaRope : public Impl {
 }  // namespace
 
 void register_rope_cuda(Registry& registry) {
-  registry.add_impl("rope", std::make_unique<CudaRope>(false));
-  registry.add_impl("rope", std::make_unique<CudaRope>(true));
+  const std::vector<PathDecl> paths = {
+      PathDecl("vector", "16-byte groups, the angle table in shared memory"),
+      PathDecl("scalar",
+               "one element at a time (head or rotary dims off the 16-byte grid, unaligned "
+               "buffers)")};
+  register_impls<CudaRope, bool>(
+      registry, "rope",
+      {{ImplInfo::invariant("fixed-order", "cuda",
+                            "angle = fp32(pos) * inv_freq (inv_freq rounded once from double), "
+                            "sincosf once per (slot, pair), explicitly rounded rotation; the "
+                            "16-byte vector kernel and the scalar kernel (odd shapes, unaligned "
+                            "buffers) evaluate the same per-element formula")
+            .with_paths(paths),
+        false},
+       {ImplInfo::control("chunk-relative-angle", "cuda",
+                          "control: angle = (pos - chunk_start) * inv_freq + chunk_start * "
+                          "inv_freq, chunk_start = the invocation's first real position")
+            .with_paths(paths),
+        true}});
 }
 
 }  // namespace bitcheck

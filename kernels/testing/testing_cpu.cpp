@@ -18,13 +18,7 @@ namespace {
 
 class CrashingCpu : public Impl {
  public:
-  std::string name() const override { return "test-crash"; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override {
-    return "test only (BITCHECK_TEST_IMPLS=1): raises SIGSEGV in run(), to prove fault isolation";
-  }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
+  using Impl::Impl;
   void run(Batch&) override {
     // A deliberate crash leaves no core file, and no handler (a sanitizer's) turns it into an exit.
     struct rlimit no_core = {0, 0};
@@ -38,15 +32,7 @@ class CrashingCpu : public Impl {
 // matmul/test-hang: never returns, as a kernel stuck in a spin-wait would; proves --case-timeout.
 class HangingCpu : public Impl {
  public:
-  std::string name() const override { return "test-hang"; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override {
-    return "test only (BITCHECK_TEST_IMPLS=1 and BITCHECK_TEST_HANG=1): sleeps forever in run(), "
-           "to prove the "
-           "per-case timeout";
-  }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
+  using Impl::Impl;
   void run(Batch&) override {
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
@@ -61,10 +47,23 @@ bool test_impls_enabled() {
 
 void register_test_impls_cpu(Registry& registry) {
   if (!test_impls_enabled()) return;
-  registry.add_impl("matmul", std::make_unique<CrashingCpu>());
+  registry.add_impl("matmul",
+                    std::make_unique<CrashingCpu>(
+                        ImplInfo::invariant("test-crash", "cpu",
+                                            "test only (BITCHECK_TEST_IMPLS=1): raises SIGSEGV in "
+                                            "run(), to prove fault isolation")
+                            .only_passes({Pass::forward})));
   // Only on request: every sweep over all impls would otherwise wait for it forever.
   const char* hang = std::getenv("BITCHECK_TEST_HANG");
-  if (hang && std::string(hang) == "1") registry.add_impl("matmul", std::make_unique<HangingCpu>());
+  if (hang && std::string(hang) == "1") {
+    registry.add_impl("matmul",
+                      std::make_unique<HangingCpu>(
+                          ImplInfo::invariant("test-hang", "cpu",
+                                              "test only (BITCHECK_TEST_IMPLS=1 and "
+                                              "BITCHECK_TEST_HANG=1): sleeps forever in run(), to "
+                                              "prove the per-case timeout")
+                              .only_passes({Pass::forward})));
+  }
   register_test_ranks(registry);
 }
 

@@ -18,33 +18,7 @@ enum class Fault { trap, illegal_address, out_of_memory };
 
 class FaultingCuda : public Impl {
  public:
-  explicit FaultingCuda(Fault fault) : fault_(fault) {}
-  std::string name() const override {
-    switch (fault_) {
-      case Fault::trap:
-        return "test-trap";
-      case Fault::illegal_address:
-        return "test-illegal-address";
-      case Fault::out_of_memory:
-        return "test-oom";
-    }
-    return "";
-  }
-  std::string backend() const override { return "cuda"; }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override {
-    switch (fault_) {
-      case Fault::trap:
-        return "test only (BITCHECK_TEST_IMPLS=1): a kernel executes __trap() (sticky error)";
-      case Fault::illegal_address:
-        return "test only (BITCHECK_TEST_IMPLS=1): a kernel stores through an unmapped address "
-               "(sticky error)";
-      case Fault::out_of_memory:
-        return "test only (BITCHECK_TEST_IMPLS=1): cudaMalloc of 1 PiB (out of memory, not sticky)";
-    }
-    return "";
-  }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
+  FaultingCuda(ImplInfo info, Fault fault) : Impl(std::move(info)), fault_(fault) {}
   void run(Batch&) override {
     switch (fault_) {
       case Fault::trap:
@@ -69,9 +43,18 @@ class FaultingCuda : public Impl {
 
 void register_test_impls_cuda(Registry& registry) {
   if (!test_impls_enabled()) return;
-  for (Fault fault : {Fault::trap, Fault::illegal_address, Fault::out_of_memory}) {
-    registry.add_impl("matmul", std::make_unique<FaultingCuda>(fault));
-  }
+  auto test_only = [](const std::string& name, const std::string& what) {
+    return ImplInfo::invariant(name, "cuda", "test only (BITCHECK_TEST_IMPLS=1): " + what)
+        .only_passes({Pass::forward});
+  };
+  register_impls<FaultingCuda, Fault>(
+      registry, "matmul",
+      {{test_only("test-trap", "a kernel executes __trap() (sticky error)"), Fault::trap},
+       {test_only("test-illegal-address",
+                  "a kernel stores through an unmapped address (sticky error)"),
+        Fault::illegal_address},
+       {test_only("test-oom", "cudaMalloc of 1 PiB (out of memory, not sticky)"),
+        Fault::out_of_memory}});
 }
 
 }  // namespace bitcheck

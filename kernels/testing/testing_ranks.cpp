@@ -29,8 +29,6 @@ constexpr const char* backend_name = "test-ranks";
 class FileRanks : public DeviceBackend {
  public:
   nlohmann::json meta() const override { return {{"backend", backend_name}}; }
-  void configure(const BackendOptions&) override {}
-  std::string finish() override { return ""; }
   double copy_bandwidth_gbps() const override { return -1; }
   double copy_bandwidth_gbps(double, int, int, std::size_t) const override { return -1; }
   std::optional<std::size_t> free_memory_bytes() const override { return std::nullopt; }
@@ -73,26 +71,24 @@ class FileRanks : public DeviceBackend {
 
 enum class Fault { none, crash, hang };
 
+ImplInfo info_of(Fault fault) {
+  const char* name = fault == Fault::crash  ? "test-rank-crash"
+                     : fault == Fault::hang ? "test-rank-hang"
+                                            : "test-ranks-fixed-order";
+  TensorParallelism parallelism;
+  parallelism.max_tp = max_tensor_parallel;
+  ImplInfo info = ImplInfo::invariant(
+      name, backend_name,
+      "test only (BITCHECK_TEST_IMPLS=1, BITCHECK_TEST_RANKS=1): ranks as processes meeting "
+      "through files; the faulty ones crash or hang on rank 1");
+  info.only_passes({Pass::forward}).on_ranks(parallelism);
+  return info;
+}
+
 class FileRankAllReduce : public Impl {
  public:
-  FileRankAllReduce(FileRanks& ranks, Fault fault) : ranks_(ranks), fault_(fault) {}
-  std::string name() const override {
-    return fault_ == Fault::crash  ? "test-rank-crash"
-           : fault_ == Fault::hang ? "test-rank-hang"
-                                   : "test-ranks-fixed-order";
-  }
-  std::string backend() const override { return backend_name; }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override {
-    return "test only (BITCHECK_TEST_IMPLS=1, BITCHECK_TEST_RANKS=1): ranks as processes meeting "
-           "through files; the faulty ones crash or hang on rank 1";
-  }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
-  TensorParallelism tensor_parallelism() const override {
-    TensorParallelism parallelism;
-    parallelism.max_tp = max_tensor_parallel;
-    return parallelism;
-  }
+  FileRankAllReduce(FileRanks& ranks, Fault fault)
+      : Impl(info_of(fault)), ranks_(ranks), fault_(fault) {}
   void run(Batch& batch) override {
     const int rank = ranks_.rank_group().rank;
     if (batch.tp > 1 && rank == 1 && fault_ == Fault::crash) {

@@ -1,7 +1,7 @@
 // A device backend as the harness sees it: facts for the report's meta block, free memory and
-// context faults for the runner, the copy-bandwidth yardstick of bench, and the run's
-// configuration. A backend's code (kernels/common/cuda_backend_cuda.cpp for CUDA) registers one
-// with the Registry; the harness reaches it only through Registry::device_backend.
+// context faults for the runner, and the copy-bandwidth yardstick of bench. A backend's code
+// (kernels/common/cuda_backend_cuda.cpp for CUDA) registers one with the Registry; the harness
+// reaches it only through Registry::device_backend.
 #pragma once
 #include <cstddef>
 #include <nlohmann/json.hpp>
@@ -12,12 +12,6 @@ namespace bitcheck {
 
 class Registry;
 class ExternalDeviceMemory;
-
-struct BackendOptions {
-  std::string pin_file =
-      "contract/pins";      // cuBLASLt pin directory or file (read; derived when absent)
-  bool write_pins = false;  // write derived pins back at the end
-};
 
 // One process's place in a group of ranks: its rank, the group's size, and the directory the ranks
 // meet in (the communicators' unique ids are exchanged there, so ranks on several nodes need a
@@ -33,9 +27,6 @@ class DeviceBackend {
   virtual ~DeviceBackend() = default;
   // Device and library facts for the report's meta block.
   virtual nlohmann::json meta() const = 0;
-  virtual void configure(const BackendOptions& options) = 0;
-  // End of a run: writes derived pins back when asked. Returns a note for the terminal, or "".
-  virtual std::string finish() = 0;
   // Device-to-device copy bandwidth (read + write) measured now, or a negative value without a
   // device.
   virtual double copy_bandwidth_gbps() const = 0;
@@ -68,9 +59,5 @@ class DeviceBackend {
 
 // Every registered device backend's meta block, under the backend's name.
 nlohmann::json device_backends_meta(const Registry& registry);
-// Configures every registered device backend for a run.
-void configure_device_backends(const Registry& registry, const BackendOptions& options);
-// Ends the run on every registered device backend (see DeviceBackend::finish).
-void finish_device_backends(const Registry& registry);
 
 }  // namespace bitcheck

@@ -90,6 +90,88 @@ Tensor& Batch::out(const std::string& name) {
   return it->second;
 }
 
+namespace {
+
+bool contains(const std::vector<Pass>& passes, Pass pass) {
+  return std::find(passes.begin(), passes.end(), pass) != passes.end();
+}
+
+ImplInfo impl_info(std::string name, std::string backend, ImplKind kind, std::string description) {
+  ImplInfo info;
+  info.name = std::move(name);
+  info.backend = std::move(backend);
+  info.kind = kind;
+  info.description = std::move(description);
+  return info;
+}
+
+}  // namespace
+
+ImplInfo ImplInfo::invariant(std::string name, std::string backend, std::string description) {
+  return impl_info(std::move(name), std::move(backend), ImplKind::invariant,
+                   std::move(description));
+}
+
+ImplInfo ImplInfo::control(std::string name, std::string backend, std::string description) {
+  return impl_info(std::move(name), std::move(backend), ImplKind::control, std::move(description));
+}
+
+ImplInfo ImplInfo::library_default(std::string name, std::string backend, std::string description) {
+  return impl_info(std::move(name), std::move(backend), ImplKind::library_default,
+                   std::move(description));
+}
+
+ImplInfo& ImplInfo::only_passes(std::vector<Pass> supported) {
+  passes = std::move(supported);
+  return *this;
+}
+
+ImplInfo& ImplInfo::drifting_in(std::vector<Pass> drifting) {
+  drifts_in = std::move(drifting);
+  return *this;
+}
+
+ImplInfo& ImplInfo::with_dtypes(std::vector<std::string> supported) {
+  dtypes = std::move(supported);
+  return *this;
+}
+
+ImplInfo& ImplInfo::with_paths(std::vector<PathDecl> declared) {
+  paths = std::move(declared);
+  return *this;
+}
+
+ImplInfo& ImplInfo::on_ranks(TensorParallelism parallelism) {
+  tensor_parallelism = std::move(parallelism);
+  return *this;
+}
+
+Impl::Impl(ImplInfo info) : info_(std::move(info)) {
+  if (info_.paths.empty())
+    info_.paths = {PathDecl(single_path_name, "the impl's only launch path")};
+}
+
+bool Impl::supports(Pass pass) const {
+  return contains(info_.passes, pass);
+}
+
+bool Impl::supports_dtype(const std::string& dtype_name) const {
+  return info_.dtypes.empty() ||
+         std::find(info_.dtypes.begin(), info_.dtypes.end(), dtype_name) != info_.dtypes.end();
+}
+
+bool Impl::expected_to_drift(Pass pass) const {
+  return info_.kind == ImplKind::control && contains(info_.drifts_in, pass);
+}
+
+std::optional<std::string> Impl::dtype_skip_reason(const CaseSpec& spec,
+                                                   const std::string& whose) const {
+  if (supports_dtype(spec.dtype_name)) return std::nullopt;
+  std::string listed;
+  for (const auto& dtype : info_.dtypes) listed += (listed.empty() ? "" : ",") + dtype;
+  return "dtype " + spec.dtype_name + " is not among the " + whose + " dtypes (" + listed + ")";
+}
+
 void Registry::add_op(OpDef op) {
   if (find_op(op.name)) throw std::logic_error("op registered twice: " + op.name);
   if (op.tolerance_key.empty()) op.tolerance_key = op.name;
@@ -180,10 +262,8 @@ nlohmann::json device_backends_meta(const Registry& registry) {
   return meta;
 }
 
-void configure_device_backends(const Registry& registry, const BackendOptions& options) {
-  for (const auto& name : registry.device_backend_names()) {
-    registry.device_backend(name)->configure(options);
-  }
+void Registry::add_run_hook(RunHook hook) {
+  run_hooks_.push_back(std::move(hook));
 }
 
 void DeviceBackend::join_ranks(const RankGroup&) {
@@ -191,8 +271,12 @@ void DeviceBackend::join_ranks(const RankGroup&) {
                            ranks_unavailable().value_or("(no reason given)"));
 }
 
-void finish_device_backends(const Registry& registry) {
-  for (const auto& name : registry.device_backend_names()) registry.device_backend(name)->finish();
+void start_run(const Registry& registry, const RunSettings& settings) {
+  for (const RunHook& hook : registry.run_hooks()) hook.start(settings);
+}
+
+void finish_run(const Registry& registry) {
+  for (const RunHook& hook : registry.run_hooks()) hook.finish();
 }
 
 }  // namespace bitcheck

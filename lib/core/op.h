@@ -14,6 +14,7 @@
 #include "core/backend.h"
 #include "core/dtype.h"
 #include "core/paths.h"
+#include "core/run_settings.h"
 #include "core/tensor.h"
 #include "core/tensor_parallel.h"
 #include "core/token_ids.h"
@@ -170,16 +171,68 @@ struct BenchMeasurement {
   nlohmann::json config;   // e.g. the cuBLASLt configuration that was timed
 };
 
+// What an impl claims, which decides how its verdicts read.
+enum class ImplKind {
+  invariant,  // claims invariance: a drift is a failure
+  control,    // exists to prove the harness sees drift: a control that passes means lost sight
+  // A library default (cuBLASLt's heuristic, a framework's own call): neither a claim nor a
+  // control. Whether it drifts depends on the GPU, the shape and the library version, so a run
+  // observes what it did and reports it; its passing never means the harness lost its sight.
+  library_default,
+};
+
+// What an impl is, as data: its name, backend, kind, passes, dtypes, launch paths and
+// description. Our impls, plugin impls and Python impls all fill one and hand it to Impl.
+struct ImplInfo {
+  std::string name;
+  std::string backend;  // "cpu" or "cuda"
+  ImplKind kind = ImplKind::invariant;
+  // For a control: the real failure it models. For an invariant impl: what fixes its order.
+  std::string description;
+  std::vector<Pass> passes = {Pass::forward, Pass::backward};
+  // A control's passes in which it must drift (a backward-only failure model keeps an invariant
+  // forward). Every (control, dtype, pass) group so marked must drift somewhere, so only a drift
+  // built into the impl, one that happens on every GPU, may be expected. Read for controls only.
+  std::vector<Pass> drifts_in = {Pass::forward, Pass::backward};
+  // The dtypes the impl runs, by name; empty: every dtype. An impl that limits them skips the
+  // others in its skip_reason (dtype_skip_reason).
+  std::vector<std::string> dtypes;
+  // The launch paths the impl can take (PathDecl). run() records the ones each call takes with
+  // record_path(); empty: one path, single_path_name, recorded for it.
+  std::vector<PathDecl> paths;
+  // How the impl runs on several ranks (tensor_parallel.h); by default on one rank only.
+  TensorParallelism tensor_parallelism;
+
+  static ImplInfo invariant(std::string name, std::string backend, std::string description);
+  static ImplInfo control(std::string name, std::string backend, std::string description);
+  static ImplInfo library_default(std::string name, std::string backend, std::string description);
+  ImplInfo& only_passes(std::vector<Pass> supported);
+  ImplInfo& drifting_in(std::vector<Pass> drifting);
+  ImplInfo& with_dtypes(std::vector<std::string> supported);
+  ImplInfo& with_paths(std::vector<PathDecl> declared);
+  ImplInfo& on_ranks(TensorParallelism parallelism);
+};
+
 class Impl {
  public:
+  explicit Impl(ImplInfo info);
   virtual ~Impl() = default;
-  virtual std::string name() const = 0;
-  virtual std::string backend() const = 0;  // "cpu" or "cuda"
-  // false for a control: an impl that exists to prove the harness sees drift.
-  virtual bool claims_invariance() const = 0;
-  // For a control: the real failure it models. For an invariant impl: what fixes its order.
-  virtual std::string description() const = 0;
-  virtual bool supports(Pass pass) const = 0;
+
+  const ImplInfo& info() const { return info_; }
+  const std::string& name() const { return info_.name; }
+  const std::string& backend() const { return info_.backend; }
+  const std::string& description() const { return info_.description; }
+  // false for a control and for a library default.
+  bool claims_invariance() const { return info_.kind == ImplKind::invariant; }
+  bool is_library_default() const { return info_.kind == ImplKind::library_default; }
+  bool supports(Pass pass) const;
+  // Whether the dtype (by name) is among info().dtypes, or the impl does not limit them.
+  bool supports_dtype(const std::string& dtype_name) const;
+  // A control in a pass of its drifts_in.
+  bool expected_to_drift(Pass pass) const;
+  const std::vector<PathDecl>& paths() const { return info_.paths; }
+  const TensorParallelism& tensor_parallelism() const { return info_.tensor_parallelism; }
+
   // A reason to skip the case (dtype or shape the impl does not handle), or nullopt to run it.
   virtual std::optional<std::string> skip_reason(const CaseSpec&) const { return std::nullopt; }
   // Micro-batch boundaries for token reductions fall on multiples of this many tokens.
@@ -187,26 +240,10 @@ class Impl {
   // Device memory the impl needs beyond the case's tensors (library workspace, intermediates the
   // op does not declare), counted by the device-memory check before the case runs.
   virtual std::size_t device_workspace_bytes(const CaseSpec&) const { return 0; }
-  // A library default (cuBLASLt's heuristic, a framework's own call): neither a claim nor a
-  // control. Whether it drifts depends on the GPU, the shape and the library version, so a run
-  // observes what it did and reports it; its passing never means the harness lost its sight.
-  virtual bool is_library_default() const { return false; }
-  // How the impl runs on several ranks (tensor_parallel.h); by default on one rank only.
-  virtual TensorParallelism tensor_parallelism() const { return {}; }
-  // For a control: whether it is expected to drift in this pass (a backward-only failure model
-  // keeps an invariant forward). Every (control, dtype, pass) group so marked must drift somewhere,
-  // so only a drift built into the impl, one that happens on every GPU, may be expected.
-  virtual bool expected_to_drift(Pass) const {
-    return !claims_invariance() && !is_library_default();
-  }
-  // The launch paths the impl can take (PathDecl). run() records the ones each call takes with
-  // record_path(); an impl that keeps the default has one path, recorded for it.
-  virtual std::vector<PathDecl> paths() const {
-    return {PathDecl(single_path_name, "the impl's only launch path")};
-  }
   // The batch values where the path changes for the case's shape (spec.rows ignored), up to
   // `max_rows`; empty when the path does not depend on the batch. A sweep's
-  // "batches": "switch-points" takes each side of them.
+  // "batches": "switch-points" takes each side of them. A control declares its own too: a control
+  // case whose batch stays below the first one had no chance to drift, and is reported so.
   virtual std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t /*max_rows*/) const {
     return {};
   }
@@ -217,6 +254,15 @@ class Impl {
   virtual std::optional<BenchMeasurement> benchmark(const CaseSpec&, const BenchSettings&) {
     return std::nullopt;
   }
+
+ protected:
+  // The reason a case's dtype is not among info().dtypes ("dtype fp16 is not among the <whose>
+  // dtypes (fp32,bf16)"), or nullopt.
+  std::optional<std::string> dtype_skip_reason(const CaseSpec& spec,
+                                               const std::string& whose) const;
+
+ private:
+  ImplInfo info_;
 };
 
 // Reference outputs for a subset of rows: row outputs for `rows` (in that order), reduction
@@ -304,6 +350,8 @@ class Registry {
   void set_backend_status(const std::string& backend, bool available, std::string reason);
   // A backend with a device (CUDA): what the harness asks of it (core/backend.h).
   void set_device_backend(const std::string& backend, std::unique_ptr<DeviceBackend> device);
+  // What an op needs set up for a run and finished at its end (core/run_settings.h).
+  void add_run_hook(RunHook hook);
 
   const OpDef* find_op(const std::string& name) const;
   Impl* find_impl(const std::string& op, const std::string& impl) const;
@@ -314,6 +362,7 @@ class Registry {
   std::vector<std::string> backends() const;
   DeviceBackend* device_backend(const std::string& backend) const;  // nullptr: none registered
   std::vector<std::string> device_backend_names() const;
+  const std::vector<RunHook>& run_hooks() const { return run_hooks_; }
 
  private:
   std::vector<OpDef> ops_;
@@ -322,6 +371,7 @@ class Registry {
   std::map<std::string, std::unique_ptr<DeviceBackend>> device_backends_;
   std::map<std::string, std::vector<std::unique_ptr<Impl>>> impls_;
   std::map<std::string, std::pair<bool, std::string>> backends_;
+  std::vector<RunHook> run_hooks_;
 };
 
 // Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which

@@ -45,27 +45,13 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string text;
-  for (const auto& item : items) text += (text.empty() ? "" : ",") + item;
-  return text;
-}
-
 bool contains(const std::vector<std::string>& items, const std::string& item) {
   return std::find(items.begin(), items.end(), item) != items.end();
 }
 
-// What a plugin declared for one impl, copied out of the plugin's descriptor.
-struct PluginImplInfo {
-  std::string plugin_path;
-  std::string plugin_name;
-  std::string op;
-  std::string name;
-  std::string backend;
-  std::string description;
-  bool claims_invariance = false;
-  std::vector<std::string> dtypes;
-  std::vector<Pass> passes;
+// How bitcheck calls one plugin impl, copied out of the plugin's descriptor (what the impl is,
+// its ImplInfo, comes from the same descriptor).
+struct PluginEntry {
   std::size_t workspace_bytes = 0;
   bitcheck_run_fn run = nullptr;
   void* user_data = nullptr;
@@ -157,50 +143,38 @@ std::vector<StagedTensor> host_tensors(Batch& batch, const std::vector<TensorDec
 
 class PluginImpl : public Impl {
  public:
-  PluginImpl(PluginImplInfo info, const OpDef& op, const DeviceBackend* device)
-      : info_(std::move(info)), op_(op), device_(device) {}
+  PluginImpl(ImplInfo info, PluginEntry entry, const OpDef& op, const DeviceBackend* device)
+      : Impl(std::move(info)), entry_(entry), op_(op), device_(device) {}
   ~PluginImpl() override {
     staging_.reset();
     if (workspace_) device_->external_memory()->release(workspace_);
   }
-  const PluginImplInfo& info() const { return info_; }
+  const std::string& op_name() const { return op_.name; }
 
-  std::string name() const override { return "plugin:" + info_.plugin_name + "/" + info_.name; }
-  std::string backend() const override { return info_.backend; }
-  bool claims_invariance() const override { return info_.claims_invariance; }
-  std::string description() const override {
-    return info_.description + " (plugin " + info_.plugin_path + ")";
-  }
-  bool supports(Pass pass) const override {
-    return std::find(info_.passes.begin(), info_.passes.end(), pass) != info_.passes.end();
-  }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
-    if (!contains(info_.dtypes, spec.dtype_name)) {
-      return "dtype " + spec.dtype_name + " is not among the plugin impl's dtypes (" +
-             join(info_.dtypes) + ")";
-    }
-    if (info_.backend != "cpu" && !(device_ && device_->external_memory())) {
-      return "the " + info_.backend + " backend has no device memory for plugin impls";
+    if (auto reason = dtype_skip_reason(spec, "plugin impl's")) return reason;
+    if (backend() != "cpu" && !(device_ && device_->external_memory())) {
+      return "the " + backend() + " backend has no device memory for plugin impls";
     }
     return std::nullopt;
   }
   std::size_t device_workspace_bytes(const CaseSpec&) const override {
-    return info_.workspace_bytes;
+    return entry_.workspace_bytes;
   }
 
   void run(Batch& batch) override {
     const CaseSpec& spec = *batch.spec;
     const std::vector<TensorDecl> decls = op_.tensors(spec);
     const Invocation& invocation = *batch.invocation;
-    if (info_.backend == "cpu") {
+    if (backend() == "cpu") {
       std::vector<StagedTensor> tensors = host_tensors(batch, decls);
-      std::vector<unsigned char> workspace(info_.workspace_bytes);
+      std::vector<unsigned char> workspace(entry_.workspace_bytes);
       PluginCall call;
       describe_call(spec, tensors, invocation.slot_rows, invocation.segments,
                     batch.invocation_index, batch.invocation_count, batch.reductions_wanted, call);
       call.call.workspace = workspace.empty() ? nullptr : workspace.data();
       call.call.workspace_bytes = workspace.size();
-      check(info_.run(&call.call, info_.user_data), call);
+      check(entry_.run(&call.call, entry_.user_data), call);
       return;
     }
     // A device impl: the tensors in device allocations (DeviceStaging), the call on the backend's
@@ -212,7 +186,7 @@ class PluginImpl : public Impl {
     describe_call(spec, tensors, invocation.slot_rows, invocation.segments, batch.invocation_index,
                   batch.invocation_count, batch.reductions_wanted, call);
     prepare_device_call(memory, call);
-    const int status = info_.run(&call.call, info_.user_data);
+    const int status = entry_.run(&call.call, entry_.user_data);
     memory.synchronize();  // the plugin's work done, or its device error thrown
     staging_->release_retired();
     check(status, call);
@@ -224,7 +198,7 @@ class PluginImpl : public Impl {
   // layouts (attention's sequences) and CPU impls have no benchmark.
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
                                             const BenchSettings& settings) override {
-    if (info_.backend == "cpu" || op_.make_layout || !device_ || !device_->external_memory())
+    if (backend() == "cpu" || op_.make_layout || !device_ || !device_->external_memory())
       return std::nullopt;
     ExternalDeviceMemory& memory = *device_->external_memory();
     const std::vector<TensorDecl> decls = op_.tensors(spec);
@@ -245,7 +219,7 @@ class PluginImpl : public Impl {
     const ExternalDeviceMemory::Timing timing =
         memory.time_launches(settings.warmup, settings.repeats, [&](int i) {
           PluginCall& call = *calls[static_cast<std::size_t>(i) % calls.size()];
-          const int status = info_.run(&call.call, info_.user_data);
+          const int status = entry_.run(&call.call, entry_.user_data);
           if (status != BITCHECK_PLUGIN_OK && !failed) {
             failed_status = status;
             failed = &call;
@@ -263,9 +237,9 @@ class PluginImpl : public Impl {
 
  private:
   void prepare_device_call(ExternalDeviceMemory& memory, PluginCall& call) {
-    if (info_.workspace_bytes && !workspace_) workspace_ = memory.allocate(info_.workspace_bytes);
+    if (entry_.workspace_bytes && !workspace_) workspace_ = memory.allocate(entry_.workspace_bytes);
     call.call.workspace = workspace_;
-    call.call.workspace_bytes = workspace_ ? info_.workspace_bytes : 0;
+    call.call.workspace_bytes = workspace_ ? entry_.workspace_bytes : 0;
     call.call.stream = memory.stream();
   }
 
@@ -276,7 +250,7 @@ class PluginImpl : public Impl {
                              (call.error[0] ? call.error : "(no message)"));
   }
 
-  PluginImplInfo info_;
+  PluginEntry entry_;
   const OpDef& op_;
   const DeviceBackend* device_;  // the backend of a device impl (nullptr on the CPU)
   std::unique_ptr<DeviceStaging> staging_;
@@ -291,7 +265,7 @@ struct LoadingPlugin {
   std::string name;
   bool declared = false;
   std::optional<BadInput> problem;
-  std::vector<std::unique_ptr<Impl>> impls;
+  std::vector<std::unique_ptr<PluginImpl>> impls;
 
   void fail(const std::string& field, const std::string& expected) {
     if (!problem) problem.emplace(path, field, expected);
@@ -333,24 +307,22 @@ int add_plugin_impl(void* host, const bitcheck_impl_desc* desc) {
     return 1;
   }
   auto text = [](const char* value) { return std::string(value ? value : ""); };
-  PluginImplInfo info;
-  info.plugin_path = plugin.path;
-  info.plugin_name = plugin.name;
-  info.name = text(desc->name);
-  info.op = text(desc->op);
-  const std::string field = "impl \"" + info.name + "\" field ";
-  if (info.name.empty() || info.name.find_first_of(" /\t\n") != std::string::npos) {
+  const std::string name = text(desc->name), op_name = text(desc->op);
+  const std::string field = "impl \"" + name + "\" field ";
+  if (name.empty() || name.find_first_of(" /\t\n") != std::string::npos) {
     plugin.fail(field + "name", "a non-empty impl name without spaces or '/'");
     return 1;
   }
-  const OpDef* op = plugin.registry->find_op(info.op);
+  const OpDef* op = plugin.registry->find_op(op_name);
   if (!op) {
     std::string known;
     for (const OpDef* candidate : plugin.registry->ops())
       known += (known.empty() ? "" : ", ") + candidate->name;
-    plugin.fail(field + "op", "an op bitcheck has (" + known + "), got \"" + info.op + "\"");
+    plugin.fail(field + "op", "an op bitcheck has (" + known + "), got \"" + op_name + "\"");
     return 1;
   }
+  ImplInfo info;
+  info.name = "plugin:" + plugin.name + "/" + name;
   info.backend = text(desc->backend);
   if (info.backend != "cpu" && info.backend != "cuda") {
     plugin.fail(field + "backend", "cpu or cuda, got \"" + info.backend + "\"");
@@ -369,6 +341,7 @@ int add_plugin_impl(void* host, const bitcheck_impl_desc* desc) {
       return 1;
     }
   }
+  info.passes.clear();
   for (const auto& pass_name : split_list(text(desc->passes))) {
     auto pass = parse_pass(pass_name);
     if (!pass || (*pass == Pass::backward && !op->has_backward)) {
@@ -388,13 +361,11 @@ int add_plugin_impl(void* host, const bitcheck_impl_desc* desc) {
     plugin.fail(field + "run", "a run callback, got NULL");
     return 1;
   }
-  info.description = text(desc->description);
-  info.claims_invariance = desc->claims_invariance != 0;
-  info.workspace_bytes = desc->workspace_bytes;
-  info.run = desc->run;
-  info.user_data = desc->user_data;
+  info.description = text(desc->description) + " (plugin " + plugin.path + ")";
+  info.kind = desc->claims_invariance != 0 ? ImplKind::invariant : ImplKind::control;
+  const PluginEntry entry{desc->workspace_bytes, desc->run, desc->user_data};
   const DeviceBackend* device = plugin.registry->device_backend(info.backend);
-  auto impl = std::make_unique<PluginImpl>(std::move(info), *op, device);
+  auto impl = std::make_unique<PluginImpl>(std::move(info), entry, *op, device);
   const bool duplicate =
       plugin.registry->find_impl(op->name, impl->name()) ||
       std::any_of(plugin.impls.begin(), plugin.impls.end(),
@@ -437,7 +408,7 @@ void load_plugin(Registry& registry, const std::string& path) {
     throw BadInput(path, BITCHECK_PLUGIN_ENTRY, "return value 0, got " + std::to_string(status));
   if (plugin.impls.empty()) throw BadInput(path, "add_impl", "at least one impl registered");
   for (auto& impl : plugin.impls) {
-    const std::string op = static_cast<PluginImpl&>(*impl).info().op;
+    const std::string op = impl->op_name();
     registry.add_impl(op, std::move(impl));
   }
 }

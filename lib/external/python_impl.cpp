@@ -25,6 +25,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "core/op.h"
 #include "external/external_device.h"
 #include "external/plugin_loader.h"
@@ -177,7 +178,8 @@ class PythonWorker {
       const std::uint32_t reply_length = python_protocol::frame_length(header);
       reply.resize(reply_length);
       if (read_all(reply.data(), reply_length)) {
-        nlohmann::json parsed = nlohmann::json::parse(reply);
+        nlohmann::json parsed =
+            parse_json_text(reply, "the reply of the Python worker (" + command_ + ")");
         // The worker says when it holds a mapping of the buffer (not when the call failed
         // before it opened it, as for a module that does not import).
         if (names_buffer && parsed.value("shm_mapped", false)) shared_.mapped_by_worker();
@@ -287,21 +289,10 @@ PythonWorker& python_worker() {
   return worker;
 }
 
-struct PythonImplInfo {
-  std::string function;  // module:function
-  std::string op;
-  std::string backend = "cpu";
-  bool claims_invariance = false;
-  bool library_default = false;
-  std::string description;
-  std::vector<std::string> dtypes;
-  std::vector<Pass> passes;
-};
-
 class PythonImpl : public Impl {
  public:
-  PythonImpl(PythonImplInfo info, const OpDef& op, const DeviceBackend* device)
-      : info_(std::move(info)), op_(op), device_(device) {}
+  PythonImpl(ImplInfo info, std::string function, const OpDef& op, const DeviceBackend* device)
+      : Impl(std::move(info)), function_(std::move(function)), op_(op), device_(device) {}
   ~PythonImpl() override {
     // The worker closes what it opened before bitcheck frees it.
     if (staging_ && !python_worker_gone && !staging_->exported_handles().empty()) {
@@ -315,32 +306,16 @@ class PythonImpl : public Impl {
       }
     }
   }
-  std::string name() const override { return "py:" + info_.function; }
-  std::string backend() const override { return info_.backend; }
-  bool claims_invariance() const override { return info_.claims_invariance; }
-  bool is_library_default() const override { return info_.library_default; }
-  std::string description() const override { return info_.description; }
-  bool supports(Pass pass) const override {
-    for (Pass supported : info_.passes) {
-      if (supported == pass) return true;
-    }
-    return false;
-  }
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
-    if (std::find(info_.dtypes.begin(), info_.dtypes.end(), spec.dtype_name) ==
-        info_.dtypes.end()) {
-      std::string listed;
-      for (const auto& dtype : info_.dtypes) listed += (listed.empty() ? "" : ",") + dtype;
-      return "dtype " + spec.dtype_name + " is not among the Python impl's dtypes (" + listed + ")";
-    }
-    if (info_.backend != "cpu" && !(device_ && device_->external_memory())) {
-      return "the " + info_.backend + " backend has no device memory for Python impls";
+    if (auto reason = dtype_skip_reason(spec, "Python impl's")) return reason;
+    if (backend() != "cpu" && !(device_ && device_->external_memory())) {
+      return "the " + backend() + " backend has no device memory for Python impls";
     }
     return std::nullopt;
   }
 
   void run(Batch& batch) override {
-    if (info_.backend == "cpu") return run_on_host(batch);
+    if (backend() == "cpu") return run_on_host(batch);
     // Device: the tensors stay in bitcheck's device allocations; the worker opens them (once per
     // allocation), runs the function, writes the outputs there and synchronizes before it replies.
     const std::vector<TensorDecl> decls = op_.tensors(*batch.spec);
@@ -351,7 +326,7 @@ class PythonImpl : public Impl {
       tensors.push_back(python_protocol::device_tensor_entry(
           tensor, staging_->handle(tensor), staging_->allocation_of(tensor).bytes));
     }
-    nlohmann::json call = python_protocol::call_request(info_.function, batch, std::move(tensors));
+    nlohmann::json call = python_protocol::call_request(function_, batch, std::move(tensors));
     call["device"] = python_protocol::device_block(memory().handle_kind(), memory().device_index(),
                                                    staging_->retired_handles());
     nlohmann::json reply;
@@ -372,7 +347,7 @@ class PythonImpl : public Impl {
   // into bitcheck's buffer is not.
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
                                             const BenchSettings& settings) override {
-    if (info_.backend == "cpu" || op_.make_layout || !device_ || !device_->external_memory())
+    if (backend() == "cpu" || op_.make_layout || !device_ || !device_->external_memory())
       return std::nullopt;
     const std::vector<TensorDecl> decls = op_.tensors(spec);
     const std::size_t set_bytes = benchmark_set_bytes(spec, decls);
@@ -388,7 +363,7 @@ class PythonImpl : public Impl {
       set_entries.push_back(std::move(entries));
     }
     nlohmann::json reply = python_worker().request(python_protocol::bench_request(
-        info_.function, spec, settings.warmup, settings.repeats,
+        function_, spec, settings.warmup, settings.repeats,
         python_protocol::device_block(memory().handle_kind(), memory().device_index(), {}),
         std::move(set_entries)));
     check(reply);
@@ -450,7 +425,7 @@ class PythonImpl : public Impl {
       entry["offset"] = p.offset;
       tensors.push_back(std::move(entry));
     }
-    nlohmann::json call = python_protocol::call_request(info_.function, batch, std::move(tensors));
+    nlohmann::json call = python_protocol::call_request(function_, batch, std::move(tensors));
     call["shm"] = worker.shared().name();
     call["shm_bytes"] = worker.shared().size();
     check(worker.request(call));
@@ -459,7 +434,7 @@ class PythonImpl : public Impl {
     }
   }
 
-  PythonImplInfo info_;
+  std::string function_;  // module:function
   const OpDef& op_;
   const DeviceBackend* device_;  // the backend of a device impl (nullptr on the CPU)
   std::unique_ptr<DeviceStaging> staging_;
@@ -472,9 +447,13 @@ void register_python_impl(Registry& registry, const std::string& module_function
   if (colon == std::string::npos || colon == 0 || colon + 1 == module_function.size()) {
     throw BadInput("command line", "--py-impl", "module:function, got \"" + module_function + "\"");
   }
+  // The worker names an undecorated function after the op it observes: the ops are the registry's.
+  nlohmann::json ops = nlohmann::json::array();
+  for (const OpDef* op : registry.ops()) ops.push_back(op->name);
   nlohmann::json reply;
   try {
-    reply = python_worker().request({{"type", "describe"}, {"function", module_function}});
+    reply = python_worker().request(
+        {{"type", "describe"}, {"function", module_function}, {"ops", std::move(ops)}});
   } catch (const std::exception& error) {
     throw BadInput(module_function, "--py-impl",
                    std::string("a Python worker that starts: ") + error.what());
@@ -484,21 +463,24 @@ void register_python_impl(Registry& registry, const std::string& module_function
                    "an importable function with its bitcheck_py declaration:\n" +
                        reply.value("error", std::string("")));
   }
-  PythonImplInfo info;
-  info.function = module_function;
-  info.op = reply.value("op", std::string());
-  const OpDef* op = registry.find_op(info.op);
-  if (!op) throw BadInput(module_function, "op", "an op bitcheck has, got \"" + info.op + "\"");
-  info.claims_invariance = reply.value("invariant", false);
-  info.library_default = reply.value("library_default", false);
+  const std::string op_name = reply.value("op", std::string());
+  const OpDef* op = registry.find_op(op_name);
+  if (!op) throw BadInput(module_function, "op", "an op bitcheck has, got \"" + op_name + "\"");
+  ImplInfo info;
+  info.name = "py:" + module_function;
   info.backend = reply.value("backend", std::string("cpu"));
   if (info.backend != "cpu" && info.backend != "cuda") {
     throw BadInput(module_function, "backend", "cpu or cuda, got \"" + info.backend + "\"");
   }
-  if (info.claims_invariance && info.library_default) {
+  const bool invariant = reply.value("invariant", false);
+  const bool library_default = reply.value("library_default", false);
+  if (invariant && library_default) {
     throw BadInput(module_function, "library_default",
                    "an impl that is either invariant or a library default, not both");
   }
+  info.kind = invariant         ? ImplKind::invariant
+              : library_default ? ImplKind::library_default
+                                : ImplKind::control;
   info.description =
       reply.value("description", std::string()) + " (Python " + module_function + ")";
   for (const auto& dtype : reply.value("dtypes", std::vector<std::string>{})) {
@@ -509,6 +491,9 @@ void register_python_impl(Registry& registry, const std::string& module_function
     }
     info.dtypes.push_back(dtype);
   }
+  if (info.dtypes.empty())
+    throw BadInput(module_function, "dtypes", "at least one dtype (fp32, bf16, fp16)");
+  info.passes.clear();
   for (const auto& pass_name : reply.value("passes", std::vector<std::string>{"forward"})) {
     auto pass = parse_pass(pass_name);
     if (!pass)
@@ -517,7 +502,7 @@ void register_python_impl(Registry& registry, const std::string& module_function
     info.passes.push_back(*pass);
   }
   const DeviceBackend* device = registry.device_backend(info.backend);
-  auto impl = std::make_unique<PythonImpl>(std::move(info), *op, device);
+  auto impl = std::make_unique<PythonImpl>(std::move(info), module_function, *op, device);
   if (registry.find_impl(op->name, impl->name())) return;
   registry.add_impl(op->name, std::move(impl));
 }

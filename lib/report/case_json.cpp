@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/special_values.h"
 
 namespace bitcheck {
@@ -191,6 +192,7 @@ nlohmann::json case_to_json(const CaseResult& result) {
   if (!result.reason.empty()) j["reason"] = result.reason;
   if (result.verdict == Verdict::skipped) return j;
   if (result.is_control) j["expected_to_drift"] = result.expected_to_drift;
+  if (result.drift_needs_rows > 0) j["drift_needs_rows"] = result.drift_needs_rows;
   j["layouts_run"] = result.layouts_run;
   j["layout_comparisons"] = result.layout_comparisons;
   j["drift"] = nlohmann::json::array();
@@ -260,6 +262,21 @@ CaseSpec case_spec_from_json(const JsonCursor& c) {
   return spec;
 }
 
+ReportCase find_report_case(const JsonCursor& report, const std::string& case_id,
+                            const Registry& registry) {
+  std::optional<JsonCursor> found;
+  for (const auto& c : report.at("results").items()) {
+    if (c.at("id").as_string() == case_id) found = c;
+  }
+  if (!found)
+    throw BadInput(report.file(), "$.results[*].id", "a case with id \"" + case_id + "\"");
+  CaseSpec spec = case_spec_from_json(*found);
+  if (!registry.find_op(spec.op)) found->at("op").fail("an op this bitcheck build has");
+  if (!registry.find_impl(spec.op, spec.impl))
+    found->at("impl").fail("an impl this bitcheck build has");
+  return {*found, std::move(spec)};
+}
+
 CaseResult case_from_json(const JsonCursor& c) {
   CaseResult result;
   result.spec = case_spec_from_json(c);
@@ -272,6 +289,8 @@ CaseResult case_from_json(const JsonCursor& c) {
   if (auto reason = c.find("reason")) result.reason = reason->as_string();
   if (result.verdict == Verdict::skipped) return result;
   if (auto expected = c.find("expected_to_drift")) result.expected_to_drift = expected->as_bool();
+  if (auto needs = c.find("drift_needs_rows"))
+    result.drift_needs_rows = needs->as_int(2, INT64_MAX);
   for (const auto& layout : c.at("layouts_run").items()) {
     result.layouts_run.push_back(layout.as_string());
   }
@@ -308,6 +327,8 @@ CaseOutcome outcome_from_json(const nlohmann::json& c) {
   o.control = c.value("control", false);
   o.expected_to_drift = c.value("expected_to_drift", false);
   o.observation = c.value("observation", false);
+  o.rows = c.value("rows", std::int64_t{0});
+  o.drift_needs_rows = c.value("drift_needs_rows", std::int64_t{0});
   return o;
 }
 

@@ -25,6 +25,15 @@ CaseResult case_from_json(const JsonCursor& case_json);
 // The case a report's entry describes (op, impl, dtype, pass, dims, rows, seed, layouts, repeats,
 // alone rows, case index, special values).
 CaseSpec case_spec_from_json(const JsonCursor& case_json);
+// Case `case_id` of a report (repro and minimize): its entry in the results and the CaseSpec it
+// describes. BadInput naming the report when no case has the id, or naming the entry's field when
+// this build has not its op or its impl.
+struct ReportCase {
+  JsonCursor entry;
+  CaseSpec spec;
+};
+ReportCase find_report_case(const JsonCursor& report, const std::string& case_id,
+                            const Registry& registry);
 // What a summary needs of an entry; lenient, like the reports it reads (merged shards).
 CaseOutcome outcome_from_json(const nlohmann::json& case_json);
 

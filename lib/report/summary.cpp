@@ -1,6 +1,7 @@
 // The typed summary of a run and its status matrix, from case outcomes; the exit code.
 #include "report/summary.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -32,6 +33,8 @@ CaseOutcome outcome_of(const CaseResult& r) {
   outcome.control = r.is_control;
   outcome.expected_to_drift = r.expected_to_drift;
   outcome.observation = r.is_observation;
+  outcome.rows = r.spec.rows;
+  outcome.drift_needs_rows = r.drift_needs_rows;
   return outcome;
 }
 
@@ -60,6 +63,11 @@ Summary summarize(const std::vector<CaseOutcome>& results,
     group.pass = r.pass;
     group.cases++;
     if (r.verdict == Verdict::drift || r.verdict == Verdict::nondeterministic) group.drifted++;
+    if (r.drift_needs_rows > 0) {
+      group.without_chance++;
+      group.largest_batch = std::max(group.largest_batch, r.rows);
+      group.needs_rows = r.drift_needs_rows;
+    }
   };
   for (const auto& r : results) {
     if (r.control) {
@@ -83,11 +91,21 @@ Summary summarize(const std::vector<CaseOutcome>& results,
   }
   for (const auto& [key, group] : groups) {
     summary.controls.push_back(group);
+    const std::string control =
+        "control " + group.op + "/" + group.impl + " " + group.dtype + " " + group.pass;
     if (group.lost_sight()) {
       summary.harness_failures.push_back(
-          "control " + group.op + "/" + group.impl + " " + group.dtype + " " + group.pass +
-          " did not drift in any of its " + std::to_string(group.cases) +
-          " cases: the harness lost its sight");
+          control + " did not drift in any of its " +
+          std::to_string(group.cases - group.without_chance) + " cases" +
+          (group.without_chance > 0 ? " that reached its switch point" : "") +
+          ": the harness lost its sight");
+    }
+    if (group.no_chance()) {
+      summary.controls_without_chance.push_back(
+          control + " had no chance to drift: its batches go up to " +
+          std::to_string(group.largest_batch) + " rows and its path switches at " +
+          std::to_string(group.needs_rows) + " (add batch " + std::to_string(group.needs_rows) +
+          ", or \"switch-points\", to the spec)");
     }
   }
   for (const auto& [key, group] : observed) summary.observations.push_back(group);
@@ -102,6 +120,7 @@ Summary summarize(const std::vector<CaseResult>& results,
 
 Summary shard_summary(Summary summary) {
   summary.harness_failures.clear();
+  summary.controls_without_chance.clear();
   summary.exit_code = exit_code_of(summary);
   return summary;
 }

@@ -221,6 +221,17 @@ std::optional<std::string> skip_reason(const Registry& registry, const Contract&
   return device_memory_skip_reason(registry, op, impl, spec);
 }
 
+// The batch at which a control's first switch point lies, when the case's batch stays below it
+// (its canonical layout runs one row, the others at most spec.rows: every layout takes the same
+// path), else 0. Searched as far as a sweep's default switch_max_batch.
+std::int64_t rows_to_reach_a_switch(const Impl& impl, const CaseSpec& spec) {
+  constexpr std::int64_t search_rows = 4096;
+  std::int64_t first = 0;
+  for (const SwitchPoint& point : impl.switch_points(spec, search_rows))
+    if (first == 0 || point.rows < first) first = point.rows;
+  return first > spec.rows ? first : 0;
+}
+
 CasePlan plan_case(const OpDef& op, const CaseSpec& spec) {
   CasePlan plan;
   plan.decls = op.tensors(spec);
@@ -759,6 +770,7 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
     result.reason = *reason;
     return result;
   }
+  if (result.expected_to_drift) result.drift_needs_rows = rows_to_reach_a_switch(*impl, spec);
   CasePipeline pipeline(spec, *op, *impl, state_->contract, state_->parameters, state_->reference,
                         artifacts, with_ranks && group.rank > 0);
   std::optional<std::string> error;

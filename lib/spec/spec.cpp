@@ -514,6 +514,12 @@ std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<Swi
     if (!points[i].empty()) seen_paths[i].insert(points[i].front().from);  // M = 1 runs it
   }
   auto full = [&] { return batches.size() >= static_cast<std::size_t>(budget); };
+  // A point is taken with both its sides or not at all: one side alone crosses nothing.
+  auto fits = [&](const SwitchPoint& point) {
+    const std::size_t added =
+        (batches.count(point.rows - 1) ? 0 : 1) + (batches.count(point.rows) ? 0 : 1);
+    return batches.size() + added <= static_cast<std::size_t>(budget);
+  };
   auto take = [&](std::size_t i, std::size_t j) {
     const SwitchPoint& point = points[i][j];
     taken[i][j] = true;
@@ -521,7 +527,7 @@ std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<Swi
     seen_paths[i].insert(point.to);
     seen_moves[i].insert({point.from, point.to});
     batches.insert(point.rows - 1);
-    if (!full()) batches.insert(point.rows);
+    batches.insert(point.rows);
   };
   // Rounds over the impls, one point each per round, so every impl gets its first new path
   // before any gets its second.
@@ -531,7 +537,7 @@ std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<Swi
       progress = false;
       for (std::size_t i = 0; i < points.size() && !full(); ++i) {
         for (std::size_t j = 0; j < points[i].size(); ++j) {
-          if (taken[i][j] || !wanted(i, points[i][j])) continue;
+          if (taken[i][j] || !wanted(i, points[i][j]) || !fits(points[i][j])) continue;
           take(i, j);
           progress = true;
           break;
@@ -551,7 +557,8 @@ std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<Swi
     const std::size_t room = static_cast<std::size_t>(budget) - batches.size();
     const std::size_t share = std::max<std::size_t>(1, room / 2 / (points.size() - i));
     const std::size_t step = std::max<std::size_t>(1, rest.size() / share);
-    for (std::size_t k = step / 2; k < rest.size() && !full(); k += step) take(i, rest[k]);
+    for (std::size_t k = step / 2; k < rest.size() && !full(); k += step)
+      if (fits(points[i][rest[k]])) take(i, rest[k]);
   }
   return {batches.begin(), batches.end()};
 }
@@ -591,11 +598,15 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
             shape.dtype = parse_dtype(dtype_name).value_or(DType::fp32);
             shape.pass = *parse_pass(pass_name);
             shape.dims = dims;
+            // The controls' points first: a control whose switch no batch reaches cannot drift.
             std::vector<std::vector<SwitchPoint>> points;
-            for (Impl* impl : selected) {
-              if (!impl->supports(shape.pass)) continue;
-              shape.impl = impl->name();
-              points.push_back(impl->switch_points(shape, sweep.switch_max_batch));
+            for (bool controls : {true, false}) {
+              for (Impl* impl : selected) {
+                if (!impl->supports(shape.pass) || impl->expected_to_drift(shape.pass) != controls)
+                  continue;
+                shape.impl = impl->name();
+                points.push_back(impl->switch_points(shape, sweep.switch_max_batch));
+              }
             }
             for (std::int64_t rows : switch_point_batches(points, sweep.switch_budget))
               if (std::find(batches.begin(), batches.end(), rows) == batches.end())

@@ -101,9 +101,10 @@ std::vector<CaseUnit> case_units(const std::vector<CaseSpec>& cases, const Regis
 std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& registry,
                                    const SweepOverrides& overrides);
 
-// The batch values "batches": "switch-points" gives for one shape: 1 and each side (M - 1, M) of
-// switch points of the impls, first those reaching a path not yet seen, then a transition not yet
-// seen, then the rest spread evenly, until `budget` values.
+// The batch values "batches": "switch-points" gives for one shape: 1 and both sides (M - 1, M) of
+// switch points of the impls (a point whose two sides do not fit the budget is left out), first
+// those reaching a path not yet seen, then a transition not yet seen, then the rest spread
+// evenly, until `budget` values. expand_cases lists the controls' points first.
 std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<SwitchPoint>>& points,
                                                int budget);
 

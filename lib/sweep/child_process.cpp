@@ -53,7 +53,7 @@ std::vector<std::string> sweep_child_args(const SweepOptions& options, const std
   for (const auto& arg : external_impl_arguments()) args.push_back(arg);  // --plugin, --py-impl
   if (options.case_timeout_seconds > 0) add("--case-timeout", exact(options.case_timeout_seconds));
   add("--backend", o.backend);
-  add("--pins", options.cuda.pin_file);
+  add("--pins", options.run.pins);
   add("--max-cases", std::to_string(options.max_cases));
   if (options.confirmed) args.push_back("--yes");
   return args;
@@ -84,7 +84,7 @@ pid_t spawn_child(const std::vector<std::string>& args,
       dup2(log, STDERR_FILENO);
       close(log);
     }
-    execv(argv[0], argv.data());
+    execvp(argv[0], argv.data());  // a launcher (srun) is found on PATH
     _exit(127);
   }
   return pid;

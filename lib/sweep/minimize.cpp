@@ -193,26 +193,18 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
     throw BadInput("command line", "--max-trials", "a positive trial count");
   auto start = std::chrono::steady_clock::now();
   nlohmann::json report = load_json_file(options.report_path);
-  JsonCursor root(report, options.report_path);
-  std::optional<JsonCursor> found;
-  for (const auto& c : root.at("results").items()) {
-    if (c.at("id").as_string() == options.case_id) found = c;
-  }
-  if (!found)
-    throw BadInput(options.report_path, "$.results[*].id",
-                   "a case with id \"" + options.case_id + "\"");
-  const std::string recorded = found->at("verdict").as_string();
+  ReportCase found =
+      find_report_case(JsonCursor(report, options.report_path), options.case_id, registry);
+  const std::string recorded = found.entry.at("verdict").as_string();
   if (recorded != to_string(Verdict::drift) && recorded != to_string(Verdict::nondeterministic)) {
-    found->at("verdict").fail(
+    found.entry.at("verdict").fail(
         "drift or nondeterministic (minimize shrinks a case that drifts), got \"" + recorded +
         "\"");
   }
-  CaseSpec spec = case_spec_from_json(*found);
+  CaseSpec spec = found.spec;
   const OpDef* op = registry.find_op(spec.op);
-  if (!op) found->at("op").fail("an op this bitcheck build has");
-  if (!registry.find_impl(spec.op, spec.impl))
-    found->at("impl").fail("an impl this bitcheck build has");
 
+  start_run(registry, options.run);
   Contract contract = load_contract_or_embedded(options.contract_path, registry);
   Runner runner(registry, contract);
   Printer& printer = *options.printer;
@@ -243,8 +235,8 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
                                          {"trials", minimizer.trials()},
                                          {"steps", minimizer.steps()},
                                          {"budget_exhausted", !minimizer.budget_left()}};
-  std::filesystem::path out(options.out_path);
-  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+  const std::filesystem::path report_file(options.out_path);
+  if (report_file.has_parent_path()) std::filesystem::create_directories(report_file.parent_path());
   write_file_atomically(options.out_path, minimized.dump(1) + "\n");
 
   std::ostringstream text;
@@ -255,8 +247,8 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
        << (minimizer.budget_left() ? "" : " (trial budget exhausted: --max-trials)") << "\n"
        << "  layouts: " << join(best.layouts) << "\n"
        << "report: " << options.out_path << "\n"
-       << "replay: " << options.binary << " repro " << shell_quote(options.out_path) << " --case "
-       << shell_quote(best.id()) << "\n";
+       << "replay: " << repro_command(options.binary, options.out_path, best.id(), options.run)
+       << "\n";
   printer.result(text.str());
   return exit_pass;
 }

@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -31,6 +33,15 @@ struct Rank {
   bool done = false;
   int exit_code = 0;  // -N when killed by signal N
 };
+
+// The tasks of the Slurm allocation this parent runs in (SLURM_NTASKS), as slots "task 0", ...
+std::vector<std::string> slurm_task_slots() {
+  const char* tasks = std::getenv("SLURM_NTASKS");
+  const int count = tasks ? std::atoi(tasks) : 0;
+  std::vector<std::string> slots;
+  for (int t = 0; t < count; ++t) slots.push_back("task " + std::to_string(t));
+  return slots;
+}
 
 std::vector<std::string> distinct(const std::vector<std::string>& devices) {
   std::vector<std::string> kept;
@@ -103,21 +114,36 @@ std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& 
   std::string binary = std::filesystem::read_symlink("/proc/self/exe", ignored).string();
   if (binary.empty()) binary = options.argv.front();
   const int size = static_cast<int>(devices.size());
-  std::vector<Rank> ranks(static_cast<std::size_t>(size));
-  for (int r = 0; r < size; ++r) {
+  // Under srun the group is one process here, the Slurm step, whose tasks are the ranks.
+  const bool srun = options.rank_launcher == "srun";
+  std::vector<Rank> ranks(srun ? 1 : static_cast<std::size_t>(size));
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     Rank& rank = ranks[static_cast<std::size_t>(r)];
     rank.rank = r;
-    rank.device = devices[static_cast<std::size_t>(r)];
-    rank.log_path = directory + "/rank-" + std::to_string(r) + ".log";
+    rank.device = srun ? "srun step of " + std::to_string(size) + " tasks"
+                       : devices[static_cast<std::size_t>(r)];
+    rank.log_path = directory + (srun ? "/srun.log" : "/rank-" + std::to_string(r) + ".log");
     std::vector<std::string> args = sweep_child_args(options, binary);
+    if (srun) {
+      args.insert(args.begin(), {"srun", "--ntasks=" + std::to_string(size), "--gpus-per-task=1",
+                                 "--kill-on-bad-exit=1", "--label"});
+    }
+    if (options.rank_bench) {
+      for (const std::string& arg :
+           {std::string("--rank-bench"), std::string("--bench-warmup"),
+            std::to_string(options.bench.warmup), std::string("--bench-repeats"),
+            std::to_string(options.bench.repeats)})
+        args.push_back(arg);
+    }
     for (const std::string& arg :
          {std::string("--no-isolate"), std::string("--no-progress"), std::string("--rank"),
           std::to_string(r) + "/" + std::to_string(size), std::string("--rank-dir"), directory,
           std::string("--rank-cases"), cases_path, std::string("--rank-results"), results_path,
           std::string("--out"), directory})
       args.push_back(arg);
+    if (srun) args[std::find(args.begin(), args.end(), "--rank") - args.begin() + 1] = "slurm";
     auto environment = multi_gpu_safe_environment();
-    environment.push_back({"CUDA_VISIBLE_DEVICES", rank.device});
+    if (!srun) environment.push_back({"CUDA_VISIBLE_DEVICES", rank.device});
     rank.pid = spawn_child(args, environment, rank.log_path);
   }
   std::size_t finished = read_results(results_path).size();
@@ -163,6 +189,32 @@ std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& 
   }
 }
 
+// A rank of a timing group: every case's benchmark on every rank of it, rank 0's times written.
+int run_rank_bench(const SweepOptions& options, const Registry& registry,
+                   const std::vector<const CaseSpec*>& cases) {
+  std::ofstream results;
+  if (options.rank == 0) results.open(options.rank_results, std::ios::app);
+  for (const CaseSpec* c : cases) {
+    if (options.rank >= c->tp) continue;
+    nlohmann::json entry = {{"id", c->id()}};
+    try {
+      std::optional<BenchMeasurement> measured =
+          registry.find_impl(c->op, c->impl)->benchmark(*c, options.bench);
+      if (!measured) continue;
+      entry.update({{"median_ms", measured->median_ms},
+                    {"min_ms", measured->min_ms},
+                    {"flops", measured->flops},
+                    {"bytes_moved", measured->bytes_moved},
+                    {"config", measured->config}});
+    } catch (const std::exception& error) {
+      entry["error"] = error.what();
+    }
+    options.printer->note("rank " + std::to_string(options.rank) + " timed " + c->id());
+    if (options.rank == 0) results << entry.dump() << "\n" << std::flush;
+  }
+  return exit_pass;
+}
+
 }  // namespace
 
 bool needs_rank_group(const CaseSpec& c, const Registry& registry) {
@@ -174,16 +226,23 @@ bool needs_rank_group(const CaseSpec& c, const Registry& registry) {
 RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registry,
                             const std::vector<CaseSpec>& cases, const std::string& work_dir) {
   RankGroupRun run;
-  const std::vector<std::string> devices = distinct(options.devices);
   int largest = 1;
   for (const auto& c : cases) largest = std::max(largest, c.tp);
+  // On this host: one rank per distinct GPU of --devices. Under srun: the allocation's tasks.
+  std::vector<std::string> devices = distinct(options.devices);
+  if (options.rank_launcher == "srun") devices = slurm_task_slots();
   const int size = std::min<int>(largest, static_cast<int>(devices.size()));
   run.meta = {{"size", size},
               {"devices", std::vector<std::string>(devices.begin(), devices.begin() + size)},
               {"groups_started", 0},
               {"faults", nlohmann::json::array()}};
   std::optional<std::string> unavailable;
-  if (size < 2) unavailable = "a group of ranks needs --devices listing 2 or more distinct GPUs";
+  if (size < 2) {
+    unavailable = options.rank_launcher == "srun"
+                      ? "a group of ranks under srun needs an allocation of 2 or more tasks "
+                        "(SLURM_NTASKS)"
+                      : "a group of ranks needs --devices listing 2 or more distinct GPUs";
+  }
   for (const auto& c : cases) {
     const Impl* impl = registry.find_impl(c.op, c.impl);
     if (!unavailable) unavailable = registry.device_backend(impl->backend())->ranks_unavailable();
@@ -237,7 +296,6 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
 }
 
 int run_rank_worker(const SweepOptions& options, const Registry& registry) {
-  configure_device_backends(registry, options.cuda);
   const SweepPlan plan = plan_sweep(options, registry);
   std::map<std::string, const CaseSpec*> by_id;
   for (const auto& c : plan.cases) by_id[c.id()] = &c;
@@ -259,6 +317,7 @@ int run_rank_worker(const SweepOptions& options, const Registry& registry) {
     const std::string backend = registry.find_impl(c->op, c->impl)->backend();
     if (joined.insert(backend).second) registry.device_backend(backend)->join_ranks(group);
   }
+  if (options.rank_bench) return run_rank_bench(options, registry, cases);
   Runner runner(registry, plan.contract);
   std::ofstream results;
   if (options.rank == 0) results.open(options.rank_results, std::ios::app);

@@ -19,6 +19,14 @@ std::string shell_quote(const std::string& text) {
   return quoted + "'";
 }
 
+std::string repro_command(const std::string& binary, const std::string& report_path,
+                          const std::string& case_id, const RunSettings& run) {
+  std::string command =
+      binary + " repro " + shell_quote(report_path) + " --case " + shell_quote(case_id);
+  if (run.pins != RunSettings{}.pins) command += " --pins " + shell_quote(run.pins);
+  return command;
+}
+
 namespace {
 
 void dump(const std::string& dir, const CaseArtifacts& artifacts, const CaseResult& result) {
@@ -78,21 +86,14 @@ void write_npy(const std::string& path, const Tensor& tensor) {
 
 int run_repro(const ReproOptions& options, const Registry& registry) {
   nlohmann::json report = load_json_file(options.report_path);
-  JsonCursor root(report, options.report_path);
-  std::optional<JsonCursor> found;
-  for (const auto& c : root.at("results").items()) {
-    if (c.at("id").as_string() == options.case_id) found = c;
-  }
-  if (!found)
-    throw BadInput(options.report_path, "$.results[*].id",
-                   "a case with id \"" + options.case_id + "\"");
-  CaseSpec spec = case_spec_from_json(*found);
-  if (!registry.find_impl(spec.op, spec.impl))
-    found->at("impl").fail("an impl this bitcheck build has");
-  const std::string recorded_verdict = found->at("verdict").as_string();
+  ReportCase found =
+      find_report_case(JsonCursor(report, options.report_path), options.case_id, registry);
+  const CaseSpec& spec = found.spec;
+  const std::string recorded_verdict = found.entry.at("verdict").as_string();
   const std::string recorded_fingerprint =
-      found->find("fingerprint") ? found->at("fingerprint").as_string() : "";
+      found.entry.find("fingerprint") ? found.entry.at("fingerprint").as_string() : "";
 
+  start_run(registry, options.run);
   Contract contract = load_contract_or_embedded(options.contract_path, registry);
   Runner runner(registry, contract);
   CaseArtifacts artifacts;
@@ -100,8 +101,8 @@ int run_repro(const ReproOptions& options, const Registry& registry) {
 
   std::ostringstream out;
   out << "case: " << spec.id() << "\n";
-  out << "replay: " << options.binary << " repro " << shell_quote(options.report_path) << " --case "
-      << shell_quote(spec.id()) << "\n";
+  out << "replay: " << repro_command(options.binary, options.report_path, spec.id(), options.run)
+      << "\n";
   out << "verdict: " << to_string(result.verdict) << " (report: " << recorded_verdict << ")\n";
   for (const auto& drift : result.drift) out << "  " << drift_to_json(drift).dump() << "\n";
   const OpDef* op = registry.find_op(spec.op);

@@ -90,7 +90,7 @@ void validate_devices(const SweepOptions& options) {
     throw BadInput("command line", "--devices",
                    "no --shard with it (--devices shards the sweep itself)");
   }
-  if (options.cuda.write_pins) {
+  if (options.run.write_pins) {
     throw BadInput("command line", "--devices",
                    "no --write-pins with it (shards would overwrite each other's pins; derive pins "
                    "in a plain sweep)");

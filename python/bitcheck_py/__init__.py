@@ -13,10 +13,6 @@ backend="cpu" (the default): the function gets numpy arrays (bf16 as float32). b
 torch tensors on the GPU, over bitcheck's own device buffers (CUDA IPC + DLPack, no copies).
 """
 
-OPS = ("matmul", "rmsnorm", "embedding", "lm_head", "logprob", "lm_head_logprob", "add_rmsnorm",
-       "rope", "attention", "silu", "gelu_tanh", "gelu_erf", "swiglu", "residual_add", "scale",
-       "cast")
-
 BACKENDS = ("cpu", "cuda")
 
 
@@ -49,16 +45,17 @@ def impl(op, invariant=False, dtypes=("fp32",), passes=("forward",), description
     return mark
 
 
-def declaration(function):
+def declaration(function, ops=()):
     """What bitcheck registers for `function`: its decorator's fields, or for an undecorated
-    function named after an op, an fp32 forward observation of that op on the CPU."""
+    function named after one of `ops` (the ops of the bitcheck that asks, which sends them), an
+    fp32 forward observation of that op on the CPU."""
     declared = getattr(function, "__bitcheck__", None)
     if declared is not None:
         return dict(declared)
-    if function.__name__ in OPS:
+    if function.__name__ in ops:
         return {"op": function.__name__, "invariant": False, "library_default": True,
                 "backend": "cpu", "dtypes": ["fp32"], "passes": ["forward"],
                 "description": "undeclared Python function (observation)"}
     raise ValueError(
         f"{function.__module__}.{function.__name__} has no @bitcheck_py.impl(op=...) declaration "
-        f"and its name is not an op ({', '.join(OPS)})")
+        f"and its name is not an op ({', '.join(ops)})")

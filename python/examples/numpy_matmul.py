@@ -1,5 +1,5 @@
 """numpy matmul impls for the CPU (the CI path of --py-impl): a fixed-order matmul that claims
-invariance, and a control whose K split depends on the batch.
+invariance, a control whose K split depends on the batch, and numpy's own product, undeclared.
 
     bitcheck sweep --py-impl numpy_matmul:fixed_order --op matmul --dtype fp32 --pass forward --backend cpu
 """
@@ -32,3 +32,8 @@ def split_k_by_batch(x, w):
     part = (k + 3) // 4
     partials = [_dot_in_order(x, w, first, min(k, first + part)) for first in range(0, k, part)]
     return (partials[3] + partials[2]) + (partials[1] + partials[0])
+
+
+def matmul(x, w):
+    # No declaration: named after an op, it is an fp32 forward observation of that op.
+    return x @ w.T

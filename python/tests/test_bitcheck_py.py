@@ -64,6 +64,53 @@ class FramesAndDeclarations(unittest.TestCase):
         with self.assertRaises(ValueError):
             bitcheck_py.impl(op="matmul", invariant=True, library_default=True)
 
+    def test_an_undecorated_function_observes_the_op_it_is_named_after_among_the_ops_sent(self):
+        def rmsnorm(x, weight):
+            return x
+
+        declared = bitcheck_py.declaration(rmsnorm, ["matmul", "rmsnorm"])
+        self.assertEqual(declared["op"], "rmsnorm")
+        self.assertTrue(declared["library_default"])
+        self.assertEqual((declared["dtypes"], declared["passes"]), (["fp32"], ["forward"]))
+        with self.assertRaisesRegex(ValueError, r"its name is not an op \(matmul, silu\)"):
+            bitcheck_py.declaration(rmsnorm, ["matmul", "silu"])
+
+    def test_describe_reads_the_ops_from_the_request(self):
+        # An op this package has never heard of: the worker knows the ops the request names.
+        module = type(sys)("undecorated_ops")
+        module.topk = lambda x: x
+        module.topk.__name__ = "topk"
+        sys.modules["undecorated_ops"] = module
+        try:
+            reply = worker.handle({"type": "describe", "function": "undecorated_ops:topk",
+                                   "ops": ["matmul", "topk"]})
+            self.assertEqual((reply["ok"], reply["op"]), (True, "topk"))
+            with self.assertRaisesRegex(ValueError, r"not an op \(matmul\)"):
+                worker.handle({"type": "describe", "function": "undecorated_ops:topk",
+                               "ops": ["matmul"]})
+        finally:
+            sys.modules.pop("undecorated_ops")
+            worker._functions.pop("undecorated_ops:topk", None)
+
+
+class ImportErrors(unittest.TestCase):
+    def test_an_import_error_names_the_interpreter_and_bitcheck_python(self):
+        try:
+            import bitcheck_no_such_module  # noqa: F401
+        except ImportError as error:
+            text = worker.error_text(error)
+        self.assertIn("No module named 'bitcheck_no_such_module'", text)
+        self.assertIn(f"bitcheck's Python worker ran {sys.executable} (Python ", text)
+        self.assertIn("cannot import bitcheck_no_such_module: set BITCHECK_PYTHON", text)
+
+    def test_other_errors_keep_their_traceback_alone(self):
+        try:
+            raise ValueError("not an import")
+        except ValueError as error:
+            text = worker.error_text(error)
+        self.assertIn("ValueError: not an import", text)
+        self.assertNotIn("BITCHECK_PYTHON", text)
+
 
 class SlotMapping(unittest.TestCase):
     def test_real_rows_are_a_view_when_they_are_one_run(self):

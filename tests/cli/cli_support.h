@@ -3,9 +3,12 @@
 // docs/report.schema.json.
 #pragma once
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -99,6 +102,38 @@ Run run_command(const TempDir& dir, const std::string& command) {
 // Runs the binary with `args` (already quoted where needed), as run_command does.
 [[maybe_unused]] Run run_bitcheck(const TempDir& dir, const std::string& args) {
   return run_command(dir, quote(binary) + " " + args);
+}
+
+// A run with what it cost: wall time and the largest resident set of the process (and of any
+// child it waited for), from wait4.
+struct MeasuredRun {
+  Run run;
+  double wall_seconds = 0;
+  long max_resident_kib = 0;
+};
+
+[[maybe_unused]] MeasuredRun run_bitcheck_measured(const TempDir& dir, const std::string& args) {
+  const std::string command = "exec " + quote(binary) + " " + args + " > " + quote(dir / "stdout") +
+                              " 2> " + quote(dir / "stderr");
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t child = fork();
+  if (child < 0) throw std::runtime_error("fork failed");
+  if (child == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  if (wait4(child, &status, 0, &usage) != child) throw std::runtime_error("wait4 failed");
+  MeasuredRun measured;
+  measured.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  measured.max_resident_kib = usage.ru_maxrss;  // kilobytes on Linux
+  if (WIFEXITED(status)) measured.run.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) measured.run.exit_code = -WTERMSIG(status);
+  measured.run.out = read_file(dir / "stdout");
+  measured.run.err = read_file(dir / "stderr");
+  return measured;
 }
 
 }  // namespace

@@ -217,6 +217,63 @@ TEST_CASE("a TP size that does not divide a split dim is bad input naming the fi
 }
 
 TEST_CASE(
+    "a rank group under srun is one step whose tasks take their rank from Slurm, and a crashed "
+    "task "
+    "is its case's error",
+    "[cli][tp][slurm]") {
+  TempDir dir;
+  Environment enabled({"BITCHECK_TEST_IMPLS", "BITCHECK_TEST_RANKS"});
+  // A stand-in for srun: --ntasks=N tasks of the command, each with Slurm's task variables; it
+  // fails when a task fails, as srun --kill-on-bad-exit does.
+  std::filesystem::create_directories(dir / "bin");
+  std::ofstream(dir / "bin/srun") << R"(#!/usr/bin/env bash
+tasks=1
+while [ $# -gt 0 ]; do
+  case "$1" in --ntasks=*) tasks=${1#--ntasks=}; shift ;; --*) shift ;; *) break ;; esac
+done
+echo "srun: $tasks tasks" >&2
+pids=()
+for ((t = 0; t < tasks; t++)); do
+  SLURM_PROCID=$t SLURM_NTASKS=$tasks SLURM_LOCALID=$t "$@" > "$BITCHECK_SRUN_LOGS/task-$t.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for ((t = 0; t < tasks; t++)); do
+  wait -n || { status=1; kill "${pids[@]}" 2> /dev/null; break; }
+done
+wait
+exit $status
+)";
+  std::filesystem::permissions(dir / "bin/srun", std::filesystem::perms::owner_all);
+  std::filesystem::create_directories(dir / "logs");
+  write_spec(dir, "spec.json", R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "passes": ["forward"], "tp": [1, 2, 4], "batches": [2, 5]},
+    "ops": {"all_reduce": {"shapes": [{"H": 64}],
+      "impls": ["test-ranks-fixed-order", "test-rank-crash"]}}})");
+  const std::string environment = "PATH=" + quote(dir / "bin") + ":\"$PATH\" SLURM_NTASKS=4 " +
+                                  "BITCHECK_SRUN_LOGS=" + quote(dir / "logs") + " ";
+  Run run = run_command(
+      dir, environment + quote(binary) + " sweep --spec " + quote(dir / "spec.json") +
+               " --devices 0 --rank-launcher srun --rank-case-timeout 30 --no-progress --out " +
+               quote(dir / "out"));
+  INFO(run.out << run.err);
+  CHECK(run.exit_code == 3);  // the crashed task's cases are errors
+  const json report = json::parse(read_file(dir / "out/report.json"));
+  const auto cases = by_id(report);
+  CHECK(cases.size() == 2 * 3 * 2);
+  for (int rows : {2, 5}) {
+    for (const std::string tp : {"/tp=2", "/tp=4"}) {
+      const std::string id = "/bf16/forward/H=64/M=" + std::to_string(rows) + "/seed=1" + tp;
+      CHECK(cases.at("all_reduce/test-ranks-fixed-order" + id)["verdict"] == "pass");
+      CHECK(cases.at("all_reduce/test-rank-crash" + id)["verdict"] == "error");
+    }
+  }
+  CHECK(report["meta"]["rank_group"]["size"] == 4);
+  // The tasks ran as ranks 0-3 of the step (rank 1 is the one the crash impl kills).
+  CHECK(read_file(dir / "logs/task-3.log").find("rank 3 [") != std::string::npos);
+}
+
+TEST_CASE(
     "vocab-parallel logprob, lm_head_logprob and lm_head on simulated ranks: fixed-order "
     "holds across TP sizes, the rank chain's cross-TP drift is recorded, the controls drift",
     "[cli][tp][vocab]") {

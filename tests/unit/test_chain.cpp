@@ -63,12 +63,11 @@ nlohmann::json status_of(const CaseResult& result) {
 // impl it wraps, but 16 bf16 ulps off its reference.
 class OffByASixteenth : public Impl {
  public:
-  explicit OffByASixteenth(Impl& wrapped) : wrapped_(wrapped) {}
-  std::string name() const override { return "cpu-test-off-by-a-sixteenth"; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override { return "test only: invariant and inaccurate"; }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
+  explicit OffByASixteenth(Impl& wrapped)
+      : Impl(ImplInfo::invariant("cpu-test-off-by-a-sixteenth", "cpu",
+                                 "test only: invariant and inaccurate")
+                 .only_passes({Pass::forward})),
+        wrapped_(wrapped) {}
   void run(Batch& batch) override {
     wrapped_.run(batch);
     Tensor& y = batch.out("y");
@@ -146,15 +145,13 @@ TEST_CASE("each control swapped into the chain makes it fail first at that op", 
   for (Impl* impl : case_support::world().registry.impls("chain")) {
     if (impl->backend() == "cpu" && !impl->claims_invariance()) controls.push_back(impl);
   }
-  // Every CPU control of every op the chain composes has its swap, but for those of the TP impls
-  // (the chain runs on one rank).
+  // Every CPU control of every op the chain composes has its swap.
   std::size_t expected = 0;
   for (const char* op : {"embedding", "rmsnorm", "matmul", "rope", "attention", "residual_add",
                          "swiglu", "lm_head", "logprob"}) {
-    for (Impl* impl : case_support::world().registry.impls(op)) {
+    for (Impl* impl : case_support::world().registry.impls(op))
       expected += impl->backend() == "cpu" && !impl->claims_invariance() &&
                   impl->tensor_parallelism().max_tp == 1;
-    }
   }
   REQUIRE(controls.size() == expected);
   const std::uint64_t seed = revealing_seed(tail_dims());

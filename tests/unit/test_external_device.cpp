@@ -100,8 +100,6 @@ class HostSharedMemory : public ExternalDeviceMemory {
 class StandInBackend : public DeviceBackend {
  public:
   nlohmann::json meta() const override { return {{"stand_in", true}}; }
-  void configure(const BackendOptions&) override {}
-  std::string finish() override { return ""; }
   double copy_bandwidth_gbps() const override { return -1.0; }
   double copy_bandwidth_gbps(double, int, int, std::size_t) const override { return -1.0; }
   std::optional<std::size_t> free_memory_bytes() const override { return std::nullopt; }

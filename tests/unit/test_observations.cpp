@@ -58,27 +58,75 @@ TEST_CASE("a control expected to drift that holds is still a harness failure", "
 }
 
 namespace {
-class LibraryDefault : public Impl {
+// A control case at `rows` whose first switch point lies at `needs_rows` (0: reached or none).
+CaseOutcome control_case(std::int64_t rows, std::int64_t needs_rows, Verdict verdict) {
+  CaseOutcome o = outcome("split-k-by-rows", verdict, true, true, false);
+  o.rows = rows;
+  o.drift_needs_rows = needs_rows;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("a control no case of which reached its switch point had no chance: not lost sight",
+          "[summary]") {
+  const Summary none_reached =
+      summarize({control_case(1, 4, Verdict::pass), control_case(3, 4, Verdict::pass)}, {"matmul"});
+  CHECK(none_reached.harness_failures.empty());
+  CHECK(none_reached.exit_code == 0);
+  REQUIRE(none_reached.controls.size() == 1);
+  CHECK(none_reached.controls[0].no_chance());
+  CHECK_FALSE(none_reached.controls[0].lost_sight());
+  REQUIRE(none_reached.controls_without_chance.size() == 1);
+  CHECK(none_reached.controls_without_chance[0] ==
+        "control matmul/split-k-by-rows bf16 forward had no chance to drift: its batches go up to "
+        "3 rows and its path switches at 4 (add batch 4, or \"switch-points\", to the spec)");
+
+  // One case that reached the switch and still held: the harness lost its sight.
+  const Summary one_reached =
+      summarize({control_case(3, 4, Verdict::pass), control_case(8, 0, Verdict::pass)}, {"matmul"});
+  REQUIRE(one_reached.harness_failures.size() == 1);
+  CHECK_THAT(one_reached.harness_failures[0],
+             Catch::Contains("did not drift in any of its 1 cases that reached its switch point"));
+  CHECK(one_reached.controls_without_chance.empty());
+  CHECK(one_reached.exit_code == 1);
+
+  // A drift anywhere in the group is what the control is for.
+  const Summary drifted = summarize(
+      {control_case(3, 4, Verdict::pass), control_case(8, 0, Verdict::drift)}, {"matmul"});
+  CHECK(drifted.harness_failures.empty());
+  CHECK(drifted.controls_without_chance.empty());
+  CHECK(drifted.exit_code == 0);
+}
+
+namespace {
+class NoOp : public Impl {
  public:
-  std::string name() const override { return "library-default"; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return false; }
-  bool is_library_default() const override { return true; }
-  std::string description() const override { return "a library's default path"; }
-  bool supports(Pass) const override { return true; }
+  using Impl::Impl;
   void run(Batch&) override {}
-};
-class Control : public LibraryDefault {
- public:
-  bool is_library_default() const override { return false; }
 };
 }  // namespace
 
 TEST_CASE("impls: a library default is never expected to drift, a control is", "[summary]") {
-  CHECK_FALSE(LibraryDefault().expected_to_drift(Pass::forward));
-  CHECK_FALSE(LibraryDefault().expected_to_drift(Pass::backward));
-  CHECK(Control().expected_to_drift(Pass::forward));
-  CHECK(Control().expected_to_drift(Pass::backward));
+  const NoOp library_default(
+      ImplInfo::library_default("library-default", "cpu", "a library's default path"));
+  const NoOp control(ImplInfo::control("control", "cpu", "a control"));
+  const NoOp invariant(ImplInfo::invariant("invariant", "cpu", "an invariant impl"));
+  CHECK_FALSE(library_default.expected_to_drift(Pass::forward));
+  CHECK_FALSE(library_default.expected_to_drift(Pass::backward));
+  CHECK_FALSE(library_default.claims_invariance());
+  CHECK(control.expected_to_drift(Pass::forward));
+  CHECK(control.expected_to_drift(Pass::backward));
+  CHECK_FALSE(control.is_library_default());
+  CHECK_FALSE(invariant.expected_to_drift(Pass::forward));
+  CHECK_FALSE(invariant.expected_to_drift(Pass::backward));
+}
+
+TEST_CASE("impls: a backward-only failure model is expected to drift in the backward pass alone",
+          "[summary]") {
+  const NoOp tree(ImplInfo::control("dw-tree", "cpu", "a tree sized by the slots")
+                      .drifting_in({Pass::backward}));
+  CHECK_FALSE(tree.expected_to_drift(Pass::forward));
+  CHECK(tree.expected_to_drift(Pass::backward));
 }
 
 TEST_CASE("the markdown matrix lists each library default: drifted cases and where", "[summary]") {

@@ -24,11 +24,9 @@ namespace {
 // rmsnorm without the normalization: invariant and deterministic, but far from the reference.
 class UnnormalizedRmsnorm : public Impl {
  public:
-  std::string name() const override { return "test-unnormalized"; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override { return "test-only: y = x * weight"; }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
+  UnnormalizedRmsnorm()
+      : Impl(ImplInfo::invariant("test-unnormalized", "cpu", "test-only: y = x * weight")
+                 .only_passes({Pass::forward})) {}
   void run(Batch& batch) override {
     const std::int64_t h = batch.spec->dim("H");
     const Tensor& x = batch.in("x");

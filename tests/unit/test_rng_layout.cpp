@@ -255,12 +255,11 @@ struct Seen {
 // A fixed-order matmul that records its inputs. Rows are computed independently, in index order.
 class RecordingMatmul : public Impl {
  public:
-  explicit RecordingMatmul(std::shared_ptr<Seen> seen) : seen_(std::move(seen)) {}
-  std::string name() const override { return "test-recording"; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override { return "records the inputs each invocation receives"; }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
+  explicit RecordingMatmul(std::shared_ptr<Seen> seen)
+      : Impl(ImplInfo::invariant("test-recording", "cpu",
+                                 "records the inputs each invocation receives")
+                 .only_passes({Pass::forward})),
+        seen_(std::move(seen)) {}
   void run(Batch& batch) override {
     const std::int64_t n = batch.spec->dim("N"), k = batch.spec->dim("K");
     const Tensor& x = batch.in("x");

@@ -21,13 +21,10 @@ namespace {
 // A forward-only matmul summing K in index order per row; subclasses misbehave on purpose.
 class TestMatmul : public Impl {
  public:
-  TestMatmul(std::string name, bool claims_invariance)
-      : name_(std::move(name)), claims_(claims_invariance) {}
-  std::string name() const override { return name_; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return claims_; }
-  std::string description() const override { return "test-only matmul"; }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
+  TestMatmul(const std::string& name, bool claims_invariance, const std::string& backend = "cpu")
+      : Impl((claims_invariance ? ImplInfo::invariant(name, backend, "test-only matmul")
+                                : ImplInfo::control(name, backend, "test-only matmul"))
+                 .only_passes({Pass::forward})) {}
   void run(Batch& batch) override {
     const std::int64_t n = batch.spec->dim("N"), k = batch.spec->dim("K");
     const Tensor& x = batch.in("x");
@@ -49,10 +46,6 @@ class TestMatmul : public Impl {
   virtual float scale() const { return 1.0f; }
   virtual float extra_term(const Batch&) const { return 0.0f; }
   virtual void after(Batch&) {}
-
- private:
-  std::string name_;
-  bool claims_;
 };
 
 // Flips the lowest bit of its first real output on every second run of a layout.
@@ -111,8 +104,7 @@ class PadReadingMatmul : public TestMatmul {
 
 class OtherBackendMatmul : public TestMatmul {
  public:
-  OtherBackendMatmul() : TestMatmul("test-other-backend", true) {}
-  std::string backend() const override { return "test-accelerator"; }
+  OtherBackendMatmul() : TestMatmul("test-other-backend", true, "test-accelerator") {}
 };
 
 struct World {

@@ -36,13 +36,10 @@ using case_support::from_values;
 // payload). Numerically right everywhere; only the NaN payload depends on the batch.
 class NanCanonicalizingCast : public Impl {
  public:
-  std::string name() const override { return "test-canonical-nan-in-batches"; }
-  std::string backend() const override { return "cpu"; }
-  bool claims_invariance() const override { return true; }
-  std::string description() const override {
-    return "test-only cast that quiets NaN payloads in batches";
-  }
-  bool supports(Pass pass) const override { return pass == Pass::forward; }
+  NanCanonicalizingCast()
+      : Impl(ImplInfo::invariant("test-canonical-nan-in-batches", "cpu",
+                                 "test-only cast that quiets NaN payloads in batches")
+                 .only_passes({Pass::forward})) {}
   void run(Batch& batch) override {
     const Tensor& x = batch.in("x");
     const Tensor& x32 = batch.in("x32");

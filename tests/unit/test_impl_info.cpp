@@ -1,0 +1,75 @@
+// What an impl is, as data (ImplInfo): what the Impl base answers from it, its defaults, and the
+// identity of every registered impl (a name, a backend, a description and at least one path).
+#include <catch2/catch.hpp>
+#include <set>
+
+#include "core/op.h"
+
+using namespace bitcheck;
+
+namespace {
+
+class NoOp : public Impl {
+ public:
+  using Impl::Impl;
+  void run(Batch&) override {}
+  // The base's dtype check, as the plugin and Python impls call it.
+  std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
+    return dtype_skip_reason(spec, "test impl's");
+  }
+};
+
+CaseSpec case_in(const std::string& dtype) {
+  CaseSpec spec;
+  spec.dtype_name = dtype;
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("impl info: an impl that declares no path has the one path it records", "[registry]") {
+  const NoOp impl(ImplInfo::invariant("plain", "cpu", "one launch path"));
+  REQUIRE(impl.paths().size() == 1);
+  CHECK(impl.paths()[0].name == single_path_name);
+  const NoOp tiled(ImplInfo::invariant("tiled", "cpu", "two tiles")
+                       .with_paths({PathDecl("tile.64", "small"), PathDecl("tile.128", "large")}));
+  REQUIRE(tiled.paths().size() == 2);
+  CHECK(tiled.paths()[1].name == "tile.128");
+}
+
+TEST_CASE("impl info: passes and dtypes are what the info declares", "[registry]") {
+  const NoOp both(ImplInfo::control("both", "cpu", "every pass"));
+  CHECK(both.supports(Pass::forward));
+  CHECK(both.supports(Pass::backward));
+  CHECK(both.supports_dtype("fp16"));
+  CHECK_FALSE(both.skip_reason(case_in("fp16")));
+
+  const NoOp limited(ImplInfo::invariant("limited", "cpu", "forward, 16-bit")
+                         .only_passes({Pass::forward})
+                         .with_dtypes({"bf16", "fp16"}));
+  CHECK(limited.supports(Pass::forward));
+  CHECK_FALSE(limited.supports(Pass::backward));
+  CHECK(limited.supports_dtype("bf16"));
+  CHECK_FALSE(limited.supports_dtype("fp32"));
+  CHECK_FALSE(limited.skip_reason(case_in("bf16")));
+  CHECK(limited.skip_reason(case_in("fp32")) ==
+        std::optional<std::string>("dtype fp32 is not among the test impl's dtypes (bf16,fp16)"));
+}
+
+TEST_CASE("impl info: every registered impl has a name, a backend, a description and paths",
+          "[registry]") {
+  Registry registry;
+  register_all(registry);
+  for (const OpDef* op : registry.ops()) {
+    std::set<std::string> names;
+    for (const Impl* impl : registry.impls(op->name)) {
+      INFO(op->name << "/" << impl->name());
+      CHECK_FALSE(impl->name().empty());
+      CHECK(names.insert(impl->name()).second);
+      CHECK((impl->backend() == "cpu" || impl->backend() == "cuda"));
+      CHECK_FALSE(impl->description().empty());
+      CHECK_FALSE(impl->paths().empty());
+      CHECK((impl->supports(Pass::forward) || impl->supports(Pass::backward)));
+    }
+  }
+}
