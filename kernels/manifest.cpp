@@ -3,6 +3,8 @@
 // definition and CPU impls come first, then the test impls' CPU part, the CUDA backend, the test
 // impls' CUDA part and every op's CUDA impls, and last the impls composed of the others (the
 // chain).
+#include "manifest.h"
+
 #include "add_rmsnorm/add_rmsnorm.h"
 #include "all_reduce/all_reduce.h"
 #include "attention/attention.h"

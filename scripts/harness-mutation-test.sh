@@ -17,8 +17,9 @@
 #       uncommitted change; each patch is reverted after its run, and on any failure) and builds
 #       in build-harness-mutants itself: ccache then finds every object of an earlier build of
 #       this tree, where a copy recompiles the tests (the source path is compiled into them).
-#       --unit-only runs `ctest -L unit` alone and no sweep (a tenth of the time: the standard is
-#       that a broken comparison, layout or reduction fails a unit test).
+#       --unit-only runs `ctest -L unit` alone, stopping at a mutant's first failing test, and no
+#       sweep (a fraction of the time: the standard is that a broken comparison, layout or
+#       reduction fails a unit test).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 patches="$root/scripts/harness-mutants"
@@ -78,8 +79,11 @@ failed_tests() {
 # sweep.rc). harness_mutation_patches is left out: with a patch applied, that patch no longer
 # applies, which says nothing about the harness.
 test_build() {  # BUILD DIR
-  (cd "$1" && ctest -L "$labels" -E '^harness_mutation_patches$' -j "$(nproc)" --output-on-failure \
-    > "$2/ctest.log" 2>&1)
+  # --unit-only stops at the first failing test: a mutant is killed by one.
+  local stop=()
+  [ "$labels" = unit ] && [ "$(basename "$2")" != baseline ] && stop=(--stop-on-failure)
+  (cd "$1" && ctest -L "$labels" -E '^harness_mutation_patches$' -j "$(nproc)" "${stop[@]}" \
+    --output-on-failure > "$2/ctest.log" 2>&1)
   echo $? > "$2/ctest.rc"
   if [ "$labels" = unit ]; then echo - > "$2/sweep.rc"; return; fi
   rm -rf "$2/sweep"

@@ -1,6 +1,6 @@
 // The op / impl / case model. An OpDef names its tensors and owns the FP32 reference; an Impl
 // computes the op on one backend for one physical batch (an Invocation of a layout). Ops and impls
-// are registered explicitly through register_all() in kernels/manifest.cpp.
+// are registered explicitly through register_all() (kernels/manifest.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -373,12 +373,5 @@ class Registry {
   std::map<std::string, std::pair<bool, std::string>> backends_;
   std::vector<RunHook> run_hooks_;
 };
-
-// Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which
-// compose whatever is registered before them: a test can add its own impls first).
-void register_ops_and_cpu(Registry& registry);
-// The manifest: register_ops_and_cpu, the test impls (BITCHECK_TEST_IMPLS=1), the CUDA backend
-// (when built) and the chain's impls.
-void register_all(Registry& registry);
 
 }  // namespace bitcheck

@@ -7,6 +7,7 @@
 #include "attention/attention.h"
 #include "case_support.h"
 #include "chain/chain.h"
+#include "manifest.h"
 #include "report/report.h"
 #include "run/runner.h"
 #include "spec/contract.h"

@@ -16,6 +16,7 @@
 #include "external/external_device.h"
 #include "external/plugin_loader.h"
 #include "external/python_protocol.h"
+#include "manifest.h"
 #include "run/layout.h"
 #include "run/runner.h"
 #include "spec/contract.h"

@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "manifest.h"
 #include "report/report.h"
 #include "run/runner.h"
 #include "schema/json_schema.h"

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/special_values.h"
+#include "manifest.h"
 #include "run/compare.h"
 #include "run/layout.h"
 #include "run/runner.h"

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/json_input.h"
 #include "core/op.h"
+#include "manifest.h"
 #include "sweep/sweep.h"
 #include "temp_dir.h"
 
