@@ -10,6 +10,7 @@
 //                      passes a start that moves with the message size).
 #include "common/convert.cuh"
 #include "common/cuda_check.cuh"
+#include "common/dtype_dispatch.cuh"
 #include "common/gathered_sum.h"
 
 namespace bitcheck::cuda {
@@ -54,18 +55,6 @@ __global__ void chain_kernel(const T* gathered, T* out, std::size_t count, int r
   for (int step = 1; step < ranks; ++step)
     sum = to_float(from_float<T>(sum + to_float(gathered[((start + step) % ranks) * count + i])));
   out[i] = from_float<T>(sum);
-}
-
-template <typename Launch>
-void by_dtype(DeviceDType dtype, Launch launch) {
-  switch (dtype) {
-    case DeviceDType::bf16:
-      return launch(__nv_bfloat16{});
-    case DeviceDType::fp16:
-      return launch(__half{});
-    case DeviceDType::fp32:
-      return launch(float{});
-  }
 }
 
 unsigned blocks(std::size_t count) {

@@ -58,4 +58,24 @@ float finish_split_sum(SplitOrder order, const std::vector<float>& leaves, int t
   throw std::logic_error("finish_split_sum: unknown order");
 }
 
+TensorParallelism split_parallelism(TensorParallelism::AcrossTp across_tp, int drifts_from_tp,
+                                    std::vector<std::string> split_dims) {
+  TensorParallelism parallelism;
+  parallelism.split_dims = std::move(split_dims);
+  parallelism.max_tp = max_tensor_parallel;
+  parallelism.across_tp = across_tp;
+  parallelism.drifts_from_tp = drifts_from_tp;
+  return parallelism;
+}
+
+ImplInfo split_sum_info(const SplitSumKind& kind, std::string name, std::string description,
+                        std::vector<Pass> control_passes, std::vector<std::string> split_dims) {
+  ImplInfo info = kind.claims_invariance
+                      ? ImplInfo::invariant(std::move(name), "cpu", std::move(description))
+                      : ImplInfo::control(std::move(name), "cpu", std::move(description));
+  info.drifting_in(std::move(control_passes))
+      .on_ranks(split_parallelism(kind.across_tp, kind.drifts_from_tp, std::move(split_dims)));
+  return info;
+}
+
 }  // namespace bitcheck

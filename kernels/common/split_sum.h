@@ -8,6 +8,8 @@
 
 #include "common/rank_sum.h"
 #include "core/dtype.h"
+#include "core/op.h"
+#include "core/tensor_parallel.h"
 
 namespace bitcheck {
 
@@ -52,5 +54,26 @@ float split_sum(SplitOrder order, std::int64_t count, int tp, DType dtype, std::
   }
   return finish_split_sum(order, sums, tp, dtype, element, message);
 }
+
+// One CPU TP impl's order over its split dim and what it claims: a row of the kind tables of the
+// TP impls (matmul, the vocabulary ops).
+struct SplitSumKind {
+  const char* order_name;  // the impl's name is "cpu-tp-<what is split>-<order_name>"
+  SplitOrder order;
+  bool claims_invariance;
+  TensorParallelism::AcrossTp across_tp;
+  int drifts_from_tp;
+  const char* description;
+};
+
+// What a TP impl declares for its split dims: any TP size up to max_tensor_parallel, with its claim
+// across TP sizes (the CPU kinds here, the CUDA ones in common/rank_sum_cuda.h).
+TensorParallelism split_parallelism(TensorParallelism::AcrossTp across_tp, int drifts_from_tp,
+                                    std::vector<std::string> split_dims);
+
+// The ImplInfo of a CPU TP impl of `kind` named `name`: invariant or a control that drifts in
+// `control_passes` (the passes whose sums cross the ranks), on ranks that split `split_dims`.
+ImplInfo split_sum_info(const SplitSumKind& kind, std::string name, std::string description,
+                        std::vector<Pass> control_passes, std::vector<std::string> split_dims);
 
 }  // namespace bitcheck

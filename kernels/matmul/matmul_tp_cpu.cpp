@@ -16,16 +16,7 @@ namespace {
 
 enum class Split { rows, columns };  // K (row-parallel) or N (column-parallel) over the ranks
 
-struct TpKind {
-  const char* order_name;
-  SplitOrder order;
-  bool claims_invariance;
-  TensorParallelism::AcrossTp across_tp;
-  int drifts_from_tp;
-  const char* description;
-};
-
-constexpr TpKind kinds[] = {
+constexpr SplitSumKind kinds[] = {
     {"fixed-order", SplitOrder::fixed_chunks, true, TensorParallelism::AcrossTp::claimed, 1,
      "the split sum in 8 chunks of fp32 index-order sums added in one fixed binary tree, rounded "
      "once: each rank's subtree and the collective's upper levels form the same tree at every tp"},
@@ -43,8 +34,7 @@ constexpr TpKind kinds[] = {
     {"naive-pair", SplitOrder::rank_chain, false, TensorParallelism::AcrossTp::expected_to_drift, 2,
      "control: the naive TP pair, a plain GEMM at tp = 1 against each rank's GEMM output (rounded "
      "to the dtype) summed across the ranks at tp > 1, the rank chain's arithmetic held to the "
-     "same "
-     "bits across TP sizes: a second rounding or another association at every tp > 1"},
+     "same bits across TP sizes: a second rounding or another association at every tp > 1"},
 };
 
 // The pass whose sum crosses the ranks: the one a control drifts in.
@@ -52,28 +42,19 @@ Pass split_pass(Split split) {
   return split == Split::rows ? Pass::forward : Pass::backward;
 }
 
-ImplInfo info_of(Split split, const TpKind& kind) {
-  const std::string name =
-      std::string("cpu-tp-") + (split == Split::rows ? "row-" : "column-") + kind.order_name;
-  const std::string description =
+ImplInfo info_of(Split split, const SplitSumKind& kind) {
+  return split_sum_info(
+      kind, std::string("cpu-tp-") + (split == Split::rows ? "row-" : "column-") + kind.order_name,
       std::string(split == Split::rows
                       ? "row-parallel (K split over ranks; the forward sums across them): "
                       : "column-parallel (N split over ranks; dX sums across them): ") +
-      kind.description;
-  TensorParallelism parallelism;
-  parallelism.split_dims = {split == Split::rows ? "K" : "N"};
-  parallelism.max_tp = max_tensor_parallel;
-  parallelism.across_tp = kind.across_tp;
-  parallelism.drifts_from_tp = kind.drifts_from_tp;
-  ImplInfo info = kind.claims_invariance ? ImplInfo::invariant(name, "cpu", description)
-                                         : ImplInfo::control(name, "cpu", description);
-  info.drifting_in({split_pass(split)}).on_ranks(parallelism);
-  return info;
+          kind.description,
+      {split_pass(split)}, {split == Split::rows ? "K" : "N"});
 }
 
 class MatmulTpCpu : public Impl {
  public:
-  MatmulTpCpu(Split split, const TpKind& kind)
+  MatmulTpCpu(Split split, const SplitSumKind& kind)
       : Impl(info_of(split, kind)), split_(split), kind_(kind) {}
 
   // Rounding a rank's partial to fp32 changes nothing: the early-rounding control models a 16-bit
@@ -132,14 +113,14 @@ class MatmulTpCpu : public Impl {
 
  private:
   Split split_;
-  const TpKind& kind_;
+  const SplitSumKind& kind_;
 };
 
 }  // namespace
 
 void register_matmul_tp_cpu(Registry& registry) {
   for (Split split : {Split::rows, Split::columns}) {
-    for (const TpKind& kind : kinds)
+    for (const SplitSumKind& kind : kinds)
       registry.add_impl("matmul", std::make_unique<MatmulTpCpu>(split, kind));
   }
 }

@@ -19,9 +19,8 @@
 #include <stdexcept>
 
 #include "common/adapter_support.h"
-#include "common/gathered_sum.h"
 #include "common/nccl_ranks.h"
-#include "common/rank_sum.h"
+#include "common/rank_sum_cuda.h"
 #include "common/token_reduction.h"
 #include "cublaslt_gemm.h"
 #include "fixed_order_gemm.h"
@@ -33,24 +32,14 @@ namespace {
 namespace cs = cuda_support;
 using cuda::DeviceBuffer;
 using cuda::GemmDType;
+using cuda_tp::chunk_count;
+using Order = cuda_tp::RankOrder;
 
-constexpr int chunk_count = 8;  // max_tensor_parallel: the leaves of the fixed tree
 constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
 
 enum class Split { rows, columns };
-enum class Order { fixed_chunks, early_rounding, nccl_default, nccl_pinned, rotating_chain };
 
-struct TpCudaKind {
-  const char* name;
-  Order order;
-  bool claims_invariance;
-  bool library_default;
-  TensorParallelism::AcrossTp across_tp;
-  int drifts_from_tp;
-  const char* description;
-};
-
-const TpCudaKind kinds[] = {
+const cuda_tp::RankOrderKind kinds[] = {
     {"fixed-order", Order::fixed_chunks, true, false, TensorParallelism::AcrossTp::claimed, 1,
      "the split sum in 8 chunks, each by the fixed-order GEMM in fp32, added in one fixed binary "
      "tree whose rank subtrees are all-gathered and finished on every rank, rounded once: the "
@@ -105,19 +94,6 @@ Tensor as_fp32(const Tensor& tensor) {
   return wide;
 }
 
-// [tp][rows][width / tp] as gathered rank by rank, into [rows][width].
-Tensor interleave_gathered(const Tensor& gathered, int tp, std::int64_t rows, std::int64_t width) {
-  const std::int64_t share = width / tp;
-  Tensor whole(gathered.dtype(), {rows, width});
-  for (int r = 0; r < tp; ++r) {
-    for (std::int64_t m = 0; m < rows; ++m) {
-      for (std::int64_t j = 0; j < share; ++j)
-        whole.set_bits(m * width + r * share + j, gathered.bits((r * rows + m) * share + j));
-    }
-  }
-  return whole;
-}
-
 // out[M, J] = a[M, I] · b[J, I]ᵀ by the fixed-order GEMM, on the device, in `dtype` (fp32 inputs
 // for fp32 chunk partials).
 DeviceBuffer gemm(const Tensor& a, const Tensor& b, DType out_dtype) {
@@ -146,35 +122,21 @@ Pass split_pass(Split split) {
   return split == Split::rows ? Pass::forward : Pass::backward;
 }
 
-ImplInfo info_of(Split split, const TpCudaKind& kind) {
-  const std::string name =
-      std::string("tp-") + (split == Split::rows ? "row-" : "column-") + kind.name;
-  const std::string description =
+ImplInfo info_of(Split split, const cuda_tp::RankOrderKind& kind) {
+  return cuda_tp::rank_order_info(
+      kind, std::string("tp-") + (split == Split::rows ? "row-" : "column-") + kind.order_name,
       std::string(split == Split::rows
                       ? "row-parallel (K split over ranks; the forward sums across them): "
                       : "column-parallel (N split over ranks; dX sums across them): ") +
-      kind.description;
-  TensorParallelism parallelism;
-  parallelism.split_dims = {split == Split::rows ? "K" : "N"};
-  parallelism.max_tp = max_tensor_parallel;
-  parallelism.across_tp = kind.across_tp;
-  parallelism.drifts_from_tp = kind.drifts_from_tp;
-  PathDecl nccl("nccl", "what NCCL chose per call: function.algorithm.protocol.channels");
-  nccl.as_family();
-  ImplInfo info = kind.claims_invariance ? ImplInfo::invariant(name, "cuda", description)
-                  : kind.library_default ? ImplInfo::library_default(name, "cuda", description)
-                                         : ImplInfo::control(name, "cuda", description);
-  info.drifting_in({split_pass(split)})
-      .on_ranks(parallelism)
-      .with_paths(
-          {PathDecl("split-sum", "a GEMM whose reduction the ranks share, summed across them"),
-           PathDecl("local", "a rank-local GEMM (or dW), gathered"), nccl});
-  return info;
+          kind.description,
+      {split_pass(split)}, {split == Split::rows ? "K" : "N"},
+      {PathDecl("split-sum", "a GEMM whose reduction the ranks share, summed across them"),
+       PathDecl("local", "a rank-local GEMM (or dW), gathered"), cuda_tp::nccl_choices(false)});
 }
 
 class MatmulTpCuda : public Impl {
  public:
-  MatmulTpCuda(Split split, const TpCudaKind& kind)
+  MatmulTpCuda(Split split, const cuda_tp::RankOrderKind& kind)
       : Impl(info_of(split, kind)), split_(split), kind_(kind) {}
 
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
@@ -227,7 +189,7 @@ class MatmulTpCuda : public Impl {
     record_path("split-sum");
     DeviceBuffer result(out.bytes() + 16);
     if (kind_.order == Order::fixed_chunks || kind_.order == Order::early_rounding) {
-      // This rank's chunks as fp32 products, added in the fixed tree (its subtree).
+      // This rank's chunks as fp32 products, the leaves of the fixed tree.
       const int per_rank = chunk_count / tp;
       const std::int64_t chunk = width / chunk_count;
       DeviceBuffer leaves(count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16);
@@ -238,33 +200,8 @@ class MatmulTpCuda : public Impl {
         cuda::copy_device_to_device(leaves.as<float>() + count * static_cast<std::size_t>(c),
                                     partial.get(), count * sizeof(float));
       }
-      const bool round_subtree = kind_.order == Order::early_rounding && tp > 1;
-      const cuda::DeviceDType subtree_dtype =
-          round_subtree ? device_dtype : cuda::DeviceDType::fp32;
-      const std::size_t subtree_bytes = count * (round_subtree ? dtype_size(dtype) : sizeof(float));
-      DeviceBuffer subtree(subtree_bytes + 16);
-      if (round_subtree) {
-        cuda::sum_gathered_fp32_tree(device_dtype, leaves.as<float>(), subtree.get(), count,
-                                     per_rank, nullptr);
-      } else {
-        cuda::sum_gathered_fixed_tree(cuda::DeviceDType::fp32, leaves.get(), subtree.get(), count,
-                                      per_rank, nullptr);
-      }
-      DeviceBuffer gathered(subtree_bytes * static_cast<std::size_t>(tp) + 16);
-      if (tp > 1) {
-        nccl::all_gather(subtree.get(), gathered.get(), count, subtree_dtype, tp,
-                         nccl::library_default());
-      } else {
-        cuda::copy_device_to_device(gathered.get(), subtree.get(), subtree_bytes);
-      }
-      if (round_subtree) {
-        cuda::sum_gathered_fixed_tree(device_dtype, gathered.get(), result.get(), count, tp,
-                                      nullptr);
-      } else {
-        cuda::sum_gathered_fp32_tree(device_dtype, gathered.as<float>(), result.get(), count, tp,
-                                     nullptr);
-      }
-      cuda::synchronize();
+      cuda_tp::finish_chunk_tree(kind_.order == Order::early_rounding, leaves.as<float>(), count,
+                                 device_dtype, tp, result.get());
       result.download(out.data(), out.bytes());
       return out;
     }
@@ -274,23 +211,7 @@ class MatmulTpCuda : public Impl {
     const Tensor b_share = columns_of(b, first, first + share);
     DeviceBuffer local = kind_.order == Order::nccl_default ? heuristic_gemm(a_share, b_share)
                                                             : gemm(a_share, b_share, dtype);
-    if (tp == 1) {
-      cuda::synchronize();
-      local.download(out.data(), out.bytes());
-      return out;
-    }
-    if (kind_.order == Order::rotating_chain) {
-      DeviceBuffer gathered(out.bytes() * static_cast<std::size_t>(tp) + 16);
-      nccl::all_gather(local.get(), gathered.get(), count, device_dtype, tp,
-                       nccl::library_default());
-      cuda::sum_gathered_chain(device_dtype, gathered.get(), result.get(), count, tp,
-                               rotating_start(static_cast<std::int64_t>(count), tp), nullptr);
-      cuda::synchronize();
-    } else {
-      nccl::all_reduce_sum(
-          local.get(), result.get(), count, device_dtype, tp,
-          kind_.order == Order::nccl_default ? nccl::library_default() : nccl::tree_simple());
-    }
+    cuda_tp::sum_rank_shares(kind_.order, local.get(), count, device_dtype, tp, result.get());
     result.download(out.data(), out.bytes());
     return out;
   }
@@ -303,23 +224,7 @@ class MatmulTpCuda : public Impl {
     if (m == 0) return Tensor(a.dtype(), {m, j});
     record_path("local");
     DeviceBuffer local = gemm(a, rows_of(b, rank * share, (rank + 1) * share), a.dtype());
-    return gather_columns(local, tp, m, j, a.dtype());
-  }
-
-  // Each rank's [rows, width / tp] share (on the device), all-gathered into [rows, width].
-  static Tensor gather_columns(const DeviceBuffer& share, int tp, std::int64_t rows,
-                               std::int64_t width, DType dtype) {
-    Tensor gathered(dtype, {tp * rows, width / tp});
-    if (tp == 1) {
-      cuda::synchronize();
-      share.download(gathered.data(), gathered.bytes());
-      return gathered;
-    }
-    DeviceBuffer all(gathered.bytes() + 16);
-    nccl::all_gather(share.get(), all.get(), static_cast<std::size_t>(rows * (width / tp)),
-                     cs::device_dtype(dtype), tp, nccl::library_default());
-    all.download(gathered.data(), gathered.bytes());
-    return interleave_gathered(gathered, tp, rows, width);
+    return cuda_tp::gather_column_shares(local, tp, m, j, a.dtype());
   }
 
   // dW [N, K] += dYᵀ · X over the tokens in token order: each rank its share (K's columns for
@@ -340,7 +245,7 @@ class MatmulTpCuda : public Impl {
                                              x_device.get(), dw_device.as<float>(), rows, n, share,
                                              nullptr);
       }
-      const Tensor whole = gather_columns(dw_device, tp, n, k, DType::fp32);
+      const Tensor whole = cuda_tp::gather_column_shares(dw_device, tp, n, k, DType::fp32);
       std::copy_n(static_cast<const std::byte*>(whole.data()), whole.bytes(),
                   static_cast<std::byte*>(dw.data()));
       return;
@@ -368,14 +273,14 @@ class MatmulTpCuda : public Impl {
   }
 
   Split split_;
-  const TpCudaKind& kind_;
+  const cuda_tp::RankOrderKind& kind_;
 };
 
 }  // namespace
 
 void register_matmul_tp_cuda(Registry& registry) {
   for (Split split : {Split::rows, Split::columns}) {
-    for (const TpCudaKind& kind : kinds)
+    for (const cuda_tp::RankOrderKind& kind : kinds)
       registry.add_impl("matmul", std::make_unique<MatmulTpCuda>(split, kind));
   }
 }

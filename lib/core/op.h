@@ -90,6 +90,9 @@ struct TensorDecl {
   // also times group_scales[g] (empty: every group at `scale` alone). Attention's q uses it to give
   // some heads scores wide enough to move the softmax's reference max after a row's first block.
   std::vector<float> group_scales = {};
+  // A parameter that takes the case's special values too (row inputs always do): the embedding
+  // table, the only float input of embedding's forward. Other parameters never do.
+  bool takes_special_values = false;
 };
 
 // Ops over sequences (attention): a run of consecutive slots holding consecutive tokens of one

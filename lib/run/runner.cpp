@@ -109,17 +109,20 @@ Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::ui
 // Runner).
 class ParameterCache {
  public:
+  // `special_value_rate`: the case's, for a parameter that takes special values; else 0.
   std::pair<std::shared_ptr<const Tensor>, std::uint64_t> get(const TensorDecl& decl,
-                                                              std::uint64_t seed) {
-    std::string key = decl.name + "/" + to_string(decl.dtype) + "/" + shape_string(decl.shape) +
-                      "/" + std::to_string(seed) + "/" + std::to_string(decl.scale) + "/" +
-                      group_scales_string(decl.group_scales) + "/" +
-                      std::to_string(decl.index_bound) + "/" +
-                      std::to_string(static_cast<int>(decl.generator));
+                                                              std::uint64_t seed,
+                                                              double special_value_rate) {
+    std::string key =
+        decl.name + "/" + to_string(decl.dtype) + "/" + shape_string(decl.shape) + "/" +
+        std::to_string(seed) + "/" + std::to_string(decl.scale) + "/" +
+        group_scales_string(decl.group_scales) + "/" + std::to_string(decl.index_bound) + "/" +
+        std::to_string(static_cast<int>(decl.generator)) + "/" + std::to_string(special_value_rate);
     for (const auto& entry : entries_) {
       if (entry.first == key) return entry.second;
     }
-    auto tensor = std::make_shared<const Tensor>(generate(decl, decl.shape, seed));
+    auto tensor =
+        std::make_shared<const Tensor>(generate(decl, decl.shape, seed, special_value_rate));
     if (entries_.size() >= parameter_cache_entries) entries_.erase(entries_.begin());
     entries_.push_back({key, {tensor, new_input_id()}});
     return entries_.back().second;
@@ -282,7 +285,8 @@ Inputs generate_inputs(const CasePlan& plan, const CaseSpec& spec, ParameterCach
   Inputs inputs;
   for (const auto& decl : plan.decls) {
     if (decl.role == TensorRole::parameter) {
-      auto [tensor, id] = parameters.get(decl, spec.seed);
+      auto [tensor, id] =
+          parameters.get(decl, spec.seed, decl.takes_special_values ? spec.special_values : 0);
       inputs.tensors[decl.name] = tensor;
       inputs.ids[decl.name] = id;
     } else if (decl.role == TensorRole::row_input) {

@@ -38,6 +38,35 @@ void write_spec(const TempDir& dir, const std::string& name, const std::string& 
   std::ofstream(dir / name) << text;
 }
 
+// How many of a case's differences are against a layout at tp = 1 (drift or cross_tp_drift).
+std::size_t tp_differences(const json& c) {
+  std::size_t found = 0;
+  for (const auto& list :
+       {c.value("drift", json::array()), c.value("cross_tp_drift", json::array())})
+    for (const auto& d : list)
+      found += d["reference_layout"].get<std::string>().find("/tp=1") != std::string::npos;
+  return found;
+}
+
+// Runs `spec` on the CPU backend (with `flags`) and returns its cases by id; the exit code must be
+// `exit_code`.
+std::map<std::string, json> sweep_cases(const TempDir& dir, const std::string& spec,
+                                        const std::string& flags = "", int exit_code = 0) {
+  write_spec(dir, "spec.json", spec);
+  Run run = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") + " " + flags +
+                                  " --backend cpu --no-progress --out " + quote(dir / "out"));
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == exit_code);
+  return by_id(json::parse(read_file(dir / "out/report.json")));
+}
+
+// The id of a case at `tp` (no suffix at tp = 1) of a bf16 sweep with seed 1.
+std::string case_id(const std::string& op, const std::string& impl, const std::string& pass,
+                    const std::string& dims, int rows, int tp, const std::string& suffix = "") {
+  return op + "/" + impl + "/bf16/" + pass + "/" + dims + "/M=" + std::to_string(rows) + "/seed=1" +
+         (tp > 1 ? "/tp=" + std::to_string(tp) : "") + suffix;
+}
+
 }  // namespace
 
 TEST_CASE("all_reduce at tp 1, 2 and 4: the ring drifts only at 4 ranks, the fixed orders hold",
@@ -150,20 +179,12 @@ TEST_CASE("TP matmul on simulated ranks: fixed-order holds across TP sizes, the 
     return cases.at("matmul/" + impl + "/bf16/" + pass + "/K=256,N=32/M=" + std::to_string(rows) +
                     "/seed=1" + (tp > 1 ? "/tp=" + std::to_string(tp) : ""));
   };
-  auto across_tp = [](const json& c) {
-    std::size_t found = 0;
-    for (const auto& list :
-         {c.value("drift", json::array()), c.value("cross_tp_drift", json::array())})
-      for (const auto& d : list)
-        found += d["reference_layout"].get<std::string>().find("/tp=1") != std::string::npos;
-    return found;
-  };
   for (int tp : {2, 4}) {
     for (const std::string pass : {"forward", "backward"}) {
       // fixed-order: the same bits at every tp, forward and backward.
       const json fixed = at("cpu-tp-row-fixed-order", pass, 16, tp);
       CHECK(fixed["verdict"] == "pass");
-      CHECK(across_tp(fixed) == 0);
+      CHECK(tp_differences(fixed) == 0);
       CHECK(fixed["layouts_run"][0] == "alone/tp=1");
       CHECK(at("cpu-tp-column-fixed-order", pass, 16, tp)["verdict"] == "pass");
     }
@@ -250,4 +271,163 @@ exit $status
   CHECK(report["meta"]["rank_group"]["size"] == 4);
   // The tasks ran as ranks 0-3 of the step (rank 1 is the one the crash impl kills).
   CHECK(read_file(dir / "logs/task-3.log").find("rank 3 [") != std::string::npos);
+}
+
+TEST_CASE(
+    "vocab-parallel logprob, lm_head_logprob and lm_head on simulated ranks: fixed-order "
+    "holds across TP sizes, the rank chain's cross-TP drift is recorded, the controls drift",
+    "[cli][tp][vocab]") {
+  TempDir dir;
+  const auto cases = sweep_cases(dir, R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "tp": [1, 2, 4], "batches": [3, 33],
+                 "impls": ["cpu-tp-vocab-fixed-order", "cpu-tp-vocab-rank-chain",
+                           "cpu-tp-vocab-ring", "cpu-tp-vocab-early-rounding",
+                           "cpu-tp-vocab-naive-pair"]},
+    "ops": {"logprob": {"shapes": [{"V": 1024}]},
+            "lm_head_logprob": {"shapes": [{"V": 512, "H": 64}]},
+            "lm_head": {"shapes": [{"V": 512, "H": 64}]}}})");
+  struct OpUnderTest {
+    std::string op, dims;
+    std::vector<std::string> control_passes;  // where the controls drift by construction
+    std::vector<std::string> rank_local;      // the passes with no sum across the ranks
+  };
+  // logprob's backward sums across the ranks too, but the sum moves dlogits by a fraction of an
+  // ulp that rounding mostly hides: its controls are not held to drift there.
+  const std::vector<OpUnderTest> ops = {
+      {"logprob", "V=1024", {"forward"}, {}},
+      {"lm_head_logprob", "H=64,V=512", {"forward", "backward"}, {}},
+      {"lm_head", "H=64,V=512", {"backward"}, {"forward"}}};
+  auto among = [](const std::vector<std::string>& passes, const std::string& pass) {
+    return std::find(passes.begin(), passes.end(), pass) != passes.end();
+  };
+  for (const auto& [op, dims, control_passes, rank_local] : ops) {
+    auto at = [&, &op = op, &dims = dims](const std::string& order, const std::string& pass,
+                                          int rows, int tp) {
+      return cases.at(case_id(op, "cpu-tp-vocab-" + order, pass, dims, rows, tp));
+    };
+    for (const std::string pass : {"forward", "backward"}) {
+      for (int tp : {1, 2, 4}) {
+        for (int rows : {3, 33}) {
+          INFO(op << " " << pass << " tp=" << tp << " M=" << rows);
+          // fixed-order: the same bits in every layout at every tp as alone at tp = 1.
+          const json fixed = at("fixed-order", pass, rows, tp);
+          CHECK(fixed["verdict"] == "pass");
+          CHECK(tp_differences(fixed) == 0);
+          if (tp > 1) CHECK(fixed["layouts_run"][0] == "alone/tp=1");
+          // The rank chain (NCCL's tree + Simple pinned) holds in the batch at every tp.
+          CHECK(at("rank-chain", pass, rows, tp)["verdict"] == "pass");
+        }
+        if (tp == 1) continue;
+        INFO(op << " " << pass << " tp=" << tp);
+        // Across TP sizes the rank chain differs where a sum crosses the ranks: reported beside
+        // the verdict, not a failure.
+        CHECK(at("rank-chain", pass, 33, tp).contains("cross_tp_drift") != among(rank_local, pass));
+        // The cross-TP controls drift by construction where they are built to; where nothing
+        // crosses the ranks every order gives the same bits.
+        for (const std::string control : {"early-rounding", "naive-pair"}) {
+          const json c = at(control, pass, 33, tp);
+          CHECK(c.value("expected_to_drift", false) == among(control_passes, pass));
+          if (among(control_passes, pass)) CHECK(c["verdict"] == "drift");
+          if (among(rank_local, pass)) CHECK(tp_differences(c) == 0);
+        }
+      }
+      // The ring's order follows the message only at 3 or more ranks.
+      if (among(control_passes, pass)) CHECK(at("ring", pass, 33, 4)["verdict"] == "drift");
+      if (among(rank_local, pass)) CHECK(at("ring", pass, 33, 4)["verdict"] == "pass");
+      CHECK_FALSE(at("ring", pass, 33, 2).value("expected_to_drift", false));
+      CHECK(at("naive-pair", pass, 33, 1)["verdict"] == "pass");
+    }
+  }
+}
+
+TEST_CASE(
+    "vocab-parallel embedding: fixed-order keeps the sign of a -0 at every tp, the masked "
+    "sum of the rank chain turns it into +0 at tp > 1",
+    "[cli][tp][vocab][special_values]") {
+  const std::string spec = R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "tp": [1, 2, 4], "batches": [33]},
+    "ops": {"embedding": {"shapes": [{"V": 512, "H": 64}],
+            "impls": ["cpu-tp-vocab-fixed-order", "cpu-tp-vocab-rank-chain"]}}})";
+  const std::string dims = "H=64,V=512";
+  SECTION("with special values (-0 among them) in the table") {
+    TempDir dir;
+    const auto cases = sweep_cases(dir, spec, "--special-values");
+    const std::string special = "/special=0.03125";
+    for (int tp : {2, 4}) {
+      INFO("tp=" << tp);
+      for (const std::string pass : {"forward", "backward"}) {
+        const json fixed =
+            cases.at(case_id("embedding", "cpu-tp-vocab-fixed-order", pass, dims, 33, tp, special));
+        CHECK(fixed["verdict"] == "pass");
+        CHECK(tp_differences(fixed) == 0);
+      }
+      const json chain = cases.at(
+          case_id("embedding", "cpu-tp-vocab-rank-chain", "forward", dims, 33, tp, special));
+      CHECK(chain["verdict"] == "pass");  // the same bits in every batch at one tp
+      REQUIRE(chain.contains("cross_tp_drift"));
+      const json& mismatch = chain["cross_tp_drift"][0]["first_mismatch"];
+      CHECK(mismatch["expected_bits"] == "0x8000");  // -0 alone at tp = 1
+      CHECK(mismatch["actual_bits"] == "0x0000");    // +0 from the sum over the ranks
+      // dtable is rank-local: no sum across the ranks, the same bits.
+      CHECK(tp_differences(cases.at(case_id("embedding", "cpu-tp-vocab-rank-chain", "backward",
+                                            dims, 33, tp, special))) == 0);
+    }
+  }
+  SECTION("the control of that check: without special values the masked sum is exact") {
+    TempDir dir;
+    const auto cases = sweep_cases(dir, spec);
+    for (int tp : {2, 4}) {
+      const json chain =
+          cases.at(case_id("embedding", "cpu-tp-vocab-rank-chain", "forward", dims, 33, tp));
+      CHECK(chain["verdict"] == "pass");
+      CHECK(tp_differences(chain) == 0);
+    }
+  }
+}
+
+TEST_CASE(
+    "head-parallel attention on simulated ranks: no reduction across them, the same bits "
+    "at every tp",
+    "[cli][tp][attention]") {
+  TempDir dir;
+  const auto cases = sweep_cases(dir, R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "tp": [1, 2, 4], "batches": [3]},
+    "ops": {"attention": {"impls": ["cpu-tp-heads-fixed-order"],
+                          "layouts": ["seq_alone", "varlen_packed", "padded", "chunked_16", "decode"],
+                          "shapes": [{"H": 8, "KVH": 4, "D": 16, "L": 40}]}}})");
+  for (const std::string pass : {"forward", "backward"}) {
+    for (int tp : {1, 2, 4}) {
+      INFO(pass << " tp=" << tp);
+      const json c = cases.at(
+          case_id("attention", "cpu-tp-heads-fixed-order", pass, "D=16,H=8,KVH=4,L=40", 3, tp));
+      CHECK(c["verdict"] == "pass");
+      CHECK(tp_differences(c) == 0);
+      if (tp > 1) CHECK(c["layouts_run"][0] == "seq_alone/tp=1");
+    }
+  }
+}
+
+TEST_CASE(
+    "a TP size that does not divide V or the heads is bad input naming the file and the field",
+    "[cli][tp]") {
+  TempDir dir;
+  auto refused = [&](const std::string& spec, const std::string& field, const std::string& why) {
+    write_spec(dir, "spec.json", spec);
+    Run run = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") +
+                                    " --backend cpu --no-progress --out " + quote(dir / "out"));
+    INFO(run.err);
+    CHECK(run.exit_code == 2);
+    CHECK(run.err.find("spec.json") != std::string::npos);
+    CHECK(run.err.find(field) != std::string::npos);
+    CHECK(run.err.find(why) != std::string::npos);
+  };
+  refused(R"({"schema_version": 1, "ops": {"logprob": {"shapes": [{"V": 36}], "tp": [1, 8],
+             "impls": ["cpu-tp-vocab-fixed-order"]}}})",
+          "$.ops.logprob.tp", "tp=8 does not divide V=36");
+  refused(R"({"schema_version": 1, "defaults": {"tp": [1, 4]},
+             "ops": {"embedding": {"shapes": [{"V": 510, "H": 8}]}}})",
+          "$.defaults.tp", "tp=4 does not divide V=510");
+  refused(R"({"schema_version": 1, "ops": {"attention": {"shapes": [{"H": 8, "KVH": 2, "D": 16,
+             "L": 8}], "tp": [1, 4], "impls": ["cpu-tp-heads-fixed-order"]}}})",
+          "$.ops.attention.tp", "tp=4 does not divide KVH=2");
 }
