@@ -2,7 +2,8 @@
 // default, observed), NCCL with its protocol and channels pinned (all-reduce: tree + Simple, as
 // inference engines set it, which claims batch invariance; reduce-scatter has only the ring, whose
 // order follows the message size, so pinning is observed), the fixed-order collective (an exact
-// all-gather, then the balanced fp32 tree over the ranks on every rank) and a control whose chain
+// peer-memory sum, or an exact all-gather, then the balanced fp32 tree over the ranks on every
+// rank) and a control whose chain
 // starts at a rank that rotates with the message size. Each rank uploads its own contribution (its
 // slice of the row); every rank ends with the whole sum (a reduce-scatter's parts gathered back).
 #include <memory>
@@ -12,6 +13,7 @@
 #include "common/collective.h"
 #include "common/gathered_sum.h"
 #include "common/nccl_ranks.h"
+#include "common/peer_sum.h"
 #include "common/rank_sum.h"
 
 namespace bitcheck {
@@ -57,10 +59,11 @@ std::string description_of(Collective collective, Transport transport) {
                        "reduce-scatter's one algorithm here, reduces each part from the rank "
                        "after its owner, an order that follows the message size (observed)";
     case Transport::gathered_tree:
-      return "the contributions copied exactly (one ncclAllGather; from 512 KiB a message, an "
-             "all-to-all of parts and an all-gather of the summed parts, a ring all-reduce's "
-             "traffic), each element summed over the ranks in one balanced fp32 tree in rank "
-             "order, rounded once";
+      return "each element summed over the ranks in one balanced fp32 tree in rank order, rounded "
+             "once; the ranks' buffers read over peer memory (one shot; from 512 KiB a message two "
+             "shots, a ring all-reduce's traffic), or where peer memory cannot be mapped copied "
+             "exactly by NCCL (one ncclAllGather; from 512 KiB an all-to-all of parts and an "
+             "all-gather of the summed parts)";
     case Transport::gathered_rotating_chain:
       return "control: ncclAllGather, then a chain in the dtype from a rank that a hash of the "
              "message size picks, so it moves with the batch (at 3 or more ranks)";
@@ -84,13 +87,25 @@ ImplInfo info_of(Collective collective, const NcclKind& kind) {
   nccl.as_family();
   if (kind.transport == Transport::gathered_tree ||
       kind.transport == Transport::gathered_rotating_chain) {
-    paths.push_back(PathDecl("gathered.sum", "the gathered contributions summed on every rank"));
     nccl.informative();  // an exact copy whatever NCCL chooses
   }
+  if (kind.transport == Transport::gathered_rotating_chain) {
+    paths.push_back(PathDecl("gathered.sum", "the gathered contributions summed on every rank"));
+  }
   if (kind.transport == Transport::gathered_tree) {
+    // NCCL's transports are where peer memory cannot be mapped (across nodes): forced on one host.
+    paths.push_back(PathDecl("peer.one_shot",
+                             "every rank reads every rank's message over peer memory and sums it"));
+    paths.push_back(PathDecl("peer.two_shot",
+                             "messages of 512 KiB and more: rank r sums part r of every rank's "
+                             "message over peer memory, then every rank reads the summed parts"));
+    paths.push_back(
+        PathDecl("gathered.sum", "the contributions all-gathered by NCCL, summed on every rank")
+            .forceable());
     paths.push_back(PathDecl("scattered.sum",
                              "messages of 512 KiB and more: each rank sums its part of every "
-                             "contribution (an all-to-all), the parts all-gathered"));
+                             "contribution (a NCCL all-to-all), the parts all-gathered")
+                        .forceable());
   }
   paths.push_back(nccl);
   ImplInfo info = invariant         ? ImplInfo::invariant(kind.name, "cuda", description)
@@ -124,8 +139,8 @@ class NcclCollective : public Impl {
     }
     cuda::DeviceBuffer send = cs::upload(mine);
     cuda::DeviceBuffer sum(y.bytes() + 16);
-    Workspace workspace(mine.bytes(), tp);
-    reduce(send, sum, count, dtype, tp, mine.bytes(), workspace);
+    Workspace workspace(mine.bytes(), tp, peer_wanted(batch.spec->forced_path));
+    reduce(send, sum, count, dtype, tp, mine.bytes(), workspace, batch.spec->forced_path);
     sum.download(y.data(), y.bytes());
   }
 
@@ -141,46 +156,72 @@ class NcclCollective : public Impl {
     const std::size_t bytes = count * dtype_size(spec.dtype);
     cuda::DeviceBuffer send = cuda_bench::random_input(bytes, spec.dtype, 1 + nccl::group().rank);
     cuda::DeviceBuffer sum(bytes + 16);
-    Workspace workspace(bytes, tp);
+    Workspace workspace(bytes, tp, peer_wanted(spec.forced_path));
     nccl::Asynchronous asynchronous;
-    BenchMeasurement measurement = cuda_bench::time_rotated(
-        settings, 1, [&](std::size_t) { reduce(send, sum, count, dtype, tp, bytes, workspace); });
+    BenchMeasurement measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
+      reduce(send, sum, count, dtype, tp, bytes, workspace, spec.forced_path);
+    });
     measurement.bytes_moved = static_cast<double>(bytes) * 2.0 * (tp - 1) / tp;
-    measurement.config = {{"transport", transport_of(bytes, count, tp)}};
+    measurement.config = {
+        {"transport", transport_of(bytes, count, tp, workspace, spec.forced_path)}};
     return measurement;
   }
 
  private:
   // Device buffers a call needs besides its input and output, made once per message size.
+  // Peer buffers are mapped by every rank together, so each rank decides from what all ranks know.
   struct Workspace {
-    Workspace(std::size_t bytes, int tp)
+    Workspace(std::size_t bytes, int tp, bool peer_wanted)
         : gathered(bytes * static_cast<std::size_t>(tp) + 16),
           parts(bytes + 16),
-          part(bytes / static_cast<std::size_t>(tp) + 16) {}
+          part(bytes / static_cast<std::size_t>(tp) + 16) {
+      if (peer_wanted && cuda::peer_shape(bytes, tp)) peer.emplace(bytes, tp);
+    }
     cuda::DeviceBuffer gathered, parts, part;
+    std::optional<cuda::PeerSum> peer;
   };
 
-  std::string transport_of(std::size_t bytes, std::size_t count, int tp) const {
+  bool peer_wanted(const std::string& forced_path) const {
+    return kind_.transport == Transport::gathered_tree && forced_path.empty();
+  }
+
+  std::optional<cuda::PeerShape> peer_path(std::size_t bytes, int tp, const Workspace& workspace,
+                                           const std::string& forced_path) const {
+    if (!peer_wanted(forced_path) || !workspace.peer || !workspace.peer->usable())
+      return std::nullopt;
+    return cuda::peer_shape(bytes, tp);
+  }
+
+  std::string transport_of(std::size_t bytes, std::size_t count, int tp, const Workspace& workspace,
+                           const std::string& forced_path) const {
     switch (kind_.transport) {
       case Transport::nccl_default:
         return "nccl (its choice)";
       case Transport::nccl_pinned:
         return "nccl (tree, Simple, 16 channels)";
       case Transport::gathered_tree:
-        return scattered(bytes, count, tp) ? "all-to-all + tree + all-gather" : "all-gather + tree";
+        if (const auto shape = peer_path(bytes, tp, workspace, forced_path))
+          return *shape == cuda::PeerShape::one_shot ? "peer memory, one shot"
+                                                     : "peer memory, two shots";
+        return scattered(bytes, count, tp, forced_path) ? "all-to-all + tree + all-gather"
+                                                        : "all-gather + tree";
       case Transport::gathered_rotating_chain:
         return "all-gather + rotating chain";
     }
     return "";
   }
 
-  bool scattered(std::size_t bytes, std::size_t count, int tp) const {
-    return kind_.transport == Transport::gathered_tree && bytes >= scattered_from_bytes &&
-           count % static_cast<std::size_t>(tp) == 0;
+  bool scattered(std::size_t bytes, std::size_t count, int tp,
+                 const std::string& forced_path) const {
+    if (forced_path == "gathered.sum") return false;
+    return kind_.transport == Transport::gathered_tree &&
+           count % static_cast<std::size_t>(tp) == 0 &&
+           (bytes >= scattered_from_bytes || forced_path == "scattered.sum");
   }
 
   void reduce(const cuda::DeviceBuffer& send, cuda::DeviceBuffer& sum, std::size_t count,
-              cuda::DeviceDType dtype, int tp, std::size_t bytes, Workspace& workspace) const {
+              cuda::DeviceDType dtype, int tp, std::size_t bytes, Workspace& workspace,
+              const std::string& forced_path) const {
     switch (kind_.transport) {
       case Transport::nccl_default:
       case Transport::nccl_pinned:
@@ -188,7 +229,10 @@ class NcclCollective : public Impl {
         return;
       case Transport::gathered_tree:
       case Transport::gathered_rotating_chain:
-        if (scattered(bytes, count, tp)) {
+        if (const auto shape = peer_path(bytes, tp, workspace, forced_path)) {
+          workspace.peer->all_reduce(dtype, send.get(), sum.get(), count, nullptr);
+          record_path(*shape == cuda::PeerShape::one_shot ? "peer.one_shot" : "peer.two_shot");
+        } else if (scattered(bytes, count, tp, forced_path)) {
           scattered_sum(send, sum, count, dtype, tp, workspace);
         } else {
           gathered_sum(send, sum, count, dtype, tp, workspace);

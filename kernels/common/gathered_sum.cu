@@ -12,22 +12,13 @@
 #include "common/cuda_check.cuh"
 #include "common/dtype_dispatch.cuh"
 #include "common/gathered_sum.h"
+#include "common/rank_tree.cuh"
 
 namespace bitcheck::cuda {
 namespace {
 
-constexpr int max_ranks = 8;
+constexpr int max_ranks = max_tree_ranks;
 constexpr int threads = 256;
-
-// The same recursion as the CPU's fixed_tree (common/rank_sum.cpp): halves, left first.
-__device__ float tree(const float* values, int count) {
-  float level[max_ranks];
-  for (int i = 0; i < count; ++i) level[i] = values[i];
-  for (int width = count; width > 1; width /= 2) {
-    for (int i = 0; i < width / 2; ++i) level[i] = level[2 * i] + level[2 * i + 1];
-  }
-  return level[0];
-}
 
 template <typename T>
 __global__ void fixed_tree_kernel(const T* gathered, T* out, std::size_t count, int ranks) {
@@ -35,7 +26,7 @@ __global__ void fixed_tree_kernel(const T* gathered, T* out, std::size_t count, 
   if (i >= count) return;
   float values[max_ranks];
   for (int r = 0; r < ranks; ++r) values[r] = to_float(gathered[r * count + i]);
-  out[i] = from_float<T>(tree(values, ranks));
+  out[i] = from_float<T>(rank_tree(values, ranks));
 }
 
 template <typename T>
@@ -44,7 +35,7 @@ __global__ void fp32_tree_kernel(const float* gathered, T* out, std::size_t coun
   if (i >= count) return;
   float values[max_ranks];
   for (int r = 0; r < ranks; ++r) values[r] = gathered[r * count + i];
-  out[i] = from_float<T>(tree(values, ranks));
+  out[i] = from_float<T>(rank_tree(values, ranks));
 }
 
 template <typename T>

@@ -1,0 +1,258 @@
+// The fixed-order all-reduce over peer memory (common/peer_sum.h). Kernels:
+//   one_shot_kernel  each block copies its packs of the message into this rank's staging buffer,
+//                    meets the same block of every rank, then reads those packs from every rank
+//                    and sums each element in the rank tree.
+//   two_shot_kernel  the message in tp parts: after the first meeting rank r sums part r from every
+//                    rank into its result buffer; after the second every rank copies part p from
+//                    rank p's result buffer.
+// A block meets the same block of every other rank through flags in each rank's signal buffer
+// (a release store of the call's epoch into every peer's, acquire loads of its own), so block b's
+// packs are the same on every rank and no meeting waits on another block. Each element's sum is
+// the rank tree of common/rank_tree.cuh whatever the shape or the block: the gathered paths' bits.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "common/convert.cuh"
+#include "common/cuda_check.cuh"
+#include "common/dtype_dispatch.cuh"
+#include "common/nccl_ranks.h"
+#include "common/peer_sum.h"
+#include "common/rank_tree.cuh"
+
+namespace bitcheck::cuda {
+namespace {
+
+constexpr int threads = 256;
+constexpr int max_blocks = 128;  // every block resident at once on every rank: meetings never wait
+constexpr int phases = 3;        // meetings per call, at most (two_shot)
+constexpr std::size_t pack_bytes = sizeof(uint4);
+constexpr std::size_t signal_count = std::size_t(phases) * max_blocks * max_tree_ranks;
+
+struct PeerPointers {
+  uint4* staging[max_tree_ranks];
+  uint4* result[max_tree_ranks];
+  unsigned* signals[max_tree_ranks];
+};
+
+__device__ __forceinline__ void store_release(unsigned* flag, unsigned value) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");
+}
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* flag) {
+  unsigned value;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
+  return value;
+}
+
+// Block b of this rank and block b of every other rank: none leaves before all have arrived, and
+// what each wrote before arriving is visible to the others after.
+__device__ void meet(const PeerPointers& peers, int rank, int tp, unsigned epoch, int phase) {
+  __syncthreads();
+  const int peer = static_cast<int>(threadIdx.x);
+  if (peer < tp) {
+    const std::size_t slot =
+        (static_cast<std::size_t>(phase) * max_blocks + blockIdx.x) * max_tree_ranks;
+    __threadfence_system();
+    store_release(peers.signals[peer] + slot + rank, epoch);
+    while (load_acquire(peers.signals[rank] + slot + peer) < epoch) {
+    }
+  }
+  __syncthreads();
+}
+
+// Pack `pack` of every rank's staging buffer, each element summed in the rank tree, rounded once.
+// TP > 0: the rank count known at compile time (the tree unrolled, in registers); 0: `tp`.
+template <typename T, int TP>
+__device__ uint4 sum_pack(const PeerPointers& peers, std::size_t pack, int runtime_tp) {
+  const int tp = TP > 0 ? TP : runtime_tp;
+  constexpr int lanes = static_cast<int>(pack_bytes / sizeof(T));
+  uint4 loaded[max_tree_ranks];
+#pragma unroll
+  for (int r = 0; r < max_tree_ranks; ++r) {
+    if (r < tp) loaded[r] = __ldcg(peers.staging[r] + pack);
+  }
+  uint4 sum;
+  T* out = reinterpret_cast<T*>(&sum);
+#pragma unroll
+  for (int lane = 0; lane < lanes; ++lane) {
+    float values[max_tree_ranks];
+#pragma unroll
+    for (int r = 0; r < max_tree_ranks; ++r) {
+      if (r < tp) values[r] = to_float(reinterpret_cast<const T*>(&loaded[r])[lane]);
+    }
+    out[lane] = from_float<T>(rank_tree(values, tp));
+  }
+  return sum;
+}
+
+template <typename T, int TP>
+__global__ void __launch_bounds__(threads)
+    one_shot_kernel(PeerPointers peers, const uint4* send, uint4* out, std::size_t packs, int rank,
+                    int tp, unsigned epoch) {
+  const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t p = first; p < packs; p += stride) peers.staging[rank][p] = send[p];
+  meet(peers, rank, tp, epoch, 0);
+  for (std::size_t p = first; p < packs; p += stride) out[p] = sum_pack<T, TP>(peers, p, tp);
+  meet(peers, rank, tp, epoch, 1);  // no rank rewrites its staging while another still reads it
+}
+
+template <typename T, int TP>
+__global__ void __launch_bounds__(threads)
+    two_shot_kernel(PeerPointers peers, const uint4* send, uint4* out, std::size_t packs, int rank,
+                    int tp, unsigned epoch) {
+  const std::size_t part = packs / static_cast<std::size_t>(tp);
+  const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t j = first; j < part; j += stride) {
+    for (int r = 0; r < tp; ++r) peers.staging[rank][r * part + j] = send[r * part + j];
+  }
+  meet(peers, rank, tp, epoch, 0);
+  const std::size_t mine = static_cast<std::size_t>(rank) * part;
+  for (std::size_t j = first; j < part; j += stride)
+    peers.result[rank][mine + j] = sum_pack<T, TP>(peers, mine + j, tp);
+  meet(peers, rank, tp, epoch, 1);
+  for (std::size_t j = first; j < part; j += stride) {
+    for (int r = 0; r < tp; ++r) out[r * part + j] = __ldcg(peers.result[r] + r * part + j);
+  }
+  meet(peers, rank, tp, epoch, 2);  // the buffers are free for the next call
+}
+
+unsigned blocks_for(std::size_t work) {
+  const std::size_t wanted = (work + threads - 1) / threads;
+  return static_cast<unsigned>(wanted < 1 ? 1 : wanted > max_blocks ? max_blocks : wanted);
+}
+
+template <typename T, int TP>
+void launch(PeerShape shape, const PeerPointers& peers, const uint4* in, uint4* sum,
+            std::size_t packs, int rank, int tp, unsigned epoch, cudaStream_t queue) {
+  if (shape == PeerShape::one_shot) {
+    one_shot_kernel<T, TP>
+        <<<blocks_for(packs), threads, 0, queue>>>(peers, in, sum, packs, rank, tp, epoch);
+    return;
+  }
+  two_shot_kernel<T, TP><<<blocks_for(packs / static_cast<std::size_t>(tp)), threads, 0, queue>>>(
+      peers, in, sum, packs, rank, tp, epoch);
+}
+
+constexpr std::size_t handle_bytes = sizeof(cudaIpcMemHandle_t);
+constexpr int buffers = 3;  // staging, result, signals
+
+}  // namespace
+
+std::optional<PeerShape> peer_shape(std::size_t bytes, int tp) {
+  if (tp < 1 || tp > max_tree_ranks || bytes == 0 || bytes % pack_bytes != 0) return std::nullopt;
+  if (bytes < peer_two_shot_from_bytes) return PeerShape::one_shot;
+  if ((bytes / pack_bytes) % static_cast<std::size_t>(tp) != 0) return std::nullopt;
+  return PeerShape::two_shot;
+}
+
+struct PeerSum::State {
+  int tp = 1, rank = 0;
+  std::size_t bytes = 0;
+  DeviceBuffer staging, result, signals;
+  PeerPointers peers{};
+  std::vector<void*> opened;  // peers' buffers this rank mapped, closed on destruction
+  unsigned epoch = 0;
+  bool usable = false;
+  std::string problem;
+};
+
+PeerSum::PeerSum(std::size_t bytes, int tp) : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.tp = tp;
+  s.rank = nccl::group().rank;
+  s.bytes = bytes;
+  s.staging = DeviceBuffer(bytes);
+  s.result = DeviceBuffer(bytes);
+  s.signals = DeviceBuffer(signal_count * sizeof(unsigned));
+  BITCHECK_CUDA_CALL(cudaMemset(s.signals.get(), 0, s.signals.bytes()));
+  BITCHECK_CUDA_CALL(cudaDeviceSynchronize());
+  // This rank's three handles, then every rank's, rank by rank (an exact copy through NCCL).
+  std::vector<cudaIpcMemHandle_t> mine(buffers);
+  void* const own[buffers] = {s.staging.get(), s.result.get(), s.signals.get()};
+  for (int b = 0; b < buffers; ++b) BITCHECK_CUDA_CALL(cudaIpcGetMemHandle(&mine[b], own[b]));
+  const std::size_t rank_bytes = buffers * handle_bytes;
+  DeviceBuffer send(rank_bytes), gathered(rank_bytes * static_cast<std::size_t>(tp));
+  send.upload(mine.data(), rank_bytes);
+  nccl::all_gather(send.get(), gathered.get(), rank_bytes / sizeof(float), DeviceDType::fp32, tp,
+                   nccl::library_default());
+  std::vector<cudaIpcMemHandle_t> all(static_cast<std::size_t>(buffers * tp));
+  gathered.download(all.data(), rank_bytes * static_cast<std::size_t>(tp));
+  bool opened_all = true;
+  for (int r = 0; r < tp; ++r) {
+    for (int b = 0; b < buffers; ++b) {
+      void* pointer = own[b];
+      if (r != s.rank) {
+        const cudaError_t status =
+            cudaIpcOpenMemHandle(&pointer, all[static_cast<std::size_t>(r * buffers + b)],
+                                 cudaIpcMemLazyEnablePeerAccess);
+        if (status != cudaSuccess) {
+          static_cast<void>(cudaGetLastError());
+          if (opened_all)
+            s.problem = "rank " + std::to_string(s.rank) + " cannot map rank " + std::to_string(r) +
+                        "'s memory: " + cudaGetErrorString(status);
+          opened_all = false;
+          continue;
+        }
+        s.opened.push_back(pointer);
+      }
+      if (b == 0) s.peers.staging[r] = static_cast<uint4*>(pointer);
+      if (b == 1) s.peers.result[r] = static_cast<uint4*>(pointer);
+      if (b == 2) s.peers.signals[r] = static_cast<unsigned*>(pointer);
+    }
+  }
+  s.usable = nccl::all_true(opened_all, tp);
+  if (!s.usable && s.problem.empty()) s.problem = "another rank cannot map a peer's memory";
+}
+
+PeerSum::~PeerSum() {
+  for (void* pointer : state_->opened) BITCHECK_CUDA_CALL_NOEXCEPT(cudaIpcCloseMemHandle(pointer));
+  // No rank frees its buffers while another still has them mapped.
+  try {
+    nccl::all_true(true, state_->tp);
+  } catch (const std::exception&) {
+    return;
+  }
+}
+
+bool PeerSum::usable() const {
+  return state_->usable;
+}
+const std::string& PeerSum::problem() const {
+  return state_->problem;
+}
+
+void PeerSum::all_reduce(DeviceDType dtype, const void* send, void* out, std::size_t count,
+                         void* stream) {
+  State& s = *state_;
+  std::size_t element = 0;
+  by_dtype(dtype, [&](auto type) { element = sizeof(decltype(type)); });
+  const std::size_t bytes = count * element;
+  const std::optional<PeerShape> shape = peer_shape(bytes, s.tp);
+  if (!s.usable || !shape || bytes > s.bytes)
+    throw std::logic_error("PeerSum::all_reduce: a message peer memory does not take");
+  const std::size_t packs = bytes / pack_bytes;
+  const unsigned epoch = ++s.epoch;
+  const auto* in = static_cast<const uint4*>(send);
+  auto* sum = static_cast<uint4*>(out);
+  auto queue = static_cast<cudaStream_t>(stream);
+  by_dtype(dtype, [&](auto type) {
+    using T = decltype(type);
+    switch (s.tp) {
+      case 2:
+        return launch<T, 2>(*shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
+      case 4:
+        return launch<T, 4>(*shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
+      case 8:
+        return launch<T, 8>(*shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
+      default:
+        return launch<T, 0>(*shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
+    }
+  });
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace bitcheck::cuda

@@ -1,0 +1,56 @@
+// The fixed-order all-reduce over peer memory: every rank reads the other ranks' buffers directly
+// (CUDA IPC over NVLink or PCIe, no NCCL on the data path) and sums each element in the one
+// balanced fp32 tree over the ranks in rank order, rounded once: the bits of the gathered paths of
+// common/collective_cuda.cpp, with less latency and a ring all-reduce's traffic.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/device_dtype.h"
+
+namespace bitcheck::cuda {
+
+// How a message is summed over peer memory.
+enum class PeerShape {
+  one_shot,  // every rank reads every rank's whole message: one meeting, least latency
+  two_shot,  // rank r sums part r of every message, then every rank reads the summed parts: the
+             // traffic of a ring all-reduce
+};
+
+// From this many bytes a message is summed in two shots.
+constexpr std::size_t peer_two_shot_from_bytes = std::size_t(512) << 10;
+
+// The shape a message of `bytes` over `tp` ranks is summed in, or nullopt where peer memory does
+// not take it (not a whole number of 16-byte packs per rank's part, or more than 8 ranks).
+std::optional<PeerShape> peer_shape(std::size_t bytes, int tp);
+
+// Buffers for messages of up to `bytes`, shared with the ranks [0, tp) of the group: every rank
+// constructs one together (its IPC handles are exchanged with an all-gather) and destroys it
+// together. Construction throws where a peer's memory cannot be opened; `usable` says whether
+// every rank opened every peer's.
+class PeerSum {
+ public:
+  PeerSum(std::size_t bytes, int tp);
+  ~PeerSum();
+  PeerSum(const PeerSum&) = delete;
+  PeerSum& operator=(const PeerSum&) = delete;
+
+  // Whether every rank of the group opened every peer's buffers (agreed across the ranks), and if
+  // not, why not on this rank.
+  bool usable() const;
+  const std::string& problem() const;
+
+  // out = the sum over the ranks of their `send` (count elements of `dtype`, bytes at most the
+  // constructor's and peer_shape(...) not nullopt), on `stream` (a cudaStream_t; nullptr: the
+  // default stream), queued without waiting. Every rank calls it with the same count, in the same
+  // order of calls.
+  void all_reduce(DeviceDType dtype, const void* send, void* out, std::size_t count, void* stream);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace bitcheck::cuda
