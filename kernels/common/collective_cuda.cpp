@@ -95,10 +95,13 @@ ImplInfo info_of(Collective collective, const NcclKind& kind) {
   if (kind.transport == Transport::gathered_tree) {
     // NCCL's transports are where peer memory cannot be mapped (across nodes): forced on one host.
     paths.push_back(PathDecl("peer.one_shot",
-                             "every rank reads every rank's message over peer memory and sums it"));
+                             "every rank writes its message into every rank's memory, each sums "
+                             "them all")
+                        .forceable());
     paths.push_back(PathDecl("peer.two_shot",
                              "messages of 512 KiB and more: rank r sums part r of every rank's "
-                             "message over peer memory, then every rank reads the summed parts"));
+                             "message and writes it into every rank's memory")
+                        .forceable());
     paths.push_back(
         PathDecl("gathered.sum", "the contributions all-gathered by NCCL, summed on every rank")
             .forceable());
@@ -139,7 +142,8 @@ class NcclCollective : public Impl {
     }
     cuda::DeviceBuffer send = cs::upload(mine);
     cuda::DeviceBuffer sum(y.bytes() + 16);
-    Workspace workspace(mine.bytes(), tp, peer_wanted(batch.spec->forced_path));
+    const std::string& forced = batch.spec->forced_path;
+    Workspace workspace(mine.bytes(), tp, peer_wanted(forced), forced_shape(forced));
     reduce(send, sum, count, dtype, tp, mine.bytes(), workspace, batch.spec->forced_path);
     sum.download(y.data(), y.bytes());
   }
@@ -156,14 +160,13 @@ class NcclCollective : public Impl {
     const std::size_t bytes = count * dtype_size(spec.dtype);
     cuda::DeviceBuffer send = cuda_bench::random_input(bytes, spec.dtype, 1 + nccl::group().rank);
     cuda::DeviceBuffer sum(bytes + 16);
-    Workspace workspace(bytes, tp, peer_wanted(spec.forced_path));
+    Workspace workspace(bytes, tp, peer_wanted(spec.forced_path), forced_shape(spec.forced_path));
     nccl::Asynchronous asynchronous;
     BenchMeasurement measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
       reduce(send, sum, count, dtype, tp, bytes, workspace, spec.forced_path);
     });
     measurement.bytes_moved = static_cast<double>(bytes) * 2.0 * (tp - 1) / tp;
-    measurement.config = {
-        {"transport", transport_of(bytes, count, tp, workspace, spec.forced_path)}};
+    measurement.config = {{"path", transport_of(bytes, count, tp, workspace, spec.forced_path)}};
     return measurement;
   }
 
@@ -171,25 +174,36 @@ class NcclCollective : public Impl {
   // Device buffers a call needs besides its input and output, made once per message size.
   // Peer buffers are mapped by every rank together, so each rank decides from what all ranks know.
   struct Workspace {
-    Workspace(std::size_t bytes, int tp, bool peer_wanted)
+    Workspace(std::size_t bytes, int tp, bool peer_wanted,
+              std::optional<cuda::PeerShape> forced_shape)
         : gathered(bytes * static_cast<std::size_t>(tp) + 16),
           parts(bytes + 16),
           part(bytes / static_cast<std::size_t>(tp) + 16) {
-      if (peer_wanted && cuda::peer_shape(bytes, tp)) peer.emplace(bytes, tp);
+      if (peer_wanted) {
+        if (const auto shape = cuda::peer_shape(bytes, tp, forced_shape))
+          peer.emplace(bytes, tp, *shape);
+      }
     }
     cuda::DeviceBuffer gathered, parts, part;
     std::optional<cuda::PeerSum> peer;
   };
 
   bool peer_wanted(const std::string& forced_path) const {
-    return kind_.transport == Transport::gathered_tree && forced_path.empty();
+    return kind_.transport == Transport::gathered_tree &&
+           (forced_path.empty() || forced_path.rfind("peer.", 0) == 0);
   }
 
-  std::optional<cuda::PeerShape> peer_path(std::size_t bytes, int tp, const Workspace& workspace,
+  static std::optional<cuda::PeerShape> forced_shape(const std::string& forced_path) {
+    if (forced_path == "peer.one_shot") return cuda::PeerShape::one_shot;
+    if (forced_path == "peer.two_shot") return cuda::PeerShape::two_shot;
+    return std::nullopt;
+  }
+
+  std::optional<cuda::PeerShape> peer_path(const Workspace& workspace,
                                            const std::string& forced_path) const {
     if (!peer_wanted(forced_path) || !workspace.peer || !workspace.peer->usable())
       return std::nullopt;
-    return cuda::peer_shape(bytes, tp);
+    return workspace.peer->shape();
   }
 
   std::string transport_of(std::size_t bytes, std::size_t count, int tp, const Workspace& workspace,
@@ -200,7 +214,7 @@ class NcclCollective : public Impl {
       case Transport::nccl_pinned:
         return "nccl (tree, Simple, 16 channels)";
       case Transport::gathered_tree:
-        if (const auto shape = peer_path(bytes, tp, workspace, forced_path))
+        if (const auto shape = peer_path(workspace, forced_path))
           return *shape == cuda::PeerShape::one_shot ? "peer memory, one shot"
                                                      : "peer memory, two shots";
         return scattered(bytes, count, tp, forced_path) ? "all-to-all + tree + all-gather"
@@ -229,7 +243,7 @@ class NcclCollective : public Impl {
         return;
       case Transport::gathered_tree:
       case Transport::gathered_rotating_chain:
-        if (const auto shape = peer_path(bytes, tp, workspace, forced_path)) {
+        if (const auto shape = peer_path(workspace, forced_path)) {
           workspace.peer->all_reduce(dtype, send.get(), sum.get(), count, nullptr);
           record_path(*shape == cuda::PeerShape::one_shot ? "peer.one_shot" : "peer.two_shot");
         } else if (scattered(bytes, count, tp, forced_path)) {

@@ -1,14 +1,19 @@
-// The fixed-order all-reduce over peer memory (common/peer_sum.h). Kernels:
-//   one_shot_kernel  each block copies its packs of the message into this rank's staging buffer,
-//                    meets the same block of every rank, then reads those packs from every rank
-//                    and sums each element in the rank tree.
-//   two_shot_kernel  the message in tp parts: after the first meeting rank r sums part r from every
-//                    rank into its result buffer; after the second every rank copies part p from
-//                    rank p's result buffer.
-// A block meets the same block of every other rank through flags in each rank's signal buffer
-// (a release store of the call's epoch into every peer's, acquire loads of its own), so block b's
-// packs are the same on every rank and no meeting waits on another block. Each element's sum is
-// the rank tree of common/rank_tree.cuh whatever the shape or the block: the gathered paths' bits.
+// The fixed-order all-reduce over peer memory (common/peer_sum.h). Data moves by stores into the
+// other ranks' memory (NVLink writes are posted; reads would wait on a round trip each):
+//   one_shot_kernel  each rank writes its message into slot `rank` of every rank's staging buffer,
+//                    meets the others once, and sums the tp slots of its own buffer. The staging
+//                    buffer has two halves, one per call parity: the next call writes the other
+//                    half, and the one after it cannot start before this call's meeting is passed
+//                    by every rank, so one meeting a call is enough.
+//   two_shot_kernel  the message in tp parts: rank r's part p goes to slot r of rank p's staging;
+//                    after the first meeting rank p sums its slots and writes the summed part p
+//                    into slot p of every rank's result buffer; after the second every rank copies
+//                    its result buffer out. Nothing is rewritten before its reader passed a
+//                    meeting.
+// A block meets the same block of every other rank through flags in each rank's signal buffer (a
+// release store of the call's epoch into every peer's, acquire loads of its own), so block b's
+// packs are the same on every rank and no meeting waits on another block. Each element's sum is the
+// rank tree of common/rank_tree.cuh whatever the shape or the block: the gathered paths' bits.
 #include <cuda_runtime.h>
 
 #include <stdexcept>
@@ -26,7 +31,7 @@ namespace {
 
 constexpr int threads = 256;
 constexpr int max_blocks = 128;  // every block resident at once on every rank: meetings never wait
-constexpr int phases = 3;        // meetings per call, at most (two_shot)
+constexpr int phases = 2;        // meetings per call, at most (two_shot)
 constexpr std::size_t pack_bytes = sizeof(uint4);
 constexpr std::size_t signal_count = std::size_t(phases) * max_blocks * max_tree_ranks;
 
@@ -62,16 +67,18 @@ __device__ void meet(const PeerPointers& peers, int rank, int tp, unsigned epoch
   __syncthreads();
 }
 
-// Pack `pack` of every rank's staging buffer, each element summed in the rank tree, rounded once.
-// TP > 0: the rank count known at compile time (the tree unrolled, in registers); 0: `tp`.
+// Pack `pack` of each of the tp slots (`slot_packs` apart) of this rank's buffer, each element
+// summed in the rank tree, rounded once. TP > 0: the rank count known at compile time (the tree
+// unrolled, in registers); 0: `tp`.
 template <typename T, int TP>
-__device__ uint4 sum_pack(const PeerPointers& peers, std::size_t pack, int runtime_tp) {
+__device__ uint4 sum_slots(const uint4* slots, std::size_t slot_packs, std::size_t pack,
+                           int runtime_tp) {
   const int tp = TP > 0 ? TP : runtime_tp;
   constexpr int lanes = static_cast<int>(pack_bytes / sizeof(T));
   uint4 loaded[max_tree_ranks];
 #pragma unroll
   for (int r = 0; r < max_tree_ranks; ++r) {
-    if (r < tp) loaded[r] = __ldcg(peers.staging[r] + pack);
+    if (r < tp) loaded[r] = __ldcg(slots + r * slot_packs + pack);
   }
   uint4 sum;
   T* out = reinterpret_cast<T*>(&sum);
@@ -93,10 +100,15 @@ __global__ void __launch_bounds__(threads)
                     int tp, unsigned epoch) {
   const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t p = first; p < packs; p += stride) peers.staging[rank][p] = send[p];
+  const std::size_t half = (epoch & 1u) * packs * static_cast<std::size_t>(tp);
+  for (std::size_t p = first; p < packs; p += stride) {
+    const uint4 value = send[p];
+    for (int r = 0; r < tp; ++r) peers.staging[r][half + rank * packs + p] = value;
+  }
   meet(peers, rank, tp, epoch, 0);
-  for (std::size_t p = first; p < packs; p += stride) out[p] = sum_pack<T, TP>(peers, p, tp);
-  meet(peers, rank, tp, epoch, 1);  // no rank rewrites its staging while another still reads it
+  const uint4* slots = peers.staging[rank] + half;
+  for (std::size_t p = first; p < packs; p += stride)
+    out[p] = sum_slots<T, TP>(slots, packs, p, tp);
 }
 
 template <typename T, int TP>
@@ -107,17 +119,18 @@ __global__ void __launch_bounds__(threads)
   const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t j = first; j < part; j += stride) {
-    for (int r = 0; r < tp; ++r) peers.staging[rank][r * part + j] = send[r * part + j];
+    for (int r = 0; r < tp; ++r) peers.staging[r][rank * part + j] = send[r * part + j];
   }
   meet(peers, rank, tp, epoch, 0);
-  const std::size_t mine = static_cast<std::size_t>(rank) * part;
-  for (std::size_t j = first; j < part; j += stride)
-    peers.result[rank][mine + j] = sum_pack<T, TP>(peers, mine + j, tp);
-  meet(peers, rank, tp, epoch, 1);
   for (std::size_t j = first; j < part; j += stride) {
-    for (int r = 0; r < tp; ++r) out[r * part + j] = __ldcg(peers.result[r] + r * part + j);
+    const uint4 sum = sum_slots<T, TP>(peers.staging[rank], part, j, tp);
+    for (int r = 0; r < tp; ++r) peers.result[r][rank * part + j] = sum;
   }
-  meet(peers, rank, tp, epoch, 2);  // the buffers are free for the next call
+  meet(peers, rank, tp, epoch, 1);
+  const uint4* result = peers.result[rank];
+  for (std::size_t j = first; j < part; j += stride) {
+    for (int r = 0; r < tp; ++r) out[r * part + j] = __ldcg(result + r * part + j);
+  }
 }
 
 unsigned blocks_for(std::size_t work) {
@@ -142,15 +155,17 @@ constexpr int buffers = 3;  // staging, result, signals
 
 }  // namespace
 
-std::optional<PeerShape> peer_shape(std::size_t bytes, int tp) {
+std::optional<PeerShape> peer_shape(std::size_t bytes, int tp, std::optional<PeerShape> forced) {
   if (tp < 1 || tp > max_tree_ranks || bytes == 0 || bytes % pack_bytes != 0) return std::nullopt;
+  const bool parts = (bytes / pack_bytes) % static_cast<std::size_t>(tp) == 0;
+  if (forced) return *forced == PeerShape::two_shot && !parts ? std::nullopt : forced;
   if (bytes < peer_two_shot_from_bytes) return PeerShape::one_shot;
-  if ((bytes / pack_bytes) % static_cast<std::size_t>(tp) != 0) return std::nullopt;
-  return PeerShape::two_shot;
+  return parts ? std::optional<PeerShape>(PeerShape::two_shot) : std::nullopt;
 }
 
 struct PeerSum::State {
   int tp = 1, rank = 0;
+  PeerShape shape = PeerShape::one_shot;
   std::size_t bytes = 0;
   DeviceBuffer staging, result, signals;
   PeerPointers peers{};
@@ -160,13 +175,16 @@ struct PeerSum::State {
   std::string problem;
 };
 
-PeerSum::PeerSum(std::size_t bytes, int tp) : state_(std::make_unique<State>()) {
+PeerSum::PeerSum(std::size_t bytes, int tp, PeerShape shape) : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.tp = tp;
+  s.shape = shape;
   s.rank = nccl::group().rank;
   s.bytes = bytes;
-  s.staging = DeviceBuffer(bytes);
-  s.result = DeviceBuffer(bytes);
+  // One shot: two halves of tp slots of the message; two shots: tp slots of a part each way.
+  const bool one_shot = shape == PeerShape::one_shot;
+  s.staging = DeviceBuffer(one_shot ? 2 * bytes * static_cast<std::size_t>(tp) : bytes);
+  s.result = DeviceBuffer(one_shot ? pack_bytes : bytes);
   s.signals = DeviceBuffer(signal_count * sizeof(unsigned));
   BITCHECK_CUDA_CALL(cudaMemset(s.signals.get(), 0, s.signals.bytes()));
   BITCHECK_CUDA_CALL(cudaDeviceSynchronize());
@@ -218,6 +236,9 @@ PeerSum::~PeerSum() {
   }
 }
 
+PeerShape PeerSum::shape() const {
+  return state_->shape;
+}
 bool PeerSum::usable() const {
   return state_->usable;
 }
@@ -231,8 +252,7 @@ void PeerSum::all_reduce(DeviceDType dtype, const void* send, void* out, std::si
   std::size_t element = 0;
   by_dtype(dtype, [&](auto type) { element = sizeof(decltype(type)); });
   const std::size_t bytes = count * element;
-  const std::optional<PeerShape> shape = peer_shape(bytes, s.tp);
-  if (!s.usable || !shape || bytes > s.bytes)
+  if (!s.usable || bytes != s.bytes || peer_shape(bytes, s.tp, s.shape) != s.shape)
     throw std::logic_error("PeerSum::all_reduce: a message peer memory does not take");
   const std::size_t packs = bytes / pack_bytes;
   const unsigned epoch = ++s.epoch;
@@ -243,13 +263,13 @@ void PeerSum::all_reduce(DeviceDType dtype, const void* send, void* out, std::si
     using T = decltype(type);
     switch (s.tp) {
       case 2:
-        return launch<T, 2>(*shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
+        return launch<T, 2>(s.shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
       case 4:
-        return launch<T, 4>(*shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
+        return launch<T, 4>(s.shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
       case 8:
-        return launch<T, 8>(*shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
+        return launch<T, 8>(s.shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
       default:
-        return launch<T, 0>(*shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
+        return launch<T, 0>(s.shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
     }
   });
   BITCHECK_CUDA_LAUNCH_CHECK();

@@ -14,25 +14,28 @@ namespace bitcheck::cuda {
 
 // How a message is summed over peer memory.
 enum class PeerShape {
-  one_shot,  // every rank reads every rank's whole message: one meeting, least latency
-  two_shot,  // rank r sums part r of every message, then every rank reads the summed parts: the
-             // traffic of a ring all-reduce
+  one_shot,  // every rank writes its whole message to every rank: one meeting, least latency
+  two_shot,  // rank r sums part r of every message and writes it to every rank: the traffic of a
+             // ring all-reduce
 };
 
 // From this many bytes a message is summed in two shots.
 constexpr std::size_t peer_two_shot_from_bytes = std::size_t(512) << 10;
 
-// The shape a message of `bytes` over `tp` ranks is summed in, or nullopt where peer memory does
-// not take it (not a whole number of 16-byte packs per rank's part, or more than 8 ranks).
-std::optional<PeerShape> peer_shape(std::size_t bytes, int tp);
+// The shape a message of `bytes` over `tp` ranks is summed in (`forced`, or by its size), or
+// nullopt where peer memory does not take it (not whole 16-byte packs, for two shots not a whole
+// number of them per rank's part, or more than 8 ranks).
+std::optional<PeerShape> peer_shape(std::size_t bytes, int tp,
+                                    std::optional<PeerShape> forced = std::nullopt);
 
-// Buffers for messages of up to `bytes`, shared with the ranks [0, tp) of the group: every rank
-// constructs one together (its IPC handles are exchanged with an all-gather) and destroys it
-// together. Construction throws where a peer's memory cannot be opened; `usable` says whether
-// every rank opened every peer's.
+// Buffers for messages of `bytes` summed in `shape`, shared with the ranks [0, tp) of the group:
+// every rank constructs one together (its IPC handles are exchanged with an all-gather) and
+// destroys it together. Construction throws where a peer's memory cannot be opened; `usable` says
+// whether every rank opened every peer's.
 class PeerSum {
  public:
-  PeerSum(std::size_t bytes, int tp);
+  PeerSum(std::size_t bytes, int tp, PeerShape shape);
+  PeerShape shape() const;
   ~PeerSum();
   PeerSum(const PeerSum&) = delete;
   PeerSum& operator=(const PeerSum&) = delete;
@@ -42,10 +45,9 @@ class PeerSum {
   bool usable() const;
   const std::string& problem() const;
 
-  // out = the sum over the ranks of their `send` (count elements of `dtype`, bytes at most the
-  // constructor's and peer_shape(...) not nullopt), on `stream` (a cudaStream_t; nullptr: the
-  // default stream), queued without waiting. Every rank calls it with the same count, in the same
-  // order of calls.
+  // out = the sum over the ranks of their `send` (count elements of `dtype`, the constructor's
+  // bytes), on `stream` (a cudaStream_t; nullptr: the default stream), queued without waiting.
+  // Every rank calls it with the same count, in the same order of calls.
   void all_reduce(DeviceDType dtype, const void* send, void* out, std::size_t count, void* stream);
 
  private:

@@ -172,8 +172,11 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
   md << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& row : rows) {
     const OpDef* op = registry.find_op(row.spec.op);
+    // A row of a forced path is its own row of the table and its own line of the cost table.
+    const std::string impl_label =
+        row.spec.forced_path.empty() ? row.impl : row.impl + " [" + row.spec.forced_path + "]";
     nlohmann::json j = {{"op", row.spec.op},
-                        {"impl", row.impl},
+                        {"impl", impl_label},
                         {"dtype", row.spec.dtype_name},
                         {"pass", to_string(row.spec.pass)},
                         {"dims", row.spec.dims},
@@ -185,7 +188,7 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
       table.push_back(j);
       md << "| " << row.spec.op << " | " << row.spec.dtype_name << " | "
          << dims_string(row.spec.dims) << " | " << row.spec.rows << " | " << row.spec.tp << " | "
-         << row.impl << " | error: " << row.error << " | | | | |\n";
+         << impl_label << " | error: " << row.error << " | | | | |\n";
       continue;
     }
     const BenchMeasurement& m = *row.measurement;
@@ -230,7 +233,7 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
                          : m.config.contains("path")   ? m.config["path"].get<std::string>()
                                                        : "";
     md << "| " << row.spec.op << " | " << row.spec.dtype_name << " | " << dims_string(row.spec.dims)
-       << " | " << row.spec.rows << " | " << row.spec.tp << " | " << row.impl << " | "
+       << " | " << row.spec.rows << " | " << row.spec.tp << " | " << impl_label << " | "
        << printf_number("%.4f", m.median_ms) << " | "
        << (tflops > 0 ? printf_number("%.1f", tflops) : "") << " | " << printf_number("%.0f", gbps)
        << " | " << versus << " | " << config << " |\n";
