@@ -75,8 +75,22 @@ std::string run_summary(const nlohmann::json& results);
 std::int64_t layer_of(const std::string& name);
 // The op a chain impl swaps ("cpu-fixed-order+matmul=cpu-split-k-by-rows" -> "matmul"), or empty.
 std::string swapped_op(const std::string& impl_name);
+// The site of a call name, its part after "bwd." and "l<k>." ("bwd.l1.down" -> "down").
+std::string site_of(std::string call_name);
 // The op a call name stands for ("l0.qkv" -> "matmul"); empty for an unknown name.
 std::string op_of_call(const std::string& call_name);
+
+// The chain at tp = P, one variant per order of the TP impls (chain_tp.cpp): heads split
+// (head-parallel attention), qkv and gate/up column-parallel, o_proj and down row-parallel, the
+// embedding, LM head and logprob vocab-parallel; the other calls run the base chain's impls.
+struct TpChain {
+  ImplInfo info;
+  std::map<std::string, Impl*> sites;  // the impl of each TP call site ("o_proj", "lm_head", ...)
+};
+// The TP variants of the backend whose base chain is `base` (an impl per op), each one whose TP
+// impls are all registered.
+std::vector<TpChain> tp_chains(const Registry& registry, const std::string& backend,
+                               const std::map<std::string, Impl*>& base);
 
 }  // namespace bitcheck::chain
 

@@ -3,7 +3,9 @@
 // own state across the layout's invocations), so a CPU chain and a CUDA chain differ only in the
 // impls they name. Per backend: the chain of its invariant impls ("cpu-fixed-order",
 // "fixed-order"), and one variant per other impl of an op in the chain, swapped in for that op
-// alone ("cpu-fixed-order+matmul=cpu-split-k-by-rows"): the controls' variants are controls.
+// alone ("cpu-fixed-order+matmul=cpu-split-k-by-rows"): the controls' variants are controls; and
+// the chain at tp = P, its TP call sites run by the TP impls of one order ("cpu-tp-fixed-order",
+// chain_tp.cpp).
 #include <cstring>
 #include <set>
 #include <stdexcept>
@@ -33,6 +35,15 @@ struct ChainState {
 };
 
 class ChainImpl;
+
+// The case of one call for its impl: a component that runs on one rank gets tp = 1, a TP one the
+// ranks of the invocation (`tp`).
+CaseSpec component_spec(const CaseSpec& chain_spec, const chain::Call& call, const Impl& impl,
+                        int tp) {
+  CaseSpec spec = chain::call_spec(chain_spec, call, impl.name());
+  spec.tp = impl.tensor_parallelism().max_tp > 1 ? tp : 1;
+  return spec;
+}
 
 class ImplExecutor : public chain::Executor {
  public:
@@ -125,6 +136,13 @@ class ChainImpl : public Impl {
         base_(std::move(base)),
         swapped_op_(std::move(swapped_op)),
         swapped_(swapped) {}
+  // The chain at tp = P: `sites` run its TP call sites, `base` the others.
+  ChainImpl(const Registry& registry, chain::TpChain tp_chain, std::map<std::string, Impl*> base)
+      : Impl(std::move(tp_chain.info)),
+        registry_(registry),
+        base_(std::move(base)),
+        sites_(std::move(tp_chain.sites)),
+        swapped_(nullptr) {}
 
   std::optional<std::string> skip_reason(const CaseSpec& spec) const override {
     if (swapped_ && !swapped_->claims_invariance()) {
@@ -143,7 +161,7 @@ class ChainImpl : public Impl {
       if (!impl.supports(call.pass))
         return call.name + ": impl " + call.op + "/" + impl.name() + " has no " +
                to_string(call.pass) + " pass";
-      if (auto reason = impl.skip_reason(chain::call_spec(spec, call, impl.name())))
+      if (auto reason = impl.skip_reason(component_spec(spec, call, impl, spec.tp)))
         return call.name + " (" + call.op + "/" + impl.name() + "): " + *reason;
       if (spec.pass == Pass::backward && impl.token_granularity() > 1) {
         return call.op + "/" + impl.name() + " reduces over chunks of " +
@@ -201,6 +219,8 @@ class ChainImpl : public Impl {
   }
 
   Impl& impl_for(const chain::Call& call) const {
+    auto site = sites_.find(chain::site_of(call.name));
+    if (site != sites_.end()) return *site->second;
     if (swapped_ && call.op == swapped_op_ && swapped_->supports(call.pass)) return *swapped_;
     return *base_.at(call.op);
   }
@@ -208,6 +228,7 @@ class ChainImpl : public Impl {
  private:
   const Registry& registry_;
   std::map<std::string, Impl*> base_;
+  std::map<std::string, Impl*> sites_;
   std::string swapped_op_;
   Impl* swapped_;
 };
@@ -215,10 +236,10 @@ class ChainImpl : public Impl {
 TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
                             const TensorMap& inputs) {
   Impl& impl = chain_.impl_for(call);
-  CaseSpec spec = call_case;
-  spec.impl = impl.name();
+  CaseSpec spec = component_spec(call_case, call, impl, batch_.tp);
   Batch batch;
   batch.spec = &spec;
+  batch.tp = spec.tp;
   batch.invocation = batch_.invocation;
   batch.invocation_index = batch_.invocation_index;
   batch.invocation_count = batch_.invocation_count;
@@ -300,6 +321,8 @@ void register_chain_impls(Registry& registry) {
     if (impls.size() != std::size(chain_ops)) continue;  // the backend is not built
     registry.add_impl("chain",
                       std::make_unique<ChainImpl>(registry, base.impl, base.backend, impls));
+    for (chain::TpChain& tp_chain : chain::tp_chains(registry, base.backend, impls))
+      registry.add_impl("chain", std::make_unique<ChainImpl>(registry, std::move(tp_chain), impls));
     for (const char* op : chain_ops) {
       for (Impl* impl : registry.impls(op)) {
         if (impl->backend() != base.backend || impl == impls.at(op)) continue;

@@ -34,12 +34,6 @@ const std::map<std::string, std::string>& site_ops() {
   return sites;
 }
 
-std::string strip_prefixes(std::string name) {
-  if (name.rfind("bwd.", 0) == 0) name = name.substr(4);
-  if (layer_of(name) >= 0) name = name.substr(name.find('.') + 1);
-  return name;
-}
-
 Dims site_dims(const std::string& site, const Shape& s, std::int64_t longest) {
   const std::int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
   if (site == "embed" || site == "lm_head") return {{"V", s.vocab}, {"H", s.hidden}};
@@ -61,7 +55,7 @@ Dims site_dims(const std::string& site, const Shape& s, std::int64_t longest) {
 }
 
 Call make_call(const std::string& name, Pass pass, const Shape& shape, std::int64_t longest) {
-  const std::string site = strip_prefixes(name);
+  const std::string site = site_of(name);
   return Call{name, site_ops().at(site), pass, layer_of(name), site_dims(site, shape, longest)};
 }
 
@@ -174,8 +168,14 @@ std::int64_t layer_of(const std::string& name) {
   return std::stoll(rest.substr(1, dot - 1));
 }
 
+std::string site_of(std::string call_name) {
+  if (call_name.rfind("bwd.", 0) == 0) call_name = call_name.substr(4);
+  if (layer_of(call_name) >= 0) call_name = call_name.substr(call_name.find('.') + 1);
+  return call_name;
+}
+
 std::string op_of_call(const std::string& call_name) {
-  auto it = site_ops().find(strip_prefixes(call_name));
+  auto it = site_ops().find(site_of(call_name));
   return it == site_ops().end() ? std::string() : it->second;
 }
 

@@ -1,0 +1,102 @@
+// The chain at tp = P on a host of several GPUs (one rank process per GPU, NCCL), through the
+// bitcheck binary: tp-fixed-order gives a token's tp = 1 bits at every tp, forward and backward,
+// and the tp-early-rounding control drifts at tp > 1, first at l0.o_proj. Hidden ([.multi-gpu]):
+// run it on a host of 2 or more GPUs with NCCL found (BITCHECK_NCCL_LIBRARY or libnccl.so.2):
+//   tests/bitcheck_gpu_tests "[multi-gpu]"
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <tuple>
+
+using nlohmann::json;
+
+namespace {
+
+// This binary's directory: bitcheck is in ../bin in a bundle and in ../apps in a build tree.
+std::filesystem::path binary_directory() {
+  std::error_code ignored;
+  return std::filesystem::read_symlink("/proc/self/exe", ignored).parent_path();
+}
+
+std::string bitcheck_binary() {
+  if (const char* chosen = std::getenv("BITCHECK_BINARY"); chosen && *chosen) return chosen;
+  for (const char* relative : {"bin/bitcheck", "apps/bitcheck"}) {
+    const std::filesystem::path path = binary_directory().parent_path() / relative;
+    if (std::filesystem::exists(path)) return path.string();
+  }
+  return "bitcheck";
+}
+
+int visible_gpus() {
+  FILE* pipe = popen("nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null", "r");
+  if (!pipe) return 0;
+  int count = 0;
+  char line[64];
+  while (std::fgets(line, sizeof line, pipe)) ++count;
+  pclose(pipe);
+  return count;
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("the chain on NCCL ranks: fixed-order holds at tp 2 and 4, early rounding drifts",
+          "[tp][chain][.multi-gpu]") {
+  const int gpus = visible_gpus();
+  if (gpus < 2) {
+    WARN("the chain at tp > 1 needs 2 or more GPUs; " << gpus << " visible");
+    return;
+  }
+  const int largest_tp = gpus >= 4 ? 4 : 2;
+  std::string devices = "0";
+  for (int d = 1; d < largest_tp; ++d) devices += "," + std::to_string(d);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("bitcheck-chain-tp-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "spec.json") << R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "batches": [3]},
+    "ops": {"chain": {"impls": ["tp-fixed-order", "tp-early-rounding"],
+      "layouts": ["seq_alone", "batch", "varlen_packed", "padded"],
+      "shapes": [{"layers": 1, "H": 256, "heads": 4, "kv_heads": 4, "D": 64, "I": 512,
+                  "V": 4096, "L": 48}]}}})";
+  const std::string command = bitcheck_binary() + " sweep --spec " + (dir / "spec.json").string() +
+                              " --tp " + (largest_tp == 4 ? "1,2,4" : "1,2") +
+                              " --backend cuda --devices " + devices + " --no-progress --out " +
+                              (dir / "out").string() + " > " + (dir / "log.txt").string() + " 2>&1";
+  const int status = std::system(command.c_str());
+  INFO(command << "\n" << read_text(dir / "log.txt"));
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const json report = json::parse(read_text(dir / "out/report.json"));
+  std::map<std::tuple<std::string, std::string, int>, json> cases;
+  for (const auto& c : report["results"])
+    cases[{c["impl"].get<std::string>(), c["pass"].get<std::string>(), c.value("tp", 1)}] = c;
+  for (const std::string pass : {"forward", "backward"}) {
+    for (int tp = 1; tp <= largest_tp; tp *= 2) {
+      INFO(pass << " tp=" << tp);
+      const json& fixed = cases.at({"tp-fixed-order", pass, tp});
+      CHECK(fixed["verdict"] == "pass");
+      CHECK(fixed.value("drift", json::array()).empty());
+      if (tp == 1) continue;
+      CHECK(fixed["layouts_run"][0] == "seq_alone/tp=1");
+      const json& control = cases.at({"tp-early-rounding", pass, tp});
+      CHECK(control["verdict"] == "drift");
+      CHECK(control["chain"]["first_failing_forward"]["call"] == "l0.o_proj");
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
