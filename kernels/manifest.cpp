@@ -14,6 +14,7 @@
 #include "lm_head_logprob/lm_head_logprob.h"
 #include "logprob/logprob.h"
 #include "matmul/matmul.h"
+#include "moe/moe.h"
 #include "rmsnorm/rmsnorm.h"
 #include "rope/rope.h"
 #include "testing/testing.h"
@@ -34,6 +35,7 @@ constexpr RegisterOp manifest[] = {
     register_add_rmsnorm,  // kernels/add_rmsnorm/
     register_rope,         // kernels/rope/
     register_attention,    // kernels/attention/
+    register_moe,          // kernels/moe/
     register_chain,        // kernels/chain/, after the ops it composes
 };
 

@@ -56,6 +56,8 @@ struct CaseSpec {
   // one FP32 reference (the runner computes it once per group; shards keep a group together).
   std::string input_group() const;
   std::int64_t dim(const std::string& name) const;
+  // An optional dim (OpDef::optional_dim_names): its value, 0 when the shape leaves it out.
+  std::int64_t optional_dim(const std::string& name) const;
 };
 
 enum class TensorRole {
@@ -274,6 +276,12 @@ struct OpDef {
   std::string name;
   std::string summary;
   std::vector<std::string> dim_names;  // required shape dims in the spec, besides the batch
+  // Shape dims a spec may leave out (an option, such as moe's hot_experts): 0 when absent, and a
+  // shape that gives 0 leaves it out too, so a case id names it only when it is set.
+  std::vector<std::string> optional_dim_names;
+  // A shape the op cannot mean, found when the spec is read (bad input, exit 2): the dim at fault
+  // and what was expected of it. shape_problem, by contrast, skips a case (an impl's limits).
+  std::function<std::optional<std::pair<std::string, std::string>>(const Dims&)> dims_problem;
   bool has_backward = true;
   std::string tolerance_key;  // contract threshold row; defaults to name
   // `bitcheck bench` baseline: the impl that is the library default (e.g. cublaslt-heuristic);
