@@ -384,7 +384,8 @@ void register_moe_op(Registry& registry) {
 }
 
 void register_moe(Registry& registry, OpPart part) {
-  register_op_part(registry, part, {register_moe_op, register_moe_cpu, nullptr});
+  register_op_part(registry, part,
+                   {register_moe_op, register_moe_cpu, BITCHECK_CUDA_PART(register_moe_cuda)});
 }
 
 }  // namespace bitcheck

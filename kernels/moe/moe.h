@@ -12,8 +12,9 @@
 
 namespace bitcheck {
 void register_moe(Registry& registry, OpPart part);
-void register_moe_op(Registry& registry);   // moe.cpp: the OpDef
-void register_moe_cpu(Registry& registry);  // moe_cpu.cpp
+void register_moe_op(Registry& registry);    // moe.cpp: the OpDef
+void register_moe_cpu(Registry& registry);   // moe_cpu.cpp
+void register_moe_cuda(Registry& registry);  // moe_cuda.cpp (CUDA build)
 }  // namespace bitcheck
 
 namespace bitcheck::moe {

@@ -362,3 +362,22 @@ TEST_CASE("moe shapes the op cannot mean are bad input naming the dim", "[moe][s
   REQUIRE(spec.ops.size() == 1);
   CHECK(spec.ops[0].shapes[0] == spec.ops[0].shapes[1]);
 }
+
+TEST_CASE("the sweeps that run moe parse and name it", "[moe][spec]") {
+  // Specs that name CUDA impls (of moe or of other ops) parse where those are registered.
+  const bool cuda = world().registry.find_impl("moe", "fixed-order") != nullptr;
+  const std::vector<std::pair<const char*, bool>> specs = {{"moe.json", false},
+                                                           {"moe-gpu.json", false},
+                                                           {"bench-moe.json", true},
+                                                           {"gpu.json", true},
+                                                           {"nightly-gpu.json", true}};
+  for (const auto& [file, names_cuda_impls] : specs) {
+    if (names_cuda_impls && !cuda) continue;
+    INFO(file);
+    const SweepSpec spec = load_sweep_spec(std::string(BITCHECK_SOURCE_DIR) + "/sweeps/" + file,
+                                           world().registry, world().contract);
+    bool moe = false;
+    for (const OpSweep& sweep : spec.ops) moe = moe || sweep.op == "moe";
+    CHECK(moe);
+  }
+}
