@@ -1,6 +1,7 @@
 // `bitcheck sweep --spec sweeps/moe.json` on the CPU backend: cpu-fixed-order passes every layout
 // of every case, uniform and skewed, each control drifts, the batches cross the split-K control's
-// switch point; and a moe shape the op cannot mean is bad input naming the dim (exit 2).
+// switch point, the decoder stack with moe MLPs holds and drifts with a control swapped in; and a
+// moe shape the op cannot mean is bad input naming the dim (exit 2).
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
@@ -24,8 +25,13 @@ TEST_CASE("sweeps/moe.json on the CPU: the fixed order passes, every control dri
   std::map<std::string, std::set<std::string>> verdicts;  // impl/pass -> verdicts
   std::set<std::int64_t> skewed_batches;
   std::set<std::string> split_k_paths;
+  std::map<std::string, std::set<std::string>> chain_verdicts;  // chain impl -> verdicts
   for (const auto& c : report["results"]) {
     const std::string impl = c["impl"], pass = c["pass"];
+    if (c["op"] == "chain") {
+      chain_verdicts[impl].insert(c["verdict"].get<std::string>());
+      continue;
+    }
     verdicts[impl + "/" + pass].insert(c["verdict"].get<std::string>());
     if (impl == "cpu-fixed-order") {
       INFO(c["id"].get<std::string>());
@@ -48,6 +54,10 @@ TEST_CASE("sweeps/moe.json on the CPU: the fixed order passes, every control dri
   CHECK(skewed_batches.count(3) == 1);
   CHECK(skewed_batches.count(4) == 1);
   CHECK(split_k_paths == std::set<std::string>{"expert.split-k", "expert.whole"});
+  // The decoder stack whose MLP is an moe layer: invariant, and each moe control swapped in drifts.
+  CHECK(chain_verdicts["cpu-fixed-order"] == std::set<std::string>{"pass"});
+  CHECK(chain_verdicts["cpu-fixed-order+moe=cpu-split-k-by-load"].count("drift") == 1);
+  CHECK(chain_verdicts["cpu-fixed-order+moe=cpu-arrival-order-combine"].count("drift") == 1);
   CHECK(report["summary"]["harness_failures"].empty());
 }
 
