@@ -26,10 +26,7 @@
 namespace bitcheck::cuda {
 namespace {
 
-using moe_launch::as_stream;
-using moe_launch::blocks_for;
-using moe_launch::kThreads;
-using moe_launch::with_type;
+using namespace moe_launch;  // kThreads, blocks_for, as_stream, with_type
 
 constexpr int kDwTile = 64;    // dW tile per block: 64 x 64, 4 x 4 per thread
 constexpr int kDwChunk = 32;   // rows (tokens) per partial

@@ -39,10 +39,7 @@
 namespace bitcheck::cuda {
 namespace {
 
-using moe_launch::as_stream;
-using moe_launch::blocks_for;
-using moe_launch::kThreads;
-using moe_launch::with_type;
+using namespace moe_launch;  // kThreads, blocks_for, as_stream, with_type
 
 constexpr int kWarp = 32;
 constexpr int kLogitsPerLane = moe::max_experts / kWarp;

@@ -92,7 +92,7 @@ TEST_CASE("moe cuda routes like the CPU: the same experts for every token", "[gp
   for (std::int64_t i = 0; i < gpu_ids.numel(); ++i)
     differing += gpu_ids.get_int(i) != cpu_ids.get_int(i);
   // Logits are rounded to bf16 on both; only a logit that fp32 order puts on the other side of a
-  // rounding boundary at a tie could choose differently (about 1e-5 of the tokens).
+  // rounding boundary at a tie could choose differently (by estimate about 1e-5 of the tokens).
   CHECK(differing == 0);
 }
 
