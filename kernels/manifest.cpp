@@ -3,7 +3,10 @@
 // definition and CPU impls come first, then the test impls' CPU part, the CUDA backend, the test
 // impls' CUDA part and every op's CUDA impls, and last the impls composed of the others (the
 // chain).
+#include "manifest.h"
+
 #include "add_rmsnorm/add_rmsnorm.h"
+#include "all_reduce/all_reduce.h"
 #include "attention/attention.h"
 #include "chain/chain.h"
 #include "common/cuda_backend.h"
@@ -15,6 +18,7 @@
 #include "logprob/logprob.h"
 #include "matmul/matmul.h"
 #include "moe/moe.h"
+#include "reduce_scatter/reduce_scatter.h"
 #include "rmsnorm/rmsnorm.h"
 #include "rope/rope.h"
 #include "testing/testing.h"
@@ -31,12 +35,14 @@ constexpr RegisterOp manifest[] = {
     register_lm_head,          // kernels/lm_head/
     register_logprob,          // kernels/logprob/
     register_lm_head_logprob,  // kernels/lm_head_logprob/
-    register_elementwise,  // kernels/elementwise/: silu, gelu, swiglu, residual_add, scale, cast
-    register_add_rmsnorm,  // kernels/add_rmsnorm/
-    register_rope,         // kernels/rope/
-    register_attention,    // kernels/attention/
-    register_moe,          // kernels/moe/
-    register_chain,        // kernels/chain/, after the ops it composes
+    register_elementwise,     // kernels/elementwise/: silu, gelu, swiglu, residual_add, scale, cast
+    register_add_rmsnorm,     // kernels/add_rmsnorm/
+    register_rope,            // kernels/rope/
+    register_attention,       // kernels/attention/
+    register_moe,             // kernels/moe/
+    register_all_reduce,      // kernels/all_reduce/: collectives over the case's tp ranks
+    register_reduce_scatter,  // kernels/reduce_scatter/
+    register_chain,           // kernels/chain/, after the ops it composes
 };
 
 void register_part(Registry& registry, OpPart part) {

@@ -4,7 +4,7 @@
 usage: scripts/check-layers.py [--root DIR] [--list]
 
 Every C++/CUDA file of lib/, kernels/ and apps/ belongs to a room: a folder (lib/core,
-kernels/matmul, apps/tuner, ...) or, for kernels/manifest.cpp, the file itself. The rooms stand
+kernels/matmul, apps/tuner, ...) or, for kernels/manifest.cpp and .h, the manifest. The rooms stand
 in layers, bottom first. A file may include files of its own room and of rooms in lower layers,
 nothing else: an op may include another op only where COMPOSES says it is built from it. Prints
 each violation as FILE:LINE: ROOM includes TARGET (ROOM of a higher or the same layer) and exits 1
@@ -27,7 +27,7 @@ LAYERS = [
     ["kernels/*"],
     ["kernels/testing"],
     ["kernels/chain"],
-    ["kernels/manifest.cpp"],
+    ["kernels/manifest"],
     ["apps/tuner"],
     ["apps/bitcheck"],
 ]
@@ -47,8 +47,8 @@ def room_of(path):
     parts = path.split("/")
     if parts[0] == "include":
         return "include"
-    if path == "kernels/manifest.cpp":
-        return path
+    if path in ("kernels/manifest.cpp", "kernels/manifest.h"):
+        return "kernels/manifest"
     if len(parts) < 3:
         return "/".join(parts[:2])
     return "/".join(parts[:2])

@@ -17,7 +17,7 @@
 # job does. --repeats 30 gives the short runs of bitcheck bench's own default (SDPA's script: 20),
 # which measure the card's power state as much as the kernels: on an H200 at L = 8192 SDPA's forward
 # took 3.54 ms in its first launches and 3.90 over 4 s at the 700 W cap (scripts/gpu-power-trace.sh);
-# reports/gpu/attention/README.md has both kinds of runs of the same kernels, and their spread.
+# docs/results.md ("Attention") has both kinds of runs of the same kernels, and their spread.
 set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=$(mkdir -p "${2:?output dir}" && cd "$2" && pwd)

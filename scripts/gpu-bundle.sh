@@ -28,6 +28,8 @@ fi
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/tests" "$bundle/plugins" "$bundle/python" "$bundle/scripts"
 cp "$build/apps/bitcheck" "$bundle/bin/"
+# NCCL's profiler plugin that records NCCL's choices as paths: found beside the binary.
+cp "$build/apps/libbitcheck-nccl-profiler.so" "$bundle/bin/"
 # The GPU tests only: the unit and CLI tests run in CI, and the device tool carries at most 64 MiB.
 cp "$build/tests/bitcheck_gpu_tests" "$bundle/tests/"
 # Probes, among them sanitizer_probe: the per-tool controls of scripts/gpu-sanitize.sh.
@@ -52,9 +54,9 @@ cp "$build/examples/plugin/libbitcheck_example_plugin.so" "$bundle/plugins/"
 cp -r "$root/python/bitcheck_py" "$root/python/examples" "$bundle/python/"
 find "$bundle/python" -name __pycache__ -prune -exec rm -rf {} +
 cp "$root/scripts/gpu-python-report.sh" "$root/scripts/compact-report.py" "$root/scripts/gpu-check.sh" \
-  "$bundle/scripts/"
-# The searched cuBLASLt tables, the input of `bitcheck algos --refine kernels/tuner/searched`.
-mkdir -p "$bundle/kernels/tuner" && cp -r "$root/kernels/tuner/searched" "$bundle/kernels/tuner/"
+  "$root/scripts/gpu-tp-report.sh" "$root/scripts/tp-summary.py" "$bundle/scripts/"
+# The searched cuBLASLt tables, the input of `bitcheck algos --refine apps/tuner/searched`.
+mkdir -p "$bundle/apps/tuner" && cp -r "$root/apps/tuner/searched" "$bundle/apps/tuner/"
 if [ -n "${BITCHECK_REVISION:-}" ]; then
   echo "$BITCHECK_REVISION" > "$bundle/REVISION"
 else

@@ -7,7 +7,7 @@
 #       every patch has its header fields (and, with BIN, names registered ops and impls) and
 #       applies to this tree (git apply --check); ctest runs it as mutation_patches
 #   scripts/mutation-test.sh build [OUTDIR] [--only 01,02,...] [--no-pack] [--reuse-binary BIN]
-#        [--in-place]
+#        [--in-place] [--cpu]
 #       here (nvcc, no GPU): a git worktree of HEAD in build-mutants/src (BITCHECK_MUTANTS_WORKDIR),
 #       one CUDA build in it (Release, sm_90a + compute_80, ccache when present); the unmutated
 #       bitcheck, then for each patch: git apply --check (a patch that does not apply stops the
@@ -20,7 +20,9 @@
 #       seconds), in BITCHECK_MUTANTS_BUILD (default build-mutants/inplace), with the extra CMake
 #       arguments in BITCHECK_MUTANTS_CMAKE_ARGS (say, -DCMAKE_PREFIX_PATH=... for the
 #       dependencies) and the architectures in BITCHECK_MUTANTS_ARCH; each patch is reverted after
-#       its build, and on any failure.
+#       its build, and on any failure. --cpu accepts a build without the CUDA backend, for the
+#       mutants of the CPU backend's simulations (the TP chunk tree: 36-38), which `run --backend
+#       cpu --spec sweeps/tp.json` flags here.
 #   scripts/mutation-test.sh run BUNDLE OUTDIR [--only baseline,01,...] [--jobs N] [--deadline S]
 #        [--backend cuda|cpu] [--spec FILE|embedded] [--impls LIST] [--keep-reports]
 #       on the GPU machine (BUNDLE: OUTDIR of build, or its .tar.xz): the unmutated binary once on
@@ -60,11 +62,12 @@ install_binary() {  # SOURCE TARGET RPATH: a stripped copy whose rpath finds the
 
 build_phase() {
   local command_line="scripts/mutation-test.sh build $*"
-  local out="" only="" pack=1 reuse="" in_place=0
+  local out="" only="" pack=1 reuse="" in_place=0 cpu=0
   while [ $# -gt 0 ]; do
     case "$1" in
       --only) only=$2; shift 2 ;;
       --in-place) in_place=1; shift ;;
+      --cpu) cpu=1; shift ;;
       --no-pack) pack=0; shift ;;
       --reuse-binary) reuse=$(realpath "$2"); shift 2 ;;
       -*) die "build: unknown option $1" ;;
@@ -130,7 +133,7 @@ build_phase() {
       -DCMAKE_CUDA_ARCHITECTURES="${BITCHECK_MUTANTS_ARCH:-90a-real;80-virtual}" "${launcher[@]}" \
       "${extra[@]}" > "$out/configure.log" 2>&1 ||
       { tail -20 "$out/configure.log"; die "build: cmake configure failed"; }
-    grep -q 'CUDA backend ON' "$out/configure.log" ||
+    [ $cpu = 1 ] || grep -q 'CUDA backend ON' "$out/configure.log" ||
       die "build: no CUDA backend (nvcc not found): the mutants are CUDA kernels"
     [ $in_place = 1 ] || trap 'git -C "'"$src"'" reset --quiet --hard' EXIT
     local t0; t0=$(date +%s)

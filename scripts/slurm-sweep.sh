@@ -19,6 +19,16 @@
 #   scripts/slurm-sweep.sh --merge BITCHECK OUT
 #       merge mode: checks that every shard of the array wrote its report, merges them into
 #       OUT/report.json and renders OUT/matrix.md, OUT/matrix.html and OUT/junit.xml.
+#   scripts/slurm-sweep.sh --submit-ranks NODES GPUS_PER_NODE BITCHECK OUT [sweep arguments]
+#       on the login node: submits one job of NODES nodes x GPUS_PER_NODE tasks (one per GPU) that
+#       runs the ranks mode below; prints the job id.
+#   scripts/slurm-sweep.sh --ranks BITCHECK OUT [sweep arguments]
+#       ranks mode, tensor parallelism across nodes (what that job runs, on its first node):
+#       bitcheck sweep --devices <the node's GPUs> --rank-launcher srun. The cases at tp > 1 run
+#       in one srun step of SLURM_NTASKS tasks, a rank per GPU of every node, NCCL's unique ids
+#       exchanged through files under OUT; the other cases in shards on the first node's GPUs.
+#       Writes OUT/report.json, OUT/matrix.md, OUT/matrix.html and OUT/junit.xml. NVLink SHARP
+#       and multicast stay off in every task (NCCL_NVLS_ENABLE=0, NCCL_COLLNET_ENABLE=0).
 # BITCHECK and OUT must be visible from every node (a shared file system). Exit codes: those of
 # bitcheck sweep / merge (0 pass, 1 findings, 2 bad usage, 3 error); merge mode exits 3 when a
 # shard report is missing.
@@ -72,6 +82,41 @@ merge() {
   [ "$missing" -eq 0 ] || exit 3
   "$bitcheck" merge --out "$out/report.json" "${shards[@]}"
   status=$?
+  render "$bitcheck" "$out" "$status"
+}
+
+submit_ranks() {
+  local nodes=${1:?nodes} gpus=${2:?GPUs per node} bitcheck=${3:?bitcheck binary} out=${4:?output dir}
+  shift 4
+  for count in "$nodes" "$gpus"; do
+    [[ "$count" =~ ^[1-9][0-9]*$ ]] || { echo "slurm-sweep: NODES and GPUS_PER_NODE must be positive integers, got $count" >&2; exit 2; }
+  done
+  local script job
+  script=$(realpath "$0")
+  bitcheck=$(realpath "$bitcheck")
+  mkdir -p "$out"
+  out=$(realpath "$out")
+  job=$(sbatch --parsable --nodes="$nodes" --ntasks-per-node="$gpus" --gpus-per-node="$gpus" \
+    --job-name=bitcheck-ranks --output="$out/ranks.log" \
+    --wrap "$(printf '%q ' "$script" --ranks "$bitcheck" "$out" "$@")") || exit 3
+  echo "submitted: ranks job ${job%%;*} ($nodes nodes x $gpus GPUs) -> $out/report.json"
+}
+
+ranks() {
+  local bitcheck=${1:?bitcheck binary} out=${2:?output dir}
+  shift 2
+  [ -n "${SLURM_NTASKS:-}" ] || { echo "slurm-sweep: --ranks runs inside a Slurm allocation (SLURM_NTASKS)" >&2; exit 2; }
+  export NCCL_NVLS_ENABLE=0 NCCL_COLLNET_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+  local gpus=${SLURM_GPUS_ON_NODE:-${SLURM_NTASKS_PER_NODE:-1}} status
+  mkdir -p "$out"
+  "$bitcheck" sweep --no-progress --devices "$(seq -s, 0 $((gpus - 1)))" --rank-launcher srun \
+    --out "$out" "$@"
+  status=$?
+  render "$bitcheck" "$out" "$status"
+}
+
+render() {  # BITCHECK OUT STATUS: the matrices of OUT/report.json; exits with STATUS
+  local bitcheck=$1 out=$2 status=$3
   [ -f "$out/report.json" ] || exit "$status"
   for format in md html junit; do
     local file="$out/matrix.$format"
@@ -84,6 +129,8 @@ merge() {
 case "${1:-}" in
   --submit) shift; submit "$@" ;;
   --merge) shift; merge "$@" ;;
+  --submit-ranks) shift; submit_ranks "$@" ;;
+  --ranks) shift; ranks "$@" ;;
   ""|-h|--help) usage ;;
   *) shard "$@" ;;
 esac

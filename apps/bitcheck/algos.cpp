@@ -91,7 +91,7 @@ void add_algos_command(CLI::App& app, Context& context) {
   command->add_flag("--no-progress", flags->no_progress, "No progress line");
   command->add_option("--refine", flags->refine,
                       "Instead of searching: refine the bucketed pin for the shape in this pin "
-                      "directory or file (the searched tables: kernels/tuner/searched) so it "
+                      "directory or file (the searched tables: apps/tuner/searched) so it "
                       "follows the heuristic's split-K-1 pick per M where that gives the table's "
                       "bits and is faster; verified row for row before --write-pins merges it");
   command->add_option("--scan-rows", flags->scan_rows,

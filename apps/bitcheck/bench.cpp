@@ -5,26 +5,12 @@
 #include <string>
 
 #include "commands.h"
-#include "core/backend.h"
 
 namespace bitcheck::cli {
-namespace {
-
-struct BenchFlags {
-  BenchOptions bench;
-  std::string pin_file = "contract/pins";
-};
-
-int run(const BenchFlags& flags, const Registry& registry) {
-  configure_device_backends(registry, {flags.pin_file, false});
-  return run_bench(flags.bench, registry);
-}
-
-}  // namespace
 
 void add_bench_command(CLI::App& app, Context& context) {
-  auto flags = std::make_shared<BenchFlags>();
-  BenchOptions& bench = flags->bench;
+  auto flags = std::make_shared<BenchOptions>();
+  BenchOptions& bench = *flags;
   bench.argv = context.command_line.arguments();
   auto* command = app.add_subcommand(
       "bench", "Time device impls against the library default (or copy bandwidth) in one run");
@@ -43,13 +29,22 @@ void add_bench_command(CLI::App& app, Context& context) {
   command->add_option("--rounds", bench.rounds,
                       "Interleaved rounds per point (fastest median kept)");
   command->add_option("--out", bench.out_dir, "Directory for bench.json and bench.md");
-  command->add_option("--pins", flags->pin_file,
+  command
+      ->add_option("--tp", bench.overrides.tps,
+                   "TP sizes (1, 2, 4, 8): cases at tp > 1 are timed by a group of rank "
+                   "processes, one per GPU of --devices")
+      ->delimiter(',');
+  command
+      ->add_option("--devices", bench.devices,
+                   "The GPUs of the rank group that times the cases at tp > 1 (one per rank)")
+      ->delimiter(',');
+  command->add_option("--pins", bench.run.pins,
                       "cuBLASLt pin directory, or one pin file (default: contract/pins)");
   auto external = std::make_shared<ExternalImpls>();
   add_external_impl_options(*command, *external);
   context.on(
-      command, [flags](const Registry& registry) { return run(*flags, registry); },
-      [external, flags] { return with_spec_external_impls(*external, flags->bench.spec_path); });
+      command, [flags](const Registry& registry) { return run_bench(*flags, registry); },
+      [external, flags] { return with_spec_external_impls(*external, flags->spec_path); });
 }
 
 }  // namespace bitcheck::cli

@@ -8,6 +8,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/op.h"
+#include "manifest.h"
 
 namespace bitcheck::cli {
 

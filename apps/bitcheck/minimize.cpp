@@ -25,6 +25,8 @@ void add_minimize_command(CLI::App& app, Context& context) {
   command->add_option("--max-trials", minimize->max_trials,
                       "Most candidate cases to run (default 200)");
   command->add_option("--contract", minimize->contract_path, "Contract JSON (default: embedded)");
+  command->add_option("--pins", minimize->run.pins,
+                      "cuBLASLt pin directory, or one pin file (default: contract/pins)");
   // The plugins and Python impls the report's sweep loaded.
   context.on(
       command, [minimize](const Registry& registry) { return run_minimize(*minimize, registry); },

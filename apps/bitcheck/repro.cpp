@@ -20,6 +20,8 @@ void add_repro_command(CLI::App& app, Context& context) {
       "--dump", repro->dump_dir,
       "Write inputs, every layout's outputs and the reference as .npy + index.json");
   command->add_option("--contract", repro->contract_path, "Contract JSON (default: embedded)");
+  command->add_option("--pins", repro->run.pins,
+                      "cuBLASLt pin directory, or one pin file (default: contract/pins)");
   // The plugins and Python impls the report's sweep loaded.
   context.on(
       command, [repro](const Registry& registry) { return run_repro(*repro, registry); },

@@ -3,10 +3,13 @@
 #include "sweep/sweep.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,6 +37,8 @@ struct SweepFlags {
   CLI::Option* special_rate_option = nullptr;
   std::string ids;
   CLI::Option* ids_option = nullptr;
+  std::string rank;        // r/n
+  std::string skip_ids;    // a file of case ids
   ExternalImpls external;  // --plugin, --py-impl
 };
 
@@ -106,14 +111,46 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
       "Token-id distribution of the ops with token-id inputs (embedding ids, logprob targets, the "
       "chain's): uniform, zipf (real text's 1/rank frequencies) or few (4 ids)");
   command
+      .add_option("--tp", sweep.overrides.tps,
+                  "TP sizes (1, 2, 4, 8) of every entry: the impls that run on several ranks get "
+                  "a case at each; a case at tp > 1 is compared with its rows alone at tp = 1")
+      ->delimiter(',');
+  command
       .add_option(
           "--devices", sweep.devices,
           "Run one shard per listed device in parallel (child processes with CUDA_VISIBLE_DEVICES "
           "set), merged into one report; on the CPU backend only the parallelism")
       ->delimiter(',');
-  command.add_option("--pins", sweep.cuda.pin_file,
+  // The processes of a rank group (started by --devices for cases at tp > 1; sweep/rank_group.h).
+  command.add_option("--rank", flags.rank, "This process is rank r of a group of n (r/n)")
+      ->group("");
+  command.add_option("--rank-dir", sweep.rank_dir, "The directory the ranks meet in")->group("");
+  command.add_option("--rank-cases", sweep.rank_cases, "The ids of the cases the group runs")
+      ->group("");
+  command.add_option("--rank-results", sweep.rank_results, "Rank 0's results, a line a case")
+      ->group("");
+  command
+      .add_option("--skip-ids", flags.skip_ids,
+                  "A file of case ids (one a line) not to run: those a rank group ran")
+      ->group("");
+  command.add_flag("--rank-bench", sweep.rank_bench, "The group times its cases (bench)")
+      ->group("");
+  command.add_option("--bench-warmup", sweep.bench.warmup, "Warm-up launches (--rank-bench)")
+      ->group("");
+  command.add_option("--bench-repeats", sweep.bench.repeats, "Timed launches (--rank-bench)")
+      ->group("");
+  command
+      .add_option("--rank-launcher", sweep.rank_launcher,
+                  "How --devices starts the group of ranks for cases at tp > 1: on this host (the "
+                  "default), or srun: one task per rank across the Slurm allocation's nodes, "
+                  "meeting in --out on a shared file system (scripts/slurm-sweep.sh --ranks)")
+      ->check(CLI::IsMember({"srun"}));
+  command.add_option("--rank-case-timeout", sweep.rank_case_timeout_seconds,
+                     "Seconds a case of a rank group may take before the group is stopped and the "
+                     "case is `error` (default 900)");
+  command.add_option("--pins", sweep.run.pins,
                      "cuBLASLt pin directory, or one pin file (default: contract/pins)");
-  command.add_flag("--write-pins", sweep.cuda.write_pins,
+  command.add_flag("--write-pins", sweep.run.write_pins,
                    "Write pins derived in this run back to the pin table");
   add_external_impl_options(command, flags.external);
 }
@@ -140,6 +177,56 @@ void parse_shard(const std::string& shard, SweepOverrides& overrides) {
   } catch (const std::exception&) {
     throw BadInput("command line", "--shard", "i/n, e.g. 0/4, got \"" + shard + "\"");
   }
+}
+
+// A task of an srun step (--rank slurm): its rank and the group's size from Slurm, and its GPU the
+// one of its node's GPUs at its local index when Slurm left it several.
+void take_slurm_rank(SweepOptions& sweep) {
+  const char* proc = std::getenv("SLURM_PROCID");
+  const char* tasks = std::getenv("SLURM_NTASKS");
+  if (!proc || !tasks)
+    throw BadInput("command line", "--rank", "slurm only in a task of an srun step (SLURM_PROCID)");
+  sweep.rank = std::atoi(proc);
+  sweep.rank_count = std::atoi(tasks);
+  const char* local = std::getenv("SLURM_LOCALID");
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!local) return;
+  std::vector<std::string> gpus;
+  if (visible) {
+    std::stringstream list(visible);
+    for (std::string gpu; std::getline(list, gpu, ',');) gpus.push_back(gpu);
+  }
+  const auto index = static_cast<std::size_t>(std::atoi(local));
+  if (!visible) setenv("CUDA_VISIBLE_DEVICES", local, 1);
+  if (gpus.size() > 1 && index < gpus.size())
+    setenv("CUDA_VISIBLE_DEVICES", gpus[index].c_str(), 1);
+}
+
+void parse_rank(const std::string& rank, SweepOptions& sweep) {
+  if (rank == "slurm") {
+    take_slurm_rank(sweep);
+  } else {
+    try {
+      const auto slash = rank.find('/');
+      if (slash == std::string::npos) throw std::invalid_argument(rank);
+      sweep.rank = std::stoi(rank.substr(0, slash));
+      sweep.rank_count = std::stoi(rank.substr(slash + 1));
+    } catch (const std::exception&) {
+      throw BadInput("command line", "--rank", "r/n, e.g. 1/4, got \"" + rank + "\"");
+    }
+  }
+  if (sweep.rank < 0 || sweep.rank >= sweep.rank_count || sweep.rank_dir.empty() ||
+      sweep.rank_cases.empty() || (sweep.rank == 0 && sweep.rank_results.empty()))
+    throw BadInput("command line", "--rank",
+                   "r/n with 0 <= r < n, --rank-dir, --rank-cases and (rank 0) --rank-results");
+}
+
+// The case ids of a file, one a line.
+void add_case_ids(const std::string& path, std::set<std::string>& ids) {
+  std::ifstream list(path);
+  if (!list) throw BadInput(path, "--skip-ids", "a readable file of case ids, one a line");
+  for (std::string id; std::getline(list, id);)
+    if (!id.empty()) ids.insert(id);
 }
 
 // The ids of the cases a report checked. A case that ended in error (a fault, an interrupted
@@ -172,9 +259,14 @@ int run(SweepFlags& flags, const Registry& registry) {
     sweep.overrides.special_values = flags.special_values_rate;
   if (flags.ids_option->count()) sweep.overrides.ids = flags.ids;
   if (!flags.shard.empty()) parse_shard(flags.shard, sweep.overrides);
+  if (!flags.rank.empty()) parse_rank(flags.rank, sweep);
+  if (!sweep.rank_launcher.empty() && sweep.devices.empty())
+    throw BadInput("command line", "--rank-launcher",
+                   "--devices beside it (this node's GPUs, which run the cases at tp = 1)");
+  if (!flags.skip_ids.empty()) add_case_ids(flags.skip_ids, sweep.overrides.skip_ids);
   if (!sweep.overrides.shard_queue.empty()) {
-    if (sweep.overrides.shard_count < 2)
-      throw BadInput("command line", "--shard-queue", "--shard i/n with n >= 2 beside it");
+    if (flags.shard.empty())
+      throw BadInput("command line", "--shard-queue", "--shard i/n beside it");
     if (!std::filesystem::is_regular_file(sweep.overrides.shard_queue))
       throw BadInput("command line", "--shard-queue",
                      "an existing queue file (made by --devices), got \"" +

@@ -1,5 +1,5 @@
 // `bitcheck __sweep-worker` (hidden): the worker process of an isolated sweep, running the cases
-// sent over a socket (see lib/bitcheck/isolation.h).
+// sent over a socket (see lib/sweep/isolation.h).
 #include <memory>
 
 #include "commands.h"

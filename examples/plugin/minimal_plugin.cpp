@@ -1,4 +1,4 @@
-// The README's plugin: an fp32 matmul (y = x w^T) summing K in index order, one row at a time.
+// The plugin of docs/plugins.md's first example: y = x w^T in fp32, K summed in index order.
 #include <bitcheck/plugin.h>
 
 #include <cstring>

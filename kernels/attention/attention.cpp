@@ -334,10 +334,23 @@ void register_attention_op(Registry& registry) {
   registry.add_op(std::move(op));
 }
 
+namespace {
+void register_cpu_impls(Registry& registry) {
+  register_attention_cpu(registry);
+  register_attention_tp_cpu(registry);
+}
+#if BITCHECK_HAVE_CUDA
+void register_cuda_impls(Registry& registry) {
+  register_attention_cuda(registry);
+  register_attention_tp_cuda(registry);
+}
+#endif
+}  // namespace
+
 void register_attention(Registry& registry, OpPart part) {
   register_op_part(
       registry, part,
-      {register_attention_op, register_attention_cpu, BITCHECK_CUDA_PART(register_attention_cuda)});
+      {register_attention_op, register_cpu_impls, BITCHECK_CUDA_PART(register_cuda_impls)});
 }
 
 }  // namespace bitcheck

@@ -28,7 +28,11 @@ namespace bitcheck {
 // attention's registration: register_attention(), its one line in kernels/manifest.cpp, and its
 // parts.
 void register_attention(Registry& registry, OpPart part);
-void register_attention_op(Registry& registry);    // attention.cpp: the OpDef
-void register_attention_cpu(Registry& registry);   // attention_cpu.cpp
+void register_attention_op(Registry& registry);   // attention.cpp: the OpDef
+void register_attention_cpu(Registry& registry);  // attention_cpu.cpp
+// attention_tp_cpu.cpp: cpu-fixed-order on simulated ranks (head-parallel), after the CPU impls
+void register_attention_tp_cpu(Registry& registry);
 void register_attention_cuda(Registry& registry);  // attention_cuda.cpp (CUDA build)
+// attention_tp_cuda.cpp (CUDA build): fixed-order on rank processes, after the CUDA impls
+void register_attention_tp_cuda(Registry& registry);
 }  // namespace bitcheck

@@ -1,16 +1,21 @@
-// The attention backward on wgmma (sm_90a): the same two kernels and the same sums as the mma.sync
-// backward of attention_kernels.cu (dq per 64-query tile over key blocks in order; dk, dv per
-// 64-key tile over the heads of the group in order and, per head, over query blocks from the key's
-// own block to the end of the sequence), with each block's products issued as warpgroup MMAs.
+// The attention backward on wgmma (sm_90a; bf16/fp16, head dim 64 or 128): the same two kernels
+// and the same sums as the mma.sync backward of attention_backward_mma_simt.cu (dq per 64-query
+// tile over key blocks in order; dk, dv per 64-key tile over the heads of the group in order and,
+// per head, over query blocks from the key's own block to the end of the sequence), with each
+// block's products issued as warpgroup MMAs. attention_backward_mma (attention_plan.cu) runs
+// delta_kernel first and records the path.
 //
-// What keeps a row's bits independent of the batch: a warpgroup holds one tile of 64 rows of one
-// sequence, starting at a multiple of 64 (AttentionBackwardTile), so the blocks a row
-// visits and their order follow from its own position and sequence length. Each product element
-// comes from its own row and column only (wgmma m64n64k16 over the head dim in D/16 k-steps in
-// order for S and dP; m64nDk16 over the block in four 16-row k-steps in order for dQ, dK and dV),
-// the causal mask is per element (masked p and ds are exact zeros), and the p and ds arithmetic
-// is explicitly rounded (__fmaf_rn, __fmul_rn, __fsub_rn) as in the mma.sync kernels. No atomics:
-// every output element is written once, by the CTA that owns its row.
+// Kernels:
+//   dq_wgmma_kernel<T, 64>, dkdv_wgmma_kernel<T, 64>  a warpgroup per 64-row tile: backward.wgmma
+//   dq_pair_kernel<T, 128>, dkdv_pair_kernel<T, 128>  two warpgroups on a 128-row pair of tiles:
+//                                                     backward.wgmma.paired
+//
+// Why a row's bits do not depend on the batch: a warpgroup holds one 64-row tile of one sequence
+// starting at a multiple of 64 (AttentionBackwardTile), so the blocks a row visits and their order
+// follow from its own position and sequence length, each product element comes from its own row and
+// column (wgmma k-steps in order), the causal mask is per element and the p and ds arithmetic is
+// explicitly rounded as in the mma.sync kernels. No atomics: every output element is written once,
+// by the CTA that owns its row.
 //
 // Scheduling: at head dim 64, three CTAs of one warpgroup per SM, each a synchronous pipeline
 // (cp.async loads of the next block in flight under the current block's products), so one CTA's
@@ -26,15 +31,13 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "attention_backward_device.cuh"
 #include "attention_device.cuh"
 #include "attention_kernels.h"
+#include "attention_launchers.h"
 #include "common/async_copy.cuh"
 #include "common/cuda_check.cuh"
 #include "common/wgmma.cuh"
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define BITCHECK_ATTENTION_BACKWARD_SM90A 1
-#endif
 
 namespace bitcheck::cuda {
 namespace {
@@ -65,7 +68,7 @@ struct WgmmaBackwardTile {
 template <typename T, int D>
 __device__ __forceinline__ void rs_m64nd(float (&acc)[D / 8][4], const std::uint32_t (&a)[4],
                                          std::uint64_t b) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   if constexpr (D == 128) {
     wgmma::rs_m64n128k16<T>(reinterpret_cast<float(&)[D / 2]>(acc), a, b);
   } else {
@@ -82,7 +85,7 @@ template <typename T, int D>
 __device__ __forceinline__ void paired_scores(float (&s)[8][4], float (&dp)[8][4], std::uint64_t a1,
                                               std::uint64_t b1, std::uint64_t a2,
                                               std::uint64_t b2) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   constexpr int panel = WgmmaBackwardTile<T, D>::panel_bytes;
   wgmma::fence();
 #pragma unroll
@@ -102,7 +105,7 @@ __device__ __forceinline__ void paired_scores(float (&s)[8][4], float (&dp)[8][4
 #endif
 }
 
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
 // The descriptor of a K-major operand of paired_scores at a shared-memory address.
 __device__ __forceinline__ std::uint64_t operand_descriptor(std::uint32_t address) {
   return wgmma::descriptor(address, 16, 1024);
@@ -120,7 +123,7 @@ __device__ __forceinline__ void issue_block_products(float (&acc)[D / 8][4],
   for (int kc = 0; kc < 4; ++kc) rs_m64nd<T, D>(acc, a[kc], wgmma::advance(base, kc * 128));
 }
 
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
 // One key block of dq for a warpgroup of the paired kernels (dq_wgmma_kernel writes the same steps
 // out): S = Q·Kᵀ and dP = dO·Vᵀ, then p = 2^(s·scale·log2 e − lse·log2 e), ds = p·(dp − delta),
 // masked to 0 by the row's own position where the block reaches past the warp's first row, and
@@ -239,7 +242,7 @@ __global__ void __launch_bounds__(128, 2)
     dq_wgmma_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                     const float* delta, T* dq, const AttentionBackwardTile* tiles,
                     AttentionShape shape) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   using Tile = WgmmaBackwardTile<T, D>;
   constexpr int BN = Tile::block, threads = Tile::threads;
   extern __shared__ unsigned char shared_raw[];
@@ -250,54 +253,36 @@ __global__ void __launch_bounds__(128, 2)
   unsigned char* k_s = do_s + Tile::tile_bytes;  // [stages][panels][keys][128 bytes]
   unsigned char* v_s = k_s + 2 * Tile::tile_bytes;
 
-  const AttentionBackwardTile tile = tiles[blockIdx.x / shape.heads];
-  const int h = static_cast<int>(blockIdx.x % shape.heads),
-            kv_head = h / (shape.heads / shape.kv_heads);
-  const int warp = static_cast<int>(threadIdx.x) / warp_size,
-            lane = static_cast<int>(threadIdx.x) % warp_size;
-  const int g = lane >> 2, t = lane & 3;
-  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
-                     kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
-  const int last_position = tile.start_position + tile.count - 1, last_block = last_position / BN;
-  const T* k_sequence = k + tile.sequence_slot * kv_stride + kv_head * D;  // key of position 0
-  const T* v_sequence = v + tile.sequence_slot * kv_stride + kv_head * D;
+  const HeadTileCta<AttentionBackwardTile, D, BN> cta(tiles, shape);
+  const AttentionBackwardTile& tile = cta.tile;
+  const CtaThread<D>& thread = cta.thread;
+  const T* k_sequence =
+      k + tile.sequence_slot * thread.kv_stride + cta.kv_head * D;  // key of position 0
+  const T* v_sequence = v + tile.sequence_slot * thread.kv_stride + cta.kv_head * D;
   auto load_block = [&](int block, int stage) {  // keys past the tile's last query become zeros
-    const int valid_keys = last_position - block * BN + 1;
-    load_swizzled_async<T, D, BN, threads>(
-        k_s + stage * Tile::tile_bytes, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
-    load_swizzled_async<T, D, BN, threads>(
-        v_s + stage * Tile::tile_bytes, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+    load_kv_block<true, T, D, BN, threads>(k_s, v_s, Tile::tile_bytes, stage, k_sequence,
+                                           v_sequence, thread.kv_stride, block, cta.last_position);
   };
-  load_swizzled_async<T, D, Tile::rows, threads>(q_s, q + tile.first_slot * q_stride + h * D,
-                                                 q_stride, tile.count);
-  load_swizzled_async<T, D, Tile::rows, threads>(do_s, dout + tile.first_slot * q_stride + h * D,
-                                                 q_stride, tile.count);
+  load_swizzled_async<T, D, Tile::rows, threads>(
+      q_s, q + tile.first_slot * thread.q_stride + cta.h * D, thread.q_stride, tile.count);
+  load_swizzled_async<T, D, Tile::rows, threads>(
+      do_s, dout + tile.first_slot * thread.q_stride + cta.h * D, thread.q_stride, tile.count);
   load_block(0, 0);
   copy_async_commit();
 
-  const int r0 = warp * 16;
+  const int r0 = thread.warp * 16;
   const int warp_first_position = tile.start_position + r0;
-  const int position[2] = {warp_first_position + g, warp_first_position + g + 8};
+  const int position[2] = {warp_first_position + thread.g, warp_first_position + thread.g + 8};
   const float scale_log2 = shape.scale * log2_e;
   float lse_log2[2], row_delta[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = r0 + g + 8 * r;
-    const std::int64_t at = (tile.first_slot + row) * static_cast<std::int64_t>(shape.heads) + h;
-    lse_log2[r] = row < tile.count ? __fmul_rn(lse[at], log2_e) : 0.0f;
-    row_delta[r] = row < tile.count ? delta[at] : 0.0f;
-  }
+  load_row_lse_delta(lse_log2, row_delta, lse, delta, tile, shape.heads, cta.h, r0, thread.g);
   const std::uint32_t q_address = shared_address(q_s), do_address = shared_address(do_s);
 
   float acc[D / 8][4];
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+  clear_accumulators(acc);
 
-  for (int block = 0; block <= last_block; ++block) {
-    copy_async_wait_all();  // this thread's copies of the block have landed
-    __syncthreads();        // everyone's have, and nobody still reads the other stage
-    if (block < last_block) load_block(block + 1, (block + 1) & 1);
-    copy_async_commit();
+  for (int block = 0; block <= cta.last_block; ++block) {
+    two_stage_block(block, cta.last_block, load_block);
     const int stage = block & 1;
     const std::uint32_t k_address = shared_address(k_s + stage * Tile::tile_bytes);
     const std::uint32_t v_address = shared_address(v_s + stage * Tile::tile_bytes);
@@ -305,19 +290,8 @@ __global__ void __launch_bounds__(128, 2)
     float s[BN / 8][4], dp[BN / 8][4];
     paired_scores<T, D>(s, dp, operand_descriptor(q_address), operand_descriptor(k_address),
                         operand_descriptor(do_address), operand_descriptor(v_address));
-    // ds in place of s; the causal mask by the row's own position, needed only where the block
-    // reaches past the warp's first row.
-    const bool diagonal = block * BN + BN - 1 > warp_first_position;
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const bool masked = diagonal && block * BN + nt * 8 + 2 * t + (e & 1) > position[r];
-        const float p = fast_exp2(__fmaf_rn(s[nt][e], scale_log2, -lse_log2[r]));
-        s[nt][e] = masked ? 0.0f : __fmul_rn(p, __fsub_rn(dp[nt][e], row_delta[r]));
-      }
-    }
+    key_block_ds<BN>(s, dp, block, warp_first_position, position, thread.t, scale_log2, lse_log2,
+                     row_delta);
     std::uint32_t dsa[BN / 16][4];
     pack_p_fragments<T, BN>(s, dsa);
     // dQ += dS·K: K (16 keys x D, N-major) per k-step, keys in order.
@@ -329,8 +303,9 @@ __global__ void __launch_bounds__(128, 2)
   __syncthreads();  // every warp is done with the K/V stages: they become the output staging
   if (r0 >= tile.count) return;  // padding only; no barrier follows
   T* staging = reinterpret_cast<T*>(k_s) + r0 * Tile::staging_stride;
-  store_warp_rows<T, D>(staging, acc, shape.scale, dq + (tile.first_slot + r0) * q_stride + h * D,
-                        q_stride, tile.count - r0, lane);
+  store_warp_rows<T, D>(staging, acc, shape.scale,
+                        dq + (tile.first_slot + r0) * thread.q_stride + cta.h * D, thread.q_stride,
+                        tile.count - r0, thread.lane);
 #else
   __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
 #endif
@@ -347,7 +322,7 @@ __global__ void __launch_bounds__(128, 3)
     dkdv_wgmma_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                       const float* delta, T* dk, T* dv, const AttentionBackwardTile* tiles,
                       AttentionShape shape) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   using Tile = WgmmaBackwardTile<T, D>;
   constexpr int BM = Tile::block, threads = Tile::threads;
   extern __shared__ unsigned char shared_raw[];
@@ -360,53 +335,30 @@ __global__ void __launch_bounds__(128, 3)
   float* lse_s = reinterpret_cast<float*>(do_s + 2 * Tile::tile_bytes);  // [stages][queries]
   float* delta_s = lse_s + 2 * BM;                                       // [stages][queries]
 
-  const AttentionBackwardTile tile = tiles[blockIdx.x / shape.kv_heads];
-  const int kv_head = static_cast<int>(blockIdx.x % shape.kv_heads),
-            group = shape.heads / shape.kv_heads;
-  const int warp = static_cast<int>(threadIdx.x) / warp_size,
-            lane = static_cast<int>(threadIdx.x) % warp_size;
-  const int g = lane >> 2, t = lane & 3;
-  const std::int64_t q_stride = static_cast<std::int64_t>(shape.heads) * D,
-                     kv_stride = static_cast<std::int64_t>(shape.kv_heads) * D;
-  const BackwardKeySteps<BM> steps(tile, kv_head, group);
-  auto load_step = [&](int step, int stage) {  // queries past the sequence become zeros
-    const int h = steps.head(step), first_query = steps.first_query(step);
-    const int valid_queries = tile.sequence_length - first_query;
-    const std::int64_t first_row = tile.sequence_slot + first_query;
-    load_swizzled_async<T, D, BM, threads>(
-        q_s + stage * Tile::tile_bytes, q + first_row * q_stride + h * D, q_stride, valid_queries);
-    load_swizzled_async<T, D, BM, threads>(do_s + stage * Tile::tile_bytes,
-                                           dout + first_row * q_stride + h * D, q_stride,
-                                           valid_queries);
-    stage_lse_delta<BM>(lse_s + stage * BM, delta_s + stage * BM, lse, delta, first_row,
-                        shape.heads, h, valid_queries);
+  const KeyTileCta<D, BM> cta(tiles, shape);
+  const AttentionBackwardTile& tile = cta.tile;
+  const CtaThread<D>& thread = cta.thread;
+  auto load_step = [&](int step, int stage) {
+    cta.template load_step<true, T, threads>(q_s, do_s, Tile::tile_bytes, lse_s, delta_s, step,
+                                             stage, q, dout, lse, delta, shape.heads);
   };
 
-  load_swizzled_async<T, D, Tile::rows, threads>(k_s, k + tile.first_slot * kv_stride + kv_head * D,
-                                                 kv_stride, tile.count);
-  load_swizzled_async<T, D, Tile::rows, threads>(v_s, v + tile.first_slot * kv_stride + kv_head * D,
-                                                 kv_stride, tile.count);
+  cta.template load_keys<true, T, Tile::rows, threads>(k_s, v_s, k, v);
   load_step(0, 0);
   copy_async_commit();
 
-  const int r0 = warp * 16;
-  const int key_position[2] = {tile.start_position + r0 + g, tile.start_position + r0 + g + 8};
+  const int r0 = thread.warp * 16;
+  const int key_position[2] = {tile.start_position + r0 + thread.g,
+                               tile.start_position + r0 + thread.g + 8};
   const float scale_log2 = shape.scale * log2_e;
   const std::uint32_t k_address = shared_address(k_s), v_address = shared_address(v_s);
 
   float dk_acc[D / 8][4], dv_acc[D / 8][4];
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk_acc[dt][e] = dv_acc[dt][e] = 0.0f;
-  }
+  clear_accumulators(dk_acc, dv_acc);
 
-  for (int step = 0; step < steps.count; ++step) {
-    copy_async_wait_all();  // this thread's copies of the step have landed
-    __syncthreads();  // everyone's (and the lse, delta stores) have; nobody reads the other stage
-    if (step + 1 < steps.count) load_step(step + 1, (step + 1) & 1);
-    copy_async_commit();
-    const int stage = step & 1, first_query = steps.first_query(step);
+  for (int step = 0; step < cta.steps.count; ++step) {
+    two_stage_step(step, cta.steps.count, load_step);  // its barrier: the lse, delta stores too
+    const int stage = step & 1, first_query = cta.steps.first_query(step);
     const std::uint32_t q_address = shared_address(q_s + stage * Tile::tile_bytes);
     const std::uint32_t do_address = shared_address(do_s + stage * Tile::tile_bytes);
     const float* lse_step = lse_s + stage * BM;
@@ -421,7 +373,7 @@ __global__ void __launch_bounds__(128, 3)
     auto scores = [&](auto masking) {
 #pragma unroll
       for (int nt = 0; nt < BM / 8; ++nt) {
-        const int column = nt * 8 + 2 * t;
+        const int column = nt * 8 + 2 * thread.t;
         const float2 lse_pair = *reinterpret_cast<const float2*>(lse_step + column);
         const float2 delta_pair = *reinterpret_cast<const float2*>(delta_step + column);
 #pragma unroll
@@ -459,11 +411,13 @@ __global__ void __launch_bounds__(128, 3)
   }
   __syncthreads();  // every warp is done with the stages: they become the output staging
   if (r0 >= tile.count) return;  // padding only; no barrier follows
-  const std::int64_t out_row = tile.first_slot * kv_stride + kv_head * D + r0 * kv_stride;
+  const std::int64_t out_row =
+      tile.first_slot * thread.kv_stride + cta.kv_head * D + r0 * thread.kv_stride;
   T* staging = reinterpret_cast<T*>(q_s) + r0 * Tile::staging_stride;
-  store_warp_rows<T, D>(staging, dk_acc, shape.scale, dk + out_row, kv_stride, tile.count - r0,
-                        lane);
-  store_warp_rows<T, D>(staging, dv_acc, 1.0f, dv + out_row, kv_stride, tile.count - r0, lane);
+  store_warp_rows<T, D>(staging, dk_acc, shape.scale, dk + out_row, thread.kv_stride,
+                        tile.count - r0, thread.lane);
+  store_warp_rows<T, D>(staging, dv_acc, 1.0f, dv + out_row, thread.kv_stride, tile.count - r0,
+                        thread.lane);
 #else
   __trap();  // launched only on sm_90 devices, where the sm_90a cubin is used
 #endif
@@ -512,7 +466,7 @@ struct PairRows {
       : start(tile.start_position + 64 * w), count(min(64, tile.count - 64 * w)) {}
 };
 
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
 // The stages of a paired CTA: each stage's full mbarrier (every thread arrives once its copies of
 // the step land) and empty mbarrier (every warp arrives once its products are done with it), right
 // after the stages in shared memory. Step n uses stage n % Stages, for the (n / Stages)-th time.
@@ -583,7 +537,7 @@ __global__ void __launch_bounds__(256, 1)
     dq_pair_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                    const float* delta, T* dq, const AttentionBackwardTile* tiles,
                    AttentionShape shape) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   using Tile = WgmmaPairTile<T, D>;
   constexpr int BN = Tile::block, S = Tile::stages, ahead = Tile::ahead;
   constexpr int tile_bytes = Tile::tile_bytes;
@@ -685,7 +639,7 @@ __global__ void __launch_bounds__(256, 1)
     dkdv_pair_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                      const float* delta, T* dk, T* dv, const AttentionBackwardTile* tiles,
                      AttentionShape shape) {
-#ifdef BITCHECK_ATTENTION_BACKWARD_SM90A
+#ifdef BITCHECK_ATTENTION_SM90A
   using Tile = WgmmaPairTile<T, D>;
   constexpr int BM = Tile::block, S = Tile::stages, ahead = Tile::ahead;
   constexpr int tile_bytes = Tile::tile_bytes;
@@ -803,26 +757,19 @@ void launch(const T* q, const T* k, const T* v, const float* lse, const T* dout,
 
 }  // namespace
 
-void attention_backward_wgmma(DeviceDType dtype, const void* q, const void* k, const void* v,
-                              const float* lse, const void* dout, const float* delta, void* dq,
-                              void* dk, void* dv, const AttentionBackwardTiles& tiles,
-                              AttentionShape shape, CUstream_st* stream) {
-  auto run = [&](auto tag, auto dim) {
-    using T = decltype(tag);
-    constexpr int D = decltype(dim)::value;
-    launch<T, D>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), lse,
-                 static_cast<const T*>(dout), delta, static_cast<T*>(dq), static_cast<T*>(dk),
-                 static_cast<T*>(dv), tiles, shape, stream);
-  };
-  using Dim64 = std::integral_constant<int, 64>;
-  using Dim128 = std::integral_constant<int, 128>;
-  if (dtype == DeviceDType::bf16) {
-    shape.dim == 64 ? run(__nv_bfloat16{}, Dim64{}) : run(__nv_bfloat16{}, Dim128{});
-  } else if (dtype == DeviceDType::fp16) {
-    shape.dim == 64 ? run(__half{}, Dim64{}) : run(__half{}, Dim128{});
-  } else {
+void launch_backward_wgmma(DeviceDType dtype, const void* q, const void* k, const void* v,
+                           const float* lse, const void* dout, const float* delta, void* dq,
+                           void* dk, void* dv, const AttentionBackwardTiles& tiles,
+                           AttentionShape shape, CUstream_st* stream) {
+  if (dtype != DeviceDType::bf16 && dtype != DeviceDType::fp16)
     throw std::invalid_argument("attention backward (wgmma): bf16/fp16 only");
-  }
+  dispatch_tensor_core(dtype, shape.dim, [&](auto tag, auto dim) {
+    using T = decltype(tag);
+    launch<T, decltype(dim)::value>(static_cast<const T*>(q), static_cast<const T*>(k),
+                                    static_cast<const T*>(v), lse, static_cast<const T*>(dout),
+                                    delta, static_cast<T*>(dq), static_cast<T*>(dk),
+                                    static_cast<T*>(dv), tiles, shape, stream);
+  });
 }
 
 }  // namespace bitcheck::cuda

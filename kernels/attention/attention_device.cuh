@@ -1,9 +1,8 @@
-// Device helpers shared by the attention kernels (attention_kernels.cu: mma.sync, the synchronous
-// wgmma kernel, the SIMT kernels and the mma.sync backward; attention_forward_ws.cu: the
-// warp-specialized wgmma kernels and the split-KV merge; attention_backward_wgmma.cu): conversions,
-// asynchronous copies, the per-row online softmax and epilogue arithmetic whose sameness across
-// kernels keeps their rows' bits the same, and the backward's gradient stores.
-// Included only by .cu files.
+// Device code shared by the attention kernel families: instruction wrappers (mma.sync, ldmatrix,
+// cp.async, setmaxnreg), the loads into shared memory, the per-row online softmax, chunk merge and
+// epilogue arithmetic whose sameness across kernels keeps their rows' bits the same, the SIMT warp
+// reductions, and the dtype dispatch of the launchers. The backward kernels' own shared code is in
+// attention_backward_device.cuh. Included only by .cu files.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,6 +17,11 @@
 #include "attention_kernels.h"
 #include "common/cuda_check.cuh"
 #include "common/wgmma.cuh"
+
+// The sm_90a device pass (wgmma, TMA, setmaxnreg); the other passes compile those kernels as traps.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define BITCHECK_ATTENTION_SM90A 1
+#endif
 
 namespace bitcheck::cuda::attention_device {
 
@@ -63,12 +67,38 @@ __device__ __forceinline__ unsigned shared_address(const void* pointer) {
 }
 
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Lane l receives row
-// l/4, columns 2(l%4) and 2(l%4)+1 of each (ldmatrix_x4_trans in attention_kernels.cu: with .trans,
-// rows 2(l%4) and 2(l%4)+1 of column l/4).
+// l/4, columns 2(l%4) and 2(l%4)+1 of each.
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], unsigned address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
+}
+// Like ldmatrix_x4, transposed: lane l receives rows 2(l%4) and 2(l%4)+1 of column l/4 of each
+// matrix.
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], unsigned address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// C += A·B on mma.sync m16n8k16 with fp32 accumulation: an A fragment (rows g, g + 8) and the two
+// registers of a B fragment, C in the accumulator layout (rows g, g + 8, columns 2t, 2t + 1).
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4],
+                                          std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 // 16-byte global-to-shared copy that bypasses L1; valid == false zero-fills and reads nothing.
 __device__ __forceinline__ void copy_async_16(void* destination, const void* source, bool valid) {
@@ -97,6 +127,182 @@ __device__ __forceinline__ void copy_async_wait_all() {
 template <int Pending>  // this thread's copy groups but the newest Pending have landed
 __device__ __forceinline__ void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+// Every thread of the CTA copies its share of `rows` rows of D elements (row r at source +
+// r * row_stride) into shared rows of D + 8; rows at or past valid_rows become zeros, so padding
+// never reads past the tensor and never holds stale or uninitialized values.
+template <typename T, int D, int rows, int threads>
+__device__ __forceinline__ void load_rows_async(T* shared, const T* source, std::int64_t row_stride,
+                                                int valid_rows) {
+  constexpr int chunks = D / 8, stride = D + 8;
+  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < rows * chunks / threads; ++i) {
+    const int chunk = static_cast<int>(threadIdx.x) + i * threads, row = chunk / chunks,
+              column = chunk % chunks * 8;
+    const bool valid = row < valid_rows;
+    copy_async_16(shared + row * stride + column,
+                  valid ? source + row * row_stride + column : source, valid);
+  }
+}
+
+// Each of `threads` threads (`thread` its index among them) copies its share of `rows` rows of D
+// elements into swizzled panels; row r comes from source + r * row_stride, and rows at or past
+// valid_rows become zeros.
+template <typename T, int D, int rows, int threads>
+__device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const T* source,
+                                                    std::int64_t row_stride, int valid_rows,
+                                                    int thread = static_cast<int>(threadIdx.x)) {
+  constexpr int chunks = D / 8;
+  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < rows * chunks / threads; ++i) {
+    const int chunk = thread + i * threads, row = chunk / chunks, column = chunk % chunks;
+    const bool valid = row < valid_rows;
+    unsigned char* destination =
+        shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
+    copy_async_16(destination, valid ? source + row * row_stride + column * 8 : source, valid);
+  }
+}
+
+// One warp (lane its lane) copies a block of BN keys x D elements into 128-byte swizzled panels of
+// BN * 128 bytes, key k from source + k * row_stride, keys at or past valid_keys as zeros: a
+// producer warp's copy of a block TMA cannot cut at an arbitrary key. One 16-byte chunk per lane at
+// a time (producers run on few registers); the caller commits and waits.
+template <typename T, int D, int BN>
+__device__ __forceinline__ void copy_block_zero_tail_async(unsigned char* destination,
+                                                           const T* source, std::int64_t row_stride,
+                                                           int valid_keys, int lane) {
+  constexpr int chunks = D / 8;
+#pragma unroll 1
+  for (int chunk = lane; chunk < BN * chunks; chunk += warp_size) {
+    const int key = chunk / chunks, column = chunk % chunks;
+    const bool valid = key < valid_keys;
+    copy_async_16(
+        destination + (column / 8) * BN * 128 + key * 128 + (((column % 8) ^ (key % 8)) << 4),
+        valid ? source + key * row_stride + column * 8 : source, valid);
+  }
+}
+
+// The Q tile of a CTA whose rows are `pack` heads x per_head queries (row r: head first_head +
+// r / per_head, query r % per_head, real when below count); the rest become zeros.
+template <typename T, int D, int rows, int threads>
+__device__ __forceinline__ void load_packed_queries_async(
+    unsigned char* shared, const T* q, std::int64_t q_stride, int first_slot, int first_head,
+    int per_head, int count, int thread = static_cast<int>(threadIdx.x)) {
+  constexpr int chunks = D / 8;
+  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < rows * chunks / threads; ++i) {
+    const int chunk = thread + i * threads, row = chunk / chunks, column = chunk % chunks;
+    const int query = row % per_head;
+    const bool valid = query < count;
+    unsigned char* destination =
+        shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
+    copy_async_16(
+        destination,
+        valid ? q + (first_slot + query) * q_stride + (first_head + row / per_head) * D + column * 8
+              : q,
+        valid);
+  }
+}
+
+// This thread's warp and lane in a CTA of warps, the lane's rows g, g + 8 and columns 2t, 2t + 1
+// in an mma accumulator, and the elements between two slots' rows of q-shaped ([slots, heads, D])
+// and k-shaped ([slots, kv_heads, D]) tensors.
+template <int D>
+struct CtaThread {
+  int warp, lane, g, t;
+  std::int64_t q_stride, kv_stride;
+  __device__ __forceinline__ explicit CtaThread(AttentionShape shape)
+      : warp(static_cast<int>(threadIdx.x) / warp_size),
+        lane(static_cast<int>(threadIdx.x) % warp_size),
+        g(lane >> 2),
+        t(lane & 3),
+        q_stride(static_cast<std::int64_t>(shape.heads) * D),
+        kv_stride(static_cast<std::int64_t>(shape.kv_heads) * D) {}
+};
+
+// A CTA over one head h of one tile of query rows (blockIdx.x = tile index * heads + h), which
+// streams the blocks of BN keys of the tile's sequence from position 0 to its last row's block
+// (the forward and the dq kernels), and this thread in it. The members are in the order the
+// kernels compute them: another order changes the kernels' compiled code.
+template <typename Tile, int D, int BN>
+struct HeadTileCta {
+  Tile tile;
+  int h, kv_head;
+  CtaThread<D> thread;
+  int last_position, last_block;
+  __device__ __forceinline__ HeadTileCta(const Tile* tiles, AttentionShape shape)
+      : tile(tiles[blockIdx.x / shape.heads]),
+        h(static_cast<int>(blockIdx.x % shape.heads)),
+        kv_head(h / (shape.heads / shape.kv_heads)),
+        thread(shape),
+        last_position(tile.start_position + tile.count - 1),
+        last_block(last_position / BN) {}
+};
+
+// `rows` rows of D elements (row r at source + r * row_stride, rows at or past valid_rows as
+// zeros) copied by `threads` threads: load_rows_async's padded rows of D + 8 (the mma.sync
+// kernels) or, Swizzled, load_swizzled_async's 128-byte swizzled panels (the wgmma kernels).
+template <bool Swizzled, typename T, int D, int rows, int threads, typename Shared>
+__device__ __forceinline__ void load_tile_rows(Shared* shared, const T* source,
+                                               std::int64_t row_stride, int valid_rows) {
+  if constexpr (Swizzled) {
+    load_swizzled_async<T, D, rows, threads>(shared, source, row_stride, valid_rows);
+  } else {
+    load_rows_async<T, D, rows, threads>(shared, source, row_stride, valid_rows);
+  }
+}
+
+// Keys block * BN .. of a sequence (key 0's rows at k_sequence and v_sequence, kv_stride elements
+// apart) into stage `stage` of the K and V buffers at k_s and v_s (stage_size elements or bytes
+// each) by load_tile_rows, keys past last_position (the CTA's last query) as zeros.
+template <bool Swizzled, typename T, int D, int BN, int threads, typename Shared>
+__device__ __forceinline__ void load_kv_block(Shared* k_s, Shared* v_s, int stage_size, int stage,
+                                              const T* k_sequence, const T* v_sequence,
+                                              std::int64_t kv_stride, int block,
+                                              int last_position) {
+  const int valid_keys = last_position - block * BN + 1;
+  load_tile_rows<Swizzled, T, D, BN, threads>(
+      k_s + stage * stage_size, k_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+  load_tile_rows<Swizzled, T, D, BN, threads>(
+      v_s + stage * stage_size, v_sequence + block * BN * kv_stride, kv_stride, valid_keys);
+}
+
+// The top of step `step` of a two-stage cp.async pipeline of `count` steps: this thread's copies
+// of the step have landed, then everyone's (the barrier: nobody still reads the other stage), and
+// the copies of step + 1 into the other stage are under way (load(next step, its stage)).
+template <typename Load>
+__device__ __forceinline__ void two_stage_step(int step, int count, Load& load) {
+  copy_async_wait_all();
+  __syncthreads();
+  if (step + 1 < count) load(step + 1, (step + 1) & 1);
+  copy_async_commit();
+}
+// The same over key blocks 0..last_block.
+template <typename Load>
+__device__ __forceinline__ void two_stage_block(int block, int last_block, Load& load) {
+  copy_async_wait_all();
+  __syncthreads();
+  if (block < last_block) load(block + 1, (block + 1) & 1);
+  copy_async_commit();
+}
+
+// A warp's accumulator rows set to zero; two of them in one pass.
+template <int N>
+__device__ __forceinline__ void clear_accumulators(float (&a)[N][4]) {
+#pragma unroll
+  for (int dt = 0; dt < N; ++dt) a[dt][0] = a[dt][1] = a[dt][2] = a[dt][3] = 0.0f;
+}
+template <int N>
+__device__ __forceinline__ void clear_accumulators(float (&a)[N][4], float (&b)[N][4]) {
+#pragma unroll
+  for (int dt = 0; dt < N; ++dt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) a[dt][e] = b[dt][e] = 0.0f;
+  }
 }
 
 // How far (log2 units: the exponent of p) a block's row max may rise above the row's reference max
@@ -324,164 +530,72 @@ __device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const f
                            scale_log2);
 }
 
-// A warp's 16 accumulator rows (times `scale`, rounded to T) staged in its own shared rows, then
-// stored as 16-byte chunks to rows first_row.. of `out` (rows past `valid_rows` are padding).
-template <typename T, int D>
-__device__ __forceinline__ void store_warp_rows(T* staging, const float (&acc)[D / 8][4],
-                                                float scale, T* out, std::int64_t row_stride,
-                                                int valid_rows, int lane) {
-  constexpr int stride = D + 8, chunks = D / 8;
-  const int g = lane >> 2, t = lane & 3;
-  __syncwarp();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<std::uint32_t*>(staging + (g + 8 * r) * stride + dt * 8 + 2 * t) =
-          pack_pair<T>(__fmul_rn(acc[dt][2 * r], scale), __fmul_rn(acc[dt][2 * r + 1], scale));
-    }
-  }
-  __syncwarp();
-#pragma unroll
-  for (int i = 0; i < 16 * chunks / warp_size; ++i) {
-    const int chunk = lane + i * warp_size, row = chunk / chunks, column = chunk % chunks * 8;
-    if (row >= valid_rows) continue;
-    *reinterpret_cast<uint4*>(out + row * row_stride + column) =
-        *reinterpret_cast<const uint4*>(staging + row * stride + column);
+// The weights of merging a chunk's state (max m > -inf, sum l over the row) into a row's merged
+// state (M, L): M' = max(M, m), a = 2^((M - M') * scale log2 e) and b likewise for m (exactly 1
+// for the larger), L' = L a + l b; each accumulator element then merge_element(A, a, acc, b).
+__device__ __forceinline__ void chunk_merge_weights(float& M, float& L, float m, float l,
+                                                    float scale_log2, float& a, float& b) {
+  const float m_new = fmaxf(M, m);
+  a = M == m_new ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(M, m_new), scale_log2));
+  b = m == m_new ? 1.0f : fast_exp2(__fmul_rn(__fsub_rn(m, m_new), scale_log2));
+  M = m_new;
+  L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
+}
+__device__ __forceinline__ float merge_element(float A, float a, float acc, float b) {
+  return __fadd_rn(__fmul_rn(A, a), __fmul_rn(acc, b));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The SIMT kernels: warps of 32 lanes, simt_warps of them per CTA, each lane holding
+// simt_dims_per_lane of a row's dims.
+constexpr int simt_warps = 4;  // warps per CTA in the SIMT kernels
+constexpr int simt_max_dim = 128;
+constexpr int simt_dims_per_lane = simt_max_dim / warp_size;
+
+// Butterfly reductions: every lane ends with the same bits (a + b == b + a), in a fixed pattern.
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// CTAs of the SIMT kernels for `items` warps.
+inline unsigned warp_grid(std::int64_t items) {
+  return static_cast<unsigned>((items + simt_warps - 1) / simt_warps);
+}
+
+// body(T{}) with T the element type of `dtype`.
+template <typename F>
+void dispatch(DeviceDType dtype, F&& body) {
+  switch (dtype) {
+    case DeviceDType::bf16:
+      body(__nv_bfloat16{});
+      return;
+    case DeviceDType::fp16:
+      body(__half{});
+      return;
+    case DeviceDType::fp32:
+      body(float{});
+      return;
   }
 }
 
-// Each of `threads` threads (`thread` its index among them) copies its share of `rows` rows of D
-// elements into swizzled panels; row r comes from source + r * row_stride, and rows at or past
-// valid_rows become zeros.
-template <typename T, int D, int rows, int threads>
-__device__ __forceinline__ void load_swizzled_async(unsigned char* shared, const T* source,
-                                                    std::int64_t row_stride, int valid_rows,
-                                                    int thread = static_cast<int>(threadIdx.x)) {
-  constexpr int chunks = D / 8;
-  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
-#pragma unroll
-  for (int i = 0; i < rows * chunks / threads; ++i) {
-    const int chunk = thread + i * threads, row = chunk / chunks, column = chunk % chunks;
-    const bool valid = row < valid_rows;
-    unsigned char* destination =
-        shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
-    copy_async_16(destination, valid ? source + row * row_stride + column * 8 : source, valid);
-  }
-}
-
-// One warp (lane its lane) copies a block of BN keys x D elements into 128-byte swizzled panels of
-// BN * 128 bytes, key k from source + k * row_stride, keys at or past valid_keys as zeros: a
-// producer warp's copy of a block TMA cannot cut at an arbitrary key. One 16-byte chunk per lane at
-// a time (producers run on few registers); the caller commits and waits.
-template <typename T, int D, int BN>
-__device__ __forceinline__ void copy_block_zero_tail_async(unsigned char* destination,
-                                                           const T* source, std::int64_t row_stride,
-                                                           int valid_keys, int lane) {
-  constexpr int chunks = D / 8;
-#pragma unroll 1
-  for (int chunk = lane; chunk < BN * chunks; chunk += warp_size) {
-    const int key = chunk / chunks, column = chunk % chunks;
-    const bool valid = key < valid_keys;
-    copy_async_16(
-        destination + (column / 8) * BN * 128 + key * 128 + (((column % 8) ^ (key % 8)) << 4),
-        valid ? source + key * row_stride + column * 8 : source, valid);
-  }
-}
-
-// The Q tile of a CTA whose rows are `pack` heads x per_head queries (row r: head first_head +
-// r / per_head, query r % per_head, real when below count); the rest become zeros.
-template <typename T, int D, int rows, int threads>
-__device__ __forceinline__ void load_packed_queries_async(
-    unsigned char* shared, const T* q, std::int64_t q_stride, int first_slot, int first_head,
-    int per_head, int count, int thread = static_cast<int>(threadIdx.x)) {
-  constexpr int chunks = D / 8;
-  static_assert(rows * chunks % threads == 0, "every thread copies the same number of chunks");
-#pragma unroll
-  for (int i = 0; i < rows * chunks / threads; ++i) {
-    const int chunk = thread + i * threads, row = chunk / chunks, column = chunk % chunks;
-    const int query = row % per_head;
-    const bool valid = query < count;
-    unsigned char* destination =
-        shared + (column / 8) * rows * 128 + row * 128 + (((column % 8) ^ (row % 8)) << 4);
-    copy_async_16(
-        destination,
-        valid ? q + (first_slot + query) * q_stride + (first_head + row / per_head) * D + column * 8
-              : q,
-        valid);
-  }
-}
-
-// The steps of a dk/dv tile in the order its sums take them: the heads of the KV group in order
-// and, per head, the query blocks of Block rows from the tile's own block to the end of the
-// sequence. Both tensor-core backwards walk them, so a key's dk and dv add the same terms in the
-// same order whichever kernel runs.
-template <int Block>
-struct BackwardKeySteps {
-  int first_head, first_block, blocks_per_head, count;
-  __device__ BackwardKeySteps(const AttentionBackwardTile& tile, int kv_head, int group)
-      : first_head(kv_head * group),
-        first_block(tile.start_position / Block),
-        blocks_per_head((tile.sequence_length - 1) / Block - tile.start_position / Block + 1),
-        count(group * blocks_per_head) {}
-  __device__ int head(int step) const { return first_head + step / blocks_per_head; }
-  __device__ int first_query(int step) const {
-    return (first_block + step % blocks_per_head) * Block;
-  }
-};
-
-// A step's lse times log2 e and delta into one stage of Block floats each (threads 0..Block-1 the
-// lse, Block..2 Block-1 the delta), for queries at rows first_row.. of head h; zeros at and past
-// valid_queries.
-template <int Block>
-__device__ __forceinline__ void stage_lse_delta(float* lse_stage, float* delta_stage,
-                                                const float* lse, const float* delta,
-                                                std::int64_t first_row, int heads, int h,
-                                                int valid_queries) {
-  const int i = static_cast<int>(threadIdx.x) % Block;
-  const std::int64_t at = (first_row + i) * heads + h;
-  if (threadIdx.x < Block) {
-    lse_stage[i] = i < valid_queries ? __fmul_rn(lse[at], log2_e) : 0.0f;
+// body(T{}, std::integral_constant<int, D>{}) for the tensor-core kernels: T bf16 or fp16 (any
+// dtype but bf16 runs as fp16: the callers turn fp32 away first), D 64 or 128 (any dim but 64 as
+// 128).
+template <typename F>
+void dispatch_tensor_core(DeviceDType dtype, int dim, F&& body) {
+  using Dim64 = std::integral_constant<int, 64>;
+  using Dim128 = std::integral_constant<int, 128>;
+  if (dtype == DeviceDType::bf16) {
+    dim == 64 ? body(__nv_bfloat16{}, Dim64{}) : body(__nv_bfloat16{}, Dim128{});
   } else {
-    delta_stage[i] = i < valid_queries ? delta[at] : 0.0f;
+    dim == 64 ? body(__half{}, Dim64{}) : body(__half{}, Dim128{});
   }
-}
-
-// The two kernels of a tensor-core backward over the same tiles: dq_kernel on tile_count x heads
-// CTAs, then dkdv_kernel on tile_count x kv_heads CTAs, each with `threads` threads and its dynamic
-// shared memory (the limit raised on the first launch: `configured`, one flag per kernel pair).
-template <typename T>
-using BackwardDqKernel = void (*)(const T*, const T*, const T*, const T*, const float*,
-                                  const float*, T*, const AttentionBackwardTile*, AttentionShape);
-template <typename T>
-using BackwardDkdvKernel = void (*)(const T*, const T*, const T*, const T*, const float*,
-                                    const float*, T*, T*, const AttentionBackwardTile*,
-                                    AttentionShape);
-template <typename T>
-void launch_backward_kernels(BackwardDqKernel<T> dq_kernel, int dq_shared_bytes,
-                             BackwardDkdvKernel<T> dkdv_kernel, int dkdv_shared_bytes, int threads,
-                             bool& configured, const T* q, const T* k, const T* v, const float* lse,
-                             const T* dout, const float* delta, T* dq, T* dk, T* dv,
-                             const AttentionBackwardTile* query_tiles,
-                             const AttentionBackwardTile* key_tiles, int tile_count,
-                             AttentionShape shape, CUstream_st* stream) {
-  if (!configured) {
-    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            dq_shared_bytes));
-    BITCHECK_CUDA_CALL(cudaFuncSetAttribute(
-        dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dkdv_shared_bytes));
-    configured = true;
-  }
-  const std::int64_t dq_ctas = static_cast<std::int64_t>(tile_count) * shape.heads;
-  if (dq_ctas > std::numeric_limits<int>::max())
-    throw std::invalid_argument("attention backward: tiles * heads exceeds the grid");
-  dq_kernel<<<static_cast<unsigned>(dq_ctas), threads, dq_shared_bytes, stream>>>(
-      q, k, v, dout, lse, delta, dq, query_tiles, shape);
-  BITCHECK_CUDA_LAUNCH_CHECK();
-  const std::int64_t dkdv_ctas = static_cast<std::int64_t>(tile_count) * shape.kv_heads;
-  dkdv_kernel<<<static_cast<unsigned>(dkdv_ctas), threads, dkdv_shared_bytes, stream>>>(
-      q, k, v, dout, lse, delta, dk, dv, key_tiles, shape);
-  BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace bitcheck::cuda::attention_device

@@ -1,6 +1,9 @@
-// attention launchers: KV-cache write, fixed-order causal GQA forward (tensor-core flash kernel
-// for bf16/fp16, a SIMT kernel for fp32 and the controls), split-KV combine, and the fixed-order
-// SIMT backward (dq per query, dk/dv per key) plus the atomicAdd-dq control. Plain C++ header.
+// The attention kernels' interface (plain C++ header): KV-cache write, fixed-order causal GQA
+// forward (tensor-core kernels for bf16/fp16, SIMT for fp32 and the controls) and backward
+// (tensor-core and SIMT, plus the atomicAdd-dq control), launch paths, tiles and work orders.
+// attention_plan.cu defines it and picks the kernels; they are in one file per family:
+// attention_forward_ws.cu, attention_forward_wgmma_synchronous.cu, attention_forward_mma_simt.cu,
+// attention_decode.cu, attention_backward_wgmma.cu and attention_backward_mma_simt.cu.
 //
 // Tensors are row-major by slot: q, o, do, dq [slots, H, D]; k, v, dk, dv [slots, KVH, D];
 // lse and delta [slots, H] fp32. The KV cache is [tokens, KVH, D] in the element dtype, addressed
@@ -25,7 +28,7 @@ struct AttentionShape {
   float scale;  // softmax scale, 1/sqrt(dim)
 };
 
-// The launch paths the launchers record (bitcheck/paths.h), for the impl `kind` (0 fixed-order,
+// The launch paths the launchers record (core/paths.h), for the impl `kind` (0 fixed-order,
 // 1 the split-KV control, 2 the KV-block control, 3 the atomic-dq control).
 std::vector<PathDecl> attention_paths(int kind);
 // The sequence count from which a decode step packs a KV group's heads into one CTA (the wgmma
@@ -270,13 +273,6 @@ void attention_backward_mma(DeviceDType dtype, const void* q, const void* k, con
                             int token_count, const AttentionBackwardTiles& tiles,
                             AttentionShape shape, CUstream_st* stream,
                             AttentionBackwardKernel kernel = AttentionBackwardKernel::automatic);
-
-// The wgmma kernels of attention_backward_mma (attention_backward_wgmma.cu), delta already
-// computed; launch only on an sm_90 device.
-void attention_backward_wgmma(DeviceDType dtype, const void* q, const void* k, const void* v,
-                              const float* lse, const void* dout, const float* delta, void* dq,
-                              void* dk, void* dv, const AttentionBackwardTiles& tiles,
-                              AttentionShape shape, CUstream_st* stream);
 
 // Test support for the forward's epilogue division (attention_device::division_quotient, o = acc /
 // l): on `pairs` pseudo-random pairs (from `seed`) with l in [1/2, 2^24) and |acc| in [2^-90,

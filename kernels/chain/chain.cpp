@@ -50,6 +50,9 @@ std::vector<TensorDecl> chain_tensors(const OpDefs& ops, const CaseSpec& spec) {
     for (TensorDecl decl : ops.at(call.op).tensors(chain::call_spec(spec, call, ""))) {
       if (decl.role == TensorRole::parameter && call.name.rfind("bwd.", 0) != 0) {
         decl.name = parameter_name(call, decl);
+        // The chain's weights stay finite, the tied table too (embedding's cases give it special
+        // values): one NaN in it would reach every row through lm_head and hide what drifts.
+        decl.takes_special_values = false;
         bool known = std::any_of(decls.begin(), decls.end(),
                                  [&](const TensorDecl& d) { return d.name == decl.name; });
         if (!known) decls.push_back(decl);

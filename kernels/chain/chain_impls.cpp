@@ -316,6 +316,8 @@ void register_chain_impls(Registry& registry) {
     for (const char* op : chain_ops) {
       for (Impl* impl : registry.impls(op)) {
         if (impl->backend() != base.backend || impl == impls.at(op)) continue;
+        // The chain runs on one rank: an impl split over ranks has no call in it.
+        if (impl->tensor_parallelism().max_tp > 1) continue;
         registry.add_impl("chain", std::make_unique<ChainImpl>(registry, base.impl, base.backend,
                                                                impls, op, impl));
       }

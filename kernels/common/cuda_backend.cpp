@@ -12,8 +12,6 @@ namespace {
 class AbsentCudaBackend : public DeviceBackend {
  public:
   nlohmann::json meta() const override { return {{"cuda_backend_built", false}}; }
-  void configure(const BackendOptions&) override {}
-  std::string finish() override { return ""; }
   double copy_bandwidth_gbps() const override { return -1.0; }
   double copy_bandwidth_gbps(double, int, int, std::size_t) const override { return -1.0; }
   std::optional<std::size_t> free_memory_bytes() const override { return std::nullopt; }

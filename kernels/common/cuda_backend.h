@@ -1,5 +1,5 @@
 // The CUDA backend's registration: its status (available, or the reason it is not) and its
-// DeviceBackend (bitcheck/backend.h).
+// DeviceBackend (core/backend.h).
 #pragma once
 #include "core/op.h"
 

@@ -1,16 +1,16 @@
 // The CUDA backend: the device's status and its DeviceBackend (device facts for the report, free
-// memory, context faults, the copy yardstick, the cuBLASLt pin table's configuration, the device
-// memory of plugin and Python impls). Each op registers its own CUDA impls
-// (kernels/<op>/<op>_cuda.cpp), even without a device, so their cases are skipped with the reason.
+// memory, context faults, the copy yardstick, the device memory of plugin and Python impls). Each
+// op registers its own CUDA impls (kernels/<op>/<op>_cuda.cpp), even without a device, so their
+// cases are skipped with the reason.
 #include <memory>
 
 #include "common/bench_support.h"
 #include "common/cuda_backend.h"
 #include "common/external_device.h"
+#include "common/nccl_ranks.h"
 #include "common/runtime.h"
 #include "core/backend.h"
 #include "core/op.h"
-#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 namespace {
@@ -32,17 +32,15 @@ class CudaBackend : public DeviceBackend {
     meta["driver_version"] = device.driver_version;
     meta["cuda_runtime_version"] = device.runtime_version;
     meta["cublaslt_version"] = device.cublaslt_version;
+    meta["nccl"] = nccl::meta();
     return meta;
   }
 
-  void configure(const BackendOptions& options) override {
-    cuda::configure_pins(options.pin_file, options.write_pins);
-  }
-
-  std::string finish() override {
-    cuda::write_back_pins();
-    return "";
-  }
+  // Tensor parallelism: one process per GPU, NCCL between them (common/nccl_ranks.h).
+  std::optional<std::string> ranks_unavailable() const override { return nccl::unavailable(); }
+  void join_ranks(const RankGroup& group) override { nccl::join(group); }
+  RankGroup rank_group() const override { return nccl::group(); }
+  bool all_ranks_agree(int tp, bool mine) override { return nccl::all_true(mine, tp); }
 
   std::optional<std::size_t> free_memory_bytes() const override {
     static const bool available = cuda::query_device().available;

@@ -1,4 +1,4 @@
-// The CUDA backend's device memory for impls from outside bitcheck (bitcheck/external_device.h):
+// The CUDA backend's device memory for impls from outside bitcheck (external/external_device.h):
 // cudaMalloc allocations exported through CUDA IPC, synchronous uploads and downloads, a stream of
 // its own for plugin calls and CUDA-event timing on it.
 #pragma once

@@ -23,6 +23,17 @@ TensorDecl embedding_table_decl(const CaseSpec& spec) {
           scale};
 }
 
+std::int32_t checked_token_id(const Batch& batch, std::int64_t slot) {
+  const std::int32_t id = batch.in("ids").get_int(slot);
+  const std::int64_t vocab = batch.spec->dim("V");
+  if (id < 0 || id >= vocab) {
+    throw std::out_of_range("embedding: token id " + std::to_string(id) + " at slot " +
+                            std::to_string(slot) + " is out of range [0, " + std::to_string(vocab) +
+                            ")");
+  }
+  return id;
+}
+
 void register_embedding_op(Registry& registry) {
   OpDef op;
   op.name = "embedding";
@@ -30,9 +41,13 @@ void register_embedding_op(Registry& registry) {
   op.dim_names = {"V", "H"};
   op.tensors = [](const CaseSpec& spec) {
     const std::int64_t v = spec.dim("V"), h = spec.dim("H");
+    // The table takes the case's special values: the forward has no float row input, and its
+    // -0 entries show what a TP impl does with the sign of zero.
+    TensorDecl table = embedding_table_decl(spec);
+    table.takes_special_values = true;
     std::vector<TensorDecl> decls = {
         {"ids", TensorRole::row_input, DType::i32, {1}, Generator::token_id, 1.0f, v},
-        embedding_table_decl(spec),
+        table,
     };
     if (spec.pass == Pass::forward) {
       decls.push_back({"out", TensorRole::row_output, spec.dtype, {h}});
@@ -79,10 +94,23 @@ void register_embedding_op(Registry& registry) {
   registry.add_op(std::move(op));
 }
 
+namespace {
+void register_cpu_impls(Registry& registry) {
+  register_embedding_cpu(registry);
+  register_embedding_tp_cpu(registry);
+}
+#if BITCHECK_HAVE_CUDA
+void register_cuda_impls(Registry& registry) {
+  register_embedding_cuda(registry);
+  register_embedding_tp_cuda(registry);
+}
+#endif
+}  // namespace
+
 void register_embedding(Registry& registry, OpPart part) {
   register_op_part(
       registry, part,
-      {register_embedding_op, register_embedding_cpu, BITCHECK_CUDA_PART(register_embedding_cuda)});
+      {register_embedding_op, register_cpu_impls, BITCHECK_CUDA_PART(register_cuda_impls)});
 }
 
 }  // namespace bitcheck

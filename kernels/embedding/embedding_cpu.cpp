@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <stdexcept>
 #include <string>
 
 #include "common/token_reduction.h"
@@ -22,19 +21,22 @@ struct TokenId {
 };
 
 // The ids of the real slots, in slot order, each checked against the vocabulary.
-std::vector<TokenId> checked_ids(const Batch& batch, std::int64_t vocab) {
-  const Tensor& ids = batch.in("ids");
+std::vector<TokenId> checked_ids(const Batch& batch) {
   std::vector<TokenId> tokens;
-  for (std::int64_t s : real_slots(batch)) {
-    std::int32_t id = ids.get_int(s);
-    if (id < 0 || id >= vocab) {
-      throw std::out_of_range("embedding: token id " + std::to_string(id) + " at slot " +
-                              std::to_string(s) + " is out of range [0, " + std::to_string(vocab) +
-                              ")");
-    }
-    tokens.push_back({s, id});
-  }
+  for (std::int64_t s : real_slots(batch)) tokens.push_back({s, checked_token_id(batch, s)});
   return tokens;
+}
+
+// dtable[id] += dout[slot] for each token in the order given, in fp32 from the accumulator.
+void scatter_tokens(const Batch& batch, const std::vector<TokenId>& tokens, std::int64_t hidden,
+                    Tensor& dtable) {
+  const Tensor& dout = batch.in("dout");
+  std::vector<float> accumulator = load_accumulator(dtable);
+  for (const TokenId& token : tokens) {
+    float* row = accumulator.data() + token.id * hidden;
+    for (std::int64_t c = 0; c < hidden; ++c) row[c] += dout.get(token.slot * hidden + c);
+  }
+  store_accumulator(accumulator, dtable);
 }
 
 class EmbeddingCpu : public Impl {
@@ -44,7 +46,7 @@ class EmbeddingCpu : public Impl {
 
   void run(Batch& batch) override {
     const std::int64_t vocab = batch.spec->dim("V"), hidden = batch.spec->dim("H");
-    std::vector<TokenId> tokens = checked_ids(batch, vocab);
+    std::vector<TokenId> tokens = checked_ids(batch);
     if (batch.spec->pass == Pass::forward) {
       const Tensor& table = batch.in("table");
       Tensor& out = batch.out("out");
@@ -58,21 +60,14 @@ class EmbeddingCpu : public Impl {
       }
       return;
     }
-    const Tensor& dout = batch.in("dout");
     Tensor& dtable = batch.out("dtable");
-    std::vector<float> accumulator = load_accumulator(dtable);
     if (kind_ == Kind::fixed_order) {
-      std::stable_sort(tokens.begin(), tokens.end(),
-                       [](const TokenId& a, const TokenId& b) { return a.id < b.id; });
-    } else if (tokens.size() != static_cast<std::size_t>(batch.slots())) {
+      embedding_table_grad_in_id_order(batch, 0, vocab, dtable);
+      return;
+    }
+    if (tokens.size() != static_cast<std::size_t>(batch.slots()))
       std::reverse(tokens.begin(), tokens.end());
-    }
-    for (const TokenId& token :
-         tokens) {  // fixed order: a segment per id, tokens in order inside it
-      float* row = accumulator.data() + token.id * hidden;
-      for (std::int64_t c = 0; c < hidden; ++c) row[c] += dout.get(token.slot * hidden + c);
-    }
-    store_accumulator(accumulator, dtable);
+    scatter_tokens(batch, tokens, hidden, dtable);
   }
 
  private:
@@ -80,6 +75,20 @@ class EmbeddingCpu : public Impl {
 };
 
 }  // namespace
+
+void embedding_table_grad_in_id_order(const Batch& batch, std::int64_t first_id,
+                                      std::int64_t last_id, Tensor& dtable) {
+  std::vector<TokenId> tokens = checked_ids(batch);
+  tokens.erase(std::remove_if(tokens.begin(), tokens.end(),
+                              [&](const TokenId& token) {
+                                return token.id < first_id || token.id >= last_id;
+                              }),
+               tokens.end());
+  // A segment per id, tokens in token order inside it.
+  std::stable_sort(tokens.begin(), tokens.end(),
+                   [](const TokenId& a, const TokenId& b) { return a.id < b.id; });
+  scatter_tokens(batch, tokens, batch.spec->dim("H"), dtable);
+}
 
 void register_embedding_cpu(Registry& registry) {
   using Kind = EmbeddingCpu::Kind;

@@ -51,7 +51,7 @@ class CudaEmbedding : public Impl {
                                       dtable_device.as<float>(), error.get(), nullptr);
       error.check("embedding", vocab);
     } else {
-      scatter_in_order(batch, slots, vocab, hidden, dtype, dout, dtable_device);
+      embedding_table_grad_on_device(batch, 0, vocab, dout.get(), dtable_device.as<float>());
     }
     vd::download(dtable_device, dtable);
   }
@@ -60,40 +60,6 @@ class CudaEmbedding : public Impl {
                                             const BenchSettings& settings) override;
 
  private:
-  // Stable sort of the real tokens by id (token order kept inside an id), one segment per id.
-  static void scatter_in_order(const Batch& batch, const std::vector<std::int32_t>& slots,
-                               std::int64_t vocab, std::int64_t hidden, cuda::DeviceDType dtype,
-                               const cuda::DeviceBuffer& dout, cuda::DeviceBuffer& dtable) {
-    const Tensor& ids = batch.in("ids");
-    for (std::int32_t slot : slots) {
-      const std::int32_t id = ids.get_int(slot);
-      if (id < 0 || id >= vocab) {
-        throw std::out_of_range("embedding: token id " + std::to_string(id) + " at slot " +
-                                std::to_string(slot) + " is out of range [0, " +
-                                std::to_string(vocab) + ")");
-      }
-    }
-    std::vector<std::int32_t> sorted = slots;
-    std::stable_sort(sorted.begin(), sorted.end(), [&](std::int32_t a, std::int32_t b) {
-      return ids.get_int(a) < ids.get_int(b);
-    });
-    std::vector<std::int32_t> starts, segment_ids;
-    for (std::size_t i = 0; i < sorted.size(); ++i) {
-      const std::int32_t id = ids.get_int(sorted[i]);
-      if (segment_ids.empty() || segment_ids.back() != id) {
-        starts.push_back(static_cast<std::int32_t>(i));
-        segment_ids.push_back(id);
-      }
-    }
-    starts.push_back(static_cast<std::int32_t>(sorted.size()));
-    cuda::DeviceBuffer sorted_device = vd::upload(sorted), starts_device = vd::upload(starts),
-                       ids_device = vd::upload(segment_ids);
-    cuda::embedding_backward_segments(
-        dtype, dout.get(), hidden, sorted_device.as<std::int32_t>(),
-        starts_device.as<std::int32_t>(), ids_device.as<std::int32_t>(),
-        static_cast<std::int64_t>(segment_ids.size()), dtable.as<float>(), nullptr);
-  }
-
   bool atomic_scatter_;
 };
 
@@ -137,6 +103,35 @@ std::optional<BenchMeasurement> CudaEmbedding::benchmark(const CaseSpec& spec,
 }
 
 }  // namespace
+
+void embedding_table_grad_on_device(const Batch& batch, std::int64_t first_id, std::int64_t last_id,
+                                    const void* dout, float* dtable) {
+  const Tensor& ids = batch.in("ids");
+  std::vector<std::int32_t> sorted;
+  for (std::int32_t slot : vd::real_slot_list(batch)) {
+    const std::int32_t id = checked_token_id(batch, slot);
+    if (id >= first_id && id < last_id) sorted.push_back(slot);
+  }
+  // Stable sort of the tokens by id (token order kept inside an id), one segment per id.
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [&](std::int32_t a, std::int32_t b) { return ids.get_int(a) < ids.get_int(b); });
+  std::vector<std::int32_t> starts, segment_ids;
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    const auto row = static_cast<std::int32_t>(ids.get_int(sorted[i]) - first_id);
+    if (segment_ids.empty() || segment_ids.back() != row) {
+      starts.push_back(static_cast<std::int32_t>(i));
+      segment_ids.push_back(row);
+    }
+  }
+  starts.push_back(static_cast<std::int32_t>(sorted.size()));
+  cuda::DeviceBuffer sorted_device = vd::upload(sorted), starts_device = vd::upload(starts),
+                     rows_device = vd::upload(segment_ids);
+  cuda::embedding_backward_segments(vd::device_dtype(batch.spec->dtype), dout, batch.spec->dim("H"),
+                                    sorted_device.as<std::int32_t>(),
+                                    starts_device.as<std::int32_t>(),
+                                    rows_device.as<std::int32_t>(),
+                                    static_cast<std::int64_t>(segment_ids.size()), dtable, nullptr);
+}
 
 void register_embedding_cuda(Registry& registry) {
   const PathDecl gather("gather", "forward: rows copied by id");

@@ -15,6 +15,11 @@ class LmHeadCpu : public Impl {
  public:
   LmHeadCpu(ImplInfo info, bool split_k_by_rows)
       : Impl(std::move(info)), split_k_by_rows_(split_k_by_rows) {}
+  // The control's path changes where the split stops: a batch of that many rows drifts.
+  std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
+    if (!split_k_by_rows_) return {};
+    return row_threshold_switch(split_below_rows, "rows.split-k", "rows.whole", max_rows);
+  }
 
   void run(Batch& batch) override {
     const bool split = split_k_by_rows_ && batch.invocation->valid_rows() < split_below_rows;

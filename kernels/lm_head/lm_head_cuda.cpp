@@ -16,8 +16,8 @@
 #include "lm_head/lm_head_gemms.h"
 #include "matmul/cublaslt_gemm.h"
 #include "matmul/fixed_order_gemm.h"
+#include "matmul/pin_lookup.h"
 #include "matmul/split_k_control.h"
-#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 namespace lm_head {

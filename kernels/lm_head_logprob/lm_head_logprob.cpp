@@ -84,10 +84,23 @@ void register_lm_head_logprob_op(Registry& registry) {
   registry.add_op(std::move(op));
 }
 
+namespace {
+void register_cpu_impls(Registry& registry) {
+  register_lm_head_logprob_cpu(registry);
+  register_lm_head_logprob_tp_cpu(registry);
+}
+#if BITCHECK_HAVE_CUDA
+void register_cuda_impls(Registry& registry) {
+  register_lm_head_logprob_cuda(registry);
+  register_lm_head_logprob_tp_cuda(registry);
+}
+#endif
+}  // namespace
+
 void register_lm_head_logprob(Registry& registry, OpPart part) {
-  register_op_part(registry, part,
-                   {register_lm_head_logprob_op, register_lm_head_logprob_cpu,
-                    BITCHECK_CUDA_PART(register_lm_head_logprob_cuda)});
+  register_op_part(
+      registry, part,
+      {register_lm_head_logprob_op, register_cpu_impls, BITCHECK_CUDA_PART(register_cuda_impls)});
 }
 
 }  // namespace bitcheck

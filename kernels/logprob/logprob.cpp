@@ -92,10 +92,23 @@ void register_logprob_op(Registry& registry) {
   registry.add_op(std::move(op));
 }
 
+namespace {
+void register_cpu_impls(Registry& registry) {
+  register_logprob_cpu(registry);
+  register_logprob_tp_cpu(registry);
+}
+#if BITCHECK_HAVE_CUDA
+void register_cuda_impls(Registry& registry) {
+  register_logprob_cuda(registry);
+  register_logprob_tp_cuda(registry);
+}
+#endif
+}  // namespace
+
 void register_logprob(Registry& registry, OpPart part) {
   register_op_part(
       registry, part,
-      {register_logprob_op, register_logprob_cpu, BITCHECK_CUDA_PART(register_logprob_cuda)});
+      {register_logprob_op, register_cpu_impls, BITCHECK_CUDA_PART(register_cuda_impls)});
 }
 
 }  // namespace bitcheck

@@ -37,6 +37,11 @@ class LogprobCpu : public Impl {
  public:
   LogprobCpu(ImplInfo info, bool split_by_rows)
       : Impl(std::move(info)), split_by_rows_(split_by_rows) {}
+  // The control's path changes where the split stops: a batch of that many rows drifts.
+  std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
+    if (!split_by_rows_) return {};
+    return row_threshold_switch(split_below_rows, "rows.split-vocab", "rows.whole", max_rows);
+  }
 
   void run(Batch& batch) override {
     const std::int64_t parts =

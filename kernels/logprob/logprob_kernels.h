@@ -30,7 +30,7 @@ struct LogprobSplit {
   bool registers_forward = false;
 };
 
-// The launch paths the calls record (bitcheck/paths.h): the fixed-order forward's
+// The launch paths the calls record (core/paths.h): the fixed-order forward's
 // "forward.streamed" (sm_90) and "forward.registers" (other GPUs, unaligned rows, or forced), its
 // backward's "backward.one-block", "backward.cluster" (a row over a thread-block cluster) and
 // "backward.unstaged" (rows too long to stage), and the control's "pieces".

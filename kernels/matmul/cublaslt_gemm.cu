@@ -1,6 +1,6 @@
 // cuBLASLt GEMMs behind cublaslt_gemm.h: the process-wide handle, cached descriptors per shape,
 // LtConfig <-> cublasLtMatmulAlgo_t, heuristic and pinned derivation. The enumeration of
-// configurations for the search lives with the tuner (kernels/tuner/enumerate.cu).
+// configurations for the tuner's search is in cublaslt_search.cu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -1,6 +1,6 @@
 // cuBLASLt GEMMs run with an explicit, recordable algorithm configuration (LtConfig): the library
 // heuristic (the control), a pinned split-K-1 configuration derived once per (N, K). The tuner
-// (kernels/tuner/) enumerates and searches configurations.
+// (apps/tuner/) searches configurations through cublaslt_search.h and gemm_rig.h.
 //
 // Layouts are row-major from the caller's view; all three forms accumulate in fp32
 // (CUBLAS_COMPUTE_32F, never TF32 for fp32 inputs), scale in fp32 and keep the order of the K sum

@@ -1,5 +1,5 @@
-// cuBLASLt plumbing shared by the GEMM wrappers (cublaslt_gemm.cu) and the configuration search
-// of the tuner (kernels/tuner/*.cu): one library handle per process, the problem descriptors and
+// cuBLASLt plumbing shared by the GEMM wrappers (cublaslt_gemm.cu) and the configuration search's
+// primitives (cublaslt_search.cu): one library handle per process, the problem descriptors and
 // heuristic queries of one shape, and typed capability reads.
 #pragma once
 #include <cublasLt.h>

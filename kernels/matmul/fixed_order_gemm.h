@@ -35,7 +35,7 @@ void fixed_order_gemm_dw_accumulate(GemmDType dtype, const void* dy, const void*
 // ("wgmma-tma-m64n256k16" or "portable-fma"), for reports and probes.
 const char* fixed_order_gemm_path(GemmDType dtype);
 
-// The launch paths the calls above record (bitcheck/paths.h): "tile.X-as-A.128x256" and
+// The launch paths the calls above record (core/paths.h): "tile.X-as-A.128x256" and
 // "tile.W-as-A.176x192" (one per wgmma tile shape; the three the automatic pick never takes are
 // reached only by forcing), "portable-fma", "dw.token-sequential".
 std::vector<PathDecl> fixed_order_gemm_paths();

@@ -60,10 +60,23 @@ void register_matmul_op(Registry& registry) {
   registry.add_op(std::move(op));
 }
 
+namespace {
+void register_cpu_impls(Registry& registry) {
+  register_matmul_cpu(registry);
+  register_matmul_tp_cpu(registry);
+}
+#if BITCHECK_HAVE_CUDA
+void register_cuda_impls(Registry& registry) {
+  register_matmul_cuda(registry);
+  register_matmul_tp_cuda(registry);
+}
+#endif
+}  // namespace
+
 void register_matmul(Registry& registry, OpPart part) {
   register_op_part(
       registry, part,
-      {register_matmul_op, register_matmul_cpu, BITCHECK_CUDA_PART(register_matmul_cuda)});
+      {register_matmul_op, register_cpu_impls, BITCHECK_CUDA_PART(register_cuda_impls)});
 }
 
 }  // namespace bitcheck

@@ -29,6 +29,11 @@ class MatmulCpu : public Impl {
  public:
   enum class Kind { fixed_order, split_k_by_rows, dw_tree_by_tokens };
   MatmulCpu(ImplInfo info, Kind kind) : Impl(std::move(info)), kind_(kind) {}
+  // The split-K control's path changes where the split stops: a batch of that many rows drifts.
+  std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
+    if (kind_ != Kind::split_k_by_rows) return {};
+    return row_threshold_switch(split_k_below_rows, "rows.split-k", "rows.whole", max_rows);
+  }
 
   void run(Batch& batch) override {
     const std::int64_t n = batch.spec->dim("N"), k = batch.spec->dim("K");

@@ -14,8 +14,8 @@
 #include "cublaslt_gemm.h"
 #include "fixed_order_gemm.h"
 #include "matmul/matmul.h"
+#include "matmul/pin_lookup.h"
 #include "matmul/split_k_control.h"
-#include "tuner/pin_lookup.h"
 
 namespace bitcheck {
 namespace {
@@ -339,6 +339,7 @@ std::optional<BenchMeasurement> CudaMatmul::benchmark(const CaseSpec& spec,
 }  // namespace
 
 void register_matmul_cuda(Registry& registry) {
+  registry.add_run_hook(cuda::pin_table_run_hook());
   using Kind = CudaMatmul::Kind;
   // The split-K control's partials and dW go through the fixed-order GEMM, whose paths are shown.
   std::vector<PathDecl> split_k_paths = {

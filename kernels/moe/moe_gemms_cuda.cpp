@@ -11,9 +11,9 @@
 #include "common/adapter_support.h"
 #include "matmul/cublaslt_gemm.h"
 #include "matmul/fixed_order_gemm.h"
+#include "matmul/pin_lookup.h"
 #include "moe/moe_gemms.h"
 #include "moe/moe_kernels.h"
-#include "tuner/pin_lookup.h"
 
 namespace bitcheck::moe {
 namespace {

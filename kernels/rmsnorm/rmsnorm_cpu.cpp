@@ -20,6 +20,11 @@ class RmsnormCpu : public Impl {
  public:
   RmsnormCpu(ImplInfo info, RmsnormInput input, RmsnormCpuVariant variant)
       : Impl(std::move(info)), input_(input), variant_(variant) {}
+  // The split control's path changes where the split stops: a batch of that many rows drifts.
+  std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
+    if (variant_ != RmsnormCpuVariant::split_row_small_batch) return {};
+    return row_threshold_switch(split_row_below_rows, "rows.split", "rows.whole", max_rows);
+  }
 
   void run(Batch& batch) override {
     const std::int64_t width = batch.spec->dim("H");

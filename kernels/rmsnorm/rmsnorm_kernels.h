@@ -44,7 +44,7 @@ struct RmsnormLaunch {
 };
 constexpr int rmsnorm_fixed_block_threads = 256;
 
-// The launch paths the launchers record (bitcheck/paths.h); the control's split rows add
+// The launch paths the launchers record (core/paths.h); the control's split rows add
 // "partials".
 std::vector<PathDecl> rmsnorm_paths(bool control);
 

@@ -12,4 +12,5 @@ bool test_impls_enabled();
 void register_testing(Registry& registry, OpPart part);
 void register_test_impls_cpu(Registry& registry);
 void register_test_impls_cuda(Registry& registry);
+void register_test_ranks(Registry& registry);  // testing_ranks.cpp: BITCHECK_TEST_RANKS=1 too
 }  // namespace bitcheck

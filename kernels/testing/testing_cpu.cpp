@@ -64,6 +64,7 @@ void register_test_impls_cpu(Registry& registry) {
                                               "prove the per-case timeout")
                               .only_passes({Pass::forward})));
   }
+  register_test_ranks(registry);
 }
 
 void register_testing(Registry& registry, OpPart part) {

@@ -1,7 +1,7 @@
 // A device backend as the harness sees it: facts for the report's meta block, free memory and
-// context faults for the runner, the copy-bandwidth yardstick of bench, and the run's
-// configuration. A backend's code (kernels/common/cuda_backend_cuda.cpp for CUDA) registers one
-// with the Registry; the harness reaches it only through Registry::device_backend.
+// context faults for the runner, and the copy-bandwidth yardstick of bench. A backend's code
+// (kernels/common/cuda_backend_cuda.cpp for CUDA) registers one with the Registry; the harness
+// reaches it only through Registry::device_backend.
 #pragma once
 #include <cstddef>
 #include <nlohmann/json.hpp>
@@ -13,10 +13,13 @@ namespace bitcheck {
 class Registry;
 class ExternalDeviceMemory;
 
-struct BackendOptions {
-  std::string pin_file =
-      "contract/pins";      // cuBLASLt pin directory or file (read; derived when absent)
-  bool write_pins = false;  // write derived pins back at the end
+// One process's place in a group of ranks: its rank, the group's size, and the directory the ranks
+// meet in (the communicators' unique ids are exchanged there, so ranks on several nodes need a
+// shared one).
+struct RankGroup {
+  int rank = 0;
+  int size = 1;
+  std::string directory;
 };
 
 class DeviceBackend {
@@ -24,9 +27,6 @@ class DeviceBackend {
   virtual ~DeviceBackend() = default;
   // Device and library facts for the report's meta block.
   virtual nlohmann::json meta() const = 0;
-  virtual void configure(const BackendOptions& options) = 0;
-  // End of a run: writes derived pins back when asked. Returns a note for the terminal, or "".
-  virtual std::string finish() = 0;
   // Device-to-device copy bandwidth (read + write) measured now, or a negative value without a
   // device.
   virtual double copy_bandwidth_gbps() const = 0;
@@ -42,15 +42,22 @@ class DeviceBackend {
   // run.
   virtual std::optional<std::string> context_fault() const = 0;
   // Device memory for impls from outside bitcheck (plugins, Python functions), or nullptr where
-  // the backend has no device (bitcheck/external_device.h).
+  // the backend has no device (external/external_device.h).
   virtual ExternalDeviceMemory* external_memory() const { return nullptr; }
+  // Tensor parallelism: a sweep over cases at tp > 1 starts one process per rank (one GPU each),
+  // and each joins the group. Why this backend cannot, or nullopt when it can (NCCL found).
+  virtual std::optional<std::string> ranks_unavailable() const {
+    return std::string("the backend runs on one rank only");
+  }
+  virtual void join_ranks(const RankGroup& group);
+  // The group this process belongs to (size 1 when it runs alone). A case at tp = P needs P ranks.
+  virtual RankGroup rank_group() const { return {}; }
+  // Whether every one of ranks [0, tp) passes true: the ranks of a case agree to run it (or to
+  // skip it), so none waits in a collective for a rank that skipped.
+  virtual bool all_ranks_agree(int tp, bool mine) { return tp == 1 ? mine : false; }
 };
 
 // Every registered device backend's meta block, under the backend's name.
 nlohmann::json device_backends_meta(const Registry& registry);
-// Configures every registered device backend for a run.
-void configure_device_backends(const Registry& registry, const BackendOptions& options);
-// Ends the run on every registered device backend (see DeviceBackend::finish).
-void finish_device_backends(const Registry& registry);
 
 }  // namespace bitcheck

@@ -1,6 +1,7 @@
 // Strict JSON input: BadInput with file, JSON path and expectation on any deviation.
 #include "core/json_input.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -80,9 +81,67 @@ class DuplicateKeyCheck {
   std::vector<Frame> frames_;
 };
 
+// Where a document first nests deeper than json_max_depth, and how deep it goes: one pass over
+// the text outside its strings, no allocation, so a hostile file costs no more than reading it.
+struct NestingScan {
+  std::int64_t deepest = 0;
+  std::size_t first_too_deep = std::string::npos;  // offset of the bracket opening level limit+1
+};
+
+NestingScan scan_nesting(const std::string& text) {
+  NestingScan scan;
+  std::int64_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t offset = 0; offset < text.size(); ++offset) {
+    const char c = text[offset];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      ++depth;
+      if (depth > json_max_depth && scan.first_too_deep == std::string::npos)
+        scan.first_too_deep = offset;
+      scan.deepest = std::max(scan.deepest, depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return scan;
+}
+
+std::string line_and_column(const std::string& text, std::size_t offset) {
+  std::size_t line = 1, line_start = 0;
+  for (std::size_t i = 0; i < offset; ++i) {
+    if (text[i] != '\n') continue;
+    ++line;
+    line_start = i + 1;
+  }
+  return "line " + std::to_string(line) + ", column " + std::to_string(offset - line_start + 1);
+}
+
+void check_nesting(const std::string& text, const std::string& file_label) {
+  const NestingScan scan = scan_nesting(text);
+  if (scan.first_too_deep == std::string::npos) return;
+  throw BadInput(file_label, "$",
+                 "arrays and objects nested at most " + std::to_string(json_max_depth) +
+                     " levels deep, got " + std::to_string(scan.deepest) + " levels (level " +
+                     std::to_string(json_max_depth + 1) + " opens at " +
+                     line_and_column(text, scan.first_too_deep) + ")");
+}
+
 }  // namespace
 
 nlohmann::json parse_json_text(const std::string& text, const std::string& file_label) {
+  check_nesting(text, file_label);
   try {
     return nlohmann::json::parse(text, DuplicateKeyCheck(file_label));
   } catch (const nlohmann::json::parse_error& error) {

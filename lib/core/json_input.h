@@ -10,7 +10,13 @@
 
 namespace bitcheck {
 
-// Reads and parses a JSON file; an unreadable path or invalid JSON is BadInput.
+// The deepest nesting of arrays and objects an input may have. bitcheck's own files (specs,
+// contracts, pin tables, reports, worker replies) nest at most about ten levels; a document
+// deeper than this is refused before it is parsed, in time and memory linear in its size.
+inline constexpr std::int64_t json_max_depth = 64;
+
+// Reads and parses a JSON file; an unreadable path, invalid JSON or nesting deeper than
+// json_max_depth is BadInput.
 nlohmann::json load_json_file(const std::string& path);
 nlohmann::json parse_json_text(const std::string& text, const std::string& file_label);
 

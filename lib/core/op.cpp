@@ -46,6 +46,7 @@ std::string CaseSpec::id() const {
   std::string text = op + "/" + impl + "/" + dtype_name + "/" + to_string(pass) + "/" +
                      dims_string(dims) + "/M=" + std::to_string(rows) +
                      "/seed=" + std::to_string(seed);
+  if (tp > 1) text += "/tp=" + std::to_string(tp);
   if (ids != IdDistribution::uniform) text += "/ids=" + to_string(ids);
   if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
   if (!forced_path.empty()) text += "/path=" + forced_path;
@@ -56,6 +57,7 @@ std::string CaseSpec::input_group() const {
   std::string text = op + "/" + dtype_name + "/" + to_string(pass) + "/" + dims_string(dims) +
                      "/M=" + std::to_string(rows) + "/seed=" + std::to_string(seed) +
                      "/alone=" + std::to_string(alone_rows);
+  if (tp > 1) text += "/tp=" + std::to_string(tp);
   if (ids != IdDistribution::uniform) text += "/ids=" + to_string(ids);
   if (special_values > 0) text += "/special=" + special_value_rate_string(special_values);
   return text;
@@ -141,6 +143,11 @@ ImplInfo& ImplInfo::with_dtypes(std::vector<std::string> supported) {
 
 ImplInfo& ImplInfo::with_paths(std::vector<PathDecl> declared) {
   paths = std::move(declared);
+  return *this;
+}
+
+ImplInfo& ImplInfo::on_ranks(TensorParallelism parallelism) {
+  tensor_parallelism = std::move(parallelism);
   return *this;
 }
 
@@ -260,14 +267,21 @@ nlohmann::json device_backends_meta(const Registry& registry) {
   return meta;
 }
 
-void configure_device_backends(const Registry& registry, const BackendOptions& options) {
-  for (const auto& name : registry.device_backend_names()) {
-    registry.device_backend(name)->configure(options);
-  }
+void Registry::add_run_hook(RunHook hook) {
+  run_hooks_.push_back(std::move(hook));
 }
 
-void finish_device_backends(const Registry& registry) {
-  for (const auto& name : registry.device_backend_names()) registry.device_backend(name)->finish();
+void DeviceBackend::join_ranks(const RankGroup&) {
+  throw std::runtime_error("a group of ranks on a backend that runs on one rank only: " +
+                           ranks_unavailable().value_or("(no reason given)"));
+}
+
+void start_run(const Registry& registry, const RunSettings& settings) {
+  for (const RunHook& hook : registry.run_hooks()) hook.start(settings);
+}
+
+void finish_run(const Registry& registry) {
+  for (const RunHook& hook : registry.run_hooks()) hook.finish();
 }
 
 }  // namespace bitcheck

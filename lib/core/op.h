@@ -1,6 +1,6 @@
 // The op / impl / case model. An OpDef names its tensors and owns the FP32 reference; an Impl
 // computes the op on one backend for one physical batch (an Invocation of a layout). Ops and impls
-// are registered explicitly through register_all() in kernels/manifest.cpp.
+// are registered explicitly through register_all() (kernels/manifest.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,7 +14,9 @@
 #include "core/backend.h"
 #include "core/dtype.h"
 #include "core/paths.h"
+#include "core/run_settings.h"
 #include "core/tensor.h"
+#include "core/tensor_parallel.h"
 #include "core/token_ids.h"
 
 namespace bitcheck {
@@ -37,7 +39,10 @@ struct CaseSpec {
   std::int64_t rows = 1;  // logical rows (tokens) in the case: the batch size M
   std::uint64_t seed = 1;
   std::vector<std::string> layouts;
-  int repeats = 2;               // canonical runs for the determinism check (>= 2)
+  int repeats = 2;  // canonical runs for the determinism check (>= 2)
+  // Ranks the case's layouts run on (tensor parallelism); its canonical rows are still those
+  // alone at tp = 1, so a token's bits are compared across batches and across TP sizes.
+  int tp = 1;
   std::int64_t alone_rows = 64;  // rows computed alone (batch 1); all rows when rows <= this
   std::int64_t index = 0;        // position in the sweep's full case list (shards keep it)
   // Fraction of float row-input elements replaced by NaN, +-Inf, subnormals and -0 (0 = off).
@@ -48,7 +53,8 @@ struct CaseSpec {
   // A declared path forced on every call (a path the batch cannot reach, see PathDecl::forced_by);
   // empty = the impl picks its paths itself.
   std::string forced_path;
-  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/ids=zipf" (or few) when the ids are
+  // stable: "op/impl/dtype/pass/dims/M=rows/seed=s", plus "/tp=P" when tp > 1, "/ids=zipf" (or
+  // few) when the ids are
   // not uniform, "/special=rate" when special values are on and "/path=name" when a path is
   // forced
   std::string id() const;
@@ -86,6 +92,9 @@ struct TensorDecl {
   // also times group_scales[g] (empty: every group at `scale` alone). Attention's q uses it to give
   // some heads scores wide enough to move the softmax's reference max after a row's first block.
   std::vector<float> group_scales = {};
+  // A parameter that takes the case's special values too (row inputs always do): the embedding
+  // table, the only float input of embedding's forward. Other parameters never do.
+  bool takes_special_values = false;
 };
 
 // Ops over sequences (attention): a run of consecutive slots holding consecutive tokens of one
@@ -120,6 +129,9 @@ struct Layout {
 struct Batch {
   const CaseSpec* spec = nullptr;
   const Invocation* invocation = nullptr;
+  // The ranks this invocation runs on: the case's tp, or 1 for the canonical layouts at tp = 1
+  // that a case at tp > 1 is compared against.
+  int tp = 1;
   std::int64_t invocation_index = 0;
   std::int64_t invocation_count = 1;  // invocations in this layout execution
   // false when no check reads this layout's reduction outputs (a layout that does not hold every
@@ -190,6 +202,8 @@ struct ImplInfo {
   // The launch paths the impl can take (PathDecl). run() records the ones each call takes with
   // record_path(); empty: one path, single_path_name, recorded for it.
   std::vector<PathDecl> paths;
+  // How the impl runs on several ranks (tensor_parallel.h); by default on one rank only.
+  TensorParallelism tensor_parallelism;
 
   static ImplInfo invariant(std::string name, std::string backend, std::string description);
   static ImplInfo control(std::string name, std::string backend, std::string description);
@@ -198,6 +212,7 @@ struct ImplInfo {
   ImplInfo& drifting_in(std::vector<Pass> drifting);
   ImplInfo& with_dtypes(std::vector<std::string> supported);
   ImplInfo& with_paths(std::vector<PathDecl> declared);
+  ImplInfo& on_ranks(TensorParallelism parallelism);
 };
 
 class Impl {
@@ -218,6 +233,7 @@ class Impl {
   // A control in a pass of its drifts_in.
   bool expected_to_drift(Pass pass) const;
   const std::vector<PathDecl>& paths() const { return info_.paths; }
+  const TensorParallelism& tensor_parallelism() const { return info_.tensor_parallelism; }
 
   // A reason to skip the case (dtype or shape the impl does not handle), or nullopt to run it.
   virtual std::optional<std::string> skip_reason(const CaseSpec&) const { return std::nullopt; }
@@ -228,7 +244,8 @@ class Impl {
   virtual std::size_t device_workspace_bytes(const CaseSpec&) const { return 0; }
   // The batch values where the path changes for the case's shape (spec.rows ignored), up to
   // `max_rows`; empty when the path does not depend on the batch. A sweep's
-  // "batches": "switch-points" takes each side of them.
+  // "batches": "switch-points" takes each side of them. A control declares its own too: a control
+  // case whose batch stays below the first one had no chance to drift, and is reported so.
   virtual std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t /*max_rows*/) const {
     return {};
   }
@@ -328,6 +345,9 @@ struct OpDef {
   std::function<std::pair<std::string, std::string>(const std::string& output)> threshold_of;
   // Unset for ops whose report entry is the three checks alone.
   std::optional<ReportExtension> report_extension;
+  // Ops whose math is defined per rank count (the collectives: one contribution per rank): a case
+  // at tp = P is its own canonical, with no comparison across TP sizes.
+  bool tp_in_math = false;
 };
 
 class Registry {
@@ -336,8 +356,10 @@ class Registry {
   void add_impl(const std::string& op, std::unique_ptr<Impl> impl);
   // A backend that is compiled out or has no device: its impls' cases are skipped with the reason.
   void set_backend_status(const std::string& backend, bool available, std::string reason);
-  // A backend with a device (CUDA): what the harness asks of it (bitcheck/backend.h).
+  // A backend with a device (CUDA): what the harness asks of it (core/backend.h).
   void set_device_backend(const std::string& backend, std::unique_ptr<DeviceBackend> device);
+  // What an op needs set up for a run and finished at its end (core/run_settings.h).
+  void add_run_hook(RunHook hook);
 
   const OpDef* find_op(const std::string& name) const;
   Impl* find_impl(const std::string& op, const std::string& impl) const;
@@ -348,6 +370,7 @@ class Registry {
   std::vector<std::string> backends() const;
   DeviceBackend* device_backend(const std::string& backend) const;  // nullptr: none registered
   std::vector<std::string> device_backend_names() const;
+  const std::vector<RunHook>& run_hooks() const { return run_hooks_; }
 
  private:
   std::vector<OpDef> ops_;
@@ -356,13 +379,7 @@ class Registry {
   std::map<std::string, std::unique_ptr<DeviceBackend>> device_backends_;
   std::map<std::string, std::vector<std::unique_ptr<Impl>>> impls_;
   std::map<std::string, std::pair<bool, std::string>> backends_;
+  std::vector<RunHook> run_hooks_;
 };
-
-// Every op and its CPU impls, without test impls, the CUDA backend or the chain's impls (which
-// compose whatever is registered before them: a test can add its own impls first).
-void register_ops_and_cpu(Registry& registry);
-// The manifest: register_ops_and_cpu, the test impls (BITCHECK_TEST_IMPLS=1), the CUDA backend
-// (when built) and the chain's impls.
-void register_all(Registry& registry);
 
 }  // namespace bitcheck

@@ -97,4 +97,13 @@ std::vector<SwitchPoint> switch_points_of(PathOf path_of, std::int64_t max_rows)
   return points;
 }
 
+// The switch point of a path chosen by the invocation's rows against a threshold (a control that
+// splits its reduction while the rows are few): `below` under `threshold` rows, `from` at and
+// above it; none when max_rows stays below the threshold.
+inline std::vector<SwitchPoint> row_threshold_switch(std::int64_t threshold, const char* below,
+                                                     const char* from, std::int64_t max_rows) {
+  if (max_rows < threshold) return {};
+  return {{threshold, below, from}};
+}
+
 }  // namespace bitcheck

@@ -1,6 +1,6 @@
 // Python impls (--py-impl module:function): one `python3 -m bitcheck_py` worker per process,
 // started on first use, answering length-prefixed JSON messages on its stdin/stdout
-// (bitcheck/python_protocol.h). On the CPU the tensors of a call travel through one POSIX
+// (external/python_protocol.h). On the CPU the tensors of a call travel through one POSIX
 // shared-memory buffer that the worker maps as numpy arrays; on a device they stay in device
 // allocations (DeviceStaging) that the worker opens through CUDA IPC and wraps as torch tensors
 // (DLPack), so nothing is copied between the processes. python/bitcheck_py maps bitcheck's call
@@ -25,6 +25,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "core/op.h"
 #include "external/external_device.h"
 #include "external/plugin_loader.h"
@@ -177,7 +178,8 @@ class PythonWorker {
       const std::uint32_t reply_length = python_protocol::frame_length(header);
       reply.resize(reply_length);
       if (read_all(reply.data(), reply_length)) {
-        nlohmann::json parsed = nlohmann::json::parse(reply);
+        nlohmann::json parsed =
+            parse_json_text(reply, "the reply of the Python worker (" + command_ + ")");
         // The worker says when it holds a mapping of the buffer (not when the call failed
         // before it opened it, as for a module that does not import).
         if (names_buffer && parsed.value("shm_mapped", false)) shared_.mapped_by_worker();

@@ -1,4 +1,4 @@
-// The frames and requests of the Python worker protocol (bitcheck/python_protocol.h).
+// The frames and requests of the Python worker protocol (external/python_protocol.h).
 #include "external/python_protocol.h"
 
 namespace bitcheck::python_protocol {

@@ -185,18 +185,24 @@ nlohmann::json case_to_json(const CaseResult& result) {
                       {"layouts", spec.layouts},
                       {"verdict", to_string(result.verdict)}};
   if (result.is_observation) j["observation"] = true;
+  if (spec.tp > 1) j["tp"] = spec.tp;
   if (spec.ids != IdDistribution::uniform) j["ids"] = to_string(spec.ids);
   if (spec.special_values > 0) j["special_values"] = spec.special_values;
   if (!spec.forced_path.empty()) j["forced_path"] = spec.forced_path;
   if (!result.reason.empty()) j["reason"] = result.reason;
   if (result.verdict == Verdict::skipped) return j;
   if (result.is_control) j["expected_to_drift"] = result.expected_to_drift;
+  if (result.drift_needs_rows > 0) j["drift_needs_rows"] = result.drift_needs_rows;
   j["layouts_run"] = result.layouts_run;
   j["layout_comparisons"] = result.layout_comparisons;
   j["drift"] = nlohmann::json::array();
   for (const auto& d : result.drift) j["drift"].push_back(drift_to_json(d));
   j["nondeterminism"] = nlohmann::json::array();
   for (const auto& d : result.nondeterminism) j["nondeterminism"].push_back(drift_to_json(d));
+  if (!result.cross_tp_drift.empty()) {
+    j["cross_tp_drift"] = nlohmann::json::array();
+    for (const auto& d : result.cross_tp_drift) j["cross_tp_drift"].push_back(drift_to_json(d));
+  }
   j["accuracy"] = nlohmann::json::array();
   for (const auto& a : result.accuracy) j["accuracy"].push_back(accuracy_to_json(a));
   if (!result.fingerprint.empty()) j["fingerprint"] = result.fingerprint;
@@ -249,6 +255,10 @@ CaseSpec case_spec_from_json(const JsonCursor& c) {
     }
   }
   if (auto forced = c.find("forced_path")) spec.forced_path = forced->as_string();
+  if (auto tp = c.find("tp")) {
+    spec.tp = static_cast<int>(tp->as_int(1, max_tensor_parallel));
+    if (!is_valid_tp(spec.tp)) tp->fail("a TP size (" + valid_tp_choices() + ")");
+  }
   return spec;
 }
 
@@ -279,12 +289,15 @@ CaseResult case_from_json(const JsonCursor& c) {
   if (auto reason = c.find("reason")) result.reason = reason->as_string();
   if (result.verdict == Verdict::skipped) return result;
   if (auto expected = c.find("expected_to_drift")) result.expected_to_drift = expected->as_bool();
+  if (auto needs = c.find("drift_needs_rows"))
+    result.drift_needs_rows = needs->as_int(2, INT64_MAX);
   for (const auto& layout : c.at("layouts_run").items()) {
     result.layouts_run.push_back(layout.as_string());
   }
   result.layout_comparisons = count_from(c.at("layout_comparisons"));
   result.drift = drift_list_from(c.at("drift"));
   result.nondeterminism = drift_list_from(c.at("nondeterminism"));
+  if (auto across = c.find("cross_tp_drift")) result.cross_tp_drift = drift_list_from(*across);
   for (const auto& entry : c.at("accuracy").items())
     result.accuracy.push_back(accuracy_from(entry));
   if (auto fingerprint = c.find("fingerprint")) result.fingerprint = fingerprint->as_string();
@@ -309,10 +322,13 @@ CaseOutcome outcome_from_json(const nlohmann::json& c) {
   o.impl = c.at("impl").get<std::string>();
   o.dtype = c.at("dtype").get<std::string>();
   o.pass = c.at("pass").get<std::string>();
+  o.tp = c.value("tp", 1);
   o.verdict = parse_verdict(c.at("verdict").get<std::string>()).value_or(Verdict::error);
   o.control = c.value("control", false);
   o.expected_to_drift = c.value("expected_to_drift", false);
   o.observation = c.value("observation", false);
+  o.rows = c.value("rows", std::int64_t{0});
+  o.drift_needs_rows = c.value("drift_needs_rows", std::int64_t{0});
   return o;
 }
 

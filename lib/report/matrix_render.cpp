@@ -176,6 +176,9 @@ std::string render_matrix_markdown(const nlohmann::json& report) {
     out << "| " << g["op"].get<std::string>() << " | " << g["impl"].get<std::string>() << " | "
         << g["dtype"].get<std::string>() << " | " << g["pass"].get<std::string>() << " | "
         << g["drifted"] << " / " << g["cases"] << (g["lost_sight"].get<bool>() ? " LOST SIGHT" : "")
+        << (g.contains("no_chance_needs_rows")
+                ? " no chance (needs batch " + g["no_chance_needs_rows"].dump() + ")"
+                : "")
         << " |\n";
   }
   out << observations_markdown(report);

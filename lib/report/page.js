@@ -7,9 +7,11 @@
   var KIND = ['invariant', 'control', 'library default'];
   var FAILING = {drift: 1, nondeterministic: 1, inaccurate: 1, error: 1};
   var cases = data.cases.map(function (c, i) {
+    // A case at tp > 1 (id ".../tp=P") belongs to the matrix row "op tp=P".
+    var tp = Number((/\/tp=(\d+)/.exec(c[0]) || [0, 1])[1]);
     return {i: i, id: c[0], op: S[c[1]], impl: S[c[2]], dtype: S[c[3]], pass: S[c[4]], verdict: S[c[5]],
             kind: KIND[c[6]], M: c[7], shape: S[c[8]], layouts: S[c[9]], reason: c[10], findings: c[11],
-            leftOut: c[12]};
+            leftOut: c[12], tp: tp, row: S[c[1]] + (tp > 1 ? ' tp=' + tp : '')};
   });
   var byId = {};
   cases.forEach(function (c) { byId[c.id] = c; });
@@ -92,13 +94,13 @@
     var table = el('table', {cls: 'case-table'});
     table.appendChild(el('thead', {}, el('tr', {}, el('th', {text: 'kind'}), el('th', {text: 'impl'}),
       el('th', {text: 'op'}), el('th', {text: 'dtype / pass'}), el('th', {text: 'shape'}), el('th', {text: 'M'}),
-      el('th', {text: 'verdict'}), el('th', {text: 'layouts'}))));
+      el('th', {text: 'tp'}), el('th', {text: 'verdict'}), el('th', {text: 'layouts'}))));
     var body = el('tbody');
     list.slice(0, limit).forEach(function (c) {
       var row = el('tr', {cls: 'case-row', tabindex: '0', id: 'case-' + c.i, 'data-id': c.id},
         el('td', {text: c.kind}), el('td', {text: c.impl}), el('td', {text: c.op}),
         el('td', {text: c.dtype + ' ' + c.pass}), el('td', {text: c.shape}), el('td', {text: num(c.M)}),
-        el('td', {cls: 'st-' + c.verdict, text: (FAILING[c.verdict] ? '\u2717 ' : '') + c.verdict}),
+        el('td', {text: String(c.tp)}), el('td', {cls: 'st-' + c.verdict, text: (FAILING[c.verdict] ? '\u2717 ' : '') + c.verdict}),
         el('td', {text: c.layouts}));
       body.appendChild(row);
       var holder = el('tr', {cls: 'detail'});
@@ -132,7 +134,7 @@
     openCellButton = button;
     button.parentNode.classList.add('open');
     var d = button.dataset;
-    var list = cases.filter(function (c) { return c.op === d.op && c.dtype === d.dtype && c.pass === d.pass; });
+    var list = cases.filter(function (c) { return c.row === d.op && c.dtype === d.dtype && c.pass === d.pass; });
     showList(d.op + ' ' + d.dtype + ' ' + d.pass + ': ' + list.length + ' cases', list);
   }
   function closePanel() {
@@ -146,7 +148,7 @@
     if (!c) return false;
     var button = null;
     document.querySelectorAll('#matrix td.cell button').forEach(function (b) {
-      if (b.dataset.op === c.op && b.dataset.dtype === c.dtype && b.dataset.pass === c.pass) button = b;
+      if (b.dataset.op === c.row && b.dataset.dtype === c.dtype && b.dataset.pass === c.pass) button = b;
     });
     if (button) openCell(button);
     else showList(c.id, [c]);
@@ -163,6 +165,7 @@
       if (colon > 0) {
         var key = t.slice(0, colon), value = t.slice(colon + 1);
         if (key in {op: 1, impl: 1, verdict: 1, dtype: 1, pass: 1}) return c[key] === value;
+        if (key === 'tp') return String(c.tp) === value;
         if (key === 'kind') return c.kind.indexOf(value) === 0;
       }
       return (c.id + ' ' + c.verdict + ' ' + c.kind).indexOf(t) >= 0;
@@ -178,7 +181,7 @@
     }
     var list = cases.filter(function (c) { return matches(c, tokens); });
     var hit = {};
-    list.forEach(function (c) { hit[c.op + '|' + c.dtype + '|' + c.pass] = 1; });
+    list.forEach(function (c) { hit[c.row + '|' + c.dtype + '|' + c.pass] = 1; });
     cells.forEach(function (td) {
       var d = td.firstChild.dataset;
       td.classList.toggle('dim', !hit[d.op + '|' + d.dtype + '|' + d.pass]);

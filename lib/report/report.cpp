@@ -110,15 +110,18 @@ nlohmann::json summary_to_json(const Summary& summary) {
   j["first_failing_case"] =
       summary.first_failing_case ? nlohmann::json(*summary.first_failing_case) : nlohmann::json();
   j["harness_failures"] = summary.harness_failures;
+  j["controls_without_chance"] = summary.controls_without_chance;
   j["controls"] = nlohmann::json::array();
   for (const auto& g : summary.controls) {
-    j["controls"].push_back({{"op", g.op},
-                             {"impl", g.impl},
-                             {"dtype", g.dtype},
-                             {"pass", g.pass},
-                             {"cases", g.cases},
-                             {"drifted", g.drifted},
-                             {"lost_sight", g.lost_sight()}});
+    nlohmann::json group = {{"op", g.op},
+                            {"impl", g.impl},
+                            {"dtype", g.dtype},
+                            {"pass", g.pass},
+                            {"cases", g.cases},
+                            {"drifted", g.drifted},
+                            {"lost_sight", g.lost_sight()}};
+    if (g.no_chance()) group["no_chance_needs_rows"] = g.needs_rows;
+    j["controls"].push_back(group);
   }
   j["observations"] = nlohmann::json::array();
   for (const auto& g : summary.observations) {
@@ -238,12 +241,14 @@ std::string render_terminal_summary(const nlohmann::json& report, const Registry
   std::int64_t groups = 0, drifted = 0;
   for (const auto& g : summary["controls"]) {
     ++groups;
-    if (!g["lost_sight"].get<bool>()) ++drifted;
+    if (g["drifted"].get<std::int64_t>() > 0) ++drifted;
   }
   out << "controls: " << drifted << "/" << groups
       << " (control x dtype x pass) groups drifted as expected\n";
   for (const auto& failure : summary["harness_failures"])
     out << "HARNESS FAILURE: " << failure.get<std::string>() << "\n";
+  for (const auto& note : summary.value("controls_without_chance", nlohmann::json::array()))
+    out << "NO CHANCE: " << note.get<std::string>() << "\n";
   if (summary.contains("observations") && !summary["observations"].empty()) {
     std::int64_t observed = 0, drifting = 0;
     std::string held;

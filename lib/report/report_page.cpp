@@ -226,9 +226,8 @@ std::string header_section(const nlohmann::json& report) {
          "or input file; "
          "3: an internal or device error, or an interrupted sweep.</p>\n"
       << "<p><input id=\"filter\" type=\"search\" aria-label=\"filter cases\" placeholder=\"filter "
-         "cases: op:matmul "
-         "impl:fixed-order verdict:drift dtype:bf16 pass:forward kind:control, or any part of a "
-         "case id\"> "
+         "cases: op:matmul impl:fixed-order verdict:drift dtype:bf16 pass:forward kind:control "
+         "tp:4, or any part of a case id\"> "
          "<span class=\"note\">Keys: <span class=\"kbd\">/</span> filter, arrows move in the "
          "matrix, "
          "<span class=\"kbd\">Enter</span> opens, <span class=\"kbd\">j</span>/<span "
@@ -433,6 +432,14 @@ std::string library_default_rows(const nlohmann::json& report) {
   return out.str();
 }
 
+// A control group's cell class and word: it drifted, lost sight, or had no batch that could.
+std::string control_cell_state(const nlohmann::json& group) {
+  if (group.value("lost_sight", false)) return "st-drift\">LOST SIGHT ";
+  if (group.contains("no_chance_needs_rows"))
+    return "st-skipped\">no chance (needs batch " + str(group, "no_chance_needs_rows") + ") ";
+  return "st-pass\">drifts ";
+}
+
 // One row per control (op, impl), one column per dtype and pass: drifted / cases, and whether the
 // group drifted at all.
 std::string controls_section(const nlohmann::json& report) {
@@ -471,9 +478,8 @@ std::string controls_section(const nlohmann::json& report) {
           continue;
         }
         const nlohmann::json& g = *found->second;
-        const bool lost = g.value("lost_sight", false);
-        out << "<td class=\"" << (lost ? "st-drift\">LOST SIGHT " : "st-pass\">drifts ")
-            << escape_html(str(g, "drifted")) << " / " << escape_html(str(g, "cases")) << "</td>";
+        out << "<td class=\"" << control_cell_state(g) << escape_html(str(g, "drifted")) << " / "
+            << escape_html(str(g, "cases")) << "</td>";
       }
     }
     out << "<td>" << filter_button("op:" + op + " impl:" + impl) << "</td></tr>\n";

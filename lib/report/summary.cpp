@@ -1,6 +1,8 @@
 // The typed summary of a run and its status matrix, from case outcomes; the exit code.
 #include "report/summary.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 namespace bitcheck {
@@ -20,8 +22,24 @@ std::int64_t count(const Summary& summary, Verdict verdict) {
 }  // namespace
 
 CaseOutcome outcome_of(const CaseResult& r) {
-  return {r.spec.id(), r.spec.op,    r.spec.impl,         r.spec.dtype_name, to_string(r.spec.pass),
-          r.verdict,   r.is_control, r.expected_to_drift, r.is_observation};
+  CaseOutcome outcome;
+  outcome.id = r.spec.id();
+  outcome.op = r.spec.op;
+  outcome.impl = r.spec.impl;
+  outcome.dtype = r.spec.dtype_name;
+  outcome.pass = to_string(r.spec.pass);
+  outcome.tp = r.spec.tp;
+  outcome.verdict = r.verdict;
+  outcome.control = r.is_control;
+  outcome.expected_to_drift = r.expected_to_drift;
+  outcome.observation = r.is_observation;
+  outcome.rows = r.spec.rows;
+  outcome.drift_needs_rows = r.drift_needs_rows;
+  return outcome;
+}
+
+std::string matrix_row_name(const std::string& op, int tp) {
+  return tp > 1 ? op + " tp=" + std::to_string(tp) : op;
 }
 
 int exit_code_of(const Summary& summary) {
@@ -45,6 +63,11 @@ Summary summarize(const std::vector<CaseOutcome>& results,
     group.pass = r.pass;
     group.cases++;
     if (r.verdict == Verdict::drift || r.verdict == Verdict::nondeterministic) group.drifted++;
+    if (r.drift_needs_rows > 0) {
+      group.without_chance++;
+      group.largest_batch = std::max(group.largest_batch, r.rows);
+      group.needs_rows = r.drift_needs_rows;
+    }
   };
   for (const auto& r : results) {
     if (r.control) {
@@ -68,11 +91,21 @@ Summary summarize(const std::vector<CaseOutcome>& results,
   }
   for (const auto& [key, group] : groups) {
     summary.controls.push_back(group);
+    const std::string control =
+        "control " + group.op + "/" + group.impl + " " + group.dtype + " " + group.pass;
     if (group.lost_sight()) {
       summary.harness_failures.push_back(
-          "control " + group.op + "/" + group.impl + " " + group.dtype + " " + group.pass +
-          " did not drift in any of its " + std::to_string(group.cases) +
-          " cases: the harness lost its sight");
+          control + " did not drift in any of its " +
+          std::to_string(group.cases - group.without_chance) + " cases" +
+          (group.without_chance > 0 ? " that reached its switch point" : "") +
+          ": the harness lost its sight");
+    }
+    if (group.no_chance()) {
+      summary.controls_without_chance.push_back(
+          control + " had no chance to drift: its batches go up to " +
+          std::to_string(group.largest_batch) + " rows and its path switches at " +
+          std::to_string(group.needs_rows) + " (add batch " + std::to_string(group.needs_rows) +
+          ", or \"switch-points\", to the spec)");
     }
   }
   for (const auto& [key, group] : observed) summary.observations.push_back(group);
@@ -87,6 +120,7 @@ Summary summarize(const std::vector<CaseResult>& results,
 
 Summary shard_summary(Summary summary) {
   summary.harness_failures.clear();
+  summary.controls_without_chance.clear();
   summary.exit_code = exit_code_of(summary);
   return summary;
 }
@@ -94,19 +128,20 @@ Summary shard_summary(Summary summary) {
 StatusMatrix build_matrix(const std::vector<CaseOutcome>& results,
                           const std::vector<std::string>& op_order) {
   StatusMatrix matrix;
-  std::set<std::string> ops_seen, dtypes_seen;
+  std::set<std::string> dtypes_seen;
+  std::map<std::string, std::set<int>> tps_seen;  // op -> its TP sizes
   for (const auto& r : results) {
     if (r.control) continue;
-    ops_seen.insert(r.op);
+    tps_seen[r.op].insert(r.tp);
     dtypes_seen.insert(r.dtype);
-    MatrixCell& cell = matrix.cells[r.op][r.dtype][r.pass];
+    MatrixCell& cell = matrix.cells[matrix_row_name(r.op, r.tp)][r.dtype][r.pass];
     cell.counts[to_string(r.verdict)]++;
     if (cell.status.empty() || severity(r.verdict) > severity(*parse_verdict(cell.status))) {
       cell.status = to_string(r.verdict);
     }
   }
   for (const auto& op : op_order) {
-    if (ops_seen.count(op)) matrix.ops.push_back(op);
+    for (int tp : tps_seen[op]) matrix.ops.push_back(matrix_row_name(op, tp));
   }
   for (const char* dtype : {"bf16", "fp32", "fp16", "fp8"}) {
     if (dtypes_seen.count(dtype)) matrix.dtypes.push_back(dtype);

@@ -17,14 +17,18 @@ namespace bitcheck {
 // like a live run.
 struct CaseOutcome {
   std::string id, op, impl, dtype, pass;
+  int tp = 1;
   Verdict verdict = Verdict::skipped;
   bool control = false;
   bool expected_to_drift = false;
   bool observation = false;  // a library default (Impl::is_library_default)
+  std::int64_t rows = 0;
+  std::int64_t drift_needs_rows = 0;  // CaseResult::drift_needs_rows
 };
 CaseOutcome outcome_of(const CaseResult& result);
 
-// Cell of the status matrix: op x dtype x pass, over invariant impls (controls are separate).
+// Cell of the status matrix: op x dtype x pass, over invariant impls (controls are separate). A
+// case at tp > 1 has its own row, "op tp=P" (matrix_row_name), after the op's row at tp = 1.
 struct MatrixCell {
   std::map<std::string, std::int64_t> counts;  // verdict -> cases
   std::string status;                          // the most severe verdict present
@@ -41,7 +45,12 @@ struct StatusMatrix {
 struct ControlGroup {
   std::string op, impl, dtype, pass;
   std::int64_t cases = 0, drifted = 0;
-  bool lost_sight() const { return cases > 0 && drifted == 0; }
+  // Cases whose batch stayed below the control's first switch point (no chance to drift), the
+  // largest batch among them and the batch that switch point needs.
+  std::int64_t without_chance = 0, largest_batch = 0, needs_rows = 0;
+  bool lost_sight() const { return cases > without_chance && drifted == 0; }
+  // The spec gave the control no case that could drift: said so, not a failure of the harness.
+  bool no_chance() const { return cases > 0 && cases == without_chance && drifted == 0; }
 };
 
 struct Summary {
@@ -55,7 +64,9 @@ struct Summary {
   std::optional<std::string> first_failing_op;
   std::optional<std::string> first_failing_case;
   std::vector<std::string> harness_failures;  // controls that lost sight
-  int exit_code = 0;                          // exit_code_of(*this)
+  // Controls the spec gave no batch reaching their switch point, each naming the batch it needs.
+  std::vector<std::string> controls_without_chance;
+  int exit_code = 0;  // exit_code_of(*this)
 };
 
 // The exit code of a run: 3 when a case errored, 1 for a finding (an invariant impl's drift,
@@ -67,8 +78,12 @@ Summary summarize(const std::vector<CaseOutcome>& results,
 Summary summarize(const std::vector<CaseResult>& results, const std::vector<std::string>& op_order);
 // A shard's summary: a control group's cases are spread over the shards, so one shard's cases of
 // a group may all pass while another's drift. Whether the harness lost sight is judged on the
-// merged report (bitcheck merge), not on a shard: its harness failures are left out.
+// merged report (bitcheck merge), not on a shard: its harness failures (and controls without a
+// chance to drift) are left out.
 Summary shard_summary(Summary summary);
+
+// The status matrix's row of a case: its op, or "op tp=P" for a case at tp > 1.
+std::string matrix_row_name(const std::string& op, int tp);
 
 StatusMatrix build_matrix(const std::vector<CaseOutcome>& results,
                           const std::vector<std::string>& op_order);

@@ -103,6 +103,30 @@ InvarianceResult check_invariance(const std::vector<TensorDecl>& decls, const st
   return result;
 }
 
+InvarianceResult check_across_tp(const std::vector<TensorDecl>& decls, const std::string& layout,
+                                 const std::string& reference_layout, const LayoutOutputs& outputs,
+                                 const LayoutOutputs& reference) {
+  InvarianceResult result;
+  for (const auto& decl : decls) {
+    if (decl.role == TensorRole::row_output && outputs.rows.count(decl.name) &&
+        reference.rows.count(decl.name)) {
+      std::vector<std::int64_t> rows;
+      for (std::size_t row = 0; row < outputs.present.size(); ++row) {
+        if (outputs.present[row] && reference.present[row])
+          rows.push_back(static_cast<std::int64_t>(row));
+      }
+      record(compare_rows(layout, reference_layout, decl, reference, outputs, rows), result);
+    }
+    if (decl.role == TensorRole::reduction_output && outputs.reductions.count(decl.name) &&
+        reference.reductions.count(decl.name)) {
+      record(compare_whole(layout, reference_layout, decl, reference.reductions.at(decl.name),
+                           outputs.reductions.at(decl.name)),
+             result);
+    }
+  }
+  return result;
+}
+
 DeterminismResult check_determinism(const std::vector<TensorDecl>& decls, const std::string& layout,
                                     int repeat, const LayoutOutputs& first,
                                     const LayoutOutputs& again) {

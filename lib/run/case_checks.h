@@ -56,6 +56,12 @@ InvarianceResult check_invariance(const std::vector<TensorDecl>& decls, const st
                                   const CanonicalOutputs& canonical);
 
 // Determinism: run `repeat` (0-based) of `layout` against its first run, every output whole.
+// A canonical layout at the case's tp against the same layout at tp = 1 (`reference_layout`, as
+// "alone/tp=1"): every row both produced, and the token reductions both hold.
+InvarianceResult check_across_tp(const std::vector<TensorDecl>& decls, const std::string& layout,
+                                 const std::string& reference_layout, const LayoutOutputs& outputs,
+                                 const LayoutOutputs& reference);
+
 DeterminismResult check_determinism(const std::vector<TensorDecl>& decls, const std::string& layout,
                                     int repeat, const LayoutOutputs& first,
                                     const LayoutOutputs& again);

@@ -109,17 +109,20 @@ Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::ui
 // Runner).
 class ParameterCache {
  public:
+  // `special_value_rate`: the case's, for a parameter that takes special values; else 0.
   std::pair<std::shared_ptr<const Tensor>, std::uint64_t> get(const TensorDecl& decl,
-                                                              std::uint64_t seed) {
-    std::string key = decl.name + "/" + to_string(decl.dtype) + "/" + shape_string(decl.shape) +
-                      "/" + std::to_string(seed) + "/" + std::to_string(decl.scale) + "/" +
-                      group_scales_string(decl.group_scales) + "/" +
-                      std::to_string(decl.index_bound) + "/" +
-                      std::to_string(static_cast<int>(decl.generator));
+                                                              std::uint64_t seed,
+                                                              double special_value_rate) {
+    std::string key =
+        decl.name + "/" + to_string(decl.dtype) + "/" + shape_string(decl.shape) + "/" +
+        std::to_string(seed) + "/" + std::to_string(decl.scale) + "/" +
+        group_scales_string(decl.group_scales) + "/" + std::to_string(decl.index_bound) + "/" +
+        std::to_string(static_cast<int>(decl.generator)) + "/" + std::to_string(special_value_rate);
     for (const auto& entry : entries_) {
       if (entry.first == key) return entry.second;
     }
-    auto tensor = std::make_shared<const Tensor>(generate(decl, decl.shape, seed));
+    auto tensor =
+        std::make_shared<const Tensor>(generate(decl, decl.shape, seed, special_value_rate));
     if (entries_.size() >= parameter_cache_entries) entries_.erase(entries_.begin());
     entries_.push_back({key, {tensor, new_input_id()}});
     return entries_.back().second;
@@ -157,8 +160,11 @@ struct CasePlan {
   std::string canonical_rows_layout;
   std::vector<std::string> layouts;
 
-  // 0: the canonical layout for row outputs, 1: the batch layout, 2: any other.
+  // -1: a layout at tp = 1 that a case at tp > 1 is compared against ("alone/tp=1"; run first,
+  // once), 0: the canonical layout for row outputs, 1: the batch layout, 2: any
+  // other.
   int rank(const std::string& layout) const {
+    if (parse_tp_layout_name(layout).second == 1) return -1;
     if (layout == canonical_rows_layout && has_rows) return 0;
     if (layout == canonical_reduction_layout) return 1;
     return 2;
@@ -169,6 +175,30 @@ struct CasePlan {
            (layout == canonical_reduction_layout && has_reductions);
   }
 };
+
+// A case at tp > 1: an impl that runs on one rank, a shape it cannot split, or a device backend
+// whose process group has fewer ranks (the CPU backend simulates its ranks in one process).
+std::optional<std::string> tp_skip_reason(const Registry& registry, const Impl& impl,
+                                          const CaseSpec& spec) {
+  if (spec.tp == 1) return std::nullopt;
+  const TensorParallelism parallelism = impl.tensor_parallelism();
+  if (!parallelism.supports(spec.tp)) {
+    return "impl " + impl.name() + " runs on at most " + std::to_string(parallelism.max_tp) +
+           " rank(s), not tp=" + std::to_string(spec.tp);
+  }
+  if (auto problem = parallelism.split_problem(spec.dims, spec.tp))
+    return "shape invalid: " + *problem;
+  const DeviceBackend* device = registry.device_backend(impl.backend());
+  if (!device) return std::nullopt;  // the CPU backend simulates its ranks
+  if (auto unavailable = device->ranks_unavailable())
+    return "tp=" + std::to_string(spec.tp) + ": " + *unavailable;
+  if (device->rank_group().size < spec.tp) {
+    return "tp=" + std::to_string(spec.tp) + " needs " + std::to_string(spec.tp) +
+           " ranks, one process per GPU (sweep --devices listing " + std::to_string(spec.tp) +
+           " GPUs); this run has " + std::to_string(device->rank_group().size);
+  }
+  return std::nullopt;
+}
 
 std::optional<std::string> skip_reason(const Registry& registry, const Contract& contract,
                                        const OpDef& op, const Impl& impl, const CaseSpec& spec) {
@@ -185,9 +215,21 @@ std::optional<std::string> skip_reason(const Registry& registry, const Contract&
   if (op.shape_problem) {
     if (auto problem = op.shape_problem(spec)) return "shape invalid: " + *problem;
   }
+  if (auto reason = tp_skip_reason(registry, impl, spec)) return reason;
   if (auto reason = impl.skip_reason(spec)) return reason;
   // Last, once the case is known to be valid: a device case too large for the free memory.
   return device_memory_skip_reason(registry, op, impl, spec);
+}
+
+// The batch at which a control's first switch point lies, when the case's batch stays below it
+// (its canonical layout runs one row, the others at most spec.rows: every layout takes the same
+// path), else 0. Searched as far as a sweep's default switch_max_batch.
+std::int64_t rows_to_reach_a_switch(const Impl& impl, const CaseSpec& spec) {
+  constexpr std::int64_t search_rows = 4096;
+  std::int64_t first = 0;
+  for (const SwitchPoint& point : impl.switch_points(spec, search_rows))
+    if (first == 0 || point.rows < first) first = point.rows;
+  return first > spec.rows ? first : 0;
 }
 
 CasePlan plan_case(const OpDef& op, const CaseSpec& spec) {
@@ -214,6 +256,15 @@ CasePlan plan_case(const OpDef& op, const CaseSpec& spec) {
     ensure(canonical_reduction_layout);
   }
   if (plan.has_rows) ensure(plan.canonical_rows_layout);
+  // At tp > 1 the canonical layouts also run at tp = 1: the rows alone at tp = 1 stay the
+  // reference, so a token is compared across TP sizes as well as across batches.
+  if (spec.tp > 1 && !op.tp_in_math) {
+    for (const std::string& name :
+         {plan.canonical_rows_layout, std::string(canonical_reduction_layout)}) {
+      if (std::find(plan.layouts.begin(), plan.layouts.end(), name) == plan.layouts.end()) continue;
+      plan.layouts.push_back(tp_layout_name(name, 1));
+    }
+  }
   std::stable_sort(
       plan.layouts.begin(), plan.layouts.end(),
       [&](const std::string& a, const std::string& b) { return plan.rank(a) < plan.rank(b); });
@@ -223,7 +274,8 @@ CasePlan plan_case(const OpDef& op, const CaseSpec& spec) {
 // nullopt: the layout does not apply to this op or case (an op's own layout names and the
 // generic ones are disjoint), so it is not run.
 std::optional<Layout> build_layout(const OpDef& op, const Impl& impl, const CaseSpec& spec,
-                                   const CasePlan& plan, const std::string& name) {
+                                   const CasePlan& plan, const std::string& tp_name) {
+  const std::string name = parse_tp_layout_name(tp_name).first;
   if (op.make_layout) return op.make_layout(name, spec);
   if (!is_known_layout(name)) return std::nullopt;
   return make_layout(name, spec, plan.alone_rows, impl.token_granularity());
@@ -233,7 +285,8 @@ Inputs generate_inputs(const CasePlan& plan, const CaseSpec& spec, ParameterCach
   Inputs inputs;
   for (const auto& decl : plan.decls) {
     if (decl.role == TensorRole::parameter) {
-      auto [tensor, id] = parameters.get(decl, spec.seed);
+      auto [tensor, id] =
+          parameters.get(decl, spec.seed, decl.takes_special_values ? spec.special_values : 0);
       inputs.tensors[decl.name] = tensor;
       inputs.ids[decl.name] = id;
     } else if (decl.role == TensorRole::row_input) {
@@ -257,10 +310,11 @@ bool is_identity(const Invocation& invocation, std::int64_t rows) {
 // their slots (pad slots NaN), row outputs poisoned, reduction outputs carried across invocations.
 Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
                  const std::vector<TensorDecl>& decls, const Inputs& inputs, std::int64_t rows,
-                 LayoutOutputs& result, bool reductions_wanted) {
+                 LayoutOutputs& result, bool reductions_wanted, int tp) {
   const Invocation& invocation = layout.invocations[index];
   Batch batch;
   batch.spec = &spec;
+  batch.tp = tp;
   batch.invocation = &invocation;
   batch.invocation_index = static_cast<std::int64_t>(index);
   batch.invocation_count = static_cast<std::int64_t>(layout.invocations.size());
@@ -328,7 +382,7 @@ void gather_outputs(const Impl& impl, const Invocation& invocation, bool whole,
 LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& spec,
                              const CasePlan& plan, const Inputs& inputs,
                              nlohmann::json& impl_config, double& impl_seconds,
-                             bool reductions_wanted, std::set<std::string>& paths) {
+                             bool reductions_wanted, std::set<std::string>& paths, int tp) {
   LayoutOutputs result;
   result.present.assign(static_cast<std::size_t>(plan.rows), false);
   std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
@@ -346,7 +400,7 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
   }
   for (std::size_t i = 0; i < layout.invocations.size(); ++i) {
     Batch batch =
-        make_batch(spec, layout, i, plan.decls, inputs, plan.rows, result, reductions_wanted);
+        make_batch(spec, layout, i, plan.decls, inputs, plan.rows, result, reductions_wanted, tp);
     batch.layout_state = layout_state;
     auto start = Clock::now();
     {
@@ -450,9 +504,13 @@ namespace {
 // fails part-way (`error`) still reports the layouts that ran and what they found.
 class CasePipeline {
  public:
+  // A follower is a rank other than 0 of a case whose ranks are processes: it runs the layouts at
+  // the case's tp with the others (their collectives need it) and leaves the checks to rank 0.
   CasePipeline(const CaseSpec& spec, const OpDef& op, Impl& impl, const Contract& contract,
-               ParameterCache& parameters, ReferenceCache& reference, CaseArtifacts* artifacts)
-      : spec_(spec),
+               ParameterCache& parameters, ReferenceCache& reference, CaseArtifacts* artifacts,
+               bool follower)
+      : follower_(follower),
+        spec_(spec),
         op_(op),
         impl_(impl),
         contract_(contract),
@@ -467,6 +525,7 @@ class CasePipeline {
     inputs_ = generate_inputs(plan_, spec_, parameters_);
     timings_.inputs_seconds = seconds_since(inputs_start);
     run_layouts();
+    if (follower_) return;
     compute_reference();
     check_accuracy();
     keep_artifacts();
@@ -478,6 +537,7 @@ class CasePipeline {
     if (complete_) result.verdict = verdict_of(invariance_, determinism_, accuracy_);
     result.layouts_run = std::move(layouts_run_);
     result.drift = std::move(invariance_.drift);
+    result.cross_tp_drift = std::move(cross_tp_drift_);
     result.layout_comparisons = invariance_.comparisons;
     result.nondeterminism = std::move(determinism_.nondeterminism);
     result.accuracy = std::move(accuracy_.tensors);
@@ -498,6 +558,9 @@ class CasePipeline {
     for (const auto& name : plan_.layouts) {
       std::optional<Layout> layout = build_layout(op_, impl_, spec_, plan_, name);
       if (!layout) continue;
+      const bool at_tp1 = plan_.rank(name) == -1;
+      if (at_tp1 && follower_) continue;  // rank 0 runs the tp = 1 layouts on its own
+      const int tp = at_tp1 ? 1 : spec_.tp;
       const int runs = plan_.canonical(name) ? spec_.repeats : 1;
       for (int repeat = 0; repeat < runs; ++repeat) {
         // Reductions are compared in the batch layout (the reference) and in layouts holding
@@ -506,9 +569,12 @@ class CasePipeline {
                                        layout->covers_all_rows_in_order || artifacts_ != nullptr;
         std::set<std::string>& paths = paths_[name];
         LayoutOutputs outputs = execute_layout(*layout, impl_, spec_, plan_, inputs_, impl_config_,
-                                               timings_.impl_seconds, reductions_wanted, paths);
+                                               timings_.impl_seconds, reductions_wanted, paths, tp);
         if (paths.empty()) paths.insert(unrecorded_path_);
-        if (repeat == 0) {
+        if (at_tp1) {
+          tp1_kept_.emplace(parse_tp_layout_name(name).first, std::move(outputs));
+        } else if (repeat == 0) {
+          check_across_tp(name, outputs);
           keep_or_check(name, *layout, std::move(outputs));
         } else {
           auto compare_start = Clock::now();
@@ -519,6 +585,23 @@ class CasePipeline {
       }
       layouts_run_.push_back(name);
     }
+  }
+
+  // A canonical layout at tp > 1 against the same layout at tp = 1. Where the impl claims the
+  // same bits at every tp (or is a control built to differ) a difference is drift; otherwise it is
+  // reported beside the verdict.
+  void check_across_tp(const std::string& name, const LayoutOutputs& outputs) {
+    auto reference = tp1_kept_.find(name);
+    if (reference == tp1_kept_.end()) return;
+    auto compare_start = Clock::now();
+    InvarianceResult across = bitcheck::check_across_tp(plan_.decls, name, tp_layout_name(name, 1),
+                                                        outputs, reference->second);
+    timings_.compare_seconds += seconds_since(compare_start);
+    if (impl_.tensor_parallelism().across_tp == TensorParallelism::AcrossTp::observed) {
+      for (auto& metrics : across.drift) cross_tp_drift_.push_back(std::move(metrics));
+      return;
+    }
+    invariance_.append(std::move(across));
   }
 
   void keep_or_check(const std::string& name, const Layout& layout, LayoutOutputs outputs) {
@@ -577,7 +660,7 @@ class CasePipeline {
     inputs.threshold_of = [this](const std::string& output) -> const Threshold& {
       const auto [key, tensor] =
           op_.threshold_of ? op_.threshold_of(output) : std::make_pair(op_.tolerance_key, output);
-      return contract_.threshold(key, spec_.dtype_name, tensor);
+      return contract_.threshold_at_tp(key, spec_.tp, spec_.dtype_name, tensor);
     };
     inputs.nonfinite_rules.nan_matches_reference =
         spec_.special_values > 0 && contract_.special_values.nan == "match_reference_position";
@@ -614,6 +697,7 @@ class CasePipeline {
     return bytes;
   }
 
+  bool follower_;
   const CaseSpec& spec_;
   const OpDef& op_;
   Impl& impl_;
@@ -624,13 +708,15 @@ class CasePipeline {
 
   CasePlan plan_;
   Inputs inputs_;
-  std::map<std::string, LayoutOutputs> kept_;  // canonical layouts (and every one for a dump)
+  std::map<std::string, LayoutOutputs> kept_;      // canonical layouts (and every one for a dump)
+  std::map<std::string, LayoutOutputs> tp1_kept_;  // a case at tp > 1: its canonicals at tp = 1
   CanonicalOutputs canonical_;
   ReferenceRequest request_;
   std::map<std::string, Tensor> logical_inputs_;
 
   std::vector<std::string> layouts_run_;
   InvarianceResult invariance_;
+  std::vector<DriftMetrics> cross_tp_drift_;
   DeterminismResult determinism_;
   AccuracyResult accuracy_;
   std::string fingerprint_;
@@ -662,15 +748,31 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   if (!impl) throw std::logic_error("case names an unregistered op or impl: " + spec.id());
   result.backend = impl->backend();
   result.is_control = !impl->claims_invariance();
-  result.expected_to_drift = impl->expected_to_drift(spec.pass);
+  result.expected_to_drift =
+      impl->expected_to_drift(spec.pass) && spec.tp >= impl->tensor_parallelism().drifts_from_tp;
   result.is_observation = impl->is_library_default();
-  if (auto reason = skip_reason(state_->registry, state_->contract, *op, *impl, spec)) {
+  // A case at tp > 1 on a backend whose ranks are processes: ranks [0, tp) run it together.
+  DeviceBackend* device = state_->registry.device_backend(impl->backend());
+  const RankGroup group = device ? device->rank_group() : RankGroup{};
+  const bool with_ranks = spec.tp > 1 && group.size > 1;
+  if (with_ranks && group.rank >= spec.tp) {
+    result.verdict = Verdict::skipped;
+    result.reason = "rank " + std::to_string(group.rank) + " is not one of the case's " +
+                    std::to_string(spec.tp) + " ranks";
+    return result;
+  }
+  std::optional<std::string> reason =
+      skip_reason(state_->registry, state_->contract, *op, *impl, spec);
+  if (with_ranks && !device->all_ranks_agree(spec.tp, !reason) && !reason)
+    reason = "another rank of the case skips it";
+  if (reason) {
     result.verdict = Verdict::skipped;
     result.reason = *reason;
     return result;
   }
+  if (result.expected_to_drift) result.drift_needs_rows = rows_to_reach_a_switch(*impl, spec);
   CasePipeline pipeline(spec, *op, *impl, state_->contract, state_->parameters, state_->reference,
-                        artifacts);
+                        artifacts, with_ranks && group.rank > 0);
   std::optional<std::string> error;
   try {
     pipeline.run();

@@ -31,8 +31,15 @@ struct CaseResult {
   bool is_control = false;
   bool expected_to_drift = false;
   bool is_observation = false;  // a library default: what it did is observed, never a failure
+  // A control whose drift comes from a switch point (Impl::switch_points) and whose case stays
+  // below the first one (alone runs 1 row, the other layouts at most spec.rows): the batch that
+  // reaches it. Such a case had no chance to drift. 0 for every other case.
+  std::int64_t drift_needs_rows = 0;
   std::vector<std::string> layouts_run;
-  std::vector<DriftMetrics> drift;           // layout comparisons that differ
+  std::vector<DriftMetrics> drift;  // layout comparisons that differ
+  // A case at tp > 1 whose impl does not claim the same bits across TP sizes: its canonical layouts
+  // against the same layouts at tp = 1 where they differ (reported, never a failure).
+  std::vector<DriftMetrics> cross_tp_drift;
   std::int64_t layout_comparisons = 0;       // comparisons made (tensor x layout)
   std::vector<DriftMetrics> nondeterminism;  // canonical repeats that differ
   std::vector<AccuracyMetrics> accuracy;     // one per output tensor

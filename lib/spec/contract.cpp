@@ -77,18 +77,27 @@ Threshold parse_threshold(const JsonCursor& row) {
   return threshold;
 }
 
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 void parse_thresholds(const JsonCursor& root, const Registry& registry, Contract& contract) {
   JsonCursor thresholds = root.at("thresholds");
   for (const auto& key : thresholds.keys()) {
     JsonCursor per_dtype = thresholds.at(key);
     bool known_key = false;
-    // Ops composed of others (the chain) hold each call to its own op's row and have none.
+    // Ops composed of others (the chain) hold each call to its own op's row and have none. A key
+    // "<op key>@tp" is the row of that op's cases at tp > 1, whose ranks may round more.
+    const std::string op_key = ends_with(key, tp_row_suffix)
+                                   ? key.substr(0, key.size() - std::string(tp_row_suffix).size())
+                                   : key;
     for (const OpDef* op : registry.ops())
-      known_key = known_key || (op->tolerance_key == key && !op->threshold_of);
+      known_key = known_key || (op->tolerance_key == op_key && !op->threshold_of);
     if (!known_key)
       per_dtype.fail(
-          "a registered op's tolerance key (see `bitcheck list`; the chain has none: "
-          "each of its calls is held to its own op's row)");
+          "a registered op's tolerance key, or one with \"@tp\" after it (see `bitcheck list`; "
+          "the chain has none: each of its calls is held to its own op's row)");
     for (const auto& dtype : per_dtype.keys()) {
       JsonCursor row = per_dtype.at(dtype);
       row.allow_only({"atol", "rtol", "derivation", "tensors"});
@@ -172,6 +181,15 @@ const Threshold& Contract::threshold(const std::string& key, const std::string& 
   const Threshold& row = rows->second.at(dtype);
   auto override_row = row.tensors.find(tensor);
   return override_row == row.tensors.end() ? row : override_row->second;
+}
+
+const Threshold& Contract::threshold_at_tp(const std::string& key, int tp, const std::string& dtype,
+                                           const std::string& tensor) const {
+  const std::string tp_key = key + tp_row_suffix;
+  auto rows = thresholds.find(tp_key);
+  if (tp > 1 && rows != thresholds.end() && rows->second.count(dtype))
+    return threshold(tp_key, dtype, tensor);
+  return threshold(key, dtype, tensor);
 }
 
 nlohmann::json Contract::to_json() const {

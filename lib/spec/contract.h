@@ -13,6 +13,8 @@ class Registry;
 enum class DTypeStatus { mandatory, reference, optional, out_of_scope };
 std::string to_string(DTypeStatus status);
 
+inline constexpr const char* tp_row_suffix = "@tp";
+
 struct Threshold {
   double atol = 0.0;
   double rtol = 0.0;
@@ -51,6 +53,10 @@ struct Contract {
   // The row for `key`/`dtype`, or its override for `tensor` when the row has one.
   const Threshold& threshold(const std::string& key, const std::string& dtype,
                              const std::string& tensor = "") const;
+  // The row of a case at `tp` ranks: "<key>@tp" when tp > 1 and the contract has one for the
+  // dtype (its ranks round partial sums more often), else the op's row.
+  const Threshold& threshold_at_tp(const std::string& key, int tp, const std::string& dtype,
+                                   const std::string& tensor = "") const;
   nlohmann::json to_json() const;
 };
 

@@ -151,6 +151,24 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
               (known.empty() ? std::string("none") : known) + "), got \"" + name + "\"");
     });
   }
+  if (auto tps = node.find("tp")) {
+    sweep.tps.clear();
+    auto tp_of = [&](const JsonCursor& item) {
+      const int tp = static_cast<int>(item.as_int(1, max_tensor_parallel));
+      if (!is_valid_tp(tp)) {
+        item.fail(valid_tp_choices() + " (ranks; the fixed-order reductions split into " +
+                  std::to_string(max_tensor_parallel) + " chunks), got " + std::to_string(tp));
+      }
+      if (std::find(sweep.tps.begin(), sweep.tps.end(), tp) == sweep.tps.end())
+        sweep.tps.push_back(tp);
+    };
+    if (tps->node().is_array()) {
+      for (const auto& item : tps->items()) tp_of(item);
+    } else {
+      tp_of(*tps);
+    }
+    if (sweep.tps.empty()) tps->fail("a non-empty list of TP sizes (" + valid_tp_choices() + ")");
+  }
   if (auto repeats = node.find("repeats"))
     sweep.repeats = static_cast<int>(repeats->as_int(2, 100));
   // At least 2: the alone sample always holds the first and the last row.
@@ -240,6 +258,27 @@ std::vector<Dims> parse_shapes(const JsonCursor& shapes, const OpDef& op) {
   return result;
 }
 
+// The impls of an entry that run on several ranks, at each TP size above 1: every dim they split
+// must divide by it (BadInput naming the file, the tp field and the shape).
+void check_tp_splits(const Registry& registry, const OpSweep& sweep, const std::string& file,
+                     const std::string& field) {
+  for (int tp : sweep.tps) {
+    if (tp == 1) continue;
+    for (const Impl* impl : registry.impls(sweep.op)) {
+      if (!sweep.impls.empty() && !contains(sweep.impls, impl->name())) continue;
+      const TensorParallelism parallelism = impl->tensor_parallelism();
+      if (!parallelism.supports(tp)) continue;
+      for (const Dims& dims : sweep.shapes) {
+        if (auto problem = parallelism.split_problem(dims, tp)) {
+          throw BadInput(file, field,
+                         "TP sizes that divide the dims " + impl->name() + " splits over ranks: " +
+                             *problem + " in the shape " + dims_string(dims));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& file,
@@ -264,7 +303,8 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
   defaults.batches = {1, 2, 3, 7, 16, 33};
   if (auto node = root.find("defaults")) {
     node->allow_only({"impls", "dtypes", "passes", "layouts", "seeds", "batches", "repeats",
-                      "alone_rows", "special_values", "ids", "switch_budget", "switch_max_batch"});
+                      "alone_rows", "special_values", "ids", "switch_budget", "switch_max_batch",
+                      "tp"});
     parse_common(*node, registry, contract, nullptr, defaults);
   }
 
@@ -287,7 +327,7 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
     }
     entry.allow_only({"op", "description", "impls", "dtypes", "passes", "layouts", "seeds",
                       "batches", "repeats", "alone_rows", "special_values", "ids", "shapes",
-                      "switch_budget", "switch_max_batch", "force_paths"});
+                      "switch_budget", "switch_max_batch", "force_paths", "tp"});
     OpSweep sweep = defaults;
     sweep.op = op_name;
     parse_common(entry, registry, contract, op, sweep);
@@ -301,6 +341,8 @@ SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& fi
       }
     }
     sweep.shapes = parse_shapes(entry.at("shapes"), *op);
+    check_tp_splits(registry, sweep, file,
+                    entry.find("tp") ? "$.ops." + name + ".tp" : "$.defaults.tp");
     // An op entry that asks for an id distribution its op has no ids for is a mistake; one
     // inherited from the defaults applies to the ops that have token ids and leaves the others.
     if (auto ids = entry.find("ids")) {
@@ -373,6 +415,9 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const
     ids = parse_id_distribution(*overrides.ids);
     if (!ids) fail("--ids", id_distribution_choices() + ", got \"" + *overrides.ids + "\"");
   }
+  for (int tp : overrides.tps) {
+    if (!is_valid_tp(tp)) fail("--tp", valid_tp_choices() + ", got " + std::to_string(tp));
+  }
   if (overrides.shard_count < 1 || overrides.shard_index < 0 ||
       overrides.shard_index >= overrides.shard_count) {
     fail("--shard", "i/n with 0 <= i < n");
@@ -397,6 +442,10 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const
     if (overrides.repeats) sweep.repeats = *overrides.repeats;
     if (overrides.special_values) sweep.special_values = *overrides.special_values;
     if (ids) sweep.ids = *ids;
+    if (!overrides.tps.empty()) {
+      sweep.tps = overrides.tps;
+      check_tp_splits(registry, sweep, command_line, "--tp");
+    }
     kept.push_back(sweep);
   }
   if (kept.empty()) {
@@ -474,6 +523,12 @@ std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<Swi
     if (!points[i].empty()) seen_paths[i].insert(points[i].front().from);  // M = 1 runs it
   }
   auto full = [&] { return batches.size() >= static_cast<std::size_t>(budget); };
+  // A point is taken with both its sides or not at all: one side alone crosses nothing.
+  auto fits = [&](const SwitchPoint& point) {
+    const std::size_t added =
+        (batches.count(point.rows - 1) ? 0 : 1) + (batches.count(point.rows) ? 0 : 1);
+    return batches.size() + added <= static_cast<std::size_t>(budget);
+  };
   auto take = [&](std::size_t i, std::size_t j) {
     const SwitchPoint& point = points[i][j];
     taken[i][j] = true;
@@ -481,7 +536,7 @@ std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<Swi
     seen_paths[i].insert(point.to);
     seen_moves[i].insert({point.from, point.to});
     batches.insert(point.rows - 1);
-    if (!full()) batches.insert(point.rows);
+    batches.insert(point.rows);
   };
   // Rounds over the impls, one point each per round, so every impl gets its first new path
   // before any gets its second.
@@ -491,7 +546,7 @@ std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<Swi
       progress = false;
       for (std::size_t i = 0; i < points.size() && !full(); ++i) {
         for (std::size_t j = 0; j < points[i].size(); ++j) {
-          if (taken[i][j] || !wanted(i, points[i][j])) continue;
+          if (taken[i][j] || !wanted(i, points[i][j]) || !fits(points[i][j])) continue;
           take(i, j);
           progress = true;
           break;
@@ -511,7 +566,8 @@ std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<Swi
     const std::size_t room = static_cast<std::size_t>(budget) - batches.size();
     const std::size_t share = std::max<std::size_t>(1, room / 2 / (points.size() - i));
     const std::size_t step = std::max<std::size_t>(1, rest.size() / share);
-    for (std::size_t k = step / 2; k < rest.size() && !full(); k += step) take(i, rest[k]);
+    for (std::size_t k = step / 2; k < rest.size() && !full(); k += step)
+      if (fits(points[i][rest[k]])) take(i, rest[k]);
   }
   return {batches.begin(), batches.end()};
 }
@@ -528,8 +584,12 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
     } else {
       for (const auto& name : sweep.impls) impls.push_back(registry.find_impl(sweep.op, name));
     }
+    // An impl that runs on several ranks joins an entry that asks for a tp above 1, or names it.
+    const bool wants_ranks =
+        std::any_of(sweep.tps.begin(), sweep.tps.end(), [](int tp) { return tp > 1; });
     std::vector<Impl*> selected;
     for (Impl* impl : impls) {
+      if (!wants_ranks && sweep.impls.empty() && impl->tensor_parallelism().max_tp > 1) continue;
       if (!overrides.impls.empty() && !contains(overrides.impls, impl->name())) continue;
       if (overrides.backend != "auto" && impl->backend() != overrides.backend) continue;
       selected.push_back(impl);
@@ -547,11 +607,15 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
             shape.dtype = parse_dtype(dtype_name).value_or(DType::fp32);
             shape.pass = *parse_pass(pass_name);
             shape.dims = dims;
+            // The controls' points first: a control whose switch no batch reaches cannot drift.
             std::vector<std::vector<SwitchPoint>> points;
-            for (Impl* impl : selected) {
-              if (!impl->supports(shape.pass)) continue;
-              shape.impl = impl->name();
-              points.push_back(impl->switch_points(shape, sweep.switch_max_batch));
+            for (bool controls : {true, false}) {
+              for (Impl* impl : selected) {
+                if (!impl->supports(shape.pass) || impl->expected_to_drift(shape.pass) != controls)
+                  continue;
+                shape.impl = impl->name();
+                points.push_back(impl->switch_points(shape, sweep.switch_max_batch));
+              }
             }
             for (std::int64_t rows : switch_point_batches(points, sweep.switch_budget))
               if (std::find(batches.begin(), batches.end(), rows) == batches.end())
@@ -562,27 +626,31 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
           for (std::int64_t rows : batches) {
             for (std::uint64_t seed : sweep.seeds) {
               for (const std::string& path : forced) {
-                for (Impl* impl : selected) {
-                  if (!path.empty() && !declares_forced_path(*impl, path)) continue;
-                  CaseSpec c;
-                  c.op = sweep.op;
-                  c.impl = impl->name();
-                  c.dtype_name = dtype_name;
-                  c.dtype = parse_dtype(dtype_name).value_or(DType::fp32);
-                  c.pass = *parse_pass(pass_name);
-                  c.dims = dims;
-                  c.rows = rows;
-                  c.seed = seed;
-                  c.layouts = sweep.layouts;
-                  c.repeats = sweep.repeats;
-                  c.alone_rows = sweep.alone_rows;
-                  c.special_values = sweep.special_values;
-                  // Only a case with token ids carries a distribution (and names it in its id).
-                  if (sweep.ids != IdDistribution::uniform && has_token_ids(op, c))
-                    c.ids = sweep.ids;
-                  c.forced_path = path;
-                  c.index = next_index++;
-                  cases.push_back(c);
+                for (int tp : sweep.tps) {
+                  for (Impl* impl : selected) {
+                    if (!path.empty() && !declares_forced_path(*impl, path)) continue;
+                    if (!impl->tensor_parallelism().supports(tp)) continue;
+                    CaseSpec c;
+                    c.op = sweep.op;
+                    c.impl = impl->name();
+                    c.dtype_name = dtype_name;
+                    c.dtype = parse_dtype(dtype_name).value_or(DType::fp32);
+                    c.pass = *parse_pass(pass_name);
+                    c.dims = dims;
+                    c.rows = rows;
+                    c.seed = seed;
+                    c.layouts = sweep.layouts;
+                    c.repeats = sweep.repeats;
+                    c.alone_rows = sweep.alone_rows;
+                    c.special_values = sweep.special_values;
+                    // Only a case with token ids carries a distribution (and names it in its id).
+                    if (sweep.ids != IdDistribution::uniform && has_token_ids(op, c))
+                      c.ids = sweep.ids;
+                    c.forced_path = path;
+                    c.tp = tp;
+                    c.index = next_index++;
+                    cases.push_back(c);
+                  }
                 }
               }
             }

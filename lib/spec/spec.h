@@ -30,6 +30,9 @@ struct OpSweep {
   // empty: the impls pick their paths.
   std::vector<std::string> force_paths;
   std::vector<Dims> shapes;
+  // TP sizes ("tp": [1, 2, 4]): every impl runs at tp = 1; the impls that run on several ranks
+  // (Impl::tensor_parallelism) also at each larger tp.
+  std::vector<int> tps = {1};
   int repeats = 2;
   std::int64_t alone_rows = 64;
   double special_values = 0;  // rate of special input values (0 = off)
@@ -56,6 +59,7 @@ struct SweepOverrides {
   std::optional<int> repeats;
   std::optional<double> special_values;  // --special-values[-rate]: a rate in [0, 0.5], 0 = off
   std::optional<std::string> ids;        // --ids: uniform, zipf or few
+  std::vector<int> tps;                  // --tp: the TP sizes of every entry
   int shard_index = 0;                   // --shard i/n: run the cases whose index is i modulo n
   int shard_count = 1;
   // --shard-queue FILE (the children of --devices): instead of a fixed share, a shard takes the
@@ -97,9 +101,10 @@ std::vector<CaseUnit> case_units(const std::vector<CaseSpec>& cases, const Regis
 std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& registry,
                                    const SweepOverrides& overrides);
 
-// The batch values "batches": "switch-points" gives for one shape: 1 and each side (M - 1, M) of
-// switch points of the impls, first those reaching a path not yet seen, then a transition not yet
-// seen, then the rest spread evenly, until `budget` values.
+// The batch values "batches": "switch-points" gives for one shape: 1 and both sides (M - 1, M) of
+// switch points of the impls (a point whose two sides do not fit the budget is left out), first
+// those reaching a path not yet seen, then a transition not yet seen, then the rest spread
+// evenly, until `budget` values. expand_cases lists the controls' points first.
 std::vector<std::int64_t> switch_point_batches(const std::vector<std::vector<SwitchPoint>>& points,
                                                int budget);
 

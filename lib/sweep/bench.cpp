@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "report/bench_cost.h"
 #include "report/report.h"
+#include "sweep/rank_group.h"
 #include "sweep/sweep.h"
 
 namespace bitcheck {
@@ -40,18 +42,61 @@ void measure(Impl& impl, const CaseSpec& spec, const BenchSettings& settings, Ro
   }
 }
 
+// The cases at tp > 1: timed by a group of rank processes (one per GPU of --devices), each rank
+// running every benchmark of the cases it belongs to; rank 0's times are the rows.
+std::vector<Row> time_in_rank_group(const BenchOptions& options, const Registry& registry,
+                                    const std::vector<CaseSpec>& cases) {
+  SweepOptions group;
+  group.spec_path = options.spec_path;
+  group.contract_path = options.contract_path;
+  group.overrides = options.overrides;
+  if (group.overrides.passes.empty()) group.overrides.passes = {"forward"};
+  group.overrides.backend = "cuda";
+  group.argv = options.argv;
+  group.devices = options.devices;
+  group.rank_bench = true;
+  group.bench.warmup = options.warmup;
+  group.bench.repeats = options.repeats;
+  group.printer = options.printer;
+  std::filesystem::create_directories(options.out_dir);
+  std::string pattern =
+      (std::filesystem::path(options.out_dir) / ".bitcheck-ranks-XXXXXX").string();
+  if (!mkdtemp(pattern.data()))
+    throw std::runtime_error("cannot create a temporary directory in " + options.out_dir);
+  const RankGroupRun run = run_rank_group(group, registry, cases, pattern);
+  std::vector<Row> rows;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const nlohmann::json& entry = run.results[i];
+    const Impl* impl = registry.find_impl(cases[i].op, cases[i].impl);
+    Row row{cases[i], cases[i].impl, impl->claims_invariance(), std::nullopt, ""};
+    if (entry.contains("median_ms")) {
+      BenchMeasurement measured;
+      measured.median_ms = entry["median_ms"].get<double>();
+      measured.min_ms = entry["min_ms"].get<double>();
+      measured.flops = entry.value("flops", 0.0);
+      measured.bytes_moved = entry.value("bytes_moved", 0.0);
+      measured.config = entry.value("config", nlohmann::json());
+      row.measurement = measured;
+    } else {
+      row.error = entry.value("error", entry.value("reason", std::string("not timed")));
+    }
+    rows.push_back(std::move(row));
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(pattern, ignored);
+  return rows;
+}
+
 }  // namespace
 
 int run_bench(const BenchOptions& options, const Registry& registry) {
-  Contract contract = load_contract_or_embedded(options.contract_path, registry);
-  SweepSpec spec = options.spec_path.empty()
-                       ? load_embedded_sweep_spec(registry, contract)
-                       : load_sweep_spec(options.spec_path, registry, contract);
   SweepOverrides overrides = options.overrides;
   if (overrides.passes.empty()) overrides.passes = {"forward"};
   overrides.backend = "cuda";
-  spec = apply_overrides(spec, overrides, registry, contract);
-  std::vector<CaseSpec> cases = expand_cases(spec, registry, overrides);
+  const SweepPlan plan =
+      plan_run(options.spec_path, options.contract_path, overrides, options.run, registry);
+  const Contract& contract = plan.contract;
+  const std::vector<CaseSpec>& cases = plan.cases;
   if (!registry.backend_available("cuda")) {
     options.printer->note("bitcheck bench: " + registry.backend_reason("cuda"));
     return exit_internal;
@@ -66,10 +111,16 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
   // One group per (op, dtype, pass, shape, M): every impl of the op on that point, interleaved.
   std::map<std::string, std::vector<CaseSpec>> groups;
   std::vector<std::string> order;
+  std::vector<CaseSpec> group_cases;
   for (const auto& c : cases) {
     if (contract.dtype_skip_reason(c.dtype_name)) continue;
+    if (needs_rank_group(c, registry)) {
+      group_cases.push_back(c);
+      continue;
+    }
     std::string key = c.op + "|" + c.dtype_name + "|" + to_string(c.pass) + "|" +
-                      dims_string(c.dims) + "|" + std::to_string(c.rows);
+                      dims_string(c.dims) + "|" + std::to_string(c.rows) + "|tp" +
+                      std::to_string(c.tp);
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(c);
   }
@@ -107,11 +158,18 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
     }
   }
   options.printer->end_progress();
+  if (!group_cases.empty()) {
+    for (Row& row : time_in_rank_group(options, registry, group_cases)) {
+      if (!row.error.empty()) ++failures;
+      rows.push_back(std::move(row));
+    }
+  }
 
   nlohmann::json table = nlohmann::json::array();
   std::ostringstream md;
-  md << "| op | dtype | shape | M | impl | median ms | TFLOP/s | GB/s | vs baseline | config |\n";
-  md << "|---|---|---|---|---|---|---|---|---|---|\n";
+  md << "| op | dtype | shape | M | tp | impl | median ms | TFLOP/s | GB/s | vs baseline | config "
+        "|\n";
+  md << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& row : rows) {
     const OpDef* op = registry.find_op(row.spec.op);
     nlohmann::json j = {{"op", row.spec.op},
@@ -121,12 +179,13 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
                         {"dims", row.spec.dims},
                         {"rows", row.spec.rows},
                         {"claims_invariance", row.claims_invariance}};
+    if (row.spec.tp > 1) j["tp"] = row.spec.tp;
     if (!row.error.empty()) {
       j["error"] = row.error;
       table.push_back(j);
       md << "| " << row.spec.op << " | " << row.spec.dtype_name << " | "
-         << dims_string(row.spec.dims) << " | " << row.spec.rows << " | " << row.impl
-         << " | error: " << row.error << " | | | | |\n";
+         << dims_string(row.spec.dims) << " | " << row.spec.rows << " | " << row.spec.tp << " | "
+         << row.impl << " | error: " << row.error << " | | | | |\n";
       continue;
     }
     const BenchMeasurement& m = *row.measurement;
@@ -142,7 +201,8 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
       for (const auto& other : rows) {
         if (other.impl == op->bench_baseline && other.measurement && other.spec.op == row.spec.op &&
             other.spec.dtype_name == row.spec.dtype_name && other.spec.dims == row.spec.dims &&
-            other.spec.rows == row.spec.rows && other.spec.pass == row.spec.pass) {
+            other.spec.rows == row.spec.rows && other.spec.pass == row.spec.pass &&
+            other.spec.tp == row.spec.tp) {
           double ratio = other.measurement->median_ms / m.median_ms;
           j["ratio_to_baseline"] = ratio;
           j["baseline"] = op->bench_baseline;
@@ -170,9 +230,10 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
                          : m.config.contains("path")   ? m.config["path"].get<std::string>()
                                                        : "";
     md << "| " << row.spec.op << " | " << row.spec.dtype_name << " | " << dims_string(row.spec.dims)
-       << " | " << row.spec.rows << " | " << row.impl << " | " << printf_number("%.4f", m.median_ms)
-       << " | " << (tflops > 0 ? printf_number("%.1f", tflops) : "") << " | "
-       << printf_number("%.0f", gbps) << " | " << versus << " | " << config << " |\n";
+       << " | " << row.spec.rows << " | " << row.spec.tp << " | " << row.impl << " | "
+       << printf_number("%.4f", m.median_ms) << " | "
+       << (tflops > 0 ? printf_number("%.1f", tflops) : "") << " | " << printf_number("%.0f", gbps)
+       << " | " << versus << " | " << config << " |\n";
   }
 
   nlohmann::json report = {{"schema_version", 1}, {"tool", "bitcheck bench"}};

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/printer.h"
+#include "core/run_settings.h"
 #include "spec/spec.h"
 
 namespace bitcheck {
@@ -15,10 +16,12 @@ struct BenchOptions {
   std::string spec_path;  // empty: the embedded default spec
   std::string contract_path;
   SweepOverrides overrides;
+  RunSettings run;  // --pins (bench never writes pins back)
   std::string out_dir = "out";
   int warmup = 5;
   int repeats = 30;
   int rounds = 2;                          // interleaved rounds; the best round's median counts
+  std::vector<std::string> devices;        // the rank group's GPUs, for cases at tp > 1
   Printer* printer = &terminal_printer();  // the table, progress and notes
   std::vector<std::string> argv;
 };

@@ -89,6 +89,16 @@ std::string dump_line(const nlohmann::json& document) {
   return document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// A worker's reply, or a discarded value when it is no JSON the strict reader accepts (the caller
+// reports it as unreadable).
+nlohmann::json readable_reply(const std::string& line) {
+  try {
+    return parse_json_text(line, worker_label);
+  } catch (const BadInput&) {
+    return nlohmann::json(nlohmann::json::value_t::discarded);
+  }
+}
+
 std::string describe_exit(int status) {
   if (WIFSIGNALED(status)) {
     const int signal_number = WTERMSIG(status);
@@ -216,18 +226,18 @@ void IsolatedRunner::start_worker() {
   ++workers_started_;
 
   nlohmann::json hello = {{"contract", settings_.contract_path},
-                          {"pins", settings_.cuda.pin_file},
-                          {"write_pins", settings_.cuda.write_pins}};
+                          {"pins", settings_.run.pins},
+                          {"write_pins", settings_.run.write_pins}};
   std::optional<std::string> ready;
   if (write_line(socket_, dump_line(hello))) ready = read_line(socket_, buffer_);
   std::string problem;
   try {
     if (ready) {
-      nlohmann::json reply = nlohmann::json::parse(*ready);
+      nlohmann::json reply = parse_json_text(*ready, worker_label);
       if (reply.value("ready", false)) return;
       problem = reply.value("startup_error", "it sent no ready line");
     }
-  } catch (const nlohmann::json::exception&) {
+  } catch (const std::exception&) {
     problem = "it sent an unreadable ready line";
   }
   std::string how = reap();
@@ -295,7 +305,7 @@ CaseResult IsolatedRunner::run_case(const CaseSpec& spec) {
                            "; the sweep went on with the next case in a fresh worker",
                        seconds());
   }
-  nlohmann::json reply = nlohmann::json::parse(*line, nullptr, false);
+  nlohmann::json reply = readable_reply(*line);
   if (!reply.is_object() || !reply.contains("result") || !reply["result"].is_object()) {
     ++faults_;
     std::string why =
@@ -329,9 +339,8 @@ int run_sweep_worker(const Registry& registry, int fd) {
   if (!hello_line) return exit_internal;
   std::optional<Contract> contract;
   try {
-    nlohmann::json hello = nlohmann::json::parse(*hello_line);
-    configure_device_backends(
-        registry, {hello.at("pins").get<std::string>(), hello.at("write_pins").get<bool>()});
+    nlohmann::json hello = parse_json_text(*hello_line, worker_label);
+    start_run(registry, {hello.at("pins").get<std::string>(), hello.at("write_pins").get<bool>()});
     contract = load_contract_or_embedded(hello.at("contract").get<std::string>(), registry);
   } catch (const std::exception& error) {
     write_line(fd, dump_line({{"startup_error", error.what()}}));
@@ -343,7 +352,7 @@ int run_sweep_worker(const Registry& registry, int fd) {
     nlohmann::json reply;
     std::optional<std::string> context_fault;
     try {
-      nlohmann::json request = nlohmann::json::parse(*line);
+      nlohmann::json request = parse_json_text(*line, worker_label);
       CaseSpec spec = case_spec_from_json(JsonCursor(request.at("case"), worker_label, "$.case"));
       if (spec.id() != request["case"].value("id", "")) {
         throw std::logic_error(
@@ -362,11 +371,11 @@ int run_sweep_worker(const Registry& registry, int fd) {
     if (!write_line(fd, dump_line(reply))) return exit_internal;
     if (context_fault) {
       // No CUDA call can be trusted any more, not even the runtime's teardown: leave at once.
-      finish_device_backends(registry);
+      finish_run(registry);
       std::_Exit(exit_internal);
     }
   }
-  finish_device_backends(registry);
+  finish_run(registry);
   return exit_pass;
 }
 

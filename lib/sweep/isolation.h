@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "core/backend.h"
 #include "core/op.h"
+#include "core/run_settings.h"
 #include "run/runner.h"
 
 namespace bitcheck {
@@ -19,7 +19,7 @@ namespace bitcheck {
 struct WorkerSettings {
   std::string executable;     // the bitcheck binary that has the __sweep-worker subcommand
   std::string contract_path;  // empty: the embedded contract
-  BackendOptions cuda;
+  RunSettings run;            // the worker starts the run with these
   // A case whose result has not come back after this many seconds is `error` and its worker is
   // killed (a hung kernel or host loop); 0: no limit.
   double case_timeout_seconds = 0;

@@ -204,6 +204,7 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
   CaseSpec spec = found.spec;
   const OpDef* op = registry.find_op(spec.op);
 
+  start_run(registry, options.run);
   Contract contract = load_contract_or_embedded(options.contract_path, registry);
   Runner runner(registry, contract);
   Printer& printer = *options.printer;
@@ -234,21 +235,21 @@ int run_minimize(const MinimizeOptions& options, const Registry& registry) {
                                          {"trials", minimizer.trials()},
                                          {"steps", minimizer.steps()},
                                          {"budget_exhausted", !minimizer.budget_left()}};
-  const std::filesystem::path out_file(options.out_path);
-  if (out_file.has_parent_path()) std::filesystem::create_directories(out_file.parent_path());
+  const std::filesystem::path report_file(options.out_path);
+  if (report_file.has_parent_path()) std::filesystem::create_directories(report_file.parent_path());
   write_file_atomically(options.out_path, minimized.dump(1) + "\n");
 
-  std::ostringstream out;
-  out << "minimized: " << best.id() << "\n"
-      << "  from " << spec.id() << "\n"
-      << "  " << size_change(spec, best) << "; " << minimizer.steps() << " steps in "
-      << minimizer.trials() << " trials"
-      << (minimizer.budget_left() ? "" : " (trial budget exhausted: --max-trials)") << "\n"
-      << "  layouts: " << join(best.layouts) << "\n"
-      << "report: " << options.out_path << "\n"
-      << "replay: " << options.binary << " repro " << shell_quote(options.out_path) << " --case "
-      << shell_quote(best.id()) << "\n";
-  printer.result(out.str());
+  std::ostringstream text;
+  text << "minimized: " << best.id() << "\n"
+       << "  from " << spec.id() << "\n"
+       << "  " << size_change(spec, best) << "; " << minimizer.steps() << " steps in "
+       << minimizer.trials() << " trials"
+       << (minimizer.budget_left() ? "" : " (trial budget exhausted: --max-trials)") << "\n"
+       << "  layouts: " << join(best.layouts) << "\n"
+       << "report: " << options.out_path << "\n"
+       << "replay: " << repro_command(options.binary, options.out_path, best.id(), options.run)
+       << "\n";
+  printer.result(text.str());
   return exit_pass;
 }
 

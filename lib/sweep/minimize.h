@@ -7,6 +7,7 @@
 
 #include "core/op.h"
 #include "core/printer.h"
+#include "core/run_settings.h"
 
 namespace bitcheck {
 
@@ -15,6 +16,7 @@ struct MinimizeOptions {
   std::string case_id;
   std::string out_path = "out/minimized.json";  // the one-case report of the smallest case
   std::string contract_path;
+  RunSettings run;  // --pins (minimize never writes pins back)
   std::string binary = "bitcheck";
   std::vector<std::string> argv;
   int max_trials = 200;  // runs of candidate cases, the re-run of the original not counted

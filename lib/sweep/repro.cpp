@@ -19,6 +19,14 @@ std::string shell_quote(const std::string& text) {
   return quoted + "'";
 }
 
+std::string repro_command(const std::string& binary, const std::string& report_path,
+                          const std::string& case_id, const RunSettings& run) {
+  std::string command =
+      binary + " repro " + shell_quote(report_path) + " --case " + shell_quote(case_id);
+  if (run.pins != RunSettings{}.pins) command += " --pins " + shell_quote(run.pins);
+  return command;
+}
+
 namespace {
 
 void dump(const std::string& dir, const CaseArtifacts& artifacts, const CaseResult& result) {
@@ -85,6 +93,7 @@ int run_repro(const ReproOptions& options, const Registry& registry) {
   const std::string recorded_fingerprint =
       found.entry.find("fingerprint") ? found.entry.at("fingerprint").as_string() : "";
 
+  start_run(registry, options.run);
   Contract contract = load_contract_or_embedded(options.contract_path, registry);
   Runner runner(registry, contract);
   CaseArtifacts artifacts;
@@ -92,8 +101,8 @@ int run_repro(const ReproOptions& options, const Registry& registry) {
 
   std::ostringstream out;
   out << "case: " << spec.id() << "\n";
-  out << "replay: " << options.binary << " repro " << shell_quote(options.report_path) << " --case "
-      << shell_quote(spec.id()) << "\n";
+  out << "replay: " << repro_command(options.binary, options.report_path, spec.id(), options.run)
+      << "\n";
   out << "verdict: " << to_string(result.verdict) << " (report: " << recorded_verdict << ")\n";
   for (const auto& drift : result.drift) out << "  " << drift_to_json(drift).dump() << "\n";
   const OpDef* op = registry.find_op(spec.op);

@@ -6,17 +6,23 @@
 
 #include "core/op.h"
 #include "core/printer.h"
+#include "core/run_settings.h"
 
 namespace bitcheck {
 
 // Quotes a word for a POSIX shell, so a printed command can be pasted back.
 std::string shell_quote(const std::string& text);
+// The `bitcheck repro` command line that replays case `case_id` of the report at `report_path`
+// under the same run settings (--pins when not the default).
+std::string repro_command(const std::string& binary, const std::string& report_path,
+                          const std::string& case_id, const RunSettings& run);
 
 struct ReproOptions {
   std::string report_path;
   std::string case_id;
   std::string dump_dir;  // empty: no dump
   std::string contract_path;
+  RunSettings run;  // --pins (a repro never writes pins back)
   std::string binary = "bitcheck";
   Printer* printer = &terminal_printer();  // what the re-run showed
 };

@@ -23,6 +23,7 @@
 #include "report/report.h"
 #include "run/runner.h"
 #include "sweep/isolation.h"
+#include "sweep/rank_group.h"
 
 namespace bitcheck {
 
@@ -121,14 +122,22 @@ CaseResult run_sweep_case(const CaseSpec& spec, const Registry& registry, Runner
 }
 }  // namespace
 
-SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry) {
+SweepPlan plan_run(const std::string& spec_path, const std::string& contract_path,
+                   const SweepOverrides& overrides, const RunSettings& run,
+                   const Registry& registry) {
+  start_run(registry, run);
   SweepPlan plan;
-  plan.contract = load_contract_or_embedded(options.contract_path, registry);
-  plan.spec = options.spec_path.empty()
-                  ? load_embedded_sweep_spec(registry, plan.contract)
-                  : load_sweep_spec(options.spec_path, registry, plan.contract);
-  plan.spec = apply_overrides(plan.spec, options.overrides, registry, plan.contract);
-  plan.cases = expand_cases(plan.spec, registry, options.overrides);
+  plan.contract = load_contract_or_embedded(contract_path, registry);
+  plan.spec = spec_path.empty() ? load_embedded_sweep_spec(registry, plan.contract)
+                                : load_sweep_spec(spec_path, registry, plan.contract);
+  plan.spec = apply_overrides(plan.spec, overrides, registry, plan.contract);
+  plan.cases = expand_cases(plan.spec, registry, overrides);
+  return plan;
+}
+
+SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry) {
+  SweepPlan plan =
+      plan_run(options.spec_path, options.contract_path, options.overrides, options.run, registry);
   if (plan.cases.empty())
     throw BadInput("command line", "--impl/--backend", "filters that leave at least one case");
   if (plan.cases.size() > options.max_cases && !options.confirmed) {
@@ -142,9 +151,9 @@ SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry) {
 }
 
 int run_sweep(const SweepOptions& options, const Registry& registry) {
+  if (options.rank >= 0) return run_rank_worker(options, registry);
   if (!options.devices.empty()) return run_sweep_on_devices(options, registry);
   auto start = std::chrono::steady_clock::now();
-  configure_device_backends(registry, options.cuda);
   SweepPlan plan = plan_sweep(options, registry);
   const Contract& contract = plan.contract;
   const SweepSpec& spec = plan.spec;
@@ -165,7 +174,7 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   Runner runner(registry, contract);
   std::unique_ptr<IsolatedRunner> isolated;
   if (use_isolation(options, registry, cases)) {
-    WorkerSettings settings{options.worker_executable, options.contract_path, options.cuda};
+    WorkerSettings settings{options.worker_executable, options.contract_path, options.run};
     settings.case_timeout_seconds = options.case_timeout_seconds;
     isolated = std::make_unique<IsolatedRunner>(registry, settings);
   }
@@ -249,7 +258,7 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   std::string path = (std::filesystem::path(options.out_dir) / options.report_name).string();
   write_file_atomically(path, report.dump(1) + "\n");
 
-  finish_device_backends(registry);
+  finish_run(registry);
   printer.result(render_terminal_summary(report, registry));
   for (const auto& note : deferred_controls) {
     printer.result("shard " + std::to_string(options.overrides.shard_index) + "/" +

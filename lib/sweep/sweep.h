@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
 #include "core/printer.h"
+#include "core/run_settings.h"
 #include "spec/contract.h"
 #include "spec/spec.h"
 
@@ -19,8 +19,8 @@ struct SweepOptions {
   std::string out_dir = "out";
   std::string report_name = "report.json";
   std::vector<std::string> argv;
-  bool progress = true;  // a progress line on stderr when it is a terminal
-  BackendOptions cuda;
+  bool progress = true;           // a progress line on stderr when it is a terminal
+  RunSettings run;                // --pins, --write-pins: handed to the ops' run hooks
   std::size_t max_cases = 20000;  // a spec expanding to more is refused unless confirmed
   bool confirmed = false;         // --yes
   // Fault isolation (isolation.h): cases run in a worker process, so a crash or a sticky CUDA error
@@ -38,19 +38,45 @@ struct SweepOptions {
   // on the whole run: a shard leaves it to the merged report).
   bool require_coverage = false;
   Printer* printer = &terminal_printer();  // the summary, report paths, notes and progress
+  // A rank of a group of processes running cases at tp > 1 (rank_group.h): set by --rank r/n,
+  // --rank-dir and --rank-cases in the processes the parent starts.
+  int rank = -1;
+  int rank_count = 0;
+  std::string rank_dir;
+  std::string rank_cases;    // a file of case ids, one a line: the cases the group runs, in order
+  std::string rank_results;  // rank 0 appends each case's entry here, a line each
+  // How the group's processes start: "" on this host, one per GPU of `devices`; "srun": one
+  // Slurm step of one task per rank across the allocation's nodes (each task a GPU of its node),
+  // meeting in rank_dir on the shared file system (--rank-launcher).
+  std::string rank_launcher;
+  // How long a case of a rank group may take before the group is killed and the case is `error`.
+  double rank_case_timeout_seconds = 900;
+  // The group times its cases (Impl::benchmark on every rank) instead of checking them: `bitcheck
+  // bench --devices` for cases at tp > 1.
+  bool rank_bench = false;
+  BenchSettings bench;
 };
 
 // The exit code once --require-coverage has judged the report: the gaps are printed, and a run
 // that would exit 0 exits 1 when there are any.
 int judge_coverage(const SweepOptions& options, const nlohmann::json& report, int exit_code);
 
-// What a sweep will run: the contract, the spec with the overrides applied and the cases (of the
-// shard, when sharded). BadInput for a sweep with no case or over the case limit without --yes.
+// What a run will run: the contract, the spec with the overrides applied and the cases (of the
+// shard, when sharded).
 struct SweepPlan {
   Contract contract;
   SweepSpec spec;
   std::vector<CaseSpec> cases;
 };
+// The one planning of every command that expands a spec (sweep, the parent of --devices, bench):
+// starts the run (start_run with `run`) before it expands the cases, because an impl's switch
+// points ("batches": "switch-points") may depend on the run's settings: the pinned matmul's come
+// from the pin table --pins names. An empty spec_path: the embedded spec; an empty contract_path:
+// the embedded contract.
+SweepPlan plan_run(const std::string& spec_path, const std::string& contract_path,
+                   const SweepOverrides& overrides, const RunSettings& run,
+                   const Registry& registry);
+// plan_run for a sweep. BadInput for a sweep with no case or over the case limit without --yes.
 SweepPlan plan_sweep(const SweepOptions& options, const Registry& registry);
 
 // Host, git revision, compile flags, and each device backend's device and library versions (the

@@ -20,6 +20,8 @@
 #include "core/json_input.h"
 #include "external/plugin_loader.h"
 #include "report/report.h"
+#include "sweep/child_process.h"
+#include "sweep/rank_group.h"
 #include "sweep/sweep.h"
 
 namespace bitcheck {
@@ -56,45 +58,17 @@ struct Shard {
 // writing into the temporary directory.
 std::vector<std::string> shard_args(const SweepOptions& options, const std::string& binary,
                                     int index, int count, const std::string& out_dir,
-                                    const std::string& report_name, const std::string& queue_path) {
-  const SweepOverrides& o = options.overrides;
-  std::vector<std::string> args = {binary, "sweep"};
+                                    const std::string& report_name, const std::string& queue_path,
+                                    const std::string& skip_ids_path) {
+  std::vector<std::string> args = sweep_child_args(options, binary);
   auto add = [&](const char* flag, const std::string& value) {
     args.push_back(flag);
     args.push_back(value);
   };
-  if (!options.spec_path.empty()) add("--spec", options.spec_path);
-  if (!options.contract_path.empty()) add("--contract", options.contract_path);
-  if (!o.ops.empty()) add("--op", join(o.ops));
-  if (!o.impls.empty()) add("--impl", join(o.impls));
-  if (!o.dtypes.empty()) add("--dtype", join(o.dtypes));
-  if (!o.passes.empty()) add("--pass", join(o.passes));
-  if (!o.layouts.empty()) add("--layout", join(o.layouts));
-  if (!o.batches.empty()) add("--batch", join(o.batches));
-  if (!o.seeds.empty()) add("--seed", join(o.seeds));
-  if (o.repeats) add("--repeats", std::to_string(*o.repeats));
-  if (o.special_values) {
-    std::ostringstream rate;
-    rate.precision(17);
-    rate << *o.special_values;
-    add("--special-values-rate", rate.str());
-  }
-  if (o.ids) add("--ids", *o.ids);
-  for (const auto& report : options.skip_done_reports) add("--skip-done", report);
-  for (const auto& arg : external_impl_arguments()) args.push_back(arg);  // --plugin, --py-impl
   if (options.isolation == SweepOptions::Isolation::on) args.push_back("--isolate");
   if (options.isolation == SweepOptions::Isolation::off) args.push_back("--no-isolate");
-  if (options.case_timeout_seconds > 0) {
-    std::ostringstream limit;
-    limit.precision(17);
-    limit << options.case_timeout_seconds;
-    add("--case-timeout", limit.str());
-  }
-  add("--backend", o.backend);
-  add("--pins", options.cuda.pin_file);
-  add("--max-cases", std::to_string(options.max_cases));
-  if (options.confirmed) args.push_back("--yes");
   if (!options.progress) args.push_back("--no-progress");
+  if (!skip_ids_path.empty()) add("--skip-ids", skip_ids_path);
   add("--shard", std::to_string(index) + "/" + std::to_string(count));
   add("--shard-queue", queue_path);
   add("--out", out_dir);
@@ -116,35 +90,11 @@ void validate_devices(const SweepOptions& options) {
     throw BadInput("command line", "--devices",
                    "no --shard with it (--devices shards the sweep itself)");
   }
-  if (options.cuda.write_pins) {
+  if (options.run.write_pins) {
     throw BadInput("command line", "--devices",
                    "no --write-pins with it (shards would overwrite each other's pins; derive pins "
                    "in a plain sweep)");
   }
-}
-
-// Starts the child in its own process group, so a terminal's Ctrl-C reaches only the parent, which
-// forwards it once. Everything the child touches is prepared before fork.
-pid_t spawn(Shard& shard) {
-  std::vector<char*> argv;
-  for (auto& arg : shard.args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  const std::string environment = shard.device;
-  pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed for shard " + std::to_string(shard.index));
-  if (pid == 0) {
-    setpgid(0, 0);
-    setenv("CUDA_VISIBLE_DEVICES", environment.c_str(), 1);
-    int log = open(shard.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (log >= 0) {
-      dup2(log, STDOUT_FILENO);
-      dup2(log, STDERR_FILENO);
-      close(log);
-    }
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
 }
 
 // The child's latest progress line ("[k/n] ..."), read from the end of its log.
@@ -162,21 +112,17 @@ std::string latest_progress(const std::string& log_path) {
   return close == std::string::npos ? "" : tail.substr(line + 1, close - line);
 }
 
-std::string log_tail(const std::string& log_path, std::size_t lines) {
-  std::ifstream log(log_path);
-  std::vector<std::string> kept;
-  for (std::string line; std::getline(log, line);) {
-    kept.push_back(line);
-    if (kept.size() > lines) kept.erase(kept.begin());
-  }
-  std::string text;
-  for (const auto& line : kept) text += "    " + line + "\n";
-  return text;
-}
-
-std::string exit_text(int exit_code) {
-  return exit_code >= 0 ? "exit " + std::to_string(exit_code)
-                        : "killed by signal " + std::to_string(-exit_code);
+// A report of case entries (the rank group's), as a shard would have written it.
+nlohmann::json report_of_entries(const std::vector<nlohmann::json>& entries,
+                                 const SweepOptions& options, const Registry& registry) {
+  std::vector<CaseResult> results;
+  for (const auto& entry : entries)
+    results.push_back(case_from_json(JsonCursor(entry, "rank group")));
+  RunMeta meta;
+  meta.argv = options.argv;
+  meta.spec_source = options.spec_path.empty() ? "embedded" : options.spec_path;
+  meta.started_at = utc_timestamp();
+  return build_report(meta, environment_meta(registry), results, registry);
 }
 
 }  // namespace
@@ -198,11 +144,34 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
   std::error_code ignored;
   const std::string binary = std::filesystem::read_symlink("/proc/self/exe", ignored).string();
 
+  // Cases at tp > 1 on a device backend run first, in a group of rank processes; the shards skip
+  // them and run every other case.
+  std::vector<nlohmann::json> reports;
+  std::vector<std::string> sources, missing;
+  std::vector<CaseSpec> group_cases, shard_cases;
+  for (const auto& c : plan.cases)
+    (needs_rank_group(c, registry) ? group_cases : shard_cases).push_back(c);
+  nlohmann::json rank_group_meta;
+  std::string skip_ids_path;
+  if (!group_cases.empty()) {
+    if (options.progress) {
+      printer.note("rank group: " + std::to_string(group_cases.size()) +
+                   " cases at tp > 1, one process per rank, logs in " + work_dir + "/ranks");
+    }
+    RankGroupRun group = run_rank_group(options, registry, group_cases, work_dir + "/ranks");
+    rank_group_meta = group.meta;
+    reports.push_back(report_of_entries(group.results, options, registry));
+    sources.push_back("rank group of " + std::to_string(group.meta["size"].get<int>()));
+    skip_ids_path = work_dir + "/rank-group-cases.txt";
+    std::ofstream ids(skip_ids_path);
+    for (const auto& c : group_cases) ids << c.id() << "\n";
+  }
+
   // The shards share one queue of work units (case_units, most expensive first): each takes the
   // next when it finishes one, so they finish together however wrong the cost estimates are.
   const std::string queue_path = work_dir + "/queue";
   create_shard_queue(queue_path);
-  const std::size_t unit_count = case_units(plan.cases, registry, count).size();
+  const std::size_t unit_count = case_units(shard_cases, registry, count).size();
 
   std::vector<Shard> shards(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) {
@@ -213,14 +182,15 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     shard.report_path = work_dir + "/" + name + ".json";
     shard.log_path = work_dir + "/" + name + ".log";
     shard.args = shard_args(options, binary.empty() ? options.argv.front() : binary, i, count,
-                            work_dir, name + ".json", queue_path);
+                            work_dir, name + ".json", queue_path, skip_ids_path);
   }
+  if (shard_cases.empty()) shards.clear();
 
   signals_received = 0;
   std::signal(SIGINT, on_parent_signal);
   std::signal(SIGTERM, on_parent_signal);
   for (auto& shard : shards) {
-    shard.pid = spawn(shard);
+    shard.pid = spawn_child(shard.args, {{"CUDA_VISIBLE_DEVICES", shard.device}}, shard.log_path);
     if (options.progress) {
       printer.note("shard " + std::to_string(shard.index) + "/" + std::to_string(count) +
                    " on device " + shard.device + ": units from the shared queue (" +
@@ -280,8 +250,6 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
 
-  std::vector<nlohmann::json> reports;
-  std::vector<std::string> sources, missing;
   for (const auto& shard : shards) {
     const std::string label = "shard " + std::to_string(shard.index) + "/" + std::to_string(count) +
                               " on device " + shard.device;
@@ -309,6 +277,7 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
   for (const auto& arg : options.argv) line += (line.empty() ? "" : " ") + arg;
   meta["command_line"] = line;
   meta["devices"] = options.devices;
+  if (!rank_group_meta.is_null()) meta["rank_group"] = rank_group_meta;
   meta["wall_seconds"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const bool interrupted = forwarded > 0 || !missing.empty() || meta.value("interrupted", false);

@@ -6,6 +6,7 @@ on device tensors), close (IPC handles bitcheck is about to free)."""
 import importlib
 import json
 import os
+import platform
 import struct
 import sys
 import traceback
@@ -41,6 +42,24 @@ def user_traceback(error):
               if not os.path.abspath(frame.filename).startswith(_package_dir + os.sep)]
     return ("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) +
             "".join(traceback.format_exception_only(type(error), error)))
+
+
+def interpreter_hint(error):
+    """For an import that failed: which interpreter ran the worker and how to choose another. A
+    version manager's shim or a system python3 first on PATH often lacks what the impl needs."""
+    chosen = os.environ.get("BITCHECK_PYTHON")
+    how = (f"chosen by BITCHECK_PYTHON={chosen}" if chosen
+           else "the first python3 on PATH, as BITCHECK_PYTHON is unset")
+    missing = error.name or "what the impl needs"
+    return (f"\nbitcheck's Python worker ran {sys.executable} (Python {platform.python_version()}, "
+            f"{how}), which cannot import {missing}: set BITCHECK_PYTHON to an interpreter that "
+            f"can (e.g. BITCHECK_PYTHON=/path/to/venv/bin/python3)")
+
+
+def error_text(error):
+    """A failed request's text: the user's traceback, and for an import the interpreter."""
+    text = user_traceback(error)
+    return text + interpreter_hint(error) if isinstance(error, ImportError) else text
 
 
 def resolve(module_function):
@@ -97,7 +116,7 @@ def main():
         except calls.ResultError as error:
             reply = {"ok": False, "error": str(error)}
         except Exception as error:  # the case becomes `error` with this traceback
-            reply = {"ok": False, "error": user_traceback(error)}
+            reply = {"ok": False, "error": error_text(error)}
             poisoned = poisons_the_context(error)
         if "shm" in request and shm.holds(request["shm"]):
             reply["shm_mapped"] = True  # bitcheck may unlink its name: this mapping stays

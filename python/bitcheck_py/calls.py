@@ -36,7 +36,7 @@ class NumpyArrays:
     def __init__(self):
         if np is None:
             raise ImportError("Python impls on the CPU backend need numpy in the worker's python3 "
-                              "(BITCHECK_PYTHON)")
+                              "(BITCHECK_PYTHON)", name="numpy")
 
     def visible(self, array, dtype):
         return bf16_to_float32(array) if dtype == "bf16" else array

@@ -93,6 +93,25 @@ class FramesAndDeclarations(unittest.TestCase):
             worker._functions.pop("undecorated_ops:topk", None)
 
 
+class ImportErrors(unittest.TestCase):
+    def test_an_import_error_names_the_interpreter_and_bitcheck_python(self):
+        try:
+            import bitcheck_no_such_module  # noqa: F401
+        except ImportError as error:
+            text = worker.error_text(error)
+        self.assertIn("No module named 'bitcheck_no_such_module'", text)
+        self.assertIn(f"bitcheck's Python worker ran {sys.executable} (Python ", text)
+        self.assertIn("cannot import bitcheck_no_such_module: set BITCHECK_PYTHON", text)
+
+    def test_other_errors_keep_their_traceback_alone(self):
+        try:
+            raise ValueError("not an import")
+        except ValueError as error:
+            text = worker.error_text(error)
+        self.assertIn("ValueError: not an import", text)
+        self.assertNotIn("BITCHECK_PYTHON", text)
+
+
 class SlotMapping(unittest.TestCase):
     def test_real_rows_are_a_view_when_they_are_one_run(self):
         self.assertEqual(calls.real_rows([0, 1, 2]), (slice(None), 3))

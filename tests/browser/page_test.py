@@ -109,9 +109,25 @@ TEST_SCRIPT = r"""<script>
       var buttons = document.querySelectorAll('#matrix td.cell button');
       var biggest = null, most = -1;
       buttons.forEach(function (b) {
-        var n = window.bitcheckPage.cases.filter(function (c) { return c.op === b.dataset.op && c.dtype === b.dataset.dtype && c.pass === b.dataset.pass; }).length;
+        var n = window.bitcheckPage.cases.filter(function (c) { return c.row === b.dataset.op && c.dtype === b.dataset.dtype && c.pass === b.dataset.pass; }).length;
         if (n > most) { most = n; biggest = b; }
       });
+      if (expect.tp_row) {
+        // A TP row's cell lists its cases at that tp only, with the tp column.
+        var tpButton = null;
+        buttons.forEach(function (b) { if (b.dataset.op === expect.tp_row && !tpButton) tpButton = b; });
+        check(tpButton, 'no matrix row ' + expect.tp_row);
+        if (tpButton) {
+          tpButton.click();
+          var tpRows = document.querySelectorAll('#cases tr.case-row');
+          var column = Array.prototype.indexOf.call(document.querySelectorAll('#cases thead th'),
+            Array.prototype.filter.call(document.querySelectorAll('#cases thead th'), function (th) { return th.textContent === 'tp'; })[0]);
+          check(tpRows.length > 0 && column >= 0, 'the ' + expect.tp_row + ' cell lists ' + tpRows.length + ' cases, tp column ' + column);
+          tpRows.forEach(function (r) {
+            check(/\/tp=4$/.test(r.dataset.id) && r.children[column].textContent === '4', 'the ' + expect.tp_row + ' cell lists ' + r.dataset.id);
+          });
+        }
+      }
       biggest.click();
       check(document.querySelectorAll('#cases tr.case-row').length === most, 'the biggest cell lists ' + document.querySelectorAll('#cases tr.case-row').length + ' of ' + most + ' cases');
       var filter2 = document.getElementById('filter');
@@ -229,7 +245,7 @@ def test_regression(binary, source_dir, work_dir):
     previous_path = os.path.join(work_dir, "previous.json")
     json.dump(report, open(report_path, "w"))
     json.dump(previous, open(previous_path, "w"))
-    bench_path = os.path.join(source_dir, "reports/gpu/nightly/bench/bench.json")
+    bench_path = os.path.join(source_dir, "tests/data/bench-h200.json")
     page_path = os.path.join(work_dir, "index.html")
     bitcheck(binary, "matrix", report_path, "--format", "html", "--previous", previous_path, "--bench", bench_path,
              "--out", page_path)
@@ -245,14 +261,14 @@ def test_regression(binary, source_dir, work_dir):
 
 def test_large(binary, source_dir, work_dir):
     # Every op, impl, dtype and pass of the default spec on the CPU backend: over 2,000 cases with
-    # drift findings (the controls), like a nightly; the bench is the committed GPU nightly's.
+    # drift findings (the controls), like a nightly; the bench is a GPU nightly's (tests/data/bench-h200.json).
     sweep_dir = os.path.join(work_dir, "sweep")
     bitcheck(binary, "sweep", "--op", "all", "--backend", "cpu", "--no-progress", "--out", sweep_dir)
     report_path = os.path.join(sweep_dir, "report.json")
     report = json.load(open(report_path))
     assert len(report["results"]) >= 2000, "the CPU sweep has fewer than 2,000 cases"
     page_path = os.path.join(work_dir, "index.html")
-    bench_path = os.path.join(source_dir, "reports/gpu/nightly/bench/bench.json")
+    bench_path = os.path.join(source_dir, "tests/data/bench-h200.json")
     bitcheck(binary, "matrix", report_path, "--format", "html", "--previous", report_path, "--bench", bench_path,
              "--out", page_path)
     size = os.path.getsize(page_path)
@@ -264,7 +280,7 @@ def test_large(binary, source_dir, work_dir):
     load = os.getloadavg()[0] / (os.cpu_count() or 1)
     budget_ms = RENDER_BUDGET_MS * max(1.0, load)
     print(f"time budget {budget_ms:.0f} ms (load {load:.1f} per core)")
-    expect = {"budget_ms": budget_ms, "cases": len(report["results"]),
+    expect = {"budget_ms": budget_ms, "cases": len(report["results"]), "tp_row": "matmul tp=4",
               "plots": expected_plots(json.load(open(bench_path)))}
     # Wall time on a shared machine varies with its load: the best of three loads counts, and only
     # when the budget is all that failed.

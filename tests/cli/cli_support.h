@@ -1,11 +1,14 @@
 // Helpers for the CLI tests: a temporary directory and running the bitcheck binary with captured
 // output and exit code. Every report a run leaves in its directory is checked against
-// reports/report.schema.json.
+// docs/report.schema.json.
 #pragma once
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -57,11 +60,11 @@ struct Run {
 // Checks one report against the schema; a report is a JSON object with "tool": "bitcheck".
 void check_report_valid(const std::string& path, const nlohmann::json& report) {
   static const schema_check::JsonSchema schema(
-      nlohmann::json::parse(read_file(source_dir + "/reports/report.schema.json")));
+      nlohmann::json::parse(read_file(source_dir + "/docs/report.schema.json")));
   std::vector<std::string> errors = schema.validate(report);
   std::string listed;
   for (std::size_t i = 0; i < errors.size() && i < 20; ++i) listed += "\n  " + errors[i];
-  INFO("report " << path << " violates reports/report.schema.json:" << listed);
+  INFO("report " << path << " violates docs/report.schema.json:" << listed);
   CHECK(errors.empty());
 }
 
@@ -82,12 +85,11 @@ void check_reports_in(const std::string& directory) {
   }
 }
 
-// Runs the binary with `args` (already quoted where needed), capturing stdout and stderr; then
-// checks the reports the run left in `dir` against the schema.
-Run run_bitcheck(const TempDir& dir, const std::string& args) {
-  const std::string command =
-      quote(binary) + " " + args + " > " + quote(dir / "stdout") + " 2> " + quote(dir / "stderr");
-  const int status = std::system(command.c_str());
+// Runs a shell command line, capturing stdout and stderr in `dir`; then checks the reports the run
+// left in `dir` against the schema.
+Run run_command(const TempDir& dir, const std::string& command) {
+  const std::string line = command + " > " + quote(dir / "stdout") + " 2> " + quote(dir / "stderr");
+  const int status = std::system(line.c_str());
   Run run;
   if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) run.exit_code = -WTERMSIG(status);
@@ -95,6 +97,43 @@ Run run_bitcheck(const TempDir& dir, const std::string& args) {
   run.err = read_file(dir / "stderr");
   check_reports_in(dir.path());
   return run;
+}
+
+// Runs the binary with `args` (already quoted where needed), as run_command does.
+[[maybe_unused]] Run run_bitcheck(const TempDir& dir, const std::string& args) {
+  return run_command(dir, quote(binary) + " " + args);
+}
+
+// A run with what it cost: wall time and the largest resident set of the process (and of any
+// child it waited for), from wait4.
+struct MeasuredRun {
+  Run run;
+  double wall_seconds = 0;
+  long max_resident_kib = 0;
+};
+
+[[maybe_unused]] MeasuredRun run_bitcheck_measured(const TempDir& dir, const std::string& args) {
+  const std::string command = "exec " + quote(binary) + " " + args + " > " + quote(dir / "stdout") +
+                              " 2> " + quote(dir / "stderr");
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t child = fork();
+  if (child < 0) throw std::runtime_error("fork failed");
+  if (child == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  if (wait4(child, &status, 0, &usage) != child) throw std::runtime_error("wait4 failed");
+  MeasuredRun measured;
+  measured.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  measured.max_resident_kib = usage.ru_maxrss;  // kilobytes on Linux
+  if (WIFEXITED(status)) measured.run.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) measured.run.exit_code = -WTERMSIG(status);
+  measured.run.out = read_file(dir / "stdout");
+  measured.run.err = read_file(dir / "stderr");
+  return measured;
 }
 
 }  // namespace

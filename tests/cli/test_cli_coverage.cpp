@@ -161,3 +161,59 @@ TEST_CASE("list --paths shows each impl's declared paths", "[cli][paths]") {
   json j = json::parse(json_list.out);
   CHECK(j["ops"][0]["impls"][0]["paths"].size() >= 1);
 }
+
+namespace {
+const std::string split_control = "cpu-split-row-small-batch";
+
+// A plain CPU sweep of rmsnorm (bf16 forward, H = 256) with the given "batches": it passes with
+// no harness failure; its report.
+json sweep_rmsnorm(const TempDir& dir, const std::string& batches, std::string* out) {
+  const std::string spec = dir / "rmsnorm.json";
+  std::ofstream(spec) << R"({"schema_version": 1, "defaults": {"dtypes": ["bf16"], "passes": )"
+                      << R"(["forward"]}, "ops": {"rmsnorm": {"shapes": [{"H": 256}], )"
+                      << R"("batches": )" << batches << "}}}";
+  Run sweep = run_bitcheck(dir, "sweep --spec " + quote(spec) +
+                                    " --backend cpu --no-progress --out " + quote(dir / "out"));
+  INFO(sweep.out << sweep.err);
+  CHECK(sweep.exit_code == 0);
+  CHECK_THAT(sweep.out, !Catch::Contains("HARNESS FAILURE"));
+  *out = sweep.out;
+  json report = json::parse(read_file(dir / "out/report.json"));
+  CHECK(report["summary"]["harness_failures"].empty());
+  return report;
+}
+}  // namespace
+
+TEST_CASE("switch-point batches reach both sides of a CPU control's switch, which drifts",
+          "[cli][paths][spec]") {
+  TempDir dir;
+  std::string out;
+  const json report = sweep_rmsnorm(dir, "\"switch-points\"", &out);
+  // The control splits a row below 4 rows: batches 3 and 4 stand on either side of it.
+  std::map<std::int64_t, std::string> control_verdicts;
+  for (const auto& c : report["results"])
+    if (c["impl"] == split_control) control_verdicts[c["rows"]] = c["verdict"];
+  CHECK(control_verdicts[3] == "pass");
+  CHECK(control_verdicts[4] == "drift");
+  CHECK(report["summary"]["controls_without_chance"].empty());
+}
+
+TEST_CASE("a control whose switch no batch reaches had no chance to drift: said, not a failure",
+          "[cli][paths][spec]") {
+  TempDir dir;
+  std::string out;
+  const json report = sweep_rmsnorm(dir, "[1, 2, 3]", &out);
+  CHECK_THAT(out, Catch::Contains("NO CHANCE: control rmsnorm/" + split_control +
+                                  " bf16 forward had no chance to drift: its batches go up to 3 "
+                                  "rows and its path switches at 4 (add batch 4"));
+  bool listed = false;
+  for (const auto& group : report["summary"]["controls"]) {
+    if (group["impl"] != split_control) continue;
+    listed = true;
+    CHECK(group["lost_sight"] == false);
+    CHECK(group["no_chance_needs_rows"] == 4);
+  }
+  CHECK(listed);
+  for (const auto& c : report["results"])
+    if (c["impl"] == split_control) CHECK(c["drift_needs_rows"] == 4);
+}

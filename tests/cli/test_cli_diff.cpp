@@ -89,3 +89,52 @@ TEST_CASE("diff of a report that is not a report exits 2", "[cli][diff][bad-inpu
   CHECK(run.exit_code == 2);
   CHECK(run.err.find("$.results[0].id") != std::string::npos);
 }
+
+TEST_CASE(
+    "diff reads the compact form reports/ keeps: no change against the full report, a "
+    "changed fingerprint and a control that stopped drifting are named",
+    "[cli][diff]") {
+  TempDir dir;
+  json base = sweep_report(dir);
+  Run compact =
+      run_command(dir, "python3 " + quote(source_dir + "/scripts/compact-report.py") + " " +
+                           quote(dir / "report.json") + " " + quote(dir / "compact.summary"));
+  REQUIRE(compact.exit_code == 0);
+  Run same =
+      run_bitcheck(dir, "diff " + quote(dir / "compact.summary") + " " +
+                            quote(dir / "report.json") + " --json " + quote(dir / "same.json"));
+  INFO(same.out << same.err);
+  CHECK(same.exit_code == 0);
+  const json unchanged = json::parse(read_file(dir / "same.json"));
+  for (const char* key : {"fingerprint_changed", "verdict_changes", "added", "removed"})
+    CHECK(unchanged[key].empty());
+
+  // The compact form as a later report: one passing case's fingerprint changed, one control's
+  // drift gone.
+  json later = json::parse(read_file(dir / "compact.summary"));
+  std::string changed, control;
+  for (auto& c : later["cases"]) {
+    const std::string id = c[0];
+    if (changed.empty() && c[1] == "pass" && id.find("/cpu-fixed-order/") != std::string::npos) {
+      c[2] = "0000000000000000";
+      changed = id;
+    }
+    if (control.empty() && c[1] == "drift") {
+      c[1] = "pass";
+      control = id;
+    }
+  }
+  REQUIRE_FALSE(changed.empty());
+  REQUIRE_FALSE(control.empty());
+  write(dir / "later.summary", later);
+  Run diff =
+      run_bitcheck(dir, "diff " + quote(dir / "report.json") + " " + quote(dir / "later.summary") +
+                            " --json " + quote(dir / "diff.json"));
+  INFO(diff.out << diff.err);
+  CHECK(diff.exit_code == 1);  // a control that lost its drift is a regression
+  const json found = json::parse(read_file(dir / "diff.json"));
+  REQUIRE(found["fingerprint_changed"].size() == 1);
+  CHECK(found["fingerprint_changed"][0]["id"] == changed);
+  REQUIRE(found["controls_lost_drift"].size() == 1);
+  CHECK(found["controls_lost_drift"][0]["id"] == control);
+}

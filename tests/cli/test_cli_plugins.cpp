@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -334,4 +335,57 @@ TEST_CASE("Python failures are case errors with the reason and the sweep complet
   CHECK(
       undeclared.err.find("broken:no_such_function: --py-impl: expected an importable function") !=
       std::string::npos);
+}
+
+namespace {
+// The interpreter the first python3 on PATH runs (its sys.executable, past any shim), or "".
+std::string python3_on_path() {
+  std::string path;
+  if (FILE* pipe = popen("python3 -c 'import sys; print(sys.executable)' 2> /dev/null", "r")) {
+    char line[4096];
+    if (fgets(line, sizeof line, pipe)) path = line;
+    pclose(pipe);
+  }
+  while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) path.pop_back();
+  return path;
+}
+}  // namespace
+
+TEST_CASE("a Python impl's import error names the interpreter that ran and BITCHECK_PYTHON",
+          "[cli][python]") {
+  const std::string real_python = python3_on_path();
+  if (real_python.empty()) {
+    WARN("no python3 on PATH: skipped");
+    return;
+  }
+  TempDir dir;
+  // A python3 first on PATH that cannot import numpy, like a version manager's shim without it:
+  // -S leaves out site-packages, where numpy lives.
+  std::filesystem::create_directories(dir / "shim");
+  std::ofstream(dir / "shim/python3") << "#!/bin/sh\nexec " << quote(real_python) << " -S \"$@\"\n";
+  std::filesystem::permissions(dir / "shim/python3", std::filesystem::perms::owner_all);
+  const std::string old_path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  setenv("PATH", (dir / "shim:" + old_path).c_str(), 1);
+  setenv("PYTHONPATH", python_examples.c_str(), 1);
+  unsetenv("BITCHECK_PYTHON");
+  Run unset = run_bitcheck(dir, "sweep --py-impl numpy_matmul:fixed_order" + small_matmul +
+                                    " --out " + quote(dir / "out"));
+  setenv("BITCHECK_PYTHON", (dir / "shim/python3").c_str(), 1);
+  Run chosen = run_bitcheck(dir, "list --py-impl numpy_matmul:fixed_order");
+  unsetenv("BITCHECK_PYTHON");
+  unsetenv("PYTHONPATH");
+  setenv("PATH", old_path.c_str(), 1);
+
+  INFO(unset.err);
+  CHECK(unset.exit_code == 2);
+  CHECK_THAT(unset.err, Catch::Contains("No module named 'numpy'"));
+  // The interpreter the shim started, and how to choose another.
+  CHECK_THAT(unset.err,
+             Catch::Contains("bitcheck's Python worker ran " + real_python + " (Python "));
+  CHECK_THAT(unset.err, Catch::Contains("the first python3 on PATH, as BITCHECK_PYTHON is unset"));
+  CHECK_THAT(unset.err, Catch::Contains("which cannot import numpy: set BITCHECK_PYTHON to an "
+                                        "interpreter that can"));
+  INFO(chosen.err);
+  CHECK(chosen.exit_code == 2);
+  CHECK_THAT(chosen.err, Catch::Contains("chosen by BITCHECK_PYTHON=" + dir / "shim/python3"));
 }

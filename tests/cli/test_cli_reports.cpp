@@ -80,7 +80,7 @@ TEST_CASE("matrix renders markdown, the HTML page and JUnit from a report", "[cl
   CHECK(html.find("\"report\":\"'report.json'\"") != std::string::npos);
 
   // The page with what changed (against itself: nothing), history and the cost plots of a bench.
-  const std::string bench = quote(source_dir + "/reports/gpu/nightly/bench/bench.json");
+  const std::string bench = quote(source_dir + "/tests/data/bench-h200.json");
   REQUIRE(run_bitcheck(dir, "matrix " + report + " --format html --previous " + report +
                                 " --bench " + bench + " --out " + quote(dir / "page.html"))
               .exit_code == 0);

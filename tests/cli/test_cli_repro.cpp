@@ -1,6 +1,6 @@
 // `bitcheck repro`: one case of a report re-runs to the same verdict and the same output bits
-// (fingerprint), prints the command that replays it, dumps its tensors as .npy files numpy reads,
-// and an unknown case id is bad input.
+// (fingerprint), prints the command that replays it (with its --pins), dumps its tensors as .npy
+// files numpy reads, and an unknown case id is bad input.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -33,6 +33,12 @@ TEST_CASE("repro reproduces a drifting control's exact bits and dumps its tensor
   CHECK(repro.out.find("fingerprint: " + fingerprint + " (report: " + fingerprint +
                        ") -> same bits") != std::string::npos);
   CHECK(repro.out.find("replay: ") != std::string::npos);
+  CHECK(repro.out.find("--pins") == std::string::npos);
+  // Under a pin table of its own the re-run names it in the replay line, so pasted it runs alike.
+  Run under_pins = run_bitcheck(dir, "repro " + quote(dir / "report.json") + " --case " +
+                                         quote(id) + " --pins " + quote(dir / "pins"));
+  CHECK(under_pins.exit_code == 0);
+  CHECK(under_pins.out.find(" --pins " + quote(dir / "pins") + "\n") != std::string::npos);
 
   json index = json::parse(read_file(dir / "dump/index.json"));
   CHECK(index["case"] == id);

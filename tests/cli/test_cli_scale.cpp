@@ -345,10 +345,11 @@ TEST_CASE(
 TEST_CASE("a shard leaves the lost-sight judgement to the merged report, which still makes it",
           "[cli][shard]") {
   TempDir dir;
-  // At M = 1 the split-K control computes every layout the same way: it cannot drift.
+  // With alone as its only layout the split-K control has nothing to be compared with: it cannot
+  // drift, though its batch reaches its switch (4 rows). (At M = 1 it would have had no chance.)
   const std::string blind =
-      "sweep --op matmul --impl cpu-split-k-by-rows --backend cpu --batch 1 --dtype fp32 "
-      "--pass forward --no-progress --out " +
+      "sweep --op matmul --impl cpu-split-k-by-rows --backend cpu --batch 4 --layout alone "
+      "--dtype fp32 --pass forward --no-progress --out " +
       quote(dir.path());
   Run whole = run_bitcheck(dir, blind + " --report-name whole.json");
   CHECK(whole.exit_code == 1);

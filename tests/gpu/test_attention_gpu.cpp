@@ -22,6 +22,7 @@
 #include "attention/attention_kernels.h"
 #include "common/runtime.h"
 #include "core/dtype.h"
+#include "manifest.h"
 #include "run/runner.h"
 #include "spec/contract.h"
 

@@ -9,7 +9,7 @@
 
 #include "common/runtime.h"
 #include "core/json_input.h"
-#include "tuner/pins.h"
+#include "matmul/pin_table.h"
 #include "tuner/search.h"
 #include "unit/case_support.h"
 

@@ -8,10 +8,10 @@
 
 #include "common/runtime.h"
 #include "core/json_input.h"
-#include "tuner/pins.h"
+#include "matmul/cublaslt_search.h"
+#include "matmul/pin_table.h"
 #include "tuner/refine.h"
 #include "tuner/search.h"
-#include "tuner/search_device.h"
 
 using namespace bitcheck;
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "external/plugin_loader.h"
+#include "manifest.h"
 #include "run/layout.h"
 #include "run/runner.h"
 #include "spec/contract.h"

@@ -17,7 +17,7 @@
 #include "common/cuda_check.cuh"
 #include "common/runtime.h"
 #include "matmul/cublaslt_gemm.h"
-#include "tuner/enumerate.h"
+#include "matmul/cublaslt_search.h"
 
 namespace bc = bitcheck::cuda;
 using bc::GemmDType;

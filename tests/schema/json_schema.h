@@ -1,4 +1,4 @@
-// A small JSON Schema validator for the tests: exactly the keywords reports/report.schema.json uses
+// A small JSON Schema validator for the tests: exactly the keywords docs/report.schema.json uses
 // (type, properties, required, additionalProperties, items, enum, const, $ref/$defs, minimum,
 // anyOf, oneOf, pattern, and the annotations $schema, $id, title, description). A schema using
 // any other keyword is refused when loaded, so no part of it can go silently unchecked.

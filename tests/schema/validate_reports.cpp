@@ -1,4 +1,4 @@
-// bitcheck_validate_reports SCHEMA REPORT...: checks reports against reports/report.schema.json.
+// bitcheck_validate_reports SCHEMA REPORT...: checks reports against docs/report.schema.json.
 // Exit 0 when every report is valid, 1 when one is not (each violation printed with its JSON
 // path), 2 when a file cannot be read or parsed or the schema uses an unimplemented keyword.
 #include <fstream>

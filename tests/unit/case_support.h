@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "manifest.h"
 #include "run/layout.h"
 #include "run/runner.h"
 #include "spec/contract.h"

@@ -8,6 +8,7 @@
 #include "attention/attention.h"
 #include "core/dtype.h"
 #include "core/rng.h"
+#include "manifest.h"
 #include "run/runner.h"
 #include "spec/contract.h"
 

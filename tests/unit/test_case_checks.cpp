@@ -69,6 +69,40 @@ TEST_CASE("invariance: a layout with the canonical bits passes, one differing bi
             .comparisons == 0);
 }
 
+TEST_CASE("invariance: one row past the alone sample that differs from the batch is found",
+          "[pipeline][invariance]") {
+  // 70 rows, more than the default 64 computed alone: rows 0, 69 and a few others ran alone, the
+  // rest are compared against the batch layout in every other layout.
+  constexpr std::int64_t rows = 70, width = 4, past_sample = 40;
+  std::vector<float> values(static_cast<std::size_t>(rows * width));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 1.0f + static_cast<float>(i) / 8;
+  LayoutOutputs batch;
+  batch.rows.emplace("y", from_values(DType::bf16, rows, values));
+  batch.present.assign(static_cast<std::size_t>(rows), true);
+  LayoutOutputs alone = batch;
+  alone.present.assign(static_cast<std::size_t>(rows), false);
+  for (std::int64_t row : {0, 7, 69}) alone.present[static_cast<std::size_t>(row)] = true;
+  const CanonicalOutputs canonical{canonical_layout, &alone, &batch};
+
+  LayoutOutputs padded = batch;
+  CHECK(check_invariance(row_output_decls, "pad_right", false, padded, canonical).passed());
+  Tensor& y = padded.rows.at("y");
+  y.set_bits(past_sample * width + 3, y.bits(past_sample * width + 3) ^ 1u);
+  const InvarianceResult drifted =
+      check_invariance(row_output_decls, "pad_right", false, padded, canonical);
+  REQUIRE(drifted.drift.size() == 1);
+  const DriftMetrics& finding = drifted.drift.front();
+  CHECK(finding.reference_layout == canonical_reduction_layout);
+  CHECK(finding.mismatch_count == 1);
+  CHECK(finding.rows_differing == 1);
+  REQUIRE(finding.first_mismatch);
+  CHECK(finding.first_mismatch->row == past_sample);
+  CHECK(finding.first_mismatch->column == 3);
+  // Against alone the 3 sampled rows, against the batch the other 67: every row, once.
+  CHECK(drifted.comparisons == 2);
+  CHECK(finding.compared == (rows - 3) * width);
+}
+
 TEST_CASE("invariance: token reductions are compared only in layouts holding every token in order",
           "[pipeline][invariance]") {
   const std::vector<TensorDecl> decls = {

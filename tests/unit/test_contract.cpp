@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/json_input.h"
 #include "core/op.h"
+#include "manifest.h"
 #include "spec/contract.h"
 
 using namespace bitcheck;

@@ -16,6 +16,7 @@
 #include "external/external_device.h"
 #include "external/plugin_loader.h"
 #include "external/python_protocol.h"
+#include "manifest.h"
 #include "run/layout.h"
 #include "run/runner.h"
 #include "spec/contract.h"
@@ -100,8 +101,6 @@ class HostSharedMemory : public ExternalDeviceMemory {
 class StandInBackend : public DeviceBackend {
  public:
   nlohmann::json meta() const override { return {{"stand_in", true}}; }
-  void configure(const BackendOptions&) override {}
-  std::string finish() override { return ""; }
   double copy_bandwidth_gbps() const override { return -1.0; }
   double copy_bandwidth_gbps(double, int, int, std::size_t) const override { return -1.0; }
   std::optional<std::size_t> free_memory_bytes() const override { return std::nullopt; }

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/op.h"
+#include "manifest.h"
 
 using namespace bitcheck;
 

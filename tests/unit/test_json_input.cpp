@@ -46,3 +46,39 @@ TEST_CASE("the same key in different objects is no duplicate", "[json]") {
   CHECK(parsed["b"]["n"] == 2);
   CHECK(parsed["c"][1]["n"] == 4);
 }
+
+namespace {
+std::string nested_arrays(std::int64_t depth) {
+  return std::string(static_cast<std::size_t>(depth), '[') +
+         std::string(static_cast<std::size_t>(depth), ']');
+}
+}  // namespace
+
+TEST_CASE("nesting up to the limit parses, one level more is refused naming depth and place",
+          "[json]") {
+  CHECK(bitcheck::parse_json_text(nested_arrays(bitcheck::json_max_depth), "ok.json").is_array());
+  const std::string too_deep = "{\"a\":\n " + nested_arrays(bitcheck::json_max_depth) + "}";
+  try {
+    bitcheck::parse_json_text(too_deep, "deep.json");
+    FAIL("accepted a document nested deeper than the limit");
+  } catch (const bitcheck::BadInput& error) {
+    CHECK(error.file() == "deep.json");
+    CHECK(error.expected() ==
+          "arrays and objects nested at most 64 levels deep, got 65 levels (level 65 opens at "
+          "line 2, column 65)");
+  }
+}
+
+TEST_CASE("brackets inside strings, escaped quotes included, are no nesting", "[json]") {
+  const std::string brackets(1000, '[');
+  const nlohmann::json parsed = bitcheck::parse_json_text(
+      R"({"s": ")" + brackets + R"(\"[[", "t": [")" + brackets + R"("]})", "strings.json");
+  CHECK(parsed["s"].get<std::string>().size() == 1003);
+  CHECK(parsed["t"][0].get<std::string>() == brackets);
+}
+
+TEST_CASE("a 100,000-level document is refused, not parsed", "[json]") {
+  CHECK_THROWS_WITH(bitcheck::parse_json_text(nested_arrays(100000), "deep.json"),
+                    Catch::Contains("deep.json: $: expected") &&
+                        Catch::Contains("got 100000 levels (level 65 opens at line 1, column 65)"));
+}

@@ -58,6 +58,47 @@ TEST_CASE("a control expected to drift that holds is still a harness failure", "
 }
 
 namespace {
+// A control case at `rows` whose first switch point lies at `needs_rows` (0: reached or none).
+CaseOutcome control_case(std::int64_t rows, std::int64_t needs_rows, Verdict verdict) {
+  CaseOutcome o = outcome("split-k-by-rows", verdict, true, true, false);
+  o.rows = rows;
+  o.drift_needs_rows = needs_rows;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("a control no case of which reached its switch point had no chance: not lost sight",
+          "[summary]") {
+  const Summary none_reached =
+      summarize({control_case(1, 4, Verdict::pass), control_case(3, 4, Verdict::pass)}, {"matmul"});
+  CHECK(none_reached.harness_failures.empty());
+  CHECK(none_reached.exit_code == 0);
+  REQUIRE(none_reached.controls.size() == 1);
+  CHECK(none_reached.controls[0].no_chance());
+  CHECK_FALSE(none_reached.controls[0].lost_sight());
+  REQUIRE(none_reached.controls_without_chance.size() == 1);
+  CHECK(none_reached.controls_without_chance[0] ==
+        "control matmul/split-k-by-rows bf16 forward had no chance to drift: its batches go up to "
+        "3 rows and its path switches at 4 (add batch 4, or \"switch-points\", to the spec)");
+
+  // One case that reached the switch and still held: the harness lost its sight.
+  const Summary one_reached =
+      summarize({control_case(3, 4, Verdict::pass), control_case(8, 0, Verdict::pass)}, {"matmul"});
+  REQUIRE(one_reached.harness_failures.size() == 1);
+  CHECK_THAT(one_reached.harness_failures[0],
+             Catch::Contains("did not drift in any of its 1 cases that reached its switch point"));
+  CHECK(one_reached.controls_without_chance.empty());
+  CHECK(one_reached.exit_code == 1);
+
+  // A drift anywhere in the group is what the control is for.
+  const Summary drifted = summarize(
+      {control_case(3, 4, Verdict::pass), control_case(8, 0, Verdict::drift)}, {"matmul"});
+  CHECK(drifted.harness_failures.empty());
+  CHECK(drifted.controls_without_chance.empty());
+  CHECK(drifted.exit_code == 0);
+}
+
+namespace {
 class NoOp : public Impl {
  public:
   using Impl::Impl;

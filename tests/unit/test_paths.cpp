@@ -54,8 +54,12 @@ TEST_CASE("switch-point batches: new paths first, then new moves, within the bud
   // Budget 7: 1; a reaches y at 5 (4, 5) and b reaches q at 100 (99, 100); a reaches z at 20
   // (19, 20) before any repeated move.
   CHECK(switch_point_batches({a, b}, 7) == std::vector<std::int64_t>{1, 4, 5, 19, 20, 99, 100});
-  // A budget of 2 keeps 1 and the left side of the first new path.
-  CHECK(switch_point_batches({a, b}, 2) == std::vector<std::int64_t>{1, 4});
+  // A point comes with both its sides or not at all: a budget of 2 has no room for one, 3 for the
+  // first new path.
+  CHECK(switch_point_batches({a, b}, 2) == std::vector<std::int64_t>{1});
+  CHECK(switch_point_batches({a, b}, 3) == std::vector<std::int64_t>{1, 4, 5});
+  // A point whose left side is 1 needs one more value.
+  CHECK(switch_point_batches({{{2, "p", "q"}}}, 2) == std::vector<std::int64_t>{1, 2});
   CHECK(switch_point_batches({}, 8) == std::vector<std::int64_t>{1});
 }
 

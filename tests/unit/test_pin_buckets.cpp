@@ -13,8 +13,8 @@
 
 #include "core/error.h"
 #include "core/json_input.h"
+#include "matmul/pin_table.h"
 #include "temp_dir.h"
-#include "tuner/pins.h"
 
 using namespace bitcheck::cuda;
 

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "matmul/pin_format.h"
 #include "temp_dir.h"
 #include "tuner/pin_summary.h"
 

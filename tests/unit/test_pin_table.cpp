@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "tuner/pins.h"
+#include "matmul/pin_table.h"
 
 using bitcheck::cuda::LtConfig;
 using bitcheck::cuda::PinKey;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/printer.h"
+#include "manifest.h"
 #include "sweep/sweep.h"
 
 using namespace bitcheck;

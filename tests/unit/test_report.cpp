@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/build_info.h"
+#include "manifest.h"
 #include "report/report.h"
 #include "run/runner.h"
 #include "spec/contract.h"
@@ -268,4 +269,32 @@ TEST_CASE("write_file_atomically into an unwritable place throws and creates not
   CHECK_FALSE(std::filesystem::exists(dir + "/missing"));
   CHECK(directory_entries(dir) == std::vector<std::string>{"not-a-directory"});
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("merging shard reports keeps every shard's cases, in case order, and counts them all",
+          "[report]") {
+  auto shard = [](std::vector<std::pair<std::string, std::int64_t>> cases, const char* verdict) {
+    json report = {{"schema_version", report_schema_version},
+                   {"meta", {{"command_line", "sweep"}, {"wall_seconds", 1.0}}},
+                   {"results", json::array()}};
+    for (const auto& [id, index] : cases) {
+      report["results"].push_back({{"id", id},
+                                   {"op", "matmul"},
+                                   {"impl", "cpu-fixed-order"},
+                                   {"dtype", "bf16"},
+                                   {"pass", "forward"},
+                                   {"verdict", verdict},
+                                   {"case_index", index}});
+    }
+    return report;
+  };
+  const json merged =
+      merge_reports({shard({{"a", 0}, {"c", 2}}, "pass"), shard({{"b", 1}}, "drift")},
+                    {"shard-0.json", "shard-1.json"}, {"matmul"});
+  std::vector<std::string> ids;
+  for (const auto& c : merged["results"]) ids.push_back(c["id"]);
+  CHECK(ids == std::vector<std::string>{"a", "b", "c"});
+  CHECK(merged["summary"]["cases"] == 3);
+  CHECK(merged["summary"]["verdicts"]["drift"] == 1);
+  CHECK(merged["meta"]["shards"].size() == 2);
 }

@@ -195,8 +195,7 @@ TEST_CASE(
   }
   const nlohmann::json report = report_with(results, "pass");
   ReportPageOptions options;
-  options.bench =
-      load_json_file(std::string(BITCHECK_SOURCE_DIR) + "/reports/gpu/nightly/bench/bench.json");
+  options.bench = load_json_file(std::string(BITCHECK_SOURCE_DIR) + "/tests/data/bench-h200.json");
   const std::string page = render_report_page(report, options);
   CHECK(page.size() < 1100000);
   CHECK_FALSE(fetches_outside(page));

@@ -1,4 +1,4 @@
-// reports/report.schema.json: reports the library builds (run, skipped, control, non-finite
+// docs/report.schema.json: reports the library builds (run, skipped, control, non-finite
 // magnitudes, merged) validate; a wrong verdict, a missing, mistyped or unknown field does not;
 // and the test validator refuses keywords it does not implement and fails on each one it does.
 #include <catch2/catch.hpp>
@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "manifest.h"
 #include "report/report.h"
 #include "run/runner.h"
 #include "schema/json_schema.h"
@@ -20,7 +21,7 @@ using schema_check::JsonSchema;
 namespace {
 
 json load_schema_document() {
-  std::ifstream stream(std::string(BITCHECK_SOURCE_DIR) + "/reports/report.schema.json");
+  std::ifstream stream(std::string(BITCHECK_SOURCE_DIR) + "/docs/report.schema.json");
   REQUIRE(stream);
   return json::parse(stream);
 }

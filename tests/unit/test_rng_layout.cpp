@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "manifest.h"
 #include "run/layout.h"
 #include "run/runner.h"
 #include "spec/contract.h"

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "manifest.h"
 #include "report/report.h"
 #include "run/runner.h"
 #include "spec/contract.h"

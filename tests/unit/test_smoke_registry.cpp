@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/op.h"
+#include "manifest.h"
 
 TEST_CASE("every op has an invariant CPU impl and a CPU control", "[registry]") {
   bitcheck::Registry registry;

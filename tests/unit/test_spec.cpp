@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/json_input.h"
+#include "manifest.h"
 #include "run/runner.h"
 #include "spec/contract.h"
 #include "spec/spec.h"

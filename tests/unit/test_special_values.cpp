@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/special_values.h"
+#include "manifest.h"
 #include "run/compare.h"
 #include "run/layout.h"
 #include "run/runner.h"
@@ -245,6 +246,32 @@ TEST_CASE(
     for (std::int64_t i = 0; i < dout.numel(); ++i)
       special += classify_bits(DType::bf16, dout.bits(i)) != SpecialValue::none;
     CHECK(special > 0);
+  }
+  SECTION(
+      "embedding's table takes them (its forward has no float row input); the gather copies "
+      "them bit for bit, -0 included") {
+    CaseArtifacts artifacts;
+    CaseResult result = run_case(make_case("embedding", "cpu-fixed-order", DType::bf16,
+                                           Pass::forward, {{"V", 64}, {"H", 64}}, 33),
+                                 &artifacts);
+    INFO(describe(result));
+    CHECK(result.verdict == Verdict::pass);
+    const Tensor& table = artifacts.inputs.at("table");
+    std::map<SpecialValue, std::int64_t> kinds;
+    for (std::int64_t i = 0; i < table.numel(); ++i)
+      ++kinds[classify_bits(DType::bf16, table.bits(i))];
+    CHECK(kinds[SpecialValue::negative_zero] > 0);
+    CHECK(kinds[SpecialValue::nan] > 0);
+    // Without special values the same table holds none.
+    CaseArtifacts plain;
+    run_case(make_case("embedding", "cpu-fixed-order", DType::bf16, Pass::forward,
+                       {{"V", 64}, {"H", 64}}, 33, 0),
+             &plain);
+    const Tensor& finite = plain.inputs.at("table");
+    std::int64_t special = 0;
+    for (std::int64_t i = 0; i < finite.numel(); ++i)
+      special += classify_bits(DType::bf16, finite.bits(i)) != SpecialValue::none;
+    CHECK(special == 0);
   }
 }
 

@@ -1,0 +1,121 @@
+// The TP impls' sums across rank processes: the chunk tree's last levels after an all-gather of
+// the ranks' subtrees, NCCL's all-reduce, and the rotating chain over all-gathered shares.
+#include "common/rank_sum_cuda.h"
+
+#include <cstring>
+
+#include "common/adapter_support.h"
+#include "common/gathered_sum.h"
+#include "common/nccl_ranks.h"
+#include "common/rank_sum.h"
+#include "common/split_sum.h"
+#include "core/dtype.h"
+
+namespace bitcheck::cuda_tp {
+namespace {
+
+std::size_t element_bytes(cuda::DeviceDType dtype) {
+  return dtype == cuda::DeviceDType::fp32 ? 4 : 2;
+}
+
+}  // namespace
+
+void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t count,
+                       cuda::DeviceDType dtype, int tp, void* out) {
+  const int per_rank = chunk_count / tp;
+  const bool round_subtree = early_rounding && tp > 1;
+  const cuda::DeviceDType subtree_dtype = round_subtree ? dtype : cuda::DeviceDType::fp32;
+  const std::size_t subtree_bytes = count * element_bytes(subtree_dtype);
+  cuda::DeviceBuffer subtree(subtree_bytes + 16);
+  if (round_subtree) {
+    cuda::sum_gathered_fp32_tree(dtype, leaves, subtree.get(), count, per_rank, nullptr);
+  } else {
+    cuda::sum_gathered_fixed_tree(cuda::DeviceDType::fp32, leaves, subtree.get(), count, per_rank,
+                                  nullptr);
+  }
+  cuda::DeviceBuffer gathered(subtree_bytes * static_cast<std::size_t>(tp) + 16);
+  if (tp > 1) {
+    nccl::all_gather(subtree.get(), gathered.get(), count, subtree_dtype, tp,
+                     nccl::library_default());
+  } else {
+    cuda::copy_device_to_device(gathered.get(), subtree.get(), subtree_bytes);
+  }
+  if (round_subtree) {
+    cuda::sum_gathered_fixed_tree(dtype, gathered.get(), out, count, tp, nullptr);
+  } else {
+    cuda::sum_gathered_fp32_tree(dtype, gathered.as<float>(), out, count, tp, nullptr);
+  }
+  cuda::synchronize();
+}
+
+void sum_rank_shares(RankOrder order, const void* local, std::size_t count, cuda::DeviceDType dtype,
+                     int tp, void* out) {
+  const std::size_t bytes = count * element_bytes(dtype);
+  if (tp == 1) {
+    cuda::copy_device_to_device(out, local, bytes);
+    cuda::synchronize();
+    return;
+  }
+  if (order == RankOrder::rotating_chain) {
+    cuda::DeviceBuffer gathered(bytes * static_cast<std::size_t>(tp) + 16);
+    nccl::all_gather(local, gathered.get(), count, dtype, tp, nccl::library_default());
+    cuda::sum_gathered_chain(dtype, gathered.get(), out, count, tp,
+                             rotating_start(static_cast<std::int64_t>(count), tp), nullptr);
+    cuda::synchronize();
+    return;
+  }
+  nccl::all_reduce_sum(
+      local, out, count, dtype, tp,
+      order == RankOrder::nccl_default ? nccl::library_default() : nccl::tree_simple());
+}
+
+ImplInfo rank_order_info(const RankOrderKind& kind, std::string name, std::string description,
+                         std::vector<Pass> control_passes, std::vector<std::string> split_dims,
+                         std::vector<PathDecl> paths) {
+  ImplInfo info = kind.claims_invariance
+                      ? ImplInfo::invariant(std::move(name), "cuda", std::move(description))
+                  : kind.library_default
+                      ? ImplInfo::library_default(std::move(name), "cuda", std::move(description))
+                      : ImplInfo::control(std::move(name), "cuda", std::move(description));
+  info.drifting_in(std::move(control_passes))
+      .on_ranks(split_parallelism(kind.across_tp, kind.drifts_from_tp, std::move(split_dims)))
+      .with_paths(std::move(paths));
+  return info;
+}
+
+PathDecl nccl_choices(bool only_gathers) {
+  PathDecl nccl("nccl", "what NCCL chose per call: function.algorithm.protocol.channels");
+  nccl.as_family();
+  if (only_gathers) nccl.informative();
+  return nccl;
+}
+
+Tensor gather_column_shares(const cuda::DeviceBuffer& share, int tp, std::int64_t rows,
+                            std::int64_t width, DType dtype) {
+  Tensor whole(dtype, {rows, width});
+  if (tp == 1) {
+    cuda::synchronize();
+    share.download(whole.data(), whole.bytes());
+    return whole;
+  }
+  Tensor gathered(dtype, {tp * rows, width / tp});  // [tp][rows][width / tp], rank by rank
+  cuda::DeviceBuffer all(gathered.bytes() + 16);
+  nccl::all_gather(share.get(), all.get(), static_cast<std::size_t>(rows * (width / tp)),
+                   cuda_support::device_dtype(dtype), tp, nccl::library_default());
+  all.download(gathered.data(), gathered.bytes());
+  const std::size_t block = static_cast<std::size_t>(width / tp) * dtype_size(dtype);
+  for (int rank = 0; rank < tp; ++rank) {
+    for (std::int64_t row = 0; row < rows; ++row) {
+      std::memcpy(static_cast<std::byte*>(whole.data()) +
+                      (static_cast<std::size_t>(row) * tp + static_cast<std::size_t>(rank)) * block,
+                  static_cast<const std::byte*>(gathered.data()) +
+                      (static_cast<std::size_t>(rank) * static_cast<std::size_t>(rows) +
+                       static_cast<std::size_t>(row)) *
+                          block,
+                  block);
+    }
+  }
+  return whole;
+}
+
+}  // namespace bitcheck::cuda_tp

@@ -1,0 +1,72 @@
+// The sums across rank processes of the CUDA TP impls (matmul, the vocabulary ops), on the device:
+// the fixed chunk tree finished across the ranks (fixed-order and the early-rounding control) and
+// the ranks' shares summed by NCCL or by the rotating-chain control. Host compiler, no CUDA
+// headers.
+#pragma once
+#include <cstddef>
+
+#include "common/device_dtype.h"
+#include "common/runtime.h"
+#include "core/op.h"
+#include "core/paths.h"
+#include "core/tensor.h"
+#include "core/tensor_parallel.h"
+
+namespace bitcheck::cuda_tp {
+
+// How a TP impl sums a split dim across its ranks.
+enum class RankOrder {
+  fixed_chunks,    // 8 fp32 chunk partials added in one fixed tree, rounded once
+  early_rounding,  // control: the same tree, each rank's subtree rounded to the dtype at tp > 1
+  nccl_default,    // each rank's share in the dtype, ncclAllReduce as it comes
+  nccl_pinned,     // the same on the tree + Simple communicator (16 channels)
+  rotating_chain,  // control: the shares all-gathered and chained from a rank the size picks
+};
+
+// One CUDA TP impl's order and what it claims: a row of the kind tables of the CUDA TP impls
+// (matmul, the vocabulary ops), the twin of SplitSumKind (common/split_sum.h).
+struct RankOrderKind {
+  const char* order_name;  // the impl's name is "tp-<what is split>-<order_name>"
+  RankOrder order;
+  bool claims_invariance;
+  bool library_default;
+  TensorParallelism::AcrossTp across_tp;
+  int drifts_from_tp;
+  const char* description;
+};
+
+// The ImplInfo of a CUDA TP impl of `kind` named `name`: invariant, library default or a control
+// that drifts in `control_passes` (the passes whose sums cross the ranks), on ranks that split
+// `split_dims`, with its launch paths.
+ImplInfo rank_order_info(const RankOrderKind& kind, std::string name, std::string description,
+                         std::vector<Pass> control_passes, std::vector<std::string> split_dims,
+                         std::vector<PathDecl> paths);
+
+// The chunks' orders get this many fp32 partials over a split dim (max_tensor_parallel).
+constexpr int chunk_count = 8;
+
+// fixed_chunks and early_rounding: `leaves` holds this rank's chunk_count / tp partials of `count`
+// values each ([chunk][count] fp32). They are added in the rank's subtree, the ranks' subtrees are
+// all-gathered (an exact copy) and the tree finished on every rank, rounded once into `out`
+// (`count` values of `dtype`): the same tree at every tp. Synchronizes.
+void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t count,
+                       cuda::DeviceDType dtype, int tp, void* out);
+
+// The NCCL orders and the rotating chain: the sum over the ranks of their shares (`local`, this
+// rank's `count` values of `dtype`) into `out`, rounded as the transport rounds it. At tp = 1 the
+// share is the sum (copied). Synchronizes.
+void sum_rank_shares(RankOrder order, const void* local, std::size_t count, cuda::DeviceDType dtype,
+                     int tp, void* out);
+
+// The launch-path family of NCCL's choices per call (function.algorithm.protocol.channels),
+// informative for an impl whose only collectives are all-gathers (an exact copy whatever NCCL
+// chooses).
+PathDecl nccl_choices(bool only_gathers);
+
+// Each rank's [rows, width / tp] block of a [rows, width] matrix (`share`, on the device, in
+// `dtype`), all-gathered (an exact copy) and put side by side on the host: the whole matrix on
+// every rank. At tp = 1 the share is the matrix.
+Tensor gather_column_shares(const cuda::DeviceBuffer& share, int tp, std::int64_t rows,
+                            std::int64_t width, DType dtype);
+
+}  // namespace bitcheck::cuda_tp

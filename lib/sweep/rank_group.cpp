@@ -1,0 +1,344 @@
+// The rank group: the parent starts one process per rank and watches them; each rank walks the
+// case list in step with the others; rank 0 writes the results.
+#include "sweep/rank_group.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "core/error.h"
+#include "core/json_input.h"
+#include "report/case_json.h"
+#include "run/runner.h"
+#include "sweep/child_process.h"
+
+namespace bitcheck {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Rank {
+  int rank = 0;
+  std::string device, log_path;
+  pid_t pid = -1;
+  bool done = false;
+  int exit_code = 0;  // -N when killed by signal N
+};
+
+// The tasks of the Slurm allocation this parent runs in (SLURM_NTASKS), as slots "task 0", ...
+std::vector<std::string> slurm_task_slots() {
+  const char* tasks = std::getenv("SLURM_NTASKS");
+  const int count = tasks ? std::atoi(tasks) : 0;
+  std::vector<std::string> slots;
+  for (int t = 0; t < count; ++t) slots.push_back("task " + std::to_string(t));
+  return slots;
+}
+
+std::vector<std::string> distinct(const std::vector<std::string>& devices) {
+  std::vector<std::string> kept;
+  std::set<std::string> seen;
+  for (const auto& device : devices)
+    if (seen.insert(device).second) kept.push_back(device);
+  return kept;
+}
+
+// Every complete line of the results file (rank 0 appends one per case).
+std::map<std::string, nlohmann::json> read_results(const std::string& path) {
+  std::map<std::string, nlohmann::json> results;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    nlohmann::json entry = nlohmann::json::parse(line, nullptr, false);
+    if (entry.is_object() && entry.contains("id")) results[entry["id"].get<std::string>()] = entry;
+  }
+  return results;
+}
+
+// The entry of a case the group did not finish: `error`, with why and the ranks' last lines.
+nlohmann::json error_entry(const CaseSpec& spec, const Registry& registry,
+                           const std::string& reason) {
+  CaseResult result;
+  result.spec = spec;
+  const Impl* impl = registry.find_impl(spec.op, spec.impl);
+  result.backend = impl ? impl->backend() : "";
+  result.is_control = impl && !impl->claims_invariance();
+  result.expected_to_drift = impl && impl->expected_to_drift(spec.pass) &&
+                             spec.tp >= impl->tensor_parallelism().drifts_from_tp;
+  result.is_observation = impl && impl->is_library_default();
+  result.verdict = Verdict::error;
+  result.reason = reason;
+  return case_entry(result, registry);
+}
+
+// Kills every rank still running and reaps them; a rank stuck in the driver (uninterruptible) is
+// left to the system after a few seconds rather than holding up the sweep.
+void kill_group(std::vector<Rank>& ranks) {
+  for (auto& rank : ranks) {
+    if (!rank.done) kill(-rank.pid, SIGKILL);
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (auto& rank : ranks) {
+    while (!rank.done) {
+      int status = 0;
+      if (waitpid(rank.pid, &status, WNOHANG) == rank.pid || Clock::now() > deadline) {
+        rank.done = true;
+        rank.exit_code = -SIGKILL;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
+// One group over `cases`: runs until every rank exits, a rank fails, or a case takes longer than
+// the limit. Returns the fault ("" when the group finished).
+std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& cases,
+                      const std::vector<std::string>& devices, const std::string& directory,
+                      const std::string& results_path) {
+  std::filesystem::create_directories(directory);
+  const std::string cases_path = directory + "/cases.txt";
+  {
+    std::ofstream list(cases_path);
+    for (const auto& c : cases) list << c.id() << "\n";
+  }
+  std::error_code ignored;
+  std::string binary = std::filesystem::read_symlink("/proc/self/exe", ignored).string();
+  if (binary.empty()) binary = options.argv.front();
+  const int size = static_cast<int>(devices.size());
+  // Under srun the group is one process here, the Slurm step, whose tasks are the ranks.
+  const bool srun = options.rank_launcher == "srun";
+  std::vector<Rank> ranks(srun ? 1 : static_cast<std::size_t>(size));
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    Rank& rank = ranks[static_cast<std::size_t>(r)];
+    rank.rank = r;
+    rank.device = srun ? "srun step of " + std::to_string(size) + " tasks"
+                       : devices[static_cast<std::size_t>(r)];
+    rank.log_path = directory + (srun ? "/srun.log" : "/rank-" + std::to_string(r) + ".log");
+    std::vector<std::string> args = sweep_child_args(options, binary);
+    if (srun) {
+      args.insert(args.begin(), {"srun", "--ntasks=" + std::to_string(size), "--gpus-per-task=1",
+                                 "--kill-on-bad-exit=1", "--label"});
+    }
+    if (options.rank_bench) {
+      for (const std::string& arg :
+           {std::string("--rank-bench"), std::string("--bench-warmup"),
+            std::to_string(options.bench.warmup), std::string("--bench-repeats"),
+            std::to_string(options.bench.repeats)})
+        args.push_back(arg);
+    }
+    for (const std::string& arg :
+         {std::string("--no-isolate"), std::string("--no-progress"), std::string("--rank"),
+          // Under srun each task takes its rank from Slurm.
+          srun ? std::string("slurm") : std::to_string(r) + "/" + std::to_string(size),
+          std::string("--rank-dir"), directory, std::string("--rank-cases"), cases_path,
+          std::string("--rank-results"), results_path, std::string("--out"), directory})
+      args.push_back(arg);
+    auto environment = multi_gpu_safe_environment();
+    if (!srun) environment.push_back({"CUDA_VISIBLE_DEVICES", rank.device});
+    rank.pid = spawn_child(args, environment, rank.log_path);
+  }
+  std::size_t finished = read_results(results_path).size();
+  auto last_progress = Clock::now(), last_note = Clock::now();
+  Printer& printer = *options.printer;
+  for (;;) {
+    std::size_t running = 0;
+    for (auto& rank : ranks) {
+      if (rank.done) continue;
+      int status = 0;
+      if (waitpid(rank.pid, &status, WNOHANG) != rank.pid) {
+        ++running;
+        continue;
+      }
+      rank.done = true;
+      rank.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      if (rank.exit_code != 0) {
+        kill_group(ranks);
+        return "rank " + std::to_string(rank.rank) + " (device " + rank.device + ") " +
+               exit_text(rank.exit_code) + "; the end of its log:\n" + log_tail(rank.log_path, 8);
+      }
+    }
+    if (running == 0) return "";
+    const std::size_t now_finished = read_results(results_path).size();
+    if (now_finished != finished) {
+      finished = now_finished;
+      last_progress = Clock::now();
+    }
+    if (Clock::now() - last_note > std::chrono::seconds(15)) {
+      last_note = Clock::now();
+      printer.note("rank group: " + std::to_string(finished) + " cases done, " +
+                   std::to_string(running) + " ranks running");
+    }
+    const double waited = std::chrono::duration<double>(Clock::now() - last_progress).count();
+    if (waited > options.rank_case_timeout_seconds) {
+      kill_group(ranks);
+      return "no rank of the group finished the case in " +
+             std::to_string(static_cast<int>(options.rank_case_timeout_seconds)) +
+             " s (a rank hung, or waited in a collective for one that failed); rank 0's log:\n" +
+             log_tail(ranks.front().log_path, 8);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// A rank of a timing group: every case's benchmark on every rank of it, rank 0's times written.
+int run_rank_bench(const SweepOptions& options, const Registry& registry,
+                   const std::vector<const CaseSpec*>& cases) {
+  std::ofstream results;
+  if (options.rank == 0) results.open(options.rank_results, std::ios::app);
+  for (const CaseSpec* c : cases) {
+    if (options.rank >= c->tp) continue;
+    nlohmann::json entry = {{"id", c->id()}};
+    try {
+      std::optional<BenchMeasurement> measured =
+          registry.find_impl(c->op, c->impl)->benchmark(*c, options.bench);
+      if (!measured) continue;
+      entry.update({{"median_ms", measured->median_ms},
+                    {"min_ms", measured->min_ms},
+                    {"flops", measured->flops},
+                    {"bytes_moved", measured->bytes_moved},
+                    {"config", measured->config}});
+    } catch (const std::exception& error) {
+      entry["error"] = error.what();
+    }
+    options.printer->note("rank " + std::to_string(options.rank) + " timed " + c->id());
+    if (options.rank == 0) results << entry.dump() << "\n" << std::flush;
+  }
+  return exit_pass;
+}
+
+}  // namespace
+
+bool needs_rank_group(const CaseSpec& c, const Registry& registry) {
+  if (c.tp <= 1) return false;
+  const Impl* impl = registry.find_impl(c.op, c.impl);
+  return impl && registry.device_backend(impl->backend()) != nullptr;
+}
+
+RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registry,
+                            const std::vector<CaseSpec>& cases, const std::string& work_dir) {
+  RankGroupRun run;
+  int largest = 1;
+  for (const auto& c : cases) largest = std::max(largest, c.tp);
+  // On this host: one rank per distinct GPU of --devices. Under srun: the allocation's tasks.
+  std::vector<std::string> devices = distinct(options.devices);
+  if (options.rank_launcher == "srun") devices = slurm_task_slots();
+  const int size = std::min<int>(largest, static_cast<int>(devices.size()));
+  run.meta = {{"size", size},
+              {"devices", std::vector<std::string>(devices.begin(), devices.begin() + size)},
+              {"groups_started", 0},
+              {"faults", nlohmann::json::array()}};
+  std::optional<std::string> unavailable;
+  if (size < 2) {
+    unavailable = options.rank_launcher == "srun"
+                      ? "a group of ranks under srun needs an allocation of 2 or more tasks "
+                        "(SLURM_NTASKS)"
+                      : "a group of ranks needs --devices listing 2 or more distinct GPUs";
+  }
+  for (const auto& c : cases) {
+    const Impl* impl = registry.find_impl(c.op, c.impl);
+    if (!unavailable) unavailable = registry.device_backend(impl->backend())->ranks_unavailable();
+    if (unavailable) break;
+  }
+  std::map<std::string, nlohmann::json> results;
+  if (!unavailable) {
+    const std::string results_path = work_dir + "/results.jsonl";
+    std::vector<CaseSpec> remaining = cases;
+    for (int attempt = 0; !remaining.empty(); ++attempt) {
+      run.meta["groups_started"] = attempt + 1;
+      const std::string fault =
+          run_group(options, remaining, {devices.begin(), devices.begin() + size},
+                    work_dir + "/group-" + std::to_string(attempt), results_path);
+      for (auto& [id, entry] : read_results(results_path)) results[id] = std::move(entry);
+      std::vector<CaseSpec> left;
+      bool failed = fault.empty();
+      for (const auto& c : remaining) {
+        if (results.count(c.id())) continue;
+        if (!failed) {  // the case the group was on when it failed
+          results[c.id()] = error_entry(c, registry, fault);
+          run.meta["faults"].push_back({{"case", c.id()}, {"reason", fault}});
+          failed = true;
+          continue;
+        }
+        left.push_back(c);
+      }
+      if (fault.empty() && !left.empty()) {  // every rank exited 0 and some cases are missing
+        for (const auto& c : left)
+          results[c.id()] = error_entry(c, registry, "the group ended without running the case");
+        left.clear();
+      }
+      remaining = std::move(left);
+    }
+  }
+  for (const auto& c : cases) {
+    auto found = results.find(c.id());
+    if (found != results.end()) {
+      run.results.push_back(found->second);
+      continue;
+    }
+    CaseResult skipped;
+    skipped.spec = c;
+    skipped.backend = registry.find_impl(c.op, c.impl)->backend();
+    skipped.is_control = !registry.find_impl(c.op, c.impl)->claims_invariance();
+    skipped.verdict = Verdict::skipped;
+    skipped.reason = "tp=" + std::to_string(c.tp) + ": " + unavailable.value_or("no rank ran it");
+    run.results.push_back(case_entry(skipped, registry));
+  }
+  return run;
+}
+
+int run_rank_worker(const SweepOptions& options, const Registry& registry) {
+  const SweepPlan plan = plan_sweep(options, registry);
+  std::map<std::string, const CaseSpec*> by_id;
+  for (const auto& c : plan.cases) by_id[c.id()] = &c;
+  std::vector<const CaseSpec*> cases;
+  {
+    std::ifstream list(options.rank_cases);
+    if (!list) throw BadInput(options.rank_cases, "--rank-cases", "a readable list of case ids");
+    for (std::string id; std::getline(list, id);) {
+      if (id.empty()) continue;
+      auto found = by_id.find(id);
+      if (found == by_id.end())
+        throw BadInput(options.rank_cases, "--rank-cases", "ids of this sweep's cases, got " + id);
+      cases.push_back(found->second);
+    }
+  }
+  const RankGroup group{options.rank, options.rank_count, options.rank_dir};
+  std::set<std::string> joined;
+  for (const CaseSpec* c : cases) {
+    const std::string backend = registry.find_impl(c->op, c->impl)->backend();
+    if (joined.insert(backend).second) registry.device_backend(backend)->join_ranks(group);
+  }
+  if (options.rank_bench) return run_rank_bench(options, registry, cases);
+  Runner runner(registry, plan.contract);
+  std::ofstream results;
+  if (options.rank == 0) results.open(options.rank_results, std::ios::app);
+  // Each case's start and end in the rank's log, so a group that stops shows where each rank was.
+  const auto start = Clock::now();
+  auto stamp = [&] {
+    return std::to_string(
+               static_cast<int>(std::chrono::duration<double>(Clock::now() - start).count())) +
+           " s";
+  };
+  Printer& printer = *options.printer;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    printer.note("rank " + std::to_string(options.rank) + " [" + std::to_string(i + 1) + "/" +
+                 std::to_string(cases.size()) + "] " + stamp() + " start " + cases[i]->id());
+    CaseResult result = runner.run_case(*cases[i]);
+    printer.note("rank " + std::to_string(options.rank) + " " + stamp() + " " +
+                 to_string(result.verdict) + (result.reason.empty() ? "" : ": " + result.reason));
+    if (options.rank != 0) continue;
+    results << case_entry(result, registry).dump() << "\n" << std::flush;
+  }
+  return exit_pass;
+}
+
+}  // namespace bitcheck

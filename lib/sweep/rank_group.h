@@ -1,0 +1,37 @@
+// Cases at tp > 1 on a backend whose ranks are processes (CUDA with NCCL): a group of processes,
+// one per rank, each on its own device, walks the same list of cases in step. Ranks [0, tp) of a
+// case run its layouts together (every collective needs all of them); rank 0 checks the outputs
+// and appends each case's entry to the group's results file. A rank that crashes, or a case that
+// no rank finishes in time (a rank hung, or waits in a collective for one that died), makes that
+// case `error`: the group is killed and a new one starts at the next case, so the sweep goes on
+// and the report stays whole.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+#include "core/printer.h"
+#include "sweep/sweep.h"
+
+namespace bitcheck {
+
+// Whether a case runs in a group of rank processes (tp > 1 on a device backend).
+bool needs_rank_group(const CaseSpec& c, const Registry& registry);
+
+struct RankGroupRun {
+  std::vector<nlohmann::json> results;  // case entries, in the order of the cases given
+  nlohmann::json meta;                  // size, devices, groups started, faults
+};
+
+// The parent: runs `cases` (all needing a rank group) on a group of the largest tp among them,
+// or as many distinct devices as `options.devices` lists, whichever is smaller; each rank's log
+// and the results file live in `work_dir`.
+RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registry,
+                            const std::vector<CaseSpec>& cases, const std::string& work_dir);
+
+// A rank of the group (`sweep --rank r/n --rank-dir DIR --rank-cases FILE`): joins the group,
+// runs the cases FILE names in order, and as rank 0 appends each case's entry to DIR/results.jsonl.
+int run_rank_worker(const SweepOptions& options, const Registry& registry);
+
+}  // namespace bitcheck
