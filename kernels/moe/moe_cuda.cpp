@@ -473,6 +473,32 @@ class CudaMoe : public Impl {
   std::unique_ptr<cuda::ExpertStreams> streams_;
 };
 
+// How many experts the last call gave a token, whose weights it read.
+std::int64_t experts_read(const LayerBuffers& layer) {
+  return std::count_if(layer.count.begin(), layer.count.end(),
+                       [](std::int64_t n) { return n > 0; });
+}
+
+// The bytes one forward call over `tokens` must move: x read and y written, the router, and the
+// weights of the experts that got a token (a decode step reads few of them), from the last call.
+double bytes_read_and_written(const Shape& s, std::size_t element, std::int64_t tokens,
+                              const LayerBuffers& layer) {
+  const std::int64_t elements = s.experts * s.hidden +
+                                experts_read(layer) * 3 * s.intermediate * s.hidden +
+                                2 * tokens * s.hidden;
+  return static_cast<double>(elements) * static_cast<double>(element);
+}
+
+// The rows of the fixed-order expert GEMMs' one tile (moe_gemms_cuda.cpp).
+constexpr std::int64_t expert_tile_rows = 128;
+
+// Whether the last call was bound by its weights' bytes: fewer (token, expert) pairs per expert
+// read, on average, than the rows of one tile of the expert GEMMs, as at decode.
+bool memory_bound(std::int64_t tokens, std::int64_t topk, const LayerBuffers& layer) {
+  const std::int64_t read = experts_read(layer);
+  return read > 0 && tokens * topk < expert_tile_rows * read;
+}
+
 // The forward layer (routing, the experts' GEMMs, the combine) on device-resident inputs: random
 // weights, and enough sets of x rotated that the caches do not hold them. The per-expert GEMM
 // launches need each expert's row count on the host, read back once per call as in run().
@@ -503,8 +529,8 @@ std::optional<BenchMeasurement> CudaMoe::benchmark(const CaseSpec& spec,
   });
   measurement.flops = 2.0 * static_cast<double>(spec.rows) *
                       (static_cast<double>(e * h) + static_cast<double>(s.topk * 3 * i * h));
-  measurement.bytes_moved =
-      static_cast<double>(w.router.bytes() + w.gate_up.bytes() + w.down.bytes() + 2 * x_bytes);
+  measurement.bytes_moved = bytes_read_and_written(s, element, spec.rows, layer);
+  measurement.also_against_copy = memory_bound(spec.rows, s.topk, layer);
   measurement.config = nlohmann::json::object();
   measurement.config["expert_streams"] = cuda::ExpertStreams::count;
   if (expert_gemms_->needs_transposed())

@@ -171,6 +171,10 @@ struct BenchMeasurement {
   double flops = 0;        // useful floating-point operations of one run (0 if memory-bound)
   double bytes_moved = 0;  // each input read once, each output written once
   nlohmann::json config;   // e.g. the cuBLASLt configuration that was timed
+  // The impl found this point bound by memory although its op has a library-default baseline (an
+  // MoE decode step, which reads its chosen experts' weights for a few tokens each): bench also
+  // times a copy of bytes_moved and reports both.
+  bool also_against_copy = false;
 };
 
 // What an impl claims, which decides how its verdicts read.
