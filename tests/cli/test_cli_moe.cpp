@@ -1,7 +1,8 @@
 // `bitcheck sweep --spec sweeps/moe.json` on the CPU backend: cpu-fixed-order passes every layout
 // of every case, uniform and skewed, each control drifts, the batches cross the split-K control's
 // switch point, the decoder stack with moe MLPs holds and drifts with a control swapped in; and a
-// moe shape the op cannot mean is bad input naming the dim (exit 2).
+// moe shape the op cannot mean, alone or as a chain's MLP, is bad input naming the dim and what
+// was expected (exit 2).
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
@@ -61,26 +62,52 @@ TEST_CASE("sweeps/moe.json on the CPU: the fixed order passes, every control dri
   CHECK(report["summary"]["harness_failures"].empty());
 }
 
+namespace {
+
+// A shape the op cannot mean, in a spec entry of `op`: what a user who wrote it reads.
+struct Bad {
+  const char* shape;
+  const char* path;      // under $.ops.<op>.
+  const char* expected;  // what the message says was expected
+};
+
+void check_bad_input(const std::string& op, const Bad& bad) {
+  TempDir dir;
+  const std::string spec = dir / "spec.json";
+  std::ofstream(spec) << R"({"schema_version": 1, "ops": {")" << op << R"(": {"shapes": [)"
+                      << bad.shape << "]}}}";
+  Run run = run_bitcheck(dir, "sweep --spec " + quote(spec) + " --backend cpu --no-progress " +
+                                  "--out " + quote(dir / "out"));
+  INFO(bad.shape << "\nstderr: " << run.err);
+  CHECK(run.exit_code == 2);
+  CHECK_THAT(run.err, Catch::Contains(spec));
+  CHECK_THAT(run.err, Catch::Contains("$.ops." + op + "." + bad.path));
+  CHECK_THAT(run.err, Catch::Contains(bad.expected));
+  CHECK_FALSE(std::filesystem::exists(dir / "out/report.json"));
+}
+
+}  // namespace
+
+// Every bad dim and its message: tests/unit/test_moe.cpp; here the command's end of it.
 TEST_CASE("a moe shape the op cannot mean is bad input naming the dim", "[cli][moe][bad-input]") {
-  struct Bad {
-    const char* shape;
-    const char* path;
-  };
-  for (const Bad& bad : {Bad{R"({"H": 64, "I": 32, "E": 8, "topk": 9})", "shapes[0].topk"},
-                         Bad{R"({"H": 64, "I": 36, "E": 8, "topk": 2})", "shapes[0].I"},
-                         Bad{R"({"H": 64, "I": 32, "E": 12, "topk": 2})", "shapes[0].E"},
-                         Bad{R"({"H": 64, "I": 32, "E": 8, "topk": 2, "hot_experts": 3})",
-                             "shapes[0].hot_experts"}}) {
-    TempDir dir;
-    const std::string spec = dir / "moe.json";
-    std::ofstream(spec) << R"({"schema_version": 1, "ops": {"moe": {"shapes": [)" << bad.shape
-                        << "]}}}";
-    Run run = run_bitcheck(dir, "sweep --spec " + quote(spec) + " --backend cpu --no-progress " +
-                                    "--out " + quote(dir / "out"));
-    INFO(bad.shape << "\nstderr: " << run.err);
-    CHECK(run.exit_code == 2);
-    CHECK_THAT(run.err, Catch::Contains(spec));
-    CHECK_THAT(run.err, Catch::Contains(std::string("$.ops.moe.") + bad.path));
-    CHECK_FALSE(std::filesystem::exists(dir / "out/report.json"));
-  }
+  for (const Bad& bad :
+       {Bad{R"({"H": 64, "I": 32, "E": 8, "topk": 9})", "shapes[0].topk", "at most E (8)"},
+        Bad{R"({"H": 64, "I": 36, "E": 8, "topk": 2})", "shapes[0].I", "a multiple of 8"},
+        Bad{R"({"H": 64, "I": 32, "E": 12, "topk": 2})", "shapes[0].E", "a multiple of 8"},
+        Bad{R"({"H": 64, "I": 32, "E": 8, "topk": 2, "hot_experts": 3})", "shapes[0].hot_experts",
+            "at most topk (2) hot experts"}})
+    check_bad_input("moe", bad);
+}
+
+TEST_CASE("a chain whose moe MLP the op cannot mean is bad input naming the dim",
+          "[cli][moe][chain][bad-input]") {
+  const std::string dense =
+      R"("layers": 1, "H": 64, "heads": 4, "kv_heads": 2, "D": 16, "I": 32, "V": 32, "L": 40)";
+  const std::string more_than_e = "{" + dense + R"(, "E": 8, "topk": 9})";
+  const std::string without_e = "{" + dense + R"(, "topk": 2})";
+  const std::string untiled = "{" + dense + R"(, "E": 12, "topk": 2})";
+  for (const Bad& bad : {Bad{more_than_e.c_str(), "shapes[0].topk", "at most E (8)"},
+                         Bad{without_e.c_str(), "shapes[0].topk", "no topk without E"},
+                         Bad{untiled.c_str(), "shapes[0].E", "a multiple of 8"}})
+    check_bad_input("chain", bad);
 }
