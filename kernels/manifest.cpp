@@ -17,6 +17,7 @@
 #include "lm_head_logprob/lm_head_logprob.h"
 #include "logprob/logprob.h"
 #include "matmul/matmul.h"
+#include "moe/moe.h"
 #include "reduce_scatter/reduce_scatter.h"
 #include "rmsnorm/rmsnorm.h"
 #include "rope/rope.h"
@@ -38,6 +39,7 @@ constexpr RegisterOp manifest[] = {
     register_add_rmsnorm,     // kernels/add_rmsnorm/
     register_rope,            // kernels/rope/
     register_attention,       // kernels/attention/
+    register_moe,             // kernels/moe/
     register_all_reduce,      // kernels/all_reduce/: collectives over the case's tp ranks
     register_reduce_scatter,  // kernels/reduce_scatter/
     register_chain,           // kernels/chain/, after the ops it composes

@@ -36,6 +36,7 @@ COMPOSES = {
     "kernels/lm_head": ["kernels/matmul"],
     "kernels/lm_head_logprob": ["kernels/lm_head", "kernels/logprob"],
     "kernels/add_rmsnorm": ["kernels/rmsnorm"],
+    "kernels/moe": ["kernels/matmul"],
 }
 INCLUDE_ROOTS = ["lib", "kernels", "apps", "include"]
 SOURCE = re.compile(r"\.(h|hpp|cpp|cu|cuh|c|in)$")

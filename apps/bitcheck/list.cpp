@@ -26,6 +26,7 @@ nlohmann::json list_json(const Registry& registry, const Contract& contract) {
     nlohmann::json op_json = {{"name", op->name},
                               {"summary", op->summary},
                               {"dims", op->dim_names},
+                              {"optional_dims", op->optional_dim_names},
                               {"has_backward", op->has_backward},
                               {"impls", nlohmann::json::array()}};
     for (Impl* impl : registry.impls(op->name)) {

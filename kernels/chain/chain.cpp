@@ -13,6 +13,7 @@
 
 #include "attention/attention.h"
 #include "core/rng.h"
+#include "moe/moe.h"
 #include "run/layout.h"
 
 namespace bitcheck {
@@ -196,7 +197,7 @@ std::optional<Layout> in_order_layout(const std::string& name, const CaseSpec& s
 void register_chain_op(Registry& registry) {
   auto ops = std::make_shared<OpDefs>();
   for (const char* name : {"embedding", "rmsnorm", "matmul", "rope", "attention", "residual_add",
-                           "swiglu", "lm_head", "logprob"}) {
+                           "swiglu", "lm_head", "logprob", "moe"}) {
     const OpDef* op = registry.find_op(name);
     if (!op)
       throw std::logic_error(std::string("the chain needs op ") + name + ", registered before it");
@@ -210,8 +211,25 @@ void register_chain_op(Registry& registry) {
       "matmul, residual add, "
       "rmsnorm, gate/up matmul, swiglu, down matmul, residual add] -> rmsnorm -> lm_head (tied) -> "
       "logprob; backward "
-      "through the same ops in reverse";
+      "through the same ops in reverse; with E experts (and topk per token) each MLP is one moe "
+      "layer";
   op.dim_names = {"layers", "H", "heads", "kv_heads", "D", "I", "V", "L"};
+  op.optional_dim_names = {"E", "topk"};
+  // E > 0 makes the MLP an moe call of (H, I, E, topk): the dims moe itself refuses are bad input.
+  op.dims_problem = [](const Dims& dims) -> std::optional<std::pair<std::string, std::string>> {
+    auto value = [&](const char* name) {
+      auto it = dims.find(name);
+      return it == dims.end() ? std::int64_t{0} : it->second;
+    };
+    if (value("E") == 0) {
+      if (value("topk") == 0) return std::nullopt;
+      return std::make_pair(std::string("topk"),
+                            "no topk without E (experts: the MLP is dense without them)");
+    }
+    if (value("topk") == 0) return std::make_pair(std::string("topk"), "experts per token with E");
+    return moe::dims_problem(
+        {{"H", value("H")}, {"I", value("I")}, {"E", value("E")}, {"topk", value("topk")}});
+  };
   op.tensors = [ops](const CaseSpec& spec) { return chain_tensors(*ops, spec); };
   op.shape_problem = [ops](const CaseSpec& spec) -> std::optional<std::string> {
     if (spec.dim("heads") % spec.dim("kv_heads")) return std::string("kv_heads must divide heads");

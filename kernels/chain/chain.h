@@ -1,6 +1,7 @@
 // chain: a small decoder stack composed only of bitcheck's ops (embedding -> layers x [rmsnorm, QKV
 // matmul, rope, attention, output matmul, residual add, rmsnorm, gate/up matmul, swiglu, down
-// matmul, residual add] -> final rmsnorm -> lm_head -> logprob, then the backward in reverse). Its
+// matmul (or one moe layer), residual add] -> final rmsnorm -> lm_head -> logprob, then the
+// backward in reverse). Its
 // calls, the tensor names they produce, and the composition shared by the impls (which call the
 // per-op impls of one backend) and the FP32 reference (which calls the per-op references).
 #pragma once
@@ -19,8 +20,11 @@ namespace bitcheck::chain {
 using SharedTensor = std::shared_ptr<const Tensor>;
 using TensorMap = std::map<std::string, SharedTensor>;
 
+// experts > 0 makes each layer's MLP one moe call (E experts of I, topk per token) in place of
+// gate/up matmul, swiglu and down matmul.
 struct Shape {
   std::int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, vocab;
+  std::int64_t experts = 0, topk = 0;
 };
 Shape shape_of(const CaseSpec& spec);
 

@@ -30,6 +30,7 @@ const std::map<std::string, std::string>& site_ops() {
       {"logprob", "logprob"},
       {"mlp_branch", "residual_add"},
       {"attn_branch", "residual_add"},
+      {"moe", "moe"},
   };
   return sites;
 }
@@ -51,6 +52,8 @@ Dims site_dims(const std::string& site, const Shape& s, std::int64_t longest) {
   if (site == "attn")
     return {{"H", s.heads}, {"KVH", s.kv_heads}, {"D", s.head_dim}, {"L", longest}};
   if (site == "swiglu") return {{"H", s.intermediate}};
+  if (site == "moe")
+    return {{"H", s.hidden}, {"I", s.intermediate}, {"E", s.experts}, {"topk", s.topk}};
   return {{"H", s.hidden}};  // rmsnorm, residual_add
 }
 
@@ -59,14 +62,26 @@ Call make_call(const std::string& name, Pass pass, const Shape& shape, std::int6
   return Call{name, site_ops().at(site), pass, layer_of(name), site_dims(site, shape, longest)};
 }
 
-const char* const forward_layer_sites[] = {"attn_norm", "qkv",        "rope",     "attn",
-                                           "o_proj",    "attn_resid", "mlp_norm", "gate_up",
-                                           "swiglu",    "down",       "mlp_resid"};
-// Backward of one layer, in execution order. The *_branch calls are forward residual adds: the
-// gradient reaching the stream through a norm's branch added to the one through the skip path.
-const char* const backward_layer_sites[] = {
-    "mlp_resid", "down", "swiglu", "gate_up", "mlp_norm",  "mlp_branch", "attn_resid",
-    "o_proj",    "attn", "rope",   "qkv",     "attn_norm", "attn_branch"};
+// One layer's calls in execution order, forward or backward; the MLP is gate/up, swiglu and down,
+// or one moe call. The backward's *_branch calls are forward residual adds: the gradient reaching
+// the stream through a norm's branch added to the one through the skip path.
+std::vector<const char*> layer_sites(Pass pass, bool moe) {
+  std::vector<const char*> mlp = {"gate_up", "swiglu", "down"};
+  if (moe) mlp = {"moe"};
+  std::vector<const char*> sites;
+  if (pass == Pass::forward) {
+    sites = {"attn_norm", "qkv", "rope", "attn", "o_proj", "attn_resid", "mlp_norm"};
+    sites.insert(sites.end(), mlp.begin(), mlp.end());
+    sites.push_back("mlp_resid");
+    return sites;
+  }
+  sites = {"mlp_resid"};
+  sites.insert(sites.end(), mlp.rbegin(), mlp.rend());
+  for (const char* site : {"mlp_norm", "mlp_branch", "attn_resid", "o_proj", "attn", "rope", "qkv",
+                           "attn_norm", "attn_branch"})
+    sites.push_back(site);
+  return sites;
+}
 
 std::string layer_prefix(std::int64_t layer) {
   return "l" + std::to_string(layer) + ".";
@@ -145,16 +160,30 @@ class Sequencer {
   std::size_t next_ = 0;
 };
 
-// What the backward of one layer reads from its forward.
+// What the backward of one layer reads from its forward (gate, up and activation: the dense MLP's).
 struct LayerActivations {
   SharedTensor attn_input, attn_norm, q, k, v, attn_out, mlp_input, mlp_norm, gate, up, activation;
 };
 
+// The dense MLP's backward: down, swiglu and gate/up; returns the gradient of mlp_norm's output.
+SharedTensor dense_mlp_backward(Sequencer& call, const std::string& b, const LayerActivations& a,
+                                const SharedTensor& gate_up_w, const SharedTensor& down_w,
+                                const SharedTensor& dmlp_out) {
+  SharedTensor dactivation =
+      call(b + "down", {{"x", a.activation}, {"w", down_w}, {"dy", dmlp_out}}).at("dx");
+  TensorMap swiglu = call(b + "swiglu", {{"a", a.gate}, {"b", a.up}, {"dy", dactivation}});
+  return call(b + "gate_up", {{"x", a.mlp_norm},
+                              {"w", gate_up_w},
+                              {"dy", concatenated(*swiglu.at("da"), *swiglu.at("db"))}})
+      .at("dx");
+}
+
 }  // namespace
 
 Shape shape_of(const CaseSpec& spec) {
-  return {spec.dim("layers"), spec.dim("H"), spec.dim("heads"), spec.dim("kv_heads"),
-          spec.dim("D"),      spec.dim("I"), spec.dim("V")};
+  return {spec.dim("layers"),   spec.dim("H"),          spec.dim("heads"),
+          spec.dim("kv_heads"), spec.dim("D"),          spec.dim("I"),
+          spec.dim("V"),        spec.optional_dim("E"), spec.optional_dim("topk")};
 }
 
 std::int64_t layer_of(const std::string& name) {
@@ -184,7 +213,7 @@ std::vector<Call> calls(const CaseSpec& spec) {
   const std::int64_t longest = spec.dim("L");
   std::vector<Call> result = {make_call("embed", Pass::forward, shape, longest)};
   for (std::int64_t l = 0; l < shape.layers; ++l) {
-    for (const char* site : forward_layer_sites)
+    for (const char* site : layer_sites(Pass::forward, shape.experts > 0))
       result.push_back(make_call(layer_prefix(l) + site, Pass::forward, shape, longest));
   }
   for (const char* name : {"final_norm", "lm_head", "logprob"})
@@ -194,7 +223,7 @@ std::vector<Call> calls(const CaseSpec& spec) {
     result.push_back(make_call(std::string("bwd.") + name, Pass::backward, shape, longest));
   }
   for (std::int64_t l = shape.layers - 1; l >= 0; --l) {
-    for (const char* site : backward_layer_sites) {
+    for (const char* site : layer_sites(Pass::backward, shape.experts > 0)) {
       const std::string name = "bwd." + layer_prefix(l) + site;
       const bool branch_add = std::string(site).find("_branch") != std::string::npos;
       result.push_back(
@@ -224,6 +253,15 @@ void compose(const CaseSpec& spec, const TensorMap& inputs, Executor& executor) 
     return it->second;
   };
   const SharedTensor positions = in("positions"), table = in("table");
+  // The moe call of layer prefix `p` on `x` (and `dy`, backward): its weights are the call's.
+  auto moe_inputs = [&](const std::string& p, const SharedTensor& x,
+                        const SharedTensor& dy = nullptr) {
+    TensorMap moe = {{"x", x}};
+    for (const char* weight : {"router", "w_gate", "w_up", "w_down"})
+      moe[weight] = in(p + "moe." + weight);
+    if (dy) moe["dy"] = dy;
+    return moe;
+  };
 
   SharedTensor stream =
       converted(*call("embed", {{"ids", in("ids")}, {"table", table}}).at("out"), DType::fp32);
@@ -252,13 +290,18 @@ void compose(const CaseSpec& spec, const TensorMap& inputs, Executor& executor) 
     a.mlp_input = converted(*residual, spec.dtype);
     a.mlp_norm =
         call(p + "mlp_norm", {{"x", a.mlp_input}, {"weight", in(p + "mlp_norm.weight")}}).at("y");
-    SharedTensor gate_up =
-        call(p + "gate_up", {{"x", a.mlp_norm}, {"w", in(p + "gate_up.w")}}).at("y");
-    a.gate = columns(*gate_up, 0, s.intermediate, {s.intermediate});
-    a.up = columns(*gate_up, s.intermediate, s.intermediate, {s.intermediate});
-    a.activation = call(p + "swiglu", {{"a", a.gate}, {"b", a.up}}).at("y");
-    SharedTensor down = call(p + "down", {{"x", a.activation}, {"w", in(p + "down.w")}}).at("y");
-    stream = call(p + "mlp_resid", {{"x", down}, {"residual", residual}}).at("y");
+    SharedTensor mlp_out;
+    if (s.experts > 0) {
+      mlp_out = call(p + "moe", moe_inputs(p, a.mlp_norm)).at("y");
+    } else {
+      SharedTensor gate_up =
+          call(p + "gate_up", {{"x", a.mlp_norm}, {"w", in(p + "gate_up.w")}}).at("y");
+      a.gate = columns(*gate_up, 0, s.intermediate, {s.intermediate});
+      a.up = columns(*gate_up, s.intermediate, s.intermediate, {s.intermediate});
+      a.activation = call(p + "swiglu", {{"a", a.gate}, {"b", a.up}}).at("y");
+      mlp_out = call(p + "down", {{"x", a.activation}, {"w", in(p + "down.w")}}).at("y");
+    }
+    stream = call(p + "mlp_resid", {{"x", mlp_out}, {"residual", residual}}).at("y");
   }
   SharedTensor final_input = converted(*stream, spec.dtype);
   SharedTensor final_norm =
@@ -281,15 +324,10 @@ void compose(const CaseSpec& spec, const TensorMap& inputs, Executor& executor) 
     const std::string p = layer_prefix(l), b = "bwd." + p;
     const LayerActivations& a = saved[static_cast<std::size_t>(l)];
     TensorMap mlp_resid = call(b + "mlp_resid", {{"dy", gradient}});
-    SharedTensor dactivation =
-        call(b + "down", {{"x", a.activation}, {"w", in(p + "down.w")}, {"dy", mlp_resid.at("dx")}})
-            .at("dx");
-    TensorMap swiglu = call(b + "swiglu", {{"a", a.gate}, {"b", a.up}, {"dy", dactivation}});
     SharedTensor dmlp_norm =
-        call(b + "gate_up", {{"x", a.mlp_norm},
-                             {"w", in(p + "gate_up.w")},
-                             {"dy", concatenated(*swiglu.at("da"), *swiglu.at("db"))}})
-            .at("dx");
+        s.experts > 0 ? call(b + "moe", moe_inputs(p, a.mlp_norm, mlp_resid.at("dx"))).at("dx")
+                      : dense_mlp_backward(call, b, a, in(p + "gate_up.w"), in(p + "down.w"),
+                                           mlp_resid.at("dx"));
     SharedTensor dmlp_input =
         call(b + "mlp_norm",
              {{"x", a.mlp_input}, {"weight", in(p + "mlp_norm.weight")}, {"dy", dmlp_norm}})

@@ -74,6 +74,11 @@ std::int64_t CaseSpec::dim(const std::string& name) const {
   return it->second;
 }
 
+std::int64_t CaseSpec::optional_dim(const std::string& name) const {
+  auto it = dims.find(name);
+  return it == dims.end() ? 0 : it->second;
+}
+
 std::int64_t Invocation::valid_rows() const {
   return std::count_if(slot_rows.begin(), slot_rows.end(), [](std::int64_t r) { return r >= 0; });
 }

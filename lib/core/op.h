@@ -62,6 +62,8 @@ struct CaseSpec {
   // one FP32 reference (the runner computes it once per group; shards keep a group together).
   std::string input_group() const;
   std::int64_t dim(const std::string& name) const;
+  // An optional dim (OpDef::optional_dim_names): its value, 0 when the shape leaves it out.
+  std::int64_t optional_dim(const std::string& name) const;
 };
 
 enum class TensorRole {
@@ -169,6 +171,10 @@ struct BenchMeasurement {
   double flops = 0;        // useful floating-point operations of one run (0 if memory-bound)
   double bytes_moved = 0;  // each input read once, each output written once
   nlohmann::json config;   // e.g. the cuBLASLt configuration that was timed
+  // The impl found this point bound by memory although its op has a library-default baseline (an
+  // MoE decode step, which reads its chosen experts' weights for a few tokens each): bench also
+  // times a copy of bytes_moved and reports both.
+  bool also_against_copy = false;
 };
 
 // What an impl claims, which decides how its verdicts read.
@@ -291,6 +297,12 @@ struct OpDef {
   std::string name;
   std::string summary;
   std::vector<std::string> dim_names;  // required shape dims in the spec, besides the batch
+  // Shape dims a spec may leave out (an option, such as moe's hot_experts): 0 when absent, and a
+  // shape that gives 0 leaves it out too, so a case id names it only when it is set.
+  std::vector<std::string> optional_dim_names;
+  // A shape the op cannot mean, found when the spec is read (bad input, exit 2): the dim at fault
+  // and what was expected of it. shape_problem, by contrast, skips a case (an impl's limits).
+  std::function<std::optional<std::pair<std::string, std::string>>(const Dims&)> dims_problem;
   bool has_backward = true;
   std::string tolerance_key;  // contract threshold row; defaults to name
   // `bitcheck bench` baseline: the impl that is the library default (e.g. cublaslt-heuristic);

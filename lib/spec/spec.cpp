@@ -233,15 +233,24 @@ std::vector<Dims> parse_shapes(const JsonCursor& shapes, const OpDef& op) {
     shape.expect_object();
     Dims dims;
     for (const auto& key : shape.keys()) {
-      if (!contains(op.dim_names, key)) {
+      const bool optional = contains(op.optional_dim_names, key);
+      if (!optional && !contains(op.dim_names, key)) {
         std::string names;
         for (const auto& name : op.dim_names) names += (names.empty() ? "" : ", ") + name;
+        for (const auto& name : op.optional_dim_names)
+          names += (names.empty() ? "" : ", ") + name + " (optional)";
         shape.at(key).fail("no such dim for " + op.name + " (its dims: " + names + ")");
       }
-      dims[key] = shape.at(key).as_int(1, max_dim);
+      const std::int64_t value = shape.at(key).as_int(optional ? 0 : 1, max_dim);
+      if (value > 0) dims[key] = value;
     }
     for (const auto& name : op.dim_names) {
       if (!dims.count(name)) shape.at(name);  // throws: missing field
+    }
+    if (op.dims_problem) {
+      if (auto problem = op.dims_problem(dims)) {
+        (shape.find(problem->first) ? shape.at(problem->first) : shape).fail(problem->second);
+      }
     }
     result.push_back(dims);
   }

@@ -27,8 +27,25 @@ struct Row {
   bool claims_invariance = false;
   std::optional<BenchMeasurement> measurement;
   std::string error;
-  double same_bytes_copy_gbps = -1;  // memory-bound ops: a copy of the bytes the impl moves
+  double same_bytes_copy_gbps = -1;  // memory-bound points: a copy of the bytes the impl moves
 };
+
+// Whether a row is measured against a copy of its bytes: every point of an op without a baseline,
+// and the points its impl calls memory-bound.
+bool timed_against_copy(const OpDef& op, const BenchMeasurement& measurement) {
+  if (measurement.also_against_copy) return true;
+  return op.bench_baseline.empty() && op.bench_external_baseline.empty();
+}
+
+// The row's bandwidth against the same-bytes copy, into its JSON and its "vs" text.
+void describe_copy_fraction(const Row& row, double gbps, nlohmann::json& j, std::string& versus) {
+  if (row.same_bytes_copy_gbps <= 0) return;
+  j["same_bytes_copy_gbps"] = row.same_bytes_copy_gbps;
+  j["fraction_of_same_bytes_copy"] = gbps / row.same_bytes_copy_gbps;
+  versus += (versus.empty() ? "" : "; ") +
+            printf_number("%.0f%% of same-bytes copy", 100.0 * gbps / row.same_bytes_copy_gbps) +
+            " (" + printf_number("%.0f GB/s)", row.same_bytes_copy_gbps);
+}
 
 // Benchmarks `impl` for `rounds` rounds, keeping the fastest round's median (machines are shared).
 void measure(Impl& impl, const CaseSpec& spec, const BenchSettings& settings, Row& row) {
@@ -140,10 +157,10 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
       for (auto& row : group_rows)
         measure(*registry.find_impl(row.spec.op, row.impl), row.spec, settings, row);
     }
-    // Memory-bound ops: the yardstick is a device copy of the same bytes, timed alike, in this run.
+    // Memory-bound points: the yardstick is a device copy of the same bytes, timed alike, in this
+    // run.
     for (auto& row : group_rows) {
-      const OpDef* op = registry.find_op(row.spec.op);
-      if (!row.measurement || !op->bench_baseline.empty() || !op->bench_external_baseline.empty())
+      if (!row.measurement || !timed_against_copy(*registry.find_op(row.spec.op), *row.measurement))
         continue;
       for (int round = 0; round < options.rounds; ++round) {
         row.same_bytes_copy_gbps =
@@ -212,18 +229,13 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
           versus = printf_number("%.3fx", ratio);
         }
       }
+      describe_copy_fraction(row, gbps, j, versus);
     } else if (!op->bench_external_baseline.empty()) {
       j["external_baseline"] = op->bench_external_baseline;
       versus = "see " + op->bench_external_baseline;
     } else {
       if (copy_gbps > 0) j["fraction_of_copy_bandwidth"] = gbps / copy_gbps;
-      if (row.same_bytes_copy_gbps > 0) {
-        j["same_bytes_copy_gbps"] = row.same_bytes_copy_gbps;
-        j["fraction_of_same_bytes_copy"] = gbps / row.same_bytes_copy_gbps;
-        versus =
-            printf_number("%.0f%% of same-bytes copy", 100.0 * gbps / row.same_bytes_copy_gbps) +
-            " (" + printf_number("%.0f GB/s)", row.same_bytes_copy_gbps);
-      }
+      describe_copy_fraction(row, gbps, j, versus);
       if (copy_gbps > 0)
         versus += (versus.empty() ? "" : "; ") +
                   printf_number("%.0f%% of 1 GiB copy", 100.0 * gbps / copy_gbps);
@@ -249,7 +261,8 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
       " warm-up launches; median of " + std::to_string(options.repeats) +
       " launches, inputs rotated over sets larger than L2; " + std::to_string(options.rounds) +
       " interleaved rounds per point, fastest median kept; " +
-      "memory-bound ops against a device-to-device copy of the same bytes timed the same way";
+      "memory-bound ops (and an impl's memory-bound points) against a device-to-device copy of the "
+      "same bytes timed the same way";
   report["results"] = table;
   report["cost_of_invariance"] = cost_of_invariance(table);
   const std::string cost_markdown =

@@ -1,8 +1,10 @@
 // chain on the CPU backend: the decoder stack of fixed-order impls passes forward and backward in
-// every sequence layout, and each control swapped in for one op makes the chain drift first at
-// exactly that op (forward order; backward order for a control that only breaks the backward).
+// every sequence layout, its MLP dense or an moe layer, and each control swapped in for one op
+// makes the chain drift first at exactly that op (forward order; backward order for a control that
+// only breaks the backward).
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <set>
 
 #include "attention/attention.h"
 #include "case_support.h"
@@ -30,6 +32,12 @@ Dims small_dims() {
 Dims tail_dims() {
   return {{"layers", 2}, {"H", 60},  {"heads", 4}, {"kv_heads", 2},
           {"D", 16},     {"I", 124}, {"V", 32},    {"L", 40}};
+}
+
+// The MLP as an moe layer: 8 experts, 3 per token (H and I multiples of 8, as moe needs).
+Dims moe_dims() {
+  return {{"layers", 2}, {"H", 64}, {"heads", 4}, {"kv_heads", 2}, {"D", 16},
+          {"I", 32},     {"V", 32}, {"L", 40},    {"E", 8},        {"topk", 3}};
 }
 
 CaseSpec chain_case(const std::string& impl, DType dtype, Pass pass, Dims dims,
@@ -152,20 +160,21 @@ TEST_CASE("each control swapped into the chain makes it fail first at that op", 
   // Every CPU control of every op the chain composes has its swap.
   std::size_t expected = 0;
   for (const char* op : {"embedding", "rmsnorm", "matmul", "rope", "attention", "residual_add",
-                         "swiglu", "lm_head", "logprob"}) {
+                         "swiglu", "lm_head", "logprob", "moe"}) {
     for (Impl* impl : case_support::world().registry.impls(op))
       expected += impl->backend() == "cpu" && !impl->claims_invariance() &&
                   impl->tensor_parallelism().max_tp == 1;
   }
   REQUIRE(controls.size() == expected);
-  const std::uint64_t seed = revealing_seed(tail_dims());
   for (Impl* control : controls) {
     const std::string swapped = chain::swapped_op(control->name());
+    // moe's controls swap into a chain whose MLP is an moe layer; the others into a dense one.
+    const Dims dims = swapped == "moe" ? moe_dims() : tail_dims();
+    const std::uint64_t seed = revealing_seed(dims);
     for (Pass pass : {Pass::forward, Pass::backward}) {
       if (!control->supports(pass)) continue;
       for (DType dtype : {DType::bf16, DType::fp32}) {
-        CaseResult result =
-            case_support::run(chain_case(control->name(), dtype, pass, tail_dims(), seed));
+        CaseResult result = case_support::run(chain_case(control->name(), dtype, pass, dims, seed));
         nlohmann::json status = status_of(result);
         INFO(control->name() << " " << to_string(dtype) << " " << to_string(pass) << ": "
                              << case_support::describe(result) << "\n"
@@ -268,4 +277,60 @@ TEST_CASE("each chain call is held to its own op's contract on the inputs the im
   // The same chain with the right swiglu passes: the check is the wrapper's 2^-4, nothing else.
   CHECK(runner.run_case(chain_case("cpu-fixed-order", DType::bf16, Pass::forward, small_dims(), 1))
             .verdict == Verdict::pass);
+}
+
+TEST_CASE("a chain whose MLP is an moe layer passes every layout, forward and backward",
+          "[chain][moe]") {
+  const std::uint64_t seed = revealing_seed(moe_dims());
+  for (DType dtype : {DType::bf16, DType::fp32}) {
+    for (Pass pass : {Pass::forward, Pass::backward}) {
+      CaseResult result =
+          case_support::run(chain_case("cpu-fixed-order", dtype, pass, moe_dims(), seed));
+      INFO(to_string(dtype) << " " << to_string(pass) << ": " << case_support::describe(result));
+      CHECK(result.verdict == Verdict::pass);
+      CHECK(result.layouts_run.size() == (pass == Pass::forward ? chain_layouts.size() : 5u));
+    }
+  }
+  // Each layer's MLP is one moe call (and its backward), with the moe's dims and weights.
+  CaseSpec spec = chain_case("cpu-fixed-order", DType::bf16, Pass::backward, moe_dims(), seed);
+  std::vector<std::string> names;
+  for (const chain::Call& call : chain::calls(spec)) {
+    names.push_back(call.name);
+    if (call.name == "l1.moe")
+      CHECK(call.dims == Dims{{"H", 64}, {"I", 32}, {"E", 8}, {"topk", 3}});
+  }
+  for (const char* name : {"l0.moe", "l1.moe", "bwd.l1.moe", "bwd.l0.moe"})
+    CHECK(std::count(names.begin(), names.end(), name) == 1);
+  for (const char* dense : {"l0.gate_up", "l0.swiglu", "l0.down"})
+    CHECK(std::count(names.begin(), names.end(), dense) == 0);
+  const OpDef& chain_op = *case_support::world().registry.find_op("chain");
+  std::set<std::string> tensors;
+  for (const TensorDecl& decl : chain_op.tensors(spec)) tensors.insert(decl.name);
+  for (const char* name :
+       {"l0.moe.router", "l0.moe.w_down", "l0.moe.topk_ids", "bwd.l0.moe.dx", "bwd.l0.moe.dw_gate"})
+    CHECK(tensors.count(name) == 1);
+  CHECK(chain_op.threshold_of("bwd.l0.moe.dw_gate") ==
+        std::make_pair(std::string("moe"), std::string("dw_gate")));
+  // A dense chain has no moe call to swap a control into: skipped, with the reason.
+  CaseResult dense = case_support::run(chain_case("cpu-fixed-order+moe=cpu-split-k-by-load",
+                                                  DType::bf16, Pass::forward, small_dims(), seed));
+  CHECK(dense.verdict == Verdict::skipped);
+  CHECK(dense.reason.find("no moe call") != std::string::npos);
+}
+
+TEST_CASE("chain moe dims the op cannot mean are bad input naming the dim", "[chain][moe]") {
+  const OpDef& chain_op = *case_support::world().registry.find_op("chain");
+  Dims dims = moe_dims();
+  CHECK_FALSE(chain_op.dims_problem(dims));
+  dims.erase("E");
+  CHECK(chain_op.dims_problem(dims)->first == "topk");  // topk without experts
+  dims = moe_dims();
+  dims["topk"] = 9;
+  CHECK(chain_op.dims_problem(dims)->first == "topk");  // more than E
+  dims = moe_dims();
+  dims["I"] = 36;
+  CHECK(chain_op.dims_problem(dims)->first == "I");  // the moe GEMMs' tiles
+  dims = small_dims();
+  dims["I"] = 124;
+  CHECK_FALSE(chain_op.dims_problem(dims));  // a dense chain keeps any width
 }
