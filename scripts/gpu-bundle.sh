@@ -43,6 +43,10 @@ for binary in "$bundle"/bin/* "$bundle"/tests/*; do
     cp -L "$lib" "$bundle/lib/"
   done
 done
+# CUPTI (kernel provenance): bitcheck opens it with dlopen when a run asks for --provenance, by the
+# build's path and then by its soname, which the rpath finds here on a GPU machine without it.
+cupti=$(sed -n 's/^BITCHECK_CUPTI_LIBRARY_PATH:FILEPATH=//p' "$build/CMakeCache.txt")
+if [ -n "$cupti" ] && [ -f "$cupti" ]; then cp -L "$cupti" "$bundle/lib/libcupti.so.13"; fi
 # Test binaries live one level down too: give them the same rpath target.
 for binary in "$bundle"/bin/* "$bundle"/tests/*; do
   if command -v patchelf >/dev/null; then patchelf --set-rpath '$ORIGIN/../lib' "$binary"; fi

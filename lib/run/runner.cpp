@@ -381,7 +381,7 @@ void gather_outputs(const Impl& impl, const Invocation& invocation, bool whole,
 // What a layout's calls recorded: their launch paths and, with provenance, their kernels.
 struct LayoutRecords {
   std::set<std::string> paths;
-  // The kernel sequences of an impl that declares no paths (its paths with provenance).
+  // The kernel sequences of an impl with one declared path (Impl::records_kernel_sequences).
   std::set<std::string> kernel_paths;
   std::vector<KernelUse> kernels;
 };

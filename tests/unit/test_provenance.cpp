@@ -101,7 +101,8 @@ class SplitFromFourMatmul : public Impl {
 class SelfReportingMatmul : public SplitFromFourMatmul {
  public:
   explicit SelfReportingMatmul(FakeRecorder& recorder)
-      : SplitFromFourMatmul(recorder, "test-self-reporting", {}), recorder_(recorder) {}
+      : SplitFromFourMatmul(recorder, "test-self-reporting", std::vector<PathDecl>{}),
+        recorder_(recorder) {}
   void run(Batch& batch) override {
     SplitFromFourMatmul::run(batch);
     std::vector<KernelLaunch> launched;
@@ -112,31 +113,6 @@ class SelfReportingMatmul : public SplitFromFourMatmul {
 
  private:
   FakeRecorder& recorder_;
-};
-
-struct World {
-  Registry registry;
-  Contract contract;
-  FakeRecorder* recorder = nullptr;
-  World() {
-    register_all(registry);
-    auto fake = std::make_unique<FakeRecorder>();
-    recorder = fake.get();
-    registry.set_kernel_recorder("cpu", std::move(fake));
-    registry.add_impl("matmul",
-                      std::make_unique<SplitFromFourMatmul>(*recorder, "test-split-from-4", {}));
-    registry.add_impl("matmul", std::make_unique<SplitFromFourMatmul>(
-                                    *recorder, "test-split-declared",
-                                    std::vector<PathDecl>{PathDecl("whole", "one sum"),
-                                                          PathDecl("split", "two halves")}));
-    registry.add_impl("matmul", std::make_unique<SelfReportingMatmul>(*recorder));
-    contract = load_embedded_contract(registry);
-  }
-  void start(bool provenance) {
-    RunSettings settings;
-    settings.provenance = provenance;
-    start_run(registry, settings);
-  }
 };
 
 CaseSpec split_case(const std::string& impl) {
@@ -153,6 +129,35 @@ CaseSpec split_case(const std::string& impl) {
   return spec;
 }
 
+struct World {
+  Registry registry;
+  Contract contract;
+  FakeRecorder* recorder = nullptr;
+  World() {
+    register_all(registry);
+    auto fake = std::make_unique<FakeRecorder>();
+    recorder = fake.get();
+    registry.set_kernel_recorder("cpu", std::move(fake));
+    registry.add_impl("matmul", std::make_unique<SplitFromFourMatmul>(
+                                    *recorder, "test-split-from-4", std::vector<PathDecl>{}));
+    registry.add_impl("matmul", std::make_unique<SplitFromFourMatmul>(
+                                    *recorder, "test-split-declared",
+                                    std::vector<PathDecl>{PathDecl("whole", "one sum"),
+                                                          PathDecl("split", "two halves")}));
+    registry.add_impl("matmul", std::make_unique<SelfReportingMatmul>(*recorder));
+    contract = load_embedded_contract(registry);
+  }
+  void start(bool provenance) {
+    RunSettings settings;
+    settings.provenance = provenance;
+    start_run(registry, settings);
+  }
+  CaseResult run(const std::string& impl) {
+    Runner runner(registry, contract);
+    return runner.run_case(split_case(impl));
+  }
+};
+
 std::vector<std::string> names_of(const std::vector<KernelUse>& uses) {
   std::vector<std::string> names;
   for (const auto& use : uses) names.push_back(use.launch.name);
@@ -165,8 +170,7 @@ TEST_CASE("provenance: each layout's kernels are recorded, with their launches a
           "[provenance]") {
   World world;
   world.start(true);
-  Runner runner(world.registry, world.contract);
-  const CaseResult result = runner.run_case(split_case("test-split-from-4"));
+  const CaseResult result = world.run("test-split-from-4");
   REQUIRE(result.verdict == Verdict::drift);
   REQUIRE(result.kernels.count("alone") == 1);
   // Alone: 6 rows one at a time, twice (the determinism repeat), all the same launch.
@@ -182,8 +186,7 @@ TEST_CASE("provenance: an impl that declares no paths records its kernel sequenc
           "[provenance][paths]") {
   World world;
   world.start(true);
-  Runner runner(world.registry, world.contract);
-  const CaseResult result = runner.run_case(split_case("test-split-from-4"));
+  const CaseResult result = world.run("test-split-from-4");
   CHECK(result.paths.at("alone") == std::vector<std::string>{"kernels:gemm", "main"});
   CHECK(result.paths.at("batch") ==
         std::vector<std::string>{"kernels:gemm_splitk + splitk_reduce", "main"});
@@ -204,7 +207,7 @@ TEST_CASE("provenance: an impl that declares no paths records its kernel sequenc
 
   // An impl that declares a choice of paths records its kernels, not their sequence as a path (it
   // records no path here, a gap of its own).
-  const CaseResult declared = runner.run_case(split_case("test-split-declared"));
+  const CaseResult declared = world.run("test-split-declared");
   CHECK(declared.kernels.count("batch") == 1);
   CHECK(declared.paths.at("batch") == std::vector<std::string>{unrecorded_path_name});
 }
@@ -213,8 +216,7 @@ TEST_CASE("provenance: a finding names the kernels of both layouts, in text and 
           "[provenance][report]") {
   World world;
   world.start(true);
-  Runner runner(world.registry, world.contract);
-  const CaseResult result = runner.run_case(split_case("test-split-from-4"));
+  const CaseResult result = world.run("test-split-from-4");
   REQUIRE(result.verdict == Verdict::drift);
   const json entry = case_to_json(result);
   const std::string expected = "kernels: alone ran gemm; batch ran gemm_splitk + splitk_reduce";
@@ -232,8 +234,7 @@ TEST_CASE("provenance: a finding names the kernels of both layouts, in text and 
 TEST_CASE("provenance: the kernels survive the report's round trip", "[provenance][report]") {
   World world;
   world.start(true);
-  Runner runner(world.registry, world.contract);
-  const CaseResult result = runner.run_case(split_case("test-split-from-4"));
+  const CaseResult result = world.run("test-split-from-4");
   const json entry = case_to_json(result);
   const CaseResult read = case_from_json(JsonCursor(entry, "test"));
   CHECK(case_to_json(read) == entry);
@@ -251,8 +252,7 @@ TEST_CASE("provenance: off, or with a source that cannot start, records no kerne
           "[provenance]") {
   World world;
   world.start(false);
-  Runner runner(world.registry, world.contract);
-  const CaseResult off = runner.run_case(split_case("test-split-from-4"));
+  const CaseResult off = world.run("test-split-from-4");
   CHECK(off.kernels.empty());
   CHECK(off.paths.at("batch") == std::vector<std::string>{"main"});
   CHECK(off.verdict == Verdict::drift);  // the checks do not depend on it
@@ -261,7 +261,7 @@ TEST_CASE("provenance: off, or with a source that cannot start, records no kerne
   world.start(true);
   CHECK_FALSE(world.recorder->recording());
   CHECK(world.recorder->off_reason() == "fake source absent");
-  const CaseResult absent = runner.run_case(split_case("test-split-from-4"));
+  const CaseResult absent = world.run("test-split-from-4");
   CHECK(absent.kernels.empty());
 }
 
@@ -269,14 +269,13 @@ TEST_CASE("provenance: an impl that reports its own kernels records them only wh
           "[provenance]") {
   World world;
   world.start(true);
-  Runner runner(world.registry, world.contract);
-  const CaseResult on = runner.run_case(split_case("test-self-reporting"));
+  const CaseResult on = world.run("test-self-reporting");
   CHECK(names_of(on.kernels.at("batch")) ==
         std::vector<std::string>{"gemm_splitk", "splitk_reduce"});
   CHECK(on.paths.at("batch") ==
         std::vector<std::string>{"kernels:gemm_splitk + splitk_reduce", "main"});
   world.start(false);
-  CHECK(runner.run_case(split_case("test-self-reporting")).kernels.empty());
+  CHECK(world.run("test-self-reporting").kernels.empty());
 }
 
 TEST_CASE("provenance: kernel names and sequences as a report shows them", "[provenance]") {
