@@ -58,7 +58,8 @@ cp "$build/examples/plugin/libbitcheck_example_plugin.so" "$bundle/plugins/"
 cp -r "$root/python/bitcheck_py" "$root/python/examples" "$bundle/python/"
 find "$bundle/python" -name __pycache__ -prune -exec rm -rf {} +
 cp "$root/scripts/gpu-python-report.sh" "$root/scripts/compact-report.py" "$root/scripts/gpu-check.sh" \
-  "$root/scripts/gpu-tp-report.sh" "$root/scripts/tp-summary.py" "$bundle/scripts/"
+  "$root/scripts/gpu-tp-report.sh" "$root/scripts/tp-summary.py" "$root/scripts/provenance-overhead.sh" \
+  "$bundle/scripts/"
 # The searched cuBLASLt tables, the input of `bitcheck algos --refine apps/tuner/searched`.
 mkdir -p "$bundle/apps/tuner" && cp -r "$root/apps/tuner/searched" "$bundle/apps/tuner/"
 if [ -n "${BITCHECK_REVISION:-}" ]; then
