@@ -75,8 +75,8 @@ std::string finding_text(const nlohmann::json& c) {
             << m["actual_bits"].get<std::string>() << ")";
       }
       out << "\n";
-      const std::string kernels = finding_kernels_text(c, d["layout"].get<std::string>(),
-                                                       d["reference_layout"].get<std::string>());
+      const std::string kernels = finding_kernels_text(c, d.value("layout", std::string()),
+                                                       d.value("reference_layout", std::string()));
       if (!kernels.empty()) out << "  " << kernels << "\n";
     }
   }
@@ -107,7 +107,7 @@ std::string observed_drift_text(const nlohmann::json& c) {
          << (*worst)["rows_differing"].get<std::int64_t>() << " rows differ, max abs diff "
          << printf_number("%.3g", (*worst)["max_abs_diff"].get<double>());
     const std::string kernels = finding_kernels_text(
-        c, (*worst)["layout"].get<std::string>(), (*worst)["reference_layout"].get<std::string>());
+        c, worst->value("layout", std::string()), worst->value("reference_layout", std::string()));
     if (!kernels.empty()) line << " (" << kernels << ")";
   }
   return line.str();
