@@ -43,6 +43,10 @@ for binary in "$bundle"/bin/* "$bundle"/tests/*; do
     cp -L "$lib" "$bundle/lib/"
   done
 done
+# CUPTI (kernel provenance): bitcheck opens it with dlopen when a run asks for --provenance, by the
+# build's path and then by its soname, which the rpath finds here on a GPU machine without it.
+cupti=$(sed -n 's/^BITCHECK_CUPTI_LIBRARY_PATH:FILEPATH=//p' "$build/CMakeCache.txt")
+if [ -n "$cupti" ] && [ -f "$cupti" ]; then cp -L "$cupti" "$bundle/lib/libcupti.so.13"; fi
 # Test binaries live one level down too: give them the same rpath target.
 for binary in "$bundle"/bin/* "$bundle"/tests/*; do
   if command -v patchelf >/dev/null; then patchelf --set-rpath '$ORIGIN/../lib' "$binary"; fi
@@ -54,7 +58,8 @@ cp "$build/examples/plugin/libbitcheck_example_plugin.so" "$bundle/plugins/"
 cp -r "$root/python/bitcheck_py" "$root/python/examples" "$bundle/python/"
 find "$bundle/python" -name __pycache__ -prune -exec rm -rf {} +
 cp "$root/scripts/gpu-python-report.sh" "$root/scripts/compact-report.py" "$root/scripts/gpu-check.sh" \
-  "$root/scripts/gpu-tp-report.sh" "$root/scripts/tp-summary.py" "$bundle/scripts/"
+  "$root/scripts/gpu-tp-report.sh" "$root/scripts/tp-summary.py" "$root/scripts/provenance-overhead.sh" \
+  "$bundle/scripts/"
 # The searched cuBLASLt tables, the input of `bitcheck algos --refine apps/tuner/searched`.
 mkdir -p "$bundle/apps/tuner" && cp -r "$root/apps/tuner/searched" "$bundle/apps/tuner/"
 if [ -n "${BITCHECK_REVISION:-}" ]; then

@@ -14,24 +14,27 @@
 #   gpu-tests.log, device.txt, python.txt, *.log
 # and the full reports under OUT_DIR/full/ (several MB: regenerate rather than commit them).
 #   scripts/gpu-python-report.sh BUNDLE_DIR OUT_DIR [--jobs N] [--deadline S] [--skip-tests]
-#       [--skip-bench]
+#       [--skip-bench] [--provenance]
 # --jobs N: sweep shards in parallel on the GPUs present (default 8; each shard starts its own
 # Python worker, with its own CUDA context). --deadline S: each sweep gets SIGTERM after S seconds
 # and keeps the cases it checked, the tests and the bench are stopped after S too (default 150:
 # the whole run stays under 10 minutes). BITCHECK_PYTHON picks the worker's python3 (it needs
 # torch; triton for the Triton matmul; cupy or the CUDA driver library for IPC).
+# --provenance: the sweeps record the kernels every call launched (CUPTI in bitcheck, torch.profiler
+# in the worker), so each drift of a library default names the kernels on both sides.
 # Exit code: 0 when every sweep, the bench and the tests exit 0; else 1 (findings) or 3 (errors).
 set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=${2:?output dir}
 shift 2
-jobs=8 deadline=150 tests=1 bench=1
+jobs=8 deadline=150 tests=1 bench=1 provenance=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --jobs) jobs=$2; shift 2 ;;
     --deadline) deadline=$2; shift 2 ;;
     --skip-tests) tests=0; shift ;;
     --skip-bench) bench=0; shift ;;
+    --provenance) provenance=(--provenance); shift ;;
     *) echo "gpu-python-report: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -95,7 +98,7 @@ sweep() {
   [ "$deadline" -gt 0 ] && limit=(timeout -s TERM "$deadline")
   echo "== $name sweep"
   "${limit[@]}" bin/bitcheck sweep "$@" --backend cuda --devices "$device_list" --out "$out/full/$name" \
-    --pins contract/pins --no-progress --case-timeout 120 > "$out/$name-sweep.log" 2>&1
+    --pins contract/pins --no-progress --case-timeout 120 "${provenance[@]}" > "$out/$name-sweep.log" 2>&1
   local rc=$?
   tail -n 6 "$out/$name-sweep.log"
   if [ -f "$out/full/$name/report.json" ]; then

@@ -4,12 +4,16 @@
 # diff against the previous night's report; with --bench, time the invariant impls against the
 # library defaults and add the cost-of-invariance table to the matrix.
 #   scripts/nightly.sh BITCHECK_BINARY OUT_DIR [--spec FILE] [--backend B] [--jobs N]
-#                      [--previous REPORT] [--deadline S] [--bench SPEC] [-- extra sweep arguments]
+#                      [--previous REPORT] [--deadline S] [--bench SPEC] [--provenance]
+#                      [-- extra sweep arguments]
 # --jobs N: shards in parallel (default 4); shard i runs on GPU i modulo the GPUs present, or on
 # the CPU backend only sets the parallelism. --deadline S: the sweep gets SIGTERM after S seconds
 # and writes the partial report (marked interrupted) that the matrix and diff then use.
 # --bench SPEC (GPU only): after the sweep, `bitcheck bench --spec SPEC` on the first GPU
 # (OUT_DIR/bench/bench.{json,md}); its "Cost of invariance" section is appended to matrix.md.
+# --provenance: the sweep records the kernels every call launched (CUPTI; off by default, since it
+# synchronizes and flushes around every call: scripts/provenance-overhead.sh measures what it
+# costs), so the page's drawer names the kernels on both sides of a finding.
 # --previous REPORT may be given several times, the last night's first: the diff is against it, and
 # the page's history shows every one.
 # Writes OUT_DIR/{report.json, matrix.md, index.html, junit.xml, diff.txt, diff.json, sweep.log}:
@@ -21,7 +25,7 @@ set -uo pipefail
 bitcheck=$(realpath "${1:?bitcheck binary}")
 out=${2:?output dir}
 shift 2
-spec="" backend=auto jobs=4 previous=() deadline=0 bench="" extra=()
+spec="" backend=auto jobs=4 previous=() deadline=0 bench="" provenance=() extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --spec) spec=$2; shift 2 ;;
@@ -30,6 +34,7 @@ while [ $# -gt 0 ]; do
     --previous) previous+=("$2"); shift 2 ;;
     --deadline) deadline=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
+    --provenance) provenance=(--provenance); shift ;;
     --) shift; extra=("$@"); break ;;
     *) echo "nightly: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -57,7 +62,7 @@ limit=()
 [ "$deadline" -gt 0 ] && limit=(timeout -s TERM "$deadline")
 start=$(date +%s)
 "${limit[@]}" "$bitcheck" sweep "${spec_args[@]}" --op all --backend "$backend" --devices "$device_list" --out "$out" \
-  "${extra[@]}" > "$out/sweep.log" 2>&1
+  "${provenance[@]}" "${extra[@]}" > "$out/sweep.log" 2>&1
 status=$?
 echo "nightly: sweep exit $status in $(( $(date +%s) - start )) s on $gpus GPU(s), $jobs shards" >> "$out/sweep.log"
 [ -f "$out/report.json" ] || { cat "$out/sweep.log" >&2; echo "nightly: the sweep wrote no report" >&2; exit 3; }

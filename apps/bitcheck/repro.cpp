@@ -22,6 +22,9 @@ void add_repro_command(CLI::App& app, Context& context) {
   command->add_option("--contract", repro->contract_path, "Contract JSON (default: embedded)");
   command->add_option("--pins", repro->run.pins,
                       "cuBLASLt pin directory, or one pin file (default: contract/pins)");
+  command->add_flag("--provenance", repro->run.provenance,
+                    "Record and print the kernels each layout's calls launched (CUPTI, "
+                    "torch.profiler)");
   // The plugins and Python impls the report's sweep loaded.
   context.on(
       command, [repro](const Registry& registry) { return run_repro(*repro, registry); },

@@ -152,6 +152,11 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
                      "cuBLASLt pin directory, or one pin file (default: contract/pins)");
   command.add_flag("--write-pins", sweep.run.write_pins,
                    "Write pins derived in this run back to the pin table");
+  command.add_flag(
+      "--provenance", sweep.run.provenance,
+      "Record the kernels every call of a CUDA or Python impl launched (CUPTI, "
+      "torch.profiler): each layout's kernels in the report, the kernel sequences of "
+      "impls that declare no paths as their paths, findings naming both sides' kernels");
   add_external_impl_options(command, flags.external);
 }
 

@@ -7,6 +7,7 @@
 #include "common/bench_support.h"
 #include "common/cuda_backend.h"
 #include "common/external_device.h"
+#include "common/kernel_recorder.h"
 #include "common/nccl_ranks.h"
 #include "common/runtime.h"
 #include "core/backend.h"
@@ -17,9 +18,13 @@ namespace {
 
 class CudaBackend : public DeviceBackend {
  public:
+  explicit CudaBackend(const KernelRecorder& recorder) : recorder_(recorder) {}
+
   nlohmann::json meta() const override {
     cuda::DeviceInfo device = cuda::query_device();
     nlohmann::json meta = {{"cuda_backend_built", true}, {"device_available", device.available}};
+    meta["provenance"] = {{"recording", recorder_.recording()}};
+    if (!recorder_.recording()) meta["provenance"]["off_reason"] = recorder_.off_reason();
     if (!device.available) {
       meta["unavailable_reason"] = device.unavailable_reason;
       return meta;
@@ -78,6 +83,7 @@ class CudaBackend : public DeviceBackend {
   }
 
  private:
+  const KernelRecorder& recorder_;  // the registry's, which outlives the backend's meta calls
   std::unique_ptr<ExternalDeviceMemory> external_memory_ = make_cuda_external_memory();
 };
 
@@ -86,7 +92,9 @@ class CudaBackend : public DeviceBackend {
 void register_cuda_device_backend(Registry& registry) {
   cuda::DeviceInfo device = cuda::query_device();
   registry.set_backend_status("cuda", device.available, device.unavailable_reason);
-  registry.set_device_backend("cuda", std::make_unique<CudaBackend>());
+  std::unique_ptr<KernelRecorder> recorder = make_cupti_kernel_recorder();
+  registry.set_device_backend("cuda", std::make_unique<CudaBackend>(*recorder));
+  registry.set_kernel_recorder("cuda", std::move(recorder));
 }
 
 }  // namespace bitcheck

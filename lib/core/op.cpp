@@ -156,6 +156,10 @@ Impl::Impl(ImplInfo info) : info_(std::move(info)) {
     info_.paths = {PathDecl(single_path_name, "the impl's only launch path")};
 }
 
+bool Impl::records_kernel_sequences() const {
+  return info_.paths.size() == 1 && !info_.paths[0].family;
+}
+
 bool Impl::supports(Pass pass) const {
   return contains(info_.passes, pass);
 }
@@ -271,12 +275,34 @@ void Registry::add_run_hook(RunHook hook) {
   run_hooks_.push_back(std::move(hook));
 }
 
+void Registry::set_kernel_recorder(const std::string& backend,
+                                   std::unique_ptr<KernelRecorder> recorder) {
+  kernel_recorders_[backend] = std::move(recorder);
+}
+
+KernelRecorder* Registry::kernel_recorder(const std::string& backend) const {
+  auto found = kernel_recorders_.find(backend);
+  return found == kernel_recorders_.end() ? nullptr : found->second.get();
+}
+
+std::vector<KernelRecorder*> Registry::kernel_recorders() const {
+  std::vector<KernelRecorder*> recorders;
+  for (const auto& entry : kernel_recorders_) recorders.push_back(entry.second.get());
+  return recorders;
+}
+
 void DeviceBackend::join_ranks(const RankGroup&) {
   throw std::runtime_error("a group of ranks on a backend that runs on one rank only: " +
                            ranks_unavailable().value_or("(no reason given)"));
 }
 
 void start_run(const Registry& registry, const RunSettings& settings) {
+  for (KernelRecorder* recorder : registry.kernel_recorders()) {
+    if (settings.provenance)
+      recorder->start();  // a source that is absent says why in its off_reason()
+    else
+      recorder->stop();
+  }
   for (const RunHook& hook : registry.run_hooks()) hook.start(settings);
 }
 

@@ -14,6 +14,7 @@
 #include "core/backend.h"
 #include "core/dtype.h"
 #include "core/paths.h"
+#include "core/provenance.h"
 #include "core/run_settings.h"
 #include "core/tensor.h"
 #include "core/tensor_parallel.h"
@@ -237,6 +238,10 @@ class Impl {
   // A control in a pass of its drifts_in.
   bool expected_to_drift(Pass pass) const;
   const std::vector<PathDecl>& paths() const { return info_.paths; }
+  // Whether the impl declares no choice among paths (one path, not a family: none declared, or
+  // one such as cuBLASLt's "heuristic"): with --provenance its calls then record the kernels they
+  // launched as their paths (core/provenance.h), which is where such an impl's choice shows.
+  bool records_kernel_sequences() const;
   const TensorParallelism& tensor_parallelism() const { return info_.tensor_parallelism; }
 
   // A reason to skip the case (dtype or shape the impl does not handle), or nullopt to run it.
@@ -364,6 +369,9 @@ class Registry {
   void set_device_backend(const std::string& backend, std::unique_ptr<DeviceBackend> device);
   // What an op needs set up for a run and finished at its end (core/run_settings.h).
   void add_run_hook(RunHook hook);
+  // The source of the kernels a backend's impls launch (core/provenance.h), started by a run with
+  // provenance (start_run).
+  void set_kernel_recorder(const std::string& backend, std::unique_ptr<KernelRecorder> recorder);
 
   const OpDef* find_op(const std::string& name) const;
   Impl* find_impl(const std::string& op, const std::string& impl) const;
@@ -375,9 +383,13 @@ class Registry {
   DeviceBackend* device_backend(const std::string& backend) const;  // nullptr: none registered
   std::vector<std::string> device_backend_names() const;
   const std::vector<RunHook>& run_hooks() const { return run_hooks_; }
+  KernelRecorder* kernel_recorder(const std::string& backend) const;  // nullptr: none
+  std::vector<KernelRecorder*> kernel_recorders() const;
 
  private:
   std::vector<OpDef> ops_;
+  // Before the backends, so destroyed after them: a backend's meta reads its recorder.
+  std::map<std::string, std::unique_ptr<KernelRecorder>> kernel_recorders_;
   // Before the impls, so destroyed after them: impls from outside bitcheck free their device
   // memory through their backend.
   std::map<std::string, std::unique_ptr<DeviceBackend>> device_backends_;

@@ -13,6 +13,7 @@ class Registry;
 struct RunSettings {
   std::string pins = "contract/pins";  // --pins: the pinned configurations (a directory or a file)
   bool write_pins = false;             // --write-pins: pins derived during the run written back
+  bool provenance = false;  // --provenance: the kernels every call launched, recorded (CUPTI)
 };
 
 // An op's part in a run (Registry::add_run_hook): `start` before the run plans its cases (an

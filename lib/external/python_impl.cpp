@@ -338,6 +338,7 @@ class PythonImpl : public Impl {
     }
     staging_->release_retired();
     check(reply);
+    record_worker_kernels(reply);
     staging_->download_outputs(batch, staged);
   }
 
@@ -383,6 +384,20 @@ class PythonImpl : public Impl {
     if (!reply.value("ok", false)) {
       throw std::runtime_error(name() +
                                " failed: " + reply.value("error", std::string("no error text")));
+    }
+  }
+
+  // The kernels the worker's profiler saw the call launch ("kernels": [{name, grid, block,
+  // shared_bytes}]), into the runner's recording.
+  void record_worker_kernels(const nlohmann::json& reply) const {
+    auto found = reply.find("kernels");
+    if (found == reply.end()) return;
+    JsonCursor kernels(*found, "the reply of the Python worker (" + function_ + ")", "$.kernels");
+    for (const JsonCursor& entry : kernels.items()) {
+      entry.allow_only({"name", "grid", "block", "shared_bytes"});
+      KernelLaunch launch = kernel_launch_from_json(entry);
+      launch.name = readable_kernel_name(launch.name);
+      record_kernel(std::move(launch));
     }
   }
 

@@ -104,6 +104,7 @@ nlohmann::json call_request(const std::string& function, const Batch& batch,
   request["invocation_index"] = batch.invocation_index;
   request["invocation_count"] = batch.invocation_count;
   request["tensors"] = std::move(tensors);
+  if (kernels_wanted()) request["kernels"] = true;  // the worker's profiler records the call
   return request;
 }
 

@@ -32,7 +32,8 @@ nlohmann::json device_tensor_entry(const StagedTensor& tensor, const std::string
                                    std::size_t allocation_bytes);
 
 // {"type": "call"} for one invocation of a layout: function, op, dtype, pass, dims, slot_rows,
-// segments ([sequence, first slot, length, start position]), invocation index and count, tensors.
+// segments ([sequence, first slot, length, start position]), invocation index and count, tensors;
+// "kernels": true when the runner records kernels (the worker then replies with those it saw).
 nlohmann::json call_request(const std::string& function, const Batch& batch,
                             nlohmann::json tensors);
 

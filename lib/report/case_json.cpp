@@ -45,6 +45,23 @@ float value_from(const JsonCursor& c) {
   return static_cast<float>(c.node().get<double>());
 }
 
+nlohmann::json kernel_uses_to_json(const std::vector<KernelUse>& uses) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const KernelUse& use : uses) {
+    nlohmann::json entry = kernel_launch_to_json(use.launch);
+    entry["calls"] = use.calls;
+    list.push_back(std::move(entry));
+  }
+  return list;
+}
+
+std::vector<KernelUse> kernel_uses_from(const JsonCursor& c) {
+  std::vector<KernelUse> uses;
+  for (const JsonCursor& entry : c.items())
+    uses.push_back({kernel_launch_from_json(entry), entry.at("calls").as_int(1, INT64_MAX)});
+  return uses;
+}
+
 std::uint32_t bits_from(const JsonCursor& c) {
   const std::string text = c.as_string();
   std::size_t used = 0;
@@ -208,6 +225,11 @@ nlohmann::json case_to_json(const CaseResult& result) {
   if (!result.fingerprint.empty()) j["fingerprint"] = result.fingerprint;
   if (!result.impl_config.is_null()) j["impl_config"] = result.impl_config;
   if (!result.paths.empty()) j["paths"] = result.paths;
+  if (!result.kernels.empty()) {
+    j["kernels"] = nlohmann::json::object();
+    for (const auto& [layout, uses] : result.kernels)
+      j["kernels"][layout] = kernel_uses_to_json(uses);
+  }
   j["timings"] = {{"impl_seconds", result.timings.impl_seconds},
                   {"reference_seconds", result.timings.reference_seconds},
                   {"compare_seconds", result.timings.compare_seconds},
@@ -305,6 +327,10 @@ CaseResult case_from_json(const JsonCursor& c) {
   if (auto paths = c.find("paths")) {
     for (const auto& layout : paths->keys())
       result.paths[layout] = paths->at(layout).as_string_list();
+  }
+  if (auto kernels = c.find("kernels")) {
+    for (const auto& layout : kernels->keys())
+      result.kernels[layout] = kernel_uses_from(kernels->at(layout));
   }
   JsonCursor timings = c.at("timings");
   result.timings.impl_seconds = timings.at("impl_seconds").as_number();

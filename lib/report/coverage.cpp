@@ -26,11 +26,26 @@ PathDecl path_decl_from_json(const nlohmann::json& j) {
   return decl;
 }
 
+namespace {
+
+// Whether a case recorded a kernel sequence as a path (an impl with one path, --provenance).
+bool recorded_kernel_sequences(const CaseResult& result) {
+  const PathDecl family = kernel_sequence_declaration();
+  for (const auto& [layout, paths] : result.paths)
+    for (const auto& path : paths)
+      if (family.matches(path)) return true;
+  return false;
+}
+
+}  // namespace
+
 nlohmann::json declared_paths_json(const std::vector<CaseResult>& results,
                                    const Registry& registry) {
   nlohmann::json declared = nlohmann::json::object();
+  std::set<std::string> with_kernel_sequences;
   for (const auto& result : results) {
     const std::string key = result.spec.op + "/" + result.spec.impl;
+    if (recorded_kernel_sequences(result)) with_kernel_sequences.insert(key);
     if (declared.contains(key)) continue;
     const Impl* impl = registry.find_impl(result.spec.op, result.spec.impl);
     if (!impl) continue;
@@ -38,6 +53,10 @@ nlohmann::json declared_paths_json(const std::vector<CaseResult>& results,
     for (const auto& decl : impl->paths()) list.push_back(path_decl_to_json(decl));
     declared[key] = std::move(list);
   }
+  // An impl with one declared path has the kernel-sequence family wherever its calls recorded it.
+  for (const std::string& key : with_kernel_sequences)
+    if (declared.contains(key))
+      declared[key].push_back(path_decl_to_json(kernel_sequence_declaration()));
   return declared;
 }
 

@@ -1,9 +1,11 @@
 // Status matrix renderers: markdown and JUnit XML (the HTML page is report_page.cpp).
 #include "report/matrix_render.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "core/op.h"
 #include "report/report.h"
@@ -42,6 +44,19 @@ std::string cell_text(const nlohmann::json* cell) {
   return text;
 }
 
+// The distinct kernel names of a layout's recorded kernels, " + " between.
+std::string layout_kernel_names(const nlohmann::json& kernels, const std::string& layout) {
+  if (!kernels.contains(layout)) return "";
+  std::vector<std::string> names;
+  for (const auto& use : kernels[layout]) {
+    const std::string name = use["name"].get<std::string>();
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : " + ") + name;
+  return text;
+}
+
 std::string finding_text(const nlohmann::json& c) {
   std::ostringstream out;
   if (c.contains("reason")) out << c["reason"].get<std::string>();
@@ -60,6 +75,9 @@ std::string finding_text(const nlohmann::json& c) {
             << m["actual_bits"].get<std::string>() << ")";
       }
       out << "\n";
+      const std::string kernels = finding_kernels_text(c, d.value("layout", std::string()),
+                                                       d.value("reference_layout", std::string()));
+      if (!kernels.empty()) out << "  " << kernels << "\n";
     }
   }
   if (c.contains("accuracy")) {
@@ -88,6 +106,9 @@ std::string observed_drift_text(const nlohmann::json& c) {
          << (*worst)["layout"].get<std::string>() << ", "
          << (*worst)["rows_differing"].get<std::int64_t>() << " rows differ, max abs diff "
          << printf_number("%.3g", (*worst)["max_abs_diff"].get<double>());
+    const std::string kernels = finding_kernels_text(
+        c, worst->value("layout", std::string()), worst->value("reference_layout", std::string()));
+    if (!kernels.empty()) line << " (" << kernels << ")";
   }
   return line.str();
 }
@@ -122,6 +143,19 @@ std::string observations_markdown(const nlohmann::json& report) {
 }
 
 }  // namespace
+
+std::string finding_kernels_text(const nlohmann::json& case_entry, const std::string& layout,
+                                 const std::string& reference_layout) {
+  if (!case_entry.contains("kernels")) return "";
+  const nlohmann::json& kernels = case_entry["kernels"];
+  const std::string ran = layout_kernel_names(kernels, layout);
+  const std::string reference_ran = layout_kernel_names(kernels, reference_layout);
+  if (ran.empty() && reference_ran.empty()) return "";
+  auto side = [](const std::string& name, const std::string& names) {
+    return name + " ran " + (names.empty() ? std::string("no kernel recorded") : names);
+  };
+  return "kernels: " + side(reference_layout, reference_ran) + "; " + side(layout, ran);
+}
 
 std::string matrix_cell_text(const nlohmann::json& matrix, const std::string& op,
                              const std::string& dtype, const std::string& pass) {

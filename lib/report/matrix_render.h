@@ -10,6 +10,11 @@ namespace bitcheck {
 std::string matrix_cell_text(const nlohmann::json& matrix, const std::string& op,
                              const std::string& dtype, const std::string& pass);
 
+// With provenance: the kernels the two layouts of a finding ran, by name ("kernels: alone ran A;
+// batch ran B + C"), or "" when the case recorded none for either.
+std::string finding_kernels_text(const nlohmann::json& case_entry, const std::string& layout,
+                                 const std::string& reference_layout);
+
 std::string render_matrix_markdown(const nlohmann::json& report);
 std::string render_junit(const nlohmann::json& report);
 

@@ -11,7 +11,7 @@
     var tp = Number((/\/tp=(\d+)/.exec(c[0]) || [0, 1])[1]);
     return {i: i, id: c[0], op: S[c[1]], impl: S[c[2]], dtype: S[c[3]], pass: S[c[4]], verdict: S[c[5]],
             kind: KIND[c[6]], M: c[7], shape: S[c[8]], layouts: S[c[9]], reason: c[10], findings: c[11],
-            leftOut: c[12], tp: tp, row: S[c[1]] + (tp > 1 ? ' tp=' + tp : '')};
+            leftOut: c[12], kernels: c[13], tp: tp, row: S[c[1]] + (tp > 1 ? ' tp=' + tp : '')};
   });
   var byId = {};
   cases.forEach(function (c) { byId[c.id] = c; });
@@ -78,11 +78,31 @@
     });
     return table;
   }
+  // With provenance: the kernels each layout of the findings launched (both sides of a drift).
+  function kernelTable(c) {
+    var table = el('table', {cls: 'kernels'});
+    table.appendChild(el('tr', {}, el('th', {text: 'layout'}), el('th', {text: 'kernel'}),
+      el('th', {text: 'grid'}), el('th', {text: 'block'}), el('th', {text: 'shared bytes'}),
+      el('th', {text: 'calls'})));
+    Object.keys(c.kernels).forEach(function (layout) {
+      c.kernels[layout].forEach(function (k) {
+        table.appendChild(el('tr', {cls: 'kernel-row'}, el('td', {text: layout}),
+          el('td', {cls: 'mono', text: k[0]}), el('td', {text: '(' + k[1].join(',') + ')'}),
+          el('td', {text: '(' + k[2].join(',') + ')'}), el('td', {text: num(k[3])}),
+          el('td', {text: num(k[4])})));
+      });
+    });
+    return table;
+  }
   function detail(c) {
     var box = el('div', {cls: 'case-detail'});
     box.appendChild(el('div', {cls: 'mono', text: c.id}));
     if (c.reason) box.appendChild(el('p', {text: 'reason: ' + c.reason}));
     if (c.findings) box.appendChild(findingTable(c));
+    if (c.kernels) {
+      box.appendChild(el('p', {cls: 'note', text: 'kernels launched (provenance)'}));
+      box.appendChild(kernelTable(c));
+    }
     if (c.leftOut) box.appendChild(el('p', {cls: 'note', text: c.leftOut + ' more findings in the report JSON'}));
     var command = replayCommand(c);
     var button = el('button', {type: 'button', cls: 'copy'}, 'copy');

@@ -208,6 +208,27 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   }
 }
 
+namespace {
+
+// A run with --provenance: how many cases recorded their kernels, and why a backend recorded none.
+std::string provenance_line(const nlohmann::json& report) {
+  const nlohmann::json& meta = report["meta"];
+  const auto argv = meta.value("argv", std::vector<std::string>{});
+  if (std::find(argv.begin(), argv.end(), "--provenance") == argv.end()) return "";
+  std::int64_t cases = 0;
+  for (const auto& c : report["results"]) cases += c.contains("kernels") ? 1 : 0;
+  std::string line = "provenance: kernels recorded in " + std::to_string(cases) + " cases";
+  for (const auto& [backend, facts] : meta.items()) {
+    if (!facts.is_object() || !facts.contains("provenance")) continue;
+    const nlohmann::json& state = facts["provenance"];
+    if (!state.value("recording", false))
+      line += "; " + backend + ": off (" + state.value("off_reason", std::string()) + ")";
+  }
+  return line + "\n";
+}
+
+}  // namespace
+
 std::string render_terminal_summary(const nlohmann::json& report, const Registry& registry) {
   std::ostringstream out;
   const auto& matrix = report["status_matrix"];
@@ -276,6 +297,7 @@ std::string render_terminal_summary(const nlohmann::json& report, const Registry
                   split["compare_seconds"].get<double>(), split["inputs_seconds"].get<double>());
     out << line;
   }
+  out << provenance_line(report);
   out << "verdicts:";
   for (const auto& [verdict, n] : summary["verdicts"].items())
     out << " " << verdict << "=" << n.get<std::int64_t>();

@@ -737,9 +737,28 @@ std::string history_section(const nlohmann::json& report,
   return out.str();
 }
 
+// With provenance: the kernels of the layouts the page's findings name (both sides of each), by
+// layout: [name, grid, block, shared bytes, calls] per distinct launch; null when none.
+nlohmann::json finding_kernels(const nlohmann::json& c, const nlohmann::json& findings) {
+  if (!c.contains("kernels") || findings.empty()) return nullptr;
+  nlohmann::json kernels = nlohmann::json::object();
+  for (const auto& finding : findings) {
+    if (finding[0] == "accuracy") continue;
+    for (int side : {3, 2}) {  // the reference layout, then the compared one
+      const std::string layout = finding[static_cast<std::size_t>(side)].get<std::string>();
+      if (kernels.contains(layout) || !c["kernels"].contains(layout)) continue;
+      kernels[layout] = nlohmann::json::array();
+      for (const auto& use : c["kernels"][layout])
+        kernels[layout].push_back(
+            {use["name"], use["grid"], use["block"], use["shared_bytes"], use["calls"]});
+    }
+  }
+  return kernels.empty() ? nlohmann::json() : kernels;
+}
+
 // The case data the script renders from: strings interned into one table, one array per case:
 // [id, op, impl, dtype, pass, verdict, kind, M, shape, layouts, reason, findings, findings left
-// out].
+// out, the findings' kernels (finding_kernels)].
 nlohmann::json page_data(const nlohmann::json& report, const ReportPageOptions& options) {
   std::vector<std::string> strings;
   std::map<std::string, std::size_t> index;
@@ -804,7 +823,8 @@ nlohmann::json page_data(const nlohmann::json& report, const ReportPageOptions& 
                      intern(str(c, "dtype")), intern(str(c, "pass")), intern(verdict),
                      static_cast<int>(kind), c.value("rows", nlohmann::json()), intern(shape),
                      intern(layouts), c.contains("reason") ? c["reason"] : nlohmann::json(),
-                     findings.empty() ? nlohmann::json() : findings, left_out});
+                     findings.empty() ? nlohmann::json() : findings, left_out,
+                     finding_kernels(c, findings)});
   }
   return {{"strings", strings}, {"cases", cases}, {"report", shell_quote(options.report_path)}};
 }

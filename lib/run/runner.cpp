@@ -378,11 +378,39 @@ void gather_outputs(const Impl& impl, const Invocation& invocation, bool whole,
   }
 }
 
+// What a layout's calls recorded: their launch paths and, with provenance, their kernels.
+struct LayoutRecords {
+  std::set<std::string> paths;
+  // The kernel sequences of an impl with one declared path (Impl::records_kernel_sequences).
+  std::set<std::string> kernel_paths;
+  std::vector<KernelUse> kernels;
+};
+
+// One call of the impl inside the recordings of its paths and, when `recorder` is given, of its
+// kernels: what the recorder holds before the call is dropped, what it holds after is the call's.
+void run_recorded(Impl& impl, Batch& batch, KernelRecorder* recorder, double& impl_seconds,
+                  LayoutRecords& records) {
+  PathRecording paths;
+  KernelRecording kernels(recorder != nullptr);
+  if (recorder) recorder->take();
+  auto start = Clock::now();
+  impl.run(batch);
+  impl_seconds += seconds_since(start);
+  if (recorder)
+    for (KernelLaunch& launch : recorder->take()) kernels.add(std::move(launch));
+  records.paths.insert(paths.paths().begin(), paths.paths().end());
+  tally_kernels(kernels.launches(), records.kernels);
+  if (!impl.records_kernel_sequences()) return;
+  const std::string sequence = kernel_sequence_path(kernels.launches());
+  if (!sequence.empty()) records.kernel_paths.insert(sequence);
+}
+
 // Runs every invocation of a layout through the impl; the outputs by logical row.
 LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& spec,
                              const CasePlan& plan, const Inputs& inputs,
                              nlohmann::json& impl_config, double& impl_seconds,
-                             bool reductions_wanted, std::set<std::string>& paths, int tp) {
+                             bool reductions_wanted, KernelRecorder* recorder,
+                             LayoutRecords& records, int tp) {
   LayoutOutputs result;
   result.present.assign(static_cast<std::size_t>(plan.rows), false);
   std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
@@ -402,13 +430,7 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
     Batch batch =
         make_batch(spec, layout, i, plan.decls, inputs, plan.rows, result, reductions_wanted, tp);
     batch.layout_state = layout_state;
-    auto start = Clock::now();
-    {
-      PathRecording recording;
-      impl.run(batch);
-      paths.insert(recording.paths().begin(), recording.paths().end());
-    }
-    impl_seconds += seconds_since(start);
+    run_recorded(impl, batch, recorder, impl_seconds, records);
     layout_state = batch.layout_state;
     if (!batch.impl_config.is_null()) impl_config = batch.impl_config;
     gather_outputs(impl, layout.invocations[i], whole, plan.decls, plan.rows, batch, result);
@@ -508,8 +530,9 @@ class CasePipeline {
   // the case's tp with the others (their collectives need it) and leaves the checks to rank 0.
   CasePipeline(const CaseSpec& spec, const OpDef& op, Impl& impl, const Contract& contract,
                ParameterCache& parameters, ReferenceCache& reference, CaseArtifacts* artifacts,
-               bool follower)
+               bool follower, KernelRecorder* recorder)
       : follower_(follower),
+        recorder_(recorder),
         spec_(spec),
         op_(op),
         impl_(impl),
@@ -543,9 +566,11 @@ class CasePipeline {
     result.accuracy = std::move(accuracy_.tensors);
     result.fingerprint = std::move(fingerprint_);
     result.impl_config = std::move(impl_config_);
-    for (auto& [layout, paths] : paths_) {
-      if (paths.empty()) continue;  // the layout's first call failed (an error case)
-      result.paths[layout] = std::vector<std::string>(paths.begin(), paths.end());
+    for (auto& [layout, records] : records_) {
+      if (!records.kernels.empty()) result.kernels[layout] = std::move(records.kernels);
+      if (records.paths.empty()) continue;  // the layout's first call failed (an error case)
+      records.paths.insert(records.kernel_paths.begin(), records.kernel_paths.end());
+      result.paths[layout] = std::vector<std::string>(records.paths.begin(), records.paths.end());
     }
     result.timings = timings_;
   }
@@ -567,10 +592,11 @@ class CasePipeline {
         // every token in order; kept for a dump too.
         const bool reductions_wanted = name == canonical_reduction_layout ||
                                        layout->covers_all_rows_in_order || artifacts_ != nullptr;
-        std::set<std::string>& paths = paths_[name];
-        LayoutOutputs outputs = execute_layout(*layout, impl_, spec_, plan_, inputs_, impl_config_,
-                                               timings_.impl_seconds, reductions_wanted, paths, tp);
-        if (paths.empty()) paths.insert(unrecorded_path_);
+        LayoutRecords& records = records_[name];
+        LayoutOutputs outputs =
+            execute_layout(*layout, impl_, spec_, plan_, inputs_, impl_config_,
+                           timings_.impl_seconds, reductions_wanted, recorder_, records, tp);
+        if (records.paths.empty()) records.paths.insert(unrecorded_path_);
         if (at_tp1) {
           tp1_kept_.emplace(parse_tp_layout_name(name).first, std::move(outputs));
         } else if (repeat == 0) {
@@ -698,6 +724,7 @@ class CasePipeline {
   }
 
   bool follower_;
+  KernelRecorder* recorder_;  // the impl's backend's, while it records; else nullptr
   const CaseSpec& spec_;
   const OpDef& op_;
   Impl& impl_;
@@ -721,7 +748,7 @@ class CasePipeline {
   AccuracyResult accuracy_;
   std::string fingerprint_;
   nlohmann::json impl_config_;
-  std::map<std::string, std::set<std::string>> paths_;  // by layout: every call's recorded paths
+  std::map<std::string, LayoutRecords> records_;  // by layout: every call's paths and kernels
   // What a layout whose calls recorded nothing ran: the single path of an impl that declares one,
   // else a name no declaration matches (the coverage table shows it as undeclared).
   std::string unrecorded_path_ = [this] {
@@ -771,8 +798,10 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
     return result;
   }
   if (result.expected_to_drift) result.drift_needs_rows = rows_to_reach_a_switch(*impl, spec);
+  KernelRecorder* recorder = state_->registry.kernel_recorder(impl->backend());
+  if (recorder && !recorder->recording()) recorder = nullptr;
   CasePipeline pipeline(spec, *op, *impl, state_->contract, state_->parameters, state_->reference,
-                        artifacts, with_ranks && group.rank > 0);
+                        artifacts, with_ranks && group.rank > 0, recorder);
   std::optional<std::string> error;
   try {
     pipeline.run();

@@ -47,6 +47,8 @@ struct CaseResult {
   nlohmann::json impl_config;
   // The launch paths each layout's calls took (every invocation and repeat), sorted.
   std::map<std::string, std::vector<std::string>> paths;
+  // With provenance: the kernels each layout's calls launched (distinct launches, first-run order).
+  std::map<std::string, std::vector<KernelUse>> kernels;
   CaseTimings timings;
 };
 

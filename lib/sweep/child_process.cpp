@@ -54,6 +54,7 @@ std::vector<std::string> sweep_child_args(const SweepOptions& options, const std
   if (options.case_timeout_seconds > 0) add("--case-timeout", exact(options.case_timeout_seconds));
   add("--backend", o.backend);
   add("--pins", options.run.pins);
+  if (options.run.provenance) args.push_back("--provenance");
   add("--max-cases", std::to_string(options.max_cases));
   if (options.confirmed) args.push_back("--yes");
   return args;

@@ -227,7 +227,8 @@ void IsolatedRunner::start_worker() {
 
   nlohmann::json hello = {{"contract", settings_.contract_path},
                           {"pins", settings_.run.pins},
-                          {"write_pins", settings_.run.write_pins}};
+                          {"write_pins", settings_.run.write_pins},
+                          {"provenance", settings_.run.provenance}};
   std::optional<std::string> ready;
   if (write_line(socket_, dump_line(hello))) ready = read_line(socket_, buffer_);
   std::string problem;
@@ -340,7 +341,8 @@ int run_sweep_worker(const Registry& registry, int fd) {
   std::optional<Contract> contract;
   try {
     nlohmann::json hello = parse_json_text(*hello_line, worker_label);
-    start_run(registry, {hello.at("pins").get<std::string>(), hello.at("write_pins").get<bool>()});
+    start_run(registry, {hello.at("pins").get<std::string>(), hello.at("write_pins").get<bool>(),
+                         hello.at("provenance").get<bool>()});
     contract = load_contract_or_embedded(hello.at("contract").get<std::string>(), registry);
   } catch (const std::exception& error) {
     write_line(fd, dump_line({{"startup_error", error.what()}}));

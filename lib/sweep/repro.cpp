@@ -24,6 +24,7 @@ std::string repro_command(const std::string& binary, const std::string& report_p
   std::string command =
       binary + " repro " + shell_quote(report_path) + " --case " + shell_quote(case_id);
   if (run.pins != RunSettings{}.pins) command += " --pins " + shell_quote(run.pins);
+  if (run.provenance) command += " --provenance";
   return command;
 }
 
@@ -105,6 +106,11 @@ int run_repro(const ReproOptions& options, const Registry& registry) {
       << "\n";
   out << "verdict: " << to_string(result.verdict) << " (report: " << recorded_verdict << ")\n";
   for (const auto& drift : result.drift) out << "  " << drift_to_json(drift).dump() << "\n";
+  for (const auto& [layout, uses] : result.kernels) {  // with --provenance
+    out << "kernels " << layout << ":\n";
+    for (const KernelUse& use : uses)
+      out << "  " << launch_text(use.launch) << " x" << use.calls << "\n";
+  }
   const OpDef* op = registry.find_op(spec.op);
   if (op->report_extension && op->report_extension->case_lines &&
       result.verdict != Verdict::skipped) {

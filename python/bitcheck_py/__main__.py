@@ -1,8 +1,9 @@
 """The worker bitcheck starts (`python3 -m bitcheck_py worker`): length-prefixed JSON requests on
 stdin, one reply each on stdout. Anything the user's code prints goes to stderr, never into the
 channel. Requests: describe (the function's declaration; the request names bitcheck's ops), call
-(one invocation: shared memory on the CPU, CUDA IPC handles on the GPU), bench (time the function
-on device tensors), close (IPC handles bitcheck is about to free)."""
+(one invocation: shared memory on the CPU, CUDA IPC handles on the GPU; with "kernels" the reply
+lists the kernels it launched), bench (time the function on device tensors), close (IPC handles
+bitcheck is about to free)."""
 import importlib
 import json
 import os
@@ -14,6 +15,7 @@ import traceback
 from . import calls
 from . import cuda_ipc
 from . import declaration
+from . import kernels
 from . import shm
 
 
@@ -81,11 +83,13 @@ def handle(request):
     if request["type"] == "describe":
         return dict(declaration(function, request.get("ops", ())), ok=True)
     if request["type"] == "call":
+        reply = {"ok": True}
         if "device" in request:
-            cuda_ipc.run_call(function, request)
+            with kernels.recorded(request.get("kernels", False), reply):
+                cuda_ipc.run_call(function, request)
         else:
             calls.run(function, request, shm.views(request), calls.NumpyArrays())
-        return {"ok": True}
+        return reply
     if request["type"] == "bench":
         return cuda_ipc.bench(function, request)
     raise ValueError(f"unknown request type {request['type']!r}")

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import bitcheck_py  # noqa: E402
 from bitcheck_py import __main__ as worker  # noqa: E402
-from bitcheck_py import calls, cuda_ipc  # noqa: E402
+from bitcheck_py import calls, cuda_ipc, kernels  # noqa: E402
 
 ARRAYS = calls.NumpyArrays()
 
@@ -313,6 +313,33 @@ class HostSharedMemoryDevice(unittest.TestCase):
         self.assertLessEqual(reply["min_ms"], reply["median_ms"])
         self.assertEqual(reply["timer"], "wall clock (host-shm)")
         self.assertNotIn(base64.b64decode(handle), cache.opened)  # opened for the bench only
+        self.assertNotIn("kernels", reply)  # not asked for: no profiler, no list
+
+
+class KernelProvenance(unittest.TestCase):
+    """What the worker sends back of a profiled call, from a trace as torch.profiler exports it."""
+
+    TRACE = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "args": {}},
+        {"ph": "X", "cat": "kernel", "name": "splitk_reduce", "ts": 30,
+         "args": {"correlation": 12, "grid": [4, 1, 1], "block": [256, 1, 1], "shared memory": 0}},
+        {"ph": "X", "cat": "Kernel", "name": "sm90_gemm_tile128x64", "ts": 20,
+         "args": {"correlation": 11, "grid": [16, 2, 1], "block": [384, 1, 1],
+                  "shared memory": 197632}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD", "ts": 40, "args": {"correlation": 13}},
+    ]}
+
+    def test_kernels_are_listed_in_launch_order_with_their_launch_configuration(self):
+        launches = kernels.launches_of_trace(self.TRACE)
+        self.assertEqual([k["name"] for k in launches], ["sm90_gemm_tile128x64", "splitk_reduce"])
+        self.assertEqual(launches[0], {"name": "sm90_gemm_tile128x64", "grid": [16, 2, 1],
+                                       "block": [384, 1, 1], "shared_bytes": 197632})
+
+    def test_a_call_not_asked_for_kernels_runs_without_the_profiler(self):
+        reply = {}
+        with kernels.recorded(False, reply):
+            pass
+        self.assertEqual(reply, {})
 
 
 if __name__ == "__main__":

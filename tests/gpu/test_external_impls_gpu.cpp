@@ -4,7 +4,7 @@
 // Triton fixed-order matmul passing every layout, and Python failures on the GPU path (an
 // exception, a result on the host, a wrong shape) as case errors. The Python cases need torch (and
 // triton, cupy or the driver API) in the worker's python3: without them they are skipped with a
-// message.
+// message. With provenance, the plugin's kernels (CUPTI) and PyTorch's (the worker's profiler).
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -13,6 +13,8 @@
 
 #include "external/plugin_loader.h"
 #include "manifest.h"
+#include "report/case_json.h"
+#include "report/matrix_render.h"
 #include "run/layout.h"
 #include "run/runner.h"
 #include "spec/contract.h"
@@ -94,6 +96,16 @@ CaseResult run(const CaseSpec& spec) {
   return runner.run_case(spec);
 }
 
+// Provenance on for a test's lifetime (the world is shared with the other tests).
+struct ProvenanceOn {
+  ProvenanceOn() {
+    RunSettings settings;
+    settings.provenance = true;
+    start_run(world().registry, settings);
+  }
+  ~ProvenanceOn() { start_run(world().registry, RunSettings{}); }
+};
+
 std::string describe(const CaseResult& result) {
   std::string text = to_string(result.verdict) + " " + result.reason;
   for (const auto& drift : result.drift) text += " [" + drift.layout + " " + drift.tensor + "]";
@@ -172,4 +184,42 @@ TEST_CASE("a Python impl that raises or answers from the host is that case's err
     CHECK(run(matmul_case("py:triton_matmul:matmul", DType::bf16, 64, 64, 3)).verdict ==
           Verdict::pass);
   }
+}
+
+TEST_CASE("provenance: a plugin's kernels are recorded through CUPTI in every layout",
+          "[gpu][plugins][provenance]") {
+  ProvenanceOn provenance;
+  CaseResult control =
+      run(matmul_case("plugin:example/split-k-by-batch-cuda", DType::bf16, 512, 1024, 37));
+  INFO(describe(control));
+  REQUIRE(control.verdict == Verdict::drift);
+  for (const std::string& layout : control.layouts_run) {
+    INFO(layout);
+    CHECK_FALSE(control.kernels[layout].empty());
+  }
+}
+
+TEST_CASE("provenance: a Python impl's kernels come back from the worker's profiler",
+          "[gpu][python][provenance]") {
+  if (!python_has("torch")) {
+    WARN("no torch in " << python() << " (BITCHECK_PYTHON): the Python provenance is skipped");
+    return;
+  }
+  world().load_python({"torch_defaults:linear"});
+  ProvenanceOn provenance;
+  CaseSpec spec = matmul_case("py:torch_defaults:linear", DType::bf16, 4096, 4096, 257);
+  spec.layouts = {"alone", "batch"};
+  spec.alone_rows = 8;
+  CaseResult result = run(spec);
+  INFO(describe(result));
+  REQUIRE(result.verdict == Verdict::drift);
+  for (const char* layout : {"alone", "batch"}) {
+    REQUIRE_FALSE(result.kernels[layout].empty());
+    CHECK(result.kernels[layout].front().launch.block[0] > 1);
+  }
+  const DriftMetrics& drift = result.drift.front();
+  const std::string kernels =
+      finding_kernels_text(case_to_json(result), drift.layout, drift.reference_layout);
+  INFO(kernels);
+  CHECK(kernels.find("no kernel recorded") == std::string::npos);
 }

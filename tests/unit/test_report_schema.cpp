@@ -72,6 +72,14 @@ json sample_report() {
   REQUIRE(finding.first_mismatch);
   finding.first_mismatch->expected = std::numeric_limits<float>::quiet_NaN();
   extreme.impl_config = {{"path", "test"}};
+  KernelLaunch gemm;
+  gemm.name = "gemm_tile128x64";
+  gemm.grid = {16, 2, 1};
+  gemm.block = {128, 1, 1};
+  gemm.shared_bytes = 49152;
+  extreme.kernels["alone"] = {{gemm, 7}};
+  gemm.dynamic_shared_bytes = 49152;
+  extreme.kernels["batch"] = {{gemm, 1}};
   results.push_back(extreme);
   CaseResult failed = results[0];
   failed.spec.seed = 3;
