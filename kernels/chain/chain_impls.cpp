@@ -6,12 +6,15 @@
 // alone ("cpu-fixed-order+matmul=cpu-split-k-by-rows"): the controls' variants are controls; and
 // the chain at tp = P, its TP call sites run by the TP impls of one order ("cpu-tp-fixed-order",
 // chain_tp.cpp).
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 #include <stdexcept>
 
 #include "chain/chain.h"
 #include "common/elementwise_math.h"
+#include "core/phase_profile.h"
 
 namespace bitcheck {
 namespace {
@@ -54,6 +57,11 @@ class ImplExecutor : public chain::Executor {
   }
   std::int64_t rows() const override { return batch_.slots(); }
   TensorMap run(const chain::Call& call, const CaseSpec& spec, const TensorMap& inputs) override;
+  // The seconds spent in the component impls' calls, and the bytes the chain copied around them
+  // (each call's outputs into the chain's, its accumulators in and out): the rest of a chain
+  // call's time is its own bookkeeping.
+  double component_seconds() const { return component_seconds_; }
+  std::uint64_t copied_bytes() const { return copied_bytes_; }
 
  private:
   // The runner's id for its inputs; a fresh one for each tensor the chain made (kept alive here so
@@ -69,6 +77,8 @@ class ImplExecutor : public chain::Executor {
   Batch& batch_;
   ChainState& state_;
   std::map<const Tensor*, std::pair<SharedTensor, std::uint64_t>> ids_;
+  double component_seconds_ = 0;
+  std::uint64_t copied_bytes_ = 0;
 };
 
 // Whether the chain with `swapped` in every `op` call must drift in the pass: where the swapped
@@ -228,7 +238,12 @@ class ChainImpl : public Impl {
     TensorMap inputs(batch.inputs.begin(), batch.inputs.end());
     inputs["positions"] = std::make_shared<const Tensor>(std::move(positions));
     ImplExecutor executor(*this, registry_, batch, state);
+    const auto start = std::chrono::steady_clock::now();
     chain::compose(*batch.spec, inputs, executor);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    record_phase(Phase::bookkeeping, std::max(0.0, seconds - executor.component_seconds()),
+                 executor.copied_bytes());
   }
 
   Impl& impl_for(const chain::Call& call) const {
@@ -281,6 +296,7 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
       const Tensor& carried = batch_.out(chain_name);
       Tensor accumulator(DType::fp32, decl.shape);
       std::memcpy(accumulator.data(), carried.data(), carried.bytes());
+      copied_bytes_ += carried.bytes();
       batch.outputs.emplace(decl.name, std::move(accumulator));
     }
   }
@@ -289,7 +305,10 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
     std::set<std::string> taken;
     {
       PathRecording recording;
+      const auto start = std::chrono::steady_clock::now();
       impl.run(batch);
+      component_seconds_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       taken = recording.paths();
     }
     if (taken.empty()) taken.insert(single_path_of(impl));
@@ -309,6 +328,7 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
                                shape_string(output.shape()));
     }
     Tensor& chain_output = batch_.out(call.name + "." + decl.name);
+    copied_bytes_ += output.bytes();
     if (decl.role == TensorRole::reduction_output) {
       std::memcpy(chain_output.data(), output.data(), output.bytes());
       continue;

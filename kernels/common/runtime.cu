@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/phase_profile.h"
 #include "cuda_check.cuh"
 #include "runtime.h"
 
@@ -128,12 +129,12 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 void DeviceBuffer::upload(const void* host, std::size_t bytes) {
   if (bytes > bytes_)
     throw std::invalid_argument("DeviceBuffer::upload: more bytes than allocated");
-  if (bytes) BITCHECK_CUDA_CALL(cudaMemcpy(pointer_, host, bytes, cudaMemcpyHostToDevice));
+  copy_to_device(pointer_, host, bytes);
 }
 void DeviceBuffer::download(void* host, std::size_t bytes) const {
   if (bytes > bytes_)
     throw std::invalid_argument("DeviceBuffer::download: more bytes than allocated");
-  if (bytes) BITCHECK_CUDA_CALL(cudaMemcpy(host, pointer_, bytes, cudaMemcpyDeviceToHost));
+  copy_to_host(host, pointer_, bytes);
 }
 void DeviceBuffer::fill_bytes(int byte_value) {
   if (bytes_) BITCHECK_CUDA_CALL(cudaMemset(pointer_, byte_value, bytes_));
@@ -226,11 +227,24 @@ std::string ipc_memory_handle(const void* allocation) {
   return std::string(handle.reserved, sizeof handle.reserved);
 }
 
+// A host-device copy timed as the phase profile's upload or download. The default stream is
+// synchronized first (the copy would wait for it anyway), so the time recorded is the copy's and
+// not the kernels queued before it, which stay the impl call's.
+namespace {
+void profiled_copy(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind,
+                   Phase phase) {
+  if (!bytes) return;
+  BITCHECK_CUDA_CALL(cudaStreamSynchronize(nullptr));
+  PhaseTimer timer(phase, bytes);
+  BITCHECK_CUDA_CALL(cudaMemcpy(destination, source, bytes, kind));
+}
+}  // namespace
+
 void copy_to_device(void* device, const void* host, std::size_t bytes) {
-  if (bytes) BITCHECK_CUDA_CALL(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+  profiled_copy(device, host, bytes, cudaMemcpyHostToDevice, Phase::uploads);
 }
 void copy_to_host(void* host, const void* device, std::size_t bytes) {
-  if (bytes) BITCHECK_CUDA_CALL(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+  profiled_copy(host, device, bytes, cudaMemcpyDeviceToHost, Phase::downloads);
 }
 
 void copy_device_to_device(void* destination, const void* source, std::size_t bytes) {

@@ -2,6 +2,7 @@
 // row at a time: nothing about the batch can change a row's arithmetic. The controls reproduce
 // split-K chosen from the batch size and a dW tree sized by the padded token count.
 #include <memory>
+#include <vector>
 
 #include "common/token_reduction.h"
 #include "matmul/matmul.h"
@@ -15,12 +16,15 @@ namespace {
 constexpr std::int64_t split_k_below_rows = 4;
 constexpr std::int64_t split_k_parts = 4;
 
-float dot_in_order(const Tensor& a, std::int64_t a_offset, std::int64_t a_stride, const Tensor& b,
-                   std::int64_t b_offset, std::int64_t b_stride, std::int64_t first,
-                   std::int64_t last) {
+// Operands are widened to fp32 once per call (exact), so the loop reads floats; the products and
+// the sum are the same fp32 operations in the same order as on the stored values.
+float dot_in_order(const std::vector<float>& a, std::int64_t a_offset, std::int64_t a_stride,
+                   const std::vector<float>& b, std::int64_t b_offset, std::int64_t b_stride,
+                   std::int64_t first, std::int64_t last) {
   float sum = 0.0f;
   for (std::int64_t i = first; i < last; ++i) {
-    sum += a.get(a_offset + i * a_stride) * b.get(b_offset + i * b_stride);
+    sum += a[static_cast<std::size_t>(a_offset + i * a_stride)] *
+           b[static_cast<std::size_t>(b_offset + i * b_stride)];
   }
   return sum;
 }
@@ -37,10 +41,11 @@ class MatmulCpu : public Impl {
 
   void run(Batch& batch) override {
     const std::int64_t n = batch.spec->dim("N"), k = batch.spec->dim("K");
-    const Tensor& w = batch.in("w");
+    const std::vector<float> w = batch.in("w").to_floats();
     const bool split =
         kind_ == Kind::split_k_by_rows && batch.invocation->valid_rows() < split_k_below_rows;
-    auto dot = [&](const Tensor& a, std::int64_t a_offset, std::int64_t a_stride,
+    const DType dtype = batch.in("w").dtype();
+    auto dot = [&](const std::vector<float>& a, std::int64_t a_offset, std::int64_t a_stride,
                    std::int64_t b_offset, std::int64_t b_stride, std::int64_t length) {
       if (!split) return dot_in_order(a, a_offset, a_stride, w, b_offset, b_stride, 0, length);
       // Partials reduced in the output dtype, as cuBLASLt's OUTPUT_TYPE split-K reduction does.
@@ -49,20 +54,20 @@ class MatmulCpu : public Impl {
       for (std::int64_t first = 0; first < length; first += part) {
         float partial = dot_in_order(a, a_offset, a_stride, w, b_offset, b_stride, first,
                                      std::min(length, first + part));
-        total = round_to(a.dtype(), total + round_to(a.dtype(), partial));
+        total = round_to(dtype, total + round_to(dtype, partial));
       }
       return total;
     };
     if (batch.spec->pass == Pass::forward) {
-      const Tensor& x = batch.in("x");
+      const std::vector<float> x = batch.in("x").to_floats();
       Tensor& y = batch.out("y");
       for (std::int64_t s : real_slots(batch)) {
         for (std::int64_t j = 0; j < n; ++j) y.set(s * n + j, dot(x, s * k, 1, j * k, 1, k));
       }
       return;
     }
-    const Tensor& x = batch.in("x");
-    const Tensor& dy = batch.in("dy");
+    const std::vector<float> x = batch.in("x").to_floats();
+    const std::vector<float> dy = batch.in("dy").to_floats();
     Tensor& dx = batch.out("dx");
     for (std::int64_t s : real_slots(batch)) {
       for (std::int64_t c = 0; c < k; ++c) dx.set(s * k + c, dot(dy, s * n, 1, c, k, n));
@@ -71,16 +76,16 @@ class MatmulCpu : public Impl {
   }
 
  private:
-  void accumulate_dw(Batch& batch, const Tensor& x, const Tensor& dy, std::int64_t n,
-                     std::int64_t k) {
+  void accumulate_dw(Batch& batch, const std::vector<float>& x, const std::vector<float>& dy,
+                     std::int64_t n, std::int64_t k) {
     Tensor& dw = batch.out("dw");
     std::vector<float> accumulator(static_cast<std::size_t>(n * k));
     for (std::int64_t i = 0; i < n * k; ++i) accumulator[static_cast<std::size_t>(i)] = dw.get(i);
     auto add_token = [&](std::int64_t s, std::vector<float>& sum) {
       for (std::int64_t j = 0; j < n; ++j) {
-        float g = dy.get(s * n + j);
+        float g = dy[static_cast<std::size_t>(s * n + j)];
         for (std::int64_t c = 0; c < k; ++c)
-          sum[static_cast<std::size_t>(j * k + c)] += g * x.get(s * k + c);
+          sum[static_cast<std::size_t>(j * k + c)] += g * x[static_cast<std::size_t>(s * k + c)];
       }
     };
     if (kind_ == Kind::dw_tree_by_tokens) {

@@ -6,6 +6,7 @@
 // tp), the rank chain (NCCL tree + Simple pinned: invariant in the batch only), and the controls
 // (the ring at 3 or more ranks, partials rounded early, the naive TP pair).
 #include <memory>
+#include <vector>
 
 #include "common/split_sum.h"
 #include "common/token_reduction.h"
@@ -52,6 +53,10 @@ ImplInfo info_of(Split split, const SplitSumKind& kind) {
       {split_pass(split)}, {split == Split::rows ? "K" : "N"});
 }
 
+std::size_t at(std::int64_t index) {
+  return static_cast<std::size_t>(index);
+}
+
 class MatmulTpCpu : public Impl {
  public:
   MatmulTpCpu(Split split, const SplitSumKind& kind)
@@ -67,8 +72,10 @@ class MatmulTpCpu : public Impl {
 
   void run(Batch& batch) override {
     const std::int64_t n = batch.spec->dim("N"), k = batch.spec->dim("K");
-    const Tensor& w = batch.in("w");
-    const Tensor& x = batch.in("x");
+    // Operands widened to fp32 once (exact): the same products and sums as on the stored values.
+    const std::vector<float> w = batch.in("w").to_floats();
+    const std::vector<float> x = batch.in("x").to_floats();
+    const std::vector<std::int64_t> slots = real_slots(batch);
     const DType dtype = batch.spec->dtype;
     // The sum over a dim the ranks split, in the impl's order, or rank-local in index order.
     auto sum = [&](bool across_ranks, std::int64_t count, std::int64_t element,
@@ -82,22 +89,22 @@ class MatmulTpCpu : public Impl {
     };
     if (batch.spec->pass == Pass::forward) {
       Tensor& y = batch.out("y");
-      for (std::int64_t s : real_slots(batch)) {
+      for (std::int64_t s : slots) {
         for (std::int64_t j = 0; j < n; ++j) {
           y.set(s * n + j,
                 sum(split_ == Split::rows, k, s * n + j, batch.slots() * n,
-                    [&](std::int64_t c) { return x.get(s * k + c) * w.get(j * k + c); }));
+                    [&](std::int64_t c) { return x[at(s * k + c)] * w[at(j * k + c)]; }));
         }
       }
       return;
     }
-    const Tensor& dy = batch.in("dy");
+    const std::vector<float> dy = batch.in("dy").to_floats();
     Tensor& dx = batch.out("dx");
-    for (std::int64_t s : real_slots(batch)) {
+    for (std::int64_t s : slots) {
       for (std::int64_t c = 0; c < k; ++c) {
         dx.set(s * k + c,
                sum(split_ == Split::columns, n, s * k + c, batch.slots() * k,
-                   [&](std::int64_t j) { return dy.get(s * n + j) * w.get(j * k + c); }));
+                   [&](std::int64_t j) { return dy[at(s * n + j)] * w[at(j * k + c)]; }));
       }
     }
     // dW: every rank its own rows (N) or columns (K) of it, over the tokens in token order.
@@ -105,7 +112,7 @@ class MatmulTpCpu : public Impl {
     for (std::int64_t j = 0; j < n; ++j) {
       for (std::int64_t c = 0; c < k; ++c) {
         float value = dw.get(j * k + c);
-        for (std::int64_t s : real_slots(batch)) value += dy.get(s * n + j) * x.get(s * k + c);
+        for (std::int64_t s : slots) value += dy[at(s * n + j)] * x[at(s * k + c)];
         dw.set(j * k + c, value);
       }
     }

@@ -1,54 +1,34 @@
-// Counter-based generator: splitmix64 finalizers over the (seed, name, row, column) key.
+// Counter-based generator: splitmix64 finalizers over the (seed, name, row, column) key
+// (core/counter_hash.h, shared with the device generator).
 #include "core/rng.h"
 
-namespace bitcheck {
-namespace {
-std::uint64_t mix64(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
+#include "core/counter_hash.h"
 
-std::uint64_t key_hash(std::uint64_t seed, std::uint64_t name_hash, std::int64_t row,
-                       std::int64_t column) {
-  std::uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ull);
-  h = mix64(h ^ name_hash);
-  h = mix64(h ^ static_cast<std::uint64_t>(row));
-  return mix64(h ^ (static_cast<std::uint64_t>(column) * 0x9e3779b97f4a7c15ull));
-}
-}  // namespace
+namespace bitcheck {
 
 std::uint64_t hash_name(const std::string& name) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : name) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return counter::fnv1a(reinterpret_cast<const unsigned char*>(name.data()), name.size(),
+                        counter::fnv_offset);
 }
 
 float counter_uniform(std::uint64_t seed, std::uint64_t name_hash, std::int64_t row,
                       std::int64_t column) {
-  std::uint64_t bits = key_hash(seed, name_hash, row, column) >> 40;  // 24 bits
-  return static_cast<float>(bits) * (1.0f / 8388608.0f) - 1.0f;
+  return counter::uniform_of(counter::key_hash(seed, name_hash, row, column));
 }
 
 std::uint64_t counter_bits(std::uint64_t seed, std::uint64_t name_hash, std::int64_t row,
                            std::int64_t column) {
-  return key_hash(seed, name_hash, row, column);
+  return counter::key_hash(seed, name_hash, row, column);
 }
 
 std::uint64_t counter_index(std::uint64_t seed, std::uint64_t name_hash, std::int64_t row,
                             std::int64_t column, std::uint64_t bound) {
-  return key_hash(seed, name_hash, row, column) % bound;
+  return counter::key_hash(seed, name_hash, row, column) % bound;
 }
 
 std::uint64_t LayoutRandom::next() {
   state_ += 0x9e3779b97f4a7c15ull;
-  return mix64(state_);
+  return counter::mix64(state_);
 }
 
 std::int64_t LayoutRandom::uniform_int(std::int64_t low, std::int64_t high_inclusive) {

@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <string>
 
+#include "core/counter_hash.h"
 #include "core/dtype.h"
 
 namespace bitcheck {
 
+// In counter::SpecialKind's order (core/counter_hash.h), which the draws return.
 enum class SpecialValue {
   none,
   nan,
@@ -28,7 +30,7 @@ std::string special_value_rate_string(double rate);
 // every tensor of the case); the other rows get subnormals and -0 only. A NaN anywhere in a row
 // poisons every output a reduction over that row feeds, so most rows must stay finite for the
 // invariance check (and the controls' drift) to stay visible on wide rows.
-constexpr std::int64_t nonfinite_row_period = 4;
+constexpr std::int64_t nonfinite_row_period = counter::nonfinite_row_period;
 
 struct SpecialElement {
   SpecialValue kind = SpecialValue::none;

@@ -84,6 +84,35 @@ std::uint64_t unsigned_from(const JsonCursor& c) {
   return c.node().get<std::uint64_t>();
 }
 
+}  // namespace
+
+nlohmann::json profile_to_json(const PhaseProfile& profile) {
+  nlohmann::json j = nlohmann::json::object();
+  for (std::size_t i = 0; i < phase_count; ++i) {
+    j[phase_name(static_cast<Phase>(i))] = {{"seconds", profile.phases[i].seconds},
+                                            {"bytes", profile.phases[i].bytes}};
+  }
+  return j;
+}
+
+PhaseProfile profile_from_json(const JsonCursor& c) {
+  c.expect_object();
+  PhaseProfile profile;
+  for (const std::string& name : c.keys()) {
+    const std::optional<Phase> phase = parse_phase(name);
+    JsonCursor cost = c.at(name);
+    if (!phase)
+      cost.fail(
+          "a phase (inputs, staging, uploads, impl_calls, downloads, references, "
+          "comparisons, bookkeeping)");
+    cost.allow_only({"seconds", "bytes"});
+    profile.add(*phase, cost.at("seconds").as_number(), unsigned_from(cost.at("bytes")));
+  }
+  return profile;
+}
+
+namespace {
+
 Mismatch mismatch_from(const JsonCursor& c) {
   Mismatch mismatch;
   mismatch.row = c.at("row").as_int(INT64_MIN, INT64_MAX);
@@ -235,6 +264,7 @@ nlohmann::json case_to_json(const CaseResult& result) {
                   {"compare_seconds", result.timings.compare_seconds},
                   {"inputs_seconds", result.timings.inputs_seconds},
                   {"total_seconds", result.timings.total_seconds}};
+  j["timings"]["profile"] = profile_to_json(result.timings.profile);
   return j;
 }
 
@@ -338,6 +368,7 @@ CaseResult case_from_json(const JsonCursor& c) {
   result.timings.compare_seconds = timings.at("compare_seconds").as_number();
   result.timings.inputs_seconds = timings.at("inputs_seconds").as_number();
   result.timings.total_seconds = timings.at("total_seconds").as_number();
+  if (auto profile = timings.find("profile")) result.timings.profile = profile_from_json(*profile);
   return result;
 }
 

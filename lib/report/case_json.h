@@ -11,6 +11,9 @@
 namespace bitcheck {
 
 nlohmann::json drift_to_json(const DriftMetrics& metrics);
+// A phase profile as {"<phase>": {"seconds": s, "bytes": b}, ...}, every phase; and back.
+nlohmann::json profile_to_json(const PhaseProfile& profile);
+PhaseProfile profile_from_json(const JsonCursor& profile_json);
 nlohmann::json accuracy_to_json(const AccuracyMetrics& metrics);
 
 // The case as the report records it, without an op's report extension (case_entry adds it).

@@ -24,6 +24,42 @@ std::vector<std::string> op_order_of(const Registry& registry) {
   return order;
 }
 
+// A shard's profile added into the merged one, phase by phase.
+void add_profile(const nlohmann::json& shard, nlohmann::json& merged) {
+  for (const auto& [phase, cost] : shard.items()) {
+    nlohmann::json& total = merged[phase];
+    total["seconds"] = total.value("seconds", 0.0) + cost.value("seconds", 0.0);
+    total["bytes"] = total.value("bytes", std::uint64_t(0)) + cost.value("bytes", std::uint64_t(0));
+  }
+}
+
+std::string bytes_text(double bytes) {
+  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
+  std::size_t unit = 0;
+  while (bytes >= 1000.0 && unit + 1 < std::size(units)) {
+    bytes /= 1000.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
+  return text;
+}
+
+// "profile: inputs 1.2 s (3.4 MB), staging ..., bookkeeping 0.0 s (0 B)": the sweep's phases.
+std::string profile_line(const nlohmann::json& profile) {
+  std::string line = "profile:";
+  for (std::size_t i = 0; i < phase_count; ++i) {
+    const std::string phase = phase_name(static_cast<Phase>(i));
+    if (!profile.contains(phase)) continue;
+    const nlohmann::json& cost = profile[phase];
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, " %.2f s", cost.value("seconds", 0.0));
+    line +=
+        (i == 0 ? " " : ", ") + phase + seconds + " (" + bytes_text(cost.value("bytes", 0.0)) + ")";
+  }
+  return line + "\n";
+}
+
 }  // namespace
 
 nlohmann::json matrix_to_json(const StatusMatrix& matrix) {
@@ -88,6 +124,8 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports,
             merged["meta"]["time_split"].value(part, 0.0) + seconds.get<double>();
       }
     }
+    if (i > 0 && report["meta"].contains("profile"))
+      add_profile(report["meta"]["profile"], merged["meta"]["profile"]);
     interrupted = interrupted || report["meta"].value("interrupted", false);
   }
   merged["meta"]["wall_seconds"] = wall;
@@ -176,7 +214,9 @@ nlohmann::json build_report(const RunMeta& meta, const nlohmann::json& environme
     split.reference_seconds += result.timings.reference_seconds;
     split.compare_seconds += result.timings.compare_seconds;
     split.inputs_seconds += result.timings.inputs_seconds;
+    split.profile += result.timings.profile;
   }
+  report["meta"]["profile"] = profile_to_json(split.profile);
   report["meta"]["time_split"] = {{"impl_seconds", split.impl_seconds},
                                   {"reference_seconds", split.reference_seconds},
                                   {"compare_seconds", split.compare_seconds},
@@ -298,6 +338,7 @@ std::string render_terminal_summary(const nlohmann::json& report, const Registry
     out << line;
   }
   out << provenance_line(report);
+  if (report["meta"].contains("profile")) out << profile_line(report["meta"]["profile"]);
   out << "verdicts:";
   for (const auto& [verdict, n] : summary["verdicts"].items())
     out << " " << verdict << "=" << n.get<std::int64_t>();

@@ -40,8 +40,13 @@ DriftMetrics compare_whole(const std::string& layout, const std::string& referen
   return named(comparator.metrics(), layout, reference_layout);
 }
 
+std::uint64_t bytes_read(const DriftMetrics& metrics) {
+  return 2 * static_cast<std::uint64_t>(metrics.compared) * dtype_size(metrics.dtype);
+}
+
 void record(DriftMetrics metrics, InvarianceResult& result) {
   ++result.comparisons;
+  result.compared_bytes += bytes_read(metrics);
   if (metrics.drifted()) result.drift.push_back(std::move(metrics));
 }
 
@@ -72,10 +77,12 @@ void check_row_output(const TensorDecl& decl, const std::string& layout,
 
 void InvarianceResult::append(InvarianceResult other) {
   comparisons += other.comparisons;
+  compared_bytes += other.compared_bytes;
   for (auto& metrics : other.drift) drift.push_back(std::move(metrics));
 }
 
 void DeterminismResult::append(DeterminismResult other) {
+  compared_bytes += other.compared_bytes;
   for (auto& metrics : other.nondeterminism) nondeterminism.push_back(std::move(metrics));
 }
 
@@ -138,6 +145,7 @@ DeterminismResult check_determinism(const std::vector<TensorDecl>& decls, const 
     const Tensor& a = row ? first.rows.at(decl.name) : first.reductions.at(decl.name);
     const Tensor& b = row ? again.rows.at(decl.name) : again.reductions.at(decl.name);
     DriftMetrics metrics = compare_whole(repeat_name, layout, decl, a, b);
+    result.compared_bytes += bytes_read(metrics);
     if (metrics.drifted()) result.nondeterminism.push_back(std::move(metrics));
   }
   return result;

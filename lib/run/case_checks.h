@@ -31,14 +31,16 @@ struct CanonicalOutputs {
 };
 
 struct InvarianceResult {
-  std::vector<DriftMetrics> drift;  // comparisons that differ, in the order they were made
-  std::int64_t comparisons = 0;     // comparisons made (tensor x layout)
+  std::vector<DriftMetrics> drift;   // comparisons that differ, in the order they were made
+  std::int64_t comparisons = 0;      // comparisons made (tensor x layout)
+  std::uint64_t compared_bytes = 0;  // bytes read on both sides
   bool passed() const { return drift.empty(); }
   void append(InvarianceResult other);
 };
 
 struct DeterminismResult {
   std::vector<DriftMetrics> nondeterminism;  // repeats of a canonical layout that differ
+  std::uint64_t compared_bytes = 0;          // bytes read on both sides
   bool passed() const { return nondeterminism.empty(); }
   void append(DeterminismResult other);
 };

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "core/counter_hash.h"
+
 namespace bitcheck {
 namespace {
 constexpr std::size_t max_listed_rows = 16;
@@ -124,13 +126,20 @@ AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
 }
 
 std::uint64_t fingerprint_bytes(const void* data, std::size_t bytes, std::uint64_t seed) {
-  std::uint64_t h = 0xcbf29ce484222325ull ^ seed;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < bytes; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
+  return counter::fnv1a(static_cast<const unsigned char*>(data), bytes, counter::fnv_offset ^ seed);
+}
+
+std::uint64_t fingerprint_rows(const Tensor& tensor, const std::vector<std::int64_t>& rows,
+                               std::uint64_t seed) {
+  const std::size_t row_bytes =
+      static_cast<std::size_t>(tensor.row_size()) * dtype_size(tensor.dtype());
+  std::uint64_t hash = seed;
+  for (std::int64_t row : rows) {
+    hash = fingerprint_bytes(
+        static_cast<const std::byte*>(tensor.data()) + row_bytes * static_cast<std::size_t>(row),
+        row_bytes, hash);
   }
-  return h;
+  return hash;
 }
 
 std::string fingerprint_hex(std::uint64_t fingerprint) {

@@ -84,6 +84,10 @@ AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
 
 // 64-bit FNV-1a over the raw bytes: equal fingerprints <=> (almost surely) equal bits.
 std::uint64_t fingerprint_bytes(const void* data, std::size_t bytes, std::uint64_t seed = 0);
+// fingerprint_bytes chained over the rows `rows` of a tensor in order, from `seed`: the output
+// fingerprint's part for one row tensor (the device computes the same, common/row_compare.h).
+std::uint64_t fingerprint_rows(const Tensor& tensor, const std::vector<std::int64_t>& rows,
+                               std::uint64_t seed);
 std::string fingerprint_hex(std::uint64_t fingerprint);
 
 }  // namespace bitcheck

@@ -8,13 +8,12 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
-#include <thread>
 
+#include "core/phase_profile.h"
 #include "core/rng.h"
-#include "core/special_values.h"
-#include "core/token_ids.h"
 #include "run/case_checks.h"
 #include "run/device_memory.h"
+#include "run/input_generator.h"
 #include "run/layout.h"
 
 namespace bitcheck {
@@ -47,63 +46,6 @@ bool is_output(const TensorDecl& decl) {
   return decl.role == TensorRole::row_output || decl.role == TensorRole::reduction_output;
 }
 
-// Fills a tensor from the generator: element (row, column) depends only on the key, never on the
-// layout. Rows are split over threads; the values do not depend on the split. With a special-value
-// rate, that fraction of a float tensor's elements is NaN, +-Inf, subnormal or -0 instead; token
-// ids follow the case's id distribution.
-Tensor generate(const TensorDecl& decl, std::vector<std::int64_t> shape, std::uint64_t seed,
-                double special_value_rate = 0, IdDistribution ids = IdDistribution::uniform) {
-  Tensor tensor(decl.dtype, std::move(shape));
-  const std::uint64_t name_hash = hash_name(decl.name);
-  const std::int64_t rows = tensor.rows(), width = tensor.row_size();
-  const auto bound = static_cast<std::uint64_t>(std::max<std::int64_t>(1, decl.index_bound));
-  std::optional<TokenIdSampler> token_ids;
-  if (decl.generator == Generator::token_id) token_ids.emplace(ids, seed, bound);
-  // Each column's scale, once: decl.scale, times its group's scale where the decl has groups.
-  std::vector<float> column_scale(static_cast<std::size_t>(width), decl.scale);
-  if (const auto groups = static_cast<std::int64_t>(decl.group_scales.size()); groups > 0) {
-    const std::int64_t group_width = std::max<std::int64_t>(1, width / groups);
-    for (std::int64_t c = 0; c < width; ++c) {
-      column_scale[static_cast<std::size_t>(c)] *=
-          decl.group_scales[static_cast<std::size_t>(std::min(c / group_width, groups - 1))];
-    }
-  }
-  auto fill_rows = [&](std::int64_t first, std::int64_t last) {
-    for (std::int64_t r = first; r < last; ++r) {
-      for (std::int64_t c = 0; c < width; ++c) {
-        std::int64_t index = r * width + c;
-        if (decl.generator == Generator::index) {
-          tensor.set_int(index,
-                         static_cast<std::int32_t>(counter_index(seed, name_hash, r, c, bound)));
-        } else if (token_ids) {
-          tensor.set_int(index, static_cast<std::int32_t>(token_ids->id(name_hash, r, c)));
-        } else {
-          tensor.set(index, counter_uniform(seed, name_hash, r, c) *
-                                column_scale[static_cast<std::size_t>(c)]);
-          SpecialElement special =
-              special_value_at(decl.dtype, seed, name_hash, r, c, special_value_rate);
-          if (special.kind != SpecialValue::none) tensor.set_bits(index, special.bits);
-        }
-      }
-    }
-  };
-  std::int64_t threads =
-      std::min<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()),
-                             std::max<std::int64_t>(1, rows * width / (1 << 16)));
-  if (threads <= 1) {
-    fill_rows(0, rows);
-    return tensor;
-  }
-  std::vector<std::thread> workers;
-  std::int64_t per_thread = (rows + threads - 1) / threads;
-  for (std::int64_t t = 0; t < threads; ++t) {
-    std::int64_t first = t * per_thread, last = std::min(rows, first + per_thread);
-    if (first < last) workers.emplace_back(fill_rows, first, last);
-  }
-  for (auto& worker : workers) worker.join();
-  return tensor;
-}
-
 // Parameters (weights, gains) shared by the cases that draw the same ones: the last few, with
 // the ids device impls cache their uploads by. Input ids are unique in the process (not per
 // Runner).
@@ -122,7 +64,7 @@ class ParameterCache {
       if (entry.first == key) return entry.second;
     }
     auto tensor =
-        std::make_shared<const Tensor>(generate(decl, decl.shape, seed, special_value_rate));
+        std::make_shared<const Tensor>(generate_input(decl, decl.shape, seed, special_value_rate));
     if (entries_.size() >= parameter_cache_entries) entries_.erase(entries_.begin());
     entries_.push_back({key, {tensor, new_input_id()}});
     return entries_.back().second;
@@ -290,8 +232,8 @@ Inputs generate_inputs(const CasePlan& plan, const CaseSpec& spec, ParameterCach
       inputs.tensors[decl.name] = tensor;
       inputs.ids[decl.name] = id;
     } else if (decl.role == TensorRole::row_input) {
-      inputs.tensors[decl.name] = std::make_shared<const Tensor>(
-          generate(decl, full_shape(decl, plan.rows), spec.seed, spec.special_values, spec.ids));
+      inputs.tensors[decl.name] = std::make_shared<const Tensor>(generate_input(
+          decl, full_shape(decl, plan.rows), spec.seed, spec.special_values, spec.ids));
       inputs.ids[decl.name] = new_input_id();
     }
   }
@@ -386,16 +328,55 @@ struct LayoutRecords {
   std::vector<KernelUse> kernels;
 };
 
+std::uint64_t tensor_bytes(const std::map<std::string, std::shared_ptr<const Tensor>>& tensors) {
+  std::uint64_t bytes = 0;
+  for (const auto& entry : tensors) bytes += entry.second->bytes();
+  return bytes;
+}
+
+std::uint64_t tensor_bytes(const std::map<std::string, Tensor>& tensors) {
+  std::uint64_t bytes = 0;
+  for (const auto& entry : tensors) bytes += entry.second.bytes();
+  return bytes;
+}
+
+// The bytes the runner copies to stage an invocation: its row inputs placed in slots (none when
+// the invocation is the logical rows in order) and its row outputs gathered back by logical row.
+std::uint64_t staged_bytes(const Batch& batch, const std::vector<TensorDecl>& decls,
+                           bool identity) {
+  std::uint64_t bytes = 0;
+  for (const auto& decl : decls) {
+    if (decl.role == TensorRole::row_input && !identity) bytes += batch.in(decl.name).bytes();
+    if (decl.role == TensorRole::row_output && !identity) {
+      const auto found = batch.outputs.find(decl.name);
+      if (found != batch.outputs.end()) bytes += found->second.bytes();
+    }
+  }
+  return bytes;
+}
+
 // One call of the impl inside the recordings of its paths and, when `recorder` is given, of its
-// kernels: what the recorder holds before the call is dropped, what it holds after is the call's.
-void run_recorded(Impl& impl, Batch& batch, KernelRecorder* recorder, double& impl_seconds,
+// kernels (what the recorder holds before the call is dropped, what it holds after is the call's),
+// its time split: the uploads, downloads and bookkeeping it recorded, and the rest as the impl call
+// itself, which moves the bytes of the batch's tensors.
+void run_recorded(Impl& impl, Batch& batch, KernelRecorder* recorder, CaseTimings& timings,
                   LayoutRecords& records) {
   PathRecording paths;
   KernelRecording kernels(recorder != nullptr);
   if (recorder) recorder->take();
+  PhaseProfile call;
   auto start = Clock::now();
-  impl.run(batch);
-  impl_seconds += seconds_since(start);
+  {
+    PhaseRecording phases(call);
+    impl.run(batch);
+  }
+  const double seconds = seconds_since(start);
+  timings.impl_seconds += seconds;
+  const double recorded = call[Phase::uploads].seconds + call[Phase::downloads].seconds +
+                          call[Phase::bookkeeping].seconds;
+  call.add(Phase::impl_calls, std::max(0.0, seconds - recorded),
+           tensor_bytes(batch.inputs) + tensor_bytes(batch.outputs));
+  timings.profile += call;
   if (recorder)
     for (KernelLaunch& launch : recorder->take()) kernels.add(std::move(launch));
   records.paths.insert(paths.paths().begin(), paths.paths().end());
@@ -408,7 +389,7 @@ void run_recorded(Impl& impl, Batch& batch, KernelRecorder* recorder, double& im
 // Runs every invocation of a layout through the impl; the outputs by logical row.
 LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& spec,
                              const CasePlan& plan, const Inputs& inputs,
-                             nlohmann::json& impl_config, double& impl_seconds,
+                             nlohmann::json& impl_config, CaseTimings& timings,
                              bool reductions_wanted, KernelRecorder* recorder,
                              LayoutRecords& records, int tp) {
   LayoutOutputs result;
@@ -427,13 +408,20 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
     }
   }
   for (std::size_t i = 0; i < layout.invocations.size(); ++i) {
+    const bool identity = is_identity(layout.invocations[i], plan.rows);
+    auto staging_start = Clock::now();
     Batch batch =
         make_batch(spec, layout, i, plan.decls, inputs, plan.rows, result, reductions_wanted, tp);
     batch.layout_state = layout_state;
-    run_recorded(impl, batch, recorder, impl_seconds, records);
+    double staging_seconds = seconds_since(staging_start);
+    run_recorded(impl, batch, recorder, timings, records);
     layout_state = batch.layout_state;
     if (!batch.impl_config.is_null()) impl_config = batch.impl_config;
+    staging_start = Clock::now();
+    const std::uint64_t staged = staged_bytes(batch, plan.decls, identity);
     gather_outputs(impl, layout.invocations[i], whole, plan.decls, plan.rows, batch, result);
+    staging_seconds += seconds_since(staging_start);
+    timings.profile.add(Phase::staging, staging_seconds, staged);
   }
   return result;
 }
@@ -491,15 +479,8 @@ std::string fingerprint_outputs(const std::vector<TensorDecl>& decls,
   std::uint64_t hash = 0;
   for (const auto& decl : decls) {
     if (decl.role == TensorRole::row_output) {
-      const Tensor& tensor = canonical.rows.at(decl.name);
-      std::size_t row_bytes =
-          static_cast<std::size_t>(tensor.row_size()) * dtype_size(tensor.dtype());
       hash = fingerprint_bytes(decl.name.data(), decl.name.size(), hash);
-      for (std::int64_t row : rows) {
-        hash = fingerprint_bytes(static_cast<const std::byte*>(tensor.data()) +
-                                     row_bytes * static_cast<std::size_t>(row),
-                                 row_bytes, hash);
-      }
+      hash = fingerprint_rows(canonical.rows.at(decl.name), rows, hash);
     } else if (decl.role == TensorRole::reduction_output && reductions) {
       const Tensor& tensor = reductions->reductions.at(decl.name);
       hash = fingerprint_bytes(decl.name.data(), decl.name.size(), hash);
@@ -547,6 +528,7 @@ class CasePipeline {
     auto inputs_start = Clock::now();
     inputs_ = generate_inputs(plan_, spec_, parameters_);
     timings_.inputs_seconds = seconds_since(inputs_start);
+    timings_.profile.add(Phase::inputs, timings_.inputs_seconds, tensor_bytes(inputs_.tensors));
     run_layouts();
     if (follower_) return;
     compute_reference();
@@ -558,6 +540,8 @@ class CasePipeline {
   // The CaseResult from the checks' results (partial ones after an error).
   void assemble(CaseResult& result) {
     if (complete_) result.verdict = verdict_of(invariance_, determinism_, accuracy_);
+    timings_.profile.add(Phase::references, timings_.reference_seconds, reference_computed_bytes_);
+    timings_.profile.add(Phase::comparisons, timings_.compare_seconds, compared_bytes());
     result.layouts_run = std::move(layouts_run_);
     result.drift = std::move(invariance_.drift);
     result.cross_tp_drift = std::move(cross_tp_drift_);
@@ -593,9 +577,8 @@ class CasePipeline {
         const bool reductions_wanted = name == canonical_reduction_layout ||
                                        layout->covers_all_rows_in_order || artifacts_ != nullptr;
         LayoutRecords& records = records_[name];
-        LayoutOutputs outputs =
-            execute_layout(*layout, impl_, spec_, plan_, inputs_, impl_config_,
-                           timings_.impl_seconds, reductions_wanted, recorder_, records, tp);
+        LayoutOutputs outputs = execute_layout(*layout, impl_, spec_, plan_, inputs_, impl_config_,
+                                               timings_, reductions_wanted, recorder_, records, tp);
         if (records.paths.empty()) records.paths.insert(unrecorded_path_);
         if (at_tp1) {
           tp1_kept_.emplace(parse_tp_layout_name(name).first, std::move(outputs));
@@ -659,6 +642,7 @@ class CasePipeline {
     request_ = reference_request(plan_, spec_);
     logical_inputs_ = take_logical_inputs(inputs_);
     const std::string group = spec_.input_group();
+    const bool computed = op_.reference_along || reference_.group != group;
     if (op_.reference_along) {
       if (!canonical_.batch) throw std::logic_error(op_.name + ": the batch layout did not run");
       reference_.clear();
@@ -671,6 +655,7 @@ class CasePipeline {
       reference_.outputs = std::move(fresh);
       reference_.group = group;
     }
+    if (computed) reference_computed_bytes_ = reference_bytes();
     timings_.reference_seconds = seconds_since(reference_start);
   }
 
@@ -717,6 +702,19 @@ class CasePipeline {
     artifacts_->reference_rows = plan_.alone_rows;
   }
 
+  // The bytes the checks read: both sides of every bitwise comparison, and each accuracy-checked
+  // element with its fp32 reference.
+  std::uint64_t compared_bytes() const {
+    std::uint64_t bytes = invariance_.compared_bytes + determinism_.compared_bytes;
+    std::size_t output = 0;
+    for (const auto& decl : plan_.decls) {
+      if (!is_output(decl) || output >= accuracy_.tensors.size()) continue;
+      bytes += static_cast<std::uint64_t>(accuracy_.tensors[output++].compared) *
+               (dtype_size(decl.dtype) + sizeof(float));
+    }
+    return bytes;
+  }
+
   std::size_t reference_bytes() const {
     std::size_t bytes = 0;
     for (const auto& entry : reference_.outputs) bytes += entry.second.bytes();
@@ -757,6 +755,7 @@ class CasePipeline {
                                                        : std::string(unrecorded_path_name);
   }();
   CaseTimings timings_;
+  std::uint64_t reference_computed_bytes_ = 0;  // 0 when the group's cached reference served
   bool complete_ = false;
 };
 

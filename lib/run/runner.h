@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/op.h"
+#include "core/phase_profile.h"
 #include "core/verdict.h"
 #include "run/compare.h"
 #include "spec/contract.h"
@@ -21,6 +22,9 @@ struct CaseTimings {
   double compare_seconds = 0;    // bitwise and accuracy comparisons
   double inputs_seconds = 0;     // input generation
   double total_seconds = 0;
+  // The same time by phase with the bytes each moved; the impl runs split into staging, uploads,
+  // impl calls, downloads and bookkeeping.
+  PhaseProfile profile;
 };
 
 struct CaseResult {

@@ -236,3 +236,29 @@ TEST_CASE("fingerprints change with any bit and are printed as 16 hex digits", "
   CHECK(fingerprint_hex(0x1234) == "0000000000001234");
   CHECK(fingerprint_hex(base).size() == 16);
 }
+
+TEST_CASE("a fingerprint of rows moves with every byte of every listed row, and only those",
+          "[compare]") {
+  constexpr std::int64_t rows = 6, width = 3;
+  std::vector<float> values(static_cast<std::size_t>(rows * width));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 1.0f + static_cast<float>(i) / 4;
+  const Tensor tensor = from_values(DType::bf16, rows, values);
+  const std::vector<std::int64_t> listed = {0, 2, 5};
+  const std::uint64_t base = fingerprint_rows(tensor, listed, 7);
+  // The chain of the rows' bytes, row by row from the seed.
+  std::uint64_t chained = 7;
+  for (std::int64_t row : listed)
+    chained = fingerprint_bytes(static_cast<const std::uint8_t*>(tensor.data()) + row * width * 2,
+                                width * 2, chained);
+  CHECK(base == chained);
+  CHECK(fingerprint_rows(tensor, listed, 8) != base);
+  for (std::int64_t row = 0; row < rows; ++row) {
+    for (std::int64_t byte = 0; byte < width * 2; ++byte) {
+      Tensor changed = tensor;
+      static_cast<std::uint8_t*>(changed.data())[row * width * 2 + byte] ^= 0x01;
+      const bool is_listed = row == 0 || row == 2 || row == 5;
+      CAPTURE(row, byte);
+      CHECK((fingerprint_rows(changed, listed, 7) != base) == is_listed);
+    }
+  }
+}

@@ -2,6 +2,7 @@
 // tensor, layout, magnitudes and the first mismatch's bits), test-only impls come out
 // nondeterministic, inaccurate, error or drift on pad layouts, and a control that passes is
 // reported as a failure of the harness itself. Exit codes follow the verdicts.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -12,6 +13,7 @@
 
 #include "manifest.h"
 #include "report/report.h"
+#include "run/layout.h"
 #include "run/runner.h"
 #include "spec/contract.h"
 
@@ -103,6 +105,29 @@ class PadReadingMatmul : public TestMatmul {
   }
 };
 
+// Flips the lowest bit of one element of one logical row, only where that row is not computed in
+// the batch layout (one invocation of every row in order): a drift in one row of a large batch.
+class OneRowMatmul : public TestMatmul {
+ public:
+  static constexpr std::int64_t planted_row = 2999;
+  OneRowMatmul() : TestMatmul("test-one-row-drifts", true) {}
+
+ protected:
+  void after(Batch& batch) override {
+    const Invocation& invocation = *batch.invocation;
+    bool batch_layout = invocation.slots() == batch.spec->rows;
+    for (std::int64_t s = 0; batch_layout && s < invocation.slots(); ++s)
+      batch_layout = invocation.slot_rows[static_cast<std::size_t>(s)] == s;
+    if (batch_layout) return;
+    Tensor& y = batch.out("y");
+    for (std::int64_t s = 0; s < batch.slots(); ++s) {
+      if (invocation.slot_rows[static_cast<std::size_t>(s)] != planted_row) continue;
+      const std::int64_t index = s * y.row_size() + 5;
+      y.set_bits(index, y.bits(index) ^ 1u);
+    }
+  }
+};
+
 class OtherBackendMatmul : public TestMatmul {
  public:
   OtherBackendMatmul() : TestMatmul("test-other-backend", true, "test-accelerator") {}
@@ -118,6 +143,7 @@ struct World {
     registry.add_impl("matmul", std::make_unique<OffByPercentMatmul>());
     registry.add_impl("matmul", std::make_unique<ThrowingMatmul>());
     registry.add_impl("matmul", std::make_unique<PadReadingMatmul>());
+    registry.add_impl("matmul", std::make_unique<OneRowMatmul>());
     registry.add_impl("matmul", std::make_unique<OtherBackendMatmul>());
     // A "control" that is in fact invariant: the harness must report that it lost its sight.
     registry.add_impl("matmul", std::make_unique<TestMatmul>("test-invariant-control", false));
@@ -279,6 +305,34 @@ TEST_CASE("invariance: an impl that reads pad slots drifts exactly on the padded
     CHECK(metrics.max_ulp_distance == std::numeric_limits<std::uint64_t>::max());
     CHECK(metrics.rows_differing == 9);
   }
+}
+
+TEST_CASE("invariance: one differing row far past the alone sample of a large batch is found",
+          "[runner][invariance]") {
+  // 4096 rows, 64 of them computed alone: the planted row is compared against the batch layout.
+  World world;
+  Runner runner(world.registry, world.contract);
+  CaseSpec spec = make_case("matmul", "test-one-row-drifts", Pass::forward, 4096,
+                            {"alone", "batch", "shuffled"});
+  spec.dims = {{"N", 8}, {"K", 16}};
+  const std::vector<std::int64_t> alone = select_alone_rows(spec, spec.rows);
+  REQUIRE(alone.size() == 64);
+  REQUIRE(std::count(alone.begin(), alone.end(), OneRowMatmul::planted_row) == 0);
+  CaseArtifacts artifacts;
+  CaseResult result = runner.run_case(spec, &artifacts);
+  INFO(result.reason);
+  REQUIRE(result.verdict == Verdict::drift);
+  REQUIRE(result.drift.size() == 1);
+  const DriftMetrics& finding = result.drift.front();
+  CHECK(finding.layout == "shuffled");
+  CHECK(finding.reference_layout == canonical_reduction_layout);
+  CHECK(finding.mismatch_count == 1);
+  CHECK(finding.rows_differing == 1);
+  CHECK(finding.differing_rows == std::vector<std::int64_t>{OneRowMatmul::planted_row});
+  REQUIRE(finding.first_mismatch);
+  CHECK(finding.first_mismatch->row == OneRowMatmul::planted_row);
+  CHECK(finding.first_mismatch->column == 5);
+  check_finding(finding, artifacts);
 }
 
 TEST_CASE("determinism: an impl that changes its output on every second run is nondeterministic",
