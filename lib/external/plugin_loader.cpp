@@ -186,7 +186,13 @@ class PluginImpl : public Impl {
     describe_call(spec, tensors, invocation.slot_rows, invocation.segments, batch.invocation_index,
                   batch.invocation_count, batch.reductions_wanted, call);
     prepare_device_call(memory, call);
-    const int status = entry_.run(&call.call, entry_.user_data);
+    int status = BITCHECK_PLUGIN_OK;
+    auto run_call = [&] { status = entry_.run(&call.call, entry_.user_data); };
+    if (batch.captured) {
+      memory.run_captured(run_call);
+    } else {
+      run_call();
+    }
     memory.synchronize();  // the plugin's work done, or its device error thrown
     staging_->release_retired();
     check(status, call);
@@ -363,6 +369,9 @@ int add_plugin_impl(void* host, const bitcheck_impl_desc* desc) {
   }
   info.description = text(desc->description) + " (plugin " + plugin.path + ")";
   info.kind = desc->claims_invariance != 0 ? ImplKind::invariant : ImplKind::control;
+  // A device plugin queues its work on call->stream: the graph layout captures that stream (a
+  // plugin that launches elsewhere or synchronizes is skipped there, with the reason).
+  info.graph_capturable = info.backend != "cpu";
   const PluginEntry entry{desc->workspace_bytes, desc->run, desc->user_data};
   const DeviceBackend* device = plugin.registry->device_backend(info.backend);
   auto impl = std::make_unique<PluginImpl>(std::move(info), entry, *op, device);

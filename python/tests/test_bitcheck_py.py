@@ -314,6 +314,30 @@ class HostSharedMemoryDevice(unittest.TestCase):
         self.assertEqual(reply["timer"], "wall clock (host-shm)")
         self.assertNotIn(base64.b64decode(handle), cache.opened)  # opened for the bench only
 
+    def test_a_captured_call_without_cuda_graphs_is_a_capture_error_and_writes_nothing(self):
+        name, memory = self.allocation(4096)
+        handle = base64.b64encode(name.encode().ljust(64, b"\0")).decode()
+        y = np.frombuffer(memory, np.float32, 2 * 3, 512).reshape(2, 3)
+        y[:] = np.nan
+        place = {"handle": handle, "allocation_bytes": 4096}
+        request = {"type": "call", "function": "numpy_matmul:fixed_order", "op": "matmul",
+                   "pass": "forward", "slot_rows": [0, 1], "segments": [], "invocation_index": 0,
+                   "invocation_count": 1, "captured": True,
+                   "device": {"kind": "host-shm", "index": 0, "close": []},
+                   "tensors": [dict(place, name="x", role="row_input", dtype="fp32",
+                                    shape=[2, 4], offset=0),
+                               dict(place, name="w", role="parameter", dtype="fp32",
+                                    shape=[3, 4], offset=256),
+                               dict(place, name="y", role="row_output", dtype="fp32",
+                                    shape=[2, 3], offset=512)]}
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "examples"))
+        with self.assertRaisesRegex(cuda_ipc.CaptureError,
+                                    "the host-shm stand-in has no CUDA graphs"):
+            worker.handle(request)
+        self.assertTrue(np.isnan(y).all())
+        worker.handle({"type": "close", "device": dict(request["device"], close=[handle])})
+
 
 if __name__ == "__main__":
     unittest.main()
