@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -189,7 +190,7 @@ class PluginImpl : public Impl {
     int status = BITCHECK_PLUGIN_OK;
     auto run_call = [&] { status = entry_.run(&call.call, entry_.user_data); };
     if (batch.captured) {
-      memory.run_captured(run_call);
+      run_captured(memory, run_call, status, call);
     } else {
       run_call();
     }
@@ -247,6 +248,21 @@ class PluginImpl : public Impl {
     call.call.workspace = workspace_;
     call.call.workspace_bytes = workspace_ ? entry_.workspace_bytes : 0;
     call.call.stream = memory.stream();
+  }
+
+  // The graph layout: the call captured on the plugin's stream and replayed. A capture that fails
+  // names the plugin and what its run said.
+  void run_captured(ExternalDeviceMemory& memory, const std::function<void()>& run_call,
+                    const int& status, PluginCall& call) const {
+    try {
+      memory.run_captured(run_call);
+    } catch (const CaptureUnsupported& failed) {
+      call.error[sizeof call.error - 1] = '\0';
+      const std::string said = status == BITCHECK_PLUGIN_OK || !call.error[0]
+                                   ? ""
+                                   : std::string("; its run returned: ") + call.error;
+      throw CaptureUnsupported(name() + " under CUDA graph capture: " + failed.what() + said);
+    }
   }
 
   void check(int status, PluginCall& call) const {

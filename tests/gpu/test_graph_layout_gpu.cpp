@@ -1,5 +1,5 @@
-// The graph layout on the CUDA backend: rmsnorm's kernels captured into a CUDA graph and replayed
-// give the eager bits on the eager paths; the capture control (a path chosen by
+// The graph layout on the CUDA backend: rmsnorm's and the elementwise kernels captured into a CUDA
+// graph and replayed give the eager bits on the eager paths; the capture control (a path chosen by
 // cudaStreamIsCapturing) drifts there and only there; the CUDA attention, which does not capture
 // its launches, skips the layout with the reason; verify_K steps of the CUDA attention pass.
 #include <catch2/catch.hpp>
@@ -37,6 +37,25 @@ TEST_CASE("rmsnorm cuda fixed-order replayed from a CUDA graph has the eager bit
           REQUIRE(result.paths.count(graph_layout) == 1);
           CHECK(result.paths.at(graph_layout) == result.paths.at("batch"));
         }
+      }
+    }
+  }
+}
+
+// The elementwise family's kernels (vector body and scalar tail, H 5123) and scale's dscale
+// accumulated in the replay.
+TEST_CASE("elementwise cuda fixed-order replayed from a CUDA graph has the eager bits",
+          "[gpu][graph][elementwise]") {
+  for (const char* op : {"silu", "swiglu", "scale"}) {
+    for (std::int64_t width : {4096, 5123}) {
+      for (Pass pass : {Pass::forward, Pass::backward}) {
+        CaseSpec spec =
+            op_test::make_case(op, "fixed-order", DType::bf16, pass, {{"H", width}}, 33);
+        spec.layouts = {"alone", "batch", graph_layout};
+        CaseResult result = op_test::run(spec);
+        INFO(op << " H=" << width << " " << to_string(pass) << ": " << op_test::describe(result));
+        CHECK(result.verdict == Verdict::pass);
+        CHECK(result.layouts_run == std::vector<std::string>{"alone", "batch", "graph"});
       }
     }
   }

@@ -1,6 +1,7 @@
 // The graph layout's logic on the host: the layout itself, its skip with the reason (the CPU
 // backend, an impl that cannot be captured, a capture that fails at run time), a capture control
 // that drifts only there, and the skipped layouts in the case's report entry.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
