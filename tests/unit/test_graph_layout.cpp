@@ -99,6 +99,14 @@ CaseSpec matmul_case(const std::string& impl, std::vector<std::string> layouts) 
   return spec;
 }
 
+const std::vector<std::string> with_graph = {"alone", "batch", graph_layout};
+
+// Why the case skipped the graph layout ("" when it did not).
+std::string graph_skipped_because(const CaseResult& result) {
+  auto skipped = result.skipped_layouts.find(graph_layout);
+  return skipped == result.skipped_layouts.end() ? "" : skipped->second;
+}
+
 }  // namespace
 
 TEST_CASE("the graph layout is the batch's one in-order invocation, captured", "[layout][graph]") {
@@ -118,13 +126,11 @@ TEST_CASE("the graph layout is the batch's one in-order invocation, captured", "
 
 TEST_CASE("the graph layout skips on the CPU backend with the reason, the case still passes",
           "[layout][graph]") {
-  CaseResult result =
-      case_support::run(matmul_case("cpu-fixed-order", {"alone", "batch", graph_layout}));
+  CaseResult result = case_support::run(matmul_case("cpu-fixed-order", with_graph));
   INFO(describe(result));
   CHECK(result.verdict == Verdict::pass);
   CHECK(result.layouts_run == std::vector<std::string>{"alone", "batch"});
-  REQUIRE(result.skipped_layouts.count(graph_layout) == 1);
-  CHECK(result.skipped_layouts.at(graph_layout) ==
+  CHECK(graph_skipped_because(result) ==
         "the cpu backend has no device, so no CUDA graph to capture into");
   CHECK(result.paths.count(graph_layout) == 0);
 }
@@ -132,8 +138,7 @@ TEST_CASE("the graph layout skips on the CPU backend with the reason, the case s
 TEST_CASE("a device impl runs the graph layout captured, compared with the eager canonical rows",
           "[layout][graph]") {
   DeviceWorld device;
-  CaseResult result = case_support::run(matmul_case("capturable", {"alone", "batch", graph_layout}),
-                                        device.registry);
+  CaseResult result = case_support::run(matmul_case("capturable", with_graph), device.registry);
   INFO(describe(result));
   CHECK(result.verdict == Verdict::pass);
   CHECK(result.layouts_run == std::vector<std::string>{"alone", "batch", "graph"});
@@ -144,35 +149,33 @@ TEST_CASE("a device impl runs the graph layout captured, compared with the eager
 TEST_CASE("a device impl that cannot be captured skips the graph layout, with the reason",
           "[layout][graph]") {
   DeviceWorld device;
-  CaseResult declared = case_support::run(
-      matmul_case("eager-only", {"alone", "batch", graph_layout}), device.registry);
-  INFO(describe(declared));
-  CHECK(declared.verdict == Verdict::pass);
-  REQUIRE(declared.skipped_layouts.count(graph_layout) == 1);
-  CHECK(declared.skipped_layouts.at(graph_layout) ==
-        "eager-only cannot be captured into a CUDA graph: its run() uploads, downloads or "
-        "synchronizes between its launches");
-  // One that says so only when captured (an impl from outside): the same, with its own reason.
-  CaseResult at_run_time = case_support::run(
-      matmul_case("fails-capture", {"alone", "batch", graph_layout}), device.registry);
-  INFO(describe(at_run_time));
-  CHECK(at_run_time.verdict == Verdict::pass);
-  CHECK(at_run_time.layouts_run == std::vector<std::string>{"alone", "batch"});
-  REQUIRE(at_run_time.skipped_layouts.count(graph_layout) == 1);
-  CHECK(at_run_time.skipped_layouts.at(graph_layout) == "the test impl synchronizes under capture");
-  CHECK(at_run_time.paths.count(graph_layout) == 0);
+  // Declared (ImplInfo::graph_capturable unset), and found only when captured (an impl from
+  // outside whose capture fails): either way the other layouts run and pass.
+  const std::pair<const char*, const char*> impls[] = {
+      {"eager-only",
+       "eager-only cannot be captured into a CUDA graph: its run() uploads, downloads or "
+       "synchronizes between its launches"},
+      {"fails-capture", "the test impl synchronizes under capture"}};
+  for (const auto& [impl, reason] : impls) {
+    CaseResult result = case_support::run(matmul_case(impl, with_graph), device.registry);
+    INFO(impl << ": " << describe(result));
+    CHECK(result.verdict == Verdict::pass);
+    CHECK(result.layouts_run == std::vector<std::string>{"alone", "batch"});
+    CHECK(graph_skipped_because(result) == reason);
+    CHECK(result.paths.count(graph_layout) == 0);
+  }
 }
 
 TEST_CASE("a capture control drifts in the graph layout, and is expected to only where it runs",
           "[layout][graph][control]") {
   DeviceWorld device;
-  CaseResult with_graph = case_support::run(
-      matmul_case("path-by-capture", {"alone", "batch", graph_layout}), device.registry);
-  INFO(describe(with_graph));
-  CHECK(with_graph.verdict == Verdict::drift);
-  CHECK(with_graph.expected_to_drift);
-  REQUIRE_FALSE(with_graph.drift.empty());
-  for (const DriftMetrics& drift : with_graph.drift) CHECK(drift.layout == graph_layout);
+  CaseResult captured =
+      case_support::run(matmul_case("path-by-capture", with_graph), device.registry);
+  INFO(describe(captured));
+  CHECK(captured.verdict == Verdict::drift);
+  CHECK(captured.expected_to_drift);
+  REQUIRE_FALSE(captured.drift.empty());
+  for (const DriftMetrics& drift : captured.drift) CHECK(drift.layout == graph_layout);
   // Without the graph layout it had no chance: it passes, and no one expects it to drift.
   CaseResult eager =
       case_support::run(matmul_case("path-by-capture", {"alone", "batch"}), device.registry);
@@ -182,8 +185,7 @@ TEST_CASE("a capture control drifts in the graph layout, and is expected to only
 }
 
 TEST_CASE("a case's skipped layouts survive its report entry", "[layout][graph][report]") {
-  CaseResult result =
-      case_support::run(matmul_case("cpu-fixed-order", {"alone", "batch", graph_layout}));
+  CaseResult result = case_support::run(matmul_case("cpu-fixed-order", with_graph));
   REQUIRE(result.verdict == Verdict::pass);
   const nlohmann::json entry = case_to_json(result);
   REQUIRE(entry.contains("skipped_layouts"));
