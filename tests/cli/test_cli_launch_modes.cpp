@@ -18,9 +18,9 @@ std::map<std::string, json> sweep_cases(const TempDir& dir, const std::string& s
                                   " --backend cpu --no-progress --out " + quote(dir / "out"));
   INFO(run.out << run.err);
   REQUIRE(run.exit_code == 0);
+  const json report = json::parse(read_file(dir / "out/report.json"));
   std::map<std::string, json> cases;
-  for (const auto& c : json::parse(read_file(dir / "out/report.json"))["results"])
-    cases[c["id"].get<std::string>()] = c;
+  for (const auto& c : report["results"]) cases[c["id"].get<std::string>()] = c;
   return cases;
 }
 
