@@ -45,6 +45,7 @@ nlohmann::json list_json(const Registry& registry, const Contract& contract) {
                               {"reason", registry.backend_reason(backend)}};
   }
   j["layouts"] = known_layouts();
+  j["layouts"].push_back(graph_layout);  // accepted where a spec names it, never a default
   return j;
 }
 

@@ -1,6 +1,7 @@
 // attention: causal self-attention with grouped-query heads over ragged sequences; its sequence
-// layouts (alone, packed varlen, padded, chunked prefill against a KV cache, decode) and the FP32
-// reference for forward (o, lse) and backward (dq, dk, dv) on sampled token rows.
+// layouts (alone, packed varlen, padded, chunked prefill against a KV cache, decode, speculative
+// verification, decode captured into CUDA graphs) and the FP32 reference for forward (o, lse) and
+// backward (dq, dk, dv) on sampled token rows.
 #include "attention/attention.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "common/eigen_view.h"
+#include "core/layout_names.h"
 #include "core/rng.h"
 
 namespace bitcheck {
@@ -43,11 +45,20 @@ namespace {
 
 const char* const seq_alone = "seq_alone";
 const std::vector<std::int64_t> chunk_sizes = {1, 16, 64, 256, 1000};
+// Speculative decoding's verification step: K drafted tokens and the last accepted one, K + 1 new
+// tokens of every sequence per decode call.
+const std::vector<std::int64_t> verify_ks = {1, 3, 7};
+
+std::string verify_layout_name(std::int64_t k) {
+  return "verify_" + std::to_string(k);
+}
 
 std::vector<std::string> attention_layout_names() {
   std::vector<std::string> names = {seq_alone, "varlen_packed", "padded"};
   for (std::int64_t chunk : chunk_sizes) names.push_back("chunked_" + std::to_string(chunk));
   names.push_back("decode");
+  for (std::int64_t k : verify_ks) names.push_back(verify_layout_name(k));
+  names.push_back(graph_layout);
   return names;
 }
 
@@ -87,11 +98,13 @@ Layout chunked(const std::string& name, std::int64_t chunk,
   return layout;
 }
 
-// Decode: a packed prefill of a random prompt of each sequence, then one token of every unfinished
-// sequence per invocation, each position compared with the prefill row of that position.
-Layout decode(const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& offsets,
-              LayoutRandom& random) {
-  Layout layout{"decode", {}, false};
+// Decode: a packed prefill of a random prompt of each sequence, then decode calls: call i holds
+// the next `step` tokens of every unfinished sequence (its tokens from prompt + i * step on; 1:
+// one-token decode, K + 1: speculative decoding's verification step), each position compared with
+// the prefill row of that position.
+Layout decode(const std::string& name, std::int64_t step, const std::vector<std::int64_t>& lengths,
+              const std::vector<std::int64_t>& offsets, LayoutRandom& random) {
+  Layout layout{name, {}, false};
   std::vector<std::int64_t> prompts;
   Invocation prefill;
   for (std::size_t s = 0; s < lengths.size(); ++s) {
@@ -99,16 +112,17 @@ Layout decode(const std::vector<std::int64_t>& lengths, const std::vector<std::i
     append_segment(prefill, offsets, static_cast<std::int64_t>(s), 0, prompts.back());
   }
   layout.invocations.push_back(std::move(prefill));
-  const std::int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  for (std::int64_t position = 1; position < longest; ++position) {
-    Invocation step;
+  for (std::int64_t call_index = 0;; ++call_index) {
+    Invocation call;
     for (std::size_t s = 0; s < lengths.size(); ++s) {
-      if (position >= prompts[s] && position < lengths[s])
-        append_segment(step, offsets, static_cast<std::int64_t>(s), position, 1);
+      const std::int64_t start = prompts[s] + call_index * step;
+      if (start < lengths[s])
+        append_segment(call, offsets, static_cast<std::int64_t>(s), start,
+                       std::min(step, lengths[s] - start));
     }
-    if (!step.segments.empty()) layout.invocations.push_back(std::move(step));
+    if (call.segments.empty()) return layout;
+    layout.invocations.push_back(std::move(call));
   }
-  return layout;
 }
 
 std::optional<Layout> make_attention_layout(const std::string& name, const CaseSpec& spec) {
@@ -152,7 +166,16 @@ std::optional<Layout> make_attention_layout(const std::string& name, const CaseS
     if (name == "chunked_" + std::to_string(chunk))
       return chunked(name, chunk, lengths, offsets, random);
   }
-  if (name == "decode") return decode(lengths, offsets, random);
+  if (name == "decode") return decode(name, 1, lengths, offsets, random);
+  for (std::int64_t k : verify_ks) {
+    if (name == verify_layout_name(k)) return decode(name, k + 1, lengths, offsets, random);
+  }
+  if (name == graph_layout) {
+    // Engines capture their decode steps in CUDA graphs: the decode layout's calls, captured.
+    Layout layout = decode(name, 1, lengths, offsets, random);
+    layout.captured = true;
+    return layout;
+  }
   return std::nullopt;
 }
 

@@ -361,6 +361,9 @@ void register_chain_impls(Registry& registry) {
         if (impl->backend() != base.backend || impl == impls.at(op)) continue;
         // The chain runs on one rank: an impl split over ranks has no call in it.
         if (impl->tensor_parallelism().max_tp > 1) continue;
+        // Nor a control whose drift is built into one layout of its own op (graph capture): the
+        // chain's calls never run in it.
+        if (!impl->info().drifts_only_in_layout.empty()) continue;
         registry.add_impl("chain", std::make_unique<ChainImpl>(registry, base.impl, base.backend,
                                                                impls, op, impl));
       }

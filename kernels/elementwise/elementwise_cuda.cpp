@@ -1,9 +1,11 @@
 // CUDA impls of the elementwise family: `fixed-order` (one formula in the vector body and the
 // scalar tail) and the tail controls (tail-approx, tail-downcast-bf16, tail-round-toward-zero),
 // with scale's dscale accumulated over tokens in token order; and their device-resident benchmark.
+// Each call's launches go between its uploads and its downloads, so the graph layout captures them.
 #include <memory>
 
 #include "common/adapter_support.h"
+#include "common/graph_capture.h"
 #include "common/runtime.h"
 #include "common/token_columns.h"
 #include "core/op.h"
@@ -42,21 +44,25 @@ class CudaElementwise : public ElementwiseImpl {
         reduction = decl.name;
       }
     }
-    cuda::elementwise_launch(launch, nullptr);
-    for (std::size_t k = 0; k < outputs.size(); ++k)
-      support::download(outputs[k], *host_outputs[k]);
-    if (!reduction.empty()) {
-      // dscale += dy * x over the real tokens, in order: inputs[0] is x, inputs[1] is dy.
-      Tensor& dscale = batch.out(reduction);
-      DeviceBuffer accumulator = support::upload(dscale);
-      std::vector<std::int32_t> tokens = support::real_slot_list(batch);
-      DeviceBuffer token_buffer = support::upload(tokens);
+    // dscale += dy * x over the real tokens, in order: inputs[0] is x, inputs[1] is dy.
+    Tensor* dscale = reduction.empty() ? nullptr : &batch.out(reduction);
+    DeviceBuffer accumulator, token_buffer;
+    const std::vector<std::int32_t> tokens = support::real_slot_list(batch);
+    if (dscale) {
+      accumulator = support::upload(*dscale);
+      token_buffer = support::upload(tokens);
+    }
+    cuda::run_launches(batch.captured, [&](CUstream_st* stream) {
+      cuda::elementwise_launch(launch, stream);
+      if (!dscale) return;
       cuda::token_column_accumulate(
           support::device_dtype(batch.spec->dtype), inputs[1].get(), inputs[0].get(), nullptr,
           nullptr, token_buffer.as<std::int32_t>(), static_cast<std::int64_t>(tokens.size()), h,
-          accumulator.as<float>(), nullptr);
-      support::download(accumulator, dscale);
-    }
+          accumulator.as<float>(), stream);
+    });
+    for (std::size_t k = 0; k < outputs.size(); ++k)
+      support::download(outputs[k], *host_outputs[k]);
+    if (dscale) support::download(accumulator, *dscale);
   }
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
@@ -156,6 +162,7 @@ void register_elementwise_cuda(Registry& registry) {
         "round-toward-zero (__float2bfloat16_rz) instead of round-to-nearest-even"}}};
   register_elementwise_impls(registry, cuda,
                              [](ImplInfo info, const ElementwiseOpInfo& op, Variant tail) {
+                               info.capturable_in_graphs();
                                return std::make_unique<CudaElementwise>(std::move(info), op, tail);
                              });
 }

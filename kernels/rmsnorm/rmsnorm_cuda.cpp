@@ -7,12 +7,15 @@
 // switch reported against vLLM's fused-add RMSNorm). Reordering the fp32 sum alone moves the
 // inverse RMS by an ulp, which almost never survives rounding the output to bf16; partials that
 // pass through a bf16/fp16 workspace move it by up to 2^-9, and the output bits with it, in every
-// dtype.
+// dtype. The control `path-by-capture` splits rows the same way only while its launches are being
+// captured into a CUDA graph (the graph layout).
 #include <memory>
 
 #include "common/adapter_support.h"
+#include "common/graph_capture.h"
 #include "common/runtime.h"
 #include "common/token_columns.h"
+#include "core/layout_names.h"
 #include "core/op.h"
 #include "rmsnorm/rmsnorm.h"
 #include "rmsnorm_kernels.h"
@@ -26,17 +29,24 @@ namespace support = cuda_support;
 constexpr std::int64_t control_switch_tokens = 256;
 constexpr int control_small_batch_splits = 4;
 
+// How a forward launch splits each row across blocks.
+enum class RowSplits {
+  fixed,       // never: the layout depends on the width and dtype only
+  by_tokens,   // below control_switch_tokens tokens (the block-size-by-tokens control)
+  by_capture,  // while the launch is being captured into a CUDA graph (the path-by-capture control)
+};
+
 class CudaRmsnorm : public Impl {
  public:
-  CudaRmsnorm(ImplInfo info, RmsnormInput input, bool control)
+  CudaRmsnorm(ImplInfo info, RmsnormInput input, RowSplits splits)
       : Impl(std::move(info)),
         fused_add_(input == RmsnormInput::x_plus_residual),
-        control_(control) {}
+        splits_(splits) {}
 
-  // The control switches its launch shape at control_switch_tokens tokens; the fixed-order
-  // layouts depend on the width and dtype only.
+  // The by-tokens control switches its launch shape at control_switch_tokens tokens; the other
+  // layouts do not depend on the batch.
   std::vector<SwitchPoint> switch_points(const CaseSpec&, std::int64_t max_rows) const override {
-    if (!control_ || max_rows < control_switch_tokens) return {};
+    if (splits_ != RowSplits::by_tokens || max_rows < control_switch_tokens) return {};
     return {{control_switch_tokens, "forward.block-per-row+partials", "forward.rows"}};
   }
 
@@ -53,7 +63,7 @@ class CudaRmsnorm : public Impl {
       launch.residual = residual.get();
     }
     launch.weight = parameters_.get(batch, "weight").get();
-    DeviceBuffer partials = partials_workspace(launch);
+    DeviceBuffer partials = partials_workspace(launch, most_row_splits(launch));
     launch.partials = partials.get();
     // Pad slots are never written: poisoned (NaN), as the runner poisons them, so a download reads
     // defined bytes (compute-sanitizer initcheck) and a kernel that wrote a pad slot would show.
@@ -69,7 +79,12 @@ class CudaRmsnorm : public Impl {
         h = output("h");
         launch.h_out = h.get();
       }
-      cuda::rmsnorm_forward(launch, nullptr);
+      cuda::run_launches(batch.captured, [&](CUstream_st* stream) {
+        cuda::RmsnormLaunch queued = launch;
+        if (splits_ == RowSplits::by_capture && cuda::is_capturing(stream))
+          queued.row_splits = control_small_batch_splits;
+        cuda::rmsnorm_forward(queued, stream);
+      });
       support::download(y, batch.out("y"));
       if (fused_add_) support::download(h, batch.out("h"));
       return;
@@ -88,10 +103,12 @@ class CudaRmsnorm : public Impl {
     }
     Tensor& dweight = batch.out("dweight");
     DeviceBuffer accumulator = support::upload(dweight);
-    cuda::rmsnorm_backward_rows(launch, nullptr);
-    cuda::token_column_accumulate(launch.dtype, launch.dy, launch.x, launch.residual,
-                                  launch.inverse_rms, launch.tokens, launch.token_count, width,
-                                  accumulator.as<float>(), nullptr);
+    cuda::run_launches(batch.captured, [&](CUstream_st* stream) {
+      cuda::rmsnorm_backward_rows(launch, stream);
+      cuda::token_column_accumulate(launch.dtype, launch.dy, launch.x, launch.residual,
+                                    launch.inverse_rms, launch.tokens, launch.token_count, width,
+                                    accumulator.as<float>(), stream);
+    });
     support::download(dx, batch.out("dx"));
     if (fused_add_) support::download(dresidual, batch.out("dresidual"));
     support::download(accumulator, dweight);
@@ -115,7 +132,8 @@ class CudaRmsnorm : public Impl {
     DeviceBuffer accumulator =
         support::random_input(static_cast<std::size_t>(width) * sizeof(float), DType::fp32, 2);
     DeviceBuffer inverse_rms(static_cast<std::size_t>(rows) * sizeof(float));
-    DeviceBuffer partials = partials_workspace(base_launch(spec, rows));
+    const cuda::RmsnormLaunch shape = base_launch(spec, rows);
+    DeviceBuffer partials = partials_workspace(shape, shape.row_splits);
     std::vector<DeviceBuffer> buffers;
     std::vector<cuda::RmsnormLaunch> launches;
     auto make = [&](bool input) -> void* {
@@ -177,24 +195,30 @@ class CudaRmsnorm : public Impl {
     launch.width = spec.dim("H");
     launch.token_count = token_count;
     launch.block_threads = cuda::rmsnorm_fixed_block_threads;
-    if (control_ && token_count < control_switch_tokens)
+    if (splits_ == RowSplits::by_tokens && token_count < control_switch_tokens)
       launch.row_splits = control_small_batch_splits;
     return launch;
   }
 
+  // The most blocks a row of `launch` may be split across: the by-capture control decides only
+  // when its launch is queued, so its workspace is allocated for the split before.
+  int most_row_splits(const cuda::RmsnormLaunch& launch) const {
+    return splits_ == RowSplits::by_capture ? control_small_batch_splits : launch.row_splits;
+  }
+
   // The split-row workspace: two partial sums per (token, slice) in the io dtype; empty when rows
   // are not split.
-  static DeviceBuffer partials_workspace(const cuda::RmsnormLaunch& launch) {
-    if (launch.row_splits <= 1) return DeviceBuffer();
+  static DeviceBuffer partials_workspace(const cuda::RmsnormLaunch& launch, int row_splits) {
+    if (row_splits <= 1) return DeviceBuffer();
     const std::size_t elements =
         static_cast<std::size_t>(std::max<std::int64_t>(launch.token_count, 1)) *
-        static_cast<std::size_t>(launch.row_splits) * 2;
+        static_cast<std::size_t>(row_splits) * 2;
     return DeviceBuffer(
         std::max<std::size_t>(elements * (launch.dtype == cuda::DeviceDType::fp32 ? 4 : 2), 16));
   }
 
   bool fused_add_;
-  bool control_;
+  RowSplits splits_;
   support::ParameterCache parameters_;
 };
 
@@ -211,8 +235,9 @@ void register_rmsnorm_cuda_impls(Registry& registry, const std::string& op, Rmsn
                   "one block of 256 threads per row whatever the batch (16-byte loads); dweight: "
                   "per-column sequential sum over tokens in token order into the carried fp32 "
                   "accumulator (no atomics)")
-                  .with_paths(cuda::rmsnorm_paths(false)),
-              input, false));
+                  .with_paths(cuda::rmsnorm_paths(false))
+                  .capturable_in_graphs(),
+              input, RowSplits::fixed));
   registry.add_impl(
       op, std::make_unique<CudaRmsnorm>(
               ImplInfo::control(
@@ -221,12 +246,29 @@ void register_rmsnorm_cuda_impls(Registry& registry, const std::string& op, Rmsn
                   "of squares pass through a workspace in the io dtype, one block per row from 256 "
                   "tokens on (launch shape chosen from the token count, as in vLLM's fused-add "
                   "RMSNorm): the row's sum changes with the batch")
-                  .with_paths(cuda::rmsnorm_paths(true)),
-              input, true));
+                  .with_paths(cuda::rmsnorm_paths(true))
+                  .capturable_in_graphs(),
+              input, RowSplits::by_tokens));
 }
 
 void register_rmsnorm_cuda(Registry& registry) {
   register_rmsnorm_cuda_impls(registry, "rmsnorm", RmsnormInput::x);
+  registry.add_impl(
+      "rmsnorm",
+      std::make_unique<CudaRmsnorm>(
+          ImplInfo::control(
+              "path-by-capture", "cuda",
+              "control: the fixed-order forward, except that while its launch is being captured "
+              "into a CUDA graph (cudaStreamIsCapturing, a host-side query) each row is split "
+              "across 4 blocks whose partial sums pass through a workspace in the io dtype: a "
+              "kernel choice that differs under graph capture, so the graph layout differs from "
+              "eager")
+              .only_passes({Pass::forward})
+              .drifting_in({Pass::forward})
+              .drifting_only_in_layout(graph_layout)
+              .with_paths(cuda::rmsnorm_paths(true))
+              .capturable_in_graphs(),
+          RmsnormInput::x, RowSplits::by_capture));
 }
 
 }  // namespace bitcheck

@@ -1,5 +1,5 @@
 // Error types that map to bitcheck's exit codes: BadInput -> 2 (names file, JSON path, expected),
-// everything else that escapes a case -> 3.
+// everything else that escapes a case -> 3; and CaptureUnsupported, which skips a layout.
 #pragma once
 #include <stdexcept>
 #include <string>
@@ -21,6 +21,14 @@ class BadInput : public std::runtime_error {
 
  private:
   std::string file_, json_path_, expected_;
+};
+
+// Thrown by an impl's run() in a captured layout (the graph layout) when its launches turn out not
+// to be capturable (an impl from outside that synchronizes, copies to the host or launches on
+// another stream under capture): the runner skips the layout with this reason, the case goes on.
+class CaptureUnsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 }  // namespace bitcheck

@@ -13,7 +13,7 @@ const std::vector<std::string>& known_layouts() {
 
 bool is_known_layout(const std::string& name) {
   const auto& names = known_layouts();
-  return std::find(names.begin(), names.end(), name) != names.end();
+  return name == graph_layout || std::find(names.begin(), names.end(), name) != names.end();
 }
 
 }  // namespace bitcheck

@@ -146,6 +146,16 @@ ImplInfo& ImplInfo::with_paths(std::vector<PathDecl> declared) {
   return *this;
 }
 
+ImplInfo& ImplInfo::capturable_in_graphs() {
+  graph_capturable = true;
+  return *this;
+}
+
+ImplInfo& ImplInfo::drifting_only_in_layout(std::string layout) {
+  drifts_only_in_layout = std::move(layout);
+  return *this;
+}
+
 ImplInfo& ImplInfo::on_ranks(TensorParallelism parallelism) {
   tensor_parallelism = std::move(parallelism);
   return *this;

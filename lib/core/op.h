@@ -123,6 +123,9 @@ struct Layout {
   // True when every logical row appears exactly once, in increasing order, across invocations:
   // then reduction outputs (dW, dweight) must equal the canonical ones bit for bit.
   bool covers_all_rows_in_order = false;
+  // The graph layout: each invocation's launches are captured into a CUDA graph (stream capture)
+  // and the graph replayed, instead of launched eagerly.
+  bool captured = false;
 };
 
 // The tensors of one invocation. Row tensors have `slots` rows; reduction outputs are fp32
@@ -135,6 +138,9 @@ struct Batch {
   int tp = 1;
   std::int64_t invocation_index = 0;
   std::int64_t invocation_count = 1;  // invocations in this layout execution
+  // The layout is captured (Layout::captured): a capturable impl captures its launches into a
+  // CUDA graph and replays it (ImplInfo::graph_capturable).
+  bool captured = false;
   // false when no check reads this layout's reduction outputs (a layout that does not hold every
   // token in order, such as alone or shuffled): an impl may then leave them unwritten and save
   // the work and the transfers (gigabytes for a vocab-sized dW).
@@ -209,6 +215,13 @@ struct ImplInfo {
   std::vector<PathDecl> paths;
   // How the impl runs on several ranks (tensor_parallel.h); by default on one rank only.
   TensorParallelism tensor_parallelism;
+  // Whether run() can capture its launches into a CUDA graph when Batch::captured is set (its
+  // uploads before them, its downloads after, nothing synchronizing in between). Impls that cannot
+  // skip the graph layout, with the reason.
+  bool graph_capturable = false;
+  // A control whose drift is built into one layout (the graph layout: a path chosen by a query
+  // that answers differently under capture): a case that does not run that layout cannot drift.
+  std::string drifts_only_in_layout;
 
   static ImplInfo invariant(std::string name, std::string backend, std::string description);
   static ImplInfo control(std::string name, std::string backend, std::string description);
@@ -218,6 +231,8 @@ struct ImplInfo {
   ImplInfo& with_dtypes(std::vector<std::string> supported);
   ImplInfo& with_paths(std::vector<PathDecl> declared);
   ImplInfo& on_ranks(TensorParallelism parallelism);
+  ImplInfo& capturable_in_graphs();
+  ImplInfo& drifting_only_in_layout(std::string layout);
 };
 
 class Impl {

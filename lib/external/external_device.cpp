@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/error.h"
+
 namespace bitcheck {
 namespace {
 
@@ -28,6 +30,10 @@ std::size_t bytes_of(const std::vector<std::int64_t>& shape, DType dtype) {
 }
 
 }  // namespace
+
+void ExternalDeviceMemory::run_captured(const std::function<void()>&) {
+  throw CaptureUnsupported("the " + handle_kind() + " device memory has no CUDA graphs");
+}
 
 std::size_t aligned_end(std::size_t offset, std::size_t bytes) {
   const std::size_t end = offset + bytes;

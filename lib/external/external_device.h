@@ -48,6 +48,10 @@ class ExternalDeviceMemory {
     double min_ms = 0;
   };
   virtual Timing time_launches(int warmup, int repeats, const std::function<void(int)>& launch) = 0;
+  // The graph layout: `launches` (which queue their work on stream()) captured into a CUDA graph,
+  // the graph replayed once and waited for. Throws CaptureUnsupported when they cannot be
+  // captured, and where the memory has no CUDA graphs (the host stand-in).
+  virtual void run_captured(const std::function<void()>& launches);
 };
 
 // One tensor of a call on the device: the host tensor's description, where its bytes are, and

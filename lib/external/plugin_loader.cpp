@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -186,7 +187,13 @@ class PluginImpl : public Impl {
     describe_call(spec, tensors, invocation.slot_rows, invocation.segments, batch.invocation_index,
                   batch.invocation_count, batch.reductions_wanted, call);
     prepare_device_call(memory, call);
-    const int status = entry_.run(&call.call, entry_.user_data);
+    int status = BITCHECK_PLUGIN_OK;
+    auto run_call = [&] { status = entry_.run(&call.call, entry_.user_data); };
+    if (batch.captured) {
+      run_captured(memory, run_call, status, call);
+    } else {
+      run_call();
+    }
     memory.synchronize();  // the plugin's work done, or its device error thrown
     staging_->release_retired();
     check(status, call);
@@ -241,6 +248,21 @@ class PluginImpl : public Impl {
     call.call.workspace = workspace_;
     call.call.workspace_bytes = workspace_ ? entry_.workspace_bytes : 0;
     call.call.stream = memory.stream();
+  }
+
+  // The graph layout: the call captured on the plugin's stream and replayed. A capture that fails
+  // names the plugin and what its run said.
+  void run_captured(ExternalDeviceMemory& memory, const std::function<void()>& run_call,
+                    const int& status, PluginCall& call) const {
+    try {
+      memory.run_captured(run_call);
+    } catch (const CaptureUnsupported& failed) {
+      call.error[sizeof call.error - 1] = '\0';
+      const std::string said = status == BITCHECK_PLUGIN_OK || !call.error[0]
+                                   ? ""
+                                   : std::string("; its run returned: ") + call.error;
+      throw CaptureUnsupported(name() + " under CUDA graph capture: " + failed.what() + said);
+    }
   }
 
   void check(int status, PluginCall& call) const {
@@ -363,6 +385,9 @@ int add_plugin_impl(void* host, const bitcheck_impl_desc* desc) {
   }
   info.description = text(desc->description) + " (plugin " + plugin.path + ")";
   info.kind = desc->claims_invariance != 0 ? ImplKind::invariant : ImplKind::control;
+  // A device plugin queues its work on call->stream: the graph layout captures that stream (a
+  // plugin that launches elsewhere or synchronizes is skipped there, with the reason).
+  info.graph_capturable = info.backend != "cpu";
   const PluginEntry entry{desc->workspace_bytes, desc->run, desc->user_data};
   const DeviceBackend* device = plugin.registry->device_backend(info.backend);
   auto impl = std::make_unique<PluginImpl>(std::move(info), entry, *op, device);

@@ -381,10 +381,12 @@ class PythonImpl : public Impl {
   ExternalDeviceMemory& memory() const { return *device_->external_memory(); }
 
   void check(const nlohmann::json& reply) const {
-    if (!reply.value("ok", false)) {
-      throw std::runtime_error(name() +
-                               " failed: " + reply.value("error", std::string("no error text")));
+    if (reply.value("ok", false)) return;
+    const std::string error = reply.value("error", std::string("no error text"));
+    if (reply.value("capture_failed", false)) {
+      throw CaptureUnsupported(name() + " cannot be captured by torch.cuda.graph: " + error);
     }
+    throw std::runtime_error(name() + " failed: " + error);
   }
 
   // The kernels the worker's profiler saw the call launch ("kernels": [{name, grid, block,
@@ -516,6 +518,9 @@ void register_python_impl(Registry& registry, const std::string& module_function
                      "forward and/or backward, got \"" + pass_name + "\"");
     info.passes.push_back(*pass);
   }
+  // On a device the worker captures the function's call with torch.cuda.graph (the graph layout);
+  // one that cannot be captured is skipped there, with the reason the worker gives.
+  info.graph_capturable = info.backend != "cpu";
   const DeviceBackend* device = registry.device_backend(info.backend);
   auto impl = std::make_unique<PythonImpl>(std::move(info), module_function, *op, device);
   if (registry.find_impl(op->name, impl->name())) return;

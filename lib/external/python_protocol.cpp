@@ -103,6 +103,7 @@ nlohmann::json call_request(const std::string& function, const Batch& batch,
   request["segments"] = segments;
   request["invocation_index"] = batch.invocation_index;
   request["invocation_count"] = batch.invocation_count;
+  if (batch.captured) request["captured"] = true;
   request["tensors"] = std::move(tensors);
   if (kernels_wanted()) request["kernels"] = true;  // the worker's profiler records the call
   return request;

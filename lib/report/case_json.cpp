@@ -240,6 +240,7 @@ nlohmann::json case_to_json(const CaseResult& result) {
   if (result.is_control) j["expected_to_drift"] = result.expected_to_drift;
   if (result.drift_needs_rows > 0) j["drift_needs_rows"] = result.drift_needs_rows;
   j["layouts_run"] = result.layouts_run;
+  if (!result.skipped_layouts.empty()) j["skipped_layouts"] = result.skipped_layouts;
   j["layout_comparisons"] = result.layout_comparisons;
   j["drift"] = nlohmann::json::array();
   for (const auto& d : result.drift) j["drift"].push_back(drift_to_json(d));
@@ -345,6 +346,10 @@ CaseResult case_from_json(const JsonCursor& c) {
     result.drift_needs_rows = needs->as_int(2, INT64_MAX);
   for (const auto& layout : c.at("layouts_run").items()) {
     result.layouts_run.push_back(layout.as_string());
+  }
+  if (auto skipped = c.find("skipped_layouts")) {
+    for (const auto& layout : skipped->keys())
+      result.skipped_layouts[layout] = skipped->at(layout).as_string();
   }
   result.layout_comparisons = count_from(c.at("layout_comparisons"));
   result.drift = drift_list_from(c.at("drift"));

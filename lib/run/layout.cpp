@@ -105,6 +105,8 @@ Layout make_layout(const std::string& name, const CaseSpec& spec,
     return layout;
   }
   if (name == "batch") return {"batch", {one_invocation(all_rows(spec.rows))}, true};
+  if (name == graph_layout)
+    return {graph_layout, {one_invocation(all_rows(spec.rows))}, true, true};
   if (name == "shuffled") {
     std::vector<std::int64_t> slots = all_rows(spec.rows);
     for (std::size_t i = slots.size(); i > 1; --i) {

@@ -1,5 +1,6 @@
 // Layouts: the same logical rows presented as different physical batches (alone, in a batch at
-// every position, shuffled, padded left/right/ragged with NaN pad slots, split into micro-batches).
+// every position, shuffled, padded left/right/ragged with NaN pad slots, split into micro-batches,
+// captured into a CUDA graph).
 #pragma once
 #include <cstdint>
 #include <string>

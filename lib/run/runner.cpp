@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/error.h"
 #include "core/phase_profile.h"
 #include "core/rng.h"
 #include "run/case_checks.h"
@@ -213,6 +214,27 @@ CasePlan plan_case(const OpDef& op, const CaseSpec& spec) {
   return plan;
 }
 
+// Why the impl cannot run a captured layout, or nullopt: CUDA graphs need a device backend, and an
+// impl whose run() cannot capture its launches says so (ImplInfo::graph_capturable).
+std::optional<std::string> capture_skip_reason(const Registry& registry, const Impl& impl) {
+  if (!registry.device_backend(impl.backend())) {
+    return "the " + impl.backend() + " backend has no device, so no CUDA graph to capture into";
+  }
+  if (!impl.info().graph_capturable) {
+    return impl.name() +
+           " cannot be captured into a CUDA graph: its run() uploads, downloads or synchronizes "
+           "between its launches";
+  }
+  return std::nullopt;
+}
+
+// A control whose drift is built into one layout can drift only in a case that runs it.
+bool can_drift(const Impl& impl, const CaseSpec& spec) {
+  const std::string& layout = impl.info().drifts_only_in_layout;
+  return layout.empty() ||
+         std::find(spec.layouts.begin(), spec.layouts.end(), layout) != spec.layouts.end();
+}
+
 // nullopt: the layout does not apply to this op or case (an op's own layout names and the
 // generic ones are disjoint), so it is not run.
 std::optional<Layout> build_layout(const OpDef& op, const Impl& impl, const CaseSpec& spec,
@@ -261,6 +283,7 @@ Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
   batch.invocation_index = static_cast<std::int64_t>(index);
   batch.invocation_count = static_cast<std::int64_t>(layout.invocations.size());
   batch.reductions_wanted = reductions_wanted;
+  batch.captured = layout.captured;
   const bool identity = is_identity(invocation, rows);
   for (const auto& decl : decls) {
     if (decl.role == TensorRole::parameter || (decl.role == TensorRole::row_input && identity)) {
@@ -511,9 +534,11 @@ class CasePipeline {
   // the case's tp with the others (their collectives need it) and leaves the checks to rank 0.
   CasePipeline(const CaseSpec& spec, const OpDef& op, Impl& impl, const Contract& contract,
                ParameterCache& parameters, ReferenceCache& reference, CaseArtifacts* artifacts,
-               bool follower, KernelRecorder* recorder)
+               bool follower, KernelRecorder* recorder,
+               std::optional<std::string> capture_skip_reason)
       : follower_(follower),
         recorder_(recorder),
+        capture_skip_reason_(std::move(capture_skip_reason)),
         spec_(spec),
         op_(op),
         impl_(impl),
@@ -543,6 +568,7 @@ class CasePipeline {
     timings_.profile.add(Phase::references, timings_.reference_seconds, reference_computed_bytes_);
     timings_.profile.add(Phase::comparisons, timings_.compare_seconds, compared_bytes());
     result.layouts_run = std::move(layouts_run_);
+    result.skipped_layouts = std::move(skipped_layouts_);
     result.drift = std::move(invariance_.drift);
     result.cross_tp_drift = std::move(cross_tp_drift_);
     result.layout_comparisons = invariance_.comparisons;
@@ -567,32 +593,46 @@ class CasePipeline {
     for (const auto& name : plan_.layouts) {
       std::optional<Layout> layout = build_layout(op_, impl_, spec_, plan_, name);
       if (!layout) continue;
+      if (layout->captured && capture_skip_reason_) {
+        skipped_layouts_[name] = *capture_skip_reason_;
+        continue;
+      }
       const bool at_tp1 = plan_.rank(name) == -1;
       if (at_tp1 && follower_) continue;  // rank 0 runs the tp = 1 layouts on its own
-      const int tp = at_tp1 ? 1 : spec_.tp;
-      const int runs = plan_.canonical(name) ? spec_.repeats : 1;
-      for (int repeat = 0; repeat < runs; ++repeat) {
-        // Reductions are compared in the batch layout (the reference) and in layouts holding
-        // every token in order; kept for a dump too.
-        const bool reductions_wanted = name == canonical_reduction_layout ||
-                                       layout->covers_all_rows_in_order || artifacts_ != nullptr;
-        LayoutRecords& records = records_[name];
-        LayoutOutputs outputs = execute_layout(*layout, impl_, spec_, plan_, inputs_, impl_config_,
-                                               timings_, reductions_wanted, recorder_, records, tp);
-        if (records.paths.empty()) records.paths.insert(unrecorded_path_);
-        if (at_tp1) {
-          tp1_kept_.emplace(parse_tp_layout_name(name).first, std::move(outputs));
-        } else if (repeat == 0) {
-          check_across_tp(name, outputs);
-          keep_or_check(name, *layout, std::move(outputs));
-        } else {
-          auto compare_start = Clock::now();
-          determinism_.append(
-              check_determinism(plan_.decls, name, repeat, kept_.at(name), outputs));
-          timings_.compare_seconds += seconds_since(compare_start);
-        }
+      try {
+        run_layout(name, *layout, at_tp1);
+      } catch (const CaptureUnsupported& unsupported) {
+        records_.erase(name);
+        skipped_layouts_[name] = unsupported.what();
+        continue;
       }
       layouts_run_.push_back(name);
+    }
+  }
+
+  // One layout through the impl (a canonical one spec.repeats times), checked or kept.
+  void run_layout(const std::string& name, const Layout& layout, bool at_tp1) {
+    const int tp = at_tp1 ? 1 : spec_.tp;
+    const int runs = plan_.canonical(name) ? spec_.repeats : 1;
+    for (int repeat = 0; repeat < runs; ++repeat) {
+      // Reductions are compared in the batch layout (the reference) and in layouts holding
+      // every token in order; kept for a dump too.
+      const bool reductions_wanted = name == canonical_reduction_layout ||
+                                     layout.covers_all_rows_in_order || artifacts_ != nullptr;
+      LayoutRecords& records = records_[name];
+      LayoutOutputs outputs = execute_layout(layout, impl_, spec_, plan_, inputs_, impl_config_,
+                                             timings_, reductions_wanted, recorder_, records, tp);
+      if (records.paths.empty()) records.paths.insert(unrecorded_path_);
+      if (at_tp1) {
+        tp1_kept_.emplace(parse_tp_layout_name(name).first, std::move(outputs));
+      } else if (repeat == 0) {
+        check_across_tp(name, outputs);
+        keep_or_check(name, layout, std::move(outputs));
+      } else {
+        auto compare_start = Clock::now();
+        determinism_.append(check_determinism(plan_.decls, name, repeat, kept_.at(name), outputs));
+        timings_.compare_seconds += seconds_since(compare_start);
+      }
     }
   }
 
@@ -723,6 +763,8 @@ class CasePipeline {
 
   bool follower_;
   KernelRecorder* recorder_;  // the impl's backend's, while it records; else nullptr
+  // Why the impl cannot run a captured layout (the graph layout); nullopt when it can.
+  std::optional<std::string> capture_skip_reason_;
   const CaseSpec& spec_;
   const OpDef& op_;
   Impl& impl_;
@@ -740,6 +782,7 @@ class CasePipeline {
   std::map<std::string, Tensor> logical_inputs_;
 
   std::vector<std::string> layouts_run_;
+  std::map<std::string, std::string> skipped_layouts_;
   InvarianceResult invariance_;
   std::vector<DriftMetrics> cross_tp_drift_;
   DeterminismResult determinism_;
@@ -774,8 +817,9 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   if (!impl) throw std::logic_error("case names an unregistered op or impl: " + spec.id());
   result.backend = impl->backend();
   result.is_control = !impl->claims_invariance();
-  result.expected_to_drift =
-      impl->expected_to_drift(spec.pass) && spec.tp >= impl->tensor_parallelism().drifts_from_tp;
+  result.expected_to_drift = impl->expected_to_drift(spec.pass) &&
+                             spec.tp >= impl->tensor_parallelism().drifts_from_tp &&
+                             can_drift(*impl, spec);
   result.is_observation = impl->is_library_default();
   // A case at tp > 1 on a backend whose ranks are processes: ranks [0, tp) run it together.
   DeviceBackend* device = state_->registry.device_backend(impl->backend());
@@ -800,7 +844,8 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   KernelRecorder* recorder = state_->registry.kernel_recorder(impl->backend());
   if (recorder && !recorder->recording()) recorder = nullptr;
   CasePipeline pipeline(spec, *op, *impl, state_->contract, state_->parameters, state_->reference,
-                        artifacts, with_ranks && group.rank > 0, recorder);
+                        artifacts, with_ranks && group.rank > 0, recorder,
+                        capture_skip_reason(state_->registry, *impl));
   std::optional<std::string> error;
   try {
     pipeline.run();

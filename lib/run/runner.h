@@ -40,6 +40,9 @@ struct CaseResult {
   // reaches it. Such a case had no chance to drift. 0 for every other case.
   std::int64_t drift_needs_rows = 0;
   std::vector<std::string> layouts_run;
+  // Layouts of the case the impl could not run, with the reason (the graph layout on the CPU
+  // backend, or for an impl that cannot be captured).
+  std::map<std::string, std::string> skipped_layouts;
   std::vector<DriftMetrics> drift;  // layout comparisons that differ
   // A case at tp > 1 whose impl does not claim the same bits across TP sizes: its canonical layouts
   // against the same layouts at tp = 1 where they differ (reported, never a failure).

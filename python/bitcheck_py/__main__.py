@@ -119,6 +119,8 @@ def main():
             reply = handle(request)
         except calls.ResultError as error:
             reply = {"ok": False, "error": str(error)}
+        except cuda_ipc.CaptureError as error:  # the graph layout is skipped with this text
+            reply = {"ok": False, "error": str(error), "capture_failed": True}
         except Exception as error:  # the case becomes `error` with this traceback
             reply = {"ok": False, "error": error_text(error)}
             poisoned = poisons_the_context(error)

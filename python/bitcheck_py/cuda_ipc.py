@@ -10,6 +10,11 @@ synchronized before it sent the request.
 
 Benchmarks time the function with CUDA events (warm-up, then one event pair per call).
 
+A call of the graph layout ("captured") is captured with torch.cuda.graph and the graph replayed
+once; the eager layouts ran before it in the same worker, so the function is warmed up. A function
+that cannot be captured (it synchronizes, copies to the host) fails with CaptureError, and
+bitcheck skips the layout with its text.
+
 The "host-shm" kind is the host stand-in of bitcheck's CPU tests: the handle names a POSIX
 shared-memory object, the views are numpy arrays (CPU conventions), and time is wall time."""
 import base64
@@ -269,11 +274,40 @@ def close(device):
     return cache
 
 
+class CaptureError(Exception):
+    """The call could not be captured into a CUDA graph; its cause says why."""
+
+
+_graphs = []  # the graph layout's graphs so far: tensors they allocated (a KV cache) stay theirs
+
+
+def run_captured(body, opener, invocation_index):
+    """body() captured into a CUDA graph by torch.cuda.graph, then the graph replayed once."""
+    torch = getattr(opener, "torch", None)
+    if torch is None:
+        raise CaptureError(f"the {opener.how} stand-in has no CUDA graphs")
+    if invocation_index == 0:
+        _graphs.clear()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            body()
+    except Exception as error:
+        raise CaptureError(f"{type(error).__name__}: {error}") from error
+    graph.replay()
+    _graphs.append(graph)
+
+
 def run_call(function, call):
     cache = close(call["device"])
     arrays = cache.opener.arrays
     try:
-        calls.run(function, call, cache.views(call["tensors"]), arrays)
+        views = cache.views(call["tensors"])
+        if call.get("captured"):
+            run_captured(lambda: calls.run(function, call, views, arrays), cache.opener,
+                         call["invocation_index"])
+        else:
+            calls.run(function, call, views, arrays)
     finally:
         arrays.synchronize()  # bitcheck reads the outputs once the reply is in
 

@@ -1,6 +1,8 @@
 """Python impls that fail on purpose, one per failure mode bitcheck must turn into a case `error`
 (the CLI tests run them): an exception, a hang, a wrong shape and a wrong dtype; and on the GPU
-path (the GPU tests run them) an exception and a result that is not on the device. kills_bitcheck
+path (the GPU tests run them) an exception, a result that is not on the device, and a call that
+reads a value back to the host (it runs eagerly, but cannot be captured into a CUDA graph: the
+graph layout skips it). kills_bitcheck
 kills the bitcheck process that called it, on its second call, and dies_every_second_call exits its
 worker on the second call of each: the CLI tests check that no shared memory is left behind and
 that a new worker gets the shared buffer."""
@@ -78,3 +80,13 @@ def on_the_host_cuda(x, w):
 @bitcheck_py.impl(op="matmul", invariant=True, backend="cuda", dtypes=("bf16",))
 def wrong_shape_cuda(x, w):
     return (x @ w.T)[:, 1:]
+
+
+@bitcheck_py.impl(op="matmul", invariant=True, backend="cuda", dtypes=("bf16",))
+def reads_back_cuda(x, w):
+    import torch  # the GPU path only: the CPU tests run this file without torch
+
+    y = x @ w.T
+    if not bool(torch.isfinite(y).all().item()):  # a host round trip: synchronizes the stream
+        raise RuntimeError("non-finite output")
+    return y

@@ -274,7 +274,9 @@ class HostSharedMemoryDevice(unittest.TestCase):
         with open("/dev/shm/" + name, "r+b") as file:
             return name, mmap.mmap(file.fileno(), size)
 
-    def test_a_call_writes_the_outputs_into_the_allocation(self):
+    def matmul_call(self, **fields):
+        """A 2 x 4 by 3 x 4 fp32 matmul call in one allocation: the request (with `fields`), its
+        handle and the views x, w, y (x counts up, w is ones, y is NaN)."""
         name, memory = self.allocation(4096)
         handle = base64.b64encode(name.encode().ljust(64, b"\0")).decode()
         x = np.frombuffer(memory, np.float32, 2 * 4, 0).reshape(2, 4)
@@ -293,9 +295,13 @@ class HostSharedMemoryDevice(unittest.TestCase):
                                dict(place, name="w", role="parameter", dtype="fp32",
                                     shape=[3, 4], offset=256),
                                dict(place, name="y", role="row_output", dtype="fp32",
-                                    shape=[2, 3], offset=512)]}
+                                    shape=[2, 3], offset=512)], **fields}
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                         "examples"))
+        return request, handle, y
+
+    def test_a_call_writes_the_outputs_into_the_allocation(self):
+        request, handle, y = self.matmul_call()
         self.assertEqual(worker.handle(request), {"ok": True})
         np.testing.assert_array_equal(y, [[6, 6, 6], [22, 22, 22]])
         cache = cuda_ipc.cache_for(request["device"])
@@ -340,6 +346,14 @@ class KernelProvenance(unittest.TestCase):
         with kernels.recorded(False, reply):
             pass
         self.assertEqual(reply, {})
+
+    def test_a_captured_call_without_cuda_graphs_is_a_capture_error_and_writes_nothing(self):
+        request, handle, y = self.matmul_call(captured=True)
+        with self.assertRaisesRegex(cuda_ipc.CaptureError,
+                                    "the host-shm stand-in has no CUDA graphs"):
+            worker.handle(request)
+        self.assertTrue(np.isnan(y).all())
+        worker.handle({"type": "close", "device": dict(request["device"], close=[handle])})
 
 
 if __name__ == "__main__":

@@ -87,7 +87,8 @@ TEST_CASE("list shows every op, impl, dtype and layout", "[cli]") {
   CHECK(list["dtypes"]["bf16"] == "mandatory");
   CHECK(list["dtypes"]["fp8"] == "out_of_scope");
   CHECK(list["backends"]["cpu"]["available"] == true);
-  CHECK(list["layouts"].size() == 7);
+  CHECK(list["layouts"].size() == 8);
+  CHECK(list["layouts"].back() == "graph");
 }
 
 TEST_CASE("contract check accepts the contract and refuses a bad one naming file and path",

@@ -223,3 +223,48 @@ TEST_CASE("provenance: a Python impl's kernels come back from the worker's profi
   INFO(kernels);
   CHECK(kernels.find("no kernel recorded") == std::string::npos);
 }
+
+namespace {
+
+// A bf16 matmul case of `impl` over alone, batch and the graph layout.
+CaseResult run_with_graph(const std::string& impl, std::int64_t n, std::int64_t k,
+                          std::int64_t rows) {
+  CaseSpec spec = matmul_case(impl, DType::bf16, n, k, rows);
+  spec.layouts = {"alone", "batch", graph_layout};
+  return run(spec);
+}
+
+// Why the case skipped the graph layout ("" when it did not).
+std::string graph_skipped_because(const CaseResult& result) {
+  auto skipped = result.skipped_layouts.find(graph_layout);
+  return skipped == result.skipped_layouts.end() ? "" : skipped->second;
+}
+
+}  // namespace
+
+// The graph layout from outside: the example plugin copies its slot map from pageable host memory
+// on its stream, which stream capture refuses, so its cases skip the layout with that reason;
+// F.linear is captured by torch.cuda.graph and replayed; a function that reads a value back to the
+// host runs eagerly and skips the layout, with torch's reason.
+TEST_CASE("impls from outside in the graph layout: captured, or skipped with the reason",
+          "[gpu][graph][plugins][python]") {
+  CaseResult plugin = run_with_graph("plugin:example/fixed-order-cuda", 264, 200, 37);
+  INFO(describe(plugin));
+  CHECK(plugin.verdict == Verdict::pass);
+  CHECK_THAT(graph_skipped_because(plugin),
+             Catch::Contains("plugin:example/fixed-order-cuda under CUDA graph capture"));
+  if (!python_has("torch")) {
+    WARN("no torch in " << python() << " (BITCHECK_PYTHON): the Python graph cases are skipped");
+    return;
+  }
+  world().load_python({"torch_defaults:linear", "broken:reads_back_cuda"});
+  CaseResult linear = run_with_graph("py:torch_defaults:linear", 512, 512, 33);
+  INFO(describe(linear));
+  CHECK(linear.verdict != Verdict::error);
+  CHECK(linear.layouts_run == std::vector<std::string>{"alone", "batch", "graph"});
+  CaseResult reads_back = run_with_graph("py:broken:reads_back_cuda", 64, 64, 3);
+  INFO(describe(reads_back));
+  CHECK(reads_back.verdict == Verdict::pass);
+  CHECK_THAT(graph_skipped_because(reads_back),
+             Catch::Contains("cannot be captured by torch.cuda.graph"));
+}

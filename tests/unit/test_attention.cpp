@@ -66,9 +66,88 @@ TEST_CASE("attention cpu-fixed-order passes every sequence layout, forward and b
       CaseResult result = run(attention_case("cpu-fixed-order", dtype, pass, 5));
       INFO(to_string(dtype) << " " << to_string(pass) << ": " << describe(result));
       CHECK(result.verdict == Verdict::pass);
-      const std::size_t expected_layouts = pass == Pass::forward ? 9 : 3;
+      // The forward runs decode, chunked prefill and verify_1/3/7 too; the graph layout (decode
+      // captured into CUDA graphs) is skipped on the CPU backend, with the reason.
+      const std::size_t expected_layouts = pass == Pass::forward ? 12 : 3;
       CHECK(result.layouts_run.size() == expected_layouts);
+      if (pass == Pass::backward) continue;
+      REQUIRE(result.skipped_layouts.count("graph") == 1);
+      CHECK(result.skipped_layouts.at("graph") ==
+            "the cpu backend has no device, so no CUDA graph to capture into");
     }
+  }
+}
+
+TEST_CASE(
+    "verify_K: after a prefill, every decode call holds the next K + 1 tokens of each "
+    "unfinished sequence, against its KV cache",
+    "[attention][layout]") {
+  const OpDef* op = world().registry.find_op("attention");
+  CaseSpec spec = attention_case("cpu-fixed-order", DType::bf16, Pass::forward, 6);
+  const std::vector<std::int64_t> lengths = attention::sequence_lengths(spec);
+  for (std::int64_t k : {1, 3, 7}) {
+    const std::string name = "verify_" + std::to_string(k);
+    std::optional<Layout> layout = op->make_layout(name, spec);
+    REQUIRE(layout);
+    INFO(name);
+    CHECK(layout->name == name);
+    CHECK_FALSE(layout->captured);
+    REQUIRE(layout->invocations.size() >= 2);
+    // The prefill: one segment per sequence from position 0, a prompt of at least one token.
+    const Invocation& prefill = layout->invocations.front();
+    REQUIRE(prefill.segments.size() == lengths.size());
+    std::vector<std::int64_t> prompts(lengths.size(), 0), next(lengths.size(), 0);
+    for (const Segment& segment : prefill.segments) {
+      CHECK(segment.start_position == 0);
+      CHECK(segment.length >= 1);
+      prompts[static_cast<std::size_t>(segment.sequence)] = segment.length;
+      next[static_cast<std::size_t>(segment.sequence)] = segment.length;
+    }
+    // Call i: the tokens [prompt + i (K + 1), prompt + (i + 1)(K + 1)) of each sequence still
+    // that long, cut at its end; every sequence in each call until it ends.
+    bool some_call_holds_k_plus_one = false;
+    for (std::size_t call = 1; call < layout->invocations.size(); ++call) {
+      const Invocation& invocation = layout->invocations[call];
+      std::set<std::int64_t> in_call;
+      for (const Segment& segment : invocation.segments) {
+        const auto s = static_cast<std::size_t>(segment.sequence);
+        CHECK(segment.start_position == prompts[s] + static_cast<std::int64_t>(call - 1) * (k + 1));
+        CHECK(segment.start_position == next[s]);
+        CHECK(segment.length == std::min(k + 1, lengths[s] - segment.start_position));
+        some_call_holds_k_plus_one = some_call_holds_k_plus_one || segment.length == k + 1;
+        next[s] += segment.length;
+        in_call.insert(segment.sequence);
+      }
+      for (std::size_t s = 0; s < lengths.size(); ++s) {
+        const bool unfinished =
+            prompts[s] + static_cast<std::int64_t>(call - 1) * (k + 1) < lengths[s];
+        CHECK(in_call.count(static_cast<std::int64_t>(s)) == (unfinished ? 1u : 0u));
+      }
+    }
+    CHECK(some_call_holds_k_plus_one);
+    CHECK(next == lengths);
+  }
+  spec.pass = Pass::backward;
+  CHECK_FALSE(op->make_layout("verify_3", spec));
+}
+
+TEST_CASE("verify_K: a KV-block control drifts in the verification layouts, the fixed order passes",
+          "[attention][layout][control]") {
+  for (const char* layout : {"verify_3", "verify_7"}) {
+    CaseSpec spec = attention_case("cpu-fixed-order", DType::bf16, Pass::forward, 5);
+    spec.layouts = {"seq_alone", "decode", layout};
+    CaseResult fixed = run(spec);
+    INFO(layout << ": " << describe(fixed));
+    CHECK(fixed.verdict == Verdict::pass);
+    CHECK(fixed.layouts_run == std::vector<std::string>{"seq_alone", "decode", layout});
+    spec.impl = "cpu-kv-block-by-length";
+    spec.layouts = {"seq_alone", layout};
+    CaseResult control = run(spec);
+    INFO(describe(control));
+    REQUIRE(control.verdict == Verdict::drift);
+    bool drift_in_layout = false;
+    for (const DriftMetrics& drift : control.drift) drift_in_layout |= drift.layout == layout;
+    CHECK(drift_in_layout);
   }
 }
 
