@@ -321,6 +321,14 @@ class HostSharedMemoryDevice(unittest.TestCase):
         self.assertNotIn(base64.b64decode(handle), cache.opened)  # opened for the bench only
         self.assertNotIn("kernels", reply)  # not asked for: no profiler, no list
 
+    def test_a_captured_call_without_cuda_graphs_is_a_capture_error_and_writes_nothing(self):
+        request, handle, y = self.matmul_call(captured=True)
+        with self.assertRaisesRegex(cuda_ipc.CaptureError,
+                                    "the host-shm stand-in has no CUDA graphs"):
+            worker.handle(request)
+        self.assertTrue(np.isnan(y).all())
+        worker.handle({"type": "close", "device": dict(request["device"], close=[handle])})
+
 
 class KernelProvenance(unittest.TestCase):
     """What the worker sends back of a profiled call, from a trace as torch.profiler exports it."""
@@ -346,14 +354,6 @@ class KernelProvenance(unittest.TestCase):
         with kernels.recorded(False, reply):
             pass
         self.assertEqual(reply, {})
-
-    def test_a_captured_call_without_cuda_graphs_is_a_capture_error_and_writes_nothing(self):
-        request, handle, y = self.matmul_call(captured=True)
-        with self.assertRaisesRegex(cuda_ipc.CaptureError,
-                                    "the host-shm stand-in has no CUDA graphs"):
-            worker.handle(request)
-        self.assertTrue(np.isnan(y).all())
-        worker.handle({"type": "close", "device": dict(request["device"], close=[handle])})
 
 
 if __name__ == "__main__":
