@@ -142,8 +142,7 @@ class NcclCollective : public Impl {
     }
     cuda::DeviceBuffer send = cs::upload(mine);
     cuda::DeviceBuffer sum(y.bytes() + 16);
-    const std::string& forced = batch.spec->forced_path;
-    Workspace workspace(mine.bytes(), tp, peer_wanted(forced), forced_shape(forced));
+    Workspace workspace = workspace_for(mine.bytes(), tp, batch.spec->forced_path);
     reduce(send, sum, count, dtype, tp, mine.bytes(), workspace, batch.spec->forced_path);
     sum.download(y.data(), y.bytes());
   }
@@ -160,7 +159,7 @@ class NcclCollective : public Impl {
     const std::size_t bytes = count * dtype_size(spec.dtype);
     cuda::DeviceBuffer send = cuda_bench::random_input(bytes, spec.dtype, 1 + nccl::group().rank);
     cuda::DeviceBuffer sum(bytes + 16);
-    Workspace workspace(bytes, tp, peer_wanted(spec.forced_path), forced_shape(spec.forced_path));
+    Workspace workspace = workspace_for(bytes, tp, spec.forced_path);
     nccl::Asynchronous asynchronous;
     BenchMeasurement measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
       reduce(send, sum, count, dtype, tp, bytes, workspace, spec.forced_path);
@@ -171,26 +170,27 @@ class NcclCollective : public Impl {
   }
 
  private:
-  // Device buffers a call needs besides its input and output, made once per message size.
-  // Peer buffers are mapped by every rank together, so each rank decides from what all ranks know.
+  // Device buffers a call needs besides its input and output, made once per message size: the
+  // peer buffers where the sum goes over peer memory (every rank maps them together, so each
+  // decides from what all ranks know), else the buffers of NCCL's transports.
   struct Workspace {
-    Workspace(std::size_t bytes, int tp, bool peer_wanted,
-              std::optional<cuda::PeerShape> forced_shape)
-        : gathered(bytes * static_cast<std::size_t>(tp) + 16),
-          parts(bytes + 16),
-          part(bytes / static_cast<std::size_t>(tp) + 16) {
-      if (peer_wanted) {
-        if (const auto shape = cuda::peer_shape(bytes, tp, forced_shape))
-          peer.emplace(bytes, tp, *shape);
-      }
+    Workspace(std::size_t bytes, int tp, std::optional<cuda::PeerShape> peer_shape) {
+      if (peer_shape) peer.emplace(bytes, tp, *peer_shape);
+      if (peer && peer->usable()) return;
+      gathered = cuda::DeviceBuffer(bytes * static_cast<std::size_t>(tp) + 16);
+      parts = cuda::DeviceBuffer(bytes + 16);
+      part = cuda::DeviceBuffer(bytes / static_cast<std::size_t>(tp) + 16);
     }
     cuda::DeviceBuffer gathered, parts, part;
     std::optional<cuda::PeerSum> peer;
   };
 
-  bool peer_wanted(const std::string& forced_path) const {
-    return kind_.transport == Transport::gathered_tree &&
-           (forced_path.empty() || forced_path.rfind("peer.", 0) == 0);
+  Workspace workspace_for(std::size_t bytes, int tp, const std::string& forced_path) const {
+    const bool peer_wanted = kind_.transport == Transport::gathered_tree &&
+                             (forced_path.empty() || forced_path.rfind("peer.", 0) == 0);
+    return Workspace(
+        bytes, tp,
+        peer_wanted ? cuda::peer_shape(bytes, tp, forced_shape(forced_path)) : std::nullopt);
   }
 
   static std::optional<cuda::PeerShape> forced_shape(const std::string& forced_path) {
@@ -199,10 +199,9 @@ class NcclCollective : public Impl {
     return std::nullopt;
   }
 
-  std::optional<cuda::PeerShape> peer_path(const Workspace& workspace,
-                                           const std::string& forced_path) const {
-    if (!peer_wanted(forced_path) || !workspace.peer || !workspace.peer->usable())
-      return std::nullopt;
+  // The shape the workspace sums in over peer memory, or nullopt where NCCL moves the data.
+  static std::optional<cuda::PeerShape> peer_path(const Workspace& workspace) {
+    if (!workspace.peer || !workspace.peer->usable()) return std::nullopt;
     return workspace.peer->shape();
   }
 
@@ -214,7 +213,7 @@ class NcclCollective : public Impl {
       case Transport::nccl_pinned:
         return "nccl (tree, Simple, 16 channels)";
       case Transport::gathered_tree:
-        if (const auto shape = peer_path(workspace, forced_path))
+        if (const auto shape = peer_path(workspace))
           return *shape == cuda::PeerShape::one_shot ? "peer memory, one shot"
                                                      : "peer memory, two shots";
         return scattered(bytes, count, tp, forced_path) ? "all-to-all + tree + all-gather"
@@ -243,7 +242,7 @@ class NcclCollective : public Impl {
         return;
       case Transport::gathered_tree:
       case Transport::gathered_rotating_chain:
-        if (const auto shape = peer_path(workspace, forced_path)) {
+        if (const auto shape = peer_path(workspace)) {
           workspace.peer->all_reduce(dtype, send.get(), sum.get(), count, nullptr);
           record_path(*shape == cuda::PeerShape::one_shot ? "peer.one_shot" : "peer.two_shot");
         } else if (scattered(bytes, count, tp, forced_path)) {
