@@ -68,9 +68,12 @@ void* at_row(const DeviceBuffer& buffer, std::int64_t row, std::int64_t width,
 // The layer's weights on the device, shared by every CUDA impl of moe and kept across
 // invocations and cases while the runner's parameters (by input id) stay the same: the router
 // [E, H], gate and up stacked per expert [E, 2I, H], down [E, H, I], the selection bias, and the
-// transposes the fixed-order input gradients read.
+// transposes the fixed-order input gradients read. The bias comes from the shape's hot_experts,
+// not from the inputs (cases of one seed and H, I, E share their parameters whatever their skew),
+// so it is part of the key.
 struct DeviceWeights {
   std::vector<std::uint64_t> ids;
+  std::int64_t hot_experts = 0;
   bool transposed = false;
   DeviceBuffer router, gate_up, down, bias, router_t, gate_up_t, down_t;
   ExpertWeight router_w, gate_up_w, down_w;
@@ -108,10 +111,13 @@ class WeightCache {
     std::vector<std::uint64_t> ids;
     for (const char* name : {"router", "w_gate", "w_up", "w_down"})
       ids.push_back(batch.input_ids.at(name));
-    if (weights_ && weights_->ids == ids && (weights_->transposed || !transposed)) return *weights_;
+    if (weights_ && weights_->ids == ids && weights_->hot_experts == s.hot_experts &&
+        (weights_->transposed || !transposed))
+      return *weights_;
     weights_.reset();  // free the old copies first
     auto fresh = std::make_unique<DeviceWeights>();
     fresh->ids = ids;
+    fresh->hot_experts = s.hot_experts;
     place_weights(s, batch.spec->dtype, transposed, upload(batch.in("router")),
                   upload(batch.in("w_gate")), upload(batch.in("w_up")), upload(batch.in("w_down")),
                   *fresh);

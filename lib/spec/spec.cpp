@@ -660,13 +660,28 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
     }
   }
   // Two entries can still describe one case (the same shape and M in two entries, or --batch
-  // giving two entries the same M): the first keeps it, so no case runs twice or sits in two
-  // shards.
+  // giving two entries the same M): it runs once, in the first entry's place, so no case runs
+  // twice or sits in two shards. It runs every layout either entry asks for (an entry that adds
+  // the graph layout to an op's cases must not lose the cases another entry already lists) and
+  // the larger repeat count; the rest is the first entry's.
   {
-    std::set<std::string> seen;
-    cases.erase(std::remove_if(cases.begin(), cases.end(),
-                               [&](const CaseSpec& c) { return !seen.insert(c.id()).second; }),
-                cases.end());
+    std::map<std::string, std::size_t> first;
+    std::vector<CaseSpec> kept;
+    for (CaseSpec& c : cases) {
+      auto [at, inserted] = first.emplace(c.id(), kept.size());
+      if (inserted) {
+        kept.push_back(std::move(c));
+        continue;
+      }
+      CaseSpec& earlier = kept[at->second];
+      for (const std::string& layout : c.layouts) {
+        if (std::find(earlier.layouts.begin(), earlier.layouts.end(), layout) ==
+            earlier.layouts.end())
+          earlier.layouts.push_back(layout);
+      }
+      earlier.repeats = std::max(earlier.repeats, c.repeats);
+    }
+    cases = std::move(kept);
     for (std::size_t i = 0; i < cases.size(); ++i) cases[i].index = static_cast<std::int64_t>(i);
   }
   if (!overrides.skip_ids.empty()) {

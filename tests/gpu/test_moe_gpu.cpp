@@ -107,3 +107,18 @@ TEST_CASE("moe cuda: a Qwen3-30B-A3B layer from one token to a prefill batch", "
     CHECK(result.verdict == Verdict::pass);
   }
 }
+
+TEST_CASE("moe cuda: cases of one seed and shape but another skew route by their own hot experts",
+          "[gpu][moe]") {
+  // The parameters (router, experts) of these cases are the same tensors; only the selection bias
+  // differs. Run in one process one after another, as a sweep's shard runs them.
+  for (std::int64_t hot : {1, 2, 0, 3}) {
+    Dims dims = skewed_shape;
+    dims["hot_experts"] = hot;
+    for (const char* impl : {"fixed-order", "cublaslt-pinned"}) {
+      CaseResult result = run(moe_case(impl, DType::bf16, Pass::forward, dims, 33));
+      INFO(impl << " hot_experts=" << hot << ": " << describe(result));
+      CHECK(result.verdict == Verdict::pass);
+    }
+  }
+}

@@ -159,6 +159,45 @@ TEST_CASE("the options --pass and --dtype narrow each entry and never duplicate 
   CHECK(cases.size() == 6);  // 4 forward + 2 backward (bf16)
 }
 
+TEST_CASE("a case two entries describe runs once with the layouts of both", "[spec]") {
+  World world;
+  // As the nightly's rmsnorm and rmsnorm-graph: the second entry adds the graph layout to cases
+  // (same op, impl, shape, M) that the first already lists; it must not be dropped as a duplicate.
+  nlohmann::json document = {
+      {"schema_version", 1},
+      {"ops",
+       {{"rmsnorm",
+         {{"impls", {"cpu-fixed-order"}},
+          {"dtypes", {"fp32"}},
+          {"passes", {"forward"}},
+          {"layouts", {"alone", "batch", "pad_left"}},
+          {"shapes", {{{"H", 256}}}},
+          {"batches", {1, 33}}}},
+        {"rmsnorm-graph",
+         {{"op", "rmsnorm"},
+          {"impls", {"cpu-fixed-order"}},
+          {"dtypes", {"fp32"}},
+          {"passes", {"forward"}},
+          {"layouts", {"alone", "batch", "graph"}},
+          {"repeats", 3},
+          {"shapes", {{{"H", 256}}}},
+          {"batches", {33, 1000}}}}}}};
+  SweepSpec spec = parse_sweep_spec(document, "merge.json", world.registry, world.contract);
+  SweepOverrides overrides;
+  overrides.backend = "cpu";
+  auto cases = expand_cases(spec, world.registry, overrides);
+  REQUIRE(cases.size() == 3);  // M = 1, 33 (both entries), 1000
+  std::map<std::int64_t, const CaseSpec*> by_rows;
+  for (const auto& c : cases) by_rows[c.rows] = &c;
+  const std::vector<std::string> first = {"alone", "batch", "pad_left"};
+  const std::vector<std::string> both = {"alone", "batch", "pad_left", "graph"};
+  const std::vector<std::string> second = {"alone", "batch", "graph"};
+  CHECK(by_rows.at(1)->layouts == first);
+  CHECK(by_rows.at(33)->layouts == both);
+  CHECK(by_rows.at(33)->repeats == 3);
+  CHECK(by_rows.at(1000)->layouts == second);
+}
+
 TEST_CASE("every bad spec is BadInput naming file, JSON path and expectation", "[spec]") {
   World world;
   const std::vector<BadSpec> cases = {
