@@ -49,6 +49,9 @@ case "$kernels" in
 esac
 [[ "$timeout_s" =~ ^[0-9]+$ ]] || { echo "gpu-sanitize: --timeout takes seconds, got $timeout_s" >&2; exit 2; }
 [[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-sanitize: --shards takes a positive count, got $shards" >&2; exit 2; }
+# Every device buffer a cudaMalloc of its own (no cached blocks), so initcheck sees each allocation
+# fresh and memcheck's leak check sees every buffer freed.
+export BITCHECK_DEVICE_CACHE_MB=0
 # The GPUs to use: CUDA_VISIBLE_DEVICES when set (say, to leave a GPU free for a benchmark), else
 # every GPU present.
 if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -51,6 +52,31 @@ inline void download(const cuda::DeviceBuffer& buffer, Tensor& tensor) {
 }
 
 // The real (non-pad) slots in slot order, as int32 for the kernels that skip padding.
+// A reduction output's accumulator on the device for a whole layout execution: every micro-batch
+// adds into it and it comes back once, after the layout's last invocation (download_after_last),
+// instead of a round trip per invocation (a vocab-sized dtable is 0.5 GB each way). Made from the
+// runner's initial tensor (zeros) at the first invocation and kept in batch.layout_state, so only
+// for impls that keep no other state there.
+struct CarriedAccumulator {
+  cuda::DeviceBuffer buffer;
+};
+
+inline cuda::DeviceBuffer& carried_accumulator(Batch& batch, const std::string& name) {
+  auto state = std::static_pointer_cast<CarriedAccumulator>(batch.layout_state);
+  if (!state) {
+    state = std::make_shared<CarriedAccumulator>();
+    state->buffer = upload(batch.out(name));
+    batch.layout_state = state;
+  }
+  return state->buffer;
+}
+
+inline void download_after_last(Batch& batch, const std::string& name,
+                                const cuda::DeviceBuffer& accumulator) {
+  if (batch.invocation_index + 1 >= batch.invocation_count)
+    download(accumulator, batch.out(name));
+}
+
 inline std::vector<std::int32_t> real_slot_list(const Batch& batch) {
   std::vector<std::int32_t> slots;
   for (std::int64_t s = 0; s < batch.slots(); ++s) {

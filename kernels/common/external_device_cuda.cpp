@@ -1,6 +1,6 @@
 // The CUDA backend's ExternalDeviceMemory: what plugin and Python impls get on the device. Every
-// allocation is a cudaMalloc of its own (DeviceBuffer), never memory from a stream-ordered pool,
-// since cudaIpcGetMemHandle exports only the former; a plugin's calls go on a non-blocking stream
+// allocation is a cudaMalloc of its own (DeviceBuffer::exported), never a cached block or memory
+// from a stream-ordered pool, since cudaIpcGetMemHandle exports only the former; a plugin's calls go on a non-blocking stream
 // of its own, and synchronize() waits for the whole device, so the uploads (legacy stream) are
 // done before a call and the call's work before the downloads.
 #include <algorithm>
@@ -19,7 +19,7 @@ namespace {
 class CudaExternalMemory : public ExternalDeviceMemory {
  public:
   void* allocate(std::size_t bytes) override {
-    cuda::DeviceBuffer buffer(std::max<std::size_t>(bytes, 16));
+    cuda::DeviceBuffer buffer(std::max<std::size_t>(bytes, 16), cuda::DeviceBuffer::exported);
     void* base = buffer.get();
     buffers_.emplace(base, std::move(buffer));
     return base;

@@ -47,6 +47,9 @@ std::size_t node_count(cudaGraph_t graph) {
 }  // namespace
 
 void capture_and_replay(CUstream_st* stream, const std::function<void(CUstream_st*)>& launches) {
+  // From the capture to the replay's end: no device synchronize, and no block the captured work
+  // may use handed out again (runtime.h, DeviceBuffer).
+  const CaptureGuard guard;
   BITCHECK_CUDA_CALL(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
   try {
     launches(stream);

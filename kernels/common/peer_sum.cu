@@ -183,9 +183,11 @@ PeerSum::PeerSum(std::size_t bytes, int tp, PeerShape shape) : state_(std::make_
   s.bytes = bytes;
   // One shot: two halves of tp slots of the message; two shots: tp slots of a part each way.
   const bool one_shot = shape == PeerShape::one_shot;
-  s.staging = DeviceBuffer(one_shot ? 2 * bytes * static_cast<std::size_t>(tp) : bytes);
-  s.result = DeviceBuffer(one_shot ? pack_bytes : bytes);
-  s.signals = DeviceBuffer(signal_count * sizeof(unsigned));
+  // Mapped by the other ranks (CUDA IPC): allocations of their own, never cached blocks.
+  s.staging = DeviceBuffer(one_shot ? 2 * bytes * static_cast<std::size_t>(tp) : bytes,
+                           DeviceBuffer::exported);
+  s.result = DeviceBuffer(one_shot ? pack_bytes : bytes, DeviceBuffer::exported);
+  s.signals = DeviceBuffer(signal_count * sizeof(unsigned), DeviceBuffer::exported);
   BITCHECK_CUDA_CALL(cudaMemset(s.signals.get(), 0, s.signals.bytes()));
   BITCHECK_CUDA_CALL(cudaDeviceSynchronize());
   // This rank's three handles, then every rank's, rank by rank (an exact copy through NCCL).

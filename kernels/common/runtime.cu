@@ -3,6 +3,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -92,6 +95,7 @@ void synchronize() {
 }
 
 std::size_t free_device_memory() {
+  release_cached_device_memory();
   std::size_t free_bytes = 0, total_bytes = 0;
   BITCHECK_CUDA_CALL(cudaMemGetInfo(&free_bytes, &total_bytes));
   return free_bytes;
@@ -105,26 +109,164 @@ std::string sticky_error_after_sync() {
   return std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ")";
 }
 
+namespace {
+
+// The cache of device blocks behind DeviceBuffer. A case's invocations allocate and free the same
+// buffers (inputs, outputs, scratch) call after call; cudaMalloc and cudaFree cost a driver call
+// each and cudaFree synchronizes the device every time, which, with a dozen processes sharing one
+// GPU, makes a decode step of microseconds of work take milliseconds. Here a dead buffer's block
+// is "retired"; when an allocation of its size class finds none ready but one retired, the device
+// is synchronized once (all work of every stream that could touch any retired block is done) and
+// every retired block becomes ready. Sizes are rounded up to 4 classes per power of two (at most
+// 25% over). BITCHECK_DEVICE_CACHE_MB bounds the bytes held (default 512; 0 turns the cache off,
+// as the sanitizer runs do, so initcheck sees every allocation fresh).
+class BlockCache {
+ public:
+  static BlockCache& instance() {
+    static BlockCache* cache = new BlockCache();  // never destroyed: exit frees device memory
+    return *cache;
+  }
+
+  // The block size for `bytes`, or 0 when such a buffer is not cached.
+  std::size_t block_bytes(std::size_t bytes) const {
+    if (limit_ == 0 || bytes > limit_ / 4) return 0;
+    std::size_t octave = 4096;
+    while (octave * 2 <= bytes) octave *= 2;
+    const std::size_t granule = std::max<std::size_t>(1024, octave / 4);
+    return (bytes + granule - 1) / granule * granule;
+  }
+
+  void* take(std::size_t block) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (void* ready = pop(ready_, block)) return ready;
+    if (captures_ > 0 || retired_.count(block) == 0) return nullptr;
+    BITCHECK_CUDA_CALL(cudaDeviceSynchronize());
+    for (auto& [size, blocks] : retired_) {
+      std::vector<void*>& into = ready_[size];
+      into.insert(into.end(), blocks.begin(), blocks.end());
+    }
+    retired_.clear();
+    return pop(ready_, block);
+  }
+
+  // False when the cache is full: the caller frees the block itself.
+  bool give(void* pointer, std::size_t block) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (held_ + block > limit_) return false;
+    retired_[block].push_back(pointer);
+    held_ += block;
+    return true;
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (held_ == 0) return;
+    if (captures_ == 0) BITCHECK_CUDA_CALL(cudaDeviceSynchronize());
+    for (auto* pool : {&ready_, &retired_}) {
+      for (auto& [size, blocks] : *pool) {
+        for (void* block : blocks) BITCHECK_CUDA_CALL_NOEXCEPT(cudaFree(block));
+      }
+      pool->clear();
+    }
+    held_ = 0;
+  }
+
+  void begin_capture() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++captures_;
+  }
+  void end_capture() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --captures_;
+  }
+
+ private:
+  using Pool = std::map<std::size_t, std::vector<void*>>;
+
+  BlockCache() {
+    const char* text = std::getenv("BITCHECK_DEVICE_CACHE_MB");
+    const long megabytes = text && *text ? std::strtol(text, nullptr, 10) : 512;
+    limit_ = static_cast<std::size_t>(std::max(0L, megabytes)) << 20;
+  }
+
+  void* pop(Pool& pool, std::size_t block) {
+    auto found = pool.find(block);
+    if (found == pool.end() || found->second.empty()) return nullptr;
+    void* pointer = found->second.back();
+    found->second.pop_back();
+    if (found->second.empty()) pool.erase(found);
+    held_ -= block;
+    return pointer;
+  }
+
+  std::mutex mutex_;
+  std::size_t limit_ = 0, held_ = 0;
+  int captures_ = 0;
+  Pool ready_, retired_;
+};
+
+void* allocate(std::size_t bytes) {
+  void* pointer = nullptr;
+  if (cudaMalloc(&pointer, bytes) == cudaSuccess) return pointer;
+  cudaGetLastError();  // out of memory: give the cache's blocks back and try once more
+  BlockCache::instance().release();
+  BITCHECK_CUDA_CALL(cudaMalloc(&pointer, bytes));
+  return pointer;
+}
+
+}  // namespace
+
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) BITCHECK_CUDA_CALL(cudaMalloc(&pointer_, bytes));
+  if (bytes == 0) return;
+  BlockCache& cache = BlockCache::instance();
+  block_bytes_ = cache.block_bytes(bytes);
+  if (block_bytes_ == 0) {
+    pointer_ = allocate(bytes);
+    return;
+  }
+  pointer_ = cache.take(block_bytes_);
+  if (!pointer_) pointer_ = allocate(block_bytes_);
+}
+DeviceBuffer::DeviceBuffer(std::size_t bytes, Exported) : bytes_(bytes) {
+  if (bytes > 0) pointer_ = allocate(bytes);
 }
 DeviceBuffer::~DeviceBuffer() {
-  if (pointer_) BITCHECK_CUDA_CALL_NOEXCEPT(cudaFree(pointer_));
+  release();
+}
+void DeviceBuffer::release() noexcept {
+  if (!pointer_) return;
+  if (block_bytes_ == 0 || !BlockCache::instance().give(pointer_, block_bytes_))
+    BITCHECK_CUDA_CALL_NOEXCEPT(cudaFree(pointer_));
+  pointer_ = nullptr;
 }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : pointer_(other.pointer_), bytes_(other.bytes_) {
+    : pointer_(other.pointer_), bytes_(other.bytes_), block_bytes_(other.block_bytes_) {
   other.pointer_ = nullptr;
   other.bytes_ = 0;
+  other.block_bytes_ = 0;
 }
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-    if (pointer_) BITCHECK_CUDA_CALL_NOEXCEPT(cudaFree(pointer_));
+    release();
     pointer_ = other.pointer_;
     bytes_ = other.bytes_;
+    block_bytes_ = other.block_bytes_;
     other.pointer_ = nullptr;
     other.bytes_ = 0;
+    other.block_bytes_ = 0;
   }
   return *this;
+}
+
+void release_cached_device_memory() {
+  BlockCache::instance().release();
+}
+
+CaptureGuard::CaptureGuard() {
+  BlockCache::instance().begin_capture();
+}
+CaptureGuard::~CaptureGuard() {
+  BlockCache::instance().end_capture();
 }
 void DeviceBuffer::upload(const void* host, std::size_t bytes) {
   if (bytes > bytes_)

@@ -52,11 +52,19 @@ std::size_t free_device_memory();
 // none); clears a non-sticky error left behind. Never throws.
 std::string sticky_error_after_sync();
 
-// Owning device allocation. Moves only.
+// Owning device allocation. Moves only. Small and medium buffers come from a per-process cache
+// of cudaMalloc blocks (see release_cached_device_memory): a buffer's block goes back to it when the
+// buffer dies and is handed out again only after a device-wide synchronize, so work still queued on
+// any stream can never see its memory reused, as with cudaFree. Buffers another process maps
+// (CUDA IPC) take `exported`: a cudaMalloc of their own, freed with cudaFree.
 class DeviceBuffer {
  public:
+  struct Exported {};
+  static constexpr Exported exported{};
+
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t bytes);
+  DeviceBuffer(std::size_t bytes, Exported);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
@@ -76,8 +84,25 @@ class DeviceBuffer {
   std::size_t bytes() const { return bytes_; }
 
  private:
+  void release() noexcept;
+
   void* pointer_ = nullptr;
   std::size_t bytes_ = 0;
+  std::size_t block_bytes_ = 0;  // the cached block's size; 0: an allocation of its own
+};
+
+// Frees every block the buffer cache holds (synchronizing the device first). free_device_memory()
+// does this before it measures, so a case's memory check sees what the process could allocate.
+void release_cached_device_memory();
+
+// While > 0, the buffer cache neither synchronizes nor reuses blocks (a stream capture is open:
+// a device synchronize would invalidate it). capture_and_replay holds it.
+class CaptureGuard {
+ public:
+  CaptureGuard();
+  ~CaptureGuard();
+  CaptureGuard(const CaptureGuard&) = delete;
+  CaptureGuard& operator=(const CaptureGuard&) = delete;
 };
 
 // `count` elements of `dtype` at `data`, pseudo-random, uniform in [-1, 1), never zero: element i

@@ -18,9 +18,11 @@
 
 namespace bitcheck::vocab_device {
 
+using cuda_support::carried_accumulator;
 using cuda_support::compact_rows;
 using cuda_support::device_dtype;
 using cuda_support::download;
+using cuda_support::download_after_last;
 using cuda_support::real_slot_list;
 using cuda_support::transposed;
 using cuda_support::upload;

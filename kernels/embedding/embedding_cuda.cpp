@@ -41,9 +41,8 @@ class CudaEmbedding : public Impl {
       vd::download(out_device, out);
       return;
     }
-    Tensor& dtable = batch.out("dtable");
-    cuda::DeviceBuffer dtable_device =
-        vd::upload(dtable);  // the accumulator carried across micro-batches
+    if (!batch.reductions_wanted) return;  // no check reads this layout's dtable
+    cuda::DeviceBuffer& dtable_device = vd::carried_accumulator(batch, "dtable");
     cuda::DeviceBuffer dout = vd::upload(batch.in("dout"));
     if (atomic_scatter_) {
       cuda::embedding_backward_atomic(dtype, dout.get(), hidden, ids.as<std::int32_t>(),
@@ -53,7 +52,7 @@ class CudaEmbedding : public Impl {
     } else {
       embedding_table_grad_on_device(batch, 0, vocab, dout.get(), dtable_device.as<float>());
     }
-    vd::download(dtable_device, dtable);
+    vd::download_after_last(batch, "dtable", dtable_device);
   }
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,

@@ -374,13 +374,12 @@ class CudaLmHead : public Impl {
     DeviceBuffer dh_device(dh.bytes());
     gemms_.input_grad(batch, dlogits.get(), dh_device.get(), m);
     vd::download(dh_device, dh);
+    if (!batch.reductions_wanted) return;  // no check reads this layout's dtable
     std::vector<std::int32_t> slots = vd::real_slot_list(batch);
-    Tensor& dtable = batch.out("dtable");
-    DeviceBuffer dtable_device =
-        vd::upload(dtable);  // the accumulator carried across micro-batches
+    DeviceBuffer& dtable = vd::carried_accumulator(batch, "dtable");
     gemms_.table_grad(batch, vd::compact_rows(batch.in("dlogits"), slots),
-                      vd::compact_rows(batch.in("h"), slots), dtable_device);
-    vd::download(dtable_device, dtable);
+                      vd::compact_rows(batch.in("h"), slots), dtable);
+    vd::download_after_last(batch, "dtable", dtable);
   }
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,

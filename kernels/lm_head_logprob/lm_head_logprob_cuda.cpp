@@ -82,17 +82,19 @@ class CudaLmHeadLogprob : public Impl {
     Tensor& dh = batch.out("dh");
     Tensor dh_packed(spec.dtype, {rows, hidden});
     DeviceBuffer dh_device(std::max<std::size_t>(16, dh_packed.bytes()));
-    Tensor& dtable = batch.out("dtable");
-    DeviceBuffer dtable_device = vd::upload(dtable);
     if (rows > 0) {
       gemms_->input_grad(batch, dlogits.get(), dh_device.get(), rows);
-      DeviceBuffer h_packed = vd::upload(vd::compact_rows(batch.in("h"), slots));
-      gemms_->table_grad_device(batch, dlogits.get(), h_packed.get(), rows, dtable_device);
+      if (batch.reductions_wanted) {  // else no check reads this layout's dtable
+        DeviceBuffer h_packed = vd::upload(vd::compact_rows(batch.in("h"), slots));
+        gemms_->table_grad_device(batch, dlogits.get(), h_packed.get(), rows,
+                                  vd::carried_accumulator(batch, "dtable"));
+      }
     }
     vd::download(dh_device, dh_packed);
     for (std::int64_t r = 0; r < rows; ++r)
       dh.copy_row_from(dh_packed, r, slots[static_cast<std::size_t>(r)]);
-    vd::download(dtable_device, dtable);
+    if (batch.reductions_wanted)
+      vd::download_after_last(batch, "dtable", vd::carried_accumulator(batch, "dtable"));
   }
 
   // The GEMM dominates; logprob has its own benchmark.
