@@ -73,8 +73,7 @@ inline cuda::DeviceBuffer& carried_accumulator(Batch& batch, const std::string& 
 
 inline void download_after_last(Batch& batch, const std::string& name,
                                 const cuda::DeviceBuffer& accumulator) {
-  if (batch.invocation_index + 1 >= batch.invocation_count)
-    download(accumulator, batch.out(name));
+  if (batch.invocation_index + 1 >= batch.invocation_count) download(accumulator, batch.out(name));
 }
 
 inline std::vector<std::int32_t> real_slot_list(const Batch& batch) {

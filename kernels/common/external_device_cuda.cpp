@@ -1,8 +1,8 @@
 // The CUDA backend's ExternalDeviceMemory: what plugin and Python impls get on the device. Every
 // allocation is a cudaMalloc of its own (DeviceBuffer::exported), never a cached block or memory
-// from a stream-ordered pool, since cudaIpcGetMemHandle exports only the former; a plugin's calls go on a non-blocking stream
-// of its own, and synchronize() waits for the whole device, so the uploads (legacy stream) are
-// done before a call and the call's work before the downloads.
+// from a stream-ordered pool, since cudaIpcGetMemHandle exports only the former; a plugin's calls
+// go on a non-blocking stream of its own, and synchronize() waits for the whole device, so the
+// uploads (legacy stream) are done before a call and the call's work before the downloads.
 #include <algorithm>
 #include <map>
 #include <stdexcept>

@@ -53,10 +53,10 @@ std::size_t free_device_memory();
 std::string sticky_error_after_sync();
 
 // Owning device allocation. Moves only. Small and medium buffers come from a per-process cache
-// of cudaMalloc blocks (see release_cached_device_memory): a buffer's block goes back to it when the
-// buffer dies and is handed out again only after a device-wide synchronize, so work still queued on
-// any stream can never see its memory reused, as with cudaFree. Buffers another process maps
-// (CUDA IPC) take `exported`: a cudaMalloc of their own, freed with cudaFree.
+// of cudaMalloc blocks (see release_cached_device_memory): a buffer's block goes back to it when
+// the buffer dies and is handed out again only after a device-wide synchronize, so work still
+// queued on any stream can never see its memory reused, as with cudaFree. Buffers another process
+// maps (CUDA IPC) take `exported`: a cudaMalloc of their own, freed with cudaFree.
 class DeviceBuffer {
  public:
   struct Exported {};

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "run/case_checks.h"
 #include "run/device_memory.h"
+#include "run/device_slots.h"
 #include "run/input_generator.h"
 #include "run/layout.h"
 
@@ -390,6 +391,14 @@ void run_recorded(Impl& impl, Batch& batch, KernelRecorder* recorder, CaseTiming
   PhaseProfile call;
   auto start = Clock::now();
   {
+    // A rank of a group at tp > 1 never waits for a slot: its peers may hold the others while
+    // they wait for it in a collective.
+    std::optional<DeviceSlot> slot;
+    if (batch.tp == 1) {
+      slot.emplace();
+      call.add(Phase::device_wait, seconds_since(start));
+      start = Clock::now();
+    }
     PhaseRecording phases(call);
     impl.run(batch);
   }
@@ -622,7 +631,11 @@ class CasePipeline {
       LayoutRecords& records = records_[name];
       LayoutOutputs outputs = execute_layout(layout, impl_, spec_, plan_, inputs_, impl_config_,
                                              timings_, reductions_wanted, recorder_, records, tp);
-      if (records.paths.empty()) records.paths.insert(unrecorded_path_);
+      // A layout with nothing for the checks to read (an op whose pass outputs only token
+      // reductions, in a layout that does not hold every token in order) may run nothing at all:
+      // no path.
+      const bool checked = plan_.has_rows || reductions_wanted;
+      if (records.paths.empty() && checked) records.paths.insert(unrecorded_path_);
       if (at_tp1) {
         tp1_kept_.emplace(parse_tp_layout_name(name).first, std::move(outputs));
       } else if (repeat == 0) {

@@ -34,6 +34,9 @@ struct SweepOptions {
   // --devices: one shard per entry, run in parallel as child processes of this binary with
   // CUDA_VISIBLE_DEVICES=<entry>, merged into one report (an entry may repeat: two shards on it).
   std::vector<std::string> devices;
+  // --device-slots: how many of the shards on one device may be inside impl calls at once
+  // (run/device_slots.h); -1: 4 when more than 4 shards share a device, 0: no bound.
+  int device_slots = -1;
   // --require-coverage: exit 1 when a declared launch path of an invariant impl never ran (judged
   // on the whole run: a shard leaves it to the merged report).
   bool require_coverage = false;

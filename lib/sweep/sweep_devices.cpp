@@ -13,6 +13,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "core/json_input.h"
 #include "external/plugin_loader.h"
 #include "report/report.h"
+#include "run/device_slots.h"
 #include "sweep/child_process.h"
 #include "sweep/rank_group.h"
 #include "sweep/sweep.h"
@@ -186,11 +188,29 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
   }
   if (shard_cases.empty()) shards.clear();
 
+  // Shards sharing a GPU take turns in impl calls, a few at a time (run/device_slots.h); the CPU
+  // backend's shards share no device.
+  std::map<std::string, std::string> slots_of_device;
+  if (options.overrides.backend != "cpu") {
+    std::map<std::string, int> workers;
+    for (const auto& shard : shards) ++workers[shard.device];
+    for (const auto& [device, sharing] : workers) {
+      const int slots = device_slot_count(sharing, options.device_slots);
+      if (slots > 0)
+        slots_of_device[device] = make_device_slots(work_dir + "/slots-" + device, slots);
+    }
+  }
+
   signals_received = 0;
   std::signal(SIGINT, on_parent_signal);
   std::signal(SIGTERM, on_parent_signal);
   for (auto& shard : shards) {
-    shard.pid = spawn_child(shard.args, {{"CUDA_VISIBLE_DEVICES", shard.device}}, shard.log_path);
+    std::vector<std::pair<std::string, std::string>> environment = {
+        {"CUDA_VISIBLE_DEVICES", shard.device}};
+    auto slots = slots_of_device.find(shard.device);
+    if (slots != slots_of_device.end())
+      environment.emplace_back(device_slots_variable, slots->second);
+    shard.pid = spawn_child(shard.args, environment, shard.log_path);
     if (options.progress) {
       printer.note("shard " + std::to_string(shard.index) + "/" + std::to_string(count) +
                    " on device " + shard.device + ": units from the shared queue (" +

@@ -163,25 +163,24 @@ TEST_CASE("a case two entries describe runs once with the layouts of both", "[sp
   World world;
   // As the nightly's rmsnorm and rmsnorm-graph: the second entry adds the graph layout to cases
   // (same op, impl, shape, M) that the first already lists; it must not be dropped as a duplicate.
-  nlohmann::json document = {
-      {"schema_version", 1},
-      {"ops",
-       {{"rmsnorm",
-         {{"impls", {"cpu-fixed-order"}},
-          {"dtypes", {"fp32"}},
-          {"passes", {"forward"}},
-          {"layouts", {"alone", "batch", "pad_left"}},
-          {"shapes", {{{"H", 256}}}},
-          {"batches", {1, 33}}}},
-        {"rmsnorm-graph",
-         {{"op", "rmsnorm"},
-          {"impls", {"cpu-fixed-order"}},
-          {"dtypes", {"fp32"}},
-          {"passes", {"forward"}},
-          {"layouts", {"alone", "batch", "graph"}},
-          {"repeats", 3},
-          {"shapes", {{{"H", 256}}}},
-          {"batches", {33, 1000}}}}}}};
+  nlohmann::json document = {{"schema_version", 1},
+                             {"ops",
+                              {{"rmsnorm",
+                                {{"impls", {"cpu-fixed-order"}},
+                                 {"dtypes", {"fp32"}},
+                                 {"passes", {"forward"}},
+                                 {"layouts", {"alone", "batch", "pad_left"}},
+                                 {"shapes", {{{"H", 256}}}},
+                                 {"batches", {1, 33}}}},
+                               {"rmsnorm-graph",
+                                {{"op", "rmsnorm"},
+                                 {"impls", {"cpu-fixed-order"}},
+                                 {"dtypes", {"fp32"}},
+                                 {"passes", {"forward"}},
+                                 {"layouts", {"alone", "batch", "graph"}},
+                                 {"repeats", 3},
+                                 {"shapes", {{{"H", 256}}}},
+                                 {"batches", {33, 1000}}}}}}};
   SweepSpec spec = parse_sweep_spec(document, "merge.json", world.registry, world.contract);
   SweepOverrides overrides;
   overrides.backend = "cpu";
