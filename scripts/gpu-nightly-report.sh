@@ -2,24 +2,27 @@
 # Runs on the GPU machine, from a bundle (scripts/gpu-bundle.sh): the nightly sweep with path
 # coverage required, and the small files reports/gpu/nightly-<device>/ keeps of it: matrix.md, the
 # page index.html, summary.json (scripts/compact-report.py), coverage.txt (`bitcheck coverage`),
-# times.txt (where the case seconds go) and sweep.log. The full report stays in OUT/run.
-#   scripts/gpu-nightly-report.sh BUNDLE_DIR OUT_DIR [--jobs N] [--previous REPORT]
+# times.txt (where the case seconds go) and sweep.log. The full report stays in OUT/run. Kernel
+# provenance is on (--provenance: about 8% of the wall time, docs/provenance.md); SWEEP_ARGS go to
+# the sweep (e.g. --device-slots 8).
+#   scripts/gpu-nightly-report.sh BUNDLE_DIR OUT_DIR [--jobs N] [--previous REPORT] [-- SWEEP_ARGS...]
 set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=$(mkdir -p "${2:?output dir}" && cd "$2" && pwd)
 shift 2
-jobs=16 previous=()
+jobs=16 previous=() extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --jobs) jobs=$2; shift 2 ;;
     --previous) previous=(--previous "$2"); shift 2 ;;
+    --) shift; extra=("$@"); break ;;
     *) echo "gpu-nightly-report: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 scripts=$(cd "$(dirname "$0")" && pwd)
 cd "$bundle"
 "$scripts/nightly.sh" bin/bitcheck "$out/run" --spec sweeps/nightly-gpu.json --backend cuda \
-  --jobs "$jobs" "${previous[@]}" -- --require-coverage > "$out/sweep.log" 2>&1
+  --jobs "$jobs" "${previous[@]}" --provenance -- --require-coverage "${extra[@]}" > "$out/sweep.log" 2>&1
 status=$?
 echo "nightly exit $status" >> "$out/sweep.log"
 [ -f "$out/run/report.json" ] || { echo "gpu-nightly-report: no report"; exit 3; }

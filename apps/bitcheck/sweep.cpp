@@ -148,7 +148,7 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
   command
       .add_option("--device-slots", sweep.device_slots,
                   "With --devices: how many of the shards on one GPU may run impl calls at once "
-                  "(default: 4 where more than 4 share a GPU; 0: no bound)")
+                  "(default 0: no bound)")
       ->check(CLI::Range(0, 1024));
   command.add_option("--rank-case-timeout", sweep.rank_case_timeout_seconds,
                      "Seconds a case of a rank group may take before the group is stopped and the "

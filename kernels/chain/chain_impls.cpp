@@ -311,7 +311,13 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       taken = recording.paths();
     }
-    if (taken.empty()) taken.insert(single_path_of(impl));
+    // A call with nothing for the checks to read (only token reductions, in a layout that does
+    // not hold every token in order) may run nothing: no path, as the runner does for a layout.
+    const bool checked = batch.reductions_wanted ||
+                         std::any_of(decls.begin(), decls.end(), [](const TensorDecl& decl) {
+                           return decl.role == TensorRole::row_output;
+                         });
+    if (taken.empty() && checked) taken.insert(single_path_of(impl));
     for (const auto& path : taken) record_path(call.op + ":" + path);
   }
   state_.calls[call.name] = batch.layout_state;

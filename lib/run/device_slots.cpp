@@ -17,8 +17,6 @@
 namespace bitcheck {
 namespace {
 
-constexpr int default_slots = 4;
-
 struct Setting {
   std::string directory;
   int slots = 0;
@@ -44,8 +42,7 @@ std::string slot_path(const std::string& directory, int slot) {
 }  // namespace
 
 int device_slot_count(int workers, int requested) {
-  if (requested >= 0) return requested;
-  return workers > default_slots ? default_slots : 0;
+  return requested > 0 && workers > requested ? requested : 0;
 }
 
 std::string make_device_slots(const std::string& directory, int slots) {

@@ -12,7 +12,7 @@ namespace bitcheck {
 constexpr const char* device_slots_variable = "BITCHECK_DEVICE_SLOTS";
 
 // The slots for `workers` processes on one device when the sweep asks for `requested` (0: no
-// bound; -1: the default, 4 when more than 4 workers share the device, else none).
+// bound, the default): none where the workers are no more than the slots.
 int device_slot_count(int workers, int requested);
 
 // Makes `directory` with `slots` lock files; the value BITCHECK_DEVICE_SLOTS takes for them.

@@ -1,5 +1,5 @@
 // Device slots (run/device_slots.h): at most N holders at once, a waiter gets the first slot that
-// frees up, no bound without the variable, and the default count.
+// frees up, no bound without the variable, and the count asked for.
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
@@ -62,11 +62,10 @@ TEST_CASE("device slots: no variable, or no slot files, is no bound", "[slots]")
   CHECK_FALSE(no_files.held());
 }
 
-TEST_CASE("device slots: 4 by default where more than 4 workers share a device", "[slots]") {
-  CHECK(device_slot_count(16, -1) == 4);
-  CHECK(device_slot_count(5, -1) == 4);
-  CHECK(device_slot_count(4, -1) == 0);
-  CHECK(device_slot_count(1, -1) == 0);
+TEST_CASE("device slots: only as asked, and only where more workers share a device", "[slots]") {
   CHECK(device_slot_count(16, 0) == 0);
-  CHECK(device_slot_count(16, 2) == 2);
+  CHECK(device_slot_count(16, 4) == 4);
+  CHECK(device_slot_count(5, 4) == 4);
+  CHECK(device_slot_count(4, 4) == 0);
+  CHECK(device_slot_count(1, 8) == 0);
 }
