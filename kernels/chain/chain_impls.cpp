@@ -58,8 +58,7 @@ class ImplExecutor : public chain::Executor {
   std::int64_t rows() const override { return batch_.slots(); }
   TensorMap run(const chain::Call& call, const CaseSpec& spec, const TensorMap& inputs) override;
   // The seconds spent in the component impls' calls, and the bytes the chain copied around them
-  // (each call's outputs into the chain's, its accumulators in and out): the rest of a chain
-  // call's time is its own bookkeeping.
+  // (its accumulators in and out): the rest of a chain call's time is its own bookkeeping.
   double component_seconds() const { return component_seconds_; }
   std::uint64_t copied_bytes() const { return copied_bytes_; }
 
@@ -328,13 +327,15 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
                                shape_string(output.shape()));
     }
     Tensor& chain_output = batch_.out(call.name + "." + decl.name);
-    copied_bytes_ += output.bytes();
     if (decl.role == TensorRole::reduction_output) {
       std::memcpy(chain_output.data(), output.data(), output.bytes());
+      copied_bytes_ += output.bytes();
       continue;
     }
-    chain_output = output;
-    result[decl.name] = std::make_shared<const Tensor>(std::move(output));
+    // Moved into the chain's outputs, not copied; later calls read it there (aliased: the
+    // invocation's outputs outlive the composition).
+    chain_output = std::move(output);
+    result[decl.name] = SharedTensor(&chain_output, [](const Tensor*) {});
   }
   return result;
 }
