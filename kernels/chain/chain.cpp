@@ -6,12 +6,18 @@
 #include "chain/chain.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "attention/attention.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "moe/moe.h"
 #include "run/layout.h"
@@ -73,68 +79,166 @@ std::vector<TensorDecl> chain_tensors(const OpDefs& ops, const CaseSpec& spec) {
   return decls;
 }
 
-// Runs each call through its op's FP32 reference on the impl's own outputs: the calls are fed the
-// trajectory (the impl's row outputs by chain name, all logical rows), never the reference, so
-// each call is checked on exactly the inputs the impl gave it. Row outputs are computed for the
-// requested rows only; reductions whole, flattened to one row.
+// One call's FP32 reference as the composition asked for it: the call, its spec and the inputs
+// the impl gave it (shared, so they outlive the composition's own copies).
+struct PendingReference {
+  chain::Call call;
+  CaseSpec spec;
+  TensorMap inputs;
+};
+
+// Collects each call's reference on the impl's own outputs: the calls are fed the trajectory
+// (the impl's row outputs by chain name, all logical rows), never the reference, so each call is
+// checked on exactly the inputs the impl gave it, and no call's reference depends on another's.
 class ReferenceExecutor : public chain::Executor {
  public:
   ReferenceExecutor(const OpDefs& ops, std::int64_t rows,
-                    const std::map<std::string, Tensor>& trajectory, const ReferenceRequest& wanted)
-      : ops_(ops), rows_(rows), trajectory_(trajectory), wanted_(wanted) {}
+                    const std::map<std::string, Tensor>& trajectory)
+      : ops_(ops), rows_(rows), trajectory_(trajectory) {}
   std::int64_t rows() const override { return rows_; }
 
   TensorMap run(const chain::Call& call, const CaseSpec& spec, const TensorMap& inputs) override {
-    const OpDef& op = ops_.at(call.op);
-    std::map<std::string, Tensor> op_inputs;
-    ReferenceRequest request;
-    request.rows = wanted_.rows;
-    const std::vector<TensorDecl> decls = op.tensors(spec);
-    for (const TensorDecl& decl : decls) {
-      if (decl.role == TensorRole::row_input || decl.role == TensorRole::parameter) {
-        op_inputs.emplace(decl.name, *inputs.at(decl.name));
-      } else if (decl.role == TensorRole::reduction_output) {
-        for (std::int64_t r = 0; r < decl.shape[0]; ++r) request.reduction_rows.push_back(r);
-      } else if (auto columns = wanted_.columns.find(call.name + "." + decl.name);
-                 columns != wanted_.columns.end()) {
-        request.columns[decl.name] = columns->second;
-      }
-    }
-    std::map<std::string, Tensor> reference;
-    op.reference(spec, op_inputs, request, reference);
     TensorMap result;
-    for (const TensorDecl& decl : decls) {
+    for (const TensorDecl& decl : ops_.at(call.op).tensors(spec)) {
+      if (decl.role != TensorRole::row_output) continue;
       const std::string name = call.name + "." + decl.name;
-      if (decl.role == TensorRole::row_output) {
-        auto impl_output = trajectory_.find(name);
-        if (impl_output == trajectory_.end())
-          throw std::logic_error("chain reference: the impl's outputs have no " + name);
-        // Aliased, not copied: the trajectory outlives the composition.
-        result[decl.name] = SharedTensor(&impl_output->second, [](const Tensor*) {});
-        outputs[name] = std::move(reference.at(decl.name));
-      } else if (decl.role == TensorRole::reduction_output) {
-        const Tensor& fp32 = reference.at(decl.name);
-        Tensor flat(DType::fp32, {1, element_count(decl.shape)});
-        if (flat.numel() != fp32.numel()) {
-          throw std::logic_error("chain reference: " + call.op + " returned " + decl.name +
-                                 " with " + std::to_string(fp32.numel()) + " elements, expected " +
-                                 std::to_string(flat.numel()));
-        }
-        for (std::int64_t i = 0; i < flat.numel(); ++i) flat.set(i, fp32.get(i));
-        outputs[name] = std::move(flat);
-      }
+      auto impl_output = trajectory_.find(name);
+      if (impl_output == trajectory_.end())
+        throw std::logic_error("chain reference: the impl's outputs have no " + name);
+      // Aliased, not copied: the trajectory outlives the composition.
+      result[decl.name] = SharedTensor(&impl_output->second, [](const Tensor*) {});
     }
+    pending.push_back({call, spec, inputs});
     return result;
   }
 
-  std::map<std::string, Tensor> outputs;  // by chain name: rows as requested, reductions whole
+  std::vector<PendingReference> pending;  // in execution order
 
  private:
   const OpDefs& ops_;
   std::int64_t rows_;
   const std::map<std::string, Tensor>& trajectory_;
-  const ReferenceRequest& wanted_;
 };
+
+// An fp32 reduction's reference as one row of `elements`, its bytes copied as they are (an fp32
+// element read and written again keeps its bits).
+Tensor flattened(const Tensor& reduction, const std::string& what, std::int64_t elements) {
+  if (reduction.dtype() != DType::fp32 || reduction.numel() != elements) {
+    throw std::logic_error("chain reference: " + what + " is " + to_string(reduction.dtype()) +
+                           shape_string(reduction.shape()) + ", expected fp32 of " +
+                           std::to_string(elements) + " elements");
+  }
+  Tensor flat(DType::fp32, {1, elements});
+  std::memcpy(flat.data(), reduction.data(), reduction.bytes());
+  return flat;
+}
+
+// One call's reference by chain name: row outputs for the requested rows (and columns),
+// reductions whole, flattened to one row.
+std::map<std::string, Tensor> call_reference(const OpDef& op, const PendingReference& pending,
+                                             const ReferenceRequest& wanted) {
+  const chain::Call& call = pending.call;
+  std::map<std::string, Tensor> op_inputs;
+  ReferenceRequest request;
+  request.rows = wanted.rows;
+  const std::vector<TensorDecl> decls = op.tensors(pending.spec);
+  for (const TensorDecl& decl : decls) {
+    if (decl.role == TensorRole::row_input || decl.role == TensorRole::parameter) {
+      op_inputs.emplace(decl.name, *pending.inputs.at(decl.name));
+    } else if (decl.role == TensorRole::reduction_output) {
+      for (std::int64_t r = 0; r < decl.shape[0]; ++r) request.reduction_rows.push_back(r);
+    } else if (auto columns = wanted.columns.find(call.name + "." + decl.name);
+               columns != wanted.columns.end()) {
+      request.columns[decl.name] = columns->second;
+    }
+  }
+  std::map<std::string, Tensor> reference;
+  op.reference(pending.spec, op_inputs, request, reference);
+  std::map<std::string, Tensor> outputs;
+  for (const TensorDecl& decl : decls) {
+    const std::string name = call.name + "." + decl.name;
+    if (decl.role == TensorRole::row_output) {
+      outputs[name] = std::move(reference.at(decl.name));
+    } else if (decl.role == TensorRole::reduction_output) {
+      outputs[name] =
+          flattened(reference.at(decl.name), call.op + " " + decl.name, element_count(decl.shape));
+    }
+  }
+  return outputs;
+}
+
+// Threads for the calls' references: BITCHECK_REFERENCE_THREADS when set (a count >= 1), else the
+// hardware's, at most 8 (each thread holds one call's FP32 matrices, vocab-sized for lm_head).
+std::size_t reference_threads() {
+  constexpr std::size_t most = 8;
+  if (const char* value = std::getenv("BITCHECK_REFERENCE_THREADS")) {
+    char* end = nullptr;
+    const unsigned long count = std::strtoul(value, &end, 10);
+    if (end == value || *end != '\0' || count == 0) {
+      throw BadInput("environment", "BITCHECK_REFERENCE_THREADS",
+                     "a thread count >= 1, got \"" + std::string(value) + "\"");
+    }
+    return count;
+  }
+  return std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, most);
+}
+
+// The elements a call's reference reads and writes: its row tensors over the case's `rows`, its
+// parameters and its reductions (the vocab-sized table gradients cost the most).
+std::int64_t reference_elements(const OpDef& op, const PendingReference& pending,
+                                std::int64_t rows) {
+  std::int64_t elements = 0;
+  for (const TensorDecl& decl : op.tensors(pending.spec)) {
+    const bool per_row = decl.role == TensorRole::row_input || decl.role == TensorRole::row_output;
+    elements += element_count(decl.shape) * (per_row ? rows : 1);
+  }
+  return elements;
+}
+
+// The pending calls' indices, the costliest first, so that the long ones do not start last.
+std::vector<std::size_t> largest_first(const OpDefs& ops,
+                                       const std::vector<PendingReference>& pending,
+                                       std::int64_t rows) {
+  std::vector<std::int64_t> elements;
+  for (const PendingReference& call : pending)
+    elements.push_back(reference_elements(ops.at(call.call.op), call, rows));
+  std::vector<std::size_t> order(pending.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return elements[a] > elements[b]; });
+  return order;
+}
+
+// Every pending call's reference, each by the same code whatever thread computes it (so the
+// bits do not depend on the thread count), into `outputs` in execution order. The first error in
+// execution order is rethrown once every thread has finished.
+void compute_references(const OpDefs& ops, const std::vector<PendingReference>& pending,
+                        std::int64_t rows, const ReferenceRequest& wanted,
+                        std::map<std::string, Tensor>& outputs) {
+  std::vector<std::map<std::string, Tensor>> results(pending.size());
+  std::vector<std::exception_ptr> errors(pending.size());
+  const std::vector<std::size_t> order = largest_first(ops, pending, rows);
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t taken = next++; taken < order.size(); taken = next++) {
+      const std::size_t i = order[taken];
+      try {
+        results[i] = call_reference(ops.at(pending[i].call.op), pending[i], wanted);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> workers;
+  const std::size_t threads = std::min(reference_threads(), pending.size());
+  for (std::size_t t = 1; t < threads; ++t) workers.emplace_back(work);
+  work();
+  for (std::thread& worker : workers) worker.join();
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    if (errors[i]) std::rethrow_exception(errors[i]);
+    for (auto& [name, tensor] : results[i]) outputs[name] = std::move(tensor);
+  }
+}
 
 void chain_reference(const OpDefs& ops, const CaseSpec& spec,
                      const std::map<std::string, Tensor>& inputs,
@@ -151,9 +255,9 @@ void chain_reference(const OpDefs& ops, const CaseSpec& spec,
       positions.set_int(r, static_cast<std::int32_t>(r - offsets[s]));
   }
   shared["positions"] = std::make_shared<const Tensor>(std::move(positions));
-  ReferenceExecutor executor(ops, rows, trajectory, request);
+  ReferenceExecutor executor(ops, rows, trajectory);
   chain::compose(spec, shared, executor);
-  for (auto& [name, tensor] : executor.outputs) outputs[name] = std::move(tensor);
+  compute_references(ops, executor.pending, rows, request, outputs);
 }
 
 // Appends every token of `sequence` as one segment starting at position 0.

@@ -8,7 +8,6 @@
 // chain_tp.cpp).
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <set>
 #include <stdexcept>
 
@@ -57,11 +56,9 @@ class ImplExecutor : public chain::Executor {
   }
   std::int64_t rows() const override { return batch_.slots(); }
   TensorMap run(const chain::Call& call, const CaseSpec& spec, const TensorMap& inputs) override;
-  // The seconds spent in the component impls' calls, and the bytes the chain copied around them
-  // (each call's outputs into the chain's, its accumulators in and out): the rest of a chain
-  // call's time is its own bookkeeping.
+  // The seconds spent in the component impls' calls: the rest of a chain call's time is its own
+  // bookkeeping (it copies no outputs: they are moved into the chain's, accumulators in and out).
   double component_seconds() const { return component_seconds_; }
-  std::uint64_t copied_bytes() const { return copied_bytes_; }
 
  private:
   // The runner's id for its inputs; a fresh one for each tensor the chain made (kept alive here so
@@ -78,7 +75,6 @@ class ImplExecutor : public chain::Executor {
   ChainState& state_;
   std::map<const Tensor*, std::pair<SharedTensor, std::uint64_t>> ids_;
   double component_seconds_ = 0;
-  std::uint64_t copied_bytes_ = 0;
 };
 
 // Whether the chain with `swapped` in every `op` call must drift in the pass: where the swapped
@@ -242,8 +238,7 @@ class ChainImpl : public Impl {
     chain::compose(*batch.spec, inputs, executor);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    record_phase(Phase::bookkeeping, std::max(0.0, seconds - executor.component_seconds()),
-                 executor.copied_bytes());
+    record_phase(Phase::bookkeeping, std::max(0.0, seconds - executor.component_seconds()));
   }
 
   Impl& impl_for(const chain::Call& call) const {
@@ -292,11 +287,10 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
       output.fill_nan();
       batch.outputs.emplace(decl.name, std::move(output));
     } else {
-      // The accumulator carried across the layout's invocations, in the op's shape.
-      const Tensor& carried = batch_.out(chain_name);
-      Tensor accumulator(DType::fp32, decl.shape);
-      std::memcpy(accumulator.data(), carried.data(), carried.bytes());
-      copied_bytes_ += carried.bytes();
+      // The accumulator carried across the layout's invocations, moved in under the op's shape
+      // and back after the call.
+      Tensor accumulator = std::move(batch_.out(chain_name));
+      accumulator.reshape(decl.shape);
       batch.outputs.emplace(decl.name, std::move(accumulator));
     }
   }
@@ -334,13 +328,15 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
                                shape_string(output.shape()));
     }
     Tensor& chain_output = batch_.out(call.name + "." + decl.name);
-    copied_bytes_ += output.bytes();
     if (decl.role == TensorRole::reduction_output) {
-      std::memcpy(chain_output.data(), output.data(), output.bytes());
+      chain_output = std::move(output);
+      chain_output.reshape({1, chain_output.numel()});
       continue;
     }
-    chain_output = output;
-    result[decl.name] = std::make_shared<const Tensor>(std::move(output));
+    // Moved into the chain's outputs, not copied; later calls read it there (aliased: the
+    // invocation's outputs outlive the composition).
+    chain_output = std::move(output);
+    result[decl.name] = SharedTensor(&chain_output, [](const Tensor*) {});
   }
   return result;
 }

@@ -17,6 +17,19 @@ Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape)
   data_.resize(static_cast<std::size_t>(numel_) * dtype_size(dtype_));
 }
 
+void Tensor::reshape(std::vector<std::int64_t> shape) {
+  std::int64_t numel = 1;
+  for (std::int64_t extent : shape) {
+    if (extent < 0) throw std::invalid_argument("negative tensor extent");
+    numel *= extent;
+  }
+  if (numel != numel_) {
+    throw std::invalid_argument("reshaping " + std::to_string(numel_) + " elements to " +
+                                shape_string(shape));
+  }
+  shape_ = std::move(shape);
+}
+
 std::uint32_t Tensor::bits(std::int64_t index) const {
   const std::byte* p = data_.data() + static_cast<std::size_t>(index) * dtype_size(dtype_);
   if (dtype_size(dtype_) == 2) {

@@ -39,6 +39,9 @@ class Tensor {
   // Copies row `source_row` of `source` into row `row` of this tensor (same dtype and row size).
   void copy_row_from(const Tensor& source, std::int64_t source_row, std::int64_t row);
   bool bitwise_equal(const Tensor& other) const;
+  // The same elements under another shape of as many elements (a reduction flattened to one row
+  // and back), without copying them.
+  void reshape(std::vector<std::int64_t> shape);
 
  private:
   DType dtype_ = DType::fp32;

@@ -1,14 +1,17 @@
 // chain on the CPU backend: the decoder stack of fixed-order impls passes forward and backward in
 // every sequence layout, its MLP dense or an moe layer, and each control swapped in for one op
 // makes the chain drift first at exactly that op (forward order; backward order for a control that
-// only breaks the backward).
+// only breaks the backward); its reference has the same bits on one thread or several.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <map>
 #include <set>
 
 #include "attention/attention.h"
 #include "case_support.h"
 #include "chain/chain.h"
+#include "core/error.h"
 #include "manifest.h"
 #include "report/report.h"
 #include "run/runner.h"
@@ -100,6 +103,26 @@ struct InaccurateSwigluWorld {
     contract = load_embedded_contract(registry);
   }
 };
+
+// BITCHECK_REFERENCE_THREADS set while alive, unset after.
+class ReferenceThreads {
+ public:
+  explicit ReferenceThreads(const char* count) { setenv("BITCHECK_REFERENCE_THREADS", count, 1); }
+  ~ReferenceThreads() { unsetenv("BITCHECK_REFERENCE_THREADS"); }
+  ReferenceThreads(const ReferenceThreads&) = delete;
+  ReferenceThreads& operator=(const ReferenceThreads&) = delete;
+};
+
+// The chain's reference along a case's batch-layout trajectory, at `threads` threads.
+std::map<std::string, Tensor> chain_reference_at(const char* threads, const CaseSpec& spec,
+                                                 const CaseArtifacts& artifacts) {
+  ReferenceThreads scoped(threads);
+  const OpDef& op = *case_support::world().registry.find_op("chain");
+  std::map<std::string, Tensor> outputs;
+  op.reference_along(spec, artifacts.inputs, artifacts.layout_outputs.at("batch"),
+                     ReferenceRequest{artifacts.reference_rows, {}, {}}, outputs);
+  return outputs;
+}
 
 }  // namespace
 
@@ -333,4 +356,38 @@ TEST_CASE("chain moe dims the op cannot mean are bad input naming the dim", "[ch
   dims = small_dims();
   dims["I"] = 124;
   CHECK_FALSE(chain_op.dims_problem(dims));  // a dense chain keeps any width
+}
+
+TEST_CASE("the chain's reference computed on several threads has the serial one's bits",
+          "[chain]") {
+  for (Pass pass : {Pass::forward, Pass::backward}) {
+    INFO(to_string(pass));
+    CaseSpec spec = chain_case("cpu-fixed-order", DType::bf16, pass, small_dims(), 1);
+    CaseArtifacts artifacts;
+    Runner runner(case_support::world().registry, case_support::world().contract);
+    REQUIRE(runner.run_case(spec, &artifacts).verdict == Verdict::pass);
+    const std::map<std::string, Tensor> serial = chain_reference_at("1", spec, artifacts);
+    const std::map<std::string, Tensor> parallel = chain_reference_at("4", spec, artifacts);
+    // Every call's outputs, rows and whole reductions, the backward's weight gradients too.
+    REQUIRE(serial.size() == artifacts.reference.size());
+    CHECK(serial.count(pass == Pass::forward ? "logprob.logprob" : "bwd.l0.qkv.dw") == 1);
+    REQUIRE(parallel.size() == serial.size());
+    for (const auto& [name, tensor] : serial) {
+      INFO(name);
+      REQUIRE(parallel.count(name) == 1);
+      CHECK(parallel.at(name).bitwise_equal(tensor));
+      CHECK(artifacts.reference.at(name).bitwise_equal(tensor));
+    }
+  }
+}
+
+TEST_CASE("a reference thread count that is not a count >= 1 is bad input", "[chain]") {
+  CaseSpec spec = chain_case("cpu-fixed-order", DType::bf16, Pass::forward, small_dims(), 1);
+  CaseArtifacts artifacts;
+  Runner runner(case_support::world().registry, case_support::world().contract);
+  REQUIRE(runner.run_case(spec, &artifacts).verdict == Verdict::pass);
+  for (const char* count : {"0", "two", "4x", ""}) {
+    INFO(count);
+    CHECK_THROWS_AS(chain_reference_at(count, spec, artifacts), BadInput);
+  }
 }

@@ -1,5 +1,6 @@
 // dtype conversions against known bit patterns: bf16/fp16 round-to-nearest-even (ties, subnormals,
-// overflow, NaN, signed zeros), exhaustive 16-bit decode round trips, ULP distance and hex widths.
+// overflow, NaN, signed zeros), exhaustive 16-bit decode round trips, ULP distance and hex widths;
+// a tensor reshaped without copying.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -320,4 +321,20 @@ TEST_CASE("hex_bits prints the dtype's storage width", "[dtype]") {
   CHECK(hex_bits(DType::fp32, float_bits(1.0f)) == "0x3f800000");
   CHECK(hex_bits(DType::fp32, 0) == "0x00000000");
   CHECK(hex_bits(DType::i32, 0xffffffffu) == "0xffffffff");
+}
+
+TEST_CASE("a tensor reshaped keeps its elements' bits and refuses another element count",
+          "[dtype][tensor]") {
+  Tensor tensor(DType::bf16, {3, 4});
+  for (std::int64_t i = 0; i < tensor.numel(); ++i)
+    tensor.set_bits(i, 0x3f80u + static_cast<std::uint32_t>(i));
+  const Tensor original = tensor;
+  tensor.reshape({1, 12});
+  CHECK(tensor.shape() == std::vector<std::int64_t>{1, 12});
+  CHECK(tensor.row_size() == 12);
+  for (std::int64_t i = 0; i < tensor.numel(); ++i) CHECK(tensor.bits(i) == original.bits(i));
+  tensor.reshape({3, 4});
+  CHECK(tensor.bitwise_equal(original));
+  CHECK_THROWS_AS(tensor.reshape({5, 2}), std::invalid_argument);
+  CHECK(tensor.shape() == std::vector<std::int64_t>{3, 4});
 }
