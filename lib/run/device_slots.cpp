@@ -49,7 +49,8 @@ std::string make_device_slots(const std::string& directory, int slots) {
   std::filesystem::create_directories(directory);
   for (int slot = 0; slot < slots; ++slot) {
     std::ofstream file(slot_path(directory, slot));
-    if (!file) throw std::runtime_error("cannot create the device slot " + slot_path(directory, slot));
+    if (!file)
+      throw std::runtime_error("cannot create the device slot " + slot_path(directory, slot));
   }
   return directory + ":" + std::to_string(slots);
 }

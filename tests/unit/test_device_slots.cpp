@@ -1,9 +1,9 @@
 // Device slots (run/device_slots.h): at most N holders at once, a waiter gets the first slot that
 // frees up, no bound without the variable, and the count asked for.
-#include <catch2/catch.hpp>
 #include <unistd.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
