@@ -82,19 +82,17 @@ class CudaLmHeadLogprob : public Impl {
     Tensor& dh = batch.out("dh");
     Tensor dh_packed(spec.dtype, {rows, hidden});
     DeviceBuffer dh_device(std::max<std::size_t>(16, dh_packed.bytes()));
-    if (rows > 0) {
-      gemms_->input_grad(batch, dlogits.get(), dh_device.get(), rows);
-      if (batch.reductions_wanted) {  // else no check reads this layout's dtable
-        DeviceBuffer h_packed = vd::upload(vd::compact_rows(batch.in("h"), slots));
-        gemms_->table_grad_device(batch, dlogits.get(), h_packed.get(), rows,
-                                  vd::carried_accumulator(batch, "dtable"));
-      }
-    }
+    if (rows > 0) gemms_->input_grad(batch, dlogits.get(), dh_device.get(), rows);
     vd::download(dh_device, dh_packed);
     for (std::int64_t r = 0; r < rows; ++r)
       dh.copy_row_from(dh_packed, r, slots[static_cast<std::size_t>(r)]);
-    if (batch.reductions_wanted)
-      vd::download_after_last(batch, "dtable", vd::carried_accumulator(batch, "dtable"));
+    if (!batch.reductions_wanted) return;  // no check reads this layout's dtable
+    DeviceBuffer& dtable = vd::carried_accumulator(batch, "dtable");
+    if (rows > 0) {
+      DeviceBuffer h_packed = vd::upload(vd::compact_rows(batch.in("h"), slots));
+      gemms_->table_grad_device(batch, dlogits.get(), h_packed.get(), rows, dtable);
+    }
+    vd::download_after_last(batch, "dtable", dtable);
   }
 
   // The GEMM dominates; logprob has its own benchmark.

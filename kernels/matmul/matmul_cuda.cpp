@@ -222,22 +222,11 @@ class CudaMatmul : public Impl {
 
   // The dW accumulator stays on the device for the whole layout (every micro-batch adds into
   // it) and comes back once, after the last invocation.
-  struct WeightGradState {
-    DeviceBuffer dw;
-  };
-
   void weight_grad(GemmDType dtype, Batch& batch, std::int64_t n, std::int64_t k) {
     if (!batch.reductions_wanted) return;  // no check reads this layout's dW
-    Tensor& dw = batch.out("dw");
-    auto state = std::static_pointer_cast<WeightGradState>(batch.layout_state);
-    if (!state) {
-      state = std::make_shared<WeightGradState>();
-      state->dw = upload(dw);  // the runner's initial accumulator (zeros)
-      batch.layout_state = state;
-    }
-    const bool last = batch.invocation_index + 1 >= batch.invocation_count;
-    accumulate_weight_grad(dtype, batch, state->dw, n, k);
-    if (last) download(state->dw, dw);
+    DeviceBuffer& dw = cuda_support::carried_accumulator(batch, "dw");
+    accumulate_weight_grad(dtype, batch, dw, n, k);
+    cuda_support::download_after_last(batch, "dw", dw);
   }
 
   void accumulate_weight_grad(GemmDType dtype, Batch& batch, DeviceBuffer& dw_device,
