@@ -18,6 +18,7 @@
 
 #include "attention/attention.h"
 #include "core/error.h"
+#include "core/host_threads.h"
 #include "core/rng.h"
 #include "moe/moe.h"
 #include "run/layout.h"
@@ -168,7 +169,8 @@ std::map<std::string, Tensor> call_reference(const OpDef& op, const PendingRefer
 }
 
 // Threads for the calls' references: BITCHECK_REFERENCE_THREADS when set (a count >= 1), else the
-// hardware's, at most 8 (each thread holds one call's FP32 matrices, vocab-sized for lm_head).
+// process's host threads (core/host_threads.h), at most 8 (each thread holds one call's FP32
+// matrices, vocab-sized for lm_head).
 std::size_t reference_threads() {
   constexpr std::size_t most = 8;
   if (const char* value = std::getenv("BITCHECK_REFERENCE_THREADS")) {
@@ -180,7 +182,7 @@ std::size_t reference_threads() {
     }
     return count;
   }
-  return std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, most);
+  return std::clamp<std::size_t>(host_threads(), 1, most);
 }
 
 // The elements a call's reference reads and writes: its row tensors over the case's `rows`, its

@@ -26,7 +26,10 @@ class CudaExternalMemory : public ExternalDeviceMemory {
   }
   void release(void* allocation) noexcept override { buffers_.erase(allocation); }
   void upload(void* device, const void* host, std::size_t bytes) override {
+    // Done before it returns: a plugin or Python impl may read it on its own stream (stream()),
+    // which does not wait for the default stream the copy is queued on.
     cuda::copy_to_device(device, host, bytes);
+    cuda::synchronize();
   }
   void download(void* host, const void* device, std::size_t bytes) override {
     cuda::copy_to_host(host, device, bytes);

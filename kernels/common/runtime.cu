@@ -53,7 +53,33 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
 
 }  // namespace detail
 
+namespace {
+// How this process's host threads wait for the GPU (cudaSetDeviceFlags, before the context
+// exists): BITCHECK_CUDA_SYNC = spin, yield, blocking or auto (CUDA's own choice, the default).
+// A dozen shards sharing one GPU and its host's cores wait better blocking: a spinning waiter holds
+// a core the shards computing references need, and one descheduled misses its GPU's completion by
+// a scheduler tick (sweep --devices sets blocking for its shards; docs/usage.md).
+void apply_sync_mode() {
+  static const bool applied = [] {
+    const char* text = std::getenv("BITCHECK_CUDA_SYNC");
+    const std::string mode = text ? text : "auto";
+    unsigned flags = cudaDeviceScheduleAuto;
+    if (mode == "spin") flags = cudaDeviceScheduleSpin;
+    else if (mode == "yield") flags = cudaDeviceScheduleYield;
+    else if (mode == "blocking") flags = cudaDeviceScheduleBlockingSync;
+    else if (mode != "auto")
+      throw std::invalid_argument("BITCHECK_CUDA_SYNC: spin, yield, blocking or auto, got \"" +
+                                  mode + "\"");
+    if (flags != cudaDeviceScheduleAuto && cudaSetDeviceFlags(flags) != cudaSuccess)
+      cudaGetLastError();  // a context made earlier keeps its mode
+    return true;
+  }();
+  (void)applied;
+}
+}  // namespace
+
 DeviceInfo query_device(int device_index) {
+  apply_sync_mode();
   DeviceInfo info;
   info.device_index = device_index;
   int count = 0;
@@ -369,24 +395,22 @@ std::string ipc_memory_handle(const void* allocation) {
   return std::string(handle.reserved, sizeof handle.reserved);
 }
 
-// A host-device copy timed as the phase profile's upload or download. The default stream is
-// synchronized first (the copy would wait for it anyway), so the time recorded is the copy's and
-// not the kernels queued before it, which stay the impl call's.
-namespace {
-void profiled_copy(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind,
-                   Phase phase) {
-  if (!bytes) return;
-  BITCHECK_CUDA_CALL(cudaStreamSynchronize(nullptr));
-  PhaseTimer timer(phase, bytes);
-  BITCHECK_CUDA_CALL(cudaMemcpy(destination, source, bytes, kind));
-}
-}  // namespace
-
+// An upload is queued on the default stream behind the kernels before it, without waiting for
+// them: from pageable memory (bitcheck pins none) the runtime stages the host bytes before it
+// returns, so the caller may reuse them at once (the time recorded is that staging). Work on a
+// non-blocking stream that reads the upload must wait for the default stream first. A download waits for the default
+// stream first (the copy would wait for it anyway), so the time recorded is the copy's and not the
+// kernels queued before it, which stay the impl call's.
 void copy_to_device(void* device, const void* host, std::size_t bytes) {
-  profiled_copy(device, host, bytes, cudaMemcpyHostToDevice, Phase::uploads);
+  if (!bytes) return;
+  PhaseTimer timer(Phase::uploads, bytes);
+  BITCHECK_CUDA_CALL(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, nullptr));
 }
 void copy_to_host(void* host, const void* device, std::size_t bytes) {
-  profiled_copy(host, device, bytes, cudaMemcpyDeviceToHost, Phase::downloads);
+  if (!bytes) return;
+  BITCHECK_CUDA_CALL(cudaStreamSynchronize(nullptr));
+  PhaseTimer timer(Phase::downloads, bytes);
+  BITCHECK_CUDA_CALL(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
 }
 
 void copy_device_to_device(void* destination, const void* source, std::size_t bytes) {

@@ -145,7 +145,8 @@ int current_device();
 // The 64 bytes of the CUDA IPC handle (cudaIpcMemHandle_t) of `allocation`, the base of a
 // cudaMalloc allocation: another process opens it with cudaIpcOpenMemHandle.
 std::string ipc_memory_handle(const void* allocation);
-// Synchronous copies between host and device memory (legacy default stream).
+// Copies between host and device memory on the legacy default stream: an upload is queued (the
+// host bytes are staged before it returns), a download is complete when it returns.
 void copy_to_device(void* device, const void* host, std::size_t bytes);
 void copy_to_host(void* host, const void* device, std::size_t bytes);
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/host_threads.h"
 #include "core/rng.h"
 #include "core/special_values.h"
 
@@ -51,7 +52,7 @@ Tensor generate_input(const TensorDecl& decl, std::vector<std::int64_t> shape, s
     }
   };
   std::int64_t threads =
-      std::min<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()),
+      std::min<std::int64_t>(static_cast<std::int64_t>(host_threads()),
                              std::max<std::int64_t>(1, rows * width / (1 << 16)));
   if (threads <= 1) {
     fill_rows(0, rows);

@@ -11,6 +11,7 @@
 #include <cctype>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/host_threads.h"
 #include "core/json_input.h"
 #include "external/plugin_loader.h"
 #include "report/report.h"
@@ -204,9 +206,21 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
   signals_received = 0;
   std::signal(SIGINT, on_parent_signal);
   std::signal(SIGTERM, on_parent_signal);
+  // The host's cores shared out (core/host_threads.h) and, where several shards share a GPU, a
+  // blocking wait for it (BITCHECK_CUDA_SYNC, kernels/common/runtime.cu); either variable set by
+  // the user is left as it is.
+  std::map<std::string, int> shards_of_device;
+  for (const auto& shard : shards) ++shards_of_device[shard.device];
+  const std::string host_share = std::to_string(std::max<std::size_t>(
+      1, std::max(1u, std::thread::hardware_concurrency()) / std::max<std::size_t>(1, shards.size())));
   for (auto& shard : shards) {
     std::vector<std::pair<std::string, std::string>> environment = {
         {"CUDA_VISIBLE_DEVICES", shard.device}};
+    if (!std::getenv(host_threads_variable))
+      environment.emplace_back(host_threads_variable, host_share);
+    if (options.overrides.backend != "cpu" && shards_of_device[shard.device] > 1 &&
+        !std::getenv("BITCHECK_CUDA_SYNC"))
+      environment.emplace_back("BITCHECK_CUDA_SYNC", "blocking");
     auto slots = slots_of_device.find(shard.device);
     if (slots != slots_of_device.end())
       environment.emplace_back(device_slots_variable, slots->second);

@@ -1,0 +1,16 @@
+// The threads one bitcheck process may use for host work (inputs, references): the hardware's, or
+// BITCHECK_HOST_THREADS. `sweep --devices` gives each of its shards the hardware's share (cores /
+// shards) unless the variable is set, so a dozen shards each generating inputs or references on
+// every core do not leave the ones waiting for the GPU without a core to wake up on.
+#pragma once
+#include <cstddef>
+
+namespace bitcheck {
+
+inline constexpr const char* host_threads_variable = "BITCHECK_HOST_THREADS";
+
+// BITCHECK_HOST_THREADS when set (a count >= 1; anything else is BadInput naming the variable),
+// else std::thread::hardware_concurrency() (at least 1).
+std::size_t host_threads();
+
+}  // namespace bitcheck
