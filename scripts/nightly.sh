@@ -14,8 +14,9 @@
 # --provenance: the sweep records the kernels every call launched (CUPTI; off by default, since it
 # synchronizes and flushes around every call: scripts/provenance-overhead.sh measures what it
 # costs), so the page's drawer names the kernels on both sides of a finding.
-# --previous REPORT may be given several times, the last night's first: the diff is against it, and
-# the page's history shows every one.
+# --previous REPORT may be given several times, the last night's first: the diff is against it, its
+# case times order and balance the sweep's work (sweep --costs), and the page's history shows every
+# one.
 # Writes OUT_DIR/{report.json, matrix.md, index.html, junit.xml, diff.txt, diff.json, sweep.log}:
 # index.html is the page people open (`bitcheck matrix --format html`, with what changed against
 # --previous and the cost-of-invariance plots of the bench).
@@ -60,9 +61,12 @@ device_list=$(IFS=,; echo "${devices[*]}")
 rm -f "$out/report.json"
 limit=()
 [ "$deadline" -gt 0 ] && limit=(timeout -s TERM "$deadline")
+# The last night's case times order and balance tonight's units of work (sweep --costs).
+costs=()
+[ ${#previous[@]} -gt 0 ] && costs=(--costs "${previous[0]}")
 start=$(date +%s)
 "${limit[@]}" "$bitcheck" sweep "${spec_args[@]}" --op all --backend "$backend" --devices "$device_list" --out "$out" \
-  "${provenance[@]}" "${extra[@]}" > "$out/sweep.log" 2>&1
+  "${costs[@]}" "${provenance[@]}" "${extra[@]}" > "$out/sweep.log" 2>&1
 status=$?
 echo "nightly: sweep exit $status in $(( $(date +%s) - start )) s on $gpus GPU(s), $jobs shards" >> "$out/sweep.log"
 [ -f "$out/report.json" ] || { cat "$out/sweep.log" >&2; echo "nightly: the sweep wrote no report" >&2; exit 3; }

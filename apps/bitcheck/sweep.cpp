@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -82,6 +83,11 @@ void declare_options(CLI::App& command, SweepFlags& flags) {
       .add_option("--skip-done", flags.skip_done,
                   "Reports (e.g. interrupted ones) whose checked cases are not run again; merge "
                   "them with this run's report afterwards")
+      ->check(CLI::ExistingFile);
+  command
+      .add_option("--costs", sweep.costs_report,
+                  "A report of an earlier run (the last night's) whose measured case times order "
+                  "and balance the units of work instead of estimates (--devices, --shard)")
       ->check(CLI::ExistingFile);
   command.add_option("--report-name", sweep.report_name,
                      "File name of the report in --out (default report.json)");
@@ -241,6 +247,26 @@ void add_case_ids(const std::string& path, std::set<std::string>& ids) {
 
 // The ids of the cases a report checked. A case that ended in error (a fault, an interrupted
 // device) is tried again.
+// --costs REPORT: every case's timings.total_seconds (a number >= 0) by id.
+void add_measured_seconds(const std::string& path, std::map<std::string, double>& seconds) {
+  nlohmann::json report = load_json_file(path);
+  JsonCursor root(report, path);
+  JsonCursor results = root.at("results");
+  results.expect_array(true);
+  for (std::size_t i = 0; i < results.node().size(); ++i) {
+    const nlohmann::json& c = results.node()[i];
+    if (!c.is_object() || !c.contains("id") || !c["id"].is_string()) continue;
+    const auto timings = c.find("timings");
+    if (timings == c.end() || !timings->is_object() || !timings->contains("total_seconds"))
+      continue;
+    const nlohmann::json& total = (*timings)["total_seconds"];
+    if (!total.is_number() || !(total.get<double>() >= 0))
+      throw BadInput(path, "results[" + std::to_string(i) + "].timings.total_seconds",
+                     "a number of seconds >= 0");
+    seconds[c["id"].get<std::string>()] = total.get<double>();
+  }
+}
+
 void add_done_case_ids(const std::string& path, std::set<std::string>& skip_ids) {
   nlohmann::json done = load_json_file(path);
   JsonCursor root(done, path);
@@ -284,6 +310,8 @@ int run(SweepFlags& flags, const Registry& registry) {
   }
   sweep.skip_done_reports = flags.skip_done;
   for (const auto& path : flags.skip_done) add_done_case_ids(path, sweep.overrides.skip_ids);
+  if (!sweep.costs_report.empty())
+    add_measured_seconds(sweep.costs_report, sweep.overrides.measured_seconds);
   sweep.progress = !flags.no_progress;
   return run_sweep(sweep, registry);
 }

@@ -253,8 +253,7 @@ class CudaAttention : public Impl {
                                   rows.as<int>(), static_cast<int>(batch.slots()),
                                   static_cast<int>(kv_width), nullptr);
       forward(batch, dtype, shape, q, cache.k, cache.v, tokens, first_tokens, lengths, o, lse);
-      o.download(batch.out("o").data(), batch.out("o").bytes());
-      lse.download(batch.out("lse").data(), batch.out("lse").bytes());
+      cuda_support::download_all({{&o, &batch.out("o")}, {&lse, &batch.out("lse")}});
       return;
     }
     // Backward takes whole sequences: keys at their own slots, the forward recomputed from them.
@@ -280,9 +279,8 @@ class CudaAttention : public Impl {
                            token_buffer, first_tokens, lengths, max_position);
       batch.impl_config["backward_path"] = backward_path(spec, shape.dim);
     }
-    dq.download(batch.out("dq").data(), batch.out("dq").bytes());
-    dk.download(batch.out("dk").data(), batch.out("dk").bytes());
-    dv.download(batch.out("dv").data(), batch.out("dv").bytes());
+    cuda_support::download_all(
+        {{&dq, &batch.out("dq")}, {&dk, &batch.out("dk")}, {&dv, &batch.out("dv")}});
   }
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,

@@ -5,10 +5,12 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_support.h"
@@ -49,6 +51,17 @@ cuda::DeviceBuffer upload(const std::vector<T>& values) {
 
 inline void download(const cuda::DeviceBuffer& buffer, Tensor& tensor) {
   buffer.download(tensor.data(), tensor.bytes());
+}
+
+// Several outputs brought back behind one wait for the GPU (cuda::copy_to_host_all).
+inline void download_all(std::initializer_list<std::pair<const cuda::DeviceBuffer*, Tensor*>> outputs) {
+  std::vector<cuda::HostCopy> copies;
+  for (const auto& [buffer, tensor] : outputs) {
+    if (tensor->bytes() > buffer->bytes())
+      throw std::invalid_argument("download_all: more bytes than allocated");
+    copies.push_back({tensor->data(), buffer->get(), tensor->bytes()});
+  }
+  cuda::copy_to_host_all(copies);
 }
 
 // The real (non-pad) slots in slot order, as int32 for the kernels that skip padding.

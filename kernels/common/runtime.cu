@@ -3,12 +3,15 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/phase_profile.h"
 #include "cuda_check.cuh"
 #include "runtime.h"
@@ -56,9 +59,8 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
 namespace {
 // How this process's host threads wait for the GPU (cudaSetDeviceFlags, before the context
 // exists): BITCHECK_CUDA_SYNC = spin, yield, blocking or auto (CUDA's own choice, the default).
-// A dozen shards sharing one GPU and its host's cores wait better blocking: a spinning waiter holds
-// a core the shards computing references need, and one descheduled misses its GPU's completion by
-// a scheduler tick (sweep --devices sets blocking for its shards; docs/usage.md).
+// sweep --devices sets blocking for shards sharing a GPU, so their waits leave the host's cores to
+// the shards computing references (docs/usage.md).
 void apply_sync_mode() {
   static const bool applied = [] {
     const char* text = std::getenv("BITCHECK_CUDA_SYNC");
@@ -68,8 +70,8 @@ void apply_sync_mode() {
     else if (mode == "yield") flags = cudaDeviceScheduleYield;
     else if (mode == "blocking") flags = cudaDeviceScheduleBlockingSync;
     else if (mode != "auto")
-      throw std::invalid_argument("BITCHECK_CUDA_SYNC: spin, yield, blocking or auto, got \"" +
-                                  mode + "\"");
+      throw BadInput("environment", "BITCHECK_CUDA_SYNC",
+                     "spin, yield, blocking or auto, got \"" + mode + "\"");
     if (flags != cudaDeviceScheduleAuto && cudaSetDeviceFlags(flags) != cudaSuccess)
       cudaGetLastError();  // a context made earlier keeps its mode
     return true;
@@ -396,7 +398,7 @@ std::string ipc_memory_handle(const void* allocation) {
 }
 
 // An upload is queued on the default stream behind the kernels before it, without waiting for
-// them: from pageable memory (bitcheck pins none) the runtime stages the host bytes before it
+// them: from pageable memory (every upload's source is) the runtime stages the host bytes before it
 // returns, so the caller may reuse them at once (the time recorded is that staging). Work on a
 // non-blocking stream that reads the upload must wait for the default stream first. A download waits for the default
 // stream first (the copy would wait for it anyway), so the time recorded is the copy's and not the
@@ -407,10 +409,91 @@ void copy_to_device(void* device, const void* host, std::size_t bytes) {
   BITCHECK_CUDA_CALL(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, nullptr));
 }
 void copy_to_host(void* host, const void* device, std::size_t bytes) {
-  if (!bytes) return;
-  BITCHECK_CUDA_CALL(cudaStreamSynchronize(nullptr));
-  PhaseTimer timer(Phase::downloads, bytes);
-  BITCHECK_CUDA_CALL(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+  copy_to_host_all({{host, device, bytes}});
+}
+
+namespace {
+constexpr std::size_t staged_download_limit = std::size_t(64) << 20;
+constexpr std::size_t staging_alignment = 256;
+
+std::size_t aligned(std::size_t bytes) {
+  return (bytes + staging_alignment - 1) / staging_alignment * staging_alignment;
+}
+
+// The pinned block downloads are staged in, grown as needed (never past the limit), and the two
+// events that time the copies on the GPU. Never destroyed: exit frees them.
+struct DownloadStaging {
+  std::mutex mutex;
+  void* block = nullptr;
+  std::size_t bytes = 0;
+  cudaEvent_t before = nullptr, after = nullptr;
+
+  static DownloadStaging& instance() {
+    static DownloadStaging* staging = new DownloadStaging();
+    return *staging;
+  }
+  void* reserve(std::size_t wanted) {
+    if (!before) {
+      BITCHECK_CUDA_CALL(cudaEventCreate(&before));
+      BITCHECK_CUDA_CALL(cudaEventCreate(&after));
+    }
+    if (wanted > bytes) {
+      if (block) BITCHECK_CUDA_CALL(cudaFreeHost(block));
+      block = nullptr;
+      bytes = 0;
+      const std::size_t size =
+          std::min(staged_download_limit, std::max(wanted, std::size_t(1) << 20));
+      BITCHECK_CUDA_CALL(cudaHostAlloc(&block, size, cudaHostAllocDefault));
+      bytes = size;
+    }
+    return block;
+  }
+};
+}  // namespace
+
+// The download phase records the copies' own time (GPU time between the events, then the host
+// copies out of staging), not the kernels queued before them, which stay the impl call's.
+void copy_to_host_all(const std::vector<HostCopy>& copies) {
+  std::size_t total = 0, payload = 0;
+  for (const HostCopy& copy : copies) {
+    total += aligned(copy.bytes);
+    payload += copy.bytes;
+  }
+  if (payload == 0) return;
+  if (total > staged_download_limit) {
+    BITCHECK_CUDA_CALL(cudaStreamSynchronize(nullptr));
+    PhaseTimer timer(Phase::downloads, payload);
+    for (const HostCopy& copy : copies) {
+      if (copy.bytes)
+        BITCHECK_CUDA_CALL(cudaMemcpy(copy.host, copy.device, copy.bytes, cudaMemcpyDeviceToHost));
+    }
+    return;
+  }
+  DownloadStaging& staging = DownloadStaging::instance();
+  std::lock_guard<std::mutex> lock(staging.mutex);
+  auto* block = static_cast<unsigned char*>(staging.reserve(total));
+  BITCHECK_CUDA_CALL(cudaEventRecord(staging.before, nullptr));
+  std::size_t offset = 0;
+  for (const HostCopy& copy : copies) {
+    if (copy.bytes)
+      BITCHECK_CUDA_CALL(cudaMemcpyAsync(block + offset, copy.device, copy.bytes,
+                                         cudaMemcpyDeviceToHost, nullptr));
+    offset += aligned(copy.bytes);
+  }
+  BITCHECK_CUDA_CALL(cudaEventRecord(staging.after, nullptr));
+  BITCHECK_CUDA_CALL(cudaStreamSynchronize(nullptr));  // the one wait
+  float gpu_ms = 0.f;
+  BITCHECK_CUDA_CALL(cudaEventElapsedTime(&gpu_ms, staging.before, staging.after));
+  const auto start = std::chrono::steady_clock::now();
+  offset = 0;
+  for (const HostCopy& copy : copies) {
+    if (copy.bytes) std::memcpy(copy.host, block + offset, copy.bytes);
+    offset += aligned(copy.bytes);
+  }
+  record_phase(Phase::downloads,
+               gpu_ms / 1e3 + std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                            start).count(),
+               payload);
 }
 
 void copy_device_to_device(void* destination, const void* source, std::size_t bytes) {

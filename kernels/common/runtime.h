@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "device_dtype.h"
 
@@ -149,6 +150,18 @@ std::string ipc_memory_handle(const void* allocation);
 // host bytes are staged before it returns), a download is complete when it returns.
 void copy_to_device(void* device, const void* host, std::size_t bytes);
 void copy_to_host(void* host, const void* device, std::size_t bytes);
+
+// Device-to-host copies behind one wait for the GPU: queued into pinned staging memory behind the
+// kernels before them, waited for once, then copied out. With a dozen processes time-slicing one
+// GPU each wait costs their slices, so an impl downloading several outputs per call (a decode step)
+// waits once, not once per output. Copies of more than 64 MiB in all go one by one, as
+// copy_to_host does.
+struct HostCopy {
+  void* host;
+  const void* device;
+  std::size_t bytes;
+};
+void copy_to_host_all(const std::vector<HostCopy>& copies);
 
 // Asynchronous device-to-device copy on the default stream (what the copy benchmarks time).
 void copy_device_to_device(void* destination, const void* source, std::size_t bytes);

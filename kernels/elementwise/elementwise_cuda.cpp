@@ -60,9 +60,11 @@ class CudaElementwise : public ElementwiseImpl {
           nullptr, token_buffer.as<std::int32_t>(), static_cast<std::int64_t>(tokens.size()), h,
           accumulator.as<float>(), stream);
     });
+    std::vector<cuda::HostCopy> copies;
     for (std::size_t k = 0; k < outputs.size(); ++k)
-      support::download(outputs[k], *host_outputs[k]);
-    if (dscale) support::download(accumulator, *dscale);
+      copies.push_back({host_outputs[k]->data(), outputs[k].get(), host_outputs[k]->bytes()});
+    if (dscale) copies.push_back({dscale->data(), accumulator.get(), dscale->bytes()});
+    cuda::copy_to_host_all(copies);  // one wait for every output
   }
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,

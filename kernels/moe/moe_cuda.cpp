@@ -235,10 +235,12 @@ class CudaMoe : public Impl {
     forward_experts(s, spec.dtype, w, x.get(), tokens, layer);
     if (spec.pass == Pass::forward) {
       combine(s, spec.dtype, tokens, layer);
-      scatter_rows(downloaded(layer.y, spec.dtype, tokens, s.hidden), slots, batch.out("y"));
-      scatter_rows(downloaded(layer.ids, DType::i32, tokens, s.topk), slots, batch.out("topk_ids"));
-      scatter_rows(downloaded(layer.weights, DType::fp32, tokens, s.topk), slots,
-                   batch.out("topk_weights"));
+      Tensor y(spec.dtype, {tokens, s.hidden}), ids(DType::i32, {tokens, s.topk}),
+          weights(DType::fp32, {tokens, s.topk});
+      cuda_support::download_all({{&layer.y, &y}, {&layer.ids, &ids}, {&layer.weights, &weights}});
+      scatter_rows(y, slots, batch.out("y"));
+      scatter_rows(ids, slots, batch.out("topk_ids"));
+      scatter_rows(weights, slots, batch.out("topk_weights"));
     } else {
       layer.dy = upload(cuda_support::compact_rows(batch.in("dy"), slots));
       backward(s, spec.dtype, w, tokens, layer);

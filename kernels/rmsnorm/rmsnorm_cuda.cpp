@@ -85,8 +85,10 @@ class CudaRmsnorm : public Impl {
           queued.row_splits = control_small_batch_splits;
         cuda::rmsnorm_forward(queued, stream);
       });
-      support::download(y, batch.out("y"));
-      if (fused_add_) support::download(h, batch.out("h"));
+      if (fused_add_)
+        support::download_all({{&y, &batch.out("y")}, {&h, &batch.out("h")}});
+      else
+        support::download(y, batch.out("y"));
       return;
     }
     DeviceBuffer dy = support::upload(batch.in("dy")), dh, dx = output("dx"), dresidual;
@@ -109,9 +111,12 @@ class CudaRmsnorm : public Impl {
                                     launch.inverse_rms, launch.tokens, launch.token_count, width,
                                     accumulator.as<float>(), stream);
     });
-    support::download(dx, batch.out("dx"));
-    if (fused_add_) support::download(dresidual, batch.out("dresidual"));
-    support::download(accumulator, dweight);
+    if (fused_add_)
+      support::download_all({{&dx, &batch.out("dx")},
+                             {&dresidual, &batch.out("dresidual")},
+                             {&accumulator, &dweight}});
+    else
+      support::download_all({{&dx, &batch.out("dx")}, {&accumulator, &dweight}});
   }
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,

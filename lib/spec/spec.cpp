@@ -693,7 +693,8 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
   if (overrides.shard_count <= 1 || !overrides.shard_queue.empty()) return cases;
   // Static shards: the units (see case_units) from the most expensive, each to the least-loaded
   // shard. Deterministic, so every shard computes the same plan.
-  const std::vector<CaseUnit> units = case_units(cases, registry, overrides.shard_count);
+  const std::vector<CaseUnit> units =
+      case_units(cases, registry, overrides.shard_count, overrides.measured_seconds);
   std::vector<std::size_t> order(units.size());
   for (std::size_t u = 0; u < order.size(); ++u) order[u] = u;
   std::stable_sort(order.begin(), order.end(),
@@ -715,15 +716,30 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
 }
 
 std::vector<CaseUnit> case_units(const std::vector<CaseSpec>& cases, const Registry& registry,
-                                 int workers) {
+                                 int workers, const std::map<std::string, double>& measured_seconds) {
   // Units are input groups (the impls of one group share inputs and a reference, computed once by
   // whoever runs the group, so a group stays together as far as balance allows). A group costing
   // more than a worker's share (the chain's impls, say) is cut into that many runs of consecutive
   // cases, each paying the reference once, so it cannot hold up the whole sweep.
   std::vector<double> cost(cases.size());
-  double total_cost = 0;
+  std::vector<bool> measured(cases.size(), false);
+  double measured_total = 0, estimated_of_measured = 0;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     cost[i] = estimated_case_cost(cases[i], registry);
+    const auto found = measured_seconds.find(cases[i].id());
+    if (found == measured_seconds.end()) continue;
+    measured[i] = true;
+    estimated_of_measured += cost[i];
+    measured_total += found->second;
+    cost[i] = found->second;
+  }
+  // The cases no earlier run measured: their estimates in the measured cases' units.
+  const double scale = measured_total > 0 && estimated_of_measured > 0
+                           ? measured_total / estimated_of_measured
+                           : 1.0;
+  double total_cost = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    if (!measured[i]) cost[i] *= scale;
     total_cost += cost[i];
   }
   const double share = total_cost / static_cast<double>(std::max(workers, 1));

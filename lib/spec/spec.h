@@ -2,6 +2,7 @@
 // seeds to run, with defaults and per-op overrides; command-line filters; expansion into cases.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -69,6 +70,10 @@ struct SweepOverrides {
   // --skip-done REPORT: case ids already checked in earlier (e.g. interrupted) reports; they are
   // dropped before sharding, so the shards split what is left.
   std::set<std::string> skip_ids;
+  // --costs REPORT: each case's measured seconds in an earlier run (the last night's), which
+  // case_units takes over its estimate; cases the report lacks get their estimate scaled by the
+  // measured / estimated ratio of those it has.
+  std::map<std::string, double> measured_seconds;
 };
 
 SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& file,
@@ -93,8 +98,10 @@ struct CaseUnit {
   std::vector<std::size_t> members;
   double cost = 0;
 };
+// `measured_seconds` (SweepOverrides::measured_seconds) replaces the estimates it covers.
 std::vector<CaseUnit> case_units(const std::vector<CaseSpec>& cases, const Registry& registry,
-                                 int workers);
+                                 int workers,
+                                 const std::map<std::string, double>& measured_seconds = {});
 
 // The cartesian product, in spec order. Impls of an unavailable backend still yield cases (to be
 // skipped with the backend's reason) unless the backend was filtered out explicitly.

@@ -50,6 +50,7 @@ std::vector<std::string> sweep_child_args(const SweepOptions& options, const std
   if (o.special_values) add("--special-values-rate", exact(*o.special_values));
   if (o.ids) add("--ids", *o.ids);
   for (const auto& report : options.skip_done_reports) add("--skip-done", report);
+  if (!options.costs_report.empty()) add("--costs", options.costs_report);
   for (const auto& arg : external_impl_arguments()) args.push_back(arg);  // --plugin, --py-impl
   if (options.case_timeout_seconds > 0) add("--case-timeout", exact(options.case_timeout_seconds));
   add("--backend", o.backend);

@@ -188,7 +188,8 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   const bool queued = !options.overrides.shard_queue.empty();
   std::vector<CaseUnit> units;
   if (queued) {
-    units = case_units(cases, registry, options.overrides.shard_count);
+    units = case_units(cases, registry, options.overrides.shard_count,
+                       options.overrides.measured_seconds);
     std::stable_sort(units.begin(), units.end(),
                      [](const CaseUnit& a, const CaseUnit& b) { return a.cost > b.cost; });
   }

@@ -31,6 +31,7 @@ struct SweepOptions {
       worker_executable;  // the binary with the __sweep-worker subcommand; empty: in process
   double case_timeout_seconds = 0;  // --case-timeout: an isolated case's time limit (0: none)
   std::vector<std::string> skip_done_reports;  // --skip-done (their ids are in overrides.skip_ids)
+  std::string costs_report;  // --costs (its times are in overrides.measured_seconds)
   // --devices: one shard per entry, run in parallel as child processes of this binary with
   // CUDA_VISIBLE_DEVICES=<entry>, merged into one report (an entry may repeat: two shards on it).
   std::vector<std::string> devices;

@@ -175,7 +175,8 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
   // next when it finishes one, so they finish together however wrong the cost estimates are.
   const std::string queue_path = work_dir + "/queue";
   create_shard_queue(queue_path);
-  const std::size_t unit_count = case_units(shard_cases, registry, count).size();
+  const std::size_t unit_count =
+      case_units(shard_cases, registry, count, options.overrides.measured_seconds).size();
 
   std::vector<Shard> shards(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) {

@@ -458,3 +458,58 @@ TEST_CASE("shards keep an input group together unless it outweighs a shard", "[s
   }
   CHECK(seen.size() == all.size());
 }
+
+TEST_CASE("measured case times replace the estimates: the slowest unit first, the rest scaled",
+          "[spec][shard]") {
+  World world;
+  SweepSpec spec = load_embedded_sweep_spec(world.registry, world.contract);
+  SweepOverrides overrides;
+  overrides.backend = "cpu";
+  overrides.ops = {"rmsnorm", "silu"};
+  SweepSpec narrowed = apply_overrides(spec, overrides, world.registry, world.contract);
+  const auto cases = expand_cases(narrowed, world.registry, overrides);
+  REQUIRE(cases.size() > 4);
+  const std::vector<CaseUnit> estimated = case_units(cases, world.registry, 4);
+  // An earlier run measured the last case at 1000 s and the first at twice its estimate.
+  std::map<std::string, double> measured = {
+      {cases.back().id(), 1000.0},
+      {cases.front().id(), 2 * estimated_case_cost(cases.front(), world.registry)}};
+  const std::vector<CaseUnit> units = case_units(cases, world.registry, 4, measured);
+  auto unit_of = [&](const std::vector<CaseUnit>& list, std::size_t member) {
+    for (const CaseUnit& unit : list)
+      if (std::find(unit.members.begin(), unit.members.end(), member) != unit.members.end())
+        return unit;
+    FAIL("case " << member << " in no unit");
+    return CaseUnit{};
+  };
+  const CaseUnit slow = unit_of(units, cases.size() - 1);
+  CHECK(slow.cost >= 1000.0);
+  for (const CaseUnit& unit : units) CHECK(unit.cost <= slow.cost);
+  // The cases without a measurement: their estimates scaled by measured / estimated of the rest.
+  const double scale =
+      (1000.0 + 2 * estimated_case_cost(cases.front(), world.registry)) /
+      (estimated_case_cost(cases.back(), world.registry) +
+       estimated_case_cost(cases.front(), world.registry));
+  // An input group with no measured case: its units (cut as the new total decides) cost its
+  // estimate times that ratio.
+  auto has = [](const CaseUnit& unit, std::size_t member) {
+    return std::find(unit.members.begin(), unit.members.end(), member) != unit.members.end();
+  };
+  const CaseUnit* plain = nullptr;
+  for (const CaseUnit& unit : estimated)
+    if (!has(unit, 0) && !has(unit, cases.size() - 1)) plain = &unit;
+  REQUIRE(plain != nullptr);
+  const std::set<std::size_t> group(plain->members.begin(), plain->members.end());
+  double now = 0;
+  for (const CaseUnit& unit : units) {
+    if (group.count(unit.members.front()) == 0) continue;
+    for (std::size_t member : unit.members) CHECK(group.count(member) == 1);
+    now += unit.cost;
+  }
+  CHECK(now == Approx(plain->cost * scale));
+  // Every case still in exactly one unit.
+  std::set<std::size_t> seen;
+  for (const CaseUnit& unit : units)
+    for (std::size_t member : unit.members) CHECK(seen.insert(member).second);
+  CHECK(seen.size() == cases.size());
+}
