@@ -1,4 +1,6 @@
 // CUDA runtime seam: device queries, buffers and event timers behind kernels/common/runtime.h.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -57,23 +59,42 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
 }  // namespace detail
 
 namespace {
-// How this process's host threads wait for the GPU (cudaSetDeviceFlags, before the context
-// exists): BITCHECK_CUDA_SYNC = spin, yield, blocking or auto (CUDA's own choice, the default).
-// sweep --devices sets blocking for shards sharing a GPU, so their waits leave the host's cores to
-// the shards computing references (docs/usage.md).
+// How this process's host threads wait for the GPU: BITCHECK_CUDA_SYNC = spin, yield, blocking or
+// auto (CUDA's own choice, the default). sweep --devices sets blocking for shards sharing a GPU, so
+// their waits leave the host's cores to the shards computing references (docs/usage.md). Set as the
+// primary contexts' flags through the driver (cuDevicePrimaryCtxSetFlags), which creates no context:
+// cudaSetDeviceFlags would create one in every process that only asks about the device (a shard's
+// parent holding half a GiB of device memory for nothing).
 void apply_sync_mode() {
   static const bool applied = [] {
     const char* text = std::getenv("BITCHECK_CUDA_SYNC");
     const std::string mode = text ? text : "auto";
-    unsigned flags = cudaDeviceScheduleAuto;
-    if (mode == "spin") flags = cudaDeviceScheduleSpin;
-    else if (mode == "yield") flags = cudaDeviceScheduleYield;
-    else if (mode == "blocking") flags = cudaDeviceScheduleBlockingSync;
+    unsigned flags = 0;
+    if (mode == "spin") flags = CU_CTX_SCHED_SPIN;
+    else if (mode == "yield") flags = CU_CTX_SCHED_YIELD;
+    else if (mode == "blocking") flags = CU_CTX_SCHED_BLOCKING_SYNC;
     else if (mode != "auto")
       throw BadInput("environment", "BITCHECK_CUDA_SYNC",
                      "spin, yield, blocking or auto, got \"" + mode + "\"");
-    if (flags != cudaDeviceScheduleAuto && cudaSetDeviceFlags(flags) != cudaSuccess)
-      cudaGetLastError();  // a context made earlier keeps its mode
+    if (flags == 0) return true;
+    void* get_device = nullptr;
+    void* set_flags = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    int count = 0;
+    if (cudaGetDriverEntryPointByVersion("cuDeviceGet", &get_device, 2000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess ||
+        cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxSetFlags", &set_flags, 11000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();  // no driver entry point: CUDA's own choice
+      return true;
+    }
+    for (int ordinal = 0; ordinal < count; ++ordinal) {
+      CUdevice device = 0;
+      if (reinterpret_cast<PFN_cuDeviceGet_v2000>(get_device)(&device, ordinal) == CUDA_SUCCESS)
+        reinterpret_cast<PFN_cuDevicePrimaryCtxSetFlags_v11000>(set_flags)(device, flags);
+    }
     return true;
   }();
   (void)applied;
