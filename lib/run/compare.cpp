@@ -6,12 +6,33 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/counter_hash.h"
 
 namespace bitcheck {
 namespace {
 constexpr std::size_t max_listed_rows = 16;
+
+// Tensor::get of `count` consecutive elements from `first` into `out`, the dtype looked at once.
+void get_range(const Tensor& tensor, std::int64_t first, std::int64_t count, float* out) {
+  const DType dtype = tensor.dtype();
+  const std::size_t size = dtype_size(dtype);
+  const auto* p = static_cast<const std::byte*>(tensor.data()) + static_cast<std::size_t>(first) * size;
+  if (dtype == DType::bf16 || dtype == DType::fp16) {
+    for (std::int64_t i = 0; i < count; ++i) {
+      std::uint16_t half;
+      std::memcpy(&half, p + 2 * i, 2);
+      out[i] = dtype == DType::bf16 ? bf16_bits_to_float(half) : fp16_bits_to_float(half);
+    }
+    return;
+  }
+  if (dtype == DType::fp32) {
+    std::memcpy(out, p, static_cast<std::size_t>(count) * sizeof(float));
+    return;
+  }
+  for (std::int64_t i = 0; i < count; ++i) out[i] = tensor.get(first + i);
+}
 
 double relative(double difference, double reference) {
   double magnitude = std::fabs(reference);
@@ -80,12 +101,25 @@ AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
       !columns.empty() && reference.row_size() == static_cast<std::int64_t>(columns.size());
   const std::int64_t reference_width = reference.row_size();
   double worst_excess = -1.0;
+  // A row's values decoded in one pass each (every column, or the sampled ones).
+  std::vector<float> actual_row(static_cast<std::size_t>(reference_width)),
+      reference_row(static_cast<std::size_t>(reference_width));
   for (std::size_t i = 0; i < actual_rows.size(); ++i) {
+    get_range(reference, static_cast<std::int64_t>(i) * reference_width, reference_width,
+              reference_row.data());
+    if (sampled) {
+      for (std::int64_t j = 0; j < reference_width; ++j)
+        actual_row[static_cast<std::size_t>(j)] =
+            actual.get(actual_rows[i] * width + columns[static_cast<std::size_t>(j)]);
+    } else {
+      get_range(actual, actual_rows[i] * width, reference_width, actual_row.data());
+    }
     for (std::int64_t j = 0; j < reference_width; ++j) {
       std::int64_t column = sampled ? columns[static_cast<std::size_t>(j)] : j;
       std::int64_t a_index = actual_rows[i] * width + column;
       std::int64_t r_index = static_cast<std::int64_t>(i) * reference_width + j;
-      double a = actual.get(a_index), r = reference.get(r_index);
+      double a = actual_row[static_cast<std::size_t>(j)],
+             r = reference_row[static_cast<std::size_t>(j)];
       ++metrics.compared;
       auto record_worst = [&](double excess) {
         if (excess <= worst_excess) return;
