@@ -54,7 +54,8 @@ inline void download(const cuda::DeviceBuffer& buffer, Tensor& tensor) {
 }
 
 // Several outputs brought back behind one wait for the GPU (cuda::copy_to_host_all).
-inline void download_all(std::initializer_list<std::pair<const cuda::DeviceBuffer*, Tensor*>> outputs) {
+inline void download_all(
+    std::initializer_list<std::pair<const cuda::DeviceBuffer*, Tensor*>> outputs) {
   std::vector<cuda::HostCopy> copies;
   for (const auto& [buffer, tensor] : outputs) {
     if (tensor->bytes() > buffer->bytes())

@@ -62,17 +62,20 @@ namespace {
 // How this process's host threads wait for the GPU: BITCHECK_CUDA_SYNC = spin, yield, blocking or
 // auto (CUDA's own choice, the default). sweep --devices sets blocking for shards sharing a GPU, so
 // their waits leave the host's cores to the shards computing references (docs/usage.md). Set as the
-// primary contexts' flags through the driver (cuDevicePrimaryCtxSetFlags), which creates no context:
-// cudaSetDeviceFlags would create one in every process that only asks about the device (a shard's
-// parent holding half a GiB of device memory for nothing).
+// primary contexts' flags through the driver (cuDevicePrimaryCtxSetFlags), which creates no
+// context: cudaSetDeviceFlags would create one in every process that only asks about the device (a
+// shard's parent holding half a GiB of device memory for nothing).
 void apply_sync_mode() {
   static const bool applied = [] {
     const char* text = std::getenv("BITCHECK_CUDA_SYNC");
     const std::string mode = text ? text : "auto";
     unsigned flags = 0;
-    if (mode == "spin") flags = CU_CTX_SCHED_SPIN;
-    else if (mode == "yield") flags = CU_CTX_SCHED_YIELD;
-    else if (mode == "blocking") flags = CU_CTX_SCHED_BLOCKING_SYNC;
+    if (mode == "spin")
+      flags = CU_CTX_SCHED_SPIN;
+    else if (mode == "yield")
+      flags = CU_CTX_SCHED_YIELD;
+    else if (mode == "blocking")
+      flags = CU_CTX_SCHED_BLOCKING_SYNC;
     else if (mode != "auto")
       throw BadInput("environment", "BITCHECK_CUDA_SYNC",
                      "spin, yield, blocking or auto, got \"" + mode + "\"");
@@ -421,9 +424,9 @@ std::string ipc_memory_handle(const void* allocation) {
 // An upload is queued on the default stream behind the kernels before it, without waiting for
 // them: from pageable memory (every upload's source is) the runtime stages the host bytes before it
 // returns, so the caller may reuse them at once (the time recorded is that staging). Work on a
-// non-blocking stream that reads the upload must wait for the default stream first. A download waits for the default
-// stream first (the copy would wait for it anyway), so the time recorded is the copy's and not the
-// kernels queued before it, which stay the impl call's.
+// non-blocking stream that reads the upload must wait for the default stream first. A download
+// waits for the default stream first (the copy would wait for it anyway), so the time recorded is
+// the copy's and not the kernels queued before it, which stay the impl call's.
 void copy_to_device(void* device, const void* host, std::size_t bytes) {
   if (!bytes) return;
   PhaseTimer timer(Phase::uploads, bytes);
@@ -512,8 +515,8 @@ void copy_to_host_all(const std::vector<HostCopy>& copies) {
     offset += aligned(copy.bytes);
   }
   record_phase(Phase::downloads,
-               gpu_ms / 1e3 + std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                            start).count(),
+               gpu_ms / 1e3 +
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                payload);
 }
 

@@ -18,7 +18,8 @@ constexpr std::size_t max_listed_rows = 16;
 void get_range(const Tensor& tensor, std::int64_t first, std::int64_t count, float* out) {
   const DType dtype = tensor.dtype();
   const std::size_t size = dtype_size(dtype);
-  const auto* p = static_cast<const std::byte*>(tensor.data()) + static_cast<std::size_t>(first) * size;
+  const auto* p =
+      static_cast<const std::byte*>(tensor.data()) + static_cast<std::size_t>(first) * size;
   if (dtype == DType::bf16 || dtype == DType::fp16) {
     for (std::int64_t i = 0; i < count; ++i) {
       std::uint16_t half;

@@ -716,7 +716,8 @@ std::vector<CaseSpec> expand_cases(const SweepSpec& spec, const Registry& regist
 }
 
 std::vector<CaseUnit> case_units(const std::vector<CaseSpec>& cases, const Registry& registry,
-                                 int workers, const std::map<std::string, double>& measured_seconds) {
+                                 int workers,
+                                 const std::map<std::string, double>& measured_seconds) {
   // Units are input groups (the impls of one group share inputs and a reference, computed once by
   // whoever runs the group, so a group stays together as far as balance allows). A group costing
   // more than a worker's share (the chain's impls, say) is cut into that many runs of consecutive

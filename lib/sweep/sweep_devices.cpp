@@ -212,8 +212,9 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
   // the user is left as it is.
   std::map<std::string, int> shards_of_device;
   for (const auto& shard : shards) ++shards_of_device[shard.device];
-  const std::string host_share = std::to_string(std::max<std::size_t>(
-      1, std::max(1u, std::thread::hardware_concurrency()) / std::max<std::size_t>(1, shards.size())));
+  const std::string host_share =
+      std::to_string(std::max<std::size_t>(1, std::max(1u, std::thread::hardware_concurrency()) /
+                                                  std::max<std::size_t>(1, shards.size())));
   for (auto& shard : shards) {
     std::vector<std::pair<std::string, std::string>> environment = {
         {"CUDA_VISIBLE_DEVICES", shard.device}};

@@ -486,10 +486,9 @@ TEST_CASE("measured case times replace the estimates: the slowest unit first, th
   CHECK(slow.cost >= 1000.0);
   for (const CaseUnit& unit : units) CHECK(unit.cost <= slow.cost);
   // The cases without a measurement: their estimates scaled by measured / estimated of the rest.
-  const double scale =
-      (1000.0 + 2 * estimated_case_cost(cases.front(), world.registry)) /
-      (estimated_case_cost(cases.back(), world.registry) +
-       estimated_case_cost(cases.front(), world.registry));
+  const double scale = (1000.0 + 2 * estimated_case_cost(cases.front(), world.registry)) /
+                       (estimated_case_cost(cases.back(), world.registry) +
+                        estimated_case_cost(cases.front(), world.registry));
   // An input group with no measured case: its units (cut as the new total decides) cost its
   // estimate times that ratio.
   auto has = [](const CaseUnit& unit, std::size_t member) {
