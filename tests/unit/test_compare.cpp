@@ -168,6 +168,40 @@ TEST_CASE("compare_row pairs rows by index in each tensor", "[compare]") {
   CHECK(comparator.metrics().first_mismatch->row == 6);
 }
 
+TEST_CASE("check_accuracy reads each dtype's bits as that dtype, every column and sampled ones",
+          "[compare][accuracy]") {
+  // Exact in every dtype; read as the other 16-bit dtype, a bf16 or fp16 element would be another
+  // number entirely.
+  const std::vector<float> values = {1.5f, -3.0625f, 256.0f, 0.0f};
+  std::vector<std::int64_t> rows = {1}, ids = {7};
+  for (DType dtype : {DType::bf16, DType::fp16, DType::fp32}) {
+    INFO(to_string(dtype));
+    Tensor actual(dtype, {2, 4});
+    for (std::int64_t c = 0; c < 4; ++c) {
+      actual.set(c, 100.0f);  // row 0 is not the row checked
+      actual.set(4 + c, values[static_cast<std::size_t>(c)]);
+    }
+    Tensor reference = from_values(DType::fp32, 1, values);
+    AccuracyMetrics every = check_accuracy("y", actual, rows, reference, ids, 0.0, 0.0);
+    CHECK(every.compared == 4);
+    CHECK(every.violations == 0);
+    CHECK(every.max_abs_error == 0.0);
+    // Sampled columns 2 and 0: the reference holds those two, in that order.
+    Tensor sampled_reference = from_values(DType::fp32, 1, {values[2], values[0]});
+    AccuracyMetrics sampled =
+        check_accuracy("y", actual, rows, sampled_reference, ids, 0.0, 0.0, {2, 0});
+    CHECK(sampled.compared == 2);
+    CHECK(sampled.violations == 0);
+    // One element off by one ulp of its dtype is the worst, named by row and column.
+    actual.set_bits(4 + 1, actual.bits(4 + 1) + 1);
+    AccuracyMetrics off = check_accuracy("y", actual, rows, reference, ids, 0.0, 0.0);
+    CHECK(off.violations == 1);
+    REQUIRE(off.worst.has_value());
+    CHECK(off.worst->row == 7);
+    CHECK(off.worst->column == 1);
+  }
+}
+
 TEST_CASE("check_accuracy: atol + rtol * |reference| is inclusive, just outside fails",
           "[compare][accuracy]") {
   const double atol = 0.25, rtol = 0.5;  // binary fractions: the boundary is exact
