@@ -2,17 +2,21 @@
 # On a host of several GPUs: the tensor-parallel sweep, one process per GPU and rank (NCCL), and
 # its tables: the status matrix per tp, where NCCL's default first drifts, NCCL's algorithm,
 # protocol and channels per case, and the cross-TP comparison.
-#   scripts/gpu-tp-report.sh BUNDLE OUT [--devices 0,1,2,3] [--spec SPEC] [-- SWEEP_ARGS...]
-# BUNDLE is scripts/gpu-bundle.sh's output. NCCL comes from BITCHECK_NCCL_LIBRARY, else the one
+#   scripts/gpu-tp-report.sh BUNDLE OUT [--devices 0,1,2,3] [--spec SPEC] [--deadline S] [-- SWEEP_ARGS...]
+# BUNDLE is scripts/gpu-bundle.sh's output. --deadline S: the sweep alone gets SIGTERM after S
+# seconds; it finishes the cases in flight (a rank group's take tens of seconds) and writes its
+# partial report, from which the tables are still made. Stopping this script itself instead loses
+# them. NCCL comes from BITCHECK_NCCL_LIBRARY, else the one
 # PyTorch ships. NVLink multicast (NVLS) and SHARP stay off in every process.
 set -euo pipefail
-[ $# -ge 2 ] || { echo "usage: $0 BUNDLE OUT [--devices LIST] [--spec SPEC] [-- SWEEP_ARGS...]" >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: $0 BUNDLE OUT [--devices LIST] [--spec SPEC] [--deadline S] [-- SWEEP_ARGS...]" >&2; exit 2; }
 bundle=$(cd "$1" && pwd); out=$2; shift 2
-devices=""; spec="$bundle/sweeps/tp-gpu.json"; extra=()
+devices=""; spec="$bundle/sweeps/tp-gpu.json"; deadline=0; extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --devices) devices=$2; shift 2 ;;
     --spec) spec=$2; shift 2 ;;
+    --deadline) deadline=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "gpu-tp-report: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -28,8 +32,10 @@ if [ -z "$devices" ]; then
 fi
 mkdir -p "$out"
 { nvidia-smi -L; echo "NCCL: $BITCHECK_NCCL_LIBRARY"; echo "revision: $(cat "$bundle/REVISION")"; } > "$out/device.txt"
+limit=()
+[ "$deadline" -gt 0 ] && limit=(timeout -s TERM "$deadline")
 set +e
-"$bundle/bin/bitcheck" sweep --spec "$spec" --backend cuda --devices "$devices" --no-progress \
+"${limit[@]}" "$bundle/bin/bitcheck" sweep --spec "$spec" --backend cuda --devices "$devices" --no-progress \
   --out "$out/run" "${extra[@]}" > "$out/sweep.log" 2>&1
 status=$?
 set -e
