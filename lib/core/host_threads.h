@@ -1,7 +1,7 @@
 // The threads one bitcheck process may use for host work (inputs, references): the hardware's, or
 // BITCHECK_HOST_THREADS. `sweep --devices` gives each of its shards the hardware's share (cores /
-// shards) unless the variable is set, so a dozen shards do not each start a thread per core for
-// their inputs and references.
+// shards, twice that for shards waiting on GPUs) unless the variable is set, so a dozen shards do
+// not each start a thread per core for their inputs and references.
 #pragma once
 #include <cstddef>
 
