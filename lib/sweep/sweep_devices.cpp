@@ -147,6 +147,19 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
   const std::string work_dir = pattern;
   std::error_code ignored;
   const std::string binary = std::filesystem::read_symlink("/proc/self/exe", ignored).string();
+  // The earlier report's case times (--costs) are read once, here: the children get the times of
+  // this sweep's cases, not a nightly's tens of MB of report to parse each (a second apiece).
+  SweepOptions for_children = options;
+  if (!options.costs_report.empty()) {
+    for_children.costs_report = work_dir + "/costs.json";
+    nlohmann::json results = nlohmann::json::array();
+    for (const auto& c : plan.cases) {
+      const auto found = options.overrides.measured_seconds.find(c.id());
+      if (found != options.overrides.measured_seconds.end())
+        results.push_back({{"id", found->first}, {"timings", {{"total_seconds", found->second}}}});
+    }
+    std::ofstream(for_children.costs_report) << nlohmann::json{{"results", results}}.dump();
+  }
 
   // Cases at tp > 1 on a device backend run first, in a group of rank processes; the shards skip
   // them and run every other case.
@@ -162,7 +175,7 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
       printer.note("rank group: " + std::to_string(group_cases.size()) +
                    " cases at tp > 1, one process per rank, logs in " + work_dir + "/ranks");
     }
-    RankGroupRun group = run_rank_group(options, registry, group_cases, work_dir + "/ranks");
+    RankGroupRun group = run_rank_group(for_children, registry, group_cases, work_dir + "/ranks");
     rank_group_meta = group.meta;
     reports.push_back(report_of_entries(group.results, options, registry));
     sources.push_back("rank group of " + std::to_string(group.meta["size"].get<int>()));
@@ -186,7 +199,7 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     const std::string name = "shard-" + std::to_string(i);
     shard.report_path = work_dir + "/" + name + ".json";
     shard.log_path = work_dir + "/" + name + ".log";
-    shard.args = shard_args(options, binary.empty() ? options.argv.front() : binary, i, count,
+    shard.args = shard_args(for_children, binary.empty() ? options.argv.front() : binary, i, count,
                             work_dir, name + ".json", queue_path, skip_ids_path);
   }
   if (shard_cases.empty()) shards.clear();
