@@ -21,13 +21,20 @@ BITCHECK_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t x) {
   return x;
 }
 
-// splitmix64 finalizers over the (seed, name, row, column) key.
-BITCHECK_HOST_DEVICE inline std::uint64_t key_hash(std::uint64_t seed, std::uint64_t name_hash,
-                                                   std::int64_t row, std::int64_t column) {
+// splitmix64 finalizers over the (seed, name, row, column) key. The first three depend on the row
+// alone: a generator filling a row computes row_hash once and column_hash per element.
+BITCHECK_HOST_DEVICE inline std::uint64_t row_hash(std::uint64_t seed, std::uint64_t name_hash,
+                                                   std::int64_t row) {
   std::uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ull);
   h = mix64(h ^ name_hash);
-  h = mix64(h ^ static_cast<std::uint64_t>(row));
-  return mix64(h ^ (static_cast<std::uint64_t>(column) * 0x9e3779b97f4a7c15ull));
+  return mix64(h ^ static_cast<std::uint64_t>(row));
+}
+BITCHECK_HOST_DEVICE inline std::uint64_t column_hash(std::uint64_t row_hash, std::int64_t column) {
+  return mix64(row_hash ^ (static_cast<std::uint64_t>(column) * 0x9e3779b97f4a7c15ull));
+}
+BITCHECK_HOST_DEVICE inline std::uint64_t key_hash(std::uint64_t seed, std::uint64_t name_hash,
+                                                   std::int64_t row, std::int64_t column) {
+  return column_hash(row_hash(seed, name_hash, row), column);
 }
 
 // Uniform in [-1, 1) from the hash's top 24 bits: every step is exact in fp32.

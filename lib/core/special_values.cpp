@@ -8,11 +8,10 @@
 #include "core/counter_hash.h"
 
 namespace bitcheck {
-namespace {
 
 using Format = counter::FloatFormat;
 
-Format format_of(DType dtype) {
+Format float_format_of(DType dtype) {
   switch (dtype) {
     case DType::bf16:
       return {16, 8, 7};
@@ -26,8 +25,6 @@ Format format_of(DType dtype) {
   throw std::invalid_argument("special values exist only for floating dtypes, not " +
                               to_string(dtype));
 }
-
-}  // namespace
 
 std::string to_string(SpecialValue kind) {
   switch (kind) {
@@ -61,12 +58,12 @@ SpecialElement special_value_at(DType dtype, std::uint64_t seed, std::uint64_t n
                                 std::int64_t row, std::int64_t column, double rate) {
   if (rate <= 0.0) return {};
   const counter::SpecialDraw draw =
-      counter::special_at(format_of(dtype), seed, name_hash, row, column, rate);
+      counter::special_at(float_format_of(dtype), seed, name_hash, row, column, rate);
   return {static_cast<SpecialValue>(draw.kind), draw.bits};
 }
 
 SpecialValue classify_bits(DType dtype, std::uint32_t bits) {
-  const Format f = format_of(dtype);
+  const Format f = float_format_of(dtype);
   const std::uint32_t exponent = bits & f.exponent(), mantissa = bits & f.mantissa();
   if (exponent == f.exponent()) {
     if (mantissa != 0) return SpecialValue::nan;

@@ -42,6 +42,8 @@ struct SpecialElement {
 SpecialElement special_value_at(DType dtype, std::uint64_t seed, std::uint64_t name_hash,
                                 std::int64_t row, std::int64_t column, double rate);
 bool row_allows_nonfinite(std::uint64_t seed, std::int64_t row);
+// The bit layout of a floating dtype (bf16, fp16, fp32); throws for i32.
+counter::FloatFormat float_format_of(DType dtype);
 
 // What the raw bits of `dtype` hold: nan, an infinity, subnormal, negative_zero, or none (a normal
 // number or +0).

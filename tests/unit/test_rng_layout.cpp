@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/special_values.h"
+#include "run/input_generator.h"
 #include "manifest.h"
 #include "run/layout.h"
 #include "run/runner.h"
@@ -68,6 +70,44 @@ TEST_CASE("counter_uniform is a pure function of (seed, name, row, column)", "[r
   CHECK(counter_uniform(7, x, 3, 12) != value);
   // Row and column are not interchangeable.
   CHECK(counter_uniform(7, x, 11, 3) != value);
+}
+
+TEST_CASE("the counter hash keeps its bits: (seed 7, \"x\", row 3, column 11)", "[rng]") {
+  // splitmix64 finalizers over seed, name, row and column, computed independently: a change to the
+  // hash (or to its row / column split) changes every input of every case.
+  CHECK(counter_bits(7, hash_name("x"), 3, 11) == 0xc205cbccab38ea32ull);
+  CHECK(counter_uniform(7, hash_name("x"), 3, 11) == 0.5158017873764038f);
+  CHECK(counter::column_hash(counter::row_hash(7, hash_name("x"), 3), 11) ==
+        counter::key_hash(7, hash_name("x"), 3, 11));
+}
+
+TEST_CASE("generate_input's rows are the per-element draws, special values and scales included",
+          "[rng]") {
+  const DType dtype = GENERATE(DType::bf16, DType::fp16, DType::fp32);
+  const double rate = GENERATE(0.0, 0.25);
+  TensorDecl decl;
+  decl.name = "x";
+  decl.dtype = dtype;
+  decl.scale = 0.75f;
+  decl.group_scales = {1.0f, 3.0f, 0.125f};
+  const std::int64_t rows = 301, width = 700;  // split over threads, groups of uneven width
+  const Tensor tensor = generate_input(decl, {rows, width}, 9, rate);
+  const std::vector<float> scales = column_scales(decl, width);
+  std::int64_t mismatches = 0, specials = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < width; ++c) {
+      std::uint32_t expected = encode_bits(
+          dtype, counter_uniform(9, hash_name("x"), r, c) * scales[static_cast<std::size_t>(c)]);
+      const SpecialElement special = special_value_at(dtype, 9, hash_name("x"), r, c, rate);
+      if (special.kind != SpecialValue::none) {
+        expected = special.bits;
+        ++specials;
+      }
+      mismatches += tensor.bits(r * width + c) != expected ? 1 : 0;
+    }
+  }
+  CHECK(mismatches == 0);
+  if (rate > 0) CHECK(specials > rows * width / 8);
 }
 
 TEST_CASE("counter_uniform is uniform on -1 <= u < 1 with 24 random bits", "[rng]") {
