@@ -50,8 +50,8 @@ void fill_uniform_rows(Tensor& tensor, std::uint64_t seed, std::uint64_t name_ha
       std::memcpy(out, values.data(), w * sizeof(float));
     } else {
       for (std::size_t c = 0; c < w; ++c) {
-        const std::uint16_t half = dtype == DType::bf16 ? float_to_bf16_bits(values[c])
-                                                        : float_to_fp16_bits(values[c]);
+        const std::uint16_t half =
+            dtype == DType::bf16 ? float_to_bf16_bits(values[c]) : float_to_fp16_bits(values[c]);
         std::memcpy(out + 2 * c, &half, 2);
       }
     }

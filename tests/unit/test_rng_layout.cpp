@@ -11,8 +11,8 @@
 
 #include "core/rng.h"
 #include "core/special_values.h"
-#include "run/input_generator.h"
 #include "manifest.h"
+#include "run/input_generator.h"
 #include "run/layout.h"
 #include "run/runner.h"
 #include "spec/contract.h"
