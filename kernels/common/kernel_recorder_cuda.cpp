@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -32,12 +33,19 @@ struct CuptiFunctions {
   decltype(&cuptiActivityFlushAll) flush_all = nullptr;
   decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
   decltype(&cuptiGetResultString) result_string = nullptr;
+  decltype(&cuptiGetTimestamp) timestamp = nullptr;  // optional
 };
 
-// What CUPTI's buffer callback (any thread) hands over: kernels with their correlation ids.
+// What CUPTI's buffer callback (any thread) hands over: kernels with their correlation ids (the
+// order of their launch calls) and start times.
+struct Record {
+  std::uint32_t correlation = 0;
+  std::uint64_t start = 0;
+  KernelLaunch launch;
+};
 struct CompletedRecords {
   std::mutex mutex;
-  std::vector<std::pair<std::uint32_t, KernelLaunch>> launches;
+  std::vector<Record> launches;
 };
 CompletedRecords completed;
 CuptiFunctions cupti;  // set once the library is open; the callbacks read next_record
@@ -59,7 +67,7 @@ KernelLaunch launch_of(const CUpti_ActivityKernel10& kernel) {
 }
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_bytes) {
-  std::vector<std::pair<std::uint32_t, KernelLaunch>> launches;
+  std::vector<Record> launches;
   CUpti_Activity* record = nullptr;
   while (cupti.next_record(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL &&
@@ -67,7 +75,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       continue;
     // Newer CUPTI versions append fields to the kernel record; the ones read here stay in place.
     const auto& kernel = *reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-    launches.emplace_back(kernel.correlationId, launch_of(kernel));
+    launches.push_back({kernel.correlationId, kernel.start, launch_of(kernel)});
   }
   std::free(buffer);
   std::lock_guard<std::mutex> lock(completed.mutex);
@@ -102,21 +110,44 @@ class CuptiKernelRecorder : public KernelRecorder {
   bool recording() const override { return recording_; }
   std::string off_reason() const override { return off_reason_; }
 
+  // The previous take waited for the device, and the runner launches nothing between calls: a
+  // kernel that started before this point is not the call's. So the call's start time is noted
+  // and earlier records dropped when the take comes, instead of waiting for the device and
+  // flushing here as well.
+  void begin() override {
+    if (!recording_) return;
+    std::uint64_t now = 0;
+    if (cupti.timestamp && cupti.timestamp(&now) == CUPTI_SUCCESS) {
+      started_ = now;
+      return;
+    }
+    take();
+  }
+
   std::vector<KernelLaunch> take() override {
     if (!recording_) return {};
     // An error of the impl's own kernels is the impl's to report, and the runner's context check
     // after the case sees a sticky one: the records are flushed whatever the synchronization says.
     (void)cudaDeviceSynchronize();
     cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    std::vector<std::pair<std::uint32_t, KernelLaunch>> launches;
+    std::vector<Record> launches;
     {
       std::lock_guard<std::mutex> lock(completed.mutex);
       launches.swap(completed.launches);
     }
-    std::stable_sort(launches.begin(), launches.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::stable_sort(launches.begin(), launches.end(), [](const Record& a, const Record& b) {
+      return a.correlation < b.correlation;
+    });
     std::vector<KernelLaunch> ordered;  // by correlation id: the order of the launch calls
-    for (auto& launch : launches) ordered.push_back(std::move(launch.second));
+    // Kernels of earlier calls ended before the take that followed them; the call's first kernel
+    // starts microseconds after begin (its launch and the upload before it). The 2 us allowed
+    // below begin cover CUPTI's GPU-to-host clock conversion.
+    constexpr std::uint64_t clock_allowance_ns = 2000;
+    const std::uint64_t from = started_ > clock_allowance_ns ? started_ - clock_allowance_ns : 0;
+    for (Record& record : launches) {
+      if (record.start >= from) ordered.push_back(std::move(record.launch));
+    }
+    started_ = 0;
     return ordered;
   }
 
@@ -165,6 +196,7 @@ class CuptiKernelRecorder : public KernelRecorder {
       library_ = nullptr;
       return "the CUPTI library found lacks the activity API";
     }
+    look_up(library_, "cuptiGetTimestamp", found.timestamp);
     cupti = found;
     return "";
   }
@@ -179,6 +211,7 @@ class CuptiKernelRecorder : public KernelRecorder {
   void* library_ = nullptr;
   bool callbacks_registered_ = false;
   bool recording_ = false;
+  std::uint64_t started_ = 0;  // begin()'s time: kernels that started before it are not the call's
   std::string off_reason_ = "not asked for (--provenance)";
 };
 

@@ -71,8 +71,8 @@ class KernelRecording {
 };
 
 // A backend's source of kernel records (kernels/common/kernel_recorder_cuda.cpp: CUPTI's activity
-// records). The runner takes what it holds before and after each call of an impl of that backend,
-// so what the second take returns is what the call launched.
+// records). The runner begins each call of an impl of that backend and takes what it holds after
+// it, so what the take returns is what the call launched.
 class KernelRecorder {
  public:
   virtual ~KernelRecorder() = default;
@@ -83,8 +83,13 @@ class KernelRecorder {
   virtual bool recording() const = 0;
   // Why recording is off (not asked for, or the reason start() gave).
   virtual std::string off_reason() const = 0;
-  // The kernels launched since the last take, in launch order (waits for the device first).
+  // The kernels launched since the last take or begin, in launch order (waits for the device
+  // first).
   virtual std::vector<KernelLaunch> take() = 0;
+  // Starts a call: the next take returns only what is launched from here on. By default a take
+  // whose launches are dropped; a recorder that can tell earlier launches apart without waiting
+  // for the device does that instead.
+  virtual void begin() { take(); }
 };
 
 // The path family of an impl that declares no choice among paths (Impl::records_kernel_sequences):

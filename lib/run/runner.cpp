@@ -387,7 +387,7 @@ void run_recorded(Impl& impl, Batch& batch, KernelRecorder* recorder, CaseTiming
                   LayoutRecords& records) {
   PathRecording paths;
   KernelRecording kernels(recorder != nullptr);
-  if (recorder) recorder->take();
+  if (recorder) recorder->begin();
   PhaseProfile call;
   auto start = Clock::now();
   {
