@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -99,11 +100,13 @@ void kill_group(std::vector<Rank>& ranks) {
   }
 }
 
-// One group over `cases`: runs until every rank exits, a rank fails, or a case takes longer than
-// the limit. Returns the fault ("" when the group finished).
+// One group over `cases`: runs until every rank exits, a rank fails, a case takes longer than
+// the limit, or `stop_requested` says so (the ranks are killed; `stopped` set). Returns the fault
+// ("" when the group finished or was stopped).
 std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& cases,
                       const std::vector<std::string>& devices, const std::string& directory,
-                      const std::string& results_path) {
+                      const std::string& results_path, const std::function<bool()>& stop_requested,
+                      bool& stopped) {
   std::filesystem::create_directories(directory);
   const std::string cases_path = directory + "/cases.txt";
   {
@@ -167,6 +170,11 @@ std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& 
       }
     }
     if (running == 0) return "";
+    if (stop_requested && stop_requested()) {
+      kill_group(ranks);
+      stopped = true;
+      return "";
+    }
     const std::size_t now_finished = read_results(results_path).size();
     if (now_finished != finished) {
       finished = now_finished;
@@ -224,7 +232,8 @@ bool needs_rank_group(const CaseSpec& c, const Registry& registry) {
 }
 
 RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registry,
-                            const std::vector<CaseSpec>& cases, const std::string& work_dir) {
+                            const std::vector<CaseSpec>& cases, const std::string& work_dir,
+                            const std::function<bool()>& stop_requested) {
   RankGroupRun run;
   int largest = 1;
   for (const auto& c : cases) largest = std::max(largest, c.tp);
@@ -254,10 +263,16 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
     std::vector<CaseSpec> remaining = cases;
     for (int attempt = 0; !remaining.empty(); ++attempt) {
       run.meta["groups_started"] = attempt + 1;
+      bool stopped = false;
       const std::string fault =
           run_group(options, remaining, {devices.begin(), devices.begin() + size},
-                    work_dir + "/group-" + std::to_string(attempt), results_path);
+                    work_dir + "/group-" + std::to_string(attempt), results_path, stop_requested,
+                    stopped);
       for (auto& [id, entry] : read_results(results_path)) results[id] = std::move(entry);
+      if (stopped) {  // the finished cases only: the others neither ran nor failed
+        run.interrupted = true;
+        break;
+      }
       std::vector<CaseSpec> left;
       bool failed = fault.empty();
       for (const auto& c : remaining) {
@@ -284,6 +299,7 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
       run.results.push_back(found->second);
       continue;
     }
+    if (run.interrupted) continue;
     CaseResult skipped;
     skipped.spec = c;
     skipped.backend = registry.find_impl(c.op, c.impl)->backend();

@@ -6,6 +6,7 @@
 // case `error`: the group is killed and a new one starts at the next case, so the sweep goes on
 // and the report stays whole.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,15 +21,19 @@ namespace bitcheck {
 bool needs_rank_group(const CaseSpec& c, const Registry& registry);
 
 struct RankGroupRun {
-  std::vector<nlohmann::json> results;  // case entries, in the order of the cases given
-  nlohmann::json meta;                  // size, devices, groups started, faults
+  // Case entries, in the order of the cases given; when interrupted, only the finished ones.
+  std::vector<nlohmann::json> results;
+  nlohmann::json meta;  // size, devices, groups started, faults
+  bool interrupted = false;
 };
 
 // The parent: runs `cases` (all needing a rank group) on a group of the largest tp among them,
 // or as many distinct devices as `options.devices` lists, whichever is smaller; each rank's log
-// and the results file live in `work_dir`.
+// and the results file live in `work_dir`. When `stop_requested` returns true (polled every
+// 100 ms: a signal to the sweep), the ranks are killed and the run ends, interrupted.
 RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registry,
-                            const std::vector<CaseSpec>& cases, const std::string& work_dir);
+                            const std::vector<CaseSpec>& cases, const std::string& work_dir,
+                            const std::function<bool()>& stop_requested = {});
 
 // A rank of the group (`sweep --rank r/n --rank-dir DIR --rank-cases FILE`): joins the group,
 // runs the cases FILE names in order, and as rank 0 appends each case's entry to DIR/results.jsonl.

@@ -170,13 +170,22 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     (needs_rank_group(c, registry) ? group_cases : shard_cases).push_back(c);
   nlohmann::json rank_group_meta;
   std::string skip_ids_path;
+  // From here a signal stops the sweep: forwarded to the running shards, or, during the rank
+  // group, ending it before any shard starts.
+  signals_received = 0;
+  std::signal(SIGINT, on_parent_signal);
+  std::signal(SIGTERM, on_parent_signal);
   if (!group_cases.empty()) {
     if (options.progress) {
       printer.note("rank group: " + std::to_string(group_cases.size()) +
                    " cases at tp > 1, one process per rank, logs in " + work_dir + "/ranks");
     }
-    RankGroupRun group = run_rank_group(for_children, registry, group_cases, work_dir + "/ranks");
+    // A signal here stops the group (its ranks are killed) and the shards never start: the
+    // report holds the cases the group finished and is marked interrupted.
+    RankGroupRun group = run_rank_group(for_children, registry, group_cases, work_dir + "/ranks",
+                                        [] { return signals_received > 0; });
     rank_group_meta = group.meta;
+    if (group.interrupted) rank_group_meta["interrupted"] = true;
     reports.push_back(report_of_entries(group.results, options, registry));
     sources.push_back("rank group of " + std::to_string(group.meta["size"].get<int>()));
     skip_ids_path = work_dir + "/rank-group-cases.txt";
@@ -202,7 +211,7 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     shard.args = shard_args(for_children, binary.empty() ? options.argv.front() : binary, i, count,
                             work_dir, name + ".json", queue_path, skip_ids_path);
   }
-  if (shard_cases.empty()) shards.clear();
+  if (shard_cases.empty() || signals_received > 0) shards.clear();
 
   // Shards sharing a GPU take turns in impl calls, a few at a time (run/device_slots.h); the CPU
   // backend's shards share no device.
@@ -217,9 +226,6 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     }
   }
 
-  signals_received = 0;
-  std::signal(SIGINT, on_parent_signal);
-  std::signal(SIGTERM, on_parent_signal);
   // The host's cores shared out (core/host_threads.h) and, where several shards share a GPU, a
   // blocking wait for it (BITCHECK_CUDA_SYNC, kernels/common/runtime.cu); either variable set by
   // the user is left as it is.
@@ -253,7 +259,8 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
   }
 
   const bool terminal = options.progress && printer.live();
-  int forwarded = 0;
+  // A signal before the shards started: none started, and the report is marked interrupted.
+  int forwarded = shards.empty() ? static_cast<int>(signals_received) : 0;
   std::size_t running = shards.size();
   auto last_note = std::chrono::steady_clock::now();
   while (running > 0) {
