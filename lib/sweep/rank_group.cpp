@@ -264,10 +264,9 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
     for (int attempt = 0; !remaining.empty(); ++attempt) {
       run.meta["groups_started"] = attempt + 1;
       bool stopped = false;
-      const std::string fault =
-          run_group(options, remaining, {devices.begin(), devices.begin() + size},
-                    work_dir + "/group-" + std::to_string(attempt), results_path, stop_requested,
-                    stopped);
+      const std::string fault = run_group(
+          options, remaining, {devices.begin(), devices.begin() + size},
+          work_dir + "/group-" + std::to_string(attempt), results_path, stop_requested, stopped);
       for (auto& [id, entry] : read_results(results_path)) results[id] = std::move(entry);
       if (stopped) {  // the finished cases only: the others neither ran nor failed
         run.interrupted = true;
