@@ -63,7 +63,7 @@ TEST_CASE("keep_host_memory: a freed 256 MiB block is reused without faulting it
   }
   REQUIRE(keep_host_memory());
   constexpr std::size_t bytes = std::size_t(256) << 20;  // 65536 pages of 4 KiB
-  faults_of_a_block(bytes);                               // the first time: faulted in
+  faults_of_a_block(bytes);                              // the first time: faulted in
   const long again = faults_of_a_block(bytes);
   INFO("minor faults the second time: " << again);
   CHECK(again < 2048);
