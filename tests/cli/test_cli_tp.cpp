@@ -2,9 +2,15 @@
 // simulated collectives' orders (a ring drifts at 3 or more ranks, the fixed tree and the rank
 // chain hold), bad TP sizes refused, and a group of rank processes (test-only ranks meeting through
 // files) that records a crashed or hung rank's case as `error` and goes on.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/cli_support.h"
 
@@ -159,6 +165,56 @@ TEST_CASE("a rank group: a crashed or hung rank makes its case error, and the sw
         std::string::npos);
   CHECK(report["meta"]["rank_group"]["size"] == 4);
   CHECK(report["meta"]["rank_group"]["faults"].size() == 8);
+}
+
+TEST_CASE(
+    "a signal during the rank group kills its ranks, starts no shard, and leaves the finished "
+    "cases in a report marked interrupted",
+    "[cli][tp][interrupt]") {
+  TempDir dir;
+  Environment enabled({"BITCHECK_TEST_IMPLS", "BITCHECK_TEST_RANKS"});
+  // Two cases that finish at once, then one whose ranks hang (far below its 120 s case limit when
+  // the signal comes); the tp = 1 cases belong to the shards, which run after the group.
+  write_spec(dir, "spec.json", R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "passes": ["forward"], "tp": [1, 2]},
+    "ops": {"all_reduce": {"shapes": [{"H": 64}], "batches": [2, 5],
+                           "impls": ["test-ranks-fixed-order"]},
+            "hang": {"op": "all_reduce", "shapes": [{"H": 64}], "batches": [7],
+                     "impls": ["test-rank-hang"]}}})");
+  const std::string spec = dir / "spec.json", out = dir / "out";
+  const auto start = std::chrono::steady_clock::now();
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    execl(binary.c_str(), binary.c_str(), "sweep", "--spec", spec.c_str(), "--devices", "a,b",
+          "--rank-case-timeout", "120", "--no-progress", "--out", out.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  kill(child, SIGTERM);
+  int status = 0;
+  waitpid(child, &status, 0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);
+  CHECK(seconds < 60);  // the hung ranks were killed, not waited for
+  const json report = json::parse(read_file(dir / "out/report.json"));
+  check_report_valid(dir / "out/report.json", report);
+  CHECK(report["meta"]["interrupted"] == true);
+  CHECK(report["meta"]["rank_group"]["interrupted"] == true);
+  CHECK(report["meta"]["rank_group"]["faults"].empty());
+  const auto cases = by_id(report);
+  CHECK(cases.size() == 2);  // the two finished cases, neither the hung one nor a shard's
+  for (int rows : {2, 5}) {
+    const std::string id =
+        "all_reduce/test-ranks-fixed-order/bf16/forward/H=64/M=" + std::to_string(rows) +
+        "/seed=1/tp=2";
+    REQUIRE(cases.count(id) == 1);
+    CHECK(cases.at(id).at("verdict") == "pass");
+  }
+  CHECK(report["summary"]["cases"] == report["results"].size());
 }
 
 TEST_CASE("TP matmul on simulated ranks: fixed-order holds across TP sizes, the controls drift",
