@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -20,6 +22,25 @@ bool keep_host_memory() {
 #else
   return false;
 #endif
+}
+
+bool reset_peak_host_memory() {
+  std::ofstream clear("/proc/self/clear_refs");
+  if (!clear) return false;
+  clear << "5";
+  clear.flush();
+  return static_cast<bool>(clear);
+}
+
+std::optional<std::uint64_t> peak_host_memory_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) != 0) continue;
+    const std::uint64_t kib = std::strtoull(line.c_str() + 6, nullptr, 10);
+    if (kib == 0) return std::nullopt;
+    return kib * 1024;
+  }
+  return std::nullopt;
 }
 
 }  // namespace bitcheck

@@ -6,6 +6,8 @@
 // come from the heap and freed memory stays there, up to 1 GiB free at its top, for the next
 // allocation. Peak memory is unchanged; what is freed is not returned at once.
 #pragma once
+#include <cstdint>
+#include <optional>
 
 namespace bitcheck {
 
@@ -14,5 +16,13 @@ inline constexpr const char* keep_host_memory_variable = "BITCHECK_KEEP_HOST_MEM
 // Called first thing by main: sets the thresholds unless BITCHECK_KEEP_HOST_MEMORY is 0 (or the
 // C library is not glibc). Returns whether it did.
 bool keep_host_memory();
+
+// A case's host memory: the process's peak resident set is reset when the case starts (Linux:
+// "5" written to /proc/self/clear_refs) and read when it ends (VmHWM in /proc/self/status). The
+// peak includes what the process holds across cases (cached parameters and references, freed
+// memory kept for reuse, the device runtime's host side). Returns whether the reset took effect.
+bool reset_peak_host_memory();
+// VmHWM in bytes, or nothing where /proc cannot tell.
+std::optional<std::uint64_t> peak_host_memory_bytes();
 
 }  // namespace bitcheck

@@ -265,6 +265,8 @@ nlohmann::json case_to_json(const CaseResult& result) {
                   {"compare_seconds", result.timings.compare_seconds},
                   {"inputs_seconds", result.timings.inputs_seconds},
                   {"total_seconds", result.timings.total_seconds}};
+  if (result.timings.host_peak_bytes > 0)
+    j["timings"]["host_peak_bytes"] = result.timings.host_peak_bytes;
   j["timings"]["profile"] = profile_to_json(result.timings.profile);
   return j;
 }
@@ -373,6 +375,8 @@ CaseResult case_from_json(const JsonCursor& c) {
   result.timings.compare_seconds = timings.at("compare_seconds").as_number();
   result.timings.inputs_seconds = timings.at("inputs_seconds").as_number();
   result.timings.total_seconds = timings.at("total_seconds").as_number();
+  if (auto peak = timings.find("host_peak_bytes"))
+    result.timings.host_peak_bytes = static_cast<std::uint64_t>(peak->as_number());
   if (auto profile = timings.find("profile")) result.timings.profile = profile_from_json(*profile);
   return result;
 }

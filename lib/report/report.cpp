@@ -60,6 +60,23 @@ std::string profile_line(const nlohmann::json& profile) {
   return line + "\n";
 }
 
+// "host memory: peak 4.2 GB (CASE), the process's resident set during a case": the case with the
+// largest timings.host_peak_bytes, where cases measured it.
+std::string host_memory_line(const nlohmann::json& report) {
+  double peak = 0;
+  std::string at;
+  for (const auto& c : report.value("results", nlohmann::json::array())) {
+    const double bytes = c.value("timings", nlohmann::json::object()).value("host_peak_bytes", 0.0);
+    if (bytes > peak) {
+      peak = bytes;
+      at = c.value("id", "");
+    }
+  }
+  if (peak <= 0) return "";
+  return "host memory: peak " + bytes_text(peak) + " (" + at +
+         "), the process's resident set during a case\n";
+}
+
 }  // namespace
 
 nlohmann::json matrix_to_json(const StatusMatrix& matrix) {
@@ -339,6 +356,7 @@ std::string render_terminal_summary(const nlohmann::json& report, const Registry
   }
   out << provenance_line(report);
   if (report["meta"].contains("profile")) out << profile_line(report["meta"]["profile"]);
+  out << host_memory_line(report);
   out << "verdicts:";
   for (const auto& [verdict, n] : summary["verdicts"].items())
     out << " " << verdict << "=" << n.get<std::int64_t>();

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/phase_profile.h"
 #include "core/rng.h"
 #include "run/case_checks.h"
@@ -856,6 +857,7 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   if (result.expected_to_drift) result.drift_needs_rows = rows_to_reach_a_switch(*impl, spec);
   KernelRecorder* recorder = state_->registry.kernel_recorder(impl->backend());
   if (recorder && !recorder->recording()) recorder = nullptr;
+  const bool host_peak_reset = reset_peak_host_memory();
   CasePipeline pipeline(spec, *op, *impl, state_->contract, state_->parameters, state_->reference,
                         artifacts, with_ranks && group.rank > 0, recorder,
                         capture_skip_reason(state_->registry, *impl));
@@ -871,6 +873,7 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
     result.reason = *error;
   }
   result.timings.total_seconds = seconds_since(case_start);
+  if (host_peak_reset) result.timings.host_peak_bytes = peak_host_memory_bytes().value_or(0);
   return result;
 }
 

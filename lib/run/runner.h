@@ -22,6 +22,8 @@ struct CaseTimings {
   double compare_seconds = 0;    // bitwise and accuracy comparisons
   double inputs_seconds = 0;     // input generation
   double total_seconds = 0;
+  // The process's peak resident set during the case (core/host_memory.h); 0: not measured.
+  std::uint64_t host_peak_bytes = 0;
   // The same time by phase with the bytes each moved; the impl runs split into staging, uploads,
   // impl calls, downloads and bookkeeping.
   PhaseProfile profile;

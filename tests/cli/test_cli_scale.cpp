@@ -207,6 +207,33 @@ TEST_CASE("shards sharing a queue run every case once: units go to whoever asks 
   CHECK(drained["results"].front()["id"] != whole["results"].front()["id"]);
 }
 
+TEST_CASE("each case reports its host memory peak and the summary names the largest",
+          "[cli][scale]") {
+  TempDir dir;
+  Run run = run_bitcheck(dir, small_sweep + " --out " + quote(dir.path()));
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == 0);
+  const json report = json::parse(read_file(dir / "report.json"));
+  check_report_valid(dir / "report.json", report);
+  if (!std::ifstream("/proc/self/clear_refs")) {
+    WARN("no /proc/self/clear_refs: the peak is not measured here");
+    return;
+  }
+  double largest = 0;
+  int measured = 0;
+  for (const auto& c : report["results"]) {
+    if (c["verdict"] == "skipped") continue;  // a skipped case has no timings
+    INFO(c["id"]);
+    ++measured;
+    const double peak = c.at("timings").value("host_peak_bytes", 0.0);
+    CHECK(peak > 1e6);  // a process holds more than a megabyte
+    largest = std::max(largest, peak);
+  }
+  CHECK(measured > 100);
+  CHECK_THAT(run.out, Catch::Contains("host memory: peak"));
+  CHECK(largest < 64e9);  // bytes, not kilobytes
+}
+
 TEST_CASE("sweep --devices refuses bad input before starting a shard",
           "[cli][devices][bad-input]") {
   TempDir dir;

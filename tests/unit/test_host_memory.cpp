@@ -1,5 +1,6 @@
 // Host memory kept for reuse (core/host_memory.h): a large block freed and allocated again comes
 // back without a page fault per page.
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <catch2/catch.hpp>
@@ -67,4 +68,26 @@ TEST_CASE("keep_host_memory: a freed 256 MiB block is reused without faulting it
   const long again = faults_of_a_block(bytes);
   INFO("minor faults the second time: " << again);
   CHECK(again < 2048);
+}
+
+TEST_CASE("a case's peak host memory: reset, then the high-water mark of what was touched",
+          "[host-memory]") {
+  if (!reset_peak_host_memory()) {
+    WARN("/proc/self/clear_refs cannot reset the peak here");
+    return;
+  }
+  const auto before = peak_host_memory_bytes();
+  REQUIRE(before.has_value());
+  constexpr std::size_t bytes = std::size_t(256) << 20;
+  void* block = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(block != MAP_FAILED);
+  std::memset(block, 1, bytes);
+  munmap(block, bytes);
+  const auto during = peak_host_memory_bytes();
+  REQUIRE(during.has_value());
+  CHECK(*during >= *before + bytes * 3 / 4);  // the block's pages were resident at once
+  REQUIRE(reset_peak_host_memory());
+  const auto after = peak_host_memory_bytes();
+  REQUIRE(after.has_value());
+  CHECK(*after + bytes / 2 < *during);  // the reset forgot the block
 }
