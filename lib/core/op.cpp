@@ -161,6 +161,11 @@ ImplInfo& ImplInfo::on_ranks(TensorParallelism parallelism) {
   return *this;
 }
 
+ImplInfo& ImplInfo::timed_against(std::string impl) {
+  bench_baseline = std::move(impl);
+  return *this;
+}
+
 Impl::Impl(ImplInfo info) : info_(std::move(info)) {
   if (info_.paths.empty())
     info_.paths = {PathDecl(single_path_name, "the impl's only launch path")};

@@ -222,6 +222,10 @@ struct ImplInfo {
   // A control whose drift is built into one layout (the graph layout: a path chosen by a query
   // that answers differently under capture): a case that does not run that layout cannot drift.
   std::string drifts_only_in_layout;
+  // `bitcheck bench`: the impl this one is timed against at the same point, where it is not the
+  // op's bench_baseline (a TP matmul against NCCL's default TP matmul of its split, not the
+  // one-GPU cuBLASLt heuristic).
+  std::string bench_baseline;
 
   static ImplInfo invariant(std::string name, std::string backend, std::string description);
   static ImplInfo control(std::string name, std::string backend, std::string description);
@@ -233,6 +237,7 @@ struct ImplInfo {
   ImplInfo& on_ranks(TensorParallelism parallelism);
   ImplInfo& capturable_in_graphs();
   ImplInfo& drifting_only_in_layout(std::string layout);
+  ImplInfo& timed_against(std::string impl);
 };
 
 class Impl {

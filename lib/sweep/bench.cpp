@@ -217,15 +217,19 @@ int run_bench(const BenchOptions& options, const Registry& registry) {
     j["gbps"] = gbps;
     j["config"] = m.config;
     std::string versus;
-    if (!op->bench_baseline.empty()) {
+    const Impl* timed = registry.find_impl(row.spec.op, row.impl);
+    const std::string baseline = timed && !timed->info().bench_baseline.empty()
+                                     ? timed->info().bench_baseline
+                                     : op->bench_baseline;
+    if (!baseline.empty()) {
       for (const auto& other : rows) {
-        if (other.impl == op->bench_baseline && other.measurement && other.spec.op == row.spec.op &&
+        if (other.impl == baseline && other.measurement && other.spec.op == row.spec.op &&
             other.spec.dtype_name == row.spec.dtype_name && other.spec.dims == row.spec.dims &&
             other.spec.rows == row.spec.rows && other.spec.pass == row.spec.pass &&
             other.spec.tp == row.spec.tp) {
           double ratio = other.measurement->median_ms / m.median_ms;
           j["ratio_to_baseline"] = ratio;
-          j["baseline"] = op->bench_baseline;
+          j["baseline"] = baseline;
           versus = printf_number("%.3fx", ratio);
         }
       }

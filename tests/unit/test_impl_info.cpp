@@ -74,3 +74,24 @@ TEST_CASE("impl info: every registered impl has a name, a backend, a description
     }
   }
 }
+
+TEST_CASE("impl info: an impl's own bench baseline is a library default of its op with its ranks",
+          "[registry][bench]") {
+  ImplInfo info = ImplInfo::invariant("x", "cpu", "an impl").timed_against("x-default");
+  CHECK(info.bench_baseline == "x-default");
+  CHECK(ImplInfo::invariant("y", "cpu", "an impl").bench_baseline.empty());  // the op's, by default
+  Registry registry;
+  register_all(registry);
+  for (const OpDef* op : registry.ops()) {
+    for (const Impl* impl : registry.impls(op->name)) {
+      const std::string& baseline = impl->info().bench_baseline;
+      if (baseline.empty()) continue;
+      INFO(op->name << "/" << impl->name() << " timed against " << baseline);
+      const Impl* against = registry.find_impl(op->name, baseline);
+      REQUIRE(against != nullptr);
+      CHECK(against->is_library_default());
+      CHECK(against->backend() == impl->backend());
+      CHECK(against->tensor_parallelism().max_tp == impl->tensor_parallelism().max_tp);
+    }
+  }
+}
