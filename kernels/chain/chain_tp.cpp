@@ -94,6 +94,7 @@ ImplInfo variant_info(const TpVariant& variant, const std::map<std::string, Impl
   info.passes = {Pass::forward, Pass::backward};
   info.dtypes = {};
   info.drifts_in = {};
+  info.bench_baseline.clear();  // the row-parallel matmul's, not a chain impl
   int max_tp = max_tensor_parallel;
   for (const auto& [site, impl] : sites) {
     max_tp = std::min(max_tp, impl->tensor_parallelism().max_tp);
