@@ -177,6 +177,83 @@ class MatmulTpCuda : public Impl {
     accumulate_dw(batch, x, dy, n, k, rows);
   }
 
+  // bitcheck bench: the GEMM whose reduction the ranks share, end to end on device-resident
+  // operands: the row-parallel forward (x[M, K] · w[N, K]ᵀ, K split) or the column-parallel dX
+  // (dy[M, N] · w, N split), each rank its share and the sum across the ranks, as run() computes
+  // it: fixed-order and early-rounding its 8 / tp fp32 chunk GEMMs and the chunk tree (the
+  // operands' fp32 copies made beforehand, as run() makes them on the host), the NCCL orders one
+  // GEMM in the dtype (cuBLASLt's heuristic for nccl-default) and the ranks' sum. Every rank times
+  // its own calls (rank 0's are reported); the baseline is nccl-default of the same split.
+  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
+                                            const BenchSettings& settings) override {
+    const bool sums_across =
+        split_ == Split::rows ? spec.pass == Pass::forward : spec.pass == Pass::backward;
+    if (!sums_across || spec.tp < 2) return std::nullopt;
+    const int tp = spec.tp, rank = nccl::group().rank;
+    const std::int64_t m = spec.rows, n = spec.dim("N"), k = spec.dim("K");
+    const std::int64_t width = split_ == Split::rows ? k : n, j = split_ == Split::rows ? n : k;
+    const DType dtype = spec.dtype;
+    const cuda::DeviceDType device_dtype = cs::device_dtype(dtype);
+    const std::size_t count = static_cast<std::size_t>(m * j);
+    DeviceBuffer result(count * dtype_size(dtype) + 16);
+    nccl::Asynchronous asynchronous;
+    BenchMeasurement measurement;
+    if (kind_.order == Order::fixed_chunks || kind_.order == Order::early_rounding) {
+      const int per_rank = chunk_count / tp;
+      const std::int64_t chunk = width / chunk_count;
+      std::vector<DeviceBuffer> a_chunks, b_chunks;
+      for (int c = 0; c < per_rank; ++c) {
+        const std::uint64_t seed = static_cast<std::uint64_t>(2 * (rank * per_rank + c) + 1);
+        a_chunks.push_back(cuda_bench::random_input(
+            static_cast<std::size_t>(m * chunk) * sizeof(float), DType::fp32, seed));
+        b_chunks.push_back(cuda_bench::random_input(
+            static_cast<std::size_t>(j * chunk) * sizeof(float), DType::fp32, seed + 1));
+      }
+      DeviceBuffer leaves(count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16);
+      measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
+        for (int c = 0; c < per_rank; ++c) {
+          cuda::fixed_order_gemm(GemmDType::fp32, a_chunks[static_cast<std::size_t>(c)].get(),
+                                 b_chunks[static_cast<std::size_t>(c)].get(),
+                                 leaves.as<float>() + count * static_cast<std::size_t>(c), m, j,
+                                 chunk, nullptr);
+        }
+        cuda_tp::finish_chunk_tree(kind_.order == Order::early_rounding, leaves.as<float>(), count,
+                                   device_dtype, tp, result.get());
+      });
+      measurement.config = {{"path", std::to_string(per_rank) + " fp32 chunk GEMMs + chunk tree"}};
+    } else {
+      const std::int64_t share = width / tp;
+      const std::size_t element = dtype_size(dtype);
+      DeviceBuffer a_share = cuda_bench::random_input(static_cast<std::size_t>(m * share) * element,
+                                                      dtype, static_cast<std::uint64_t>(1 + rank));
+      DeviceBuffer b_share =
+          cuda_bench::random_input(static_cast<std::size_t>(j * share) * element, dtype,
+                                   static_cast<std::uint64_t>(101 + rank));
+      DeviceBuffer local(count * element + 16);
+      const GemmDType gemm_type = gemm_dtype(dtype);
+      const bool heuristic = kind_.order == Order::nccl_default;
+      DeviceBuffer workspace(heuristic ? lt_workspace_bytes : 16);
+      const cuda::LtConfig config =
+          heuristic ? cuda::lt_heuristic_config(gemm_type, m, j, share) : cuda::LtConfig{};
+      measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
+        if (heuristic) {
+          cuda::lt_gemm(config, gemm_type, a_share.get(), b_share.get(), local.get(), m, j, share,
+                        workspace.get(), lt_workspace_bytes, nullptr);
+        } else {
+          cuda::fixed_order_gemm(gemm_type, a_share.get(), b_share.get(), local.get(), m, j, share,
+                                 nullptr);
+        }
+        cuda_tp::sum_rank_shares(kind_.order, local.get(), count, device_dtype, tp, result.get());
+      });
+      measurement.config = {
+          {"path", std::string(heuristic ? "cuBLASLt heuristic" : "fixed-order GEMM") +
+                       " on the rank's share + the ranks' sum"}};
+    }
+    measurement.flops =
+        2.0 * static_cast<double>(m) * static_cast<double>(j) * static_cast<double>(width);
+    return measurement;
+  }
+
  private:
   static void scatter_rows(const Tensor& packed, const std::vector<std::int32_t>& slots,
                            Tensor& out) {
@@ -279,85 +356,6 @@ class MatmulTpCuda : public Impl {
                 static_cast<std::byte*>(dw.data()));
   }
 
- public:
-  // bitcheck bench: the GEMM whose reduction the ranks share, end to end on device-resident
-  // operands: the row-parallel forward (x[M, K] · w[N, K]ᵀ, K split) or the column-parallel dX
-  // (dy[M, N] · w, N split), each rank its share and the sum across the ranks, as run() computes
-  // it: fixed-order and early-rounding its 8 / tp fp32 chunk GEMMs and the chunk tree (the
-  // operands' fp32 copies made beforehand, as run() makes them on the host), the NCCL orders one
-  // GEMM in the dtype (cuBLASLt's heuristic for nccl-default) and the ranks' sum. Every rank times
-  // its own calls (rank 0's are reported); the baseline is nccl-default of the same split.
-  std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
-                                            const BenchSettings& settings) override {
-    const bool sums_across =
-        split_ == Split::rows ? spec.pass == Pass::forward : spec.pass == Pass::backward;
-    if (!sums_across || spec.tp < 2) return std::nullopt;
-    const int tp = spec.tp, rank = nccl::group().rank;
-    const std::int64_t m = spec.rows, n = spec.dim("N"), k = spec.dim("K");
-    const std::int64_t width = split_ == Split::rows ? k : n, j = split_ == Split::rows ? n : k;
-    const DType dtype = spec.dtype;
-    const cuda::DeviceDType device_dtype = cs::device_dtype(dtype);
-    const std::size_t count = static_cast<std::size_t>(m * j);
-    DeviceBuffer result(count * dtype_size(dtype) + 16);
-    nccl::Asynchronous asynchronous;
-    BenchMeasurement measurement;
-    if (kind_.order == Order::fixed_chunks || kind_.order == Order::early_rounding) {
-      const int per_rank = chunk_count / tp;
-      const std::int64_t chunk = width / chunk_count;
-      std::vector<DeviceBuffer> a_chunks, b_chunks;
-      for (int c = 0; c < per_rank; ++c) {
-        const std::uint64_t seed = static_cast<std::uint64_t>(2 * (rank * per_rank + c) + 1);
-        a_chunks.push_back(cuda_bench::random_input(
-            static_cast<std::size_t>(m * chunk) * sizeof(float), DType::fp32, seed));
-        b_chunks.push_back(cuda_bench::random_input(
-            static_cast<std::size_t>(j * chunk) * sizeof(float), DType::fp32, seed + 1));
-      }
-      DeviceBuffer leaves(count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16);
-      measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
-        for (int c = 0; c < per_rank; ++c) {
-          cuda::fixed_order_gemm(GemmDType::fp32, a_chunks[static_cast<std::size_t>(c)].get(),
-                                 b_chunks[static_cast<std::size_t>(c)].get(),
-                                 leaves.as<float>() + count * static_cast<std::size_t>(c), m, j,
-                                 chunk, nullptr);
-        }
-        cuda_tp::finish_chunk_tree(kind_.order == Order::early_rounding, leaves.as<float>(), count,
-                                   device_dtype, tp, result.get());
-      });
-      measurement.config = {{"path", std::to_string(per_rank) + " fp32 chunk GEMMs + chunk tree"}};
-    } else {
-      const std::int64_t share = width / tp;
-      const std::size_t element = dtype_size(dtype);
-      DeviceBuffer a_share = cuda_bench::random_input(static_cast<std::size_t>(m * share) * element,
-                                                      dtype, static_cast<std::uint64_t>(1 + rank));
-      DeviceBuffer b_share =
-          cuda_bench::random_input(static_cast<std::size_t>(j * share) * element, dtype,
-                                   static_cast<std::uint64_t>(101 + rank));
-      DeviceBuffer local(count * element + 16);
-      const GemmDType gemm_type = gemm_dtype(dtype);
-      const bool heuristic = kind_.order == Order::nccl_default;
-      DeviceBuffer workspace(heuristic ? lt_workspace_bytes : 16);
-      const cuda::LtConfig config =
-          heuristic ? cuda::lt_heuristic_config(gemm_type, m, j, share) : cuda::LtConfig{};
-      measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
-        if (heuristic) {
-          cuda::lt_gemm(config, gemm_type, a_share.get(), b_share.get(), local.get(), m, j, share,
-                        workspace.get(), lt_workspace_bytes, nullptr);
-        } else {
-          cuda::fixed_order_gemm(gemm_type, a_share.get(), b_share.get(), local.get(), m, j, share,
-                                 nullptr);
-        }
-        cuda_tp::sum_rank_shares(kind_.order, local.get(), count, device_dtype, tp, result.get());
-      });
-      measurement.config = {
-          {"path", std::string(heuristic ? "cuBLASLt heuristic" : "fixed-order GEMM") +
-                       " on the rank's share + the ranks' sum"}};
-    }
-    measurement.flops =
-        2.0 * static_cast<double>(m) * static_cast<double>(j) * static_cast<double>(width);
-    return measurement;
-  }
-
- private:
   Split split_;
   const cuda_tp::RankOrderKind& kind_;
 };

@@ -37,6 +37,8 @@ void fill_uniform_rows(Tensor& tensor, std::uint64_t seed, std::uint64_t name_ha
   const std::int64_t width = tensor.row_size();
   const auto w = static_cast<std::size_t>(width);
   const counter::FloatFormat format = float_format_of(dtype);
+  std::uint16_t (*const encode_half)(float) =
+      dtype == DType::bf16 ? float_to_bf16_bits : float_to_fp16_bits;
   auto* bytes = static_cast<unsigned char*>(tensor.data());
   std::vector<float> values(w);
   for (std::int64_t r = first; r < last; ++r) {
@@ -50,8 +52,7 @@ void fill_uniform_rows(Tensor& tensor, std::uint64_t seed, std::uint64_t name_ha
       std::memcpy(out, values.data(), w * sizeof(float));
     } else {
       for (std::size_t c = 0; c < w; ++c) {
-        const std::uint16_t half =
-            dtype == DType::bf16 ? float_to_bf16_bits(values[c]) : float_to_fp16_bits(values[c]);
+        const std::uint16_t half = encode_half(values[c]);
         std::memcpy(out + 2 * c, &half, 2);
       }
     }

@@ -269,7 +269,7 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
           work_dir + "/group-" + std::to_string(attempt), results_path, stop_requested, stopped);
       for (auto& [id, entry] : read_results(results_path)) results[id] = std::move(entry);
       if (stopped) {  // the finished cases only: the others neither ran nor failed
-        run.interrupted = true;
+        run.meta["interrupted"] = true;
         break;
       }
       std::vector<CaseSpec> left;
@@ -298,7 +298,7 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
       run.results.push_back(found->second);
       continue;
     }
-    if (run.interrupted) continue;
+    if (run.meta.contains("interrupted")) continue;
     CaseResult skipped;
     skipped.spec = c;
     skipped.backend = registry.find_impl(c.op, c.impl)->backend();

@@ -23,8 +23,7 @@ bool needs_rank_group(const CaseSpec& c, const Registry& registry);
 struct RankGroupRun {
   // Case entries, in the order of the cases given; when interrupted, only the finished ones.
   std::vector<nlohmann::json> results;
-  nlohmann::json meta;  // size, devices, groups started, faults
-  bool interrupted = false;
+  nlohmann::json meta;  // size, devices, groups started, faults, interrupted (when stopped)
 };
 
 // The parent: runs `cases` (all needing a rank group) on a group of the largest tp among them,

@@ -185,7 +185,6 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     RankGroupRun group = run_rank_group(for_children, registry, group_cases, work_dir + "/ranks",
                                         [] { return signals_received > 0; });
     rank_group_meta = group.meta;
-    if (group.interrupted) rank_group_meta["interrupted"] = true;
     reports.push_back(report_of_entries(group.results, options, registry));
     sources.push_back("rank group of " + std::to_string(group.meta["size"].get<int>()));
     skip_ids_path = work_dir + "/rank-group-cases.txt";
