@@ -3,6 +3,8 @@
 //                         below +0), exact, so any split of the row gives the same value
 //   combine_max_kernel    one thread per row: the ranks' maxima combined the same way
 //   chunk_sums_kernel     one block per (row, chunk): the sum of exp(x - max) over one chunk of V
+//   index_order_sums_kernel one thread per (row, chunk): the same sum in index order (the naive
+//                         TP pair's plain sum, as its CPU twin adds)
 //   target_logits_kernel  one thread per row: the target's logit where this rank holds it
 //   logprob_kernel        one thread per row: (the owner's target logit - max) - log(sum)
 //   dlogits_kernel        one thread per entry: dlogprob * (onehot - p), rounded once
@@ -166,6 +168,28 @@ __global__ void transpose_rows_kernel(const In* src, std::int64_t width, std::in
   copy_element(src[(first_row + row) * width + c], dst[i]);
 }
 
+// The sum of exp(x - max) over one chunk of V added in index order by one thread: the naive TP
+// pair's plain sum. A long chain of fp32 additions carries a rounding error of many ulps, so the
+// sum over V at tp = 1 and the ranks' shares added at tp > 1 differ in logprob (fp32) by
+// construction, not only where a tree's few roundings happen to reach it.
+template <typename T>
+__global__ void index_order_sums_kernel(const T* logits, std::int64_t rows, std::int64_t width,
+                                        std::int64_t vocab, std::int64_t share_first,
+                                        int total_chunks, int first_chunk, const float* max,
+                                        float* sums) {
+  const std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= rows) return;
+  const std::int64_t chunk = first_chunk + blockIdx.y;
+  const std::int64_t first = vocab * chunk / total_chunks - share_first;
+  const std::int64_t last = vocab * (chunk + 1) / total_chunks - share_first;
+  const T* row = logits + r * width;
+  const float m = max[r];
+  float sum = 0.0f;
+  for (std::int64_t i = first; i < last; ++i)
+    sum = __fadd_rn(sum, expf(__fsub_rn(to_float(row[i]), m)));
+  sums[blockIdx.y * rows + r] = sum;
+}
+
 }  // namespace
 
 void vocab_row_max(DeviceDType dtype, const void* logits, std::int64_t rows, std::int64_t width,
@@ -189,9 +213,20 @@ void vocab_combine_max(const float* gathered, std::int64_t rows, int ranks, floa
 
 void vocab_chunk_sums(DeviceDType dtype, const void* logits, std::int64_t rows, std::int64_t width,
                       std::int64_t vocab, std::int64_t share_first, int total_chunks,
-                      int first_chunk, int chunks, const float* max, float* sums,
-                      CUstream_st* stream) {
+                      int first_chunk, int chunks, const float* max, bool in_index_order,
+                      float* sums, CUstream_st* stream) {
   if (rows == 0) return;
+  if (in_index_order) {
+    const dim3 grid(blocks_for(rows), static_cast<unsigned>(chunks));
+    by_dtype(dtype, [&](auto type) {
+      using T = decltype(type);
+      index_order_sums_kernel<T><<<grid, threads, 0, as_stream(stream)>>>(
+          static_cast<const T*>(logits), rows, width, vocab, share_first, total_chunks, first_chunk,
+          max, sums);
+    });
+    BITCHECK_CUDA_LAUNCH_CHECK();
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(chunks));
   by_dtype(dtype, [&](auto type) {
     using T = decltype(type);

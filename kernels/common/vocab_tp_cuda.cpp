@@ -33,15 +33,23 @@ DeviceBuffer all_ranks(const DeviceBuffer& local, std::int64_t rows, int tp) {
   return gathered;
 }
 
+// The naive TP pair: NCCL's pinned sum of the ranks' shares, claiming nothing, whose shares are
+// plain index-order sums (its CPU twin's arithmetic).
+bool plain_sums(const cuda_tp::RankOrderKind& kind) {
+  return kind.order == RankOrder::nccl_pinned && !kind.claims_invariance;
+}
+
 // The sum of exponentials over V of each row: the fixed chunks' tree, or the ranks' shares summed.
-DeviceBuffer sum_of_exponentials(RankOrder order, cuda::DeviceDType dtype, const void* logits,
-                                 std::int64_t rows, const RankShare& share, const float* max) {
+DeviceBuffer sum_of_exponentials(const cuda_tp::RankOrderKind& kind, cuda::DeviceDType dtype,
+                                 const void* logits, std::int64_t rows, const RankShare& share,
+                                 const float* max) {
+  const RankOrder order = kind.order;
   DeviceBuffer sum = floats(rows);
   const auto count = static_cast<std::size_t>(rows);
   if (order != RankOrder::fixed_chunks && order != RankOrder::early_rounding) {
     DeviceBuffer local = floats(rows);
     cuda::vocab_chunk_sums(dtype, logits, rows, share.width, share.vocab, share.first, share.tp,
-                           share.rank, 1, max, local.as<float>(), nullptr);
+                           share.rank, 1, max, plain_sums(kind), local.as<float>(), nullptr);
     cuda_tp::sum_rank_shares(order, local.get(), count, cuda::DeviceDType::fp32, share.tp,
                              sum.get());
     return sum;
@@ -49,7 +57,7 @@ DeviceBuffer sum_of_exponentials(RankOrder order, cuda::DeviceDType dtype, const
   const int per_rank = cuda_tp::chunk_count / share.tp;
   DeviceBuffer leaves = floats(rows * per_rank);
   cuda::vocab_chunk_sums(dtype, logits, rows, share.width, share.vocab, share.first,
-                         cuda_tp::chunk_count, share.rank * per_rank, per_rank, max,
+                         cuda_tp::chunk_count, share.rank * per_rank, per_rank, max, false,
                          leaves.as<float>(), nullptr);
   if (order == RankOrder::fixed_chunks) {
     cuda_tp::finish_chunk_tree(false, leaves.as<float>(), count, cuda::DeviceDType::fp32, share.tp,
@@ -86,8 +94,9 @@ const std::vector<cuda_tp::RankOrderKind>& cuda_kinds() {
        "the all-gather (the exponentials' sum kept in the dtype), so tp > 1 differs from tp = 1"},
       {"naive-pair", RankOrder::nccl_pinned, false, false,
        TensorParallelism::AcrossTp::expected_to_drift, 2,
-       "control: the naive TP pair, one plain sum over V at tp = 1 against each rank's share "
-       "summed by NCCL at tp > 1 (nccl-tree-simple's arithmetic), held to tp = 1's bits"},
+       "control: the naive TP pair, one plain index-order sum over V at tp = 1 against each "
+       "rank's share summed in index order and the shares added by NCCL (tree + Simple) at "
+       "tp > 1, held to tp = 1's bits; dh as nccl-tree-simple"},
       {"rotating-chain", RankOrder::rotating_chain, false, false,
        TensorParallelism::AcrossTp::observed, 3,
        "control: the ranks' shares all-gathered and summed in a chain from a rank that a hash of "
@@ -143,7 +152,8 @@ DeviceBuffer rank_columns(const Tensor& whole, const std::vector<std::int32_t>& 
 }
 
 RankLogSoftmax::RankLogSoftmax(const Batch& batch, std::vector<std::int32_t> slots,
-                               const RankShare& share, RankOrder order, const DeviceBuffer& logits)
+                               const RankShare& share, const cuda_tp::RankOrderKind& kind,
+                               const DeviceBuffer& logits)
     : slots_(std::move(slots)),
       rows_(static_cast<std::int64_t>(slots_.size())),
       share_(share),
@@ -162,7 +172,7 @@ RankLogSoftmax::RankLogSoftmax(const Batch& batch, std::vector<std::int32_t> slo
   cuda::vocab_row_max(dtype, logits_.get(), rows_, share_.width, local_max.as<float>(), nullptr);
   const DeviceBuffer maxima = all_ranks(local_max, rows_, share_.tp);
   cuda::vocab_combine_max(maxima.as<float>(), rows_, share_.tp, max_.as<float>(), nullptr);
-  sum_ = sum_of_exponentials(order, dtype, logits_.get(), rows_, share_, max_.as<float>());
+  sum_ = sum_of_exponentials(kind, dtype, logits_.get(), rows_, share_, max_.as<float>());
 }
 
 void RankLogSoftmax::logprob(Tensor& out) const {

@@ -45,7 +45,7 @@ cuda::DeviceBuffer rank_columns(const Tensor& whole, const std::vector<std::int3
 class RankLogSoftmax {
  public:
   RankLogSoftmax(const Batch& batch, std::vector<std::int32_t> slots, const RankShare& share,
-                 cuda_tp::RankOrder order, const cuda::DeviceBuffer& logits);
+                 const cuda_tp::RankOrderKind& kind, const cuda::DeviceBuffer& logits);
   // logprob (fp32) of each real slot into `out`: (target logit - max) - log(sum), the target logit
   // from the rank that holds it (every rank's all-gathered: an exact copy).
   void logprob(Tensor& out) const;

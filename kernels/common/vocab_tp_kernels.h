@@ -27,11 +27,12 @@ void vocab_combine_max(const float* gathered, std::int64_t rows, int ranks, floa
 // V is cut into `total_chunks` chunks [V * g / total_chunks, V * (g + 1) / total_chunks) (the 8
 // fixed chunks, or one share per rank); this rank holds chunks first_chunk .. first_chunk +
 // chunks - 1. sums[c * rows + r] = the sum over chunk first_chunk + c of exp(x - max[r]) in fp32,
-// in an order fixed by the chunk's length alone.
+// in an order fixed by the chunk's length alone: a block's strided sums and fixed tree, or, with
+// `in_index_order`, one chain of additions in index order (the naive TP pair's plain sum).
 void vocab_chunk_sums(DeviceDType dtype, const void* logits, std::int64_t rows, std::int64_t width,
                       std::int64_t vocab, std::int64_t share_first, int total_chunks,
-                      int first_chunk, int chunks, const float* max, float* sums,
-                      CUstream_st* stream);
+                      int first_chunk, int chunks, const float* max, bool in_index_order,
+                      float* sums, CUstream_st* stream);
 
 // target_logits[r] = x[r, targets[r]] where this rank holds the target, NaN elsewhere.
 void vocab_target_logits(DeviceDType dtype, const void* logits, std::int64_t rows,

@@ -32,7 +32,7 @@ class LmHeadLogprobTpCuda : public HeadTpCuda {
     RankHead head(batch, kind_.order);
     DeviceBuffer h = cs::upload(cs::compact_rows(batch.in("h"), slots));
     const DeviceBuffer logits = head.logits(h, rows);
-    const vocab_tp::RankLogSoftmax softmax(batch, slots, head.share(), kind_.order, logits);
+    const vocab_tp::RankLogSoftmax softmax(batch, slots, head.share(), kind_, logits);
     if (batch.spec->pass == Pass::forward) {
       softmax.logprob(batch.out("logprob"));
       return;

@@ -30,7 +30,7 @@ class LogprobTpCuda : public vocab_tp::VocabTpCuda {
     record_path("split-sum");
     const vocab_tp::RankShare share = vocab_tp::rank_share(batch);
     const DeviceBuffer logits = vocab_tp::rank_columns(batch.in("logits"), slots, share);
-    const vocab_tp::RankLogSoftmax softmax(batch, slots, share, kind_.order, logits);
+    const vocab_tp::RankLogSoftmax softmax(batch, slots, share, kind_, logits);
     if (batch.spec->pass == Pass::forward) {
       softmax.logprob(batch.out("logprob"));
       return;

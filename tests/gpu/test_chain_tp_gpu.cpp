@@ -1,6 +1,8 @@
-// The chain at tp = P on a host of several GPUs (one rank process per GPU, NCCL), through the
-// bitcheck binary: tp-fixed-order gives a token's tp = 1 bits at every tp, forward and backward,
-// and the tp-early-rounding control drifts at tp > 1, first at l0.o_proj. Hidden ([.multi-gpu]):
+// The chain and the vocabulary-parallel logprob at tp = P on a host of several GPUs (one rank
+// process per GPU, NCCL), through the bitcheck binary: tp-fixed-order gives a token's tp = 1 bits
+// at every tp, forward and backward; the tp-early-rounding control drifts at tp > 1, first at
+// l0.o_proj; the naive TP pair drifts across TP sizes in logprob's forward, one fp32 value a row
+// (on 4 x H100 its shares' tree sums once held to the bits in every case). Hidden ([.multi-gpu]):
 // run it on a host of 2 or more GPUs with NCCL found (BITCHECK_NCCL_LIBRARY or libnccl.so.2):
 //   tests/bitcheck_gpu_tests "[multi-gpu]"
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 using nlohmann::json;
 
@@ -52,6 +55,14 @@ std::string read_text(const std::filesystem::path& path) {
   return text.str();
 }
 
+// The devices "0,1,..." of the largest tp (2 or 4) that `gpus` allow, and that tp.
+std::pair<std::string, int> largest_group(int gpus) {
+  const int largest_tp = gpus >= 4 ? 4 : 2;
+  std::string devices = "0";
+  for (int d = 1; d < largest_tp; ++d) devices += "," + std::to_string(d);
+  return {devices, largest_tp};
+}
+
 }  // namespace
 
 TEST_CASE("the chain on NCCL ranks: fixed-order holds at tp 2 and 4, early rounding drifts",
@@ -61,9 +72,7 @@ TEST_CASE("the chain on NCCL ranks: fixed-order holds at tp 2 and 4, early round
     WARN("the chain at tp > 1 needs 2 or more GPUs; " << gpus << " visible");
     return;
   }
-  const int largest_tp = gpus >= 4 ? 4 : 2;
-  std::string devices = "0";
-  for (int d = 1; d < largest_tp; ++d) devices += "," + std::to_string(d);
+  const auto [devices, largest_tp] = largest_group(gpus);
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("bitcheck-chain-tp-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
@@ -96,6 +105,51 @@ TEST_CASE("the chain on NCCL ranks: fixed-order holds at tp 2 and 4, early round
       const json& control = cases.at({"tp-early-rounding", pass, tp});
       CHECK(control["verdict"] == "drift");
       CHECK(control["chain"]["first_failing_forward"]["call"] == "l0.o_proj");
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE(
+    "vocab-parallel logprob on NCCL ranks: the naive TP pair drifts across TP sizes in the "
+    "forward, fixed-order holds",
+    "[tp][vocab][.multi-gpu]") {
+  const int gpus = visible_gpus();
+  if (gpus < 2) {
+    WARN("logprob at tp > 1 needs 2 or more GPUs; " << gpus << " visible");
+    return;
+  }
+  const auto [devices, largest_tp] = largest_group(gpus);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("bitcheck-vocab-tp-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  // The quick TP spec's shapes; 16 rows, 8 of them alone: few values to show a drift in.
+  std::ofstream(dir / "spec.json") << R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "batches": [16], "alone_rows": 8, "passes": ["forward"],
+                 "impls": ["tp-vocab-fixed-order", "tp-vocab-naive-pair"]},
+    "ops": {"logprob": {"shapes": [{"V": 32000}]},
+            "lm_head_logprob": {"shapes": [{"V": 32000, "H": 1024}]}}})";
+  const std::string command = bitcheck_binary() + " sweep --spec " + (dir / "spec.json").string() +
+                              " --tp " + (largest_tp == 4 ? "1,2,4" : "1,2") +
+                              " --backend cuda --devices " + devices + " --no-progress --out " +
+                              (dir / "out").string() + " > " + (dir / "log.txt").string() + " 2>&1";
+  const int status = std::system(command.c_str());
+  const std::string log = read_text(dir / "log.txt");
+  INFO(command << "\n" << log);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK(log.find("HARNESS FAILURE") == std::string::npos);
+  const json report = json::parse(read_text(dir / "out/report.json"));
+  std::map<std::tuple<std::string, std::string, int>, json> cases;
+  for (const auto& c : report["results"])
+    cases[{c["op"].get<std::string>(), c["impl"].get<std::string>(), c.value("tp", 1)}] = c;
+  for (const std::string op : {"logprob", "lm_head_logprob"}) {
+    for (int tp = 1; tp <= largest_tp; tp *= 2) {
+      INFO(op << " tp=" << tp);
+      CHECK(cases.at({op, "tp-vocab-fixed-order", tp})["verdict"] == "pass");
+      const json& naive = cases.at({op, "tp-vocab-naive-pair", tp});
+      CHECK(naive["verdict"] == (tp == 1 ? "pass" : "drift"));
+      CHECK(naive.value("expected_to_drift", false) == (tp > 1));
     }
   }
   std::filesystem::remove_all(dir);
