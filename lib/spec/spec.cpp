@@ -91,6 +91,7 @@ void parse_common(const JsonCursor& node, const Registry& registry, const Contra
     sweep.passes = parse_names(*passes, [](const std::string& name, const JsonCursor& at) {
       if (!parse_pass(name)) at.fail("\"forward\" or \"backward\", got \"" + name + "\"");
     });
+    sweep.passes_named = true;
   }
   if (auto layouts = node.find("layouts")) {
     sweep.layouts = parse_names(*layouts, [&](const std::string& name, const JsonCursor& at) {
@@ -431,6 +432,8 @@ SweepSpec apply_overrides(SweepSpec spec, const SweepOverrides& overrides, const
     // backward (matmul-backward) is left out by --pass forward instead of turning into a second
     // forward entry over its shapes, which ran duplicate cases (and put one case in two shards).
     if (!overrides.dtypes.empty()) sweep.dtypes = intersection(sweep.dtypes, overrides.dtypes);
+    if (!sweep.passes_named && !overrides.unnamed_passes.empty())
+      sweep.passes = overrides.unnamed_passes;
     if (!overrides.passes.empty()) sweep.passes = intersection(sweep.passes, overrides.passes);
     if (sweep.dtypes.empty() || sweep.passes.empty()) continue;
     if (!overrides.layouts.empty()) sweep.layouts = overrides.layouts;

@@ -18,6 +18,7 @@ struct OpSweep {
   std::vector<std::string> impls;  // empty = every registered impl of the op
   std::vector<std::string> dtypes;
   std::vector<std::string> passes;
+  bool passes_named = false;  // the entry or the spec's defaults name its passes
   std::vector<std::string> layouts;
   std::vector<std::uint64_t> seeds;
   std::vector<std::int64_t> batches;
@@ -53,6 +54,9 @@ struct SweepOverrides {
   std::vector<std::string> impls;
   std::vector<std::string> dtypes;
   std::vector<std::string> passes;
+  // The passes of the entries that name none (neither they nor the spec's defaults); empty: both.
+  // `bitcheck bench` times the forward unless an entry asks for its backward.
+  std::vector<std::string> unnamed_passes;
   std::vector<std::string> layouts;
   std::vector<std::int64_t> batches;
   std::vector<std::uint64_t> seeds;

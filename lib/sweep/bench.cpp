@@ -108,7 +108,9 @@ std::vector<Row> time_in_rank_group(const BenchOptions& options, const Registry&
 
 int run_bench(const BenchOptions& options, const Registry& registry) {
   SweepOverrides overrides = options.overrides;
-  if (overrides.passes.empty()) overrides.passes = {"forward"};
+  // The forward, unless an entry names its passes (the column-parallel matmul's dX is its
+  // backward); --pass still narrows.
+  overrides.unnamed_passes = {"forward"};
   overrides.backend = "cuda";
   const SweepPlan plan =
       plan_run(options.spec_path, options.contract_path, overrides, options.run, registry);

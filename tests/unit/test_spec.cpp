@@ -159,6 +159,45 @@ TEST_CASE("the options --pass and --dtype narrow each entry and never duplicate 
   CHECK(cases.size() == 6);  // 4 forward + 2 backward (bf16)
 }
 
+TEST_CASE("unnamed passes apply to the entries that name none (bitcheck bench: the forward)",
+          "[spec]") {
+  World world;
+  // bench-tp-matmul.json's shape: one entry names its backward (the column-parallel dX), one names
+  // nothing. Before, bench forced --pass forward and the backward entry ran no case at all.
+  nlohmann::json document = {
+      {"schema_version", 1},
+      {"defaults", {{"dtypes", {"bf16"}}, {"batches", {3}}}},
+      {"ops",
+       {{"matmul", {{"shapes", {{{"N", 8}, {"K", 16}}}}}},
+        {"matmul-backward",
+         {{"op", "matmul"}, {"passes", {"backward"}}, {"shapes", {{{"N", 16}, {"K", 8}}}}}}}}};
+  SweepSpec spec = parse_sweep_spec(document, "unnamed.json", world.registry, world.contract);
+  SweepOverrides overrides;
+  overrides.backend = "cpu";
+  overrides.impls = {"cpu-fixed-order"};
+  overrides.unnamed_passes = {"forward"};
+  auto cases = expand_cases(apply_overrides(spec, overrides, world.registry, world.contract),
+                            world.registry, overrides);
+  std::map<std::string, Pass> pass_of;
+  for (const auto& c : cases) pass_of[dims_string(c.dims)] = c.pass;
+  REQUIRE(cases.size() == 2);
+  CHECK(pass_of.at("K=16,N=8") == Pass::forward);
+  CHECK(pass_of.at("K=8,N=16") == Pass::backward);
+  // Named in the spec's defaults: named for every entry.
+  document["defaults"]["passes"] = {"backward"};
+  SweepSpec named = parse_sweep_spec(document, "unnamed.json", world.registry, world.contract);
+  for (const auto& c :
+       expand_cases(apply_overrides(named, overrides, world.registry, world.contract),
+                    world.registry, overrides))
+    CHECK(c.pass == Pass::backward);
+  // --pass still narrows.
+  overrides.passes = {"forward"};
+  auto narrowed = expand_cases(apply_overrides(spec, overrides, world.registry, world.contract),
+                               world.registry, overrides);
+  REQUIRE(narrowed.size() == 1);
+  CHECK(narrowed[0].pass == Pass::forward);
+}
+
 TEST_CASE("a case two entries describe runs once with the layouts of both", "[spec]") {
   World world;
   // As the nightly's rmsnorm and rmsnorm-graph: the second entry adds the graph layout to cases
