@@ -2,6 +2,7 @@
 #include "report/report_diff.h"
 
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "core/verdict.h"
@@ -18,6 +19,21 @@ bool failing(const nlohmann::json& c) {
 bool control_drifted(const nlohmann::json& c) {
   std::string verdict = c.at("verdict").get<std::string>();
   return verdict == "drift" || verdict == "nondeterministic";
+}
+
+// A control's group, as the sweep's control check counts them: op/impl/dtype/pass of the case
+// id, and its tp when above 1 (the id's last part "tp=P").
+std::string control_group(const std::string& id) {
+  std::string group;
+  std::size_t at = 0;
+  for (int part = 0; part < 4 && at != std::string::npos; ++part) {
+    const std::size_t end = id.find('/', at);
+    group += (part ? "/" : "") + id.substr(at, end == std::string::npos ? end : end - at);
+    at = end == std::string::npos ? end : end + 1;
+  }
+  const std::size_t last = id.rfind('/');
+  if (last != std::string::npos && id.compare(last + 1, 3, "tp=") == 0) group += id.substr(last);
+  return group;
 }
 
 nlohmann::json entry(const std::string& id, const nlohmann::json* old_case,
@@ -38,8 +54,30 @@ ReportDiff diff_reports(const nlohmann::json& old_report, const nlohmann::json& 
   nlohmann::json& d = diff.document;
   for (const char* key :
        {"newly_failing", "fixed", "still_failing", "verdict_changes", "fingerprint_changed",
-        "controls_lost_drift", "controls_regained_drift", "added", "removed"}) {
+        "controls_lost_drift", "controls_lost_drift_by_chance", "control_groups_lost_drift",
+        "controls_regained_drift", "added", "removed"}) {
     d[key] = nlohmann::json::array();
+  }
+  // Control groups whose drift is left to chance (a case nondeterministic in either report:
+  // atomics): one of their cases holding still on one night is not a regression, unless the whole
+  // group holds. Groups that drifted before and have no drifting case now.
+  std::set<std::string> noisy, drifted_before, drifting_now;
+  for (const auto* cases : {&old_cases, &new_cases}) {
+    for (const auto& [id, c] : *cases) {
+      if (!c->value("control", false)) continue;
+      if ((*c)["verdict"] == "nondeterministic") noisy.insert(control_group(id));
+      if (control_drifted(*c))
+        (cases == &old_cases ? drifted_before : drifting_now).insert(control_group(id));
+    }
+  }
+  std::set<std::string> groups_in_new;
+  for (const auto& [id, c] : new_cases) {
+    if (c->value("control", false) && (*c)["verdict"] != "skipped")
+      groups_in_new.insert(control_group(id));
+  }
+  for (const std::string& group : drifted_before) {
+    if (groups_in_new.count(group) && !drifting_now.count(group))
+      d["control_groups_lost_drift"].push_back({{"id", group}});
   }
   for (const auto& [id, new_case] : new_cases) {
     auto found = old_cases.find(id);
@@ -51,7 +89,8 @@ ReportDiff diff_reports(const nlohmann::json& old_report, const nlohmann::json& 
     const std::string old_verdict = (*old_case)["verdict"], new_verdict = (*new_case)["verdict"];
     if (new_case->value("control", false)) {
       if (control_drifted(*old_case) && !control_drifted(*new_case) && new_verdict != "skipped") {
-        d["controls_lost_drift"].push_back(entry(id, old_case, new_case));
+        d[noisy.count(control_group(id)) ? "controls_lost_drift_by_chance" : "controls_lost_drift"]
+            .push_back(entry(id, old_case, new_case));
       } else if (!control_drifted(*old_case) && control_drifted(*new_case)) {
         d["controls_regained_drift"].push_back(entry(id, old_case, new_case));
       }
@@ -74,7 +113,8 @@ ReportDiff diff_reports(const nlohmann::json& old_report, const nlohmann::json& 
   for (const auto& [id, old_case] : old_cases) {
     if (!new_cases.count(id)) d["removed"].push_back(entry(id, old_case, nullptr));
   }
-  diff.regression = !d["newly_failing"].empty() || !d["controls_lost_drift"].empty();
+  diff.regression = !d["newly_failing"].empty() || !d["controls_lost_drift"].empty() ||
+                    !d["control_groups_lost_drift"].empty();
   d["regression"] = diff.regression;
   for (const char* side : {"old", "new"}) {
     const auto& report = std::string(side) == "old" ? old_report : new_report;
@@ -94,6 +134,10 @@ std::string render_diff(const ReportDiff& diff) {
                              {"fixed", "fixed"},
                              {"still_failing", "still failing"},
                              {"controls_lost_drift", "controls that lost their drift"},
+                             {"control_groups_lost_drift", "control groups that lost their drift"},
+                             {"controls_lost_drift_by_chance",
+                              "control cases of nondeterministic groups that held this time (the "
+                              "group still drifts: not a regression)"},
                              {"controls_regained_drift", "controls drifting again"},
                              {"fingerprint_changed", "fingerprint changed"},
                              {"verdict_changes", "verdict changes"},

@@ -296,7 +296,7 @@ std::string changes_section(const nlohmann::json& report,
   std::set<std::string> listed;
   std::vector<const nlohmann::json*> regressions, fixed, verdict_changes, fingerprints,
       observations;
-  for (const char* key : {"newly_failing", "controls_lost_drift"}) {
+  for (const char* key : {"newly_failing", "controls_lost_drift", "control_groups_lost_drift"}) {
     for (const auto& e : d[key]) {
       regressions.push_back(&e);
       listed.insert(str(e, "id"));

@@ -2,7 +2,10 @@
 // a changed fingerprint on a passing case is reported without failing, a control that stops
 // drifting is a regression.
 #include <catch2/catch.hpp>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "cli/cli_support.h"
 
@@ -80,6 +83,64 @@ TEST_CASE("diff treats a control that stopped drifting as a regression", "[cli][
   Run run = run_bitcheck(dir, "diff " + quote(dir / "old.json") + " " + quote(dir / "new.json"));
   CHECK(run.exit_code == 1);
   CHECK(run.out.find("controls that lost their drift: 1") != std::string::npos);
+}
+
+TEST_CASE(
+    "diff: a case of a nondeterministic control group that held is named but not a regression; "
+    "the whole group holding is",
+    "[cli][diff]") {
+  TempDir dir;
+  json base = sweep_report(dir);
+  // Two drifting cases of one control group (op/impl/dtype/pass); the first nondeterministic in
+  // the old report, as an atomics control's cases can be.
+  std::map<std::string, std::vector<json*>> groups;
+  for (auto& c : base["results"]) {
+    if (c["control"] == true && c["verdict"] == "drift")
+      groups[c["impl"].get<std::string>() + "/" + c["pass"].get<std::string>()].push_back(&c);
+  }
+  std::vector<json*> pair;
+  for (auto& [group, cases] : groups)
+    if (pair.empty() && cases.size() >= 2) pair = {cases[0], cases[1]};
+  REQUIRE(pair.size() == 2);
+  (*pair[0])["verdict"] = "nondeterministic";
+  const std::string noisy = (*pair[0])["id"], held = (*pair[1])["id"];
+  auto with_verdicts = [&](const std::string& first, const std::string& second) {
+    json later = base;
+    for (auto& c : later["results"]) {
+      if (c["id"] == noisy) c["verdict"] = first;
+      if (c["id"] == held) c["verdict"] = second;
+    }
+    return later;
+  };
+  write(dir / "old.json", base);
+  write(dir / "one.json", with_verdicts("nondeterministic", "pass"));
+  Run one = run_bitcheck(dir, "diff " + quote(dir / "old.json") + " " + quote(dir / "one.json") +
+                                  " --json " + quote(dir / "one-diff.json"));
+  INFO(one.out << one.err);
+  CHECK(one.exit_code == 0);
+  const json by_chance = json::parse(read_file(dir / "one-diff.json"));
+  CHECK(by_chance["controls_lost_drift"].empty());
+  REQUIRE(by_chance["controls_lost_drift_by_chance"].size() == 1);
+  CHECK(by_chance["controls_lost_drift_by_chance"][0]["id"] == held);
+  CHECK(by_chance["control_groups_lost_drift"].empty());
+  // The whole group held: a regression, named by its group (op/impl/dtype/pass).
+  const json& first = *pair[0];
+  const std::string group =
+      first["op"].get<std::string>() + "/" + first["impl"].get<std::string>() + "/" +
+      first["dtype"].get<std::string>() + "/" + first["pass"].get<std::string>();
+  json silent = base;
+  for (auto& c : silent["results"]) {
+    if (c["id"].get<std::string>().rfind(group + "/", 0) == 0) c["verdict"] = "pass";
+  }
+  write(dir / "none.json", silent);
+  Run none = run_bitcheck(dir, "diff " + quote(dir / "old.json") + " " + quote(dir / "none.json") +
+                                   " --json " + quote(dir / "none-diff.json"));
+  INFO(none.out << none.err);
+  CHECK(none.exit_code == 1);
+  const json lost = json::parse(read_file(dir / "none-diff.json"));
+  REQUIRE(lost["control_groups_lost_drift"].size() == 1);
+  CHECK(lost["control_groups_lost_drift"][0]["id"] == group);
+  CHECK(none.out.find("control groups that lost their drift: 1") != std::string::npos);
 }
 
 TEST_CASE("diff of a report that is not a report exits 2", "[cli][diff][bad-input]") {
