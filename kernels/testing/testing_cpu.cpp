@@ -6,8 +6,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "core/op.h"
@@ -38,6 +40,33 @@ class HangingCpu : public Impl {
   }
 };
 
+// matmul/test-killed-once: the first run of each case (no marker file of its id in
+// BITCHECK_TEST_KILL_ONCE_DIR yet) ends its process with SIGKILL, as the kernel's OOM killer would;
+// later runs leave the marker and compute as cpu-fixed-order. Proves the shards' retry alone.
+// Registered only with BITCHECK_TEST_IMPLS=1 and BITCHECK_TEST_KILL_ONCE_DIR set.
+class KilledOnceCpu : public Impl {
+ public:
+  KilledOnceCpu(ImplInfo info, const Registry& registry)
+      : Impl(std::move(info)), registry_(registry) {}
+  void run(Batch& batch) override {
+    const char* dir = std::getenv("BITCHECK_TEST_KILL_ONCE_DIR");
+    if (!dir || !*dir) throw std::runtime_error("BITCHECK_TEST_KILL_ONCE_DIR is not set");
+    std::string id = batch.spec->id();
+    for (char& c : id) {
+      if (c == '/' || c == ',' || c == '=') c = '_';
+    }
+    const std::string marker = std::string(dir) + "/" + id;
+    if (!std::ifstream(marker)) {
+      std::ofstream(marker) << "killed once\n";
+      std::raise(SIGKILL);
+    }
+    registry_.find_impl(batch.spec->op, "cpu-fixed-order")->run(batch);
+  }
+
+ private:
+  const Registry& registry_;
+};
+
 }  // namespace
 
 bool test_impls_enabled() {
@@ -53,6 +82,18 @@ void register_test_impls_cpu(Registry& registry) {
                                             "test only (BITCHECK_TEST_IMPLS=1): raises SIGSEGV in "
                                             "run(), to prove fault isolation")
                             .only_passes({Pass::forward})));
+  // Only with its marker directory (BITCHECK_TEST_KILL_ONCE_DIR): sweeps over every impl leave it.
+  const char* kill_once = std::getenv("BITCHECK_TEST_KILL_ONCE_DIR");
+  if (kill_once && *kill_once) {
+    registry.add_impl("matmul", std::make_unique<KilledOnceCpu>(
+                                    ImplInfo::invariant(
+                                        "test-killed-once", "cpu",
+                                        "test only (BITCHECK_TEST_IMPLS=1): each case's first run "
+                                        "raises SIGKILL (as the OOM killer), later runs compute "
+                                        "as cpu-fixed-order")
+                                        .only_passes({Pass::forward}),
+                                    registry));
+  }
   // Only on request: every sweep over all impls would otherwise wait for it forever.
   const char* hang = std::getenv("BITCHECK_TEST_HANG");
   if (hang && std::string(hang) == "1") {

@@ -143,6 +143,14 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports,
     }
     if (i > 0 && report["meta"].contains("profile"))
       add_profile(report["meta"]["profile"], merged["meta"]["profile"]);
+    // The shards' workers, faults and retries, counted over all of them.
+    if (i > 0 && report["meta"].contains("isolation") && merged["meta"].contains("isolation")) {
+      for (const auto& [count, value] : report["meta"]["isolation"].items()) {
+        if (value.is_number_integer())
+          merged["meta"]["isolation"][count] =
+              merged["meta"]["isolation"].value(count, 0) + value.get<int>();
+      }
+    }
     interrupted = interrupted || report["meta"].value("interrupted", false);
   }
   merged["meta"]["wall_seconds"] = wall;

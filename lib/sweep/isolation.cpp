@@ -254,6 +254,7 @@ std::string IsolatedRunner::reap() {
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
   pid_ = -1;
+  last_status_ = status;
   return describe_exit(status);
 }
 
@@ -279,6 +280,7 @@ void IsolatedRunner::stop() {
 CaseResult IsolatedRunner::run_case(const CaseSpec& spec) {
   auto start = Clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  killed_from_outside_ = false;
   if (pid_ < 0) start_worker();
   CaseResult request_case;
   request_case.spec = spec;  // a skipped result's JSON is exactly the case's description
@@ -301,8 +303,10 @@ CaseResult IsolatedRunner::run_case(const CaseSpec& spec) {
   }
   if (!line) {
     ++faults_;
+    const std::string ended = reap();
+    killed_from_outside_ = WIFSIGNALED(last_status_) && WTERMSIG(last_status_) == SIGKILL;
     return failed_case(registry_, spec,
-                       "the worker process running this case " + reap() +
+                       "the worker process running this case " + ended +
                            "; the sweep went on with the next case in a fresh worker",
                        seconds());
   }

@@ -51,6 +51,9 @@ class IsolatedRunner {
   CaseResult run_case(const CaseSpec& spec);
   int workers_started() const { return workers_started_; }
   int faults() const { return faults_; }
+  // The last case's worker died of a SIGKILL that bitcheck did not send (the kernel's OOM killer,
+  // most likely): a retry with fewer cases beside it may pass.
+  bool last_worker_killed_from_outside() const { return killed_from_outside_; }
 
  private:
   void start_worker();  // throws when the worker cannot be started or does not report ready
@@ -65,6 +68,8 @@ class IsolatedRunner {
   std::string buffer_;
   int workers_started_ = 0;
   int faults_ = 0;
+  int last_status_ = 0;  // the wait status reap() saw
+  bool killed_from_outside_ = false;
 };
 
 // The worker's side (`bitcheck __sweep-worker --fd N`): reads the settings, then one case per line

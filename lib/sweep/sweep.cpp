@@ -22,6 +22,7 @@
 #include "report/coverage.h"
 #include "report/report.h"
 #include "run/runner.h"
+#include "sweep/host_gate.h"
 #include "sweep/isolation.h"
 #include "sweep/rank_group.h"
 
@@ -193,6 +194,9 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
     std::stable_sort(units.begin(), units.end(),
                      [](const CaseUnit& a, const CaseUnit& b) { return a.cost > b.cost; });
   }
+  // A case whose worker the OOM killer ended is retried alone (sweep/host_gate.h).
+  const HostMemoryGate gate(isolated ? options.overrides.shard_queue : std::string());
+  int retried_alone = 0;
   std::vector<std::size_t> pending;  // the claimed unit's cases not yet run
   std::size_t next_spec_case = 0, units_claimed = 0;
   auto next_case = [&]() -> std::optional<std::size_t> {
@@ -233,13 +237,33 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
           static_cast<int>(std::chrono::duration<double>(last_note - start).count());
       printer.note(count + std::to_string(seconds) + " s " + cases[i].id());
     }
-    results.push_back(run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by));
+    CaseResult result;
+    {
+      const HostMemoryGate::Shared beside_others(gate);
+      result = run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by);
+    }
+    if (gate.enabled() && isolated && isolated->last_worker_killed_from_outside()) {
+      // The host's OOM killer, most likely (the shards share its memory): once more, alone.
+      printer.note(cases[i].id() + ": its worker was killed by SIGKILL (the host's OOM killer?); " +
+                   "retrying it with no other shard's case in flight");
+      const std::string first = result.reason;
+      {
+        const HostMemoryGate::Alone alone(gate);
+        result = run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by);
+      }
+      ++retried_alone;
+      const std::string retried =
+          "retried alone (no other shard's case in flight) after its first run: " + first;
+      result.reason = result.reason.empty() ? retried : result.reason + "; " + retried;
+    }
+    results.push_back(std::move(result));
   }
   printer.end_progress();
   nlohmann::json isolation = {{"mode", isolated ? "worker process" : "in process"}};
   if (isolated) {
     isolation["workers_started"] = isolated->workers_started();
     isolation["faults"] = isolated->faults();
+    if (gate.enabled()) isolation["retried_alone"] = retried_alone;
     isolated.reset();  // the worker exits (writing derived pins back when asked)
   }
 

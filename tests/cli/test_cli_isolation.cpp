@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -184,4 +186,43 @@ TEST_CASE("sweep --case-timeout: a hung case is error, its worker is killed, and
   Run bad = run_bitcheck(dir, cases + " --case-timeout -1");
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("--case-timeout"));
+}
+
+TEST_CASE(
+    "sweep --devices: a case whose worker a SIGKILL from outside ended (the OOM killer) is retried "
+    "alone and keeps its result; without shards it stays an error",
+    "[cli][isolation][devices]") {
+  TempDir dir;
+  TestImplsEnabled enabled;
+  std::filesystem::create_directories(dir / "markers");
+  setenv("BITCHECK_TEST_KILL_ONCE_DIR", (dir / "markers").c_str(), 1);
+  const std::string sweep =
+      "sweep --op matmul --impl test-killed-once,cpu-fixed-order --backend cpu --dtype bf16 "
+      "--pass forward --batch 3,7 --isolate --no-progress";
+  Run sharded = run_bitcheck(dir, sweep + " --devices 0,0 --out " + quote(dir / "sharded"));
+  INFO(sharded.out << sharded.err);
+  CHECK(sharded.exit_code == 0);
+  const json report = json::parse(read_file(dir / "sharded/report.json"));
+  CHECK(report["meta"]["isolation"]["retried_alone"] == 4);  // summed over the shards
+  int retried = 0;
+  for (const auto& [id, c] : results_by_id(report)) {
+    INFO(id);
+    CHECK(c["verdict"] == "pass");
+    if (c["impl"] != "test-killed-once") continue;
+    ++retried;
+    CHECK(c["reason"].get<std::string>().find("retried alone") != std::string::npos);
+    CHECK(c["reason"].get<std::string>().find("killed by signal 9 (SIGKILL") != std::string::npos);
+  }
+  CHECK(retried == 4);  // 2 shapes x 2 batches
+  // One process, no shards: nothing to wait for, so no retry; the case is an error, as before.
+  std::filesystem::remove_all(dir / "markers");
+  std::filesystem::create_directories(dir / "markers");
+  Run single = run_bitcheck(dir, sweep + " --out " + quote(dir / "single"));
+  CHECK(single.exit_code == 3);
+  const json alone = json::parse(read_file(dir / "single/report.json"));
+  CHECK_FALSE(alone["meta"]["isolation"].contains("retried_alone"));
+  for (const auto& c : alone["results"]) {
+    if (c["impl"] == "test-killed-once") CHECK(c["verdict"] == "error");
+  }
+  unsetenv("BITCHECK_TEST_KILL_ONCE_DIR");
 }
