@@ -86,7 +86,7 @@ TEST_CASE("diff treats a control that stopped drifting as a regression", "[cli][
 }
 
 TEST_CASE(
-    "diff: a case of a nondeterministic control group that held is named but not a regression; "
+    "diff: a case of a nondeterministic control group that held is named but not a regression, "
     "the whole group holding is",
     "[cli][diff]") {
   TempDir dir;

@@ -190,7 +190,7 @@ TEST_CASE("sweep --case-timeout: a hung case is error, its worker is killed, and
 
 TEST_CASE(
     "sweep --devices: a case whose worker a SIGKILL from outside ended (the OOM killer) is retried "
-    "alone and keeps its result; without shards it stays an error",
+    "alone and keeps its result, without shards it stays an error",
     "[cli][isolation][devices]") {
   TempDir dir;
   TestImplsEnabled enabled;
