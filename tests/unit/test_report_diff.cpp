@@ -8,8 +8,8 @@
 
 #include "report/report_diff.h"
 
-using nlohmann::json;
 using bitcheck::diff_reports;
+using nlohmann::json;
 
 namespace {
 
@@ -45,8 +45,7 @@ TEST_CASE("diff: a deterministic control case that held is a regression", "[diff
   CHECK(diff.document["control_groups_lost_drift"].empty());  // split_b still drifts
 }
 
-TEST_CASE("diff: a case of a nondeterministic control group that held is no regression",
-          "[diff]") {
+TEST_CASE("diff: a case of a nondeterministic control group that held is no regression", "[diff]") {
   // Nondeterministic in the old report only, then in the new one only: either makes it chance.
   for (const bool noisy_before : {true, false}) {
     INFO("nondeterministic " << (noisy_before ? "before" : "now"));
@@ -62,9 +61,8 @@ TEST_CASE("diff: a case of a nondeterministic control group that held is no regr
 
 TEST_CASE("diff: a control group with no drifting case left is a regression, noisy or not",
           "[diff]") {
-  const auto diff =
-      diff_reports(report_of({{atomic_a, "drift"}, {atomic_b, "nondeterministic"}}),
-                   report_of({{atomic_a, "pass"}, {atomic_b, "pass"}}));
+  const auto diff = diff_reports(report_of({{atomic_a, "drift"}, {atomic_b, "nondeterministic"}}),
+                                 report_of({{atomic_a, "pass"}, {atomic_b, "pass"}}));
   CHECK(diff.regression);
   CHECK(ids(diff.document["control_groups_lost_drift"]) ==
         std::vector<std::string>{"attention/atomic-dq/bf16/backward"});
@@ -75,17 +73,16 @@ TEST_CASE("diff: control groups are split by dtype, pass and tp", "[diff]") {
   // same impl is a group of its own.
   const std::string fp32 = "attention/atomic-dq/fp32/backward/D=64/M=4/seed=1";
   const std::string at_tp2 = atomic_a + "/tp=2";
-  const auto diff = diff_reports(
-      report_of({{atomic_a, "nondeterministic"}, {fp32, "drift"}, {at_tp2, "drift"}}),
-      report_of({{atomic_a, "pass"}, {fp32, "drift"}, {at_tp2, "pass"}}));
+  const auto diff =
+      diff_reports(report_of({{atomic_a, "nondeterministic"}, {fp32, "drift"}, {at_tp2, "drift"}}),
+                   report_of({{atomic_a, "pass"}, {fp32, "drift"}, {at_tp2, "pass"}}));
   CHECK(diff.regression);
   CHECK(ids(diff.document["control_groups_lost_drift"]) ==
         std::vector<std::string>{"attention/atomic-dq/bf16/backward",
                                  "attention/atomic-dq/bf16/backward/tp=2"});
 }
 
-TEST_CASE("diff: a control group the new report skips entirely is not counted as held",
-          "[diff]") {
+TEST_CASE("diff: a control group the new report skips entirely is not counted as held", "[diff]") {
   const auto diff = diff_reports(report_of({{split_a, "drift"}, {split_b, "drift"}}),
                                  report_of({{split_a, "skipped"}, {split_b, "skipped"}}));
   CHECK(diff.document["control_groups_lost_drift"].empty());
