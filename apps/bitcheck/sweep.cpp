@@ -247,8 +247,10 @@ void add_case_ids(const std::string& path, std::set<std::string>& ids) {
 
 // The ids of the cases a report checked. A case that ended in error (a fault, an interrupted
 // device) is tried again.
-// --costs REPORT: every case's timings.total_seconds (a number >= 0) by id.
-void add_measured_seconds(const std::string& path, std::map<std::string, double>& seconds) {
+// --costs REPORT: every case's timings.total_seconds (a number >= 0) by id, and its
+// timings.host_peak_bytes where the report has them.
+void add_measured_costs(const std::string& path, std::map<std::string, double>& seconds,
+                        std::map<std::string, std::uint64_t>& host_bytes) {
   nlohmann::json report = load_json_file(path);
   JsonCursor root(report, path);
   JsonCursor results = root.at("results");
@@ -264,6 +266,12 @@ void add_measured_seconds(const std::string& path, std::map<std::string, double>
       throw BadInput(path, "results[" + std::to_string(i) + "].timings.total_seconds",
                      "a number of seconds >= 0");
     seconds[c["id"].get<std::string>()] = total.get<double>();
+    if (const auto peak = timings->find("host_peak_bytes"); peak != timings->end()) {
+      if (!peak->is_number_unsigned())
+        throw BadInput(path, "results[" + std::to_string(i) + "].timings.host_peak_bytes",
+                       "a whole number of bytes >= 0");
+      host_bytes[c["id"].get<std::string>()] = peak->get<std::uint64_t>();
+    }
   }
 }
 
@@ -311,7 +319,8 @@ int run(SweepFlags& flags, const Registry& registry) {
   sweep.skip_done_reports = flags.skip_done;
   for (const auto& path : flags.skip_done) add_done_case_ids(path, sweep.overrides.skip_ids);
   if (!sweep.costs_report.empty())
-    add_measured_seconds(sweep.costs_report, sweep.overrides.measured_seconds);
+    add_measured_costs(sweep.costs_report, sweep.overrides.measured_seconds,
+                       sweep.overrides.measured_host_bytes);
   sweep.progress = !flags.no_progress;
   return run_sweep(sweep, registry);
 }

@@ -32,6 +32,17 @@ bool reset_peak_host_memory() {
   return static_cast<bool>(clear);
 }
 
+std::optional<std::uint64_t> available_host_memory_bytes() {
+  if (const char* test = std::getenv(test_available_host_memory_variable); test && *test)
+    return std::strtoull(test, nullptr, 10);
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    return std::strtoull(line.c_str() + 13, nullptr, 10) * 1024;
+  }
+  return std::nullopt;
+}
+
 std::optional<std::uint64_t> peak_host_memory_bytes() {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);) {

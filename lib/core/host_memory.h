@@ -25,4 +25,10 @@ bool reset_peak_host_memory();
 // VmHWM in bytes, or nothing where /proc cannot tell.
 std::optional<std::uint64_t> peak_host_memory_bytes();
 
+inline constexpr const char* test_available_host_memory_variable =
+    "BITCHECK_TEST_AVAILABLE_HOST_BYTES";
+// The memory the host can still hand out (MemAvailable in /proc/meminfo), or nothing where /proc
+// cannot tell. Tests set BITCHECK_TEST_AVAILABLE_HOST_BYTES to stand in for it.
+std::optional<std::uint64_t> available_host_memory_bytes();
+
 }  // namespace bitcheck

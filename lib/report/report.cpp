@@ -33,6 +33,8 @@ void add_profile(const nlohmann::json& shard, nlohmann::json& merged) {
   }
 }
 
+}  // namespace
+
 std::string bytes_text(double bytes) {
   const char* units[] = {"B", "kB", "MB", "GB", "TB"};
   std::size_t unit = 0;
@@ -44,6 +46,8 @@ std::string bytes_text(double bytes) {
   std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
   return text;
 }
+
+namespace {
 
 // "profile: inputs 1.2 s (3.4 MB), staging ..., bookkeeping 0.0 s (0 B)": the sweep's phases.
 std::string profile_line(const nlohmann::json& profile) {

@@ -53,5 +53,7 @@ std::string render_terminal_summary(const nlohmann::json& report, const Registry
 
 // One number through a printf pattern, e.g. printf_number("%.3fx", 0.95) == "0.950x".
 std::string printf_number(const char* pattern, double value);
+// Bytes in decimal units, e.g. bytes_text(4.2e9) == "4.2 GB".
+std::string bytes_text(double bytes);
 
 }  // namespace bitcheck

@@ -78,6 +78,9 @@ struct SweepOverrides {
   // case_units takes over its estimate; cases the report lacks get their estimate scaled by the
   // measured / estimated ratio of those it has.
   std::map<std::string, double> measured_seconds;
+  // The same report's peak host memory of each case (timings.host_peak_bytes): with several
+  // shards, a case that needs more than the host has available runs alone (sweep/host_gate.h).
+  std::map<std::string, std::uint64_t> measured_host_bytes;
 };
 
 SweepSpec parse_sweep_spec(const nlohmann::json& document, const std::string& file,

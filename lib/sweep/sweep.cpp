@@ -18,6 +18,7 @@
 #include "core/backend.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "external/plugin_loader.h"
 #include "report/coverage.h"
 #include "report/report.h"
@@ -196,7 +197,7 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   }
   // A case whose worker the OOM killer ended is retried alone (sweep/host_gate.h).
   const HostMemoryGate gate(isolated ? options.overrides.shard_queue : std::string());
-  int retried_alone = 0;
+  int retried_alone = 0, ran_alone = 0;
   std::vector<std::size_t> pending;  // the claimed unit's cases not yet run
   std::size_t next_spec_case = 0, units_claimed = 0;
   auto next_case = [&]() -> std::optional<std::size_t> {
@@ -238,7 +239,25 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
       printer.note(count + std::to_string(seconds) + " s " + cases[i].id());
     }
     CaseResult result;
-    {
+    // A case that needed more host memory last time (--costs) than the host has available now
+    // runs alone: the other shards' cases in flight end first, and none starts beside it.
+    const auto needs = options.overrides.measured_host_bytes.find(cases[i].id());
+    const std::optional<std::uint64_t> available =
+        gate.enabled() && needs != options.overrides.measured_host_bytes.end()
+            ? available_host_memory_bytes()
+            : std::nullopt;
+    if (available && needs->second > *available) {
+      {
+        const HostMemoryGate::Alone alone(gate);
+        result = run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by);
+      }
+      ++ran_alone;
+      const std::string why = "ran alone: its peak host memory in the costs report (" +
+                              bytes_text(static_cast<double>(needs->second)) +
+                              ") was above what the host had available (" +
+                              bytes_text(static_cast<double>(*available)) + ")";
+      result.reason = result.reason.empty() ? why : result.reason + "; " + why;
+    } else {
       const HostMemoryGate::Shared beside_others(gate);
       result = run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by);
     }
@@ -263,7 +282,10 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
   if (isolated) {
     isolation["workers_started"] = isolated->workers_started();
     isolation["faults"] = isolated->faults();
-    if (gate.enabled()) isolation["retried_alone"] = retried_alone;
+    if (gate.enabled()) {
+      isolation["retried_alone"] = retried_alone;
+      isolation["ran_alone"] = ran_alone;
+    }
     isolated.reset();  // the worker exits (writing derived pins back when asked)
   }
 

@@ -155,8 +155,12 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     nlohmann::json results = nlohmann::json::array();
     for (const auto& c : plan.cases) {
       const auto found = options.overrides.measured_seconds.find(c.id());
-      if (found != options.overrides.measured_seconds.end())
-        results.push_back({{"id", found->first}, {"timings", {{"total_seconds", found->second}}}});
+      if (found == options.overrides.measured_seconds.end()) continue;
+      nlohmann::json timings = {{"total_seconds", found->second}};
+      const auto host = options.overrides.measured_host_bytes.find(c.id());
+      if (host != options.overrides.measured_host_bytes.end())
+        timings["host_peak_bytes"] = host->second;
+      results.push_back({{"id", found->first}, {"timings", timings}});
     }
     std::ofstream(for_children.costs_report) << nlohmann::json{{"results", results}}.dump();
   }

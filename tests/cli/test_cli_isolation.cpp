@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -225,4 +226,58 @@ TEST_CASE(
     if (c["impl"] == "test-killed-once") CHECK(c["verdict"] == "error");
   }
   unsetenv("BITCHECK_TEST_KILL_ONCE_DIR");
+}
+
+TEST_CASE(
+    "sweep --devices --costs: a case whose last peak host memory is above what the host has "
+    "available runs alone, the others beside each other",
+    "[cli][isolation][devices]") {
+  TempDir dir;
+  const std::string sweep =
+      "sweep --op matmul --impl cpu-fixed-order --backend cpu --dtype bf16 --pass forward "
+      "--batch 3,7 --isolate --no-progress";
+  Run first = run_bitcheck(dir, sweep + " --out " + quote(dir / "first"));
+  REQUIRE(first.exit_code == 0);
+  // The last run's costs, one case's peak host memory made larger than the host stand-in below.
+  json costs = json::parse(read_file(dir / "first/report.json"));
+  std::string heavy;
+  for (auto& c : costs["results"]) {
+    if (heavy.empty()) {
+      heavy = c["id"].get<std::string>();
+      c["timings"]["host_peak_bytes"] = 3000000000ull;
+    } else {
+      c["timings"]["host_peak_bytes"] = 1000000ull;
+    }
+  }
+  std::ofstream(dir / "costs.json") << costs.dump();
+  setenv("BITCHECK_TEST_AVAILABLE_HOST_BYTES", "2000000000", 1);
+  Run sharded = run_bitcheck(dir, sweep + " --devices 0,0 --costs " + quote(dir / "costs.json") +
+                                      " --out " + quote(dir / "sharded"));
+  unsetenv("BITCHECK_TEST_AVAILABLE_HOST_BYTES");
+  INFO(sharded.out << sharded.err);
+  REQUIRE(sharded.exit_code == 0);
+  const json report = json::parse(read_file(dir / "sharded/report.json"));
+  CHECK(report["meta"]["isolation"]["ran_alone"] == 1);
+  CHECK(report["meta"]["isolation"]["retried_alone"] == 0);
+  const auto cases = results_by_id(report);
+  for (const auto& [id, c] : cases) {
+    INFO(id);
+    CHECK(c["verdict"] == "pass");
+    CHECK(c.contains("reason") == (id == heavy));
+  }
+  CHECK(cases.at(heavy)["reason"] ==
+        "ran alone: its peak host memory in the costs report (3.0 GB) was above what the host had "
+        "available (2.0 GB)");
+}
+
+TEST_CASE("sweep --costs: a host_peak_bytes that is not a whole number of bytes is bad input",
+          "[cli][isolation][bad-input]") {
+  TempDir dir;
+  std::ofstream(dir / "costs.json")
+      << R"({"results": [{"id": "x", "timings": {"total_seconds": 1, "host_peak_bytes": -3}}]})";
+  Run run = run_bitcheck(dir, "sweep --op matmul --backend cpu --costs " +
+                                  quote(dir / "costs.json") + " --out " + quote(dir / "out"));
+  CHECK(run.exit_code == 2);
+  CHECK(run.err.find("results[0].timings.host_peak_bytes") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "out/report.json"));
 }
