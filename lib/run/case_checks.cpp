@@ -75,6 +75,14 @@ void check_row_output(const TensorDecl& decl, const std::string& layout,
 
 }  // namespace
 
+bool case_expected_to_drift(const Impl& impl, const CaseSpec& spec) {
+  if (!impl.expected_to_drift(spec.pass) || spec.tp < impl.tensor_parallelism().drifts_from_tp)
+    return false;
+  const std::string& layout = impl.info().drifts_only_in_layout;
+  return layout.empty() ||
+         std::find(spec.layouts.begin(), spec.layouts.end(), layout) != spec.layouts.end();
+}
+
 void InvarianceResult::append(InvarianceResult other) {
   comparisons += other.comparisons;
   compared_bytes += other.compared_bytes;

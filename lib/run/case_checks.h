@@ -15,6 +15,11 @@
 
 namespace bitcheck {
 
+// Whether a case of `impl` is held to drift: a control in a pass it drifts in, at a tp from its
+// drifts_from_tp, with the layout it drifts in (drifts_only_in_layout) among the case's. The
+// runner, an errored case's entry and a rank group's all decide it here.
+bool case_expected_to_drift(const Impl& impl, const CaseSpec& spec);
+
 // The outputs of one layout execution, by logical row.
 struct LayoutOutputs {
   std::map<std::string, Tensor> rows;  // row outputs gathered by logical row

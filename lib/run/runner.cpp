@@ -230,13 +230,6 @@ std::optional<std::string> capture_skip_reason(const Registry& registry, const I
   return std::nullopt;
 }
 
-// A control whose drift is built into one layout can drift only in a case that runs it.
-bool can_drift(const Impl& impl, const CaseSpec& spec) {
-  const std::string& layout = impl.info().drifts_only_in_layout;
-  return layout.empty() ||
-         std::find(spec.layouts.begin(), spec.layouts.end(), layout) != spec.layouts.end();
-}
-
 // nullopt: the layout does not apply to this op or case (an op's own layout names and the
 // generic ones are disjoint), so it is not run.
 std::optional<Layout> build_layout(const OpDef& op, const Impl& impl, const CaseSpec& spec,
@@ -831,9 +824,7 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   if (!impl) throw std::logic_error("case names an unregistered op or impl: " + spec.id());
   result.backend = impl->backend();
   result.is_control = !impl->claims_invariance();
-  result.expected_to_drift = impl->expected_to_drift(spec.pass) &&
-                             spec.tp >= impl->tensor_parallelism().drifts_from_tp &&
-                             can_drift(*impl, spec);
+  result.expected_to_drift = case_expected_to_drift(*impl, spec);
   result.is_observation = impl->is_library_default();
   // A case at tp > 1 on a backend whose ranks are processes: ranks [0, tp) run it together.
   DeviceBackend* device = state_->registry.device_backend(impl->backend());

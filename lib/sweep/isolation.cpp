@@ -25,6 +25,7 @@
 #include "core/json_input.h"
 #include "external/plugin_loader.h"
 #include "report/case_json.h"
+#include "run/case_checks.h"
 #include "spec/contract.h"
 
 namespace bitcheck {
@@ -133,7 +134,7 @@ CaseResult failed_case(const Registry& registry, const CaseSpec& spec, const std
   if (const Impl* impl = registry.find_impl(spec.op, spec.impl)) {
     result.backend = impl->backend();
     result.is_control = !impl->claims_invariance();
-    result.expected_to_drift = impl->expected_to_drift(spec.pass);
+    result.expected_to_drift = case_expected_to_drift(*impl, spec);
     result.is_observation = impl->is_library_default();
   }
   result.timings.total_seconds = seconds;

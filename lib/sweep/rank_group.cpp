@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/json_input.h"
 #include "report/case_json.h"
+#include "run/case_checks.h"
 #include "run/runner.h"
 #include "sweep/child_process.h"
 
@@ -72,8 +73,7 @@ nlohmann::json error_entry(const CaseSpec& spec, const Registry& registry,
   const Impl* impl = registry.find_impl(spec.op, spec.impl);
   result.backend = impl ? impl->backend() : "";
   result.is_control = impl && !impl->claims_invariance();
-  result.expected_to_drift = impl && impl->expected_to_drift(spec.pass) &&
-                             spec.tp >= impl->tensor_parallelism().drifts_from_tp;
+  result.expected_to_drift = impl && case_expected_to_drift(*impl, spec);
   result.is_observation = impl && impl->is_library_default();
   result.verdict = Verdict::error;
   result.reason = reason;

@@ -5,6 +5,7 @@
 
 #include "core/op.h"
 #include "manifest.h"
+#include "run/case_checks.h"
 
 using namespace bitcheck;
 
@@ -94,4 +95,35 @@ TEST_CASE("impl info: an impl's own bench baseline is a library default of its o
       CHECK(against->tensor_parallelism().max_tp == impl->tensor_parallelism().max_tp);
     }
   }
+}
+
+TEST_CASE(
+    "a case is held to drift by its control's passes, tp and layout, the same for every caller",
+    "[registry]") {
+  CaseSpec spec;
+  spec.pass = Pass::forward;
+  spec.layouts = {"alone", "batch"};
+  const NoOp invariant(ImplInfo::invariant("plain", "cpu", "index order"));
+  CHECK_FALSE(case_expected_to_drift(invariant, spec));
+  const NoOp backward_only(
+      ImplInfo::control("late", "cpu", "drifts in backward").drifting_in({Pass::backward}));
+  CHECK_FALSE(case_expected_to_drift(backward_only, spec));
+  spec.pass = Pass::backward;
+  CHECK(case_expected_to_drift(backward_only, spec));
+  // Built into one layout: held to drift only where the case runs it.
+  const NoOp graph_only(ImplInfo::control("captured", "cpu", "a path under capture")
+                            .drifting_only_in_layout("graph"));
+  CHECK_FALSE(case_expected_to_drift(graph_only, spec));
+  spec.layouts.push_back("graph");
+  CHECK(case_expected_to_drift(graph_only, spec));
+  // A ring's order matters from 3 ranks: below that it is not held to drift.
+  TensorParallelism ring;
+  ring.max_tp = 8;
+  ring.across_tp = TensorParallelism::AcrossTp::expected_to_drift;
+  ring.drifts_from_tp = 3;
+  const NoOp rotating(ImplInfo::control("ring", "cpu", "rotating").on_ranks(ring));
+  spec.tp = 2;
+  CHECK_FALSE(case_expected_to_drift(rotating, spec));
+  spec.tp = 4;
+  CHECK(case_expected_to_drift(rotating, spec));
 }
