@@ -66,8 +66,10 @@ std::vector<Row> time_in_rank_group(const BenchOptions& options, const Registry&
   SweepOptions group;
   group.spec_path = options.spec_path;
   group.contract_path = options.contract_path;
+  // No pass forced: the ranks plan every pass of the entries that name none and run exactly the
+  // cases listed for them (run_bench's, the forward of those entries and the passes the others
+  // name); forcing the forward here dropped a backward entry's cases from their plan.
   group.overrides = options.overrides;
-  if (group.overrides.passes.empty()) group.overrides.passes = {"forward"};
   group.overrides.backend = "cuda";
   group.argv = options.argv;
   group.devices = options.devices;
