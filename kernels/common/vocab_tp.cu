@@ -216,23 +216,15 @@ void vocab_chunk_sums(DeviceDType dtype, const void* logits, std::int64_t rows, 
                       int first_chunk, int chunks, const float* max, bool in_index_order,
                       float* sums, CUstream_st* stream) {
   if (rows == 0) return;
-  if (in_index_order) {
-    const dim3 grid(blocks_for(rows), static_cast<unsigned>(chunks));
-    by_dtype(dtype, [&](auto type) {
-      using T = decltype(type);
-      index_order_sums_kernel<T><<<grid, threads, 0, as_stream(stream)>>>(
-          static_cast<const T*>(logits), rows, width, vocab, share_first, total_chunks, first_chunk,
-          max, sums);
-    });
-    BITCHECK_CUDA_LAUNCH_CHECK();
-    return;
-  }
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(chunks));
+  // One thread per (row, chunk) in index order, or one block per (row, chunk).
+  const dim3 grid(in_index_order ? blocks_for(rows) : static_cast<unsigned>(rows),
+                  static_cast<unsigned>(chunks));
   by_dtype(dtype, [&](auto type) {
     using T = decltype(type);
-    chunk_sums_kernel<T><<<grid, threads, 0, as_stream(stream)>>>(
-        static_cast<const T*>(logits), rows, width, vocab, share_first, total_chunks, first_chunk,
-        max, sums);
+    auto* kernel = in_index_order ? index_order_sums_kernel<T> : chunk_sums_kernel<T>;
+    kernel<<<grid, threads, 0, as_stream(stream)>>>(static_cast<const T*>(logits), rows, width,
+                                                    vocab, share_first, total_chunks, first_chunk,
+                                                    max, sums);
   });
   BITCHECK_CUDA_LAUNCH_CHECK();
 }

@@ -32,26 +32,31 @@ bool reset_peak_host_memory() {
   return static_cast<bool>(clear);
 }
 
-std::optional<std::uint64_t> available_host_memory_bytes() {
-  if (const char* test = std::getenv(test_available_host_memory_variable); test && *test)
-    return std::strtoull(test, nullptr, 10);
-  std::ifstream meminfo("/proc/meminfo");
-  for (std::string line; std::getline(meminfo, line);) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    return std::strtoull(line.c_str() + 13, nullptr, 10) * 1024;
+namespace {
+
+// The number of kB on the line of `path` that starts with `field` (as /proc writes them), in
+// bytes, or nothing where the file or the line is missing.
+std::optional<std::uint64_t> proc_field_bytes(const char* path, const std::string& field) {
+  std::ifstream file(path);
+  for (std::string line; std::getline(file, line);) {
+    if (line.rfind(field, 0) != 0) continue;
+    return std::strtoull(line.c_str() + field.size(), nullptr, 10) * 1024;
   }
   return std::nullopt;
 }
 
+}  // namespace
+
+std::optional<std::uint64_t> available_host_memory_bytes() {
+  if (const char* test = std::getenv(test_available_host_memory_variable); test && *test)
+    return std::strtoull(test, nullptr, 10);
+  return proc_field_bytes("/proc/meminfo", "MemAvailable:");
+}
+
 std::optional<std::uint64_t> peak_host_memory_bytes() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmHWM:", 0) != 0) continue;
-    const std::uint64_t kib = std::strtoull(line.c_str() + 6, nullptr, 10);
-    if (kib == 0) return std::nullopt;
-    return kib * 1024;
-  }
-  return std::nullopt;
+  const std::optional<std::uint64_t> peak = proc_field_bytes("/proc/self/status", "VmHWM:");
+  if (peak == std::uint64_t{0}) return std::nullopt;
+  return peak;
 }
 
 }  // namespace bitcheck

@@ -37,25 +37,21 @@ HostMemoryGate::~HostMemoryGate() {
   if (running_ >= 0) ::close(running_);
 }
 
-HostMemoryGate::Shared::Shared(const HostMemoryGate& gate) : gate_(gate) {
-  // Through the gate (closed while a retry waits or runs), then among the running.
+HostMemoryGate::Hold::Hold(const HostMemoryGate& gate, bool alone) : gate_(gate), alone_(alone) {
+  if (alone_) {
+    lock(gate_.gate_, LOCK_EX);     // no shard starts a case
+    lock(gate_.running_, LOCK_EX);  // the cases in flight have ended
+    return;
+  }
+  // Through the gate (closed while a case waits to run alone, or runs), then among the running.
   lock(gate_.gate_, LOCK_SH);
   lock(gate_.running_, LOCK_SH);
   lock(gate_.gate_, LOCK_UN);
 }
 
-HostMemoryGate::Shared::~Shared() {
+HostMemoryGate::Hold::~Hold() {
   if (gate_.running_ >= 0) ::flock(gate_.running_, LOCK_UN);
-}
-
-HostMemoryGate::Alone::Alone(const HostMemoryGate& gate) : gate_(gate) {
-  lock(gate_.gate_, LOCK_EX);     // no shard starts a case
-  lock(gate_.running_, LOCK_EX);  // the cases in flight have ended
-}
-
-HostMemoryGate::Alone::~Alone() {
-  if (gate_.running_ >= 0) ::flock(gate_.running_, LOCK_UN);
-  if (gate_.gate_ >= 0) ::flock(gate_.gate_, LOCK_UN);
+  if (alone_ && gate_.gate_ >= 0) ::flock(gate_.gate_, LOCK_UN);
 }
 
 }  // namespace bitcheck

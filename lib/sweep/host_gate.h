@@ -1,9 +1,10 @@
 // The shards of `sweep --devices` share the host's memory. A case whose worker the kernel's OOM
-// killer ended (SIGKILL that bitcheck did not send) is retried once alone: the gate stops every
-// shard from starting a case, the retry waits for the cases in flight to end, runs, and opens the
-// gate again. Two lock files beside the shard queue: `QUEUE.gate` (held shared for a moment before
-// a case starts, exclusively by a retry) and `QUEUE.running` (held shared while a case runs,
-// exclusively by a retry).
+// killer ended (SIGKILL that bitcheck did not send) is retried once alone, and with --costs a case
+// that needed more than the host has available runs alone from the start: the gate stops every
+// shard from starting a case, the case waits for those in flight to end, runs, and opens the gate
+// again. Two lock files beside the shard queue: `QUEUE.gate` (held shared for a moment before
+// a case starts, exclusively by a case run alone) and `QUEUE.running` (held shared while a case
+// runs, exclusively by a case run alone).
 #pragma once
 #include <string>
 
@@ -18,27 +19,18 @@ class HostMemoryGate {
   HostMemoryGate& operator=(const HostMemoryGate&) = delete;
   bool enabled() const { return gate_ >= 0; }
 
-  // Held while one case runs beside the other shards' cases.
-  class Shared {
+  // Held while one case runs: beside the other shards' cases, or `alone` (none in flight, none
+  // starting).
+  class Hold {
    public:
-    explicit Shared(const HostMemoryGate& gate);
-    ~Shared();
-    Shared(const Shared&) = delete;
-    Shared& operator=(const Shared&) = delete;
+    Hold(const HostMemoryGate& gate, bool alone);
+    ~Hold();
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
 
    private:
     const HostMemoryGate& gate_;
-  };
-  // Held while one case runs with no other shard's case in flight.
-  class Alone {
-   public:
-    explicit Alone(const HostMemoryGate& gate);
-    ~Alone();
-    Alone(const Alone&) = delete;
-    Alone& operator=(const Alone&) = delete;
-
-   private:
-    const HostMemoryGate& gate_;
+    bool alone_;
   };
 
  private:

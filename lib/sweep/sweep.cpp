@@ -11,6 +11,7 @@
 #include <csignal>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -122,6 +123,50 @@ CaseResult run_sweep_case(const CaseSpec& spec, const Registry& registry, Runner
     poisoned_by = "case " + spec.id() + " poisoned the CUDA context with " + *checked.context_fault;
   return checked.result;
 }
+
+struct GatedCounts {
+  int ran_alone = 0, retried_alone = 0;
+};
+
+void add_reason(CaseResult& result, const std::string& why) {
+  result.reason = result.reason.empty() ? why : result.reason + "; " + why;
+}
+
+// One case through the shards' host memory gate: beside the other shards' cases, or alone when
+// its peak host memory in the costs report (`needs_bytes`, 0: unknown) is above what the host has
+// available now; and once more alone when a SIGKILL from outside (the OOM killer, most likely)
+// ended its worker. Without the gate (one process, or in process) it just runs.
+CaseResult run_gated_case(const HostMemoryGate& gate, std::uint64_t needs_bytes,
+                          const std::function<CaseResult()>& run, const IsolatedRunner* isolated,
+                          GatedCounts& counts, Printer& printer) {
+  const std::optional<std::uint64_t> available =
+      gate.enabled() && needs_bytes > 0 ? available_host_memory_bytes() : std::nullopt;
+  const bool alone = available && needs_bytes > *available;
+  CaseResult result;
+  {
+    const HostMemoryGate::Hold hold(gate, alone);
+    result = run();
+  }
+  if (alone) {
+    ++counts.ran_alone;
+    add_reason(result, "ran alone: its peak host memory in the costs report (" +
+                           bytes_text(static_cast<double>(needs_bytes)) +
+                           ") was above what the host had available (" +
+                           bytes_text(static_cast<double>(*available)) + ")");
+  }
+  if (!gate.enabled() || !isolated || !isolated->last_worker_killed_from_outside()) return result;
+  printer.note(result.spec.id() + ": its worker was killed by SIGKILL (the host's OOM killer?); " +
+               "retrying it with no other shard's case in flight");
+  const std::string first = result.reason;
+  {
+    const HostMemoryGate::Hold hold(gate, true);
+    result = run();
+  }
+  ++counts.retried_alone;
+  add_reason(result,
+             "retried alone (no other shard's case in flight) after its first run: " + first);
+  return result;
+}
 }  // namespace
 
 SweepPlan plan_run(const std::string& spec_path, const std::string& contract_path,
@@ -195,9 +240,9 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
     std::stable_sort(units.begin(), units.end(),
                      [](const CaseUnit& a, const CaseUnit& b) { return a.cost > b.cost; });
   }
-  // A case whose worker the OOM killer ended is retried alone (sweep/host_gate.h).
+  // The shards' host memory gate (sweep/host_gate.h): needs worker processes and shards.
   const HostMemoryGate gate(isolated ? options.overrides.shard_queue : std::string());
-  int retried_alone = 0, ran_alone = 0;
+  GatedCounts gated;
   std::vector<std::size_t> pending;  // the claimed unit's cases not yet run
   std::size_t next_spec_case = 0, units_claimed = 0;
   auto next_case = [&]() -> std::optional<std::size_t> {
@@ -238,43 +283,11 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
           static_cast<int>(std::chrono::duration<double>(last_note - start).count());
       printer.note(count + std::to_string(seconds) + " s " + cases[i].id());
     }
-    CaseResult result;
-    // A case that needed more host memory last time (--costs) than the host has available now
-    // runs alone: the other shards' cases in flight end first, and none starts beside it.
     const auto needs = options.overrides.measured_host_bytes.find(cases[i].id());
-    const std::optional<std::uint64_t> available =
-        gate.enabled() && needs != options.overrides.measured_host_bytes.end()
-            ? available_host_memory_bytes()
-            : std::nullopt;
-    if (available && needs->second > *available) {
-      {
-        const HostMemoryGate::Alone alone(gate);
-        result = run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by);
-      }
-      ++ran_alone;
-      const std::string why = "ran alone: its peak host memory in the costs report (" +
-                              bytes_text(static_cast<double>(needs->second)) +
-                              ") was above what the host had available (" +
-                              bytes_text(static_cast<double>(*available)) + ")";
-      result.reason = result.reason.empty() ? why : result.reason + "; " + why;
-    } else {
-      const HostMemoryGate::Shared beside_others(gate);
-      result = run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by);
-    }
-    if (gate.enabled() && isolated && isolated->last_worker_killed_from_outside()) {
-      // The host's OOM killer, most likely (the shards share its memory): once more, alone.
-      printer.note(cases[i].id() + ": its worker was killed by SIGKILL (the host's OOM killer?); " +
-                   "retrying it with no other shard's case in flight");
-      const std::string first = result.reason;
-      {
-        const HostMemoryGate::Alone alone(gate);
-        result = run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by);
-      }
-      ++retried_alone;
-      const std::string retried =
-          "retried alone (no other shard's case in flight) after its first run: " + first;
-      result.reason = result.reason.empty() ? retried : result.reason + "; " + retried;
-    }
+    CaseResult result = run_gated_case(
+        gate, needs == options.overrides.measured_host_bytes.end() ? 0 : needs->second,
+        [&] { return run_sweep_case(cases[i], registry, runner, isolated.get(), poisoned_by); },
+        isolated.get(), gated, printer);
     results.push_back(std::move(result));
   }
   printer.end_progress();
@@ -283,8 +296,8 @@ int run_sweep(const SweepOptions& options, const Registry& registry) {
     isolation["workers_started"] = isolated->workers_started();
     isolation["faults"] = isolated->faults();
     if (gate.enabled()) {
-      isolation["retried_alone"] = retried_alone;
-      isolation["ran_alone"] = ran_alone;
+      isolation["retried_alone"] = gated.retried_alone;
+      isolation["ran_alone"] = gated.ran_alone;
     }
     isolated.reset();  // the worker exits (writing derived pins back when asked)
   }

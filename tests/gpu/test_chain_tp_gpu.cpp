@@ -63,6 +63,20 @@ std::pair<std::string, int> largest_group(int gpus) {
   return {devices, largest_tp};
 }
 
+// `bitcheck sweep` of `spec` at tp 1 up to `largest_tp` on `devices` (CUDA), in `dir`: its exit
+// status and its log.
+std::pair<int, std::string> sweep_at_tps(const std::filesystem::path& dir, const std::string& spec,
+                                         const std::string& devices, int largest_tp) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "spec.json") << spec;
+  const std::string command = bitcheck_binary() + " sweep --spec " + (dir / "spec.json").string() +
+                              " --tp " + (largest_tp == 4 ? "1,2,4" : "1,2") +
+                              " --backend cuda --devices " + devices + " --no-progress --out " +
+                              (dir / "out").string() + " > " + (dir / "log.txt").string() + " 2>&1";
+  const int status = std::system(command.c_str());
+  return {status, command + "\n" + read_text(dir / "log.txt")};
+}
+
 }  // namespace
 
 TEST_CASE("the chain on NCCL ranks: fixed-order holds at tp 2 and 4, early rounding drifts",
@@ -75,19 +89,14 @@ TEST_CASE("the chain on NCCL ranks: fixed-order holds at tp 2 and 4, early round
   const auto [devices, largest_tp] = largest_group(gpus);
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("bitcheck-chain-tp-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "spec.json") << R"({"schema_version": 1,
+  const auto [status, log] = sweep_at_tps(dir, R"({"schema_version": 1,
     "defaults": {"dtypes": ["bf16"], "batches": [3]},
     "ops": {"chain": {"impls": ["tp-fixed-order", "tp-early-rounding"],
       "layouts": ["seq_alone", "batch", "varlen_packed", "padded"],
       "shapes": [{"layers": 1, "H": 256, "heads": 4, "kv_heads": 4, "D": 64, "I": 512,
-                  "V": 4096, "L": 48}]}}})";
-  const std::string command = bitcheck_binary() + " sweep --spec " + (dir / "spec.json").string() +
-                              " --tp " + (largest_tp == 4 ? "1,2,4" : "1,2") +
-                              " --backend cuda --devices " + devices + " --no-progress --out " +
-                              (dir / "out").string() + " > " + (dir / "log.txt").string() + " 2>&1";
-  const int status = std::system(command.c_str());
-  INFO(command << "\n" << read_text(dir / "log.txt"));
+                  "V": 4096, "L": 48}]}}})",
+                                          devices, largest_tp);
+  INFO(log);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
   const json report = json::parse(read_text(dir / "out/report.json"));
@@ -122,20 +131,14 @@ TEST_CASE(
   const auto [devices, largest_tp] = largest_group(gpus);
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("bitcheck-vocab-tp-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
   // The quick TP spec's shapes; 16 rows, 8 of them alone: few values to show a drift in.
-  std::ofstream(dir / "spec.json") << R"({"schema_version": 1,
+  const auto [status, log] = sweep_at_tps(dir, R"({"schema_version": 1,
     "defaults": {"dtypes": ["bf16"], "batches": [16], "alone_rows": 8, "passes": ["forward"],
                  "impls": ["tp-vocab-fixed-order", "tp-vocab-naive-pair"]},
     "ops": {"logprob": {"shapes": [{"V": 32000}]},
-            "lm_head_logprob": {"shapes": [{"V": 32000, "H": 1024}]}}})";
-  const std::string command = bitcheck_binary() + " sweep --spec " + (dir / "spec.json").string() +
-                              " --tp " + (largest_tp == 4 ? "1,2,4" : "1,2") +
-                              " --backend cuda --devices " + devices + " --no-progress --out " +
-                              (dir / "out").string() + " > " + (dir / "log.txt").string() + " 2>&1";
-  const int status = std::system(command.c_str());
-  const std::string log = read_text(dir / "log.txt");
-  INFO(command << "\n" << log);
+            "lm_head_logprob": {"shapes": [{"V": 32000, "H": 1024}]}}})",
+                                          devices, largest_tp);
+  INFO(log);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
   CHECK(log.find("HARNESS FAILURE") == std::string::npos);
