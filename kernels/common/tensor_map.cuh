@@ -28,13 +28,16 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encoder;
 }
 
-// Row-major [rows, cols] 16-bit matrix, box of box_rows x 64 columns, 128B swizzle, OOB zero fill.
+// Row-major [rows, cols] 16-bit matrix whose rows lie `row_stride` elements apart (0: cols; a
+// multiple of 8, for TMA's 16-byte strides), box of box_rows x 64 columns, 128B swizzle, zero fill
+// past column cols and row rows (so a matrix of columns inside a wider one reads zeros past its own
+// last column, not its neighbour's).
 inline CUtensorMap make_tensor_map(CUtensorMapDataType type, const void* base, std::int64_t rows,
-                                   std::int64_t cols, int box_rows) {
+                                   std::int64_t cols, int box_rows, std::int64_t row_stride = 0) {
   constexpr int box_cols = 64;  // 64 16-bit elements: one 128-byte swizzle row
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride > 0 ? row_stride : cols) * 2};
   const cuuint32_t box[2] = {box_cols, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult result = tensor_map_encoder()(

@@ -34,7 +34,8 @@ class RankHead {
 
  private:
   // This rank's chunk_count / tp leaves of dh, [chunk][rows * H] fp32: chunk g of V (its V / 8
-  // entries) by the fixed-order GEMM on fp32 copies of its dlogits columns and table rows.
+  // entries) by the fixed-order GEMM with fp32 output on its dlogits columns (read in place) and
+  // table rows (transposed), in the dtype.
   cuda::DeviceBuffer chunk_products(const cuda::DeviceBuffer& dlogits, std::int64_t rows);
   void* workspace();
 

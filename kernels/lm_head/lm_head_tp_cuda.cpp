@@ -95,15 +95,18 @@ DeviceBuffer RankHead::chunk_products(const DeviceBuffer& dlogits, std::int64_t 
   const int per_rank = cuda_tp::chunk_count / share_.tp;
   const std::int64_t chunk = share_.vocab / cuda_tp::chunk_count;
   const cuda::DeviceDType dtype = cs::device_dtype(dtype_);
+  const std::size_t element = dtype_size(dtype_);
   DeviceBuffer leaves = buffer(rows * hidden_ * per_rank, DType::fp32);
-  DeviceBuffer a = buffer(rows * chunk, DType::fp32), b = buffer(hidden_ * chunk, DType::fp32);
+  DeviceBuffer b = buffer(hidden_ * chunk, dtype_);
   for (int c = 0; c < per_rank; ++c) {
     const std::int64_t first = c * chunk;  // in this rank's columns
-    cuda::gather_columns(dtype, true, dlogits.get(), share_.width, nullptr, rows, first, chunk,
-                         a.get(), nullptr);
-    cuda::transpose_rows(dtype, true, table_->get(), hidden_, first, chunk, b.get(), nullptr);
-    cuda::fixed_order_gemm(cuda::DeviceDType::fp32, a.get(), b.get(),
-                           leaves.as<float>() + rows * hidden_ * c, rows, hidden_, chunk, nullptr);
+    // The table's chunk transposed to [H, chunk]; dlogits' chunk read in place.
+    cuda::transpose_rows(dtype, false, table_->get(), hidden_, first, chunk, b.get(), nullptr);
+    cuda::fixed_order_gemm_fp32_out(
+        dtype,
+        static_cast<const std::byte*>(dlogits.get()) + static_cast<std::size_t>(first) * element,
+        share_.width, b.get(), chunk, leaves.as<float>() + rows * hidden_ * c, rows, hidden_, chunk,
+        nullptr);
   }
   return leaves;
 }

@@ -150,11 +150,16 @@ using async_copy::named_barrier_sync;
 using async_copy::tma_store_2d;
 #endif  // BITCHECK_GEMM_SM90A
 
-template <typename T, int Consumers, int Extent, bool WAsA>
+// FloatOut (X as A only): the fp32 accumulators are stored unrounded to y_float ([M, N], row-major)
+// straight from the registers, without the shared block and TMA store; the arithmetic is the same,
+// so rounding y_float to T gives the bits the T kernel stores.
+template <typename T, int Consumers, int Extent, bool WAsA, bool FloatOut = false>
 __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap x_map,
                       const __grid_constant__ CUtensorMap w_map,
-                      const __grid_constant__ CUtensorMap y_map, int M, int N, int K) {
+                      const __grid_constant__ CUtensorMap y_map, float* y_float, int M, int N,
+                      int K) {
+  static_assert(!(FloatOut && WAsA), "the fp32 output is stored from X-as-A accumulators");
 #ifdef BITCHECK_GEMM_SM90A
   using Config = WgmmaConfig<Consumers, Extent, WAsA>;
   constexpr int kTileM = Config::kTileM;
@@ -266,6 +271,24 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
     wgmma::wait<0>();
     if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
 
+    if constexpr (FloatOut) {
+      // Accumulator register 4c+2i+j: row 16*warp + lane/4 + 8i, column 8c + 2*(lane%4) + j; a
+      // pair of columns is both in or both out (N is a multiple of 8).
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = first_row + warp_in_group * 16 + lane / 4 + 8 * i;
+        if (row >= M) continue;
+        float* y_row = y_float + static_cast<int64_t>(row) * N;
+#pragma unroll
+        for (int c = 0; c < Extent / 8; ++c) {
+          const int col = first_col + 8 * c + 2 * (lane % 4);
+          if (col < N)
+            *reinterpret_cast<float2*>(y_row + col) =
+                make_float2(acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
+        }
+      }
+      continue;
+    }
     // Epilogue: the consumer's block goes through its shared output block to TMA stores, which
     // clip rows past M and columns past N; the next tile's wgmmas start while the store drains.
     // Accumulator layout of m64nEk16: register 4c+2i+j holds A-row 16*warp + lane/4 + 8i, B-row
@@ -331,9 +354,11 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
 constexpr int kPortableTile = 64;
 constexpr int kPortableK = 16;
 
-template <typename T>
+// X and W rows lie ldx and ldw elements apart; Out is T, or float for the unrounded accumulators.
+template <typename T, typename Out>
 __global__ void __launch_bounds__(256)
-    portable_gemm_kernel(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K) {
+    portable_gemm_kernel(const T* x, int64_t ldx, const T* w, int64_t ldw, Out* y, int64_t M,
+                         int64_t N, int64_t K) {
   __shared__ float x_tile[kPortableK][kPortableTile + 4];
   __shared__ float w_tile[kPortableK][kPortableTile + 4];
   const int tx = threadIdx.x % 16;  // column group
@@ -348,8 +373,8 @@ __global__ void __launch_bounds__(256)
       const int64_t k = k0 + kk;
       const int64_t xr = row_base + r;
       const int64_t wr = col_base + r;
-      x_tile[kk][r] = (xr < M && k < K) ? to_float(x[xr * K + k]) : 0.0f;
-      w_tile[kk][r] = (wr < N && k < K) ? to_float(w[wr * K + k]) : 0.0f;
+      x_tile[kk][r] = (xr < M && k < K) ? to_float(x[xr * ldx + k]) : 0.0f;
+      w_tile[kk][r] = (wr < N && k < K) ? to_float(w[wr * ldw + k]) : 0.0f;
     }
     __syncthreads();
     const int k_count = static_cast<int>(K - k0 < kPortableK ? K - k0 : kPortableK);
@@ -374,7 +399,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t col = col_base + tx + 16 * j;
-      if (col < N) y[row * N + col] = from_float<T>(acc[i][j]);
+      if (col < N) y[row * N + col] = from_float<Out>(acc[i][j]);
     }
   }
 }
@@ -527,7 +552,8 @@ void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, i
   if (sentinel) BITCHECK_CUDA_CALL(cudaMemsetAsync(y, 0xFF, M * N * sizeof(T), stream));
   wgmma_gemm_kernel<T, Consumers, Extent, WAsA>
       <<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
-          x_map, w_map, y_map, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
+          x_map, w_map, y_map, nullptr, static_cast<int>(M), static_cast<int>(N),
+          static_cast<int>(K));
   BITCHECK_CUDA_LAUNCH_CHECK();
   if (!sentinel) return;
   const std::uint64_t unwritten = count_sentinel(y, M * N, stream);
@@ -543,6 +569,32 @@ void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, i
 using WgmmaLauncher = void (*)(const void*, const void*, void*, int64_t, int64_t, int64_t,
                                cudaStream_t, int);
 
+// The fp32-output kernel of an X-as-A shape, on X and W whose rows lie ldx and ldw elements apart.
+template <typename T, int Consumers, int Extent>
+void launch_wgmma_float(const void* x, int64_t ldx, const void* w, int64_t ldw, float* y, int64_t M,
+                        int64_t N, int64_t K, cudaStream_t stream, int sm_count) {
+  using Config = WgmmaConfig<Consumers, Extent, false>;
+  const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
+                                       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMap x_map = make_tensor_map(type, x, M, K, Config::kTileM, ldx);
+  const CUtensorMap w_map = make_tensor_map(type, w, N, K, Config::kTileN, ldw);
+  BITCHECK_CUDA_CALL(cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, Extent, false, true>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          Config::kSharedBytes));
+  const int64_t tiles =
+      ((M + Config::kTileM - 1) / Config::kTileM) * ((N + Config::kTileN - 1) / Config::kTileN);
+  const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
+  // y_map is not read by the fp32-output kernel; x_map stands in for it.
+  wgmma_gemm_kernel<T, Consumers, Extent, false, true>
+      <<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
+          x_map, w_map, x_map, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+using WgmmaFloatLauncher = void (*)(const void*, int64_t, const void*, int64_t, float*, int64_t,
+                                    int64_t, int64_t, cudaStream_t, int);
+
 // Every kernel shape of the wgmma path, and the relative time of one wave of it (one tile per SM)
 // against a wave of 128x256 tiles; the costs are used only to pick the shape, which changes no
 // bit: every shape runs the same per-element chain (m64nNk16 over K blocks of 64 in order;
@@ -553,18 +605,25 @@ using WgmmaLauncher = void (*)(const void*, const void*, void*, int64_t, int64_t
 // these costs the pick is on that table within 1.2 % of the fastest shape on geometric mean and
 // at worst 8.5 % (M = 64, where 64x64 is faster than the 64x128 picked). The 3-consumer W-as-A
 // tiles pay for their width: 176x192 costs 1.06 for 1.03 of the work.
+// X-as-A shapes also have an fp32-output kernel (bf16_float, fp16_float; null for W as A).
 struct KernelShape {
   detail::GemmTile tile;
   double wave_cost;
   WgmmaLauncher bf16, fp16;
+  WgmmaFloatLauncher bf16_float = nullptr, fp16_float = nullptr;
 };
 
 template <int Consumers, int Extent, bool WAsA>
 constexpr KernelShape kernel_shape(double wave_cost) {
-  return {{WAsA ? Extent : 64 * Consumers, WAsA ? 64 * Consumers : Extent, WAsA},
-          wave_cost,
-          &launch_wgmma<__nv_bfloat16, Consumers, Extent, WAsA>,
-          &launch_wgmma<__half, Consumers, Extent, WAsA>};
+  KernelShape shape{{WAsA ? Extent : 64 * Consumers, WAsA ? 64 * Consumers : Extent, WAsA},
+                    wave_cost,
+                    &launch_wgmma<__nv_bfloat16, Consumers, Extent, WAsA>,
+                    &launch_wgmma<__half, Consumers, Extent, WAsA>};
+  if constexpr (!WAsA) {
+    shape.bf16_float = &launch_wgmma_float<__nv_bfloat16, Consumers, Extent>;
+    shape.fp16_float = &launch_wgmma_float<__half, Consumers, Extent>;
+  }
+  return shape;
 }
 
 const KernelShape kKernelShapes[] = {
@@ -594,11 +653,12 @@ const KernelShape kKernelShapes[] = {
 };
 
 // The shape with the fewest estimated wave-times for this launch (the earlier one on a tie, so
-// X as A and larger tiles win ties).
-const KernelShape& choose_shape(int64_t M, int64_t N, int sm_count) {
+// X as A and larger tiles win ties); float_out: among the shapes with an fp32-output kernel.
+const KernelShape& choose_shape(int64_t M, int64_t N, int sm_count, bool float_out = false) {
   const KernelShape* best = &kKernelShapes[0];
   double best_cost = -1;
   for (const KernelShape& shape : kKernelShapes) {
+    if (float_out && shape.bf16_float == nullptr) continue;
     const int64_t tiles =
         (M + shape.tile.rows - 1) / shape.tile.rows * ((N + shape.tile.cols - 1) / shape.tile.cols);
     const double cost = double((tiles + sm_count - 1) / sm_count) * shape.wave_cost;
@@ -623,13 +683,13 @@ void launch_shape(const KernelShape& shape, GemmDType dtype, const void* x, cons
   (dtype == GemmDType::bf16 ? shape.bf16 : shape.fp16)(x, w, y, M, N, K, stream, sm_count);
 }
 
-template <typename T>
-void launch_portable(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
-                     cudaStream_t stream) {
+template <typename T, typename Out = T>
+void launch_portable(const void* x, int64_t ldx, const void* w, int64_t ldw, void* y, int64_t M,
+                     int64_t N, int64_t K, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((N + kPortableTile - 1) / kPortableTile),
                   static_cast<unsigned>((M + kPortableTile - 1) / kPortableTile));
-  portable_gemm_kernel<T><<<grid, 256, 0, stream>>>(
-      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), M, N, K);
+  portable_gemm_kernel<T, Out><<<grid, 256, 0, stream>>>(
+      static_cast<const T*>(x), ldx, static_cast<const T*>(w), ldw, static_cast<Out*>(y), M, N, K);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
@@ -689,6 +749,31 @@ void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, in
   detail::fixed_order_gemm_portable(dtype, x, w, y, M, N, K, stream);
 }
 
+void fixed_order_gemm_fp32_out(GemmDType dtype, const void* x, int64_t ldx, const void* w,
+                               int64_t ldw, float* y, int64_t M, int64_t N, int64_t K,
+                               CUstream_st* stream) {
+  check_shape("fixed_order_gemm_fp32_out", x, w, y, M, N, K);
+  if (ldx < K || ldw < K || ldx % 8 != 0 || ldw % 8 != 0)
+    throw std::invalid_argument(
+        "fixed_order_gemm_fp32_out: row strides must be multiples of 8 and at least K");
+  const cudaStream_t s = as_stream(stream);
+  if (uses_wgmma(dtype)) {
+    const int sm_count = current_device_traits().sm_count;
+    const KernelShape& shape = choose_shape(M, N, sm_count, true);
+    (dtype == GemmDType::bf16 ? shape.bf16_float : shape.fp16_float)(x, ldx, w, ldw, y, M, N, K, s,
+                                                                     sm_count);
+    return;
+  }
+  switch (dtype) {
+    case GemmDType::bf16:
+      return launch_portable<__nv_bfloat16, float>(x, ldx, w, ldw, y, M, N, K, s);
+    case GemmDType::fp16:
+      return launch_portable<__half, float>(x, ldx, w, ldw, y, M, N, K, s);
+    case GemmDType::fp32:
+      return launch_portable<float, float>(x, ldx, w, ldw, y, M, N, K, s);
+  }
+}
+
 std::vector<PathDecl> fixed_order_gemm_paths() {
   std::vector<PathDecl> paths;
   for (const KernelShape& shape : kKernelShapes) {
@@ -741,11 +826,11 @@ void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, vo
   const cudaStream_t s = as_stream(stream);
   switch (dtype) {
     case GemmDType::bf16:
-      return launch_portable<__nv_bfloat16>(x, w, y, M, N, K, s);
+      return launch_portable<__nv_bfloat16>(x, K, w, K, y, M, N, K, s);
     case GemmDType::fp16:
-      return launch_portable<__half>(x, w, y, M, N, K, s);
+      return launch_portable<__half>(x, K, w, K, y, M, N, K, s);
     case GemmDType::fp32:
-      return launch_portable<float>(x, w, y, M, N, K, s);
+      return launch_portable<float>(x, K, w, K, y, M, N, K, s);
   }
 }
 

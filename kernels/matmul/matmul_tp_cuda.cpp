@@ -3,10 +3,11 @@
 // products across ranks, dX and dW are rank-local and gathered. Column-parallel: rank r holds N's
 // r-th share; the forward and dW are rank-local and gathered, dX sums across ranks. The sum across
 // ranks (split_gemm) is:
-//   fixed-order     K (or N) in 8 chunks: each chunk's product by the fixed-order GEMM in fp32
-//                   (fp32 inputs, one FMA chain per element), the chunks of a rank added in the
-//                   fixed binary tree, the ranks' subtrees all-gathered (an exact copy) and the
-//                   tree finished on every rank, rounded once: the same bits at every tp.
+//   fixed-order     K (or N) in 8 chunks: each chunk's product by the fixed-order GEMM on the
+//                   dtype's operands with its fp32 accumulators kept (read in place from the
+//                   rank's share), the chunks of a rank added in the fixed binary tree, the ranks'
+//                   subtrees all-gathered (an exact copy) and the tree finished on every rank,
+//                   rounded once: the same bits at every tp.
 //   nccl-default    each rank's product by cuBLASLt's heuristic in the dtype, ncclAllReduce as it
 //                   comes (the library default: observed).
 //   nccl-tree-simple each rank's product by the fixed-order GEMM in the dtype, ncclAllReduce on
@@ -44,8 +45,9 @@ enum class Split { rows, columns };
 
 const cuda_tp::RankOrderKind kinds[] = {
     {"fixed-order", Order::fixed_chunks, true, false, TensorParallelism::AcrossTp::claimed, 1,
-     "the split sum in 8 chunks, each by the fixed-order GEMM in fp32, added in one fixed binary "
-     "tree whose rank subtrees are all-gathered and finished on every rank, rounded once: the "
+     "the split sum in 8 chunks, each by the fixed-order GEMM with fp32 output, added in one fixed "
+     "binary tree whose rank subtrees are all-gathered and finished on every rank, rounded once: "
+     "the "
      "same bits at every tp"},
     {"nccl-default", Order::nccl_default, false, true, TensorParallelism::AcrossTp::observed, 1,
      "each rank's share by cuBLASLt's heuristic in the dtype, summed by ncclAllReduce as it comes: "
@@ -91,14 +93,23 @@ Tensor rows_of(const Tensor& matrix, std::int64_t first, std::int64_t last) {
   return part;
 }
 
-Tensor as_fp32(const Tensor& tensor) {
-  Tensor wide(DType::fp32, tensor.shape());
-  for (std::int64_t i = 0; i < tensor.numel(); ++i) wide.set(i, tensor.get(i));
-  return wide;
+// The fp32 products of `chunks` consecutive column blocks of `width` columns each: leaf c =
+// a[:, c-th block] · b[:, c-th block]ᵀ, [m, j] fp32 at leaves + c * m * j. a [m, chunks * width]
+// and b [j, chunks * width] on the device in `dtype`.
+void chunk_products(GemmDType dtype, const void* a, const void* b, float* leaves, std::int64_t m,
+                    std::int64_t j, std::int64_t width, int chunks) {
+  const std::int64_t stride = width * chunks;
+  const std::size_t element = dtype == GemmDType::fp32 ? 4 : 2;
+  for (int c = 0; c < chunks; ++c) {
+    const std::size_t offset = static_cast<std::size_t>(c * width) * element;
+    cuda::fixed_order_gemm_fp32_out(dtype, static_cast<const std::byte*>(a) + offset, stride,
+                                    static_cast<const std::byte*>(b) + offset, stride,
+                                    leaves + static_cast<std::size_t>(m * j * c), m, j, width,
+                                    nullptr);
+  }
 }
 
-// out[M, J] = a[M, I] · b[J, I]ᵀ by the fixed-order GEMM, on the device, in `dtype` (fp32 inputs
-// for fp32 chunk partials).
+// out[M, J] = a[M, I] · b[J, I]ᵀ by the fixed-order GEMM, on the device, in `dtype`.
 DeviceBuffer gemm(const Tensor& a, const Tensor& b, DType out_dtype) {
   const std::int64_t m = a.shape()[0], i = a.shape()[1], j = b.shape()[0];
   DeviceBuffer a_device = cs::upload(a), b_device = cs::upload(b);
@@ -180,10 +191,10 @@ class MatmulTpCuda : public Impl {
   // bitcheck bench: the GEMM whose reduction the ranks share, end to end on device-resident
   // operands: the row-parallel forward (x[M, K] · w[N, K]ᵀ, K split) or the column-parallel dX
   // (dy[M, N] · w, N split), each rank its share and the sum across the ranks, as run() computes
-  // it: fixed-order and early-rounding its 8 / tp fp32 chunk GEMMs and the chunk tree (the
-  // operands' fp32 copies made beforehand, as run() makes them on the host), the NCCL orders one
-  // GEMM in the dtype (cuBLASLt's heuristic for nccl-default) and the ranks' sum. Every rank times
-  // its own calls (rank 0's are reported); the baseline is nccl-default of the same split.
+  // it: fixed-order and early-rounding its 8 / tp chunk GEMMs with fp32 output and the chunk tree,
+  // the NCCL orders one GEMM in the dtype (cuBLASLt's heuristic for nccl-default) and the ranks'
+  // sum. Every rank times its own calls (rank 0's are reported); the baseline is nccl-default of
+  // the same split.
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,
                                             const BenchSettings& settings) override {
     const bool sums_across =
@@ -200,27 +211,22 @@ class MatmulTpCuda : public Impl {
     BenchMeasurement measurement;
     if (kind_.order == Order::fixed_chunks || kind_.order == Order::early_rounding) {
       const int per_rank = chunk_count / tp;
-      const std::int64_t chunk = width / chunk_count;
-      std::vector<DeviceBuffer> a_chunks, b_chunks;
-      for (int c = 0; c < per_rank; ++c) {
-        const std::uint64_t seed = static_cast<std::uint64_t>(2 * (rank * per_rank + c) + 1);
-        a_chunks.push_back(cuda_bench::random_input(
-            static_cast<std::size_t>(m * chunk) * sizeof(float), DType::fp32, seed));
-        b_chunks.push_back(cuda_bench::random_input(
-            static_cast<std::size_t>(j * chunk) * sizeof(float), DType::fp32, seed + 1));
-      }
+      const std::int64_t chunk = width / chunk_count, share = chunk * per_rank;
+      const std::size_t element = dtype_size(dtype);
+      DeviceBuffer a_share = cuda_bench::random_input(static_cast<std::size_t>(m * share) * element,
+                                                      dtype, static_cast<std::uint64_t>(1 + rank));
+      DeviceBuffer b_share =
+          cuda_bench::random_input(static_cast<std::size_t>(j * share) * element, dtype,
+                                   static_cast<std::uint64_t>(101 + rank));
       DeviceBuffer leaves(count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16);
       measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
-        for (int c = 0; c < per_rank; ++c) {
-          cuda::fixed_order_gemm(GemmDType::fp32, a_chunks[static_cast<std::size_t>(c)].get(),
-                                 b_chunks[static_cast<std::size_t>(c)].get(),
-                                 leaves.as<float>() + count * static_cast<std::size_t>(c), m, j,
-                                 chunk, nullptr);
-        }
+        chunk_products(gemm_dtype(dtype), a_share.get(), b_share.get(), leaves.as<float>(), m, j,
+                       chunk, per_rank);
         cuda_tp::finish_chunk_tree(kind_.order == Order::early_rounding, leaves.as<float>(), count,
                                    device_dtype, tp, result.get());
       });
-      measurement.config = {{"path", std::to_string(per_rank) + " fp32 chunk GEMMs + chunk tree"}};
+      measurement.config = {
+          {"path", std::to_string(per_rank) + " chunk GEMMs with fp32 output + chunk tree"}};
     } else {
       const std::int64_t share = width / tp;
       const std::size_t element = dtype_size(dtype);
@@ -275,15 +281,12 @@ class MatmulTpCuda : public Impl {
     if (kind_.order == Order::fixed_chunks || kind_.order == Order::early_rounding) {
       // This rank's chunks as fp32 products, the leaves of the fixed tree.
       const int per_rank = chunk_count / tp;
-      const std::int64_t chunk = width / chunk_count;
+      const std::int64_t chunk = width / chunk_count, first = rank * per_rank * chunk;
+      DeviceBuffer a_share = cs::upload(columns_of(a, first, first + per_rank * chunk));
+      DeviceBuffer b_share = cs::upload(columns_of(b, first, first + per_rank * chunk));
       DeviceBuffer leaves(count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16);
-      for (int c = 0; c < per_rank; ++c) {
-        const std::int64_t first = (rank * per_rank + c) * chunk;
-        DeviceBuffer partial = gemm(as_fp32(columns_of(a, first, first + chunk)),
-                                    as_fp32(columns_of(b, first, first + chunk)), DType::fp32);
-        cuda::copy_device_to_device(leaves.as<float>() + count * static_cast<std::size_t>(c),
-                                    partial.get(), count * sizeof(float));
-      }
+      chunk_products(gemm_dtype(dtype), a_share.get(), b_share.get(), leaves.as<float>(), m, j,
+                     chunk, per_rank);
       cuda_tp::finish_chunk_tree(kind_.order == Order::early_rounding, leaves.as<float>(), count,
                                  device_dtype, tp, result.get());
       result.download(out.data(), out.bytes());

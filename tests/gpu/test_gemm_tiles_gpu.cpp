@@ -1,13 +1,16 @@
 // matmul/fixed-order's claim that the tile shape changes no bit: on the wgmma path every tile shape
 // the kernel has, in both orientations (X as the wgmma A operand, and W as A with Y held
 // transposed), forced on the same inputs, gives outputs bitwise identical to the automatic choice,
-// at several M including ones that are not a multiple of any tile's rows.
+// at several M including ones that are not a multiple of any tile's rows. Its fp32-output form (the
+// TP impls' chunk products) keeps the same accumulators.
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/runtime.h"
+#include "core/dtype.h"
 #include "matmul/fixed_order_gemm.h"
 
 using namespace bitcheck;
@@ -69,6 +72,74 @@ TEST_CASE("fixed-order GEMM: every tile shape in both orientations gives the sam
                << " M=" << m << " N=" << shape.n << " K=" << shape.k << " tile " << tile.name());
           CHECK(forced == automatic);
         }
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "fixed-order GEMM with fp32 output: its accumulators round to the 16-bit kernel's bits, each "
+    "row's whatever M, read in place from a block of columns of a wider matrix",
+    "[gpu][matmul]") {
+  REQUIRE(cuda::query_device().available);
+  using cuda::GemmDType;
+  constexpr std::int64_t max_rows = 300, n = 264, blocks = 3;
+  for (GemmDType dtype : {GemmDType::bf16, GemmDType::fp16}) {
+    for (std::int64_t k : {72, 512}) {  // the block's last K block is partial at 72
+      const std::int64_t wide = blocks * k;
+      cuda::DeviceBuffer x(static_cast<std::size_t>(max_rows * wide) * 2);
+      cuda::DeviceBuffer w(static_cast<std::size_t>(n * wide) * 2);
+      x.fill_uniform(dtype, 11 + static_cast<std::uint64_t>(k));
+      w.fill_uniform(dtype, 13 + static_cast<std::uint64_t>(k));
+      // The middle block of columns, compacted on the host, for the 16-bit kernel.
+      std::vector<std::uint16_t> x_host(static_cast<std::size_t>(max_rows * wide)),
+          w_host(static_cast<std::size_t>(n * wide));
+      x.download(x_host.data(), x_host.size() * 2);
+      w.download(w_host.data(), w_host.size() * 2);
+      auto block_of = [&](const std::vector<std::uint16_t>& matrix, std::int64_t rows) {
+        std::vector<std::uint16_t> block(static_cast<std::size_t>(rows * k));
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t c = 0; c < k; ++c)
+            block[static_cast<std::size_t>(r * k + c)] =
+                matrix[static_cast<std::size_t>(r * wide + k + c)];
+        return block;
+      };
+      const std::vector<std::uint16_t> x_block = block_of(x_host, max_rows),
+                                       w_block = block_of(w_host, n);
+      cuda::DeviceBuffer x_compact(x_block.size() * 2), w_compact(w_block.size() * 2);
+      x_compact.upload(x_block.data(), x_block.size() * 2);
+      w_compact.upload(w_block.data(), w_block.size() * 2);
+      const std::vector<unsigned char> rounded_bytes = gemm_bytes(max_rows, n, [&](void* y) {
+        cuda::fixed_order_gemm(dtype, x_compact.get(), w_compact.get(), y, max_rows, n, k, nullptr);
+      });
+      std::vector<std::uint16_t> rounded(static_cast<std::size_t>(max_rows * n));
+      std::memcpy(rounded.data(), rounded_bytes.data(), rounded_bytes.size());
+
+      auto fp32_out = [&](std::int64_t m) {
+        cuda::DeviceBuffer y(static_cast<std::size_t>(m * n) * 4);
+        y.fill_bytes(0xFF);
+        const auto* x_block_start = static_cast<const std::uint16_t*>(x.get()) + k;
+        const auto* w_block_start = static_cast<const std::uint16_t*>(w.get()) + k;
+        cuda::fixed_order_gemm_fp32_out(dtype, x_block_start, wide, w_block_start, wide,
+                                        y.as<float>(), m, n, k, nullptr);
+        cuda::synchronize();
+        std::vector<float> host(static_cast<std::size_t>(m * n));
+        y.download(host.data(), host.size() * 4);
+        return host;
+      };
+      const std::vector<float> all = fp32_out(max_rows);
+      INFO((dtype == GemmDType::bf16 ? "bf16" : "fp16") << " K=" << k);
+      std::int64_t unrounded_mismatches = 0;
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        const std::uint16_t bits =
+            dtype == GemmDType::bf16 ? float_to_bf16_bits(all[i]) : float_to_fp16_bits(all[i]);
+        unrounded_mismatches += bits != rounded[i];
+      }
+      CHECK(unrounded_mismatches == 0);
+      for (std::int64_t m : {1, 7, 65, 129}) {
+        const std::vector<float> some = fp32_out(m);
+        INFO("M=" << m);
+        CHECK(std::memcmp(some.data(), all.data(), some.size() * 4) == 0);
       }
     }
   }
