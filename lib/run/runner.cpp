@@ -838,7 +838,9 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   }
   std::optional<std::string> reason =
       skip_reason(state_->registry, state_->contract, *op, *impl, spec);
-  if (with_ranks && !device->all_ranks_agree(spec.tp, !reason) && !reason)
+  // A case with more ranks than the group skips on every rank alike (tp_skip_reason) and asks no
+  // one: ranks the group does not have would never answer.
+  if (with_ranks && spec.tp <= group.size && !device->all_ranks_agree(spec.tp, !reason) && !reason)
     reason = "another rank of the case skips it";
   if (reason) {
     result.verdict = Verdict::skipped;

@@ -128,6 +128,33 @@ TEST_CASE("a TP size that is not 1, 2, 4 or 8 is bad input naming the file and t
   CHECK(flag.err.find("--tp") != std::string::npos);
 }
 
+TEST_CASE(
+    "a rank group smaller than the tp of a case skips that case with the reason, the rest run",
+    "[cli][tp][isolation]") {
+  TempDir dir;
+  Environment enabled({"BITCHECK_TEST_IMPLS", "BITCHECK_TEST_RANKS"});
+  write_spec(dir, "spec.json", R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "passes": ["forward"], "tp": [1, 2, 4], "batches": [2, 5]},
+    "ops": {"all_reduce": {"shapes": [{"H": 64}], "impls": ["test-ranks-fixed-order"]}}})");
+  // Two GPUs listed: a group of 2 ranks, which the tp = 4 cases must not wait on for ranks 2 and 3.
+  Run run = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") +
+                                  " --devices a,b --rank-case-timeout 10 --no-progress --out " +
+                                  quote(dir / "out"));
+  INFO(run.out << run.err);
+  CHECK(run.exit_code == 0);
+  const auto cases = by_id(json::parse(read_file(dir / "out/report.json")));
+  CHECK(cases.size() == 3 * 2);
+  for (int rows : {2, 5}) {
+    const std::string id =
+        "all_reduce/test-ranks-fixed-order/bf16/forward/H=64/M=" + std::to_string(rows) + "/seed=1";
+    CHECK(cases.at(id)["verdict"] == "pass");
+    CHECK(cases.at(id + "/tp=2")["verdict"] == "pass");
+    const json& four = cases.at(id + "/tp=4");
+    CHECK(four["verdict"] == "skipped");
+    CHECK(four["reason"].get<std::string>().find("tp=4 needs 4 ranks") != std::string::npos);
+  }
+}
+
 TEST_CASE("a rank group: a crashed or hung rank makes its case error, and the sweep goes on",
           "[cli][tp][isolation]") {
   TempDir dir;
