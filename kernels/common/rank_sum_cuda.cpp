@@ -90,6 +90,13 @@ PathDecl nccl_choices(bool only_gathers) {
   return nccl;
 }
 
+PathDecl gemm_paths() {
+  PathDecl gemm("gemm", "the fixed-order GEMM's path per call (tile shape, portable FMA, dW)");
+  gemm.as_family();
+  gemm.informative();
+  return gemm;
+}
+
 Tensor gather_column_shares(const cuda::DeviceBuffer& share, int tp, std::int64_t rows,
                             std::int64_t width, DType dtype) {
   Tensor whole(dtype, {rows, width});

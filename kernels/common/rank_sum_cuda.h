@@ -4,10 +4,12 @@
 // headers.
 #pragma once
 #include <cstddef>
+#include <memory>
 
 #include "common/device_dtype.h"
 #include "common/runtime.h"
 #include "core/op.h"
+#include "core/path_members.h"
 #include "core/paths.h"
 #include "core/tensor.h"
 #include "core/tensor_parallel.h"
@@ -62,6 +64,17 @@ void sum_rank_shares(RankOrder order, const void* local, std::size_t count, cuda
 // informative for an impl whose only collectives are all-gathers (an exact copy whatever NCCL
 // chooses).
 PathDecl nccl_choices(bool only_gathers);
+
+// The fixed-order GEMM's own launch paths (a tile shape, the portable FMA path, the
+// token-sequential dW), which a TP impl's GEMM calls record: an informative family "gemm" beside
+// the impl's paths.
+PathDecl gemm_paths();
+
+// The GEMM paths of a TP impl's run: a PathsAsMembers of the family "gemm" over the impl's paths().
+class GemmPathsAsMembers : public PathsAsMembers {
+ public:
+  explicit GemmPathsAsMembers(std::vector<PathDecl> own) : PathsAsMembers("gemm", std::move(own)) {}
+};
 
 // Each rank's [rows, width / tp] block of a [rows, width] matrix (`share`, on the device, in
 // `dtype`), all-gathered (an exact copy) and put side by side on the host: the whole matrix on

@@ -214,8 +214,10 @@ ImplInfo vocab_tp_info(const cuda_tp::RankOrderKind& kind, const std::string& wh
   std::vector<PathDecl> paths = {
       PathDecl("split-sum", "a sum over V whose shares the ranks hold, reduced across them"),
       cuda_tp::nccl_choices(false)};
-  if (rank_local_work)
+  if (rank_local_work) {
     paths.push_back(PathDecl("local", "rank-local work (logits, dtable), gathered"));
+    paths.push_back(cuda_tp::gemm_paths());
+  }
   return cuda_tp::rank_order_info(kind, std::string("tp-vocab-") + kind.order_name,
                                   what_is_split + ": " + kind.description,
                                   std::move(control_passes), {"V"}, std::move(paths));

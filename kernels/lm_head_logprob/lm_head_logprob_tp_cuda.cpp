@@ -25,6 +25,7 @@ class LmHeadLogprobTpCuda : public HeadTpCuda {
                    {Pass::forward, Pass::backward}, true) {}
 
   void run(Batch& batch) override {
+    const cuda_tp::GemmPathsAsMembers gemm_paths(paths());
     const std::vector<std::int32_t> slots = cs::real_slot_list(batch);
     const auto rows = static_cast<std::int64_t>(slots.size());
     if (rows == 0) return;

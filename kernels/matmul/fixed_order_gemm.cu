@@ -760,10 +760,12 @@ void fixed_order_gemm_fp32_out(GemmDType dtype, const void* x, int64_t ldx, cons
   if (uses_wgmma(dtype)) {
     const int sm_count = current_device_traits().sm_count;
     const KernelShape& shape = choose_shape(M, N, sm_count, true);
+    record_path(tile_path(shape.tile));
     (dtype == GemmDType::bf16 ? shape.bf16_float : shape.fp16_float)(x, ldx, w, ldw, y, M, N, K, s,
                                                                      sm_count);
     return;
   }
+  record_path("portable-fma");
   switch (dtype) {
     case GemmDType::bf16:
       return launch_portable<__nv_bfloat16, float>(x, ldx, w, ldw, y, M, N, K, s);

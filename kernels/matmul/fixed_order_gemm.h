@@ -29,8 +29,8 @@ void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, in
 // fixed_order_gemm per element (on the wgmma path the accumulator fixed_order_gemm rounds; on the
 // portable path one fp32 FMA chain), whatever M is. X's and W's rows lie ldx and ldw elements
 // apart (multiples of 8, >= K), so a block of K columns of a wider matrix is read in place, zeros
-// past its last column. For sums split into chunks (the TP impls' fixed-order leaves). Records no
-// path: the caller records its own.
+// past its last column. For sums split into chunks (the TP impls' fixed-order leaves). Records its
+// path as fixed_order_gemm does.
 void fixed_order_gemm_fp32_out(GemmDType dtype, const void* x, int64_t ldx, const void* w,
                                int64_t ldw, float* y, int64_t M, int64_t N, int64_t K,
                                CUstream_st* stream);

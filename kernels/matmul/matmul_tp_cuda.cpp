@@ -147,7 +147,7 @@ ImplInfo info_of(Split split, const cuda_tp::RankOrderKind& kind) {
              {split_pass(split)}, {split == Split::rows ? "K" : "N"},
              {PathDecl("split-sum", "a GEMM whose reduction the ranks share, summed across them"),
               PathDecl("local", "a rank-local GEMM (or dW), gathered"),
-              cuda_tp::nccl_choices(false)})
+              cuda_tp::nccl_choices(false), cuda_tp::gemm_paths()})
       .timed_against(std::string("tp-") + (split == Split::rows ? "row-" : "column-") +
                      "nccl-default");
 }
@@ -167,6 +167,7 @@ class MatmulTpCuda : public Impl {
   }
 
   void run(Batch& batch) override {
+    const cuda_tp::GemmPathsAsMembers gemm_paths(paths());
     const CaseSpec& spec = *batch.spec;
     const std::int64_t n = spec.dim("N"), k = spec.dim("K");
     std::vector<std::int32_t> slots = cs::real_slot_list(batch);

@@ -2,7 +2,9 @@
 // spec takes from them, and the coverage table of a report (ran, crossed, drifted, gaps).
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "core/path_members.h"
 #include "core/paths.h"
 #include "report/coverage.h"
 #include "spec/spec.h"
@@ -117,4 +119,23 @@ TEST_CASE("coverage counts runs, safe crossings, drifted crossings and gaps", "[
   CHECK(gaps[0] == "op/good: path never never ran");
   CHECK(gaps[1] == "op/good: recorded an undeclared path odd in 1 case(s)");
   CHECK(never_crossed(coverage) == std::vector<std::string>{"op/good: body"});
+}
+
+TEST_CASE(
+    "a component's paths are re-recorded as members of the caller's family, its own as they are",
+    "[paths]") {
+  const PathDecl nccl = PathDecl("nccl", "NCCL's choice").as_family();
+  const PathDecl gemm = PathDecl("gemm", "the GEMM's paths").as_family();
+  PathRecording outer;
+  {
+    PathsAsMembers members("gemm", {PathDecl("split-sum", "summed across ranks"), nccl, gemm});
+    record_path("split-sum");
+    record_path("nccl:allreduce.ring.ll.ch1");
+    record_path("tile.X-as-A.64x128");
+    record_path("dw.token-sequential");
+  }
+  record_path("after");
+  CHECK(outer.paths() == std::set<std::string>{"split-sum", "nccl:allreduce.ring.ll.ch1",
+                                               "gemm:tile.X-as-A.64x128",
+                                               "gemm:dw.token-sequential", "after"});
 }
