@@ -18,6 +18,21 @@ std::size_t element_bytes(cuda::DeviceDType dtype) {
   return dtype == cuda::DeviceDType::fp32 ? 4 : 2;
 }
 
+// Scratch for the chunk tree's subtree and gathered subtrees, kept across calls and grown as
+// needed: at prefill sizes they are larger than the device block cache holds, and a fresh
+// cudaMalloc and cudaFree (which synchronizes the device) each call cost more than the sum. One
+// rank process calls it from one thread; every call ends synchronized, so the next may reuse it.
+void* scratch(int slot, std::size_t bytes) {
+  static cuda::DeviceBuffer* buffers[2] = {nullptr, nullptr};  // never freed: exit frees them
+  cuda::DeviceBuffer*& buffer = buffers[slot];
+  if (!buffer || buffer->bytes() < bytes) {
+    delete buffer;
+    buffer = nullptr;
+    buffer = new cuda::DeviceBuffer(bytes);
+  }
+  return buffer->get();
+}
+
 }  // namespace
 
 void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t count,
@@ -26,24 +41,22 @@ void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t cou
   const bool round_subtree = early_rounding && tp > 1;
   const cuda::DeviceDType subtree_dtype = round_subtree ? dtype : cuda::DeviceDType::fp32;
   const std::size_t subtree_bytes = count * element_bytes(subtree_dtype);
-  cuda::DeviceBuffer subtree(subtree_bytes + 16);
+  void* gathered = scratch(0, subtree_bytes * static_cast<std::size_t>(tp) + 16);
+  // At tp = 1 the subtree is the whole tree: summed straight into the gathered slot.
+  void* subtree = tp > 1 ? scratch(1, subtree_bytes + 16) : gathered;
   if (round_subtree) {
-    cuda::sum_gathered_fp32_tree(dtype, leaves, subtree.get(), count, per_rank, nullptr);
+    cuda::sum_gathered_fp32_tree(dtype, leaves, subtree, count, per_rank, nullptr);
   } else {
-    cuda::sum_gathered_fixed_tree(cuda::DeviceDType::fp32, leaves, subtree.get(), count, per_rank,
+    cuda::sum_gathered_fixed_tree(cuda::DeviceDType::fp32, leaves, subtree, count, per_rank,
                                   nullptr);
   }
-  cuda::DeviceBuffer gathered(subtree_bytes * static_cast<std::size_t>(tp) + 16);
-  if (tp > 1) {
-    nccl::all_gather(subtree.get(), gathered.get(), count, subtree_dtype, tp,
-                     nccl::library_default());
-  } else {
-    cuda::copy_device_to_device(gathered.get(), subtree.get(), subtree_bytes);
-  }
+  if (tp > 1)
+    nccl::all_gather(subtree, gathered, count, subtree_dtype, tp, nccl::library_default());
   if (round_subtree) {
-    cuda::sum_gathered_fixed_tree(dtype, gathered.get(), out, count, tp, nullptr);
+    cuda::sum_gathered_fixed_tree(dtype, gathered, out, count, tp, nullptr);
   } else {
-    cuda::sum_gathered_fp32_tree(dtype, gathered.as<float>(), out, count, tp, nullptr);
+    cuda::sum_gathered_fp32_tree(dtype, static_cast<const float*>(gathered), out, count, tp,
+                                 nullptr);
   }
   cuda::synchronize();
 }

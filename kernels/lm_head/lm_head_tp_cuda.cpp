@@ -95,19 +95,14 @@ DeviceBuffer RankHead::chunk_products(const DeviceBuffer& dlogits, std::int64_t 
   const int per_rank = cuda_tp::chunk_count / share_.tp;
   const std::int64_t chunk = share_.vocab / cuda_tp::chunk_count;
   const cuda::DeviceDType dtype = cs::device_dtype(dtype_);
-  const std::size_t element = dtype_size(dtype_);
   DeviceBuffer leaves = buffer(rows * hidden_ * per_rank, DType::fp32);
-  DeviceBuffer b = buffer(hidden_ * chunk, dtype_);
-  for (int c = 0; c < per_rank; ++c) {
-    const std::int64_t first = c * chunk;  // in this rank's columns
-    // The table's chunk transposed to [H, chunk]; dlogits' chunk read in place.
-    cuda::transpose_rows(dtype, false, table_->get(), hidden_, first, chunk, b.get(), nullptr);
-    cuda::fixed_order_gemm_fp32_out(
-        dtype,
-        static_cast<const std::byte*>(dlogits.get()) + static_cast<std::size_t>(first) * element,
-        share_.width, b.get(), chunk, leaves.as<float>() + rows * hidden_ * c, rows, hidden_, chunk,
-        nullptr);
-  }
+  // The rank's table rows transposed to [H, width]: chunk c's W is its columns c * chunk onward;
+  // dlogits' chunks are read in place.
+  DeviceBuffer table_t = buffer(hidden_ * share_.width, dtype_);
+  cuda::transpose_rows(dtype, false, table_->get(), hidden_, 0, share_.width, table_t.get(),
+                       nullptr);
+  cuda::fixed_order_gemm_fp32_out(dtype, dlogits.get(), share_.width, table_t.get(), share_.width,
+                                  leaves.as<float>(), rows, hidden_, chunk, nullptr, per_rank);
   return leaves;
 }
 

@@ -152,13 +152,16 @@ using async_copy::tma_store_2d;
 
 // FloatOut (X as A only): the fp32 accumulators are stored unrounded to y_float ([M, N], row-major)
 // straight from the registers, without the shared block and TMA store; the arithmetic is the same,
-// so rounding y_float to T gives the bits the T kernel stores.
+// so rounding y_float to T gives the bits the T kernel stores. It also runs `chunks` GEMMs in one
+// launch: product c reads columns [c * K, c * K + K) of X and W (K a multiple of 64, so no K block
+// crosses into the next product) and goes to y_float + c * M * N; each is the chain of one launch
+// on those columns alone. The T kernel runs one (chunks = 1).
 template <typename T, int Consumers, int Extent, bool WAsA, bool FloatOut = false>
 __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap x_map,
                       const __grid_constant__ CUtensorMap w_map,
                       const __grid_constant__ CUtensorMap y_map, float* y_float, int M, int N,
-                      int K) {
+                      int K, int chunks) {
   static_assert(!(FloatOut && WAsA), "the fp32 output is stored from X-as-A accumulators");
 #ifdef BITCHECK_GEMM_SM90A
   using Config = WgmmaConfig<Consumers, Extent, WAsA>;
@@ -186,7 +189,8 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
   const int warpgroup = threadIdx.x / 128;
   const int tiles_m = (M + kTileM - 1) / kTileM;
   const int tiles_n = (N + kTileN - 1) / kTileN;
-  const int tile_count = tiles_m * tiles_n;
+  const int tiles_per_chunk = tiles_m * tiles_n;
+  const int tile_count = tiles_per_chunk * (FloatOut ? chunks : 1);
   const int k_blocks = (K + kTileK - 1) / kTileK;
 
   if (threadIdx.x == 0) {
@@ -203,14 +207,14 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
     int stage = 0;
     uint32_t phase = 0;
     for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
-      const TileCoord coord = tile_coord(tile, tiles_m, tiles_n);
+      const int chunk = FloatOut ? tile / tiles_per_chunk : 0;
+      const TileCoord coord = tile_coord(tile - chunk * tiles_per_chunk, tiles_m, tiles_n);
       for (int kb = 0; kb < k_blocks; ++kb) {
         mbar_wait(&empty[stage], phase ^ 1);
         mbar_expect_tx(&full[stage], kStageBytes);
-        tma_load_2d(tiles_x + stage * kStageBytesX, &x_map, &full[stage], kb * kTileK,
-                    coord.m * kTileM);
-        tma_load_2d(tiles_w + stage * kStageBytesW, &w_map, &full[stage], kb * kTileK,
-                    coord.n * kTileN);
+        const int column = chunk * K + kb * kTileK;
+        tma_load_2d(tiles_x + stage * kStageBytesX, &x_map, &full[stage], column, coord.m * kTileM);
+        tma_load_2d(tiles_w + stage * kStageBytesW, &w_map, &full[stage], column, coord.n * kTileN);
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
@@ -229,7 +233,8 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
   uint32_t phase = 0;
   float acc[Extent / 2];
   for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
-    const TileCoord coord = tile_coord(tile, tiles_m, tiles_n);
+    const int chunk = FloatOut ? tile / tiles_per_chunk : 0;
+    const TileCoord coord = tile_coord(tile - chunk * tiles_per_chunk, tiles_m, tiles_n);
     // A consumer whose 64 rows (X as A) or columns (W as A) lie wholly past the edge has nothing to
     // store; it skips the wgmmas but keeps the pipeline's handshake.
     const int first_row = coord.m * kTileM + (WAsA ? 0 : consumer * 64);
@@ -278,7 +283,7 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
       for (int i = 0; i < 2; ++i) {
         const int row = first_row + warp_in_group * 16 + lane / 4 + 8 * i;
         if (row >= M) continue;
-        float* y_row = y_float + static_cast<int64_t>(row) * N;
+        float* y_row = y_float + (static_cast<int64_t>(chunk) * M + row) * N;
 #pragma unroll
         for (int c = 0; c < Extent / 8; ++c) {
           const int col = first_col + 8 * c + 2 * (lane % 4);
@@ -553,7 +558,7 @@ void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, i
   wgmma_gemm_kernel<T, Consumers, Extent, WAsA>
       <<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
           x_map, w_map, y_map, nullptr, static_cast<int>(M), static_cast<int>(N),
-          static_cast<int>(K));
+          static_cast<int>(K), 1);
   BITCHECK_CUDA_LAUNCH_CHECK();
   if (!sentinel) return;
   const std::uint64_t unwritten = count_sentinel(y, M * N, stream);
@@ -569,31 +574,33 @@ void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, i
 using WgmmaLauncher = void (*)(const void*, const void*, void*, int64_t, int64_t, int64_t,
                                cudaStream_t, int);
 
-// The fp32-output kernel of an X-as-A shape, on X and W whose rows lie ldx and ldw elements apart.
+// The fp32-output kernel of an X-as-A shape, on X and W whose rows lie ldx and ldw elements apart:
+// `chunks` products of K columns each (chunks > 1: K a multiple of 64).
 template <typename T, int Consumers, int Extent>
 void launch_wgmma_float(const void* x, int64_t ldx, const void* w, int64_t ldw, float* y, int64_t M,
-                        int64_t N, int64_t K, cudaStream_t stream, int sm_count) {
+                        int64_t N, int64_t K, int chunks, cudaStream_t stream, int sm_count) {
   using Config = WgmmaConfig<Consumers, Extent, false>;
   const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
                                        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const CUtensorMap x_map = make_tensor_map(type, x, M, K, Config::kTileM, ldx);
-  const CUtensorMap w_map = make_tensor_map(type, w, N, K, Config::kTileN, ldw);
+  const CUtensorMap x_map = make_tensor_map(type, x, M, K * chunks, Config::kTileM, ldx);
+  const CUtensorMap w_map = make_tensor_map(type, w, N, K * chunks, Config::kTileN, ldw);
   BITCHECK_CUDA_CALL(cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, Extent, false, true>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           Config::kSharedBytes));
-  const int64_t tiles =
-      ((M + Config::kTileM - 1) / Config::kTileM) * ((N + Config::kTileN - 1) / Config::kTileN);
+  const int64_t tiles = ((M + Config::kTileM - 1) / Config::kTileM) *
+                        ((N + Config::kTileN - 1) / Config::kTileN) * chunks;
   const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
   // y_map is not read by the fp32-output kernel; x_map stands in for it.
   wgmma_gemm_kernel<T, Consumers, Extent, false, true>
       <<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
-          x_map, w_map, x_map, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
+          x_map, w_map, x_map, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
+          chunks);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
 using WgmmaFloatLauncher = void (*)(const void*, int64_t, const void*, int64_t, float*, int64_t,
-                                    int64_t, int64_t, cudaStream_t, int);
+                                    int64_t, int64_t, int, cudaStream_t, int);
 
 // Every kernel shape of the wgmma path, and the relative time of one wave of it (one tile per SM)
 // against a wave of 128x256 tiles; the costs are used only to pick the shape, which changes no
@@ -751,28 +758,47 @@ void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, in
 
 void fixed_order_gemm_fp32_out(GemmDType dtype, const void* x, int64_t ldx, const void* w,
                                int64_t ldw, float* y, int64_t M, int64_t N, int64_t K,
-                               CUstream_st* stream) {
+                               CUstream_st* stream, int chunks) {
   check_shape("fixed_order_gemm_fp32_out", x, w, y, M, N, K);
-  if (ldx < K || ldw < K || ldx % 8 != 0 || ldw % 8 != 0)
+  if (chunks < 1 || chunks > 64)
+    throw std::invalid_argument("fixed_order_gemm_fp32_out: chunks must be 1 to 64");
+  if (ldx < K * chunks || ldw < K * chunks || ldx % 8 != 0 || ldw % 8 != 0)
     throw std::invalid_argument(
-        "fixed_order_gemm_fp32_out: row strides must be multiples of 8 and at least K");
+        "fixed_order_gemm_fp32_out: row strides must be multiples of 8 and at least K * chunks");
   const cudaStream_t s = as_stream(stream);
+  const std::size_t element = dtype == GemmDType::fp32 ? 4 : 2;
+  auto shifted = [&](const void* base, int c) {
+    return static_cast<const unsigned char*>(base) + static_cast<std::size_t>(c * K) * element;
+  };
   if (uses_wgmma(dtype)) {
     const int sm_count = current_device_traits().sm_count;
     const KernelShape& shape = choose_shape(M, N, sm_count, true);
     record_path(tile_path(shape.tile));
-    (dtype == GemmDType::bf16 ? shape.bf16_float : shape.fp16_float)(x, ldx, w, ldw, y, M, N, K, s,
-                                                                     sm_count);
+    const WgmmaFloatLauncher launch =
+        dtype == GemmDType::bf16 ? shape.bf16_float : shape.fp16_float;
+    if (K % kTileK == 0) return launch(x, ldx, w, ldw, y, M, N, K, chunks, s, sm_count);
+    // A K block would reach into the next product's columns: one launch each, whose maps end at
+    // their own last column.
+    for (int c = 0; c < chunks; ++c)
+      launch(shifted(x, c), ldx, shifted(w, c), ldw, y + static_cast<std::size_t>(c * M * N), M, N,
+             K, 1, s, sm_count);
     return;
   }
   record_path("portable-fma");
-  switch (dtype) {
-    case GemmDType::bf16:
-      return launch_portable<__nv_bfloat16, float>(x, ldx, w, ldw, y, M, N, K, s);
-    case GemmDType::fp16:
-      return launch_portable<__half, float>(x, ldx, w, ldw, y, M, N, K, s);
-    case GemmDType::fp32:
-      return launch_portable<float, float>(x, ldx, w, ldw, y, M, N, K, s);
+  for (int c = 0; c < chunks; ++c) {
+    float* yc = y + static_cast<std::size_t>(c * M * N);
+    switch (dtype) {
+      case GemmDType::bf16:
+        launch_portable<__nv_bfloat16, float>(shifted(x, c), ldx, shifted(w, c), ldw, yc, M, N, K,
+                                              s);
+        break;
+      case GemmDType::fp16:
+        launch_portable<__half, float>(shifted(x, c), ldx, shifted(w, c), ldw, yc, M, N, K, s);
+        break;
+      case GemmDType::fp32:
+        launch_portable<float, float>(shifted(x, c), ldx, shifted(w, c), ldw, yc, M, N, K, s);
+        break;
+    }
   }
 }
 

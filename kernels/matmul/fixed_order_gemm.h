@@ -28,12 +28,14 @@ void fixed_order_gemm(GemmDType dtype, const void* x, const void* w, void* y, in
 // Y[M,N] (fp32) = X[M,K] · W[N,K]ᵀ with the accumulators stored unrounded: the chain of
 // fixed_order_gemm per element (on the wgmma path the accumulator fixed_order_gemm rounds; on the
 // portable path one fp32 FMA chain), whatever M is. X's and W's rows lie ldx and ldw elements
-// apart (multiples of 8, >= K), so a block of K columns of a wider matrix is read in place, zeros
-// past its last column. For sums split into chunks (the TP impls' fixed-order leaves). Records its
-// path as fixed_order_gemm does.
+// apart (multiples of 8), so a block of K columns of a wider matrix is read in place, zeros past
+// its last column. With `chunks` > 1, that many such products of consecutive K-column blocks, the
+// c-th into y + c * M * N, each with the bits of its own call (one launch when K is a multiple of
+// 64); ldx and ldw >= K * chunks. For sums split into chunks (the TP impls' fixed-order leaves).
+// Records its path as fixed_order_gemm does.
 void fixed_order_gemm_fp32_out(GemmDType dtype, const void* x, int64_t ldx, const void* w,
                                int64_t ldw, float* y, int64_t M, int64_t N, int64_t K,
-                               CUstream_st* stream);
+                               CUstream_st* stream, int chunks = 1);
 
 // dW[N,K] (fp32, in/out) += Σ_t dY[t,n] · X[t,k], t = 0..T-1 in order, one fp32 FMA per token into
 // the running value of dW[n,k]. dy is [T,N], x is [T,K], both in `dtype`. Splitting the tokens into

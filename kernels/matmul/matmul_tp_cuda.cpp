@@ -94,19 +94,14 @@ Tensor rows_of(const Tensor& matrix, std::int64_t first, std::int64_t last) {
 }
 
 // The fp32 products of `chunks` consecutive column blocks of `width` columns each: leaf c =
-// a[:, c-th block] · b[:, c-th block]ᵀ, [m, j] fp32 at leaves + c * m * j. a [m, chunks * width]
-// and b [j, chunks * width] on the device in `dtype`.
+// a[:, c-th block] · b[:, c-th block]ᵀ, [m, j] fp32 at leaves + c * m * j (one launch on the wgmma
+// path when width is a multiple of 64). a [m, chunks * width] and b [j, chunks * width] on the
+// device in `dtype`.
 void chunk_products(GemmDType dtype, const void* a, const void* b, float* leaves, std::int64_t m,
                     std::int64_t j, std::int64_t width, int chunks) {
   const std::int64_t stride = width * chunks;
-  const std::size_t element = dtype == GemmDType::fp32 ? 4 : 2;
-  for (int c = 0; c < chunks; ++c) {
-    const std::size_t offset = static_cast<std::size_t>(c * width) * element;
-    cuda::fixed_order_gemm_fp32_out(dtype, static_cast<const std::byte*>(a) + offset, stride,
-                                    static_cast<const std::byte*>(b) + offset, stride,
-                                    leaves + static_cast<std::size_t>(m * j * c), m, j, width,
-                                    nullptr);
-  }
+  cuda::fixed_order_gemm_fp32_out(dtype, a, stride, b, stride, leaves, m, j, width, nullptr,
+                                  chunks);
 }
 
 // out[M, J] = a[M, I] · b[J, I]ᵀ by the fixed-order GEMM, on the device, in `dtype`.

@@ -79,7 +79,8 @@ TEST_CASE("fixed-order GEMM: every tile shape in both orientations gives the sam
 
 TEST_CASE(
     "fixed-order GEMM with fp32 output: its accumulators round to the 16-bit kernel's bits, each "
-    "row's whatever M, read in place from a block of columns of a wider matrix",
+    "row's whatever M, read in place from a block of columns of a wider matrix, several blocks "
+    "in one call as each alone",
     "[gpu][matmul]") {
   REQUIRE(cuda::query_device().available);
   using cuda::GemmDType;
@@ -115,15 +116,16 @@ TEST_CASE(
       std::vector<std::uint16_t> rounded(static_cast<std::size_t>(max_rows * n));
       std::memcpy(rounded.data(), rounded_bytes.data(), rounded_bytes.size());
 
-      auto fp32_out = [&](std::int64_t m) {
-        cuda::DeviceBuffer y(static_cast<std::size_t>(m * n) * 4);
+      // The products of `chunks` blocks from block `first` on, one call.
+      auto fp32_out = [&](std::int64_t m, int first = 1, int chunks = 1) {
+        cuda::DeviceBuffer y(static_cast<std::size_t>(m * n * chunks) * 4);
         y.fill_bytes(0xFF);
-        const auto* x_block_start = static_cast<const std::uint16_t*>(x.get()) + k;
-        const auto* w_block_start = static_cast<const std::uint16_t*>(w.get()) + k;
+        const auto* x_block_start = static_cast<const std::uint16_t*>(x.get()) + first * k;
+        const auto* w_block_start = static_cast<const std::uint16_t*>(w.get()) + first * k;
         cuda::fixed_order_gemm_fp32_out(dtype, x_block_start, wide, w_block_start, wide,
-                                        y.as<float>(), m, n, k, nullptr);
+                                        y.as<float>(), m, n, k, nullptr, chunks);
         cuda::synchronize();
-        std::vector<float> host(static_cast<std::size_t>(m * n));
+        std::vector<float> host(static_cast<std::size_t>(m * n * chunks));
         y.download(host.data(), host.size() * 4);
         return host;
       };
@@ -140,6 +142,17 @@ TEST_CASE(
         const std::vector<float> some = fp32_out(m);
         INFO("M=" << m);
         CHECK(std::memcmp(some.data(), all.data(), some.size() * 4) == 0);
+      }
+      // The three blocks' products in one call (one launch at K = 512; a launch each at K = 72,
+      // whose last K block is partial): each with the bits of its own call.
+      for (std::int64_t m : {std::int64_t{1}, std::int64_t{65}, max_rows}) {
+        const std::vector<float> batched = fp32_out(m, 0, static_cast<int>(blocks));
+        for (int c = 0; c < blocks; ++c) {
+          const std::vector<float> alone = fp32_out(m, c);
+          INFO("M=" << m << " block " << c);
+          CHECK(std::memcmp(batched.data() + static_cast<std::size_t>(c * m * n), alone.data(),
+                            alone.size() * 4) == 0);
+        }
       }
     }
   }
