@@ -283,9 +283,7 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
       batch.inputs[decl.name] = input->second;
       batch.input_ids[decl.name] = id_of(input->second);
     } else if (decl.role == TensorRole::row_output) {
-      Tensor output(decl.dtype, full_shape(decl, rows()));
-      output.fill_nan();
-      batch.outputs.emplace(decl.name, std::move(output));
+      batch.outputs.emplace(decl.name, Tensor::poisoned(decl.dtype, full_shape(decl, rows())));
     } else {
       // The accumulator carried across the layout's invocations, moved in under the op's shape
       // and back after the call.

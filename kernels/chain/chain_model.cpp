@@ -2,10 +2,14 @@
 // tensors. The glue between calls only moves bits (column slices, concatenations) or rounds the
 // fp32 residual stream to the case dtype where an rmsnorm reads it, element by element, so nothing
 // between two ops can depend on the batch: every drift the chain shows comes from an op.
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "chain/chain.h"
+#include "core/host_threads.h"
 
 namespace bitcheck::chain {
 namespace {
@@ -92,7 +96,7 @@ SharedTensor columns(const Tensor& source, std::int64_t first, std::int64_t coun
                      std::vector<std::int64_t> row_shape) {
   std::vector<std::int64_t> shape = {source.rows()};
   shape.insert(shape.end(), row_shape.begin(), row_shape.end());
-  Tensor result(source.dtype(), shape);
+  Tensor result(source.dtype(), shape, Tensor::uninitialized);  // every row copied below
   if (result.row_size() != count || first + count > source.row_size()) {
     throw std::logic_error("chain: column slice [" + std::to_string(first) + ", " +
                            std::to_string(first + count) + ") of a row of " +
@@ -115,7 +119,7 @@ SharedTensor concatenated(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.rows() != b.rows())
     throw std::logic_error("chain: concatenating unlike tensors");
   const std::int64_t width = a.row_size() + b.row_size();
-  Tensor result(a.dtype(), {a.rows(), width});
+  Tensor result(a.dtype(), {a.rows(), width}, Tensor::uninitialized);  // every row copied below
   const std::size_t element = dtype_size(a.dtype());
   for (std::int64_t r = 0; r < a.rows(); ++r) {
     auto* row =
@@ -132,10 +136,49 @@ SharedTensor concatenated(const Tensor& a, const Tensor& b) {
   return std::make_shared<const Tensor>(std::move(result));
 }
 
-// `source` converted element by element to `dtype` (round to nearest even; NaN pads stay NaN).
+// `source` converted element by element to `dtype` (round to nearest even; NaN pads stay NaN): the
+// bits of Tensor::get and Tensor::set, on the raw arrays, large tensors on several threads.
 SharedTensor converted(const Tensor& source, DType dtype) {
-  Tensor result(dtype, source.shape());
-  for (std::int64_t i = 0; i < source.numel(); ++i) result.set(i, source.get(i));
+  Tensor result(dtype, source.shape(), Tensor::uninitialized);  // every element written below
+  const std::int64_t count = source.numel();
+  const DType from = source.dtype();
+  const auto* in = static_cast<const unsigned char*>(source.data());
+  auto* out = static_cast<unsigned char*>(result.data());
+  auto convert = [&](std::int64_t first, std::int64_t last) {
+    if (from == DType::fp32 && (dtype == DType::bf16 || dtype == DType::fp16)) {
+      std::uint16_t (*const encode)(float) =
+          dtype == DType::bf16 ? float_to_bf16_bits : float_to_fp16_bits;
+      for (std::int64_t i = first; i < last; ++i) {
+        float value;
+        std::memcpy(&value, in + 4 * i, 4);
+        const std::uint16_t bits = encode(value);
+        std::memcpy(out + 2 * i, &bits, 2);
+      }
+    } else if ((from == DType::bf16 || from == DType::fp16) && dtype == DType::fp32) {
+      float (*const decode)(std::uint16_t) =
+          from == DType::bf16 ? bf16_bits_to_float : fp16_bits_to_float;
+      for (std::int64_t i = first; i < last; ++i) {
+        std::uint16_t bits;
+        std::memcpy(&bits, in + 2 * i, 2);
+        const float value = decode(bits);
+        std::memcpy(out + 4 * i, &value, 4);
+      }
+    } else {
+      for (std::int64_t i = first; i < last; ++i) result.set(i, source.get(i));
+    }
+  };
+  const std::int64_t parts =
+      std::min<std::int64_t>({static_cast<std::int64_t>(host_threads()), 8, count >> 20});
+  if (parts <= 1) {
+    convert(0, count);
+  } else {
+    const std::int64_t step = (count + parts - 1) / parts;
+    std::vector<std::thread> workers;
+    for (std::int64_t first = step; first < count; first += step)
+      workers.emplace_back(convert, first, std::min(count, first + step));
+    convert(0, std::min(count, step));
+    for (auto& worker : workers) worker.join();
+  }
   return std::make_shared<const Tensor>(std::move(result));
 }
 

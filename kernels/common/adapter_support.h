@@ -108,30 +108,77 @@ inline Tensor compact_rows(const Tensor& tensor, const std::vector<std::int32_t>
   return packed;
 }
 
-// [rows, cols] -> [cols, rows], bits copied.
+// [rows, cols] -> [cols, rows], bits copied (in 64 x 64 blocks of the raw elements).
 inline Tensor transposed(const Tensor& matrix) {
   const std::int64_t rows = matrix.shape()[0], cols = matrix.shape()[1];
-  Tensor result(matrix.dtype(), {cols, rows});
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c)
-      result.set_bits(c * rows + r, matrix.bits(r * cols + c));
+  Tensor result(matrix.dtype(), {cols, rows}, Tensor::uninitialized);  // every element written
+  auto transpose = [&](auto element) {
+    using E = decltype(element);
+    const E* in = static_cast<const E*>(matrix.data());
+    E* out = static_cast<E*>(result.data());
+    constexpr std::int64_t block = 64;
+    for (std::int64_t r0 = 0; r0 < rows; r0 += block) {
+      const std::int64_t r1 = std::min(rows, r0 + block);
+      for (std::int64_t c0 = 0; c0 < cols; c0 += block) {
+        const std::int64_t c1 = std::min(cols, c0 + block);
+        for (std::int64_t r = r0; r < r1; ++r)
+          for (std::int64_t c = c0; c < c1; ++c) out[c * rows + r] = in[r * cols + c];
+      }
+    }
+  };
+  if (dtype_size(matrix.dtype()) == 2) {
+    transpose(std::uint16_t{});
+  } else {
+    transpose(std::uint32_t{});
   }
   return result;
 }
 
-// Parameters stay on the device across invocations and cases, keyed by the runner's input id.
+// Parameters stay on the device across invocations and cases, keyed by the runner's input id (and
+// whether the copy is transposed), up to 4 GiB, the least recently used given back first. The
+// buffer returned last is never given back by the next call (its caller may still hold it).
 class ParameterCache {
  public:
-  const cuda::DeviceBuffer& get(const Batch& batch, const std::string& name) {
-    std::string key = name + "#" + std::to_string(batch.input_ids.at(name));
-    auto it = buffers_.find(key);
-    if (it != buffers_.end()) return it->second;
-    if (buffers_.size() >= 4) buffers_.clear();
-    return buffers_.emplace(key, upload(batch.in(name))).first->second;
+  static constexpr std::size_t budget_bytes = std::size_t(4) << 30;
+
+  const cuda::DeviceBuffer& get(const Batch& batch, const std::string& name,
+                                bool transposed_copy = false) {
+    const std::string key =
+        name + (transposed_copy ? "^T#" : "#") + std::to_string(batch.input_ids.at(name));
+    ++clock_;
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      it->second.used = clock_;
+      return it->second.buffer;
+    }
+    const Tensor& host = batch.in(name);
+    while (held_ + host.bytes() > budget_bytes) {
+      auto oldest = entries_.end();
+      for (auto e = entries_.begin(); e != entries_.end(); ++e)
+        if (e->second.used + 1 < clock_ &&
+            (oldest == entries_.end() || e->second.used < oldest->second.used))
+          oldest = e;
+      if (oldest == entries_.end()) break;
+      held_ -= oldest->second.bytes;
+      entries_.erase(oldest);
+    }
+    Entry& entry = entries_[key];
+    entry.buffer = upload(transposed_copy ? transposed(host) : host);
+    entry.bytes = host.bytes();
+    entry.used = clock_;
+    held_ += entry.bytes;
+    return entry.buffer;
   }
 
  private:
-  std::map<std::string, cuda::DeviceBuffer> buffers_;
+  struct Entry {
+    cuda::DeviceBuffer buffer;
+    std::size_t bytes = 0;
+    std::uint64_t used = 0;
+  };
+  std::map<std::string, Entry> entries_;
+  std::size_t held_ = 0;
+  std::uint64_t clock_ = 0;
 };
 
 using cuda_bench::rotation_sets;

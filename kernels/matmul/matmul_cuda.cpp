@@ -107,16 +107,10 @@ class CudaMatmul : public Impl {
                                             const BenchSettings& settings) override;
 
  private:
-  // Parameters stay on the device across invocations and cases (keyed by the runner's input id).
+  // Parameters stay on the device across invocations and cases (cuda_support::ParameterCache).
   const DeviceBuffer& device_parameter(const Batch& batch, const std::string& name,
                                        bool transposed) {
-    std::string key = name + (transposed ? "^T#" : "#") + std::to_string(batch.input_ids.at(name));
-    auto it = parameters_.find(key);
-    if (it != parameters_.end()) return it->second;
-    if (parameters_.size() >= 4) parameters_.clear();
-    const Tensor& host = batch.in(name);
-    return parameters_.emplace(key, upload(transposed ? cuda_support::transposed(host) : host))
-        .first->second;
+    return parameters_.get(batch, name, transposed);
   }
 
   DeviceBuffer& workspace() {
@@ -270,7 +264,7 @@ class CudaMatmul : public Impl {
   }
 
   Kind kind_;
-  std::map<std::string, DeviceBuffer> parameters_;
+  cuda_support::ParameterCache parameters_;
   DeviceBuffer workspace_;
 };
 

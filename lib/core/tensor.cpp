@@ -5,16 +5,31 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "core/host_threads.h"
 
 namespace bitcheck {
 
-Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape)
+Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized)
     : dtype_(dtype), shape_(std::move(shape)), numel_(1) {
   for (std::int64_t extent : shape_) {
     if (extent < 0) throw std::invalid_argument("negative tensor extent");
     numel_ *= extent;
   }
   data_.resize(static_cast<std::size_t>(numel_) * dtype_size(dtype_));
+}
+
+Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape)
+    : Tensor(dtype, std::move(shape), uninitialized) {
+  std::memset(data_.data(), 0, data_.size());
+}
+
+Tensor Tensor::poisoned(DType dtype, std::vector<std::int64_t> shape) {
+  Tensor tensor(dtype, std::move(shape), uninitialized);
+  tensor.fill_nan();
+  return tensor;
 }
 
 void Tensor::reshape(std::vector<std::int64_t> shape) {
@@ -65,14 +80,29 @@ void Tensor::fill_nan() {
                              : encode_bits(dtype_, std::numeric_limits<float>::quiet_NaN());
   const std::size_t width = dtype_size(dtype_);
   if (numel_ == 0) return;
-  set_bits(0, poison);
-  // Doubling copies: a pattern fill at memcpy speed (GPU-sized tensors are gigabytes).
-  std::size_t filled = width, total = data_.size();
-  while (filled < total) {
-    std::size_t chunk = std::min(filled, total - filled);
-    std::memcpy(data_.data() + filled, data_.data(), chunk);
-    filled += chunk;
-  }
+  std::byte pattern[4];
+  std::memcpy(pattern, &poison, width);  // the element's bytes, little-endian as set_bits writes
+  // Doubling copies: a pattern fill at memcpy speed (GPU-sized tensors are gigabytes), a part of
+  // whole elements per thread for large ones (first touches of fresh pages dominate there).
+  auto fill = [&](std::size_t first, std::size_t last) {
+    std::memcpy(data_.data() + first, pattern, width);
+    std::size_t filled = width;
+    while (first + filled < last) {
+      const std::size_t chunk = std::min(filled, last - first - filled);
+      std::memcpy(data_.data() + first + filled, data_.data() + first, chunk);
+      filled += chunk;
+    }
+  };
+  const std::size_t total = data_.size();
+  constexpr std::size_t part_floor = std::size_t(16) << 20;
+  const std::size_t parts = std::min<std::size_t>({host_threads(), 8, total / part_floor});
+  if (parts <= 1) return fill(0, total);
+  const std::size_t step = (numel_ + parts - 1) / parts * width;
+  std::vector<std::thread> workers;
+  for (std::size_t first = step; first < total; first += step)
+    workers.emplace_back(fill, first, std::min(total, first + step));
+  fill(0, std::min(total, step));
+  for (auto& worker : workers) worker.join();
 }
 
 std::vector<float> Tensor::to_floats() const {

@@ -3,17 +3,47 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
 
 namespace bitcheck {
 
+// A std::allocator whose value-less construct leaves the element as it is: the storage's resize
+// does not zero bytes the constructors are about to write.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <typename U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* at) noexcept {
+    ::new (static_cast<void*>(at)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* at, Args&&... args) {
+    ::new (static_cast<void*>(at)) U(std::forward<Args>(args)...);
+  }
+};
+
 class Tensor {
  public:
+  struct Uninitialized {};
+  static constexpr Uninitialized uninitialized{};
+
   Tensor() = default;
-  Tensor(DType dtype, std::vector<std::int64_t> shape);
+  Tensor(DType dtype, std::vector<std::int64_t> shape);  // every element's bits zero
+  // Bytes left as the allocator gives them, for a tensor whose every element is written next.
+  Tensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized);
+  // Every element poisoned (fill_nan), written once.
+  static Tensor poisoned(DType dtype, std::vector<std::int64_t> shape);
 
   DType dtype() const { return dtype_; }
   const std::vector<std::int64_t>& shape() const { return shape_; }
@@ -33,7 +63,8 @@ class Tensor {
 
   void* data() { return data_.data(); }
   const void* data() const { return data_.data(); }
-  void fill_nan();  // poison: quiet NaN in every element (or INT32_MIN for i32)
+  // Poison: quiet NaN in every element (or INT32_MIN for i32); large tensors on several threads.
+  void fill_nan();
   std::vector<float> to_floats() const;
 
   // Copies row `source_row` of `source` into row `row` of this tensor (same dtype and row size).
@@ -47,7 +78,7 @@ class Tensor {
   DType dtype_ = DType::fp32;
   std::vector<std::int64_t> shape_;
   std::int64_t numel_ = 0;
-  std::vector<std::byte> data_;
+  std::vector<std::byte, DefaultInitAllocator<std::byte>> data_;
 };
 
 std::string shape_string(const std::vector<std::int64_t>& shape);

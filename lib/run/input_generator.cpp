@@ -74,7 +74,8 @@ void fill_uniform_rows(Tensor& tensor, std::uint64_t seed, std::uint64_t name_ha
 
 Tensor generate_input(const TensorDecl& decl, std::vector<std::int64_t> shape, std::uint64_t seed,
                       double special_value_rate, IdDistribution ids) {
-  Tensor tensor(decl.dtype, std::move(shape));
+  Tensor tensor(decl.dtype, std::move(shape),
+                Tensor::uninitialized);  // every element written below
   const std::uint64_t name_hash = hash_name(decl.name);
   const std::int64_t rows = tensor.rows(), width = tensor.row_size();
   const auto bound = static_cast<std::uint64_t>(std::max<std::int64_t>(1, decl.index_bound));

@@ -286,8 +286,8 @@ Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
       batch.input_ids[decl.name] = inputs.ids.at(decl.name);
     } else if (decl.role == TensorRole::row_input) {
       const Tensor& logical = *inputs.tensors.at(decl.name);
-      Tensor physical(decl.dtype, full_shape(decl, invocation.slots()));
-      physical.fill_nan();  // pad slots: NaN, so a leak into real rows cannot hide
+      // Pad slots: NaN, so a leak into real rows cannot hide.
+      Tensor physical = Tensor::poisoned(decl.dtype, full_shape(decl, invocation.slots()));
       for (std::int64_t s = 0; s < invocation.slots(); ++s) {
         std::int64_t row = invocation.slot_rows[static_cast<std::size_t>(s)];
         if (row >= 0) physical.copy_row_from(logical, row, s);
@@ -295,9 +295,9 @@ Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
       batch.inputs[decl.name] = std::make_shared<const Tensor>(std::move(physical));
       batch.input_ids[decl.name] = new_input_id();
     } else if (decl.role == TensorRole::row_output) {
-      Tensor output(decl.dtype, full_shape(decl, invocation.slots()));
-      output.fill_nan();  // poison: an unwritten element shows up as NaN
-      batch.outputs.emplace(decl.name, std::move(output));
+      // Poison: an unwritten element shows up as NaN.
+      batch.outputs.emplace(decl.name,
+                            Tensor::poisoned(decl.dtype, full_shape(decl, invocation.slots())));
     } else {
       batch.outputs.emplace(decl.name, std::move(result.reductions[decl.name]));
     }
@@ -427,8 +427,7 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
       layout.invocations.size() == 1 && is_identity(layout.invocations[0], plan.rows);
   for (const auto& decl : plan.decls) {
     if (decl.role == TensorRole::row_output && !whole) {
-      result.rows.emplace(decl.name, Tensor(decl.dtype, full_shape(decl, plan.rows)));
-      result.rows[decl.name].fill_nan();
+      result.rows.emplace(decl.name, Tensor::poisoned(decl.dtype, full_shape(decl, plan.rows)));
     } else if (decl.role == TensorRole::reduction_output) {
       result.reductions.emplace(decl.name, Tensor(decl.dtype, decl.shape));
     }
