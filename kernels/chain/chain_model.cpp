@@ -168,7 +168,9 @@ SharedTensor converted(const Tensor& source, DType dtype) {
     }
   };
   const std::int64_t parts =
-      std::min<std::int64_t>({static_cast<std::int64_t>(host_threads()), 8, count >> 20});
+      count < (2 << 20)
+          ? 1
+          : std::min<std::int64_t>({static_cast<std::int64_t>(host_threads()), 8, count >> 20});
   if (parts <= 1) {
     convert(0, count);
   } else {

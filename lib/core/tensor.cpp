@@ -95,6 +95,8 @@ void Tensor::fill_nan() {
   };
   const std::size_t total = data_.size();
   constexpr std::size_t part_floor = std::size_t(16) << 20;
+  // (host_threads() reads the environment and the CPU count: not for every small tensor.)
+  if (total < 2 * part_floor) return fill(0, total);
   const std::size_t parts = std::min<std::size_t>({host_threads(), 8, total / part_floor});
   if (parts <= 1) return fill(0, total);
   const std::size_t step = (numel_ + parts - 1) / parts * width;
