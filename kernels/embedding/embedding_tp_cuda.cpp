@@ -13,6 +13,7 @@
 #include "common/split_sum.h"
 #include "common/vocab_device.h"
 #include "common/vocab_tp_cuda.h"
+#include "core/path_members.h"
 #include "embedding/embedding.h"
 #include "embedding_kernels.h"
 
@@ -56,7 +57,10 @@ ImplInfo info_of(const EmbeddingTpCudaKind& kind) {
       .with_paths(
           {PathDecl("lookup", "forward: the owned ids looked up, combined across the ranks"),
            PathDecl("dtable.id-segments", "dtable: the rank's ids, tokens in token order"),
-           cuda_tp::nccl_choices(owner_row)});
+           cuda_tp::nccl_choices(owner_row),
+           PathDecl("kernel", "the one-GPU embedding kernel's path per call (gather)")
+               .as_family()
+               .informative()});
   return info;
 }
 
@@ -65,6 +69,7 @@ class EmbeddingTpCuda : public Impl {
   explicit EmbeddingTpCuda(const EmbeddingTpCudaKind& kind) : Impl(info_of(kind)), kind_(kind) {}
 
   void run(Batch& batch) override {
+    const PathsAsMembers kernel_paths("kernel", paths());  // the lookup kernel's "gather"
     const vocab_tp::RankShare share = vocab_tp::rank_share(batch);
     if (batch.spec->pass == Pass::backward) {
       if (!batch.reductions_wanted) return;  // no check reads this layout's dtable
