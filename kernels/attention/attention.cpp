@@ -5,12 +5,16 @@
 #include "attention/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/eigen_view.h"
+#include "core/host_threads.h"
 #include "core/layout_names.h"
 #include "core/rng.h"
 
@@ -259,6 +263,14 @@ void reference_backward(const CaseSpec& spec, const Shape& shape,
       dv(count, shape.kv_heads * shape.dim);
   dk.setZero();
   dv.setZero();
+  // Units of work: a sequence holding requested rows and one KV head, whose query heads run in
+  // head order (they add into the same dk and dv rows); units write disjoint blocks, so they run
+  // on several threads with the bits of one.
+  struct Unit {
+    std::int64_t first, end, q_first, kv;
+    std::vector<std::size_t> mine;
+  };
+  std::vector<Unit> units;
   for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
     const std::int64_t first = offsets[s], end = offsets[s + 1];
     std::vector<std::size_t> mine;
@@ -268,8 +280,12 @@ void reference_backward(const CaseSpec& spec, const Shape& shape,
     if (mine.empty()) continue;
     std::int64_t q_first = end;
     for (std::size_t i : mine) q_first = std::min(q_first, rows[i]);
-    for (std::int64_t h = 0; h < shape.heads; ++h) {
-      const std::int64_t kv = h / shape.group();
+    for (std::int64_t kv = 0; kv < shape.kv_heads; ++kv)
+      units.push_back({first, end, q_first, kv, mine});
+  }
+  auto run_unit = [&](const Unit& unit) {
+    const std::int64_t first = unit.first, end = unit.end, q_first = unit.q_first, kv = unit.kv;
+    for (std::int64_t h = kv * shape.group(); h < (kv + 1) * shape.group(); ++h) {
       MatrixF qh = head_rows(q, q_first, end, h, shape.dim),
               doh = head_rows(dout, q_first, end, h, shape.dim);
       MatrixF kh = head_rows(k, first, end, kv, shape.dim),
@@ -282,14 +298,23 @@ void reference_backward(const CaseSpec& spec, const Shape& shape,
       MatrixF ds = p.array() * (dp.array().colwise() - delta.array());
       MatrixF dqh = (ds * kh) * scale, dkh = (ds.transpose() * qh) * scale,
               dvh = p.transpose() * doh;
-      for (std::size_t i : mine) {
+      for (std::size_t i : unit.mine) {
         const auto r = static_cast<Eigen::Index>(i);
         dq.block(r, h * shape.dim, 1, shape.dim) = dqh.row(rows[i] - q_first);
         dk.block(r, kv * shape.dim, 1, shape.dim) += dkh.row(rows[i] - first);
         dv.block(r, kv * shape.dim, 1, shape.dim) += dvh.row(rows[i] - first);
       }
     }
-  }
+  };
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t u = next++; u < units.size(); u = next++) run_unit(units[u]);
+  };
+  const std::size_t threads = std::min<std::size_t>({host_threads(), 8, units.size()});
+  std::vector<std::thread> workers;
+  for (std::size_t t = 1; t < threads; ++t) workers.emplace_back(work);
+  work();
+  for (auto& worker : workers) worker.join();
   outputs["dq"] = from_matrix(dq);
   outputs["dk"] = from_matrix(dk);
   outputs["dv"] = from_matrix(dv);

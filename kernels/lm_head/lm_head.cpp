@@ -51,7 +51,7 @@ void register_lm_head_op(Registry& registry) {
     outputs["dh"] = from_matrix(to_matrix(inputs.at("dlogits"), request.rows) *
                                 to_matrix_columns(inputs.at("table"), columns_of("dh")));
     MatrixF dlogits_sampled = to_matrix_columns(inputs.at("dlogits"), request.reduction_rows);
-    outputs["dtable"] = from_matrix(dlogits_sampled.transpose() * to_matrix(inputs.at("h")));
+    outputs["dtable"] = from_matrix(product_tn(dlogits_sampled, to_matrix(inputs.at("h"))));
   };
   registry.add_op(std::move(op));
 }

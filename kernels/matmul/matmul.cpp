@@ -55,7 +55,7 @@ void register_matmul_op(Registry& registry) {
     // vocab-sized dy is gigabytes), and the rows come out of one product.
     MatrixF dy_sampled = to_matrix_columns(inputs.at("dy"), request.reduction_rows);
     MatrixF x = to_matrix(inputs.at("x"));
-    outputs["dw"] = from_matrix(dy_sampled.transpose() * x);
+    outputs["dw"] = from_matrix(product_tn(dy_sampled, x));
   };
   registry.add_op(std::move(op));
 }
