@@ -102,7 +102,7 @@ inline std::vector<std::int32_t> real_slot_list(const Batch& batch) {
 inline Tensor compact_rows(const Tensor& tensor, const std::vector<std::int32_t>& slots) {
   std::vector<std::int64_t> shape = tensor.shape();
   shape[0] = static_cast<std::int64_t>(slots.size());
-  Tensor packed(tensor.dtype(), shape);
+  Tensor packed(tensor.dtype(), shape, Tensor::uninitialized);  // every row copied below
   for (std::size_t i = 0; i < slots.size(); ++i)
     packed.copy_row_from(tensor, slots[i], static_cast<std::int64_t>(i));
   return packed;

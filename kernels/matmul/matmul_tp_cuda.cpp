@@ -205,15 +205,17 @@ class MatmulTpCuda : public Impl {
     DeviceBuffer result(count * dtype_size(dtype) + 16);
     nccl::Asynchronous asynchronous;
     BenchMeasurement measurement;
+    // This rank's share of the split dim of both operands (8 / tp chunks of width / 8 for the
+    // chunk orders: the same width / tp columns).
+    const std::int64_t share = width / tp;
+    const std::size_t element = dtype_size(dtype);
+    DeviceBuffer a_share = cuda_bench::random_input(static_cast<std::size_t>(m * share) * element,
+                                                    dtype, static_cast<std::uint64_t>(1 + rank));
+    DeviceBuffer b_share = cuda_bench::random_input(static_cast<std::size_t>(j * share) * element,
+                                                    dtype, static_cast<std::uint64_t>(101 + rank));
     if (kind_.order == Order::fixed_chunks || kind_.order == Order::early_rounding) {
       const int per_rank = chunk_count / tp;
-      const std::int64_t chunk = width / chunk_count, share = chunk * per_rank;
-      const std::size_t element = dtype_size(dtype);
-      DeviceBuffer a_share = cuda_bench::random_input(static_cast<std::size_t>(m * share) * element,
-                                                      dtype, static_cast<std::uint64_t>(1 + rank));
-      DeviceBuffer b_share =
-          cuda_bench::random_input(static_cast<std::size_t>(j * share) * element, dtype,
-                                   static_cast<std::uint64_t>(101 + rank));
+      const std::int64_t chunk = width / chunk_count;
       DeviceBuffer leaves(count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16);
       measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
         chunk_products(gemm_dtype(dtype), a_share.get(), b_share.get(), leaves.as<float>(), m, j,
@@ -224,13 +226,6 @@ class MatmulTpCuda : public Impl {
       measurement.config = {
           {"path", std::to_string(per_rank) + " chunk GEMMs with fp32 output + chunk tree"}};
     } else {
-      const std::int64_t share = width / tp;
-      const std::size_t element = dtype_size(dtype);
-      DeviceBuffer a_share = cuda_bench::random_input(static_cast<std::size_t>(m * share) * element,
-                                                      dtype, static_cast<std::uint64_t>(1 + rank));
-      DeviceBuffer b_share =
-          cuda_bench::random_input(static_cast<std::size_t>(j * share) * element, dtype,
-                                   static_cast<std::uint64_t>(101 + rank));
       DeviceBuffer local(count * element + 16);
       const GemmDType gemm_type = gemm_dtype(dtype);
       const bool heuristic = kind_.order == Order::nccl_default;
