@@ -2,13 +2,16 @@
 #include "run/compare.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "core/counter_hash.h"
+#include "core/host_threads.h"
 
 namespace bitcheck {
 namespace {
@@ -93,68 +96,114 @@ AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
                                const Tensor& reference, const std::vector<std::int64_t>& row_ids,
                                double atol, double rtol, const std::vector<std::int64_t>& columns,
                                const NonFiniteRules& rules) {
-  AccuracyMetrics metrics;
-  metrics.tensor = tensor;
-  metrics.atol = atol;
-  metrics.rtol = rtol;
   const std::int64_t width = actual.row_size();
   const bool sampled =
       !columns.empty() && reference.row_size() == static_cast<std::int64_t>(columns.size());
   const std::int64_t reference_width = reference.row_size();
-  double worst_excess = -1.0;
-  // A row's values decoded in one pass each (every column, or the sampled ones).
-  std::vector<float> actual_row(static_cast<std::size_t>(reference_width)),
-      reference_row(static_cast<std::size_t>(reference_width));
-  for (std::size_t i = 0; i < actual_rows.size(); ++i) {
-    get_range(reference, static_cast<std::int64_t>(i) * reference_width, reference_width,
-              reference_row.data());
-    if (sampled) {
-      for (std::int64_t j = 0; j < reference_width; ++j)
-        actual_row[static_cast<std::size_t>(j)] =
-            actual.get(actual_rows[i] * width + columns[static_cast<std::size_t>(j)]);
-    } else {
-      get_range(actual, actual_rows[i] * width, reference_width, actual_row.data());
-    }
-    for (std::int64_t j = 0; j < reference_width; ++j) {
-      std::int64_t column = sampled ? columns[static_cast<std::size_t>(j)] : j;
-      std::int64_t a_index = actual_rows[i] * width + column;
-      std::int64_t r_index = static_cast<std::int64_t>(i) * reference_width + j;
-      double a = actual_row[static_cast<std::size_t>(j)],
-             r = reference_row[static_cast<std::size_t>(j)];
-      ++metrics.compared;
-      auto record_worst = [&](double excess) {
-        if (excess <= worst_excess) return;
-        worst_excess = excess;
-        metrics.worst = Mismatch{row_ids[i],
-                                 column,
-                                 static_cast<float>(r),
-                                 static_cast<float>(a),
-                                 reference.bits(r_index),
-                                 actual.bits(a_index)};
-      };
-      if (std::isnan(a) || std::isnan(r)) {
-        if (rules.nan_matches_reference && std::isnan(a) && std::isnan(r)) {
+  // The metrics of rows [first, last), and the excess of its worst element (-1: none).
+  struct Part {
+    AccuracyMetrics metrics;
+    double worst_excess = -1.0;
+  };
+  auto scan = [&](std::size_t first, std::size_t last, Part& part) {
+    AccuracyMetrics& metrics = part.metrics;
+    double& worst_excess = part.worst_excess;
+    // A row's values decoded in one pass each (every column, or the sampled ones).
+    std::vector<float> actual_row(static_cast<std::size_t>(reference_width)),
+        reference_row(static_cast<std::size_t>(reference_width));
+    for (std::size_t i = first; i < last; ++i) {
+      get_range(reference, static_cast<std::int64_t>(i) * reference_width, reference_width,
+                reference_row.data());
+      if (sampled) {
+        for (std::int64_t j = 0; j < reference_width; ++j)
+          actual_row[static_cast<std::size_t>(j)] =
+              actual.get(actual_rows[i] * width + columns[static_cast<std::size_t>(j)]);
+      } else {
+        get_range(actual, actual_rows[i] * width, reference_width, actual_row.data());
+      }
+      for (std::int64_t j = 0; j < reference_width; ++j) {
+        std::int64_t column = sampled ? columns[static_cast<std::size_t>(j)] : j;
+        std::int64_t a_index = actual_rows[i] * width + column;
+        std::int64_t r_index = static_cast<std::int64_t>(i) * reference_width + j;
+        double a = actual_row[static_cast<std::size_t>(j)],
+               r = reference_row[static_cast<std::size_t>(j)];
+        ++metrics.compared;
+        auto record_worst = [&](double excess) {
+          if (excess <= worst_excess) return;
+          worst_excess = excess;
+          metrics.worst = Mismatch{row_ids[i],
+                                   column,
+                                   static_cast<float>(r),
+                                   static_cast<float>(a),
+                                   reference.bits(r_index),
+                                   actual.bits(a_index)};
+        };
+        if (std::isnan(a) || std::isnan(r)) {
+          if (rules.nan_matches_reference && std::isnan(a) && std::isnan(r)) {
+            ++metrics.nonfinite_matched;
+            continue;
+          }
+          ++metrics.nan_count;
+          record_worst(std::numeric_limits<double>::infinity());
+          continue;
+        }
+        if (std::isinf(r) && a == r) {
           ++metrics.nonfinite_matched;
           continue;
         }
-        ++metrics.nan_count;
-        record_worst(std::numeric_limits<double>::infinity());
-        continue;
+        // An infinity on one side only (or of the other sign) is never within a threshold: with an
+        // infinite reference, rtol * |ref| would be infinite too.
+        const bool infinite = std::isinf(a) || std::isinf(r);
+        double error = infinite ? std::numeric_limits<double>::infinity() : std::fabs(a - r);
+        metrics.max_abs_error = std::max(metrics.max_abs_error, error);
+        metrics.max_rel_error = std::max(metrics.max_rel_error, relative(error, r));
+        double allowed = atol + rtol * std::fabs(r);
+        if (!infinite && error <= allowed) continue;
+        ++metrics.violations;
+        record_worst(infinite ? std::numeric_limits<double>::infinity() : error - allowed);
       }
-      if (std::isinf(r) && a == r) {
-        ++metrics.nonfinite_matched;
-        continue;
-      }
-      // An infinity on one side only (or of the other sign) is never within a threshold: with an
-      // infinite reference, rtol * |ref| would be infinite too.
-      const bool infinite = std::isinf(a) || std::isinf(r);
-      double error = infinite ? std::numeric_limits<double>::infinity() : std::fabs(a - r);
-      metrics.max_abs_error = std::max(metrics.max_abs_error, error);
-      metrics.max_rel_error = std::max(metrics.max_rel_error, relative(error, r));
-      double allowed = atol + rtol * std::fabs(r);
-      if (!infinite && error <= allowed) continue;
-      ++metrics.violations;
-      record_worst(infinite ? std::numeric_limits<double>::infinity() : error - allowed);
+    }
+  };
+  // Large checks (vocab-sized gradients) in fixed parts of rows, each on a thread, merged in row
+  // order: counts add, maxima are maxima, and the worst is the first of the largest excess, as one
+  // pass in row order finds it.
+  const std::size_t rows = actual_rows.size();
+  const std::size_t elements = rows * static_cast<std::size_t>(reference_width);
+  constexpr std::size_t part_elements = std::size_t(1) << 21;
+  const std::size_t parts = elements < 2 * part_elements
+                                ? 1
+                                : std::min(rows, (elements + part_elements - 1) / part_elements);
+  std::vector<Part> results(parts);
+  const std::size_t step = (rows + parts - 1) / std::max<std::size_t>(parts, 1);
+  if (parts <= 1) {
+    scan(0, rows, results[0]);
+  } else {
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+      for (std::size_t p = next++; p < parts; p = next++)
+        scan(std::min(rows, p * step), std::min(rows, (p + 1) * step), results[p]);
+    };
+    const std::size_t threads = std::min<std::size_t>({host_threads(), 8, parts});
+    std::vector<std::thread> workers;
+    for (std::size_t t = 1; t < threads; ++t) workers.emplace_back(work);
+    work();
+    for (auto& worker : workers) worker.join();
+  }
+  AccuracyMetrics metrics;
+  metrics.tensor = tensor;
+  metrics.atol = atol;
+  metrics.rtol = rtol;
+  double worst_excess = -1.0;
+  for (const Part& part : results) {
+    metrics.compared += part.metrics.compared;
+    metrics.violations += part.metrics.violations;
+    metrics.nan_count += part.metrics.nan_count;
+    metrics.nonfinite_matched += part.metrics.nonfinite_matched;
+    metrics.max_abs_error = std::max(metrics.max_abs_error, part.metrics.max_abs_error);
+    metrics.max_rel_error = std::max(metrics.max_rel_error, part.metrics.max_rel_error);
+    if (part.worst_excess > worst_excess) {
+      worst_excess = part.worst_excess;
+      metrics.worst = part.metrics.worst;
     }
   }
   return metrics;

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -295,4 +296,48 @@ TEST_CASE("a fingerprint of rows moves with every byte of every listed row, and 
       CHECK((fingerprint_rows(changed, listed, 7) != base) == is_listed);
     }
   }
+}
+
+TEST_CASE("check_accuracy in parts on threads: the one pass's counts, maxima and first worst",
+          "[compare]") {
+  // 4096 x 1024: large enough to be checked in parts.
+  const std::int64_t rows = 4096, width = 1024;
+  Tensor reference(DType::fp32, {rows, width}), actual(DType::fp32, {rows, width});
+  for (std::int64_t i = 0; i < rows * width; ++i) {
+    const float value = static_cast<float>(i % 977) / 977.0f;
+    reference.set(i, value);
+    actual.set(i, value + 1e-4f);  // within atol 1e-3 everywhere but where planted
+  }
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) ids[static_cast<std::size_t>(r)] = r;
+  auto plant = [&](std::int64_t row, std::int64_t column, float error) {
+    actual.set(row * width + column, reference.get(row * width + column) + error);
+  };
+  plant(100, 5, 0.5f);  // two equal excesses: the first in row order is the worst
+  plant(3000, 7, 0.5f);
+  for (const char* threads : {"1", "3"}) {
+    setenv("BITCHECK_HOST_THREADS", threads, 1);
+    const AccuracyMetrics metrics = check_accuracy("y", actual, ids, reference, ids, 1e-3, 0.0);
+    INFO("threads " << threads);
+    CHECK(metrics.compared == rows * width);
+    CHECK(metrics.violations == 2);
+    REQUIRE(metrics.worst);
+    CHECK(metrics.worst->row == 100);
+    CHECK(metrics.worst->column == 5);
+    CHECK(metrics.max_abs_error == Approx(0.5).margin(1e-6));
+  }
+  plant(3500, 9, 2.0f);  // a larger excess in a later part wins
+  actual.set(2000 * width + 3, std::numeric_limits<float>::quiet_NaN());  // a NaN wins over all
+  for (const char* threads : {"1", "3"}) {
+    setenv("BITCHECK_HOST_THREADS", threads, 1);
+    const AccuracyMetrics metrics = check_accuracy("y", actual, ids, reference, ids, 1e-3, 0.0);
+    INFO("threads " << threads);
+    CHECK(metrics.violations == 3);
+    CHECK(metrics.nan_count == 1);
+    REQUIRE(metrics.worst);
+    CHECK(metrics.worst->row == 2000);
+    CHECK(metrics.worst->column == 3);
+    CHECK(metrics.max_abs_error == Approx(2.0).margin(1e-5));
+  }
+  unsetenv("BITCHECK_HOST_THREADS");
 }
