@@ -4,8 +4,10 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -337,4 +339,25 @@ TEST_CASE("a tensor reshaped keeps its elements' bits and refuses another elemen
   CHECK(tensor.bitwise_equal(original));
   CHECK_THROWS_AS(tensor.reshape({5, 2}), std::invalid_argument);
   CHECK(tensor.shape() == std::vector<std::int64_t>{3, 4});
+}
+
+TEST_CASE("large tensors are zeroed and poisoned whole on several threads", "[dtype][tensor]") {
+  setenv("BITCHECK_HOST_THREADS", "3", 1);
+  // 40 MiB of bf16 (parts of whole elements) and an odd element count of fp32.
+  for (const auto& [dtype, count] : {std::pair{DType::bf16, std::int64_t{20} << 20},
+                                     std::pair{DType::fp32, (std::int64_t{10} << 20) + 7}}) {
+    Tensor poisoned = Tensor::poisoned(dtype, {count});
+    const std::uint32_t nan_bits = poisoned.bits(0);
+    CHECK(std::isnan(poisoned.get(0)));
+    std::int64_t not_poison = 0;
+    for (std::int64_t i = 0; i < count; ++i) not_poison += poisoned.bits(i) != nan_bits;
+    CHECK(not_poison == 0);
+    // A zeroed tensor where a freed poisoned one just was: every byte zero.
+    poisoned = Tensor();
+    const Tensor zeros(dtype, {count});
+    std::int64_t not_zero = 0;
+    for (std::int64_t i = 0; i < count; ++i) not_zero += zeros.bits(i) != 0;
+    CHECK(not_zero == 0);
+  }
+  unsetenv("BITCHECK_HOST_THREADS");
 }
