@@ -135,11 +135,14 @@ inline Tensor transposed(const Tensor& matrix) {
 }
 
 // Parameters stay on the device across invocations and cases, keyed by the runner's input id (and
-// whether the copy is transposed), up to 4 GiB, the least recently used given back first. The
-// buffer returned last is never given back by the next call (its caller may still hold it).
+// whether the copy is transposed): up to 8 of them and 4 GiB, the least recently used given back
+// first (8: a chain layer's four GEMM weights and their transposed copies; a dozen shards share a
+// GPU, so each holds few). The buffer returned last is never given back by the next call (its
+// caller may still hold it).
 class ParameterCache {
  public:
   static constexpr std::size_t budget_bytes = std::size_t(4) << 30;
+  static constexpr std::size_t most_entries = 8;
 
   const cuda::DeviceBuffer& get(const Batch& batch, const std::string& name,
                                 bool transposed_copy = false) {
@@ -152,7 +155,7 @@ class ParameterCache {
       return it->second.buffer;
     }
     const Tensor& host = batch.in(name);
-    while (held_ + host.bytes() > budget_bytes) {
+    while (held_ + host.bytes() > budget_bytes || entries_.size() >= most_entries) {
       auto oldest = entries_.end();
       for (auto e = entries_.begin(); e != entries_.end(); ++e)
         if (e->second.used + 1 < clock_ &&
