@@ -18,12 +18,17 @@ std::size_t element_bytes(cuda::DeviceDType dtype) {
   return dtype == cuda::DeviceDType::fp32 ? 4 : 2;
 }
 
+// From this many bytes of fp32 subtree the chunk tree's last levels are summed part by part (the
+// collectives' fixed-order scattered path starts at the same size); below, one all-gather has the
+// lower latency.
+constexpr std::size_t scattered_from_bytes = std::size_t(512) << 10;
+
 // Scratch for the chunk tree's subtree and gathered subtrees, kept across calls and grown as
 // needed: at prefill sizes they are larger than the device block cache holds, and a fresh
 // cudaMalloc and cudaFree (which synchronizes the device) each call cost more than the sum. One
 // rank process calls it from one thread; every call ends synchronized, so the next may reuse it.
 void* scratch(int slot, std::size_t bytes) {
-  static cuda::DeviceBuffer* buffers[2] = {nullptr, nullptr};  // never freed: exit frees them
+  static cuda::DeviceBuffer* buffers[3] = {nullptr, nullptr, nullptr};  // never freed at all
   cuda::DeviceBuffer*& buffer = buffers[slot];
   if (!buffer || buffer->bytes() < bytes) {
     delete buffer;
@@ -49,6 +54,22 @@ void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t cou
   } else {
     cuda::sum_gathered_fixed_tree(cuda::DeviceDType::fp32, leaves, subtree, count, per_rank,
                                   nullptr);
+  }
+  const std::size_t part = count / static_cast<std::size_t>(tp);
+  if (tp > 1 && !round_subtree && count % static_cast<std::size_t>(tp) == 0 &&
+      subtree_bytes >= scattered_from_bytes) {
+    // Rank r takes the r-th part of every rank's subtree (an all-to-all of exact copies, laid out
+    // rank by rank as the all-gather lays out whole subtrees), finishes the tree for that part,
+    // and the rounded parts are all-gathered: each element summed as on the gathered path below,
+    // with (tp - 1) / tp of the fp32 subtree and of the rounded result moved instead of tp - 1
+    // whole fp32 subtrees.
+    void* part_sum = scratch(2, part * element_bytes(dtype) + 16);
+    nccl::all_to_all(subtree, gathered, part, cuda::DeviceDType::fp32, tp, nccl::library_default());
+    cuda::sum_gathered_fp32_tree(dtype, static_cast<const float*>(gathered), part_sum, part, tp,
+                                 nullptr);
+    nccl::all_gather(part_sum, out, part, dtype, tp, nccl::library_default());
+    cuda::synchronize();
+    return;
   }
   if (tp > 1)
     nccl::all_gather(subtree, gathered, count, subtree_dtype, tp, nccl::library_default());

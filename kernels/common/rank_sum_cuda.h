@@ -50,7 +50,10 @@ constexpr int chunk_count = 8;
 // fixed_chunks and early_rounding: `leaves` holds this rank's chunk_count / tp partials of `count`
 // values each ([chunk][count] fp32). They are added in the rank's subtree, the ranks' subtrees are
 // all-gathered (an exact copy) and the tree finished on every rank, rounded once into `out`
-// (`count` values of `dtype`): the same tree at every tp. Synchronizes.
+// (`count` values of `dtype`): the same tree at every tp. From 512 KiB of subtree (fixed_chunks)
+// each rank finishes the tree for its part of the elements only, from an all-to-all of the
+// subtrees' parts, and the rounded parts are all-gathered: the same bits, less traffic.
+// Synchronizes.
 void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t count,
                        cuda::DeviceDType dtype, int tp, void* out);
 
