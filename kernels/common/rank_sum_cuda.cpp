@@ -56,8 +56,10 @@ void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t cou
                                   nullptr);
   }
   const std::size_t part = count / static_cast<std::size_t>(tp);
-  if (tp > 1 && !round_subtree && count % static_cast<std::size_t>(tp) == 0 &&
-      subtree_bytes >= scattered_from_bytes) {
+  const bool scattered = tp > 1 && !round_subtree && count % static_cast<std::size_t>(tp) == 0 &&
+                         subtree_bytes >= scattered_from_bytes;
+  record_path_member("chunk-tree", tp == 1 ? "local" : scattered ? "scattered" : "gathered");
+  if (scattered) {
     // Rank r takes the r-th part of every rank's subtree (an all-to-all of exact copies, laid out
     // rank by rank as the all-gather lays out whole subtrees), finishes the tree for that part,
     // and the rounded parts are all-gathered: each element summed as on the gathered path below,
@@ -111,6 +113,15 @@ ImplInfo rank_order_info(const RankOrderKind& kind, std::string name, std::strin
                   : kind.library_default
                       ? ImplInfo::library_default(std::move(name), "cuda", std::move(description))
                       : ImplInfo::control(std::move(name), "cuda", std::move(description));
+  if (kind.order == RankOrder::fixed_chunks || kind.order == RankOrder::early_rounding) {
+    // How finish_chunk_tree moved the subtrees: a switch by message size that must change no bit.
+    PathDecl tree("chunk-tree",
+                  "the chunk tree's last levels: local (tp = 1), gathered (whole subtrees "
+                  "all-gathered) or scattered (parts all-to-all, from 512 KiB)");
+    tree.as_family();
+    tree.informative();
+    paths.push_back(tree);
+  }
   info.drifting_in(std::move(control_passes))
       .on_ranks(split_parallelism(kind.across_tp, kind.drifts_from_tp, std::move(split_dims)))
       .with_paths(std::move(paths));
