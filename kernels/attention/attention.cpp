@@ -5,12 +5,10 @@
 #include "attention/attention.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/eigen_view.h"
@@ -306,15 +304,8 @@ void reference_backward(const CaseSpec& spec, const Shape& shape,
       }
     }
   };
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t u = next++; u < units.size(); u = next++) run_unit(units[u]);
-  };
-  const std::size_t threads = std::min<std::size_t>({host_threads(), 8, units.size()});
-  std::vector<std::thread> workers;
-  for (std::size_t t = 1; t < threads; ++t) workers.emplace_back(work);
-  work();
-  for (auto& worker : workers) worker.join();
+  run_on_threads(units.size(), threads_for(units.size()),
+                 [&](std::size_t u) { run_unit(units[u]); });
   outputs["dq"] = from_matrix(dq);
   outputs["dk"] = from_matrix(dk);
   outputs["dv"] = from_matrix(dv);

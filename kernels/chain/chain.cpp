@@ -6,7 +6,6 @@
 #include "chain/chain.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,7 +13,6 @@
 #include <exception>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include "attention/attention.h"
 #include "core/error.h"
@@ -220,22 +218,15 @@ void compute_references(const OpDefs& ops, const std::vector<PendingReference>& 
   std::vector<std::map<std::string, Tensor>> results(pending.size());
   std::vector<std::exception_ptr> errors(pending.size());
   const std::vector<std::size_t> order = largest_first(ops, pending, rows);
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t taken = next++; taken < order.size(); taken = next++) {
-      const std::size_t i = order[taken];
-      try {
-        results[i] = call_reference(ops.at(pending[i].call.op), pending[i], wanted);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> workers;
-  const std::size_t threads = std::min(reference_threads(), pending.size());
-  for (std::size_t t = 1; t < threads; ++t) workers.emplace_back(work);
-  work();
-  for (std::thread& worker : workers) worker.join();
+  run_on_threads(order.size(), std::min(reference_threads(), pending.size()),
+                 [&](std::size_t taken) {
+                   const std::size_t i = order[taken];
+                   try {
+                     results[i] = call_reference(ops.at(pending[i].call.op), pending[i], wanted);
+                   } catch (...) {
+                     errors[i] = std::current_exception();
+                   }
+                 });
   for (std::size_t i = 0; i < pending.size(); ++i) {
     if (errors[i]) std::rethrow_exception(errors[i]);
     for (auto& [name, tensor] : results[i]) outputs[name] = std::move(tensor);

@@ -2,11 +2,8 @@
 // tensors. The glue between calls only moves bits (column slices, concatenations) or rounds the
 // fp32 residual stream to the case dtype where an rmsnorm reads it, element by element, so nothing
 // between two ops can depend on the batch: every drift the chain shows comes from an op.
-#include <algorithm>
 #include <cstring>
 #include <stdexcept>
-#include <thread>
-#include <vector>
 
 #include "chain/chain.h"
 #include "core/host_threads.h"
@@ -167,20 +164,10 @@ SharedTensor converted(const Tensor& source, DType dtype) {
       for (std::int64_t i = first; i < last; ++i) result.set(i, source.get(i));
     }
   };
-  const std::int64_t parts =
-      count < (2 << 20)
-          ? 1
-          : std::min<std::int64_t>({static_cast<std::int64_t>(host_threads()), 8, count >> 20});
-  if (parts <= 1) {
-    convert(0, count);
-  } else {
-    const std::int64_t step = (count + parts - 1) / parts;
-    std::vector<std::thread> workers;
-    for (std::int64_t first = step; first < count; first += step)
-      workers.emplace_back(convert, first, std::min(count, first + step));
-    convert(0, std::min(count, step));
-    for (auto& worker : workers) worker.join();
-  }
+  run_in_parts(static_cast<std::size_t>(count), 1, std::size_t(1) << 20,
+               [&](std::size_t first, std::size_t last) {
+                 convert(static_cast<std::int64_t>(first), static_cast<std::int64_t>(last));
+               });
   return std::make_shared<const Tensor>(std::move(result));
 }
 

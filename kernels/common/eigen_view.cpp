@@ -2,8 +2,6 @@
 #include "common/eigen_view.h"
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
 
 #include "core/host_threads.h"
 
@@ -45,21 +43,12 @@ MatrixF product_tn(const MatrixF& a, const MatrixF& b) {
   const Eigen::Index rows = a.cols();
   if (rows < 2 * product_block) return a.transpose() * b;
   MatrixF result(rows, b.cols());
-  const Eigen::Index blocks = (rows + product_block - 1) / product_block;
-  std::atomic<Eigen::Index> next{0};
-  auto work = [&] {
-    for (Eigen::Index block = next++; block < blocks; block = next++) {
-      const Eigen::Index first = block * product_block;
-      const Eigen::Index count = std::min(product_block, rows - first);
-      result.middleRows(first, count).noalias() = a.middleCols(first, count).transpose() * b;
-    }
-  };
-  const auto threads =
-      std::min<Eigen::Index>({static_cast<Eigen::Index>(host_threads()), 8, blocks});
-  std::vector<std::thread> workers;
-  for (Eigen::Index t = 1; t < threads; ++t) workers.emplace_back(work);
-  work();
-  for (auto& worker : workers) worker.join();
+  const auto blocks = static_cast<std::size_t>((rows + product_block - 1) / product_block);
+  run_on_threads(blocks, threads_for(blocks), [&](std::size_t block) {
+    const Eigen::Index first = static_cast<Eigen::Index>(block) * product_block;
+    const Eigen::Index count = std::min(product_block, rows - first);
+    result.middleRows(first, count).noalias() = a.middleCols(first, count).transpose() * b;
+  });
   return result;
 }
 

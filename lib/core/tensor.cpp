@@ -5,34 +5,13 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
-#include <thread>
-#include <vector>
 
 #include "core/host_threads.h"
 
 namespace bitcheck {
 
-namespace {
-
-// Runs fill(first, last) over [0, total) bytes: at once for small spans, else in parts of whole
-// `width`-byte elements on up to 8 threads (for gigabyte tensors the first touches of fresh pages
-// dominate, and they scale with the threads).
-template <typename Fill>
-void fill_in_parts(std::size_t total, std::size_t width, Fill fill) {
-  constexpr std::size_t part_floor = std::size_t(16) << 20;
-  // (host_threads() reads the environment and the CPU count: not for every small tensor.)
-  if (total < 2 * part_floor) return fill(std::size_t{0}, total);
-  const std::size_t parts = std::min<std::size_t>({host_threads(), 8, total / part_floor});
-  if (parts <= 1) return fill(std::size_t{0}, total);
-  const std::size_t step = (total / width + parts - 1) / parts * width;
-  std::vector<std::thread> workers;
-  for (std::size_t first = step; first < total; first += step)
-    workers.emplace_back(fill, first, std::min(total, first + step));
-  fill(std::size_t{0}, std::min(total, step));
-  for (auto& worker : workers) worker.join();
-}
-
-}  // namespace
+// Zeroing and poisoning split tensors into parts of at least this many bytes.
+constexpr std::size_t fill_part_floor = std::size_t(16) << 20;
 
 Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized)
     : dtype_(dtype), shape_(std::move(shape)), numel_(1) {
@@ -45,9 +24,11 @@ Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized)
 
 Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape)
     : Tensor(dtype, std::move(shape), uninitialized) {
-  fill_in_parts(data_.size(), dtype_size(dtype_), [this](std::size_t first, std::size_t last) {
-    std::memset(data_.data() + first, 0, last - first);
-  });
+  // Large tensors on several threads: first touches of fresh pages dominate there.
+  run_in_parts(data_.size(), dtype_size(dtype_), fill_part_floor,
+               [this](std::size_t first, std::size_t last) {
+                 std::memset(data_.data() + first, 0, last - first);
+               });
 }
 
 Tensor Tensor::poisoned(DType dtype, std::vector<std::int64_t> shape) {
@@ -109,7 +90,7 @@ void Tensor::fill_nan() {
       pattern, &poison,
       width);  // the element's bytes, little-endian as set_bits writes
                // Doubling copies: a pattern fill at memcpy speed (GPU-sized tensors are gigabytes).
-  fill_in_parts(data_.size(), width, [&](std::size_t first, std::size_t last) {
+  run_in_parts(data_.size(), width, fill_part_floor, [&](std::size_t first, std::size_t last) {
     std::memcpy(data_.data() + first, pattern, width);
     std::size_t filled = width;
     while (first + filled < last) {

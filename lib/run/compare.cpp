@@ -2,12 +2,10 @@
 #include "run/compare.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "core/counter_hash.h"
@@ -175,20 +173,9 @@ AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
                                 : std::min(rows, (elements + part_elements - 1) / part_elements);
   std::vector<Part> results(parts);
   const std::size_t step = (rows + parts - 1) / std::max<std::size_t>(parts, 1);
-  if (parts <= 1) {
-    scan(0, rows, results[0]);
-  } else {
-    std::atomic<std::size_t> next{0};
-    auto work = [&] {
-      for (std::size_t p = next++; p < parts; p = next++)
-        scan(std::min(rows, p * step), std::min(rows, (p + 1) * step), results[p]);
-    };
-    const std::size_t threads = std::min<std::size_t>({host_threads(), 8, parts});
-    std::vector<std::thread> workers;
-    for (std::size_t t = 1; t < threads; ++t) workers.emplace_back(work);
-    work();
-    for (auto& worker : workers) worker.join();
-  }
+  run_on_threads(parts, parts <= 1 ? 1 : threads_for(parts), [&](std::size_t p) {
+    scan(std::min(rows, p * step), std::min(rows, (p + 1) * step), results[p]);
+  });
   AccuracyMetrics metrics;
   metrics.tensor = tensor;
   metrics.atol = atol;
