@@ -267,6 +267,7 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
   batch.invocation_index = batch_.invocation_index;
   batch.invocation_count = batch_.invocation_count;
   batch.reductions_wanted = batch_.reductions_wanted;
+  batch.parameters_in_use = batch_.inputs.size();  // the chain's inputs: every layer's parameters
   batch.layout_state = state_.calls[call.name];
   const std::vector<TensorDecl> decls = registry_.find_op(call.op)->tensors(spec);
   for (const TensorDecl& decl : decls) {

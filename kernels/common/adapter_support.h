@@ -1,10 +1,11 @@
 // Host-side helpers shared by the CUDA adapters of every op: dtype mapping, uploads and downloads
 // of host tensors, the real-slot list a kernel iterates, row compaction and transposition, the
-// per-impl parameter cache, and the rotated, warmed-up, median-of-repeats timing loop of
+// per-process parameter cache, and the rotated, warmed-up, median-of-repeats timing loop of
 // benchmark(). Host compiler only.
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "bench_support.h"
+#include "core/host_threads.h"
 #include "core/op.h"
 #include "device_dtype.h"
 #include "runtime.h"
@@ -134,15 +136,40 @@ inline Tensor transposed(const Tensor& matrix) {
   return result;
 }
 
-// Parameters stay on the device across invocations and cases, keyed by the runner's input id (and
-// whether the copy is transposed): up to 8 of them and 4 GiB, the least recently used given back
-// first (8: a chain layer's four GEMM weights and their transposed copies; a dozen shards share a
-// GPU, so each holds few). The buffer returned last is never given back by the next call (its
+// The device memory one process's cache of parameters may hold: a quarter of the GPU's memory
+// shared by the processes on it (BITCHECK_SHARDS_ON_DEVICE, set by `sweep --devices`), at most
+// 4 GiB. Sixteen nightly shards on an 80 GB H100: 1.25 GB each.
+inline std::size_t parameter_budget_bytes() {
+  static const std::size_t budget = [] {
+    std::size_t sharing = 1;
+    if (const char* text = std::getenv(shards_on_device_variable)) {
+      char* end = nullptr;
+      const unsigned long value = std::strtoul(text, &end, 10);
+      if (end != text && *end == '\0' && value >= 1) sharing = value;
+    }
+    const std::size_t most = std::size_t(4) << 30;
+    const cuda::DeviceInfo info = cuda::query_device();
+    if (!info.available || info.total_memory_bytes == 0) return most;
+    return std::min(most, info.total_memory_bytes / (4 * sharing));
+  }();
+  return budget;
+}
+
+// Parameters stay on the device across invocations, cases and impls, in one cache per process
+// (ParameterCache::process()), keyed by the runner's input id (process-unique) and whether the
+// copy is transposed: up to 8 of them (twice Batch::parameters_in_use when a chain says it cycles
+// through more) within parameter_budget_bytes(), the least recently used given back first (8: a
+// chain layer's four GEMM weights and their transposed copies). The impls of one op share the
+// device copy of a weight. The buffer returned last is never given back by the next call (its
 // caller may still hold it).
 class ParameterCache {
  public:
-  static constexpr std::size_t budget_bytes = std::size_t(4) << 30;
   static constexpr std::size_t most_entries = 8;
+
+  static ParameterCache& process() {
+    static ParameterCache cache;
+    return cache;
+  }
 
   const cuda::DeviceBuffer& get(const Batch& batch, const std::string& name,
                                 bool transposed_copy = false) {
@@ -155,7 +182,10 @@ class ParameterCache {
       return it->second.buffer;
     }
     const Tensor& host = batch.in(name);
-    while (held_ + host.bytes() > budget_bytes || entries_.size() >= most_entries) {
+    // A chain's layers cycle through more weights than the default few; each may have a
+    // transposed copy.
+    const std::size_t entries = std::max(most_entries, 2 * batch.parameters_in_use);
+    while (held_ + host.bytes() > parameter_budget_bytes() || entries_.size() >= entries) {
       auto oldest = entries_.end();
       for (auto e = entries_.begin(); e != entries_.end(); ++e)
         if (e->second.used + 1 < clock_ &&

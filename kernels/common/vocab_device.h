@@ -69,9 +69,16 @@ inline std::shared_ptr<const cuda::DeviceBuffer> shared_parameter(
   for (const Entry& entry : cache) {
     if (entry.host == host && entry.variant == variant) return entry.device;
   }
-  if (cache.size() >= 4) cache.erase(cache.begin());
   auto device = std::make_shared<const cuda::DeviceBuffer>(transform ? upload(transform(*host))
                                                                      : upload(*host));
+  // At most 4 entries within the process's share of the GPU (parameter_budget_bytes): a
+  // vocabulary table is up to 2 GB, and a dozen shards share a GPU.
+  std::size_t held = device->bytes();
+  for (const Entry& entry : cache) held += entry.device->bytes();
+  while (!cache.empty() && (cache.size() >= 4 || held > cuda_support::parameter_budget_bytes())) {
+    held -= cache.front().device->bytes();
+    cache.erase(cache.begin());
+  }
   cache.push_back({host, variant, device});
   return device;
 }

@@ -140,7 +140,7 @@ class CudaElementwise : public ElementwiseImpl {
     return launch;
   }
 
-  support::ParameterCache parameters_;
+  support::ParameterCache& parameters_ = support::ParameterCache::process();
 };
 
 }  // namespace

@@ -264,7 +264,7 @@ class CudaMatmul : public Impl {
   }
 
   Kind kind_;
-  cuda_support::ParameterCache parameters_;
+  cuda_support::ParameterCache& parameters_ = cuda_support::ParameterCache::process();
   DeviceBuffer workspace_;
 };
 

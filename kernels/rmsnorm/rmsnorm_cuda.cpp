@@ -224,7 +224,7 @@ class CudaRmsnorm : public Impl {
 
   bool fused_add_;
   RowSplits splits_;
-  support::ParameterCache parameters_;
+  support::ParameterCache& parameters_ = support::ParameterCache::process();
 };
 
 }  // namespace

@@ -9,6 +9,9 @@
 namespace bitcheck {
 
 inline constexpr const char* host_threads_variable = "BITCHECK_HOST_THREADS";
+// How many processes share this process's GPU: `sweep --devices` sets it for shards that share
+// one, and device caches keep to their share of the GPU's memory (cuda_support::ParameterCache).
+inline constexpr const char* shards_on_device_variable = "BITCHECK_SHARDS_ON_DEVICE";
 
 // BITCHECK_HOST_THREADS when set (a count >= 1; anything else is BadInput naming the variable),
 // else std::thread::hardware_concurrency() (at least 1).

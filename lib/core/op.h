@@ -145,6 +145,10 @@ struct Batch {
   // token in order, such as alone or shuffled): an impl may then leave them unwritten and save
   // the work and the transfers (gigabytes for a vocab-sized dW).
   bool reductions_wanted = true;
+  // How many parameter tensors the caller cycles through in one case (a chain of L layers: every
+  // layer's weights; 0 for one op). A device cache of parameters holds at least that many, so a
+  // deep chain's weights are uploaded once per case, not once per call.
+  std::size_t parameters_in_use = 0;
   // Inputs are shared and immutable. `input_ids` gives each a process-unique id for its content
   // (parameters keep theirs across invocations and cases), so a device impl can cache uploads.
   std::map<std::string, std::shared_ptr<const Tensor>> inputs;

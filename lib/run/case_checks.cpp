@@ -33,11 +33,7 @@ DriftMetrics compare_rows(const std::string& layout, const std::string& referenc
 
 DriftMetrics compare_whole(const std::string& layout, const std::string& reference_layout,
                            const TensorDecl& decl, const Tensor& expected, const Tensor& actual) {
-  DriftComparator comparator(decl.name, decl.dtype);
-  for (std::int64_t row = 0; row < expected.rows(); ++row) {
-    comparator.compare_row(row, expected, row, actual, row);
-  }
-  return named(comparator.metrics(), layout, reference_layout);
+  return named(compare_all_rows(decl.name, decl.dtype, expected, actual), layout, reference_layout);
 }
 
 std::uint64_t bytes_read(const DriftMetrics& metrics) {

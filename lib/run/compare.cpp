@@ -89,6 +89,45 @@ void DriftComparator::compare_row(std::int64_t logical_row, const Tensor& expect
   }
 }
 
+void DriftComparator::append(const DriftMetrics& later) {
+  metrics_.compared += later.compared;
+  metrics_.mismatch_count += later.mismatch_count;
+  metrics_.rows_differing += later.rows_differing;
+  metrics_.max_abs_diff = std::max(metrics_.max_abs_diff, later.max_abs_diff);
+  metrics_.max_rel_diff = std::max(metrics_.max_rel_diff, later.max_rel_diff);
+  metrics_.max_ulp_distance = std::max(metrics_.max_ulp_distance, later.max_ulp_distance);
+  if (!metrics_.first_mismatch) metrics_.first_mismatch = later.first_mismatch;
+  for (std::int64_t row : later.differing_rows) {
+    if (metrics_.differing_rows.size() >= max_listed_rows) break;
+    metrics_.differing_rows.push_back(row);
+  }
+}
+
+DriftMetrics compare_all_rows(const std::string& tensor, DType dtype, const Tensor& expected,
+                              const Tensor& actual) {
+  const std::int64_t rows = expected.rows();
+  const std::size_t row_bytes =
+      static_cast<std::size_t>(expected.row_size()) * dtype_size(expected.dtype());
+  const std::size_t bytes = static_cast<std::size_t>(rows) * row_bytes;
+  constexpr std::size_t part_bytes = std::size_t(8) << 20;
+  const std::size_t parts =
+      bytes < 2 * part_bytes
+          ? 1
+          : std::min(static_cast<std::size_t>(rows), (bytes + part_bytes - 1) / part_bytes);
+  const std::int64_t step = (rows + static_cast<std::int64_t>(parts) - 1) /
+                            std::max<std::int64_t>(1, static_cast<std::int64_t>(parts));
+  std::vector<DriftComparator> comparators(parts, DriftComparator(tensor, dtype));
+  run_on_threads(parts, parts <= 1 ? 1 : threads_for(parts), [&](std::size_t p) {
+    const std::int64_t first = std::min(rows, static_cast<std::int64_t>(p) * step);
+    const std::int64_t last = std::min(rows, first + step);
+    for (std::int64_t row = first; row < last; ++row)
+      comparators[p].compare_row(row, expected, row, actual, row);
+  });
+  DriftComparator merged = comparators.front();
+  for (std::size_t p = 1; p < parts; ++p) merged.append(comparators[p].metrics());
+  return merged.metrics();
+}
+
 AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
                                const std::vector<std::int64_t>& actual_rows,
                                const Tensor& reference, const std::vector<std::int64_t>& row_ids,

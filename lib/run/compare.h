@@ -42,10 +42,19 @@ class DriftComparator {
   void compare_row(std::int64_t logical_row, const Tensor& expected, std::int64_t expected_row,
                    const Tensor& actual, std::int64_t actual_row);
   const DriftMetrics& metrics() const { return metrics_; }
+  // Adds the metrics of rows compared after this comparator's (a later part of the same
+  // tensor): the result is that of one comparator over both parts in row order.
+  void append(const DriftMetrics& later);
 
  private:
   DriftMetrics metrics_;
 };
+
+// Every row of `actual` against the same row of `expected` (same shape and dtype), as one
+// DriftComparator in row order. Large tensors (a vocabulary-sized gradient: gigabytes) are compared
+// in fixed parts of rows on threads (core/host_threads.h), merged in row order: the same metrics.
+DriftMetrics compare_all_rows(const std::string& tensor, DType dtype, const Tensor& expected,
+                              const Tensor& actual);
 
 struct AccuracyMetrics {
   std::string tensor;

@@ -249,6 +249,9 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     if (options.overrides.backend != "cpu" && shards_of_device[shard.device] > 1 &&
         !std::getenv("BITCHECK_CUDA_SYNC"))
       environment.emplace_back("BITCHECK_CUDA_SYNC", "blocking");
+    if (options.overrides.backend != "cpu" && shards_of_device[shard.device] > 1)
+      environment.emplace_back(shards_on_device_variable,
+                               std::to_string(shards_of_device[shard.device]));
     auto slots = slots_of_device.find(shard.device);
     if (slots != slots_of_device.end())
       environment.emplace_back(device_slots_variable, slots->second);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "report/report.h"
@@ -338,6 +339,44 @@ TEST_CASE("check_accuracy in parts on threads: the one pass's counts, maxima and
     CHECK(metrics.worst->row == 2000);
     CHECK(metrics.worst->column == 3);
     CHECK(metrics.max_abs_error == Approx(2.0).margin(1e-5));
+  }
+  unsetenv("BITCHECK_HOST_THREADS");
+}
+
+TEST_CASE("compare_all_rows in parts on threads: the one pass's counts, maxima and rows in order",
+          "[compare]") {
+  // 4096 x 2048 fp32 (32 MB): compared in parts.
+  const std::int64_t rows = 4096, width = 2048;
+  Tensor expected(DType::fp32, {rows, width});
+  for (std::int64_t i = 0; i < rows * width; ++i) expected.set(i, static_cast<float>(i % 977));
+  Tensor actual = expected;
+  auto flip = [&](std::int64_t row, std::int64_t column, std::uint32_t ulps) {
+    const std::int64_t i = row * width + column;
+    actual.set_bits(i, expected.bits(i) + ulps);
+  };
+  // Rows across every part, more than the 16 listed; the largest distance in a late part.
+  std::vector<std::int64_t> planted;
+  for (std::int64_t row = 100; row < rows; row += 197) planted.push_back(row);
+  for (std::int64_t row : planted) flip(row, 5, 1);
+  flip(planted.front(), 9, 2);
+  flip(3999, 11, 40);
+  std::vector<std::int64_t> expected_listed(planted.begin(), planted.begin() + 16);
+  std::optional<DriftMetrics> one_thread;
+  for (const char* threads : {"1", "3", "8"}) {
+    setenv("BITCHECK_HOST_THREADS", threads, 1);
+    const DriftMetrics metrics = compare_all_rows("dw", DType::fp32, expected, actual);
+    INFO("threads " << threads);
+    CHECK(metrics.compared == rows * width);
+    CHECK(metrics.mismatch_count == static_cast<std::int64_t>(planted.size()) + 2);
+    CHECK(metrics.rows_differing == static_cast<std::int64_t>(planted.size()) + 1);
+    CHECK(metrics.max_ulp_distance == 40);
+    CHECK(metrics.differing_rows == expected_listed);
+    REQUIRE(metrics.first_mismatch);
+    CHECK(metrics.first_mismatch->row == planted.front());
+    CHECK(metrics.first_mismatch->column == 5);
+    if (!one_thread) one_thread = metrics;
+    CHECK(metrics.max_abs_diff == one_thread->max_abs_diff);
+    CHECK(metrics.max_rel_diff == one_thread->max_rel_diff);
   }
   unsetenv("BITCHECK_HOST_THREADS");
 }
