@@ -51,19 +51,26 @@ DriftComparator::DriftComparator(std::string tensor, DType dtype) {
 void DriftComparator::compare_row(std::int64_t logical_row, const Tensor& expected,
                                   std::int64_t expected_row, const Tensor& actual,
                                   std::int64_t actual_row) {
+  compare_span(logical_row, expected, expected_row, actual, actual_row, 0, expected.row_size());
+}
+
+void DriftComparator::compare_span(std::int64_t logical_row, const Tensor& expected,
+                                   std::int64_t expected_row, const Tensor& actual,
+                                   std::int64_t actual_row, std::int64_t first_column,
+                                   std::int64_t last_column) {
   const std::int64_t width = expected.row_size();
-  const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(expected.dtype());
-  metrics_.compared += width;
-  // Fast path: identical rows (the common case) are one memcmp.
+  const std::size_t size = dtype_size(expected.dtype());
+  metrics_.compared += last_column - first_column;
+  // Fast path: identical spans (the common case) are one memcmp.
   if (std::memcmp(static_cast<const std::byte*>(expected.data()) +
-                      row_bytes * static_cast<std::size_t>(expected_row),
+                      size * static_cast<std::size_t>(expected_row * width + first_column),
                   static_cast<const std::byte*>(actual.data()) +
-                      row_bytes * static_cast<std::size_t>(actual_row),
-                  row_bytes) == 0) {
+                      size * static_cast<std::size_t>(actual_row * width + first_column),
+                  size * static_cast<std::size_t>(last_column - first_column)) == 0) {
     return;
   }
   bool row_differs = false;
-  for (std::int64_t column = 0; column < width; ++column) {
+  for (std::int64_t column = first_column; column < last_column; ++column) {
     std::uint32_t e_bits = expected.bits(expected_row * width + column);
     std::uint32_t a_bits = actual.bits(actual_row * width + column);
     if (e_bits == a_bits) continue;
@@ -81,50 +88,60 @@ void DriftComparator::compare_row(std::int64_t logical_row, const Tensor& expect
                                          static_cast<float>(a), e_bits, a_bits};
     }
   }
-  if (row_differs) {
+  // A row counts once: a span that continues the last differing row adds nothing.
+  if (row_differs && !(first_column > 0 && last_differing_row_ == logical_row)) {
     ++metrics_.rows_differing;
     if (metrics_.differing_rows.size() < max_listed_rows) {
       metrics_.differing_rows.push_back(logical_row);
     }
+    if (first_differing_row_ < 0) first_differing_row_ = logical_row;
+    last_differing_row_ = logical_row;
   }
 }
 
-void DriftComparator::append(const DriftMetrics& later) {
-  metrics_.compared += later.compared;
-  metrics_.mismatch_count += later.mismatch_count;
-  metrics_.rows_differing += later.rows_differing;
-  metrics_.max_abs_diff = std::max(metrics_.max_abs_diff, later.max_abs_diff);
-  metrics_.max_rel_diff = std::max(metrics_.max_rel_diff, later.max_rel_diff);
-  metrics_.max_ulp_distance = std::max(metrics_.max_ulp_distance, later.max_ulp_distance);
-  if (!metrics_.first_mismatch) metrics_.first_mismatch = later.first_mismatch;
-  for (std::int64_t row : later.differing_rows) {
+void DriftComparator::append(const DriftComparator& later) {
+  const DriftMetrics& more = later.metrics_;
+  metrics_.compared += more.compared;
+  metrics_.mismatch_count += more.mismatch_count;
+  metrics_.max_abs_diff = std::max(metrics_.max_abs_diff, more.max_abs_diff);
+  metrics_.max_rel_diff = std::max(metrics_.max_rel_diff, more.max_rel_diff);
+  metrics_.max_ulp_distance = std::max(metrics_.max_ulp_distance, more.max_ulp_distance);
+  if (!metrics_.first_mismatch) metrics_.first_mismatch = more.first_mismatch;
+  // The later part's first differing row is this one's last when a row spans both.
+  const bool shared =
+      later.first_differing_row_ >= 0 && later.first_differing_row_ == last_differing_row_;
+  metrics_.rows_differing += more.rows_differing - (shared ? 1 : 0);
+  for (std::size_t k = shared ? 1 : 0; k < more.differing_rows.size(); ++k) {
     if (metrics_.differing_rows.size() >= max_listed_rows) break;
-    metrics_.differing_rows.push_back(row);
+    metrics_.differing_rows.push_back(more.differing_rows[k]);
   }
+  if (first_differing_row_ < 0) first_differing_row_ = later.first_differing_row_;
+  if (later.last_differing_row_ >= 0) last_differing_row_ = later.last_differing_row_;
 }
 
 DriftMetrics compare_all_rows(const std::string& tensor, DType dtype, const Tensor& expected,
                               const Tensor& actual) {
-  const std::int64_t rows = expected.rows();
-  const std::size_t row_bytes =
-      static_cast<std::size_t>(expected.row_size()) * dtype_size(expected.dtype());
-  const std::size_t bytes = static_cast<std::size_t>(rows) * row_bytes;
-  constexpr std::size_t part_bytes = std::size_t(8) << 20;
+  const std::int64_t rows = expected.rows(), width = expected.row_size();
+  const std::size_t elements = static_cast<std::size_t>(rows * width);
+  const std::size_t part_elements = (std::size_t(8) << 20) / dtype_size(expected.dtype());
   const std::size_t parts =
-      bytes < 2 * part_bytes
-          ? 1
-          : std::min(static_cast<std::size_t>(rows), (bytes + part_bytes - 1) / part_bytes);
-  const std::int64_t step = (rows + static_cast<std::int64_t>(parts) - 1) /
-                            std::max<std::int64_t>(1, static_cast<std::int64_t>(parts));
+      elements < 2 * part_elements ? 1 : (elements + part_elements - 1) / part_elements;
+  const std::size_t step = (elements + parts - 1) / parts;
   std::vector<DriftComparator> comparators(parts, DriftComparator(tensor, dtype));
   run_on_threads(parts, parts <= 1 ? 1 : threads_for(parts), [&](std::size_t p) {
-    const std::int64_t first = std::min(rows, static_cast<std::int64_t>(p) * step);
-    const std::int64_t last = std::min(rows, first + step);
-    for (std::int64_t row = first; row < last; ++row)
-      comparators[p].compare_row(row, expected, row, actual, row);
+    // Elements [first, last) of the row-major tensor, row by row.
+    const std::size_t first = std::min(elements, p * step), last = std::min(elements, first + step);
+    for (std::size_t at = first; at < last;) {
+      const auto row = static_cast<std::int64_t>(at / static_cast<std::size_t>(width));
+      const auto column = static_cast<std::int64_t>(at % static_cast<std::size_t>(width));
+      const std::int64_t end =
+          std::min<std::int64_t>(width, column + static_cast<std::int64_t>(last - at));
+      comparators[p].compare_span(row, expected, row, actual, row, column, end);
+      at += static_cast<std::size_t>(end - column);
+    }
   });
   DriftComparator merged = comparators.front();
-  for (std::size_t p = 1; p < parts; ++p) merged.append(comparators[p].metrics());
+  for (std::size_t p = 1; p < parts; ++p) merged.append(comparators[p]);
   return merged.metrics();
 }
 
@@ -137,33 +154,42 @@ AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
   const bool sampled =
       !columns.empty() && reference.row_size() == static_cast<std::int64_t>(columns.size());
   const std::int64_t reference_width = reference.row_size();
-  // The metrics of rows [first, last), and the excess of its worst element (-1: none).
+  // The metrics of elements [first, last) of the reference (row-major; row i is actual's row
+  // actual_rows[i]), and the excess of its worst element (-1: none).
   struct Part {
     AccuracyMetrics metrics;
     double worst_excess = -1.0;
   };
+  // Values decoded a span of at most 16K columns at a time: a chain's flattened vocabulary-sized
+  // gradient is one row of 525M elements, and buffers of its width cost gigabytes of page faults.
+  constexpr std::int64_t span_columns = 16384;
   auto scan = [&](std::size_t first, std::size_t last, Part& part) {
     AccuracyMetrics& metrics = part.metrics;
     double& worst_excess = part.worst_excess;
-    // A row's values decoded in one pass each (every column, or the sampled ones).
-    std::vector<float> actual_row(static_cast<std::size_t>(reference_width)),
-        reference_row(static_cast<std::size_t>(reference_width));
-    for (std::size_t i = first; i < last; ++i) {
-      get_range(reference, static_cast<std::int64_t>(i) * reference_width, reference_width,
-                reference_row.data());
+    std::vector<float> actual_span(
+        static_cast<std::size_t>(std::min(reference_width, span_columns))),
+        reference_span(actual_span.size());
+    for (std::size_t at = first; at < last;) {
+      const std::size_t i = at / static_cast<std::size_t>(reference_width);
+      const auto j0 = static_cast<std::int64_t>(at % static_cast<std::size_t>(reference_width));
+      const std::int64_t j1 =
+          std::min({reference_width, j0 + span_columns, j0 + static_cast<std::int64_t>(last - at)});
+      at += static_cast<std::size_t>(j1 - j0);
+      get_range(reference, static_cast<std::int64_t>(i) * reference_width + j0, j1 - j0,
+                reference_span.data());
       if (sampled) {
-        for (std::int64_t j = 0; j < reference_width; ++j)
-          actual_row[static_cast<std::size_t>(j)] =
+        for (std::int64_t j = j0; j < j1; ++j)
+          actual_span[static_cast<std::size_t>(j - j0)] =
               actual.get(actual_rows[i] * width + columns[static_cast<std::size_t>(j)]);
       } else {
-        get_range(actual, actual_rows[i] * width, reference_width, actual_row.data());
+        get_range(actual, actual_rows[i] * width + j0, j1 - j0, actual_span.data());
       }
-      for (std::int64_t j = 0; j < reference_width; ++j) {
+      for (std::int64_t j = j0; j < j1; ++j) {
         std::int64_t column = sampled ? columns[static_cast<std::size_t>(j)] : j;
         std::int64_t a_index = actual_rows[i] * width + column;
         std::int64_t r_index = static_cast<std::int64_t>(i) * reference_width + j;
-        double a = actual_row[static_cast<std::size_t>(j)],
-               r = reference_row[static_cast<std::size_t>(j)];
+        double a = actual_span[static_cast<std::size_t>(j - j0)],
+               r = reference_span[static_cast<std::size_t>(j - j0)];
         ++metrics.compared;
         auto record_worst = [&](double excess) {
           if (excess <= worst_excess) return;
@@ -201,19 +227,18 @@ AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
       }
     }
   };
-  // Large checks (vocab-sized gradients) in fixed parts of rows, each on a thread, merged in row
+  // Large checks (vocab-sized gradients) in fixed parts of elements, each on a thread, merged in
   // order: counts add, maxima are maxima, and the worst is the first of the largest excess, as one
-  // pass in row order finds it.
+  // pass in order finds it.
   const std::size_t rows = actual_rows.size();
   const std::size_t elements = rows * static_cast<std::size_t>(reference_width);
   constexpr std::size_t part_elements = std::size_t(1) << 21;
-  const std::size_t parts = elements < 2 * part_elements
-                                ? 1
-                                : std::min(rows, (elements + part_elements - 1) / part_elements);
+  const std::size_t parts =
+      elements < 2 * part_elements ? 1 : (elements + part_elements - 1) / part_elements;
   std::vector<Part> results(parts);
-  const std::size_t step = (rows + parts - 1) / std::max<std::size_t>(parts, 1);
+  const std::size_t step = (elements + parts - 1) / parts;
   run_on_threads(parts, parts <= 1 ? 1 : threads_for(parts), [&](std::size_t p) {
-    scan(std::min(rows, p * step), std::min(rows, (p + 1) * step), results[p]);
+    scan(std::min(elements, p * step), std::min(elements, (p + 1) * step), results[p]);
   });
   AccuracyMetrics metrics;
   metrics.tensor = tensor;

@@ -41,18 +41,25 @@ class DriftComparator {
   // Compares one row of each tensor (row indices into each tensor; `logical_row` for the report).
   void compare_row(std::int64_t logical_row, const Tensor& expected, std::int64_t expected_row,
                    const Tensor& actual, std::int64_t actual_row);
+  // Columns [first_column, last_column) of one row: a row compared in consecutive spans counts
+  // once however many of them differ.
+  void compare_span(std::int64_t logical_row, const Tensor& expected, std::int64_t expected_row,
+                    const Tensor& actual, std::int64_t actual_row, std::int64_t first_column,
+                    std::int64_t last_column);
   const DriftMetrics& metrics() const { return metrics_; }
-  // Adds the metrics of rows compared after this comparator's (a later part of the same
-  // tensor): the result is that of one comparator over both parts in row order.
-  void append(const DriftMetrics& later);
+  // Adds what `later` compared after this comparator (a later part of the same tensor, which may
+  // begin inside this one's last row): the result is that of one comparator over both in order.
+  void append(const DriftComparator& later);
 
  private:
   DriftMetrics metrics_;
+  std::int64_t first_differing_row_ = -1, last_differing_row_ = -1;
 };
 
 // Every row of `actual` against the same row of `expected` (same shape and dtype), as one
-// DriftComparator in row order. Large tensors (a vocabulary-sized gradient: gigabytes) are compared
-// in fixed parts of rows on threads (core/host_threads.h), merged in row order: the same metrics.
+// DriftComparator in row order. Large tensors (a vocabulary-sized gradient: gigabytes, one row of
+// it when the chain flattens it) are compared in fixed parts of elements on threads
+// (core/host_threads.h), merged in order: the same metrics.
 DriftMetrics compare_all_rows(const std::string& tensor, DType dtype, const Tensor& expected,
                               const Tensor& actual);
 

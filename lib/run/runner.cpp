@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -721,13 +722,26 @@ class CasePipeline {
     };
     inputs.nonfinite_rules.nan_matches_reference =
         spec_.special_values > 0 && contract_.special_values.nan == "match_reference_position";
+    // The fingerprint (FNV-1a: one byte after another) of gigabytes of reductions takes seconds
+    // of one thread: computed on its own thread beside the accuracy checks.
+    auto fingerprint = [this] {
+      return fingerprint_outputs(plan_.decls,
+                                 canonical_.alone ? *canonical_.alone : *canonical_.batch,
+                                 canonical_.batch, plan_.alone_rows);
+    };
+    std::size_t reduction_bytes = 0;
+    if (canonical_.batch) {
+      for (const auto& [name, tensor] : canonical_.batch->reductions)
+        reduction_bytes += tensor.bytes();
+    }
+    std::future<std::string> fingerprinted;
+    if (reduction_bytes >= (std::size_t(64) << 20))
+      fingerprinted = std::async(std::launch::async, fingerprint);
     for (const auto& decl : plan_.decls) {  // one at a time: an error keeps the ones before it
       if (is_output(decl))
         accuracy_.tensors.push_back(check_output_accuracy(op_.name, decl, inputs));
     }
-    fingerprint_ =
-        fingerprint_outputs(plan_.decls, canonical_.alone ? *canonical_.alone : *canonical_.batch,
-                            canonical_.batch, plan_.alone_rows);
+    fingerprint_ = fingerprinted.valid() ? fingerprinted.get() : fingerprint();
     timings_.compare_seconds += seconds_since(compare_start);
     complete_ = true;
   }

@@ -380,3 +380,37 @@ TEST_CASE("compare_all_rows in parts on threads: the one pass's counts, maxima a
   }
   unsetenv("BITCHECK_HOST_THREADS");
 }
+
+TEST_CASE("one long row in parts (a chain's flattened gradient): counted once, worst in order",
+          "[compare]") {
+  // 1 x 8M fp32 (32 MB): compared and checked in parts that each hold a piece of the one row.
+  const std::int64_t width = std::int64_t(8) << 20;
+  Tensor expected(DType::fp32, {1, width});
+  for (std::int64_t i = 0; i < width; ++i) expected.set(i, static_cast<float>(i % 977) + 1.0f);
+  Tensor actual = expected;
+  const std::vector<std::int64_t> planted = {5, 3 << 20, (5 << 20) + 7, width - 1};
+  for (std::int64_t column : planted) actual.set_bits(column, expected.bits(column) + 3);
+  std::vector<std::int64_t> row0 = {0};
+  for (const char* threads : {"1", "3"}) {
+    setenv("BITCHECK_HOST_THREADS", threads, 1);
+    INFO("threads " << threads);
+    const DriftMetrics drift = compare_all_rows("dtable", DType::fp32, expected, actual);
+    CHECK(drift.compared == width);
+    CHECK(drift.mismatch_count == 4);
+    CHECK(drift.rows_differing == 1);
+    CHECK(drift.differing_rows == row0);
+    CHECK(drift.max_ulp_distance == 3);
+    REQUIRE(drift.first_mismatch);
+    CHECK(drift.first_mismatch->column == 5);
+    // Against itself as the reference, atol 0: the planted elements violate; the first of the
+    // largest excess is the worst.
+    const AccuracyMetrics accuracy =
+        check_accuracy("dtable", actual, row0, expected, row0, 0.0, 0.0);
+    CHECK(accuracy.compared == width);
+    CHECK(accuracy.violations == 4);
+    REQUIRE(accuracy.worst);
+    CHECK(accuracy.worst->row == 0);
+    CHECK(accuracy.worst->column == 3 << 20);  // 3 ulps of 766, the largest planted value
+  }
+  unsetenv("BITCHECK_HOST_THREADS");
+}
