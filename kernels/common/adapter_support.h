@@ -4,8 +4,10 @@
 // benchmark(). Host compiler only.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -68,11 +70,30 @@ inline void download_all(
 }
 
 // The real (non-pad) slots in slot order, as int32 for the kernels that skip padding.
+// Whether every byte of `tensor` is zero (in parts on threads when large; stops at a nonzero).
+inline bool all_bytes_zero(const Tensor& tensor) {
+  const auto* bytes = static_cast<const unsigned char*>(tensor.data());
+  std::atomic<bool> zero{true};
+  run_in_parts(tensor.bytes(), 4096, std::size_t(32) << 20,
+               [&](std::size_t first, std::size_t last) {
+                 constexpr std::size_t block = 4096;
+                 static const unsigned char zeros[block] = {};
+                 for (std::size_t at = first; at < last && zero.load(std::memory_order_relaxed);
+                      at += block) {
+                   const std::size_t count = std::min(block, last - at);
+                   if (std::memcmp(bytes + at, zeros, count) != 0)
+                     zero.store(false, std::memory_order_relaxed);
+                 }
+               });
+  return zero.load();
+}
+
 // A reduction output's accumulator on the device for a whole layout execution: every micro-batch
 // adds into it and it comes back once, after the layout's last invocation (download_after_last),
 // instead of a round trip per invocation (a vocab-sized dtable is 0.5 GB each way). Made from the
-// runner's initial tensor (zeros) at the first invocation and kept in batch.layout_state, so only
-// for impls that keep no other state there.
+// runner's initial tensor at the first invocation (zeros: set on the device instead of uploaded;
+// any other start is uploaded) and kept in batch.layout_state, so only for impls that keep no
+// other state there.
 struct CarriedAccumulator {
   cuda::DeviceBuffer buffer;
 };
@@ -81,7 +102,13 @@ inline cuda::DeviceBuffer& carried_accumulator(Batch& batch, const std::string& 
   auto state = std::static_pointer_cast<CarriedAccumulator>(batch.layout_state);
   if (!state) {
     state = std::make_shared<CarriedAccumulator>();
-    state->buffer = upload(batch.out(name));
+    const Tensor& initial = batch.out(name);
+    if (all_bytes_zero(initial)) {
+      state->buffer = cuda::DeviceBuffer(std::max<std::size_t>(initial.bytes(), 16));
+      state->buffer.fill_bytes(0);
+    } else {
+      state->buffer = upload(initial);
+    }
     batch.layout_state = state;
   }
   return state->buffer;

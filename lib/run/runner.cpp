@@ -559,6 +559,7 @@ class CasePipeline {
     timings_.profile.add(Phase::inputs, timings_.inputs_seconds, tensor_bytes(inputs_.tensors));
     run_layouts();
     if (follower_) return;
+    start_fingerprint();
     compute_reference();
     check_accuracy();
     keep_artifacts();
@@ -706,6 +707,27 @@ class CasePipeline {
     timings_.reference_seconds = seconds_since(reference_start);
   }
 
+  // The fingerprint of the canonical bits.
+  std::string fingerprint() const {
+    return fingerprint_outputs(plan_.decls,
+                               canonical_.alone ? *canonical_.alone : *canonical_.batch,
+                               canonical_.batch, plan_.alone_rows);
+  }
+
+  // The fingerprint (FNV-1a: one byte after another) of gigabytes of reductions takes seconds of
+  // one thread: from 64 MB of reductions it is computed on a thread of its own while the
+  // references are computed and the accuracy checked (it reads only the canonical outputs, which
+  // nothing changes until the case ends).
+  void start_fingerprint() {
+    std::size_t reduction_bytes = 0;
+    if (canonical_.batch) {
+      for (const auto& [name, tensor] : canonical_.batch->reductions)
+        reduction_bytes += tensor.bytes();
+    }
+    if (reduction_bytes >= (std::size_t(64) << 20))
+      fingerprinted_ = std::async(std::launch::async, [this] { return fingerprint(); });
+  }
+
   // Accuracy of the canonical outputs (along a trajectory: the batch layout's, which the
   // references were fed), then the fingerprint of the canonical bits.
   void check_accuracy() {
@@ -722,26 +744,11 @@ class CasePipeline {
     };
     inputs.nonfinite_rules.nan_matches_reference =
         spec_.special_values > 0 && contract_.special_values.nan == "match_reference_position";
-    // The fingerprint (FNV-1a: one byte after another) of gigabytes of reductions takes seconds
-    // of one thread: computed on its own thread beside the accuracy checks.
-    auto fingerprint = [this] {
-      return fingerprint_outputs(plan_.decls,
-                                 canonical_.alone ? *canonical_.alone : *canonical_.batch,
-                                 canonical_.batch, plan_.alone_rows);
-    };
-    std::size_t reduction_bytes = 0;
-    if (canonical_.batch) {
-      for (const auto& [name, tensor] : canonical_.batch->reductions)
-        reduction_bytes += tensor.bytes();
-    }
-    std::future<std::string> fingerprinted;
-    if (reduction_bytes >= (std::size_t(64) << 20))
-      fingerprinted = std::async(std::launch::async, fingerprint);
     for (const auto& decl : plan_.decls) {  // one at a time: an error keeps the ones before it
       if (is_output(decl))
         accuracy_.tensors.push_back(check_output_accuracy(op_.name, decl, inputs));
     }
-    fingerprint_ = fingerprinted.valid() ? fingerprinted.get() : fingerprint();
+    fingerprint_ = fingerprinted_.valid() ? fingerprinted_.get() : fingerprint();
     timings_.compare_seconds += seconds_since(compare_start);
     complete_ = true;
   }
@@ -820,6 +827,8 @@ class CasePipeline {
   CaseTimings timings_;
   std::uint64_t reference_computed_bytes_ = 0;  // 0 when the group's cached reference served
   bool complete_ = false;
+  // Last: destroyed (its thread joined) before the outputs it reads.
+  std::future<std::string> fingerprinted_;
 };
 
 }  // namespace
