@@ -53,9 +53,9 @@ ReportDiff diff_reports(const nlohmann::json& old_report, const nlohmann::json& 
   ReportDiff diff;
   nlohmann::json& d = diff.document;
   for (const char* key :
-       {"newly_failing", "fixed", "still_failing", "verdict_changes", "fingerprint_changed",
-        "controls_lost_drift", "controls_lost_drift_by_chance", "control_groups_lost_drift",
-        "controls_regained_drift", "added", "removed"}) {
+       {"newly_failing", "newly_skipped", "fixed", "still_failing", "verdict_changes",
+        "fingerprint_changed", "controls_lost_drift", "controls_lost_drift_by_chance",
+        "control_groups_lost_drift", "controls_regained_drift", "added", "removed"}) {
     d[key] = nlohmann::json::array();
   }
   // Control groups whose drift is left to chance (a case nondeterministic in either report:
@@ -101,6 +101,13 @@ ReportDiff diff_reports(const nlohmann::json& old_report, const nlohmann::json& 
     } else if (failing(*old_case) && failing(*new_case)) {
       d["still_failing"].push_back(entry(id, old_case, new_case));
     }
+    // A case checked before and skipped now (a device out of memory, a lost GPU): its sight is
+    // lost, whatever its verdict was, a control's too.
+    if (old_verdict != "skipped" && new_verdict == "skipped") {
+      nlohmann::json j = entry(id, old_case, new_case);
+      if (new_case->contains("reason")) j["reason"] = (*new_case)["reason"];
+      d["newly_skipped"].push_back(j);
+    }
     if (old_verdict != new_verdict) d["verdict_changes"].push_back(entry(id, old_case, new_case));
     if (old_case->contains("fingerprint") && new_case->contains("fingerprint") &&
         (*old_case)["fingerprint"] != (*new_case)["fingerprint"]) {
@@ -113,8 +120,8 @@ ReportDiff diff_reports(const nlohmann::json& old_report, const nlohmann::json& 
   for (const auto& [id, old_case] : old_cases) {
     if (!new_cases.count(id)) d["removed"].push_back(entry(id, old_case, nullptr));
   }
-  diff.regression = !d["newly_failing"].empty() || !d["controls_lost_drift"].empty() ||
-                    !d["control_groups_lost_drift"].empty();
+  diff.regression = !d["newly_failing"].empty() || !d["newly_skipped"].empty() ||
+                    !d["controls_lost_drift"].empty() || !d["control_groups_lost_drift"].empty();
   d["regression"] = diff.regression;
   for (const char* side : {"old", "new"}) {
     const auto& report = std::string(side) == "old" ? old_report : new_report;
@@ -131,6 +138,7 @@ std::string render_diff(const ReportDiff& diff) {
   std::ostringstream out;
   const auto& d = diff.document;
   const char* labels[][2] = {{"newly_failing", "newly failing"},
+                             {"newly_skipped", "newly skipped (checked before, not now)"},
                              {"fixed", "fixed"},
                              {"still_failing", "still failing"},
                              {"controls_lost_drift", "controls that lost their drift"},

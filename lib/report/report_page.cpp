@@ -296,7 +296,8 @@ std::string changes_section(const nlohmann::json& report,
   std::set<std::string> listed;
   std::vector<const nlohmann::json*> regressions, fixed, verdict_changes, fingerprints,
       observations;
-  for (const char* key : {"newly_failing", "controls_lost_drift", "control_groups_lost_drift"}) {
+  for (const char* key :
+       {"newly_failing", "newly_skipped", "controls_lost_drift", "control_groups_lost_drift"}) {
     for (const auto& e : d[key]) {
       regressions.push_back(&e);
       listed.insert(str(e, "id"));
@@ -320,8 +321,8 @@ std::string changes_section(const nlohmann::json& report,
       << (diff.regression ? "REGRESSION" : "no regression") << "</b>; " << d["still_failing"].size()
       << " still failing, " << d["added"].size() << " cases added, " << d["removed"].size()
       << " removed.</p>\n";
-  change_list(out, "Regressions (newly failing, or a control that lost its drift)", "regression",
-              regressions);
+  change_list(out, "Regressions (newly failing, newly skipped, or a control that lost its drift)",
+              "regression", regressions);
   change_list(out, "Fixed", "fixed", fixed);
   change_list(out, "Other verdict changes", "verdict-change", verdict_changes);
   change_list(out, "Fingerprint changes (canonical output bits differ from the previous run)",

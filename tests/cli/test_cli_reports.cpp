@@ -85,7 +85,8 @@ TEST_CASE("matrix renders markdown, the HTML page and JUnit from a report", "[cl
                                 " --bench " + bench + " --out " + quote(dir / "page.html"))
               .exit_code == 0);
   html = read_file(dir / "page.html");
-  CHECK(html.find("Regressions (newly failing, or a control that lost its drift): 0") !=
+  CHECK(html.find(
+            "Regressions (newly failing, newly skipped, or a control that lost its drift): 0") !=
         std::string::npos);
   CHECK(html.find("id=\"history-table\"") != std::string::npos);
   CHECK(html.find("<circle class=\"pt\"") != std::string::npos);

@@ -88,3 +88,25 @@ TEST_CASE("diff: a control group the new report skips entirely is not counted as
   CHECK(diff.document["control_groups_lost_drift"].empty());
   CHECK(diff.document["controls_lost_drift"].empty());
 }
+
+TEST_CASE("diff: a case checked before and skipped now is a regression, with its reason",
+          "[diff]") {
+  // The 16 shards of a nightly once ran the GPU out of memory and skipped hundreds of passing
+  // cases: every other list stayed empty.
+  json before = report_of({{split_a, "drift"}, {split_b, "drift"}});
+  json after = report_of({{split_a, "skipped"}, {split_b, "drift"}});
+  after["results"].back()["verdict"] = "skipped";  // the invariant case
+  after["results"].back()["reason"] = "needs ~0.0 GiB of device memory, 0.4 GiB free";
+  const auto diff = diff_reports(before, after);
+  CHECK(diff.regression);
+  CHECK(ids(diff.document["newly_skipped"]) ==
+        std::vector<std::string>{"matmul/fixed-order/bf16/forward/K=64,N=64/M=3/seed=1", split_a});
+  CHECK(diff.document["newly_skipped"][0]["reason"] ==
+        "needs ~0.0 GiB of device memory, 0.4 GiB free");
+  CHECK(diff.document["newly_failing"].empty());
+  CHECK(diff.document["controls_lost_drift"].empty());
+  // Skipped in both: no change, no regression.
+  const auto again = diff_reports(after, after);
+  CHECK_FALSE(again.regression);
+  CHECK(again.document["newly_skipped"].empty());
+}
