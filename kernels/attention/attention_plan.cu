@@ -29,13 +29,18 @@ namespace {
 
 using namespace attention_device;
 
-// Whether the current device is sm_90 (the wgmma kernels' cubin), per device and cached.
+// Whether the current device is sm_90 (the wgmma kernels' cubin), per device and cached. No
+// device at all (a machine without a GPU, or none visible) is not sm_90: a sweep still plans its
+// switch points there, and every case of the CUDA backend is skipped as unavailable.
 bool device_is_sm90() {
   static bool cached[16] = {};
   static bool known[16] = {};
   static std::mutex mutex;
   int device = 0;
-  BITCHECK_CUDA_CALL(cudaGetDevice(&device));
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it
+    return false;
+  }
   if (device < 0 || device >= 16) throw std::runtime_error("attention: device index >= 16");
   std::lock_guard<std::mutex> lock(mutex);
   if (!known[device]) {
