@@ -69,7 +69,6 @@ inline void download_all(
   cuda::copy_to_host_all(copies);
 }
 
-// The real (non-pad) slots in slot order, as int32 for the kernels that skip padding.
 // Whether every byte of `tensor` is zero (in parts on threads when large; stops at a nonzero).
 inline bool all_bytes_zero(const Tensor& tensor) {
   const auto* bytes = static_cast<const unsigned char*>(tensor.data());
@@ -119,6 +118,7 @@ inline void download_after_last(Batch& batch, const std::string& name,
   if (batch.invocation_index + 1 >= batch.invocation_count) download(accumulator, batch.out(name));
 }
 
+// The real (non-pad) slots in slot order, as int32 for the kernels that skip padding.
 inline std::vector<std::int32_t> real_slot_list(const Batch& batch) {
   std::vector<std::int32_t> slots;
   for (std::int64_t s = 0; s < batch.slots(); ++s) {

@@ -36,6 +36,33 @@ void get_range(const Tensor& tensor, std::int64_t first, std::int64_t count, flo
   for (std::int64_t i = 0; i < count; ++i) out[i] = tensor.get(first + i);
 }
 
+// The parts a check of `elements` splits into: about `part_elements` each (one part below two of
+// them). Fixed by the size alone, so the parts' results, merged in part order, are the one pass's.
+std::size_t part_count(std::size_t elements, std::size_t part_elements) {
+  return elements < 2 * part_elements ? 1 : (elements + part_elements - 1) / part_elements;
+}
+
+// The elements of `rows` x `width` (row-major) in `parts` equal parts of the flat range, each part
+// on a thread: span(part, row, first_column, last_column) for each piece of a row in the part, in
+// order, at most `most_columns` wide (a part may begin or end inside a row).
+template <typename Span>
+void spans_in_parts(std::size_t parts, std::size_t rows, std::int64_t width,
+                    std::int64_t most_columns, const Span& span) {
+  const std::size_t elements = rows * static_cast<std::size_t>(width);
+  const std::size_t step = (elements + parts - 1) / parts;
+  run_on_threads(parts, parts <= 1 ? 1 : threads_for(parts), [&](std::size_t part) {
+    const std::size_t last = std::min(elements, (part + 1) * step);
+    for (std::size_t at = std::min(elements, part * step); at < last;) {
+      const std::size_t row = at / static_cast<std::size_t>(width);
+      const auto column = static_cast<std::int64_t>(at % static_cast<std::size_t>(width));
+      const std::int64_t end =
+          std::min({width, column + most_columns, column + static_cast<std::int64_t>(last - at)});
+      span(part, row, column, end);
+      at += static_cast<std::size_t>(end - column);
+    }
+  });
+}
+
 double relative(double difference, double reference) {
   double magnitude = std::fabs(reference);
   if (magnitude == 0.0) return difference == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
@@ -122,24 +149,14 @@ void DriftComparator::append(const DriftComparator& later) {
 DriftMetrics compare_all_rows(const std::string& tensor, DType dtype, const Tensor& expected,
                               const Tensor& actual) {
   const std::int64_t rows = expected.rows(), width = expected.row_size();
-  const std::size_t elements = static_cast<std::size_t>(rows * width);
-  const std::size_t part_elements = (std::size_t(8) << 20) / dtype_size(expected.dtype());
-  const std::size_t parts =
-      elements < 2 * part_elements ? 1 : (elements + part_elements - 1) / part_elements;
-  const std::size_t step = (elements + parts - 1) / parts;
+  const std::size_t parts = part_count(static_cast<std::size_t>(rows * width),
+                                       (std::size_t(8) << 20) / dtype_size(expected.dtype()));
   std::vector<DriftComparator> comparators(parts, DriftComparator(tensor, dtype));
-  run_on_threads(parts, parts <= 1 ? 1 : threads_for(parts), [&](std::size_t p) {
-    // Elements [first, last) of the row-major tensor, row by row.
-    const std::size_t first = std::min(elements, p * step), last = std::min(elements, first + step);
-    for (std::size_t at = first; at < last;) {
-      const auto row = static_cast<std::int64_t>(at / static_cast<std::size_t>(width));
-      const auto column = static_cast<std::int64_t>(at % static_cast<std::size_t>(width));
-      const std::int64_t end =
-          std::min<std::int64_t>(width, column + static_cast<std::int64_t>(last - at));
-      comparators[p].compare_span(row, expected, row, actual, row, column, end);
-      at += static_cast<std::size_t>(end - column);
-    }
-  });
+  spans_in_parts(parts, static_cast<std::size_t>(rows), width, width,
+                 [&](std::size_t part, std::size_t row, std::int64_t first, std::int64_t last) {
+                   const auto r = static_cast<std::int64_t>(row);
+                   comparators[part].compare_span(r, expected, r, actual, r, first, last);
+                 });
   DriftComparator merged = comparators.front();
   for (std::size_t p = 1; p < parts; ++p) merged.append(comparators[p]);
   return merged.metrics();
@@ -154,92 +171,87 @@ AccuracyMetrics check_accuracy(const std::string& tensor, const Tensor& actual,
   const bool sampled =
       !columns.empty() && reference.row_size() == static_cast<std::int64_t>(columns.size());
   const std::int64_t reference_width = reference.row_size();
-  // The metrics of elements [first, last) of the reference (row-major; row i is actual's row
-  // actual_rows[i]), and the excess of its worst element (-1: none).
+  // The metrics of a part of the reference's elements (row-major; row i is actual's row
+  // actual_rows[i]), the excess of its worst element (-1: none), and its decoded values.
   struct Part {
     AccuracyMetrics metrics;
     double worst_excess = -1.0;
+    std::vector<float> actual_span, reference_span;
   };
   // Values decoded a span of at most 16K columns at a time: a chain's flattened vocabulary-sized
   // gradient is one row of 525M elements, and buffers of its width cost gigabytes of page faults.
   constexpr std::int64_t span_columns = 16384;
-  auto scan = [&](std::size_t first, std::size_t last, Part& part) {
+  auto scan = [&](Part& part, std::size_t i, std::int64_t j0, std::int64_t j1) {
     AccuracyMetrics& metrics = part.metrics;
     double& worst_excess = part.worst_excess;
-    std::vector<float> actual_span(
-        static_cast<std::size_t>(std::min(reference_width, span_columns))),
-        reference_span(actual_span.size());
-    for (std::size_t at = first; at < last;) {
-      const std::size_t i = at / static_cast<std::size_t>(reference_width);
-      const auto j0 = static_cast<std::int64_t>(at % static_cast<std::size_t>(reference_width));
-      const std::int64_t j1 =
-          std::min({reference_width, j0 + span_columns, j0 + static_cast<std::int64_t>(last - at)});
-      at += static_cast<std::size_t>(j1 - j0);
-      get_range(reference, static_cast<std::int64_t>(i) * reference_width + j0, j1 - j0,
-                reference_span.data());
-      if (sampled) {
-        for (std::int64_t j = j0; j < j1; ++j)
-          actual_span[static_cast<std::size_t>(j - j0)] =
-              actual.get(actual_rows[i] * width + columns[static_cast<std::size_t>(j)]);
-      } else {
-        get_range(actual, actual_rows[i] * width + j0, j1 - j0, actual_span.data());
-      }
-      for (std::int64_t j = j0; j < j1; ++j) {
-        std::int64_t column = sampled ? columns[static_cast<std::size_t>(j)] : j;
-        std::int64_t a_index = actual_rows[i] * width + column;
-        std::int64_t r_index = static_cast<std::int64_t>(i) * reference_width + j;
-        double a = actual_span[static_cast<std::size_t>(j - j0)],
-               r = reference_span[static_cast<std::size_t>(j - j0)];
-        ++metrics.compared;
-        auto record_worst = [&](double excess) {
-          if (excess <= worst_excess) return;
-          worst_excess = excess;
-          metrics.worst = Mismatch{row_ids[i],
-                                   column,
-                                   static_cast<float>(r),
-                                   static_cast<float>(a),
-                                   reference.bits(r_index),
-                                   actual.bits(a_index)};
-        };
-        if (std::isnan(a) || std::isnan(r)) {
-          if (rules.nan_matches_reference && std::isnan(a) && std::isnan(r)) {
-            ++metrics.nonfinite_matched;
-            continue;
-          }
-          ++metrics.nan_count;
-          record_worst(std::numeric_limits<double>::infinity());
-          continue;
-        }
-        if (std::isinf(r) && a == r) {
+    std::vector<float>& actual_span = part.actual_span;
+    std::vector<float>& reference_span = part.reference_span;
+    if (actual_span.size() < static_cast<std::size_t>(j1 - j0)) {
+      actual_span.resize(static_cast<std::size_t>(j1 - j0));
+      reference_span.resize(actual_span.size());
+    }
+    get_range(reference, static_cast<std::int64_t>(i) * reference_width + j0, j1 - j0,
+              reference_span.data());
+    if (sampled) {
+      for (std::int64_t j = j0; j < j1; ++j)
+        actual_span[static_cast<std::size_t>(j - j0)] =
+            actual.get(actual_rows[i] * width + columns[static_cast<std::size_t>(j)]);
+    } else {
+      get_range(actual, actual_rows[i] * width + j0, j1 - j0, actual_span.data());
+    }
+    for (std::int64_t j = j0; j < j1; ++j) {
+      std::int64_t column = sampled ? columns[static_cast<std::size_t>(j)] : j;
+      std::int64_t a_index = actual_rows[i] * width + column;
+      std::int64_t r_index = static_cast<std::int64_t>(i) * reference_width + j;
+      double a = actual_span[static_cast<std::size_t>(j - j0)],
+             r = reference_span[static_cast<std::size_t>(j - j0)];
+      ++metrics.compared;
+      auto record_worst = [&](double excess) {
+        if (excess <= worst_excess) return;
+        worst_excess = excess;
+        metrics.worst = Mismatch{row_ids[i],
+                                 column,
+                                 static_cast<float>(r),
+                                 static_cast<float>(a),
+                                 reference.bits(r_index),
+                                 actual.bits(a_index)};
+      };
+      if (std::isnan(a) || std::isnan(r)) {
+        if (rules.nan_matches_reference && std::isnan(a) && std::isnan(r)) {
           ++metrics.nonfinite_matched;
           continue;
         }
-        // An infinity on one side only (or of the other sign) is never within a threshold: with an
-        // infinite reference, rtol * |ref| would be infinite too.
-        const bool infinite = std::isinf(a) || std::isinf(r);
-        double error = infinite ? std::numeric_limits<double>::infinity() : std::fabs(a - r);
-        metrics.max_abs_error = std::max(metrics.max_abs_error, error);
-        metrics.max_rel_error = std::max(metrics.max_rel_error, relative(error, r));
-        double allowed = atol + rtol * std::fabs(r);
-        if (!infinite && error <= allowed) continue;
-        ++metrics.violations;
-        record_worst(infinite ? std::numeric_limits<double>::infinity() : error - allowed);
+        ++metrics.nan_count;
+        record_worst(std::numeric_limits<double>::infinity());
+        continue;
       }
+      if (std::isinf(r) && a == r) {
+        ++metrics.nonfinite_matched;
+        continue;
+      }
+      // An infinity on one side only (or of the other sign) is never within a threshold: with an
+      // infinite reference, rtol * |ref| would be infinite too.
+      const bool infinite = std::isinf(a) || std::isinf(r);
+      double error = infinite ? std::numeric_limits<double>::infinity() : std::fabs(a - r);
+      metrics.max_abs_error = std::max(metrics.max_abs_error, error);
+      metrics.max_rel_error = std::max(metrics.max_rel_error, relative(error, r));
+      double allowed = atol + rtol * std::fabs(r);
+      if (!infinite && error <= allowed) continue;
+      ++metrics.violations;
+      record_worst(infinite ? std::numeric_limits<double>::infinity() : error - allowed);
     }
   };
   // Large checks (vocab-sized gradients) in fixed parts of elements, each on a thread, merged in
   // order: counts add, maxima are maxima, and the worst is the first of the largest excess, as one
   // pass in order finds it.
   const std::size_t rows = actual_rows.size();
-  const std::size_t elements = rows * static_cast<std::size_t>(reference_width);
-  constexpr std::size_t part_elements = std::size_t(1) << 21;
   const std::size_t parts =
-      elements < 2 * part_elements ? 1 : (elements + part_elements - 1) / part_elements;
+      part_count(rows * static_cast<std::size_t>(reference_width), std::size_t(1) << 21);
   std::vector<Part> results(parts);
-  const std::size_t step = (elements + parts - 1) / parts;
-  run_on_threads(parts, parts <= 1 ? 1 : threads_for(parts), [&](std::size_t p) {
-    scan(std::min(elements, p * step), std::min(elements, (p + 1) * step), results[p]);
-  });
+  spans_in_parts(parts, rows, reference_width, span_columns,
+                 [&](std::size_t part, std::size_t i, std::int64_t j0, std::int64_t j1) {
+                   scan(results[part], i, j0, j1);
+                 });
   AccuracyMetrics metrics;
   metrics.tensor = tensor;
   metrics.atol = atol;
