@@ -165,7 +165,7 @@ inline Tensor transposed(const Tensor& matrix) {
 
 // The device memory one process's cache of parameters may hold: a quarter of the GPU's memory
 // shared by the processes on it (BITCHECK_SHARDS_ON_DEVICE, set by `sweep --devices`), at most
-// 4 GiB. Sixteen nightly shards on an 80 GB H100: 1.25 GB each.
+// 4 GiB. Sixteen nightly shards on an 80 GB H100: about 1.24 GiB each.
 inline std::size_t parameter_budget_bytes() {
   static const std::size_t budget = [] {
     std::size_t sharing = 1;
