@@ -133,6 +133,122 @@ __global__ void __launch_bounds__(threads)
   }
 }
 
+// The chunk tree of a TP GEMM (PeerSum::finish_chunk_tree): 4 fp32 values of each of the rank's
+// leaves ([leaf][packs] packs of 4), summed per element in the rank tree over the leaves, the
+// rank's subtree.
+__device__ __forceinline__ float4 subtree_pack(const float4* leaves, int leaves_per_rank,
+                                               std::size_t packs, std::size_t pack) {
+  float4 loaded[max_tree_ranks];
+#pragma unroll
+  for (int c = 0; c < max_tree_ranks; ++c) {
+    if (c < leaves_per_rank) loaded[c] = __ldg(leaves + c * packs + pack);
+  }
+  float4 subtree;
+  float* sum = reinterpret_cast<float*>(&subtree);
+#pragma unroll
+  for (int lane = 0; lane < 4; ++lane) {
+    float values[max_tree_ranks];
+#pragma unroll
+    for (int c = 0; c < max_tree_ranks; ++c) {
+      if (c < leaves_per_rank) values[c] = reinterpret_cast<const float*>(&loaded[c])[lane];
+    }
+    sum[lane] = rank_tree(values, leaves_per_rank);
+  }
+  return subtree;
+}
+
+// 4 values of the output dtype: one store of 8 (bf16, fp16) or 16 (fp32) bytes.
+template <typename T>
+struct alignas(4 * sizeof(T)) Quad {
+  T value[4];
+};
+
+template <typename T>
+__device__ __forceinline__ Quad<T> load_quad(const Quad<T>* from) {
+  Quad<T> quad;
+  if constexpr (sizeof(Quad<T>) == 16) {
+    *reinterpret_cast<uint4*>(&quad) = __ldcg(reinterpret_cast<const uint4*>(from));
+  } else {
+    *reinterpret_cast<uint2*>(&quad) = __ldcg(reinterpret_cast<const uint2*>(from));
+  }
+  return quad;
+}
+
+// Pack `pack` of each of the tp fp32 subtrees (`slot_packs` apart), each element summed in the rank
+// tree over the ranks and rounded once to T.
+template <typename T, int TP>
+__device__ Quad<T> finish_slots(const uint4* slots, std::size_t slot_packs, std::size_t pack,
+                                int runtime_tp) {
+  const int tp = TP > 0 ? TP : runtime_tp;
+  uint4 loaded[max_tree_ranks];
+#pragma unroll
+  for (int r = 0; r < max_tree_ranks; ++r) {
+    if (r < tp) loaded[r] = __ldcg(slots + r * slot_packs + pack);
+  }
+  Quad<T> quad;
+#pragma unroll
+  for (int lane = 0; lane < 4; ++lane) {
+    float values[max_tree_ranks];
+#pragma unroll
+    for (int r = 0; r < max_tree_ranks; ++r) {
+      if (r < tp) values[r] = reinterpret_cast<const float*>(&loaded[r])[lane];
+    }
+    quad.value[lane] = from_float<T>(rank_tree(values, tp));
+  }
+  return quad;
+}
+
+// One shot: the rank's subtree into slot `rank` of every rank's staging half (`half_packs` apart,
+// from the buffer's capacity, so calls of any size alternate halves), one meeting, the tp slots
+// finished into `out`.
+template <typename T, int TP>
+__global__ void __launch_bounds__(threads)
+    tree_one_shot_kernel(PeerPointers peers, const float4* leaves, int leaves_per_rank,
+                         Quad<T>* out, std::size_t packs, std::size_t half_packs, int rank, int tp,
+                         unsigned epoch) {
+  const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  const std::size_t half = (epoch & 1u) * half_packs;
+  for (std::size_t p = first; p < packs; p += stride) {
+    const float4 subtree = subtree_pack(leaves, leaves_per_rank, packs, p);
+    const uint4 value = *reinterpret_cast<const uint4*>(&subtree);
+    for (int r = 0; r < tp; ++r) peers.staging[r][half + rank * packs + p] = value;
+  }
+  meet(peers, rank, tp, epoch, 0);
+  const uint4* slots = peers.staging[rank] + half;
+  for (std::size_t p = first; p < packs; p += stride)
+    out[p] = finish_slots<T, TP>(slots, packs, p, tp);
+}
+
+// Two shots: part p of the rank's subtree into slot `rank` of rank p's staging; rank p finishes
+// part p of the tree and writes it rounded into every rank's result buffer; every rank copies its
+// result out. The traffic of the scattered NCCL path (fp32 parts one way, rounded parts back) in
+// one kernel.
+template <typename T, int TP>
+__global__ void __launch_bounds__(threads)
+    tree_two_shot_kernel(PeerPointers peers, const float4* leaves, int leaves_per_rank,
+                         Quad<T>* out, std::size_t packs, int rank, int tp, unsigned epoch) {
+  const std::size_t part = packs / static_cast<std::size_t>(tp);
+  const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t j = first; j < part; j += stride) {
+    for (int r = 0; r < tp; ++r) {
+      const float4 subtree = subtree_pack(leaves, leaves_per_rank, packs, r * part + j);
+      peers.staging[r][rank * part + j] = *reinterpret_cast<const uint4*>(&subtree);
+    }
+  }
+  meet(peers, rank, tp, epoch, 0);
+  for (std::size_t j = first; j < part; j += stride) {
+    const Quad<T> sum = finish_slots<T, TP>(peers.staging[rank], part, j, tp);
+    for (int r = 0; r < tp; ++r) reinterpret_cast<Quad<T>*>(peers.result[r])[rank * part + j] = sum;
+  }
+  meet(peers, rank, tp, epoch, 1);
+  const Quad<T>* result = reinterpret_cast<const Quad<T>*>(peers.result[rank]);
+  for (std::size_t j = first; j < part; j += stride) {
+    for (int r = 0; r < tp; ++r) out[r * part + j] = load_quad(result + r * part + j);
+  }
+}
+
 unsigned blocks_for(std::size_t work) {
   const std::size_t wanted = (work + threads - 1) / threads;
   return static_cast<unsigned>(wanted < 1 ? 1 : wanted > max_blocks ? max_blocks : wanted);
@@ -148,6 +264,20 @@ void launch(PeerShape shape, const PeerPointers& peers, const uint4* in, uint4* 
   }
   two_shot_kernel<T, TP><<<blocks_for(packs / static_cast<std::size_t>(tp)), threads, 0, queue>>>(
       peers, in, sum, packs, rank, tp, epoch);
+}
+
+template <typename T, int TP>
+void launch_tree(PeerShape shape, const PeerPointers& peers, const float4* leaves,
+                 int leaves_per_rank, Quad<T>* out, std::size_t packs, std::size_t half_packs,
+                 int rank, int tp, unsigned epoch, cudaStream_t queue) {
+  if (shape == PeerShape::one_shot) {
+    tree_one_shot_kernel<T, TP><<<blocks_for(packs), threads, 0, queue>>>(
+        peers, leaves, leaves_per_rank, out, packs, half_packs, rank, tp, epoch);
+    return;
+  }
+  tree_two_shot_kernel<T, TP>
+      <<<blocks_for(packs / static_cast<std::size_t>(tp)), threads, 0, queue>>>(
+          peers, leaves, leaves_per_rank, out, packs, rank, tp, epoch);
 }
 
 constexpr std::size_t handle_bytes = sizeof(cudaIpcMemHandle_t);
@@ -272,6 +402,44 @@ void PeerSum::all_reduce(DeviceDType dtype, const void* send, void* out, std::si
         return launch<T, 8>(s.shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
       default:
         return launch<T, 0>(s.shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
+    }
+  });
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+std::size_t PeerSum::capacity_bytes() const {
+  return state_->bytes;
+}
+
+void PeerSum::finish_chunk_tree(DeviceDType out_dtype, const float* leaves, int leaves_per_rank,
+                                void* out, std::size_t count, void* stream) {
+  State& s = *state_;
+  const std::size_t bytes = count * sizeof(float);
+  if (!s.usable || bytes > s.bytes || leaves_per_rank < 1 || leaves_per_rank > max_tree_ranks ||
+      peer_shape(bytes, s.tp, s.shape) != s.shape)
+    throw std::logic_error("PeerSum::finish_chunk_tree: a message peer memory does not take");
+  const std::size_t packs = bytes / pack_bytes;
+  // One shot: the halves of the staging buffer lie its capacity apart, whatever this call's size.
+  const std::size_t half_packs = s.bytes / pack_bytes * static_cast<std::size_t>(s.tp);
+  const unsigned epoch = ++s.epoch;
+  const auto* in = reinterpret_cast<const float4*>(leaves);
+  auto queue = static_cast<cudaStream_t>(stream);
+  by_dtype(out_dtype, [&](auto type) {
+    using T = decltype(type);
+    auto* sum = static_cast<Quad<T>*>(out);
+    switch (s.tp) {
+      case 2:
+        return launch_tree<T, 2>(s.shape, s.peers, in, leaves_per_rank, sum, packs, half_packs,
+                                 s.rank, s.tp, epoch, queue);
+      case 4:
+        return launch_tree<T, 4>(s.shape, s.peers, in, leaves_per_rank, sum, packs, half_packs,
+                                 s.rank, s.tp, epoch, queue);
+      case 8:
+        return launch_tree<T, 8>(s.shape, s.peers, in, leaves_per_rank, sum, packs, half_packs,
+                                 s.rank, s.tp, epoch, queue);
+      default:
+        return launch_tree<T, 0>(s.shape, s.peers, in, leaves_per_rank, sum, packs, half_packs,
+                                 s.rank, s.tp, epoch, queue);
     }
   });
   BITCHECK_CUDA_LAUNCH_CHECK();

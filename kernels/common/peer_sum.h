@@ -50,6 +50,17 @@ class PeerSum {
   // Every rank calls it with the same count, in the same order of calls.
   void all_reduce(DeviceDType dtype, const void* send, void* out, std::size_t count, void* stream);
 
+  // A TP GEMM's chunk tree finished across the ranks (cuda_tp::finish_chunk_tree): `leaves` holds
+  // this rank's `leaves_per_rank` fp32 partials of `count` values ([leaf][count]); each element's
+  // leaves are summed in the rank tree (the rank's subtree), the ranks' subtrees in the rank tree
+  // over the ranks, rounded once to `out_dtype` into `out`: the bits of the NCCL paths, in one
+  // kernel. `count` fp32 values of at most capacity_bytes(), in whole 16-byte packs (for two
+  // shots, a whole number of them per rank's part). Queued without waiting.
+  void finish_chunk_tree(DeviceDType out_dtype, const float* leaves, int leaves_per_rank, void* out,
+                         std::size_t count, void* stream);
+  // The constructor's bytes: the largest message (of fp32 subtree for finish_chunk_tree).
+  std::size_t capacity_bytes() const;
+
  private:
   struct State;
   std::unique_ptr<State> state_;

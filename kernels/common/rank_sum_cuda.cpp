@@ -3,10 +3,14 @@
 #include "common/rank_sum_cuda.h"
 
 #include <cstring>
+#include <map>
+#include <optional>
+#include <utility>
 
 #include "common/adapter_support.h"
 #include "common/gathered_sum.h"
 #include "common/nccl_ranks.h"
+#include "common/peer_sum.h"
 #include "common/rank_sum.h"
 #include "common/split_sum.h"
 #include "core/dtype.h"
@@ -38,12 +42,46 @@ void* scratch(int slot, std::size_t bytes) {
   return buffer->get();
 }
 
+// The chunk tree over peer memory, one per (tp, shape), grown to the largest message and kept:
+// every rank of the group makes and grows it at the same call, as their messages are the same.
+// Never freed (its destructor meets the other ranks, which have gone by the time a process exits).
+// nullptr where a peer's memory cannot be mapped: then NCCL moves the subtrees.
+cuda::PeerSum* peer_tree(int tp, cuda::PeerShape shape, std::size_t bytes) {
+  static std::map<std::pair<int, int>, cuda::PeerSum*> sums;
+  cuda::PeerSum*& sum = sums[{tp, static_cast<int>(shape)}];
+  if (!sum || sum->capacity_bytes() < bytes) {
+    delete sum;
+    sum = nullptr;
+    // One shot: every message below the two-shot size; two shots: grown in whole MiB.
+    const std::size_t mib = std::size_t(1) << 20;
+    const std::size_t capacity = shape == cuda::PeerShape::one_shot ? cuda::peer_two_shot_from_bytes
+                                                                    : (bytes + mib - 1) / mib * mib;
+    sum = new cuda::PeerSum(capacity, tp, shape);
+  }
+  return sum->usable() ? sum : nullptr;
+}
+
 }  // namespace
 
 void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t count,
-                       cuda::DeviceDType dtype, int tp, void* out) {
+                       cuda::DeviceDType dtype, int tp, void* out, bool over_nccl) {
   const int per_rank = chunk_count / tp;
   const bool round_subtree = early_rounding && tp > 1;
+  // Peer memory where it can be mapped: the rank's subtree and the ranks' tree in one kernel, one
+  // shot below 512 KiB of fp32 subtree, two shots (the scattered path's traffic) from there.
+  if (over_nccl && tp > 1) record_path(chunk_tree_nccl_path);
+  if (tp > 1 && !round_subtree && !over_nccl) {
+    const std::size_t fp32_bytes = count * sizeof(float);
+    if (const std::optional<cuda::PeerShape> shape = cuda::peer_shape(fp32_bytes, tp)) {
+      if (cuda::PeerSum* peer = peer_tree(tp, *shape, fp32_bytes)) {
+        record_path_member("chunk-tree",
+                           *shape == cuda::PeerShape::one_shot ? "peer-one-shot" : "peer-two-shot");
+        peer->finish_chunk_tree(dtype, leaves, per_rank, out, count, nullptr);
+        cuda::synchronize();
+        return;
+      }
+    }
+  }
   const cuda::DeviceDType subtree_dtype = round_subtree ? dtype : cuda::DeviceDType::fp32;
   const std::size_t subtree_bytes = count * element_bytes(subtree_dtype);
   void* gathered = scratch(0, subtree_bytes * static_cast<std::size_t>(tp) + 16);
@@ -116,8 +154,10 @@ ImplInfo rank_order_info(const RankOrderKind& kind, std::string name, std::strin
   if (kind.order == RankOrder::fixed_chunks || kind.order == RankOrder::early_rounding) {
     // How finish_chunk_tree moved the subtrees: a switch by message size that must change no bit.
     PathDecl tree("chunk-tree",
-                  "the chunk tree's last levels: local (tp = 1), gathered (whole subtrees "
-                  "all-gathered) or scattered (parts all-to-all, from 512 KiB)");
+                  "the chunk tree's last levels: local (tp = 1), over peer memory in one "
+                  "kernel (peer-one-shot; peer-two-shot from 512 KiB of fp32 subtree), or where "
+                  "peer memory cannot be mapped by NCCL: gathered (whole subtrees all-gathered) "
+                  "or scattered (parts all-to-all, from 512 KiB)");
     tree.as_family();
     tree.informative();
     paths.push_back(tree);
@@ -126,6 +166,14 @@ ImplInfo rank_order_info(const RankOrderKind& kind, std::string name, std::strin
       .on_ranks(split_parallelism(kind.across_tp, kind.drifts_from_tp, std::move(split_dims)))
       .with_paths(std::move(paths));
   return info;
+}
+
+PathDecl chunk_tree_nccl() {
+  return PathDecl(chunk_tree_nccl_path,
+                  "the chunk tree's subtrees moved by NCCL (all-gather; from 512 KiB of fp32 "
+                  "subtree all-to-all parts and an all-gather) where peer memory would take them: "
+                  "the transport of ranks on several nodes, forced on one host")
+      .only_forced();
 }
 
 PathDecl nccl_choices(bool only_gathers) {

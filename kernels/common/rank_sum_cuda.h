@@ -52,10 +52,19 @@ constexpr int chunk_count = 8;
 // all-gathered (an exact copy) and the tree finished on every rank, rounded once into `out`
 // (`count` values of `dtype`): the same tree at every tp. From 512 KiB of subtree (fixed_chunks)
 // each rank finishes the tree for its part of the elements only, from an all-to-all of the
-// subtrees' parts, and the rounded parts are all-gathered: the same bits, less traffic.
+// subtrees' parts, and the rounded parts are all-gathered: the same bits, less traffic. Where the
+// ranks can map each other's memory (one host), fixed_chunks moves the subtrees over peer memory
+// instead, the rank's subtree summed in the same kernel (common/peer_sum.h): the same bits again.
 // Synchronizes.
+// `over_nccl` keeps the subtrees on NCCL's transports where peer memory could take them (the path
+// chunk_tree_nccl_path forces).
 void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t count,
-                       cuda::DeviceDType dtype, int tp, void* out);
+                       cuda::DeviceDType dtype, int tp, void* out, bool over_nccl = false);
+
+// The forced path of the fixed-order TP matmuls whose chunk tree moves over NCCL (gathered below
+// 512 KiB of fp32 subtree, scattered from there) on a host whose ranks map each other's memory.
+constexpr const char* chunk_tree_nccl_path = "chunk-tree.nccl";
+PathDecl chunk_tree_nccl();
 
 // The NCCL orders and the rotating chain: the sum over the ranks of their shares (`local`, this
 // rank's `count` values of `dtype`) into `out`, rounded as the transport rounds it. At tp = 1 the

@@ -24,6 +24,7 @@
 #include "common/adapter_support.h"
 #include "common/bench_support.h"
 #include "common/nccl_ranks.h"
+#include "common/peer_sum.h"
 #include "common/rank_sum_cuda.h"
 #include "common/token_reduction.h"
 #include "cublaslt_gemm.h"
@@ -132,6 +133,11 @@ Pass split_pass(Split split) {
 }
 
 ImplInfo info_of(Split split, const cuda_tp::RankOrderKind& kind) {
+  std::vector<PathDecl> paths = {
+      PathDecl("split-sum", "a GEMM whose reduction the ranks share, summed across them"),
+      PathDecl("local", "a rank-local GEMM (or dW), gathered"), cuda_tp::nccl_choices(false),
+      cuda_tp::gemm_paths()};
+  if (kind.order == Order::fixed_chunks) paths.push_back(cuda_tp::chunk_tree_nccl());
   return cuda_tp::rank_order_info(
              kind,
              std::string("tp-") + (split == Split::rows ? "row-" : "column-") + kind.order_name,
@@ -139,10 +145,7 @@ ImplInfo info_of(Split split, const cuda_tp::RankOrderKind& kind) {
                              ? "row-parallel (K split over ranks; the forward sums across them): "
                              : "column-parallel (N split over ranks; dX sums across them): ") +
                  kind.description,
-             {split_pass(split)}, {split == Split::rows ? "K" : "N"},
-             {PathDecl("split-sum", "a GEMM whose reduction the ranks share, summed across them"),
-              PathDecl("local", "a rank-local GEMM (or dW), gathered"),
-              cuda_tp::nccl_choices(false), cuda_tp::gemm_paths()})
+             {split_pass(split)}, {split == Split::rows ? "K" : "N"}, std::move(paths))
       .timed_against(std::string("tp-") + (split == Split::rows ? "row-" : "column-") +
                      "nccl-default");
 }
@@ -217,14 +220,18 @@ class MatmulTpCuda : public Impl {
       const int per_rank = chunk_count / tp;
       const std::int64_t chunk = width / chunk_count;
       DeviceBuffer leaves(count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16);
+      const bool over_nccl = spec.forced_path == cuda_tp::chunk_tree_nccl_path;
       measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
         chunk_products(gemm_dtype(dtype), a_share.get(), b_share.get(), leaves.as<float>(), m, j,
                        chunk, per_rank);
         cuda_tp::finish_chunk_tree(kind_.order == Order::early_rounding, leaves.as<float>(), count,
-                                   device_dtype, tp, result.get());
+                                   device_dtype, tp, result.get(), over_nccl);
       });
       measurement.config = {
-          {"path", std::to_string(per_rank) + " chunk GEMMs with fp32 output + chunk tree"}};
+          {"path", std::to_string(per_rank) + " chunk GEMMs with fp32 output + chunk tree " +
+                       (kind_.order == Order::early_rounding || over_nccl ? "over NCCL"
+                        : cuda::peer_shape(count * sizeof(float), tp)     ? "over peer memory"
+                                                                          : "over NCCL")}};
     } else {
       DeviceBuffer local(count * element + 16);
       const GemmDType gemm_type = gemm_dtype(dtype);
@@ -279,7 +286,8 @@ class MatmulTpCuda : public Impl {
       chunk_products(gemm_dtype(dtype), a_share.get(), b_share.get(), leaves.as<float>(), m, j,
                      chunk, per_rank);
       cuda_tp::finish_chunk_tree(kind_.order == Order::early_rounding, leaves.as<float>(), count,
-                                 device_dtype, tp, result.get());
+                                 device_dtype, tp, result.get(),
+                                 batch.spec->forced_path == cuda_tp::chunk_tree_nccl_path);
       result.download(out.data(), out.bytes());
       return out;
     }

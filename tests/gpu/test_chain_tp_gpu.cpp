@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -153,6 +154,73 @@ TEST_CASE(
       const json& naive = cases.at({op, "tp-vocab-naive-pair", tp});
       CHECK(naive["verdict"] == (tp == 1 ? "pass" : "drift"));
       CHECK(naive.value("expected_to_drift", false) == (tp > 1));
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE(
+    "the TP matmuls' chunk tree over peer memory and over NCCL: the bits of tp = 1 on either "
+    "transport",
+    "[tp][matmul][.multi-gpu]") {
+  const int gpus = visible_gpus();
+  if (gpus < 2) {
+    WARN("the TP matmuls at tp > 1 need 2 or more GPUs; " << gpus << " visible");
+    return;
+  }
+  const auto [devices, largest_tp] = largest_group(gpus);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("bitcheck-matmul-tp-" + std::to_string(getpid()));
+  // 3 rows: 12 KiB of fp32 subtree (one shot; NCCL: gathered); 256 rows: 1 MiB (two shots;
+  // NCCL: scattered).
+  const auto [status, log] = sweep_at_tps(dir, R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "batches": [3, 256], "passes": ["forward", "backward"],
+                 "impls": ["tp-row-fixed-order", "tp-column-fixed-order"]},
+    "ops": {"matmul": {"shapes": [{"N": 1024, "K": 1024}]},
+            "matmul-nccl": {"op": "matmul", "shapes": [{"N": 1024, "K": 1024}],
+                            "force_paths": ["chunk-tree.nccl"]}}})",
+                                          devices, largest_tp);
+  INFO(log);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const json report = json::parse(read_text(dir / "out/report.json"));
+  // (impl, pass, rows, tp, forced) -> the case
+  std::map<std::tuple<std::string, std::string, std::int64_t, int, bool>, json> cases;
+  for (const auto& c : report["results"]) {
+    cases[{c["impl"].get<std::string>(), c["pass"].get<std::string>(),
+           c["rows"].get<std::int64_t>(), c.value("tp", 1), c.contains("forced_path")}] = c;
+  }
+  auto members = [](const json& c) {
+    std::set<std::string> found;
+    for (const auto& [layout, paths] : c["paths"].items())
+      for (const auto& path : paths)
+        if (path.get<std::string>().rfind("chunk-tree", 0) == 0)
+          found.insert(path.get<std::string>());
+    return found;
+  };
+  for (const std::string impl : {"tp-row-fixed-order", "tp-column-fixed-order"}) {
+    const std::string pass = impl == "tp-row-fixed-order" ? "forward" : "backward";
+    for (const std::int64_t rows : {3, 256}) {
+      const json& alone = cases.at({impl, pass, rows, 1, false});
+      CHECK(alone["verdict"] == "pass");
+      for (int tp = 2; tp <= largest_tp; tp *= 2) {
+        INFO(impl << " rows=" << rows << " tp=" << tp);
+        const json& peer = cases.at({impl, pass, rows, tp, false});
+        const json& nccl = cases.at({impl, pass, rows, tp, true});
+        CHECK(peer["verdict"] == "pass");
+        CHECK(nccl["verdict"] == "pass");
+        // The same bits on both transports and at tp = 1.
+        CHECK(peer["fingerprint"] == alone["fingerprint"]);
+        CHECK(nccl["fingerprint"] == alone["fingerprint"]);
+        const std::set<std::string> peer_paths = members(peer), nccl_paths = members(nccl);
+        CHECK(peer_paths.count("chunk-tree:peer-one-shot") == 1);
+        CHECK(nccl_paths.count("chunk-tree.nccl") == 1);
+        CHECK(nccl_paths.count("chunk-tree:gathered") == 1);
+        if (rows == 256) {
+          CHECK(peer_paths.count("chunk-tree:peer-two-shot") == 1);
+          CHECK(nccl_paths.count("chunk-tree:scattered") == 1);
+        }
+      }
     }
   }
   std::filesystem::remove_all(dir);
