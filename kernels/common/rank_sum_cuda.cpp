@@ -67,9 +67,9 @@ void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t cou
                        cuda::DeviceDType dtype, int tp, void* out, bool over_nccl) {
   const int per_rank = chunk_count / tp;
   const bool round_subtree = early_rounding && tp > 1;
+  if (over_nccl && tp > 1) record_path(chunk_tree_nccl_path);
   // Peer memory where it can be mapped: the rank's subtree and the ranks' tree in one kernel, one
   // shot below 512 KiB of fp32 subtree, two shots (the scattered path's traffic) from there.
-  if (over_nccl && tp > 1) record_path(chunk_tree_nccl_path);
   if (tp > 1 && !round_subtree && !over_nccl) {
     const std::size_t fp32_bytes = count * sizeof(float);
     if (const std::optional<cuda::PeerShape> shape = cuda::peer_shape(fp32_bytes, tp)) {
