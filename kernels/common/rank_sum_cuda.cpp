@@ -63,8 +63,8 @@ cuda::PeerSum* peer_tree(int tp, cuda::PeerShape shape, std::size_t bytes) {
 
 }  // namespace
 
-void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t count,
-                       cuda::DeviceDType dtype, int tp, void* out, bool over_nccl) {
+const char* finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t count,
+                              cuda::DeviceDType dtype, int tp, void* out, bool over_nccl) {
   const int per_rank = chunk_count / tp;
   const bool round_subtree = early_rounding && tp > 1;
   if (over_nccl && tp > 1) record_path(chunk_tree_nccl_path);
@@ -74,11 +74,12 @@ void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t cou
     const std::size_t fp32_bytes = count * sizeof(float);
     if (const std::optional<cuda::PeerShape> shape = cuda::peer_shape(fp32_bytes, tp)) {
       if (cuda::PeerSum* peer = peer_tree(tp, *shape, fp32_bytes)) {
-        record_path_member("chunk-tree",
-                           *shape == cuda::PeerShape::one_shot ? "peer-one-shot" : "peer-two-shot");
+        const char* member =
+            *shape == cuda::PeerShape::one_shot ? "peer-one-shot" : "peer-two-shot";
+        record_path_member("chunk-tree", member);
         peer->finish_chunk_tree(dtype, leaves, per_rank, out, count, nullptr);
         cuda::synchronize();
-        return;
+        return member;
       }
     }
   }
@@ -96,7 +97,8 @@ void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t cou
   const std::size_t part = count / static_cast<std::size_t>(tp);
   const bool scattered = tp > 1 && !round_subtree && count % static_cast<std::size_t>(tp) == 0 &&
                          subtree_bytes >= scattered_from_bytes;
-  record_path_member("chunk-tree", tp == 1 ? "local" : scattered ? "scattered" : "gathered");
+  const char* member = tp == 1 ? "local" : scattered ? "scattered" : "gathered";
+  record_path_member("chunk-tree", member);
   if (scattered) {
     // Rank r takes the r-th part of every rank's subtree (an all-to-all of exact copies, laid out
     // rank by rank as the all-gather lays out whole subtrees), finishes the tree for that part,
@@ -109,7 +111,7 @@ void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t cou
                                  nullptr);
     nccl::all_gather(part_sum, out, part, dtype, tp, nccl::library_default());
     cuda::synchronize();
-    return;
+    return member;
   }
   if (tp > 1)
     nccl::all_gather(subtree, gathered, count, subtree_dtype, tp, nccl::library_default());
@@ -120,6 +122,7 @@ void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t cou
                                  nullptr);
   }
   cuda::synchronize();
+  return member;
 }
 
 void sum_rank_shares(RankOrder order, const void* local, std::size_t count, cuda::DeviceDType dtype,

@@ -55,11 +55,12 @@ constexpr int chunk_count = 8;
 // subtrees' parts, and the rounded parts are all-gathered: the same bits, less traffic. Where the
 // ranks can map each other's memory (one host), fixed_chunks moves the subtrees over peer memory
 // instead, the rank's subtree summed in the same kernel (common/peer_sum.h): the same bits again.
-// Synchronizes.
+// Synchronizes, and returns the transport it took (the member of the "chunk-tree" path family it
+// records: local, peer-one-shot, peer-two-shot, gathered or scattered).
 // `over_nccl` keeps the subtrees on NCCL's transports where peer memory could take them (the path
 // chunk_tree_nccl_path forces).
-void finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t count,
-                       cuda::DeviceDType dtype, int tp, void* out, bool over_nccl = false);
+const char* finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t count,
+                              cuda::DeviceDType dtype, int tp, void* out, bool over_nccl = false);
 
 // The forced path of the fixed-order TP matmuls whose chunk tree moves over NCCL (gathered below
 // 512 KiB of fp32 subtree, scattered from there) on a host whose ranks map each other's memory.

@@ -24,7 +24,6 @@
 #include "common/adapter_support.h"
 #include "common/bench_support.h"
 #include "common/nccl_ranks.h"
-#include "common/peer_sum.h"
 #include "common/rank_sum_cuda.h"
 #include "common/token_reduction.h"
 #include "cublaslt_gemm.h"
@@ -221,17 +220,17 @@ class MatmulTpCuda : public Impl {
       const std::int64_t chunk = width / chunk_count;
       DeviceBuffer leaves(count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16);
       const bool over_nccl = spec.forced_path == cuda_tp::chunk_tree_nccl_path;
+      std::string transport;
       measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
         chunk_products(gemm_dtype(dtype), a_share.get(), b_share.get(), leaves.as<float>(), m, j,
                        chunk, per_rank);
-        cuda_tp::finish_chunk_tree(kind_.order == Order::early_rounding, leaves.as<float>(), count,
-                                   device_dtype, tp, result.get(), over_nccl);
+        transport =
+            cuda_tp::finish_chunk_tree(kind_.order == Order::early_rounding, leaves.as<float>(),
+                                       count, device_dtype, tp, result.get(), over_nccl);
       });
       measurement.config = {
           {"path", std::to_string(per_rank) + " chunk GEMMs with fp32 output + chunk tree " +
-                       (kind_.order == Order::early_rounding || over_nccl ? "over NCCL"
-                        : cuda::peer_shape(count * sizeof(float), tp)     ? "over peer memory"
-                                                                          : "over NCCL")}};
+                       (transport.rfind("peer", 0) == 0 ? "over peer memory" : "over NCCL")}};
     } else {
       DeviceBuffer local(count * element + 16);
       const GemmDType gemm_type = gemm_dtype(dtype);

@@ -3,17 +3,14 @@
 // (run/case_checks.h), from whose typed results the CaseResult is assembled.
 #include "run/runner.h"
 
-#include <algorithm>
 #include <chrono>
 #include <future>
 #include <optional>
-#include <set>
 #include <stdexcept>
 
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "core/phase_profile.h"
-#include "core/rng.h"
 #include "run/case_checks.h"
 #include "run/case_plan.h"
 #include "run/layout_exec.h"
