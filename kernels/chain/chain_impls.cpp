@@ -267,6 +267,7 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
   batch.invocation_index = batch_.invocation_index;
   batch.invocation_count = batch_.invocation_count;
   batch.reductions_wanted = batch_.reductions_wanted;
+  batch.outputs_stay_on_device = batch_.outputs_stay_on_device;
   batch.parameters_in_use = batch_.inputs.size();  // the chain's inputs: every layer's parameters
   batch.layout_state = state_.calls[call.name];
   const std::vector<TensorDecl> decls = registry_.find_op(call.op)->tensors(spec);
@@ -318,6 +319,14 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
   TensorMap result;
   for (const TensorDecl& decl : decls) {
     if (decl.role != TensorRole::row_output && decl.role != TensorRole::reduction_output) continue;
+    const std::string chain_name = call.name + "." + decl.name;
+    auto on_device = batch.device_outputs.find(decl.name);
+    if (on_device != batch.device_outputs.end()) {
+      // Left on the device after the layout's last invocation: handed on under the chain's name
+      // (the same bytes; the chain's flattened shape is only the host's view of them).
+      batch_.device_outputs[chain_name] = std::move(on_device->second);
+      continue;
+    }
     Tensor& output = batch.out(decl.name);
     const auto expected =
         decl.role == TensorRole::row_output ? full_shape(decl, rows()) : decl.shape;
@@ -326,7 +335,7 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
                                ") returned " + decl.name + " as " + to_string(output.dtype()) +
                                shape_string(output.shape()));
     }
-    Tensor& chain_output = batch_.out(call.name + "." + decl.name);
+    Tensor& chain_output = batch_.out(chain_name);
     if (decl.role == TensorRole::reduction_output) {
       chain_output = std::move(output);
       chain_output.reshape({1, chain_output.numel()});

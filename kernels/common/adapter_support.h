@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench_support.h"
+#include "common/device_output_cuda.h"
 #include "core/host_threads.h"
 #include "core/op.h"
 #include "device_dtype.h"
@@ -88,7 +89,8 @@ inline bool all_bytes_zero(const Tensor& tensor) {
 }
 
 // A reduction output's accumulator on the device for a whole layout execution: every micro-batch
-// adds into it and it comes back once, after the layout's last invocation (download_after_last),
+// adds into it and it comes back once, after the layout's last invocation (download_after_last;
+// or it stays there for the runner's comparisons),
 // instead of a round trip per invocation (a vocab-sized dtable is 0.5 GB each way). Made from the
 // runner's initial tensor at the first invocation (zeros: set on the device instead of uploaded;
 // any other start is uploaded) and kept in batch.layout_state, so only for impls that keep no
@@ -113,9 +115,12 @@ inline cuda::DeviceBuffer& carried_accumulator(Batch& batch, const std::string& 
   return state->buffer;
 }
 
+// After the last invocation the accumulator comes back, or stays on the device for the runner to
+// compare there (Batch::outputs_stay_on_device, common/device_output_cuda.h): moved out of the
+// state, which the runner drops after the last invocation anyway.
 inline void download_after_last(Batch& batch, const std::string& name,
-                                const cuda::DeviceBuffer& accumulator) {
-  if (batch.invocation_index + 1 >= batch.invocation_count) download(accumulator, batch.out(name));
+                                cuda::DeviceBuffer& accumulator) {
+  if (batch.invocation_index + 1 >= batch.invocation_count) hand_over(batch, name, accumulator);
 }
 
 // The real (non-pad) slots in slot order, as int32 for the kernels that skip padding.

@@ -5,6 +5,7 @@
 //                        the order of the comparisons is free.
 //   fingerprint_kernel   one thread: FNV-1a over the chosen rows in order, the host's chain.
 #include <cstring>
+#include <stdexcept>
 
 #include "common/cuda_check.cuh"
 #include "common/row_compare.h"
@@ -72,6 +73,31 @@ std::uint64_t fingerprint_rows_on_device(const void* data, std::size_t row_bytes
   std::uint64_t result = 0;
   hash.download(&result, sizeof result);
   return result;
+}
+
+std::vector<std::int64_t> differing_parts_on_device(const void* expected, const void* actual,
+                                                    std::size_t bytes, std::size_t part_bytes) {
+  if (part_bytes == 0) throw std::invalid_argument("differing_parts_on_device: parts of 0 bytes");
+  const auto whole = static_cast<std::int64_t>(bytes / part_bytes);
+  const std::size_t tail = bytes % part_bytes;
+  const std::int64_t parts = whole + (tail ? 1 : 0);
+  std::vector<std::int64_t> differing;
+  if (parts == 0) return differing;
+  DeviceBuffer mask(static_cast<std::size_t>(parts));
+  auto* differs = static_cast<std::uint8_t*>(mask.get());
+  compare_rows_on_device(expected, actual, whole, part_bytes, differs, nullptr);
+  if (tail) {
+    const std::size_t offset = static_cast<std::size_t>(whole) * part_bytes;
+    compare_rows_on_device(static_cast<const unsigned char*>(expected) + offset,
+                           static_cast<const unsigned char*>(actual) + offset, 1, tail,
+                           differs + whole, nullptr);
+  }
+  std::vector<std::uint8_t> host(static_cast<std::size_t>(parts));
+  mask.download(host.data(), host.size());
+  for (std::int64_t p = 0; p < parts; ++p) {
+    if (host[static_cast<std::size_t>(p)]) differing.push_back(p);
+  }
+  return differing;
 }
 
 std::vector<std::int64_t> differing_rows_on_device(const void* expected, const void* actual,

@@ -22,6 +22,12 @@ std::uint64_t fingerprint_rows_on_device(const void* data, std::size_t row_bytes
                                          const std::vector<std::int64_t>& row_indices,
                                          std::uint64_t seed);
 
+// The parts of `part_bytes` (the last one shorter) in which two device buffers of `bytes` each
+// differ in any bit, in increasing order: compare_rows_on_device over the whole parts and over
+// the tail, the mask brought back.
+std::vector<std::int64_t> differing_parts_on_device(const void* expected, const void* actual,
+                                                    std::size_t bytes, std::size_t part_bytes);
+
 // The mask of compare_rows_on_device brought back: the indices of the rows that differ, in order.
 // Only these rows need to come to the host for the drift metrics.
 std::vector<std::int64_t> differing_rows_on_device(const void* expected, const void* actual,

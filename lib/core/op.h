@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/device_output.h"
 #include "core/dtype.h"
 #include "core/paths.h"
 #include "core/provenance.h"
@@ -154,6 +155,12 @@ struct Batch {
   std::map<std::string, std::shared_ptr<const Tensor>> inputs;
   std::map<std::string, std::uint64_t> input_ids;
   std::map<std::string, Tensor> outputs;
+  // Set by the runner when it can compare this layout's reduction outputs where they are made: an
+  // impl may then, at the layout's last invocation, leave a reduction output in `device_outputs`
+  // (under the output's name, as many bytes as the host tensor) instead of writing it to
+  // `outputs`. Ignored (the outputs come to the host) when false.
+  bool outputs_stay_on_device = false;
+  std::map<std::string, std::shared_ptr<const DeviceOutput>> device_outputs;
   nlohmann::json impl_config;  // an impl records the configuration it used (e.g. a cuBLASLt pin)
   // State an impl keeps across the invocations of one layout execution (e.g. a KV cache): empty
   // before the first invocation, dropped after the last.

@@ -5,8 +5,8 @@ namespace bitcheck {
 namespace {
 
 constexpr std::array<const char*, phase_count> phase_names = {
-    "inputs",     "staging",     "uploads",     "impl_calls", "downloads",
-    "references", "comparisons", "bookkeeping", "device_wait"};
+    "inputs",     "staging",     "uploads",     "impl_calls",  "downloads",
+    "references", "comparisons", "bookkeeping", "device_wait", "device_comparisons"};
 
 thread_local PhaseProfile* recording_profile = nullptr;
 

@@ -1,6 +1,7 @@
 // Where a case's time goes: per phase (inputs, staging, uploads, impl calls, downloads, references,
-// comparisons, bookkeeping, device waits) the seconds spent and the bytes moved. Kept free of heavy
-// includes: device code (.cu host code) records its transfers through it, as it records paths.
+// comparisons, bookkeeping, device waits, comparisons on the device) the seconds spent and the
+// bytes moved. Kept free of heavy includes: device code (.cu host code) records its transfers
+// through it, as it records paths.
 #pragma once
 #include <array>
 #include <chrono>
@@ -21,8 +22,11 @@ enum class Phase {
   comparisons,  // invariance, determinism and accuracy checks, and the fingerprint
   bookkeeping,  // a composite impl's own work between its calls (the chain)
   device_wait,  // waiting for a device slot before an impl call (workers sharing one GPU)
+  // outputs compared where the impl left them (core/device_output.h): the bytes read there on
+  // both sides, never brought to the host
+  device_comparisons,
 };
-constexpr std::size_t phase_count = 9;
+constexpr std::size_t phase_count = 10;
 const char* phase_name(Phase phase);  // "inputs", "staging", ..., as reports write them
 std::optional<Phase> parse_phase(const std::string& name);
 

@@ -104,7 +104,7 @@ PhaseProfile profile_from_json(const JsonCursor& c) {
     if (!phase)
       cost.fail(
           "a phase (inputs, staging, uploads, impl_calls, downloads, references, "
-          "comparisons, bookkeeping, device_wait)");
+          "comparisons, bookkeeping, device_wait, device_comparisons)");
     cost.allow_only({"seconds", "bytes"});
     profile.add(*phase, cost.at("seconds").as_number(), unsigned_from(cost.at("bytes")));
   }

@@ -3,6 +3,8 @@
 #include "run/case_checks.h"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include "run/layout.h"
@@ -36,8 +38,50 @@ DriftMetrics compare_whole(const std::string& layout, const std::string& referen
   return named(compare_all_rows(decl.name, decl.dtype, expected, actual), layout, reference_layout);
 }
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The parts an output left on the device is compared in: a differing part costs nothing more
+// (a drift brings the whole output over, for its metrics), so the size only spreads the work.
+constexpr std::size_t device_part_bytes = std::size_t(1) << 16;
+
+std::int64_t element_count(const TensorDecl& decl) {
+  std::int64_t count = 1;
+  for (std::int64_t extent : decl.shape) count *= extent;
+  return count;
+}
+
 std::uint64_t bytes_read(const DriftMetrics& metrics) {
   return 2 * static_cast<std::uint64_t>(metrics.compared) * dtype_size(metrics.dtype);
+}
+
+// Reduction `decl` where both layouts left it on the device: compared there, the host
+// comparison's metrics when every bit is equal (every element compared, none differing), nullopt
+// when a part differs or a side is on the host only.
+std::optional<DriftMetrics> equal_on_device(const TensorDecl& decl, const LayoutOutputs& expected,
+                                            const LayoutOutputs& actual, DeviceWork& work) {
+  const auto e = expected.device_reductions.find(decl.name);
+  const auto a = actual.device_reductions.find(decl.name);
+  if (e == expected.device_reductions.end() || a == actual.device_reductions.end()) {
+    return std::nullopt;
+  }
+  const auto start = Clock::now();
+  const bool equal = a->second->differing_parts(*e->second, device_part_bytes).empty();
+  work.compare_seconds += seconds_since(start);
+  work.compared_bytes += e->second->bytes() + a->second->bytes();
+  if (!equal) return std::nullopt;
+  DriftComparator none(decl.name, decl.dtype);
+  DriftMetrics metrics = none.metrics();
+  metrics.compared = element_count(decl);
+  work.settled_bytes += bytes_read(metrics);
+  return metrics;
+}
+
+bool has_reduction(const LayoutOutputs& outputs, const std::string& name) {
+  return outputs.reductions.count(name) || outputs.device_reductions.count(name);
 }
 
 void record(DriftMetrics metrics, InvarianceResult& result) {
@@ -79,14 +123,50 @@ bool case_expected_to_drift(const Impl& impl, const CaseSpec& spec) {
          std::find(spec.layouts.begin(), spec.layouts.end(), layout) != spec.layouts.end();
 }
 
+void DeviceWork::append(const DeviceWork& other) {
+  compare_seconds += other.compare_seconds;
+  compared_bytes += other.compared_bytes;
+  settled_bytes += other.settled_bytes;
+  fetch_seconds += other.fetch_seconds;
+  fetched_bytes += other.fetched_bytes;
+}
+
+void bring_to_host(LayoutOutputs& outputs, const TensorDecl& decl, DeviceWork& work) {
+  if (outputs.reductions.count(decl.name)) return;
+  const auto held = outputs.device_reductions.find(decl.name);
+  if (held == outputs.device_reductions.end())
+    throw std::logic_error("the layout's outputs hold no " + decl.name);
+  const auto start = Clock::now();
+  Tensor tensor(decl.dtype, decl.shape, Tensor::uninitialized);
+  if (held->second->bytes() != tensor.bytes()) {
+    throw std::logic_error(decl.name + " left on the device holds " +
+                           std::to_string(held->second->bytes()) + " bytes, expected " +
+                           std::to_string(tensor.bytes()));
+  }
+  held->second->read(tensor.data(), 0, tensor.bytes());
+  work.fetch_seconds += seconds_since(start);
+  work.fetched_bytes += tensor.bytes();
+  outputs.reductions.emplace(decl.name, std::move(tensor));
+}
+
+void bring_all_to_host(LayoutOutputs& outputs, const std::vector<TensorDecl>& decls,
+                       DeviceWork& work) {
+  for (const auto& decl : decls) {
+    if (decl.role == TensorRole::reduction_output && outputs.device_reductions.count(decl.name))
+      bring_to_host(outputs, decl, work);
+  }
+}
+
 void InvarianceResult::append(InvarianceResult other) {
   comparisons += other.comparisons;
   compared_bytes += other.compared_bytes;
+  device.append(other.device);
   for (auto& metrics : other.drift) drift.push_back(std::move(metrics));
 }
 
 void DeterminismResult::append(DeterminismResult other) {
   compared_bytes += other.compared_bytes;
+  device.append(other.device);
   for (auto& metrics : other.nondeterminism) nondeterminism.push_back(std::move(metrics));
 }
 
@@ -96,7 +176,7 @@ bool AccuracyResult::passed() const {
 }
 
 InvarianceResult check_invariance(const std::vector<TensorDecl>& decls, const std::string& layout,
-                                  bool covers_all_rows_in_order, const LayoutOutputs& outputs,
+                                  bool covers_all_rows_in_order, LayoutOutputs& outputs,
                                   const CanonicalOutputs& canonical) {
   InvarianceResult result;
   for (const auto& decl : decls) {
@@ -105,6 +185,11 @@ InvarianceResult check_invariance(const std::vector<TensorDecl>& decls, const st
     }
     if (decl.role == TensorRole::reduction_output && layout != canonical_reduction_layout &&
         covers_all_rows_in_order) {
+      if (auto equal = equal_on_device(decl, *canonical.batch, outputs, result.device)) {
+        record(named(std::move(*equal), layout, canonical_reduction_layout), result);
+        continue;
+      }
+      bring_to_host(outputs, decl, result.device);
       record(compare_whole(layout, canonical_reduction_layout, decl,
                            canonical.batch->reductions.at(decl.name),
                            outputs.reductions.at(decl.name)),
@@ -115,7 +200,7 @@ InvarianceResult check_invariance(const std::vector<TensorDecl>& decls, const st
 }
 
 InvarianceResult check_across_tp(const std::vector<TensorDecl>& decls, const std::string& layout,
-                                 const std::string& reference_layout, const LayoutOutputs& outputs,
+                                 const std::string& reference_layout, LayoutOutputs& outputs,
                                  const LayoutOutputs& reference) {
   InvarianceResult result;
   for (const auto& decl : decls) {
@@ -128,8 +213,13 @@ InvarianceResult check_across_tp(const std::vector<TensorDecl>& decls, const std
       }
       record(compare_rows(layout, reference_layout, decl, reference, outputs, rows), result);
     }
-    if (decl.role == TensorRole::reduction_output && outputs.reductions.count(decl.name) &&
+    if (decl.role == TensorRole::reduction_output && has_reduction(outputs, decl.name) &&
         reference.reductions.count(decl.name)) {
+      if (auto equal = equal_on_device(decl, reference, outputs, result.device)) {
+        record(named(std::move(*equal), layout, reference_layout), result);
+        continue;
+      }
+      bring_to_host(outputs, decl, result.device);
       record(compare_whole(layout, reference_layout, decl, reference.reductions.at(decl.name),
                            outputs.reductions.at(decl.name)),
              result);
@@ -139,13 +229,20 @@ InvarianceResult check_across_tp(const std::vector<TensorDecl>& decls, const std
 }
 
 DeterminismResult check_determinism(const std::vector<TensorDecl>& decls, const std::string& layout,
-                                    int repeat, const LayoutOutputs& first,
-                                    const LayoutOutputs& again) {
+                                    int repeat, LayoutOutputs& first, LayoutOutputs& again) {
   DeterminismResult result;
   const std::string repeat_name = layout + " repeat " + std::to_string(repeat + 1);
   for (const auto& decl : decls) {
     if (!is_output(decl)) continue;
     const bool row = decl.role == TensorRole::row_output;
+    if (!row) {
+      if (auto equal = equal_on_device(decl, first, again, result.device)) {
+        result.compared_bytes += bytes_read(*equal);
+        continue;
+      }
+      bring_to_host(first, decl, result.device);
+      bring_to_host(again, decl, result.device);
+    }
     const Tensor& a = row ? first.rows.at(decl.name) : first.reductions.at(decl.name);
     const Tensor& b = row ? again.rows.at(decl.name) : again.reductions.at(decl.name);
     DriftMetrics metrics = compare_whole(repeat_name, layout, decl, a, b);

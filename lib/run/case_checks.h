@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/device_output.h"
 #include "core/op.h"
 #include "core/verdict.h"
 #include "run/compare.h"
@@ -22,10 +24,32 @@ bool case_expected_to_drift(const Impl& impl, const CaseSpec& spec);
 
 // The outputs of one layout execution, by logical row.
 struct LayoutOutputs {
-  std::map<std::string, Tensor> rows;  // row outputs gathered by logical row
-  std::vector<bool> present;           // which logical rows the layout produced
-  std::map<std::string, Tensor> reductions;
+  std::map<std::string, Tensor> rows;        // row outputs gathered by logical row
+  std::vector<bool> present;                 // which logical rows the layout produced
+  std::map<std::string, Tensor> reductions;  // on the host
+  // Reductions the impl left on its device (Batch::device_outputs). One held only there has no
+  // entry in `reductions` until bring_to_host: the checks compare it on the device against
+  // another layout's and bring it over only where they read its values.
+  std::map<std::string, std::shared_ptr<const DeviceOutput>> device_reductions;
 };
+
+// What the checks did with outputs left on the device: bytes compared there (both sides) and the
+// time, and bytes brought to the host (a drift's metrics need the values) and the time.
+struct DeviceWork {
+  double compare_seconds = 0;
+  std::uint64_t compared_bytes = 0;
+  std::uint64_t settled_bytes = 0;  // of the result's compared bytes, those the device settled
+  double fetch_seconds = 0;
+  std::uint64_t fetched_bytes = 0;
+  void append(const DeviceWork& other);
+};
+
+// Brings reduction `decl` of `outputs` to the host when the device alone holds it (its host
+// tensor under the decl's shape); what it moved is added to `work`.
+void bring_to_host(LayoutOutputs& outputs, const TensorDecl& decl, DeviceWork& work);
+// Every reduction of `decls` the device alone holds.
+void bring_all_to_host(LayoutOutputs& outputs, const std::vector<TensorDecl>& decls,
+                       DeviceWork& work);
 
 // What the other layouts are compared against: the canonical layout for row outputs (rows
 // computed alone) and the batch layout (token reductions, and rows outside the alone sample).
@@ -39,6 +63,7 @@ struct InvarianceResult {
   std::vector<DriftMetrics> drift;   // comparisons that differ, in the order they were made
   std::int64_t comparisons = 0;      // comparisons made (tensor x layout)
   std::uint64_t compared_bytes = 0;  // bytes read on both sides
+  DeviceWork device;                 // the part of it done where the outputs were made
   bool passed() const { return drift.empty(); }
   void append(InvarianceResult other);
 };
@@ -46,6 +71,7 @@ struct InvarianceResult {
 struct DeterminismResult {
   std::vector<DriftMetrics> nondeterminism;  // repeats of a canonical layout that differ
   std::uint64_t compared_bytes = 0;          // bytes read on both sides
+  DeviceWork device;                         // the part of it done where the outputs were made
   bool passed() const { return nondeterminism.empty(); }
   void append(DeterminismResult other);
 };
@@ -58,20 +84,22 @@ struct AccuracyResult {
 // Invariance of one layout: each row output's present rows against the alone layout's (rows
 // outside the alone sample against the batch layout's, except in the batch layout itself), and,
 // when the layout holds every token in order, each reduction output against the batch layout's.
+// A reduction left on the device on both sides is compared there first: equal bits give the host
+// comparison's result (every element compared, none differing) without a transfer; only a
+// difference brings `outputs`'s to the host, for the drift's metrics.
 InvarianceResult check_invariance(const std::vector<TensorDecl>& decls, const std::string& layout,
-                                  bool covers_all_rows_in_order, const LayoutOutputs& outputs,
+                                  bool covers_all_rows_in_order, LayoutOutputs& outputs,
                                   const CanonicalOutputs& canonical);
 
 // Determinism: run `repeat` (0-based) of `layout` against its first run, every output whole.
 // A canonical layout at the case's tp against the same layout at tp = 1 (`reference_layout`, as
 // "alone/tp=1"): every row both produced, and the token reductions both hold.
 InvarianceResult check_across_tp(const std::vector<TensorDecl>& decls, const std::string& layout,
-                                 const std::string& reference_layout, const LayoutOutputs& outputs,
+                                 const std::string& reference_layout, LayoutOutputs& outputs,
                                  const LayoutOutputs& reference);
 
 DeterminismResult check_determinism(const std::vector<TensorDecl>& decls, const std::string& layout,
-                                    int repeat, const LayoutOutputs& first,
-                                    const LayoutOutputs& again);
+                                    int repeat, LayoutOutputs& first, LayoutOutputs& again);
 
 // What the accuracy check compares: `row_outputs` on the request's rows (and columns), the batch
 // layout's reductions on its reduction rows, against `reference`, each output within its

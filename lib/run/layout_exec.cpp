@@ -31,6 +31,12 @@ std::string group_scales_string(const std::vector<float>& scales) {
   return text;
 }
 
+std::int64_t decl_elements(const TensorDecl& decl) {
+  std::int64_t count = 1;
+  for (std::int64_t extent : decl.shape) count *= extent;
+  return count;
+}
+
 bool is_identity(const Invocation& invocation, std::int64_t rows) {
   bool identity = invocation.slots() == rows;
   for (std::int64_t s = 0; identity && s < invocation.slots(); ++s) {
@@ -43,7 +49,8 @@ bool is_identity(const Invocation& invocation, std::int64_t rows) {
 // their slots (pad slots NaN), row outputs poisoned, reduction outputs carried across invocations.
 Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
                  const std::vector<TensorDecl>& decls, const Inputs& inputs, std::int64_t rows,
-                 LayoutOutputs& result, bool reductions_wanted, int tp) {
+                 LayoutOutputs& result, bool reductions_wanted, bool outputs_stay_on_device,
+                 int tp) {
   const Invocation& invocation = layout.invocations[index];
   Batch batch;
   batch.spec = &spec;
@@ -52,6 +59,7 @@ Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
   batch.invocation_index = static_cast<std::int64_t>(index);
   batch.invocation_count = static_cast<std::int64_t>(layout.invocations.size());
   batch.reductions_wanted = reductions_wanted;
+  batch.outputs_stay_on_device = outputs_stay_on_device;
   batch.captured = layout.captured;
   const bool identity = is_identity(invocation, rows);
   for (const auto& decl : decls) {
@@ -79,13 +87,38 @@ Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
   return batch;
 }
 
+// A reduction the impl left on its device: only after the layout's last invocation (the next one
+// would carry the host tensor on), and as many bytes as the output.
+void take_device_output(const Impl& impl, const TensorDecl& decl, bool last, Batch& batch,
+                        LayoutOutputs& result) {
+  auto held = batch.device_outputs.find(decl.name);
+  const std::size_t bytes = static_cast<std::size_t>(decl_elements(decl)) * dtype_size(decl.dtype);
+  if (decl.role != TensorRole::reduction_output || !batch.outputs_stay_on_device || !last ||
+      !held->second || held->second->bytes() != bytes) {
+    throw std::runtime_error(
+        "impl " + impl.name() + " left " + decl.name + " on the device" +
+        (decl.role != TensorRole::reduction_output ? " (only reduction outputs may stay there)"
+         : !batch.outputs_stay_on_device           ? " although the runner asked for it"
+         : !last                                   ? " before the layout's last invocation"
+                 : " as " + std::to_string(held->second ? held->second->bytes() : 0) +
+                       " bytes, expected " + std::to_string(bytes)));
+  }
+  result.reductions.erase(decl.name);
+  result.device_reductions[decl.name] = std::move(held->second);
+}
+
 // Takes an invocation's outputs into the layout's: row outputs by logical row (or whole, when the
-// layout is one in-order invocation), reduction outputs as they are.
-void gather_outputs(const Impl& impl, const Invocation& invocation, bool whole,
+// layout is one in-order invocation), reduction outputs as they are (or the handle of one the impl
+// left on its device).
+void gather_outputs(const Impl& impl, const Invocation& invocation, bool whole, bool last,
                     const std::vector<TensorDecl>& decls, std::int64_t rows, Batch& batch,
                     LayoutOutputs& result) {
   for (const auto& decl : decls) {
     if (!is_output(decl)) continue;
+    if (batch.device_outputs.count(decl.name)) {
+      take_device_output(impl, decl, last, batch, result);
+      continue;
+    }
     Tensor& output = batch.out(decl.name);
     auto expected =
         decl.role == TensorRole::row_output ? full_shape(decl, invocation.slots()) : decl.shape;
@@ -221,8 +254,8 @@ std::uint64_t tensor_bytes(const std::map<std::string, std::shared_ptr<const Ten
 LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& spec,
                              const CasePlan& plan, const Inputs& inputs,
                              nlohmann::json& impl_config, CaseTimings& timings,
-                             bool reductions_wanted, KernelRecorder* recorder,
-                             LayoutRecords& records, int tp) {
+                             bool reductions_wanted, bool outputs_stay_on_device,
+                             KernelRecorder* recorder, LayoutRecords& records, int tp) {
   LayoutOutputs result;
   result.present.assign(static_cast<std::size_t>(plan.rows), false);
   std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
@@ -240,8 +273,8 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
   for (std::size_t i = 0; i < layout.invocations.size(); ++i) {
     const bool identity = is_identity(layout.invocations[i], plan.rows);
     auto staging_start = Clock::now();
-    Batch batch =
-        make_batch(spec, layout, i, plan.decls, inputs, plan.rows, result, reductions_wanted, tp);
+    Batch batch = make_batch(spec, layout, i, plan.decls, inputs, plan.rows, result,
+                             reductions_wanted, outputs_stay_on_device, tp);
     batch.layout_state = layout_state;
     double staging_seconds = seconds_since(staging_start);
     run_recorded(impl, batch, recorder, timings, records);
@@ -249,7 +282,8 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
     if (!batch.impl_config.is_null()) impl_config = batch.impl_config;
     staging_start = Clock::now();
     const std::uint64_t staged = staged_bytes(batch, plan.decls, identity);
-    gather_outputs(impl, layout.invocations[i], whole, plan.decls, plan.rows, batch, result);
+    gather_outputs(impl, layout.invocations[i], whole, i + 1 == layout.invocations.size(),
+                   plan.decls, plan.rows, batch, result);
     staging_seconds += seconds_since(staging_start);
     timings.profile.add(Phase::staging, staging_seconds, staged);
   }

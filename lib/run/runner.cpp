@@ -4,6 +4,7 @@
 #include "run/runner.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <optional>
 #include <stdexcept>
@@ -13,6 +14,7 @@
 #include "core/phase_profile.h"
 #include "run/case_checks.h"
 #include "run/case_plan.h"
+#include "run/device_memory.h"
 #include "run/layout_exec.h"
 
 namespace bitcheck {
@@ -23,6 +25,14 @@ constexpr std::size_t max_cached_reference_bytes = std::size_t(1) << 30;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// BITCHECK_OUTPUTS_ON_HOST=1: every output comes to the host and is compared there, as before
+// impls could leave them on the device. The results are the same; two runs, one with it, show
+// that (bitcheck diff) and what the device comparisons save.
+bool outputs_on_host() {
+  const char* value = std::getenv("BITCHECK_OUTPUTS_ON_HOST");
+  return value && std::string(value) == "1";
 }
 
 // The FP32 reference of the last input group (CaseSpec::input_group): the impls of a group run
@@ -75,8 +85,9 @@ class CasePipeline {
   CasePipeline(const CaseSpec& spec, const OpDef& op, Impl& impl, const Contract& contract,
                ParameterCache& parameters, ReferenceCache& reference, CaseArtifacts* artifacts,
                bool follower, KernelRecorder* recorder,
-               std::optional<std::string> capture_skip_reason)
+               std::optional<std::string> capture_skip_reason, bool reductions_stay_on_device)
       : follower_(follower),
+        reductions_stay_on_device_(reductions_stay_on_device),
         recorder_(recorder),
         capture_skip_reason_(std::move(capture_skip_reason)),
         spec_(spec),
@@ -107,7 +118,19 @@ class CasePipeline {
   void assemble(CaseResult& result) {
     if (complete_) result.verdict = verdict_of(invariance_, determinism_, accuracy_);
     timings_.profile.add(Phase::references, timings_.reference_seconds, reference_computed_bytes_);
-    timings_.profile.add(Phase::comparisons, timings_.compare_seconds, compared_bytes());
+    // The comparisons made where the impl left its outputs, and the bytes of those outputs that
+    // came to the host after all (canonical layouts, drifts), apart from the host's.
+    DeviceWork device = device_fetches_;
+    device.append(invariance_.device);
+    device.append(determinism_.device);
+    timings_.profile.add(Phase::device_comparisons, device.compare_seconds, device.compared_bytes);
+    timings_.profile.add(Phase::downloads, device.fetch_seconds, device.fetched_bytes);
+    timings_.profile.add(
+        Phase::comparisons,
+        std::max(0.0, timings_.compare_seconds - invariance_.device.compare_seconds -
+                          invariance_.device.fetch_seconds - determinism_.device.compare_seconds -
+                          determinism_.device.fetch_seconds),
+        compared_bytes() - device.settled_bytes);
     result.layouts_run = std::move(layouts_run_);
     result.skipped_layouts = std::move(skipped_layouts_);
     result.drift = std::move(invariance_.drift);
@@ -160,9 +183,17 @@ class CasePipeline {
       // every token in order; kept for a dump too.
       const bool reductions_wanted = name == canonical_reduction_layout ||
                                      layout.covers_all_rows_in_order || artifacts_ != nullptr;
+      // The checks read the values of the batch layout's reductions (accuracy, fingerprint), of
+      // the layouts at tp = 1 that a case at tp > 1 is compared with, and a dump every layout's:
+      // those come to the host. The others' are compared where the impl left them, and come
+      // over only where they differ.
+      const bool on_host =
+          at_tp1 || artifacts_ != nullptr || (repeat == 0 && name == canonical_reduction_layout);
       LayoutRecords& records = records_[name];
-      LayoutOutputs outputs = execute_layout(layout, impl_, spec_, plan_, inputs_, impl_config_,
-                                             timings_, reductions_wanted, recorder_, records, tp);
+      LayoutOutputs outputs = execute_layout(
+          layout, impl_, spec_, plan_, inputs_, impl_config_, timings_, reductions_wanted,
+          reductions_stay_on_device_ && reductions_wanted, recorder_, records, tp);
+      if (on_host) bring_all_to_host(outputs, plan_.decls, device_fetches_);
       // A layout with nothing for the checks to read (an op whose pass outputs only token
       // reductions, in a layout that does not hold every token in order) may run nothing at all:
       // no path.
@@ -179,12 +210,20 @@ class CasePipeline {
         timings_.compare_seconds += seconds_since(compare_start);
       }
     }
+    // Once its repeats are checked, nothing reads a canonical layout's reductions but the batch
+    // layout's: dropped, so a case holds at most two sets of them (a vocabulary-sized dtable is
+    // gigabytes, on the host or on the device).
+    auto kept = kept_.find(name);
+    if (!artifacts_ && name != canonical_reduction_layout && kept != kept_.end()) {
+      kept->second.reductions.clear();
+      kept->second.device_reductions.clear();
+    }
   }
 
   // A canonical layout at tp > 1 against the same layout at tp = 1. Where the impl claims the
   // same bits at every tp (or is a control built to differ) a difference is drift; otherwise it is
   // reported beside the verdict.
-  void check_across_tp(const std::string& name, const LayoutOutputs& outputs) {
+  void check_across_tp(const std::string& name, LayoutOutputs& outputs) {
     auto reference = tp1_kept_.find(name);
     if (reference == tp1_kept_.end()) return;
     auto compare_start = Clock::now();
@@ -205,7 +244,7 @@ class CasePipeline {
       if (artifacts_) kept_.emplace(name, std::move(outputs));
       return;
     }
-    const LayoutOutputs& kept = kept_.emplace(name, std::move(outputs)).first->second;
+    LayoutOutputs& kept = kept_.emplace(name, std::move(outputs)).first->second;
     if (rank == 0) canonical_.alone = &kept;
     if (rank == 1) {
       canonical_.batch = &kept;
@@ -213,7 +252,7 @@ class CasePipeline {
     }
   }
 
-  void check_layout(const std::string& name, const Layout& layout, const LayoutOutputs& outputs) {
+  void check_layout(const std::string& name, const Layout& layout, LayoutOutputs& outputs) {
     auto compare_start = Clock::now();
     invariance_.append(
         check_invariance(plan_.decls, name, layout.covers_all_rows_in_order, outputs, canonical_));
@@ -326,6 +365,8 @@ class CasePipeline {
   }
 
   bool follower_;
+  // The impl may leave reduction outputs on its device (reductions_may_stay_on_device).
+  bool reductions_stay_on_device_;
   KernelRecorder* recorder_;  // the impl's backend's, while it records; else nullptr
   // Why the impl cannot run a captured layout (the graph layout); nullopt when it can.
   std::optional<std::string> capture_skip_reason_;
@@ -350,6 +391,7 @@ class CasePipeline {
   InvarianceResult invariance_;
   std::vector<DriftMetrics> cross_tp_drift_;
   DeterminismResult determinism_;
+  DeviceWork device_fetches_;  // device-held outputs the canonical layouts brought to the host
   AccuracyResult accuracy_;
   std::string fingerprint_;
   nlohmann::json impl_config_;
@@ -410,9 +452,10 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   KernelRecorder* recorder = state_->registry.kernel_recorder(impl->backend());
   if (recorder && !recorder->recording()) recorder = nullptr;
   const bool host_peak_reset = reset_peak_host_memory();
-  CasePipeline pipeline(spec, *op, *impl, state_->contract, state_->parameters, state_->reference,
-                        artifacts, with_ranks && group.rank > 0, recorder,
-                        capture_skip_reason(state_->registry, *impl));
+  CasePipeline pipeline(
+      spec, *op, *impl, state_->contract, state_->parameters, state_->reference, artifacts,
+      with_ranks && group.rank > 0, recorder, capture_skip_reason(state_->registry, *impl),
+      !outputs_on_host() && reductions_may_stay_on_device(state_->registry, *op, *impl, spec));
   std::optional<std::string> error;
   try {
     pipeline.run();

@@ -1,18 +1,25 @@
 // The device input generator and the device row comparison against their host versions, bit for
 // bit: uniform inputs in every dtype with special values (NaN payloads, infinities, subnormals,
-// -0), the per-row mask over rows that differ in one bit, a NaN payload or the sign of a zero, and
-// the output fingerprint of device rows.
+// -0), the per-row mask over rows that differ in one bit, a NaN payload or the sign of a zero, the
+// output fingerprint of device rows, and the runner's comparisons of outputs left on the device
+// against the same runs with every output brought to the host.
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
 #include "common/device_inputs.h"
+#include "common/device_output_cuda.h"
 #include "common/row_compare.h"
 #include "common/runtime.h"
 #include "core/rng.h"
 #include "core/special_values.h"
+#include "manifest.h"
+#include "report/case_json.h"
 #include "run/compare.h"
 #include "run/input_generator.h"
+#include "run/runner.h"
+#include "spec/contract.h"
 
 using namespace bitcheck;
 
@@ -130,4 +137,82 @@ TEST_CASE("the device fingerprint of rows is the host's", "[gpu][device-checks]"
   const std::uint64_t after = cuda::fingerprint_rows_on_device(changed.get(), 33 * 4, rows, seed);
   CHECK(after != cuda::fingerprint_rows_on_device(device.get(), 33 * 4, rows, seed));
   CHECK(after == fingerprint_rows(tensor, rows, seed));
+}
+
+TEST_CASE("a CUDA output left on the device: its differing parts are the host's, read back whole",
+          "[gpu][device-checks]") {
+  // 16 parts of 64 KiB and a tail of 12 bytes; differences in part 0, part 7 and the tail.
+  constexpr std::size_t part = std::size_t(1) << 16, bytes = 16 * part + 12;
+  TensorDecl decl{
+      "dw", TensorRole::reduction_output, DType::fp32, {static_cast<std::int64_t>(bytes / 4)}};
+  Tensor expected = generate_input(decl, {1, decl.shape[0]}, 9, 0.25);
+  Tensor actual = expected;
+  for (std::int64_t element :
+       {std::int64_t(3), std::int64_t(7 * part / 4 + 100), std::int64_t(bytes / 4 - 1)}) {
+    actual.set_bits(element, actual.bits(element) ^ 1u);
+  }
+  cuda::DeviceBuffer e = uploaded(expected), a = uploaded(actual), again = uploaded(expected);
+  const cuda_support::CudaDeviceOutput held_expected(std::move(e), bytes);
+  const cuda_support::CudaDeviceOutput held_actual(std::move(a), bytes);
+  const cuda_support::CudaDeviceOutput held_again(std::move(again), bytes);
+  CHECK(held_actual.differing_parts(held_expected, part) == std::vector<std::int64_t>{0, 7, 16});
+  CHECK(held_again.differing_parts(held_expected, part).empty());
+  std::vector<unsigned char> back(bytes);
+  held_actual.read(back.data(), 0, bytes);
+  CHECK(std::memcmp(back.data(), actual.data(), bytes) == 0);
+  std::vector<unsigned char> middle(100);
+  held_actual.read(middle.data(), 5 * part + 3, middle.size());
+  CHECK(std::memcmp(middle.data(), static_cast<const unsigned char*>(actual.data()) + 5 * part + 3,
+                    middle.size()) == 0);
+  CHECK_THROWS(held_actual.read(middle.data(), bytes - 10, middle.size()));
+}
+
+TEST_CASE("the runner's device comparisons give the host's results on CUDA impls",
+          "[gpu][device-checks]") {
+  Registry registry;
+  register_all(registry);
+  const Contract contract = load_embedded_contract(registry);
+  // fixed-order (equal dW in every layout) and the dW controls of matmul and lm_head.
+  struct Case {
+    std::string op, impl;
+    Dims dims;
+  };
+  std::vector<Case> cases = {{"matmul", "fixed-order", {{"N", 256}, {"K", 512}}},
+                             {"lm_head", "fixed-order", {{"H", 256}, {"V", 4000}}}};
+  for (const char* op : {"matmul", "lm_head", "embedding", "lm_head_logprob"}) {
+    for (Impl* impl : registry.impls(op)) {
+      if (impl->backend() == "cuda" && impl->expected_to_drift(Pass::backward) &&
+          impl->tensor_parallelism().max_tp == 1)
+        cases.push_back({op, impl->name(), {}});
+    }
+  }
+  for (Case& c : cases) {
+    const OpDef& op = *registry.find_op(c.op);
+    if (c.dims.empty()) {
+      for (const std::string& dim : op.dim_names) c.dims[dim] = dim == "V" ? 4000 : 256;
+    }
+    CaseSpec spec;
+    spec.op = c.op;
+    spec.impl = c.impl;
+    spec.dtype = DType::bf16;
+    spec.dtype_name = "bf16";
+    spec.pass = Pass::backward;
+    spec.dims = c.dims;
+    spec.rows = 40;
+    spec.layouts = {"alone", "batch", "shuffled", "pad_right", "pad_left", "ragged", "microbatch"};
+    CAPTURE(spec.id());
+    Runner runner(registry, contract);
+    setenv("BITCHECK_OUTPUTS_ON_HOST", "1", 1);
+    const CaseResult host = runner.run_case(spec);
+    unsetenv("BITCHECK_OUTPUTS_ON_HOST");
+    const CaseResult device = runner.run_case(spec);
+    if (host.verdict == Verdict::skipped) continue;
+    REQUIRE(device.verdict != Verdict::error);
+    nlohmann::json a = case_to_json(host), b = case_to_json(device);
+    a.erase("timings");
+    b.erase("timings");
+    CHECK(a == b);
+    CHECK(host.timings.profile[Phase::device_comparisons].bytes == 0);
+    CHECK(device.timings.profile[Phase::device_comparisons].bytes > 0);
+  }
 }

@@ -42,14 +42,14 @@ TEST_CASE("invariance: a layout with the canonical bits passes, one differing bi
   const LayoutOutputs alone = three_rows(row_values);
   const CanonicalOutputs canonical{canonical_layout, &alone, nullptr};
 
-  InvarianceResult same =
-      check_invariance(row_output_decls, "pad_right", false, three_rows(row_values), canonical);
+  LayoutOutputs padded = three_rows(row_values);
+  InvarianceResult same = check_invariance(row_output_decls, "pad_right", false, padded, canonical);
   CHECK(same.passed());
   CHECK(same.comparisons == 1);
 
+  LayoutOutputs flipped = with_lowest_bit_flipped(three_rows(row_values), 6);
   InvarianceResult drifted =
-      check_invariance(row_output_decls, "pad_right", false,
-                       with_lowest_bit_flipped(three_rows(row_values), 6), canonical);
+      check_invariance(row_output_decls, "pad_right", false, flipped, canonical);
   CHECK_FALSE(drifted.passed());
   CHECK(drifted.comparisons == 1);
   REQUIRE(drifted.drift.size() == 1);
@@ -64,8 +64,8 @@ TEST_CASE("invariance: a layout with the canonical bits passes, one differing bi
   CHECK(finding.max_ulp_distance == 1);
 
   // The canonical layout is never compared with itself.
-  CHECK(check_invariance(row_output_decls, canonical_layout, false,
-                         with_lowest_bit_flipped(three_rows(row_values), 0), canonical)
+  LayoutOutputs canonical_flipped = with_lowest_bit_flipped(three_rows(row_values), 0);
+  CHECK(check_invariance(row_output_decls, canonical_layout, false, canonical_flipped, canonical)
             .comparisons == 0);
 }
 
@@ -122,11 +122,12 @@ TEST_CASE("invariance: token reductions are compared only in layouts holding eve
 
 TEST_CASE("determinism: a repeat with the first run's bits passes, a differing one is found",
           "[pipeline][determinism]") {
-  const LayoutOutputs first = three_rows(row_values);
-  CHECK(check_determinism(row_output_decls, "alone", 1, first, three_rows(row_values)).passed());
+  LayoutOutputs first = three_rows(row_values);
+  LayoutOutputs again = three_rows(row_values);
+  CHECK(check_determinism(row_output_decls, "alone", 1, first, again).passed());
 
-  DeterminismResult flaky = check_determinism(row_output_decls, "alone", 1, first,
-                                              with_lowest_bit_flipped(three_rows(row_values), 11));
+  LayoutOutputs flipped = with_lowest_bit_flipped(three_rows(row_values), 11);
+  DeterminismResult flaky = check_determinism(row_output_decls, "alone", 1, first, flipped);
   CHECK_FALSE(flaky.passed());
   REQUIRE(flaky.nondeterminism.size() == 1);
   CHECK(flaky.nondeterminism.front().layout == "alone repeat 2");
