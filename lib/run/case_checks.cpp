@@ -137,7 +137,9 @@ void bring_to_host(LayoutOutputs& outputs, const TensorDecl& decl, DeviceWork& w
   if (held == outputs.device_reductions.end())
     throw std::logic_error("the layout's outputs hold no " + decl.name);
   const auto start = Clock::now();
-  Tensor tensor(decl.dtype, decl.shape, Tensor::uninitialized);
+  // Zeroed first (on threads): a device copy into pages never touched runs at a third of the
+  // speed (on an H200 host, 3.5 GB/s against 11 GB/s for the 8B chain's dtables).
+  Tensor tensor(decl.dtype, decl.shape);
   if (held->second->bytes() != tensor.bytes()) {
     throw std::logic_error(decl.name + " left on the device holds " +
                            std::to_string(held->second->bytes()) + " bytes, expected " +
