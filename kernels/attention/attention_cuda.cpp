@@ -253,7 +253,7 @@ class CudaAttention : public Impl {
                                   rows.as<int>(), static_cast<int>(batch.slots()),
                                   static_cast<int>(kv_width), nullptr);
       forward(batch, dtype, shape, q, cache.k, cache.v, tokens, first_tokens, lengths, o, lse);
-      cuda_support::download_all({{&o, &batch.out("o")}, {&lse, &batch.out("lse")}});
+      cuda_support::hand_over_rows_all(batch, {{"o", &o}, {"lse", &lse}});
       return;
     }
     // Backward takes whole sequences: keys at their own slots, the forward recomputed from them.
@@ -279,8 +279,7 @@ class CudaAttention : public Impl {
                            token_buffer, first_tokens, lengths, max_position);
       batch.impl_config["backward_path"] = backward_path(spec, shape.dim);
     }
-    cuda_support::download_all(
-        {{&dq, &batch.out("dq")}, {&dk, &batch.out("dk")}, {&dv, &batch.out("dv")}});
+    cuda_support::hand_over_rows_all(batch, {{"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
   }
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,

@@ -267,7 +267,8 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
   batch.invocation_index = batch_.invocation_index;
   batch.invocation_count = batch_.invocation_count;
   batch.reductions_wanted = batch_.reductions_wanted;
-  batch.outputs_stay_on_device = batch_.outputs_stay_on_device;
+  // The calls' rows feed the next calls on the host; their token reductions may stay.
+  batch.reductions_stay_on_device = batch_.reductions_stay_on_device;
   batch.parameters_in_use = batch_.inputs.size();  // the chain's inputs: every layer's parameters
   batch.layout_state = state_.calls[call.name];
   const std::vector<TensorDecl> decls = registry_.find_op(call.op)->tensors(spec);

@@ -116,11 +116,12 @@ inline cuda::DeviceBuffer& carried_accumulator(Batch& batch, const std::string& 
 }
 
 // After the last invocation the accumulator comes back, or stays on the device for the runner to
-// compare there (Batch::outputs_stay_on_device, common/device_output_cuda.h): moved out of the
+// compare there (Batch::reductions_stay_on_device, common/device_output_cuda.h): moved out of the
 // state, which the runner drops after the last invocation anyway.
 inline void download_after_last(Batch& batch, const std::string& name,
                                 cuda::DeviceBuffer& accumulator) {
-  if (batch.invocation_index + 1 >= batch.invocation_count) hand_over(batch, name, accumulator);
+  if (batch.invocation_index + 1 >= batch.invocation_count)
+    hand_over_reduction(batch, name, accumulator);
 }
 
 // The real (non-pad) slots in slot order, as int32 for the kernels that skip padding.

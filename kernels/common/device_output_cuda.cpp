@@ -1,6 +1,7 @@
 // CUDA buffers left on the device for the runner's comparisons (common/device_output_cuda.h).
 #include "common/device_output_cuda.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -35,15 +36,62 @@ std::vector<std::int64_t> CudaDeviceOutput::differing_parts(const DeviceOutput& 
   return cuda::differing_parts_on_device(device->buffer_.get(), buffer_.get(), bytes_, part_bytes);
 }
 
-void hand_over(Batch& batch, const std::string& name, cuda::DeviceBuffer& buffer) {
+std::shared_ptr<DeviceOutput> CudaDeviceOutput::make_output(std::size_t bytes,
+                                                            std::uint32_t pattern,
+                                                            std::size_t element_bytes) const {
+  cuda::DeviceBuffer buffer(std::max<std::size_t>(bytes, 16));
+  cuda::fill_pattern_on_device(buffer.get(), bytes, pattern, element_bytes);
+  return std::make_shared<CudaDeviceOutput>(std::move(buffer), bytes);
+}
+
+void CudaDeviceOutput::copy_runs(const DeviceOutput& source, const std::vector<CopyRun>& runs) {
+  const auto* device = dynamic_cast<const CudaDeviceOutput*>(&source);
+  if (!device) throw std::invalid_argument("copy_runs: the source is not on a CUDA device");
+  for (const CopyRun& run : runs) {
+    if (run.source_offset + run.bytes > device->bytes_ || run.offset + run.bytes > bytes_)
+      throw std::out_of_range("copy_runs: a run past an output's end");
+    cuda::copy_device_to_device(
+        static_cast<unsigned char*>(buffer_.get()) + run.offset,
+        static_cast<const unsigned char*>(device->buffer_.get()) + run.source_offset, run.bytes);
+  }
+}
+
+namespace {
+void hand_over(Batch& batch, const std::string& name, cuda::DeviceBuffer& buffer, bool asked) {
   Tensor& output = batch.out(name);
-  if (!batch.outputs_stay_on_device) {
+  if (!asked) {
     buffer.download(output.data(), output.bytes());
     return;
   }
   cuda::synchronize();  // the output is complete before the runner reads it from another stream
   batch.device_outputs[name] =
-      std::make_shared<const CudaDeviceOutput>(std::move(buffer), output.bytes());
+      std::make_shared<CudaDeviceOutput>(std::move(buffer), output.bytes());
+}
+}  // namespace
+
+void hand_over_rows(Batch& batch, const std::string& name, cuda::DeviceBuffer& buffer) {
+  hand_over(batch, name, buffer, batch.rows_stay_on_device);
+}
+
+void hand_over_reduction(Batch& batch, const std::string& name, cuda::DeviceBuffer& buffer) {
+  hand_over(batch, name, buffer, batch.reductions_stay_on_device);
+}
+
+void hand_over_rows_all(
+    Batch& batch, std::initializer_list<std::pair<const char*, cuda::DeviceBuffer*>> outputs) {
+  if (batch.rows_stay_on_device) {
+    for (const auto& [name, buffer] : outputs) hand_over(batch, name, *buffer, true);
+    return;
+  }
+  std::vector<cuda::HostCopy> copies;
+  for (const auto& [name, buffer] : outputs) {
+    Tensor& output = batch.out(name);
+    if (output.bytes() > buffer->bytes())
+      throw std::invalid_argument(std::string("hand_over_rows_all: ") + name +
+                                  " holds more bytes than its buffer");
+    copies.push_back({output.data(), buffer->get(), output.bytes()});
+  }
+  cuda::copy_to_host_all(copies);
 }
 
 }  // namespace bitcheck::cuda_support

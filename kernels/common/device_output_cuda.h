@@ -4,8 +4,10 @@
 // Plain C++ (CUDA build only).
 #pragma once
 #include <cstddef>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "common/runtime.h"
 #include "core/device_output.h"
@@ -21,15 +23,23 @@ class CudaDeviceOutput : public DeviceOutput {
   void read(void* host, std::size_t offset, std::size_t count) const override;
   std::vector<std::int64_t> differing_parts(const DeviceOutput& other,
                                             std::size_t part_bytes) const override;
+  std::shared_ptr<DeviceOutput> make_output(std::size_t bytes, std::uint32_t pattern,
+                                            std::size_t element_bytes) const override;
+  void copy_runs(const DeviceOutput& source, const std::vector<CopyRun>& runs) override;
 
  private:
   cuda::DeviceBuffer buffer_;
   std::size_t bytes_;
 };
 
-// Output `name` of the batch from `buffer` (as many bytes as batch.out(name)): left on the device
-// as a CudaDeviceOutput when the runner asked for that (Batch::outputs_stay_on_device), the buffer
-// moved out; else downloaded into batch.out(name), the buffer kept.
-void hand_over(Batch& batch, const std::string& name, cuda::DeviceBuffer& buffer);
+// Output `name` of the batch from `buffer` (as many bytes as batch.out(name), in its layout: a row
+// output's slots, pads included): left on the device as a CudaDeviceOutput when the runner asked
+// for that (Batch::rows_stay_on_device, reductions_stay_on_device), the buffer moved out; else
+// downloaded into batch.out(name), the buffer kept.
+void hand_over_rows(Batch& batch, const std::string& name, cuda::DeviceBuffer& buffer);
+void hand_over_reduction(Batch& batch, const std::string& name, cuda::DeviceBuffer& buffer);
+// Several row outputs: left on the device, or brought back behind one wait for the GPU.
+void hand_over_rows_all(Batch& batch,
+                        std::initializer_list<std::pair<const char*, cuda::DeviceBuffer*>> outputs);
 
 }  // namespace bitcheck::cuda_support

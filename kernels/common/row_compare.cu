@@ -4,8 +4,10 @@
 //                        writes the row's mask byte. Equality of bits is all that is asked, so
 //                        the order of the comparisons is free.
 //   fingerprint_kernel   one thread: FNV-1a over the chosen rows in order, the host's chain.
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "common/cuda_check.cuh"
 #include "common/row_compare.h"
@@ -45,7 +47,34 @@ __global__ void fingerprint_kernel(const unsigned char* data, std::size_t row_by
   *hash = h;
 }
 
+template <typename T>
+__global__ void fill_pattern_kernel(T* data, std::size_t count, T value) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    data[i] = value;
+}
+
+template <typename T>
+void fill_with(void* data, std::size_t bytes, std::uint32_t pattern) {
+  const std::size_t count = bytes / sizeof(T);
+  if (count == 0) return;
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<std::size_t>((count + threads - 1) / threads, 4096));
+  fill_pattern_kernel<T>
+      <<<blocks, threads>>>(static_cast<T*>(data), count, static_cast<T>(pattern));
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace
+
+void fill_pattern_on_device(void* data, std::size_t bytes, std::uint32_t pattern,
+                            std::size_t element_bytes) {
+  if (element_bytes == 1) return fill_with<std::uint8_t>(data, bytes, pattern);
+  if (element_bytes == 2) return fill_with<std::uint16_t>(data, bytes, pattern);
+  if (element_bytes == 4) return fill_with<std::uint32_t>(data, bytes, pattern);
+  throw std::invalid_argument("fill_pattern_on_device: elements of " +
+                              std::to_string(element_bytes) + " bytes");
+}
 
 void compare_rows_on_device(const void* expected, const void* actual, std::int64_t rows,
                             std::size_t row_bytes, std::uint8_t* differs, void* stream) {

@@ -28,6 +28,11 @@ std::uint64_t fingerprint_rows_on_device(const void* data, std::size_t row_bytes
 std::vector<std::int64_t> differing_parts_on_device(const void* expected, const void* actual,
                                                     std::size_t bytes, std::size_t part_bytes);
 
+// Every element of `element_bytes` (1, 2 or 4) of `bytes` of device memory set to the low bytes
+// of `pattern` (a dtype's NaN poison).
+void fill_pattern_on_device(void* data, std::size_t bytes, std::uint32_t pattern,
+                            std::size_t element_bytes);
+
 // The mask of compare_rows_on_device brought back: the indices of the rows that differ, in order.
 // Only these rows need to come to the host for the drift metrics.
 std::vector<std::int64_t> differing_rows_on_device(const void* expected, const void* actual,

@@ -29,6 +29,7 @@ class CudaElementwise : public ElementwiseImpl {
     cuda::ElementwiseLaunch launch = base_launch(*batch.spec, batch.slots() * h);
     std::vector<DeviceBuffer> inputs, outputs;
     std::vector<Tensor*> host_outputs;
+    std::vector<std::string> output_names;
     std::string reduction;
     for (const auto& decl : elementwise_tensors(op_.op, *batch.spec)) {
       if (decl.role == TensorRole::row_input) {
@@ -38,6 +39,7 @@ class CudaElementwise : public ElementwiseImpl {
         launch.parameter = parameters_.get(batch, decl.name).as<float>();
       } else if (decl.role == TensorRole::row_output) {
         host_outputs.push_back(&batch.out(decl.name));
+        output_names.push_back(decl.name);
         outputs.emplace_back(std::max<std::size_t>(host_outputs.back()->bytes(), 16));
         launch.out[outputs.size() - 1] = outputs.back().get();
       } else {
@@ -61,8 +63,12 @@ class CudaElementwise : public ElementwiseImpl {
           accumulator.as<float>(), stream);
     });
     std::vector<cuda::HostCopy> copies;
-    for (std::size_t k = 0; k < outputs.size(); ++k)
-      copies.push_back({host_outputs[k]->data(), outputs[k].get(), host_outputs[k]->bytes()});
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      if (batch.rows_stay_on_device)
+        support::hand_over_rows(batch, output_names[k], outputs[k]);
+      else
+        copies.push_back({host_outputs[k]->data(), outputs[k].get(), host_outputs[k]->bytes()});
+    }
     if (dscale) copies.push_back({dscale->data(), accumulator.get(), dscale->bytes()});
     cuda::copy_to_host_all(copies);  // one wait for every output
   }

@@ -38,7 +38,7 @@ class CudaEmbedding : public Impl {
       cuda::embedding_gather(dtype, ids.as<std::int32_t>(), slot_list.as<std::int32_t>(), rows,
                              table->get(), vocab, hidden, out_device.get(), error.get(), nullptr);
       error.check("embedding", vocab);
-      vd::download(out_device, out);
+      cuda_support::hand_over_rows(batch, "out", out_device);
       return;
     }
     if (!batch.reductions_wanted) return;  // no check reads this layout's dtable

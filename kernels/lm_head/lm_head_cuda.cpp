@@ -366,14 +366,14 @@ class CudaLmHead : public Impl {
       Tensor& logits = batch.out("logits");
       DeviceBuffer logits_device(logits.bytes());
       gemms_.logits(batch, h.get(), table->get(), logits_device.get(), m);
-      vd::download(logits_device, logits);
+      cuda_support::hand_over_rows(batch, "logits", logits_device);
       return;
     }
     DeviceBuffer dlogits = vd::upload(batch.in("dlogits"));
     Tensor& dh = batch.out("dh");
     DeviceBuffer dh_device(dh.bytes());
     gemms_.input_grad(batch, dlogits.get(), dh_device.get(), m);
-    vd::download(dh_device, dh);
+    cuda_support::hand_over_rows(batch, "dh", dh_device);
     if (!batch.reductions_wanted) return;  // no check reads this layout's dtable
     std::vector<std::int32_t> slots = vd::real_slot_list(batch);
     DeviceBuffer& dtable = vd::carried_accumulator(batch, "dtable");

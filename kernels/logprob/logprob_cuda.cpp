@@ -42,7 +42,7 @@ class CudaLogprob : public Impl {
                             slot_list.as<std::int32_t>(), slot_list.as<std::int32_t>(), rows, vocab,
                             out.as<float>(), split, workspace.get(), error.get(), nullptr);
       error.check("logprob", vocab);
-      vd::download(out, logprob);
+      cuda_support::hand_over_rows(batch, "logprob", out);
       return;
     }
     Tensor& dlogits = batch.out("dlogits");
@@ -53,7 +53,7 @@ class CudaLogprob : public Impl {
                            slot_list.as<std::int32_t>(), slot_list.as<std::int32_t>(), rows, vocab,
                            out.get(), split, workspace.get(), error.get(), nullptr);
     error.check("logprob", vocab);
-    vd::download(out, dlogits);
+    cuda_support::hand_over_rows(batch, "dlogits", out);
   }
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,

@@ -92,14 +92,14 @@ class CudaMatmul : public Impl {
       Tensor& y = batch.out("y");
       DeviceBuffer y_device(y.bytes());
       forward(dtype, x.get(), w.get(), y_device.get(), m, n, k, batch);
-      download(y_device, y);
+      cuda_support::hand_over_rows(batch, "y", y_device);
       return;
     }
     DeviceBuffer dy = upload(batch.in("dy"));
     Tensor& dx = batch.out("dx");
     DeviceBuffer dx_device(dx.bytes());
     input_grad(dtype, dy.get(), batch, dx_device.get(), m, n, k);
-    download(dx_device, dx);
+    cuda_support::hand_over_rows(batch, "dx", dx_device);
     weight_grad(dtype, batch, n, k);
   }
 

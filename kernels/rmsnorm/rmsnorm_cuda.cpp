@@ -86,9 +86,9 @@ class CudaRmsnorm : public Impl {
         cuda::rmsnorm_forward(queued, stream);
       });
       if (fused_add_)
-        support::download_all({{&y, &batch.out("y")}, {&h, &batch.out("h")}});
+        support::hand_over_rows_all(batch, {{"y", &y}, {"h", &h}});
       else
-        support::download(y, batch.out("y"));
+        support::hand_over_rows(batch, "y", y);
       return;
     }
     DeviceBuffer dy = support::upload(batch.in("dy")), dh, dx = output("dx"), dresidual;
@@ -111,12 +111,19 @@ class CudaRmsnorm : public Impl {
                                     launch.inverse_rms, launch.tokens, launch.token_count, width,
                                     accumulator.as<float>(), stream);
     });
-    if (fused_add_)
+    if (batch.rows_stay_on_device) {
+      if (fused_add_)
+        support::hand_over_rows_all(batch, {{"dx", &dx}, {"dresidual", &dresidual}});
+      else
+        support::hand_over_rows(batch, "dx", dx);
+      support::download(accumulator, dweight);
+    } else if (fused_add_) {
       support::download_all({{&dx, &batch.out("dx")},
                              {&dresidual, &batch.out("dresidual")},
                              {&accumulator, &dweight}});
-    else
+    } else {
       support::download_all({{&dx, &batch.out("dx")}, {&accumulator, &dweight}});
+    }
   }
 
   std::optional<BenchMeasurement> benchmark(const CaseSpec& spec,

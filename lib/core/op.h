@@ -155,12 +155,15 @@ struct Batch {
   std::map<std::string, std::shared_ptr<const Tensor>> inputs;
   std::map<std::string, std::uint64_t> input_ids;
   std::map<std::string, Tensor> outputs;
-  // Set by the runner when it can compare this layout's reduction outputs where they are made: an
-  // impl may then, at the layout's last invocation, leave a reduction output in `device_outputs`
-  // (under the output's name, as many bytes as the host tensor) instead of writing it to
-  // `outputs`. Ignored (the outputs come to the host) when false.
-  bool outputs_stay_on_device = false;
-  std::map<std::string, std::shared_ptr<const DeviceOutput>> device_outputs;
+  // Set by the runner when it can compare this layout's outputs where they are made: an impl may
+  // then leave an output in `device_outputs` (under the output's name, as many bytes as the host
+  // tensor, in its layout) instead of writing it to `outputs`: a row output at any invocation (its
+  // slots' rows, pads included) when `rows_stay_on_device`, a reduction output at the layout's
+  // last when `reductions_stay_on_device`. When false the outputs come to the host (a composite
+  // impl that reads its calls' rows asks its calls for reductions only).
+  bool rows_stay_on_device = false;
+  bool reductions_stay_on_device = false;
+  std::map<std::string, std::shared_ptr<DeviceOutput>> device_outputs;
   nlohmann::json impl_config;  // an impl records the configuration it used (e.g. a cuBLASLt pin)
   // State an impl keeps across the invocations of one layout execution (e.g. a KV cache): empty
   // before the first invocation, dropped after the last.

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
 #include "run/layout.h"
 
@@ -21,16 +23,6 @@ DriftMetrics named(DriftMetrics metrics, const std::string& layout,
   metrics.layout = layout;
   metrics.reference_layout = reference_layout;
   return metrics;
-}
-
-DriftMetrics compare_rows(const std::string& layout, const std::string& reference_layout,
-                          const TensorDecl& decl, const LayoutOutputs& expected,
-                          const LayoutOutputs& actual, const std::vector<std::int64_t>& rows) {
-  DriftComparator comparator(decl.name, decl.dtype);
-  for (std::int64_t row : rows) {
-    comparator.compare_row(row, expected.rows.at(decl.name), row, actual.rows.at(decl.name), row);
-  }
-  return named(comparator.metrics(), layout, reference_layout);
 }
 
 DriftMetrics compare_whole(const std::string& layout, const std::string& reference_layout,
@@ -58,16 +50,14 @@ std::uint64_t bytes_read(const DriftMetrics& metrics) {
   return 2 * static_cast<std::uint64_t>(metrics.compared) * dtype_size(metrics.dtype);
 }
 
-// Reduction `decl` where both layouts left it on the device: compared there, the host
+// Output `decl` where both layouts left it on the device, compared whole there: the host
 // comparison's metrics when every bit is equal (every element compared, none differing), nullopt
 // when a part differs or a side is on the host only.
 std::optional<DriftMetrics> equal_on_device(const TensorDecl& decl, const LayoutOutputs& expected,
                                             const LayoutOutputs& actual, DeviceWork& work) {
-  const auto e = expected.device_reductions.find(decl.name);
-  const auto a = actual.device_reductions.find(decl.name);
-  if (e == expected.device_reductions.end() || a == actual.device_reductions.end()) {
-    return std::nullopt;
-  }
+  const auto e = expected.on_device.find(decl.name);
+  const auto a = actual.on_device.find(decl.name);
+  if (e == expected.on_device.end() || a == actual.on_device.end()) return std::nullopt;
   const auto start = Clock::now();
   const bool equal = a->second->differing_parts(*e->second, device_part_bytes).empty();
   work.compare_seconds += seconds_since(start);
@@ -76,12 +66,66 @@ std::optional<DriftMetrics> equal_on_device(const TensorDecl& decl, const Layout
   DriftComparator none(decl.name, decl.dtype);
   DriftMetrics metrics = none.metrics();
   metrics.compared = element_count(decl);
+  if (decl.role == TensorRole::row_output)
+    metrics.compared *= static_cast<std::int64_t>(actual.present.size());
   work.settled_bytes += bytes_read(metrics);
   return metrics;
 }
 
-bool has_reduction(const LayoutOutputs& outputs, const std::string& name) {
-  return outputs.reductions.count(name) || outputs.device_reductions.count(name);
+bool has_output(const LayoutOutputs& outputs, const TensorDecl& decl) {
+  const auto& host = decl.role == TensorRole::row_output ? outputs.rows : outputs.reductions;
+  return host.count(decl.name) || outputs.on_device.count(decl.name);
+}
+
+// `rows` of row output `decl` in `actual` against the same rows in `expected`, in order. Where
+// both layouts left it on the device and `actual` has no host copy, the rows are compared there:
+// only the rows that differ come to the host, and each equal row counts as compared, which is
+// all the host comparison records of it. `expected` is on the host (a canonical layout).
+DriftMetrics compare_rows(const std::string& layout, const std::string& reference_layout,
+                          const TensorDecl& decl, const LayoutOutputs& expected,
+                          LayoutOutputs& actual, const std::vector<std::int64_t>& rows,
+                          DeviceWork& work) {
+  DriftComparator comparator(decl.name, decl.dtype);
+  const auto e = expected.on_device.find(decl.name);
+  const auto a = actual.on_device.find(decl.name);
+  if (!actual.rows.count(decl.name) && e != expected.on_device.end() &&
+      a != actual.on_device.end()) {
+    const std::int64_t width = element_count(decl);
+    const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(decl.dtype);
+    auto start = Clock::now();
+    const std::vector<std::int64_t> differing = a->second->differing_parts(*e->second, row_bytes);
+    work.compare_seconds += seconds_since(start);
+    work.compared_bytes += e->second->bytes() + a->second->bytes();
+    std::vector<std::int64_t> wanted;  // the compared rows that differ, in order
+    std::set_intersection(rows.begin(), rows.end(), differing.begin(), differing.end(),
+                          std::back_inserter(wanted));
+    start = Clock::now();
+    std::vector<std::int64_t> shape = {static_cast<std::int64_t>(wanted.size())};
+    shape.insert(shape.end(), decl.shape.begin(), decl.shape.end());
+    Tensor fetched(decl.dtype, shape);
+    for (std::size_t i = 0; i < wanted.size(); ++i) {
+      a->second->read(static_cast<unsigned char*>(fetched.data()) + i * row_bytes,
+                      static_cast<std::size_t>(wanted[i]) * row_bytes, row_bytes);
+    }
+    work.fetch_seconds += seconds_since(start);
+    work.fetched_bytes += fetched.bytes();
+    const Tensor& host = expected.rows.at(decl.name);
+    std::size_t next = 0;
+    for (std::int64_t row : rows) {
+      if (next < wanted.size() && wanted[next] == row) {
+        comparator.compare_row(row, host, row, fetched, static_cast<std::int64_t>(next++));
+      } else {
+        comparator.add_equal(width);
+        work.settled_bytes += 2 * row_bytes;
+      }
+    }
+    return named(comparator.metrics(), layout, reference_layout);
+  }
+  bring_to_host(actual, decl, work);
+  for (std::int64_t row : rows) {
+    comparator.compare_row(row, expected.rows.at(decl.name), row, actual.rows.at(decl.name), row);
+  }
+  return named(comparator.metrics(), layout, reference_layout);
 }
 
 void record(DriftMetrics metrics, InvarianceResult& result) {
@@ -91,9 +135,8 @@ void record(DriftMetrics metrics, InvarianceResult& result) {
 }
 
 // Rows of a layout compared against alone (those in the alone sample) and against the batch.
-void check_row_output(const TensorDecl& decl, const std::string& layout,
-                      const LayoutOutputs& outputs, const CanonicalOutputs& canonical,
-                      InvarianceResult& result) {
+void check_row_output(const TensorDecl& decl, const std::string& layout, LayoutOutputs& outputs,
+                      const CanonicalOutputs& canonical, InvarianceResult& result) {
   std::vector<std::int64_t> against_alone, against_batch;
   for (std::size_t row = 0; row < outputs.present.size(); ++row) {
     if (!outputs.present[row]) continue;
@@ -103,12 +146,12 @@ void check_row_output(const TensorDecl& decl, const std::string& layout,
       against_batch.push_back(static_cast<std::int64_t>(row));
     }
   }
-  record(
-      compare_rows(layout, canonical.rows_layout, decl, *canonical.alone, outputs, against_alone),
-      result);
+  record(compare_rows(layout, canonical.rows_layout, decl, *canonical.alone, outputs, against_alone,
+                      result.device),
+         result);
   if (!against_batch.empty()) {
     record(compare_rows(layout, canonical_reduction_layout, decl, *canonical.batch, outputs,
-                        against_batch),
+                        against_batch, result.device),
            result);
   }
 }
@@ -132,14 +175,18 @@ void DeviceWork::append(const DeviceWork& other) {
 }
 
 void bring_to_host(LayoutOutputs& outputs, const TensorDecl& decl, DeviceWork& work) {
-  if (outputs.reductions.count(decl.name)) return;
-  const auto held = outputs.device_reductions.find(decl.name);
-  if (held == outputs.device_reductions.end())
+  const bool row = decl.role == TensorRole::row_output;
+  auto& host = row ? outputs.rows : outputs.reductions;
+  if (host.count(decl.name)) return;
+  const auto held = outputs.on_device.find(decl.name);
+  if (held == outputs.on_device.end())
     throw std::logic_error("the layout's outputs hold no " + decl.name);
   const auto start = Clock::now();
+  std::vector<std::int64_t> shape = decl.shape;
+  if (row) shape.insert(shape.begin(), static_cast<std::int64_t>(outputs.present.size()));
   // Zeroed first (on threads): a device copy into pages never touched runs at a third of the
   // speed (on an H200 host, 3.5 GB/s against 11 GB/s for the 8B chain's dtables).
-  Tensor tensor(decl.dtype, decl.shape);
+  Tensor tensor(decl.dtype, shape);
   if (held->second->bytes() != tensor.bytes()) {
     throw std::logic_error(decl.name + " left on the device holds " +
                            std::to_string(held->second->bytes()) + " bytes, expected " +
@@ -148,14 +195,16 @@ void bring_to_host(LayoutOutputs& outputs, const TensorDecl& decl, DeviceWork& w
   held->second->read(tensor.data(), 0, tensor.bytes());
   work.fetch_seconds += seconds_since(start);
   work.fetched_bytes += tensor.bytes();
-  outputs.reductions.emplace(decl.name, std::move(tensor));
+  host.emplace(decl.name, std::move(tensor));
 }
 
 void bring_all_to_host(LayoutOutputs& outputs, const std::vector<TensorDecl>& decls,
-                       DeviceWork& work) {
+                       DeviceWork& work, bool rows, bool reductions) {
   for (const auto& decl : decls) {
-    if (decl.role == TensorRole::reduction_output && outputs.device_reductions.count(decl.name))
-      bring_to_host(outputs, decl, work);
+    const bool wanted = decl.role == TensorRole::row_output         ? rows
+                        : decl.role == TensorRole::reduction_output ? reductions
+                                                                    : false;
+    if (wanted && outputs.on_device.count(decl.name)) bring_to_host(outputs, decl, work);
   }
 }
 
@@ -206,16 +255,17 @@ InvarianceResult check_across_tp(const std::vector<TensorDecl>& decls, const std
                                  const LayoutOutputs& reference) {
   InvarianceResult result;
   for (const auto& decl : decls) {
-    if (decl.role == TensorRole::row_output && outputs.rows.count(decl.name) &&
+    if (decl.role == TensorRole::row_output && has_output(outputs, decl) &&
         reference.rows.count(decl.name)) {
       std::vector<std::int64_t> rows;
       for (std::size_t row = 0; row < outputs.present.size(); ++row) {
         if (outputs.present[row] && reference.present[row])
           rows.push_back(static_cast<std::int64_t>(row));
       }
-      record(compare_rows(layout, reference_layout, decl, reference, outputs, rows), result);
+      record(compare_rows(layout, reference_layout, decl, reference, outputs, rows, result.device),
+             result);
     }
-    if (decl.role == TensorRole::reduction_output && has_reduction(outputs, decl.name) &&
+    if (decl.role == TensorRole::reduction_output && has_output(outputs, decl) &&
         reference.reductions.count(decl.name)) {
       if (auto equal = equal_on_device(decl, reference, outputs, result.device)) {
         record(named(std::move(*equal), layout, reference_layout), result);
@@ -237,14 +287,12 @@ DeterminismResult check_determinism(const std::vector<TensorDecl>& decls, const 
   for (const auto& decl : decls) {
     if (!is_output(decl)) continue;
     const bool row = decl.role == TensorRole::row_output;
-    if (!row) {
-      if (auto equal = equal_on_device(decl, first, again, result.device)) {
-        result.compared_bytes += bytes_read(*equal);
-        continue;
-      }
-      bring_to_host(first, decl, result.device);
-      bring_to_host(again, decl, result.device);
+    if (auto equal = equal_on_device(decl, first, again, result.device)) {
+      result.compared_bytes += bytes_read(*equal);
+      continue;
     }
+    bring_to_host(first, decl, result.device);
+    bring_to_host(again, decl, result.device);
     const Tensor& a = row ? first.rows.at(decl.name) : first.reductions.at(decl.name);
     const Tensor& b = row ? again.rows.at(decl.name) : again.reductions.at(decl.name);
     DriftMetrics metrics = compare_whole(repeat_name, layout, decl, a, b);

@@ -27,10 +27,11 @@ struct LayoutOutputs {
   std::map<std::string, Tensor> rows;        // row outputs gathered by logical row
   std::vector<bool> present;                 // which logical rows the layout produced
   std::map<std::string, Tensor> reductions;  // on the host
-  // Reductions the impl left on its device (Batch::device_outputs). One held only there has no
-  // entry in `reductions` until bring_to_host: the checks compare it on the device against
-  // another layout's and bring it over only where they read its values.
-  std::map<std::string, std::shared_ptr<const DeviceOutput>> device_reductions;
+  // Outputs the impl left on its device (Batch::device_outputs): a reduction as the impl made it,
+  // a row output as the layout's logical rows (those it did not produce poisoned). One held only
+  // there has no entry in `rows` or `reductions` until bring_to_host: the checks compare it on
+  // the device against another layout's and bring over only what they read (a drift's rows).
+  std::map<std::string, std::shared_ptr<DeviceOutput>> on_device;
 };
 
 // What the checks did with outputs left on the device: bytes compared there (both sides) and the
@@ -44,12 +45,12 @@ struct DeviceWork {
   void append(const DeviceWork& other);
 };
 
-// Brings reduction `decl` of `outputs` to the host when the device alone holds it (its host
-// tensor under the decl's shape); what it moved is added to `work`.
+// Brings output `decl` of `outputs` to the host when the device alone holds it (a row output as
+// its logical rows, a reduction under the decl's shape); what it moved is added to `work`.
 void bring_to_host(LayoutOutputs& outputs, const TensorDecl& decl, DeviceWork& work);
-// Every reduction of `decls` the device alone holds.
+// Every row output (`rows`) and every reduction (`reductions`) of `decls` the device alone holds.
 void bring_all_to_host(LayoutOutputs& outputs, const std::vector<TensorDecl>& decls,
-                       DeviceWork& work);
+                       DeviceWork& work, bool rows, bool reductions);
 
 // What the other layouts are compared against: the canonical layout for row outputs (rows
 // computed alone) and the batch layout (token reductions, and rows outside the alone sample).
@@ -84,9 +85,10 @@ struct AccuracyResult {
 // Invariance of one layout: each row output's present rows against the alone layout's (rows
 // outside the alone sample against the batch layout's, except in the batch layout itself), and,
 // when the layout holds every token in order, each reduction output against the batch layout's.
-// A reduction left on the device on both sides is compared there first: equal bits give the host
-// comparison's result (every element compared, none differing) without a transfer; only a
-// difference brings `outputs`'s to the host, for the drift's metrics.
+// An output left on the device on both sides is compared there first: equal rows (or an equal
+// reduction) give the host comparison's result (every element compared, none differing) without a
+// transfer; only the differing rows (the differing reduction) come to the host, for the drift's
+// metrics. The canonical layouts' outputs are on the host too.
 InvarianceResult check_invariance(const std::vector<TensorDecl>& decls, const std::string& layout,
                                   bool covers_all_rows_in_order, LayoutOutputs& outputs,
                                   const CanonicalOutputs& canonical);

@@ -46,6 +46,9 @@ class DriftComparator {
   void compare_span(std::int64_t logical_row, const Tensor& expected, std::int64_t expected_row,
                     const Tensor& actual, std::int64_t actual_row, std::int64_t first_column,
                     std::int64_t last_column);
+  // `elements` compared elsewhere and found bitwise equal (rows compared on a device): all that
+  // compare_row records of an equal row.
+  void add_equal(std::int64_t elements) { metrics_.compared += elements; }
   const DriftMetrics& metrics() const { return metrics_; }
   // Adds what `later` compared after this comparator (a later part of the same tensor, which may
   // begin inside this one's last row): the result is that of one comparator over both in order.

@@ -89,19 +89,21 @@ std::optional<std::string> device_memory_skip_reason(const Registry& registry, c
   return device_memory_shortfall(footprint, *free_bytes);
 }
 
-bool reductions_may_stay_on_device(const Registry& registry, const OpDef& op, const Impl& impl,
-                                   const CaseSpec& spec) {
-  const std::vector<TensorDecl> decls = op.tensors(spec);
-  std::vector<TensorDecl> reductions;
-  for (const TensorDecl& decl : decls)
-    if (decl.role == TensorRole::reduction_output) reductions.push_back(decl);
-  if (reductions.empty()) return false;
+bool outputs_may_stay_on_device(const Registry& registry, const OpDef& op, const Impl& impl,
+                                const CaseSpec& spec) {
   const DeviceBackend* device = registry.device_backend(impl.backend());
   if (!device) return true;
+  const std::vector<TensorDecl> decls = op.tensors(spec);
+  std::vector<TensorDecl> outputs;
+  for (const TensorDecl& decl : decls) {
+    if (decl.role == TensorRole::reduction_output || decl.role == TensorRole::row_output)
+      outputs.push_back(decl);
+  }
   const std::int64_t rows = op.logical_rows ? op.logical_rows(spec) : spec.rows;
   const std::size_t footprint =
       device_footprint_bytes(decls, rows, impl.device_workspace_bytes(spec));
-  const std::size_t kept = device_footprint_bytes(reductions, rows);
+  const std::size_t one = device_footprint_bytes(outputs, rows);
+  const std::size_t kept = one > SIZE_MAX / 2 ? SIZE_MAX : 2 * one;
   const std::size_t needed = footprint > SIZE_MAX - kept ? SIZE_MAX : footprint + kept;
   std::optional<std::size_t> free_bytes = device->free_memory_bytes();
   return free_bytes && !device_memory_shortfall(needed, *free_bytes);

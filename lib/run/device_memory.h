@@ -43,11 +43,13 @@ std::optional<std::size_t> host_available_memory_bytes();
 std::optional<std::string> device_memory_skip_reason(const Registry& registry, const OpDef& op,
                                                      const Impl& impl, const CaseSpec& spec);
 
-// Whether a case's reduction outputs may stay on its impl's device (Batch::outputs_stay_on_device):
-// the batch layout's stay there for the whole case while each other layout makes its own beside
-// them, so the case's footprint plus one more set of reductions must fit. Always for a backend
-// without a device (nothing there to run short); never for a case without reduction outputs.
-bool reductions_may_stay_on_device(const Registry& registry, const OpDef& op, const Impl& impl,
-                                   const CaseSpec& spec);
+// Whether a case's outputs may stay on its impl's device (Batch::rows_stay_on_device,
+// reductions_stay_on_device): the
+// canonical layouts' stay there for the whole case (the alone layout's rows, the batch layout's
+// rows and reductions) while each other layout makes its own beside them, so the case's
+// footprint plus two more sets of outputs must fit. Always for a backend without a device
+// (nothing there to run short).
+bool outputs_may_stay_on_device(const Registry& registry, const OpDef& op, const Impl& impl,
+                                const CaseSpec& spec);
 
 }  // namespace bitcheck

@@ -59,7 +59,8 @@ Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
   batch.invocation_index = static_cast<std::int64_t>(index);
   batch.invocation_count = static_cast<std::int64_t>(layout.invocations.size());
   batch.reductions_wanted = reductions_wanted;
-  batch.outputs_stay_on_device = outputs_stay_on_device;
+  batch.rows_stay_on_device = outputs_stay_on_device;
+  batch.reductions_stay_on_device = outputs_stay_on_device;
   batch.captured = layout.captured;
   const bool identity = is_identity(invocation, rows);
   for (const auto& decl : decls) {
@@ -87,37 +88,80 @@ Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
   return batch;
 }
 
-// A reduction the impl left on its device: only after the layout's last invocation (the next one
-// would carry the host tensor on), and as many bytes as the output.
-void take_device_output(const Impl& impl, const TensorDecl& decl, bool last, Batch& batch,
+// An output the impl left on its device: a reduction after the layout's last invocation (the next
+// one would carry the host tensor on), a row output at any invocation, in every invocation of the
+// layout once in the first; as many bytes as the output. A row output becomes the layout's
+// logical rows on the device (the invocation's own buffer when it is the whole layout, else its
+// real slots copied there by row into a buffer poisoned like the host's).
+void take_device_output(const Impl& impl, const TensorDecl& decl, const Invocation& invocation,
+                        bool whole, bool first, bool last, std::int64_t rows, Batch& batch,
                         LayoutOutputs& result) {
   auto held = batch.device_outputs.find(decl.name);
-  const std::size_t bytes = static_cast<std::size_t>(decl_elements(decl)) * dtype_size(decl.dtype);
-  if (decl.role != TensorRole::reduction_output || !batch.outputs_stay_on_device || !last ||
-      !held->second || held->second->bytes() != bytes) {
+  const bool row = decl.role == TensorRole::row_output;
+  const std::size_t row_bytes =
+      static_cast<std::size_t>(decl_elements(decl)) * dtype_size(decl.dtype);
+  const std::size_t bytes =
+      row ? row_bytes * static_cast<std::size_t>(invocation.slots()) : row_bytes;
+  const bool mixed = row && !whole && !first && !result.on_device.count(decl.name);
+  const bool asked = row ? batch.rows_stay_on_device : batch.reductions_stay_on_device;
+  if (!asked || !held->second || held->second->bytes() != bytes || (!row && !last) || mixed) {
     throw std::runtime_error(
         "impl " + impl.name() + " left " + decl.name + " on the device" +
-        (decl.role != TensorRole::reduction_output ? " (only reduction outputs may stay there)"
-         : !batch.outputs_stay_on_device           ? " although the runner asked for it"
-         : !last                                   ? " before the layout's last invocation"
-                 : " as " + std::to_string(held->second ? held->second->bytes() : 0) +
+        (!asked          ? " although the runner did not ask for it"
+         : !row && !last ? " before the layout's last invocation"
+         : mixed         ? " in some of the layout's invocations only"
+                         : " as " + std::to_string(held->second ? held->second->bytes() : 0) +
                        " bytes, expected " + std::to_string(bytes)));
   }
-  result.reductions.erase(decl.name);
-  result.device_reductions[decl.name] = std::move(held->second);
+  if (!row) {
+    result.reductions.erase(decl.name);
+    result.on_device[decl.name] = std::move(held->second);
+    return;
+  }
+  if (whole) {
+    result.rows.erase(decl.name);
+    result.on_device[decl.name] = std::move(held->second);
+    result.present.assign(static_cast<std::size_t>(rows), true);
+    return;
+  }
+  if (first) {
+    result.rows.erase(decl.name);
+    result.on_device[decl.name] = held->second->make_output(
+        row_bytes * static_cast<std::size_t>(rows), Tensor::poisoned(decl.dtype, {1}).bits(0),
+        dtype_size(decl.dtype));
+  }
+  std::vector<CopyRun> runs;  // consecutive slots holding consecutive rows: one run
+  for (std::int64_t s = 0; s < invocation.slots(); ++s) {
+    const std::int64_t logical = invocation.slot_rows[static_cast<std::size_t>(s)];
+    if (logical < 0) continue;
+    const std::size_t from = static_cast<std::size_t>(s) * row_bytes;
+    const std::size_t to = static_cast<std::size_t>(logical) * row_bytes;
+    if (!runs.empty() && runs.back().source_offset + runs.back().bytes == from &&
+        runs.back().offset + runs.back().bytes == to) {
+      runs.back().bytes += row_bytes;
+    } else {
+      runs.push_back({from, to, row_bytes});
+    }
+    result.present[static_cast<std::size_t>(logical)] = true;
+  }
+  result.on_device.at(decl.name)->copy_runs(*held->second, runs);
 }
 
 // Takes an invocation's outputs into the layout's: row outputs by logical row (or whole, when the
 // layout is one in-order invocation), reduction outputs as they are (or the handle of one the impl
 // left on its device).
-void gather_outputs(const Impl& impl, const Invocation& invocation, bool whole, bool last,
-                    const std::vector<TensorDecl>& decls, std::int64_t rows, Batch& batch,
-                    LayoutOutputs& result) {
+void gather_outputs(const Impl& impl, const Invocation& invocation, bool whole, bool first,
+                    bool last, const std::vector<TensorDecl>& decls, std::int64_t rows,
+                    Batch& batch, LayoutOutputs& result) {
   for (const auto& decl : decls) {
     if (!is_output(decl)) continue;
     if (batch.device_outputs.count(decl.name)) {
-      take_device_output(impl, decl, last, batch, result);
+      take_device_output(impl, decl, invocation, whole, first, last, rows, batch, result);
       continue;
+    }
+    if (result.on_device.count(decl.name)) {
+      throw std::runtime_error("impl " + impl.name() + " left " + decl.name +
+                               " on the device in some of the layout's invocations only");
     }
     Tensor& output = batch.out(decl.name);
     auto expected =
@@ -282,7 +326,7 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
     if (!batch.impl_config.is_null()) impl_config = batch.impl_config;
     staging_start = Clock::now();
     const std::uint64_t staged = staged_bytes(batch, plan.decls, identity);
-    gather_outputs(impl, layout.invocations[i], whole, i + 1 == layout.invocations.size(),
+    gather_outputs(impl, layout.invocations[i], whole, i == 0, i + 1 == layout.invocations.size(),
                    plan.decls, plan.rows, batch, result);
     staging_seconds += seconds_since(staging_start);
     timings.profile.add(Phase::staging, staging_seconds, staged);

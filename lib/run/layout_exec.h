@@ -57,7 +57,8 @@ std::uint64_t tensor_bytes(const std::map<std::string, std::shared_ptr<const Ten
 
 // Runs every invocation of a layout through the impl; the outputs by logical row. Reductions are
 // carried across the invocations; `reductions_wanted` false lets the impl leave them unwritten,
-// `outputs_stay_on_device` leave them on its device (LayoutOutputs::device_reductions).
+// `outputs_stay_on_device` lets it leave its outputs on its device (LayoutOutputs::on_device: row
+// outputs gathered there by logical row).
 LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& spec,
                              const CasePlan& plan, const Inputs& inputs,
                              nlohmann::json& impl_config, CaseTimings& timings,

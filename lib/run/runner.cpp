@@ -85,9 +85,9 @@ class CasePipeline {
   CasePipeline(const CaseSpec& spec, const OpDef& op, Impl& impl, const Contract& contract,
                ParameterCache& parameters, ReferenceCache& reference, CaseArtifacts* artifacts,
                bool follower, KernelRecorder* recorder,
-               std::optional<std::string> capture_skip_reason, bool reductions_stay_on_device)
+               std::optional<std::string> capture_skip_reason, bool outputs_stay_on_device)
       : follower_(follower),
-        reductions_stay_on_device_(reductions_stay_on_device),
+        outputs_stay_on_device_(outputs_stay_on_device),
         recorder_(recorder),
         capture_skip_reason_(std::move(capture_skip_reason)),
         spec_(spec),
@@ -183,17 +183,19 @@ class CasePipeline {
       // every token in order; kept for a dump too.
       const bool reductions_wanted = name == canonical_reduction_layout ||
                                      layout.covers_all_rows_in_order || artifacts_ != nullptr;
-      // The checks read the values of the batch layout's reductions (accuracy, fingerprint), of
-      // the layouts at tp = 1 that a case at tp > 1 is compared with, and a dump every layout's:
-      // those come to the host. The others' are compared where the impl left them, and come
-      // over only where they differ.
-      const bool on_host =
-          at_tp1 || artifacts_ != nullptr || (repeat == 0 && name == canonical_reduction_layout);
+      // The checks read the values of the canonical layouts' rows and the batch layout's
+      // reductions (accuracy, fingerprint, a differing row's other side), of the layouts at
+      // tp = 1 that a case at tp > 1 is compared with, and a dump every layout's: those come to
+      // the host (the canonical ones stay on the device too, for the comparisons there). The
+      // others' are compared where the impl left them, and come over only where they differ.
+      const bool all_on_host = at_tp1 || artifacts_ != nullptr;
+      const bool first_canonical = repeat == 0 && plan_.rank(name) != 2;
       LayoutRecords& records = records_[name];
-      LayoutOutputs outputs = execute_layout(
-          layout, impl_, spec_, plan_, inputs_, impl_config_, timings_, reductions_wanted,
-          reductions_stay_on_device_ && reductions_wanted, recorder_, records, tp);
-      if (on_host) bring_all_to_host(outputs, plan_.decls, device_fetches_);
+      LayoutOutputs outputs =
+          execute_layout(layout, impl_, spec_, plan_, inputs_, impl_config_, timings_,
+                         reductions_wanted, outputs_stay_on_device_, recorder_, records, tp);
+      bring_all_to_host(outputs, plan_.decls, device_fetches_, all_on_host || first_canonical,
+                        all_on_host || (repeat == 0 && name == canonical_reduction_layout));
       // A layout with nothing for the checks to read (an op whose pass outputs only token
       // reductions, in a layout that does not hold every token in order) may run nothing at all:
       // no path.
@@ -216,7 +218,8 @@ class CasePipeline {
     auto kept = kept_.find(name);
     if (!artifacts_ && name != canonical_reduction_layout && kept != kept_.end()) {
       kept->second.reductions.clear();
-      kept->second.device_reductions.clear();
+      for (const auto& decl : plan_.decls)
+        if (decl.role == TensorRole::reduction_output) kept->second.on_device.erase(decl.name);
     }
   }
 
@@ -365,8 +368,8 @@ class CasePipeline {
   }
 
   bool follower_;
-  // The impl may leave reduction outputs on its device (reductions_may_stay_on_device).
-  bool reductions_stay_on_device_;
+  // The impl may leave its outputs on its device (outputs_may_stay_on_device).
+  bool outputs_stay_on_device_;
   KernelRecorder* recorder_;  // the impl's backend's, while it records; else nullptr
   // Why the impl cannot run a captured layout (the graph layout); nullopt when it can.
   std::optional<std::string> capture_skip_reason_;
@@ -455,7 +458,7 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   CasePipeline pipeline(
       spec, *op, *impl, state_->contract, state_->parameters, state_->reference, artifacts,
       with_ranks && group.rank > 0, recorder, capture_skip_reason(state_->registry, *impl),
-      !outputs_on_host() && reductions_may_stay_on_device(state_->registry, *op, *impl, spec));
+      !outputs_on_host() && outputs_may_stay_on_device(state_->registry, *op, *impl, spec));
   std::optional<std::string> error;
   try {
     pipeline.run();
