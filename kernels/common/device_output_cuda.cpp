@@ -41,6 +41,9 @@ std::shared_ptr<DeviceOutput> CudaDeviceOutput::make_output(std::size_t bytes,
                                                             std::size_t element_bytes) const {
   cuda::DeviceBuffer buffer(std::max<std::size_t>(bytes, 16));
   cuda::fill_pattern_on_device(buffer.get(), bytes, pattern, element_bytes);
+  // Done before the impl's next call starts: kernel provenance gives a call the kernels that
+  // started after it began, and this one is the runner's.
+  cuda::synchronize();
   return std::make_shared<CudaDeviceOutput>(std::move(buffer), bytes);
 }
 
