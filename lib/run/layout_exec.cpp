@@ -196,13 +196,15 @@ std::uint64_t tensor_bytes(const std::map<std::string, Tensor>& tensors) {
 }
 
 // The bytes the runner copies to stage an invocation: its row inputs placed in slots (none when
-// the invocation is the logical rows in order) and its row outputs gathered back by logical row.
+// the invocation is the logical rows in order) and its row outputs gathered back by logical row
+// on the host (not those the impl left on the device: the device copies them there).
 std::uint64_t staged_bytes(const Batch& batch, const std::vector<TensorDecl>& decls,
                            bool identity) {
   std::uint64_t bytes = 0;
   for (const auto& decl : decls) {
     if (decl.role == TensorRole::row_input && !identity) bytes += batch.in(decl.name).bytes();
-    if (decl.role == TensorRole::row_output && !identity) {
+    if (decl.role == TensorRole::row_output && !identity &&
+        !batch.device_outputs.count(decl.name)) {
       const auto found = batch.outputs.find(decl.name);
       if (found != batch.outputs.end()) bytes += found->second.bytes();
     }
