@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "run/device_slots.h"
+#include "run/host_held_output.h"
 #include "run/input_generator.h"
 
 namespace bitcheck {
@@ -145,6 +146,19 @@ void take_device_output(const Impl& impl, const TensorDecl& decl, const Invocati
     result.present[static_cast<std::size_t>(logical)] = true;
   }
   result.on_device.at(decl.name)->copy_runs(*held->second, runs);
+}
+
+// An impl without a device as if it had left its outputs on one (BITCHECK_SIMULATE_DEVICE_OUTPUTS):
+// its row outputs after each invocation, its reductions after the last, in host-held outputs.
+void hold_outputs(const std::vector<TensorDecl>& decls, bool last, Batch& batch) {
+  for (const auto& decl : decls) {
+    const bool held =
+        decl.role == TensorRole::row_output
+            ? batch.rows_stay_on_device
+            : decl.role == TensorRole::reduction_output && batch.reductions_stay_on_device && last;
+    if (!held || batch.device_outputs.count(decl.name)) continue;
+    batch.device_outputs[decl.name] = std::make_shared<HostHeldOutput>(batch.out(decl.name));
+  }
 }
 
 // Takes an invocation's outputs into the layout's: row outputs by logical row (or whole, when the
@@ -301,7 +315,8 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
                              const CasePlan& plan, const Inputs& inputs,
                              nlohmann::json& impl_config, CaseTimings& timings,
                              bool reductions_wanted, bool outputs_stay_on_device,
-                             KernelRecorder* recorder, LayoutRecords& records, int tp) {
+                             bool simulate_device, KernelRecorder* recorder, LayoutRecords& records,
+                             int tp) {
   LayoutOutputs result;
   result.present.assign(static_cast<std::size_t>(plan.rows), false);
   std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
@@ -327,6 +342,7 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
     layout_state = batch.layout_state;
     if (!batch.impl_config.is_null()) impl_config = batch.impl_config;
     staging_start = Clock::now();
+    if (simulate_device) hold_outputs(plan.decls, i + 1 == layout.invocations.size(), batch);
     const std::uint64_t staged = staged_bytes(batch, plan.decls, identity);
     gather_outputs(impl, layout.invocations[i], whole, i == 0, i + 1 == layout.invocations.size(),
                    plan.decls, plan.rows, batch, result);

@@ -15,6 +15,7 @@
 #include "run/case_checks.h"
 #include "run/case_plan.h"
 #include "run/device_memory.h"
+#include "run/host_held_output.h"
 #include "run/layout_exec.h"
 
 namespace bitcheck {
@@ -85,9 +86,11 @@ class CasePipeline {
   CasePipeline(const CaseSpec& spec, const OpDef& op, Impl& impl, const Contract& contract,
                ParameterCache& parameters, ReferenceCache& reference, CaseArtifacts* artifacts,
                bool follower, KernelRecorder* recorder,
-               std::optional<std::string> capture_skip_reason, bool outputs_stay_on_device)
+               std::optional<std::string> capture_skip_reason, bool outputs_stay_on_device,
+               bool simulate_device)
       : follower_(follower),
         outputs_stay_on_device_(outputs_stay_on_device),
+        simulate_device_(simulate_device),
         recorder_(recorder),
         capture_skip_reason_(std::move(capture_skip_reason)),
         spec_(spec),
@@ -193,7 +196,8 @@ class CasePipeline {
       LayoutRecords& records = records_[name];
       LayoutOutputs outputs =
           execute_layout(layout, impl_, spec_, plan_, inputs_, impl_config_, timings_,
-                         reductions_wanted, outputs_stay_on_device_, recorder_, records, tp);
+                         reductions_wanted, outputs_stay_on_device_,
+                         outputs_stay_on_device_ && simulate_device_, recorder_, records, tp);
       bring_all_to_host(outputs, plan_.decls, device_fetches_, all_on_host || first_canonical,
                         all_on_host || (repeat == 0 && name == canonical_reduction_layout));
       // A layout with nothing for the checks to read (an op whose pass outputs only token
@@ -370,6 +374,8 @@ class CasePipeline {
   bool follower_;
   // The impl may leave its outputs on its device (outputs_may_stay_on_device).
   bool outputs_stay_on_device_;
+  // An impl without a device whose outputs are held as if on one (run/host_held_output.h).
+  bool simulate_device_ = false;
   KernelRecorder* recorder_;  // the impl's backend's, while it records; else nullptr
   // Why the impl cannot run a captured layout (the graph layout); nullopt when it can.
   std::optional<std::string> capture_skip_reason_;
@@ -458,7 +464,8 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   CasePipeline pipeline(
       spec, *op, *impl, state_->contract, state_->parameters, state_->reference, artifacts,
       with_ranks && group.rank > 0, recorder, capture_skip_reason(state_->registry, *impl),
-      !outputs_on_host() && outputs_may_stay_on_device(state_->registry, *op, *impl, spec));
+      !outputs_on_host() && outputs_may_stay_on_device(state_->registry, *op, *impl, spec),
+      device == nullptr && simulate_device_outputs());
   std::optional<std::string> error;
   try {
     pipeline.run();

@@ -24,9 +24,9 @@ struct Traffic {
   int comparisons = 0;
 };
 
-class HostHeldOutput : public DeviceOutput {
+class CountingOutput : public DeviceOutput {
  public:
-  HostHeldOutput(Tensor tensor, std::shared_ptr<Traffic> traffic)
+  CountingOutput(Tensor tensor, std::shared_ptr<Traffic> traffic)
       : tensor_(std::move(tensor)), traffic_(std::move(traffic)) {}
   std::size_t bytes() const override { return tensor_.bytes(); }
   void read(void* host, std::size_t offset, std::size_t count) const override {
@@ -35,7 +35,7 @@ class HostHeldOutput : public DeviceOutput {
   }
   std::vector<std::int64_t> differing_parts(const DeviceOutput& other,
                                             std::size_t part_bytes) const override {
-    const auto& held = dynamic_cast<const HostHeldOutput&>(other);
+    const auto& held = dynamic_cast<const CountingOutput&>(other);
     REQUIRE(held.bytes() == bytes());
     ++traffic_->comparisons;
     std::vector<std::int64_t> parts;
@@ -53,10 +53,10 @@ class HostHeldOutput : public DeviceOutput {
     auto* at = static_cast<unsigned char*>(tensor.data());
     for (std::size_t i = 0; i < bytes; i += element_bytes)
       std::memcpy(at + i, &pattern, element_bytes);
-    return std::make_shared<HostHeldOutput>(std::move(tensor), traffic_);
+    return std::make_shared<CountingOutput>(std::move(tensor), traffic_);
   }
   void copy_runs(const DeviceOutput& source, const std::vector<CopyRun>& runs) override {
-    const auto& held = dynamic_cast<const HostHeldOutput&>(source);
+    const auto& held = dynamic_cast<const CountingOutput&>(source);
     for (const CopyRun& run : runs) {
       std::memcpy(static_cast<unsigned char*>(tensor_.data()) + run.offset,
                   static_cast<const unsigned char*>(held.tensor_.data()) + run.source_offset,
@@ -71,7 +71,7 @@ class HostHeldOutput : public DeviceOutput {
 
 enum class Flip { none, dw, row };
 
-// A CPU matmul impl whose outputs stay in HostHeldOutputs when `holds` and the runner allows it:
+// A CPU matmul impl whose outputs stay in CountingOutputs when `holds` and the runner allows it:
 // its row output (y, or dx in the backward) at every invocation, dW after a layout's last. Flips
 // on purpose: `dw`, every second layout execution that computes dW has dW's last element's lowest
 // bit flipped (the last part of the output, far from the first); `row`, in the invocations of
@@ -101,14 +101,14 @@ class Held : public Impl {
     }
     if (holds_ && batch.rows_stay_on_device)
       batch.device_outputs[row_output] =
-          std::make_shared<HostHeldOutput>(std::move(rows), traffic_);
+          std::make_shared<CountingOutput>(std::move(rows), traffic_);
     if (batch.spec->pass != Pass::backward || !batch.reductions_wanted) return;
     if (batch.invocation_index + 1 < batch.invocation_count) return;
     Tensor& dw = batch.out("dw");
     if (flip_ == Flip::dw && ++layouts_ % 2 == 0)
       dw.set_bits(dw.numel() - 1, dw.bits(dw.numel() - 1) ^ 1u);
     if (holds_ && batch.reductions_stay_on_device)
-      batch.device_outputs["dw"] = std::make_shared<HostHeldOutput>(std::move(dw), traffic_);
+      batch.device_outputs["dw"] = std::make_shared<CountingOutput>(std::move(dw), traffic_);
   }
 
  private:
