@@ -197,7 +197,13 @@ void gather_outputs(const Impl& impl, const Invocation& invocation, bool whole, 
     for (std::int64_t s = 0; s < invocation.slots(); ++s) {
       std::int64_t row = invocation.slot_rows[static_cast<std::size_t>(s)];
       if (row < 0) continue;
-      result.rows[decl.name].copy_row_from(output, s, row);
+      auto gathered = result.rows.find(decl.name);
+      if (gathered == result.rows.end()) {
+        gathered =
+            result.rows.emplace(decl.name, Tensor::poisoned(decl.dtype, full_shape(decl, rows)))
+                .first;
+      }
+      gathered->second.copy_row_from(output, s, row);
       result.present[static_cast<std::size_t>(row)] = true;
     }
   }
@@ -324,12 +330,11 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
   // outputs, taken over without a copy.
   const bool whole =
       layout.invocations.size() == 1 && is_identity(layout.invocations[0], plan.rows);
+  // Row outputs gathered on the host are made (poisoned) at the first invocation that brings
+  // rows back: an impl that leaves its rows on the device never needs them.
   for (const auto& decl : plan.decls) {
-    if (decl.role == TensorRole::row_output && !whole) {
-      result.rows.emplace(decl.name, Tensor::poisoned(decl.dtype, full_shape(decl, plan.rows)));
-    } else if (decl.role == TensorRole::reduction_output) {
+    if (decl.role == TensorRole::reduction_output)
       result.reductions.emplace(decl.name, Tensor(decl.dtype, decl.shape));
-    }
   }
   for (std::size_t i = 0; i < layout.invocations.size(); ++i) {
     const bool identity = is_identity(layout.invocations[i], plan.rows);
@@ -348,6 +353,11 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
                    plan.decls, plan.rows, batch, result);
     staging_seconds += seconds_since(staging_start);
     timings.profile.add(Phase::staging, staging_seconds, staged);
+  }
+  for (const auto& decl : plan.decls) {  // a layout that brought no rows back: all poisoned
+    if (decl.role == TensorRole::row_output && !result.rows.count(decl.name) &&
+        !result.on_device.count(decl.name))
+      result.rows.emplace(decl.name, Tensor::poisoned(decl.dtype, full_shape(decl, plan.rows)));
   }
   return result;
 }
