@@ -40,12 +40,6 @@ double seconds_since(Clock::time_point start) {
 // (a drift brings the whole output over, for its metrics), so the size only spreads the work.
 constexpr std::size_t device_part_bytes = std::size_t(1) << 16;
 
-std::int64_t element_count(const TensorDecl& decl) {
-  std::int64_t count = 1;
-  for (std::int64_t extent : decl.shape) count *= extent;
-  return count;
-}
-
 std::uint64_t bytes_read(const DriftMetrics& metrics) {
   return 2 * static_cast<std::uint64_t>(metrics.compared) * dtype_size(metrics.dtype);
 }
@@ -65,7 +59,7 @@ std::optional<DriftMetrics> equal_on_device(const TensorDecl& decl, const Layout
   if (!equal) return std::nullopt;
   DriftComparator none(decl.name, decl.dtype);
   DriftMetrics metrics = none.metrics();
-  metrics.compared = element_count(decl);
+  metrics.compared = shape_elements(decl);
   if (decl.role == TensorRole::row_output)
     metrics.compared *= static_cast<std::int64_t>(actual.present.size());
   work.settled_bytes += bytes_read(metrics);
@@ -90,7 +84,7 @@ DriftMetrics compare_rows(const std::string& layout, const std::string& referenc
   const auto a = actual.on_device.find(decl.name);
   if (!actual.rows.count(decl.name) && e != expected.on_device.end() &&
       a != actual.on_device.end()) {
-    const std::int64_t width = element_count(decl);
+    const std::int64_t width = shape_elements(decl);
     const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(decl.dtype);
     auto start = Clock::now();
     const std::vector<std::int64_t> differing = a->second->differing_parts(*e->second, row_bytes);
@@ -157,6 +151,12 @@ void check_row_output(const TensorDecl& decl, const std::string& layout, LayoutO
 }
 
 }  // namespace
+
+std::int64_t shape_elements(const TensorDecl& decl) {
+  std::int64_t count = 1;
+  for (std::int64_t extent : decl.shape) count *= extent;
+  return count;
+}
 
 bool case_expected_to_drift(const Impl& impl, const CaseSpec& spec) {
   if (!impl.expected_to_drift(spec.pass) || spec.tp < impl.tensor_parallelism().drifts_from_tp)

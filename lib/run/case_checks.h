@@ -22,6 +22,9 @@ namespace bitcheck {
 // runner, an errored case's entry and a rank group's all decide it here.
 bool case_expected_to_drift(const Impl& impl, const CaseSpec& spec);
 
+// The elements of a decl's shape: one row's for a row tensor, the whole tensor's otherwise.
+std::int64_t shape_elements(const TensorDecl& decl);
+
 // The outputs of one layout execution, by logical row.
 struct LayoutOutputs {
   std::map<std::string, Tensor> rows;        // row outputs gathered by logical row

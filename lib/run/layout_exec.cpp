@@ -32,12 +32,6 @@ std::string group_scales_string(const std::vector<float>& scales) {
   return text;
 }
 
-std::int64_t decl_elements(const TensorDecl& decl) {
-  std::int64_t count = 1;
-  for (std::int64_t extent : decl.shape) count *= extent;
-  return count;
-}
-
 bool is_identity(const Invocation& invocation, std::int64_t rows) {
   bool identity = invocation.slots() == rows;
   for (std::int64_t s = 0; identity && s < invocation.slots(); ++s) {
@@ -100,7 +94,7 @@ void take_device_output(const Impl& impl, const TensorDecl& decl, const Invocati
   auto held = batch.device_outputs.find(decl.name);
   const bool row = decl.role == TensorRole::row_output;
   const std::size_t row_bytes =
-      static_cast<std::size_t>(decl_elements(decl)) * dtype_size(decl.dtype);
+      static_cast<std::size_t>(shape_elements(decl)) * dtype_size(decl.dtype);
   const std::size_t bytes =
       row ? row_bytes * static_cast<std::size_t>(invocation.slots()) : row_bytes;
   const bool mixed = row && !whole && !first && !result.on_device.count(decl.name);

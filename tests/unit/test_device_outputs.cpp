@@ -12,6 +12,7 @@
 #include "core/device_output.h"
 #include "manifest.h"
 #include "report/case_json.h"
+#include "run/host_held_output.h"
 #include "run/runner.h"
 #include "spec/contract.h"
 
@@ -24,48 +25,31 @@ struct Traffic {
   int comparisons = 0;
 };
 
-class CountingOutput : public DeviceOutput {
+// The runner's host-held output (run/host_held_output.h), counting the reads and comparisons the
+// runner makes of it.
+class CountingOutput : public HostHeldOutput {
  public:
   CountingOutput(Tensor tensor, std::shared_ptr<Traffic> traffic)
-      : tensor_(std::move(tensor)), traffic_(std::move(traffic)) {}
-  std::size_t bytes() const override { return tensor_.bytes(); }
+      : HostHeldOutput(std::move(tensor)), traffic_(std::move(traffic)) {}
+  CountingOutput(std::size_t bytes, std::uint32_t pattern, std::size_t element_bytes,
+                 std::shared_ptr<Traffic> traffic)
+      : HostHeldOutput(bytes, pattern, element_bytes), traffic_(std::move(traffic)) {}
   void read(void* host, std::size_t offset, std::size_t count) const override {
-    std::memcpy(host, static_cast<const unsigned char*>(tensor_.data()) + offset, count);
+    HostHeldOutput::read(host, offset, count);
     traffic_->bytes_read += count;
   }
   std::vector<std::int64_t> differing_parts(const DeviceOutput& other,
                                             std::size_t part_bytes) const override {
-    const auto& held = dynamic_cast<const CountingOutput&>(other);
-    REQUIRE(held.bytes() == bytes());
+    REQUIRE(other.bytes() == bytes());
     ++traffic_->comparisons;
-    std::vector<std::int64_t> parts;
-    const auto* a = static_cast<const unsigned char*>(tensor_.data());
-    const auto* b = static_cast<const unsigned char*>(held.tensor_.data());
-    for (std::size_t at = 0, part = 0; at < bytes(); at += part_bytes, ++part) {
-      const std::size_t count = std::min(part_bytes, bytes() - at);
-      if (std::memcmp(a + at, b + at, count) != 0) parts.push_back(static_cast<std::int64_t>(part));
-    }
-    return parts;
+    return HostHeldOutput::differing_parts(other, part_bytes);
   }
   std::shared_ptr<DeviceOutput> make_output(std::size_t bytes, std::uint32_t pattern,
                                             std::size_t element_bytes) const override {
-    Tensor tensor(DType::i32, {1, static_cast<std::int64_t>(bytes / 4)});
-    auto* at = static_cast<unsigned char*>(tensor.data());
-    for (std::size_t i = 0; i < bytes; i += element_bytes)
-      std::memcpy(at + i, &pattern, element_bytes);
-    return std::make_shared<CountingOutput>(std::move(tensor), traffic_);
-  }
-  void copy_runs(const DeviceOutput& source, const std::vector<CopyRun>& runs) override {
-    const auto& held = dynamic_cast<const CountingOutput&>(source);
-    for (const CopyRun& run : runs) {
-      std::memcpy(static_cast<unsigned char*>(tensor_.data()) + run.offset,
-                  static_cast<const unsigned char*>(held.tensor_.data()) + run.source_offset,
-                  run.bytes);
-    }
+    return std::make_shared<CountingOutput>(bytes, pattern, element_bytes, traffic_);
   }
 
  private:
-  Tensor tensor_;
   std::shared_ptr<Traffic> traffic_;
 };
 
