@@ -224,17 +224,21 @@ __global__ void __launch_bounds__(threads)
 // part p of the tree and writes it rounded into every rank's result buffer; every rank copies its
 // result out. The traffic of the scattered NCCL path (fp32 parts one way, rounded parts back) in
 // one kernel.
-template <typename T, int TP>
+// Written: the first shot was the GEMM's (PeerSum::finish_written_subtree); the rank's subtree
+// parts are in the ranks' staging already, and the kernel starts at the first meeting.
+template <typename T, int TP, bool Written = false>
 __global__ void __launch_bounds__(threads)
     tree_two_shot_kernel(PeerPointers peers, const float4* leaves, int leaves_per_rank,
                          Quad<T>* out, std::size_t packs, int rank, int tp, unsigned epoch) {
   const std::size_t part = packs / static_cast<std::size_t>(tp);
   const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t j = first; j < part; j += stride) {
-    for (int r = 0; r < tp; ++r) {
-      const float4 subtree = subtree_pack(leaves, leaves_per_rank, packs, r * part + j);
-      peers.staging[r][rank * part + j] = *reinterpret_cast<const uint4*>(&subtree);
+  if constexpr (!Written) {
+    for (std::size_t j = first; j < part; j += stride) {
+      for (int r = 0; r < tp; ++r) {
+        const float4 subtree = subtree_pack(leaves, leaves_per_rank, packs, r * part + j);
+        peers.staging[r][rank * part + j] = *reinterpret_cast<const uint4*>(&subtree);
+      }
     }
   }
   meet(peers, rank, tp, epoch, 0);
@@ -278,6 +282,14 @@ void launch_tree(PeerShape shape, const PeerPointers& peers, const float4* leave
   tree_two_shot_kernel<T, TP>
       <<<blocks_for(packs / static_cast<std::size_t>(tp)), threads, 0, queue>>>(
           peers, leaves, leaves_per_rank, out, packs, rank, tp, epoch);
+}
+
+template <typename T, int TP>
+void launch_tree_written(const PeerPointers& peers, Quad<T>* out, std::size_t packs, int rank,
+                         int tp, unsigned epoch, cudaStream_t queue) {
+  tree_two_shot_kernel<T, TP, true>
+      <<<blocks_for(packs / static_cast<std::size_t>(tp)), threads, 0, queue>>>(
+          peers, nullptr, 1, out, packs, rank, tp, epoch);
 }
 
 constexpr std::size_t handle_bytes = sizeof(cudaIpcMemHandle_t);
@@ -440,6 +452,47 @@ void PeerSum::finish_chunk_tree(DeviceDType out_dtype, const float* leaves, int 
       default:
         return launch_tree<T, 0>(s.shape, s.peers, in, leaves_per_rank, sum, packs, half_packs,
                                  s.rank, s.tp, epoch, queue);
+    }
+  });
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+std::vector<float*> PeerSum::subtree_parts(std::size_t count) const {
+  const State& s = *state_;
+  const std::size_t bytes = count * sizeof(float);
+  if (!s.usable || s.shape != PeerShape::two_shot || bytes > s.bytes ||
+      peer_shape(bytes, s.tp, s.shape) != s.shape)
+    throw std::logic_error("PeerSum::subtree_parts: a message peer memory does not take");
+  const std::size_t part = bytes / pack_bytes / static_cast<std::size_t>(s.tp);
+  std::vector<float*> parts(static_cast<std::size_t>(s.tp));
+  for (int p = 0; p < s.tp; ++p)
+    parts[static_cast<std::size_t>(p)] =
+        reinterpret_cast<float*>(s.peers.staging[p] + static_cast<std::size_t>(s.rank) * part);
+  return parts;
+}
+
+void PeerSum::finish_written_subtree(DeviceDType out_dtype, void* out, std::size_t count,
+                                     void* stream) {
+  State& s = *state_;
+  const std::size_t bytes = count * sizeof(float);
+  if (!s.usable || s.shape != PeerShape::two_shot || bytes > s.bytes ||
+      peer_shape(bytes, s.tp, s.shape) != s.shape)
+    throw std::logic_error("PeerSum::finish_written_subtree: a message peer memory does not take");
+  const std::size_t packs = bytes / pack_bytes;
+  const unsigned epoch = ++s.epoch;
+  auto queue = static_cast<cudaStream_t>(stream);
+  by_dtype(out_dtype, [&](auto type) {
+    using T = decltype(type);
+    auto* sum = static_cast<Quad<T>*>(out);
+    switch (s.tp) {
+      case 2:
+        return launch_tree_written<T, 2>(s.peers, sum, packs, s.rank, s.tp, epoch, queue);
+      case 4:
+        return launch_tree_written<T, 4>(s.peers, sum, packs, s.rank, s.tp, epoch, queue);
+      case 8:
+        return launch_tree_written<T, 8>(s.peers, sum, packs, s.rank, s.tp, epoch, queue);
+      default:
+        return launch_tree_written<T, 0>(s.peers, sum, packs, s.rank, s.tp, epoch, queue);
     }
   });
   BITCHECK_CUDA_LAUNCH_CHECK();

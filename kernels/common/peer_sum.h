@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/device_dtype.h"
 
@@ -58,6 +59,13 @@ class PeerSum {
   // shots, a whole number of them per rank's part). Queued without waiting.
   void finish_chunk_tree(DeviceDType out_dtype, const float* leaves, int leaves_per_rank, void* out,
                          std::size_t count, void* stream);
+  // finish_chunk_tree with the rank's subtree already summed by the GEMM that made it (two shots
+  // only): subtree_parts(count) says where a launch stores this rank's fp32 subtree of `count`
+  // values (tp pointers: part p of the subtree, count / tp values, into rank p's staging), and
+  // after that launch on `stream`, finish_written_subtree finishes the tree as finish_chunk_tree's
+  // second shot does, rounded once into `out`. The same bits, without the leaves.
+  std::vector<float*> subtree_parts(std::size_t count) const;
+  void finish_written_subtree(DeviceDType out_dtype, void* out, std::size_t count, void* stream);
   // The constructor's bytes: the largest message (of fp32 subtree for finish_chunk_tree).
   std::size_t capacity_bytes() const;
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 
 #include "common/adapter_support.h"
@@ -125,6 +126,25 @@ const char* finish_chunk_tree(bool early_rounding, const float* leaves, std::siz
   return member;
 }
 
+std::optional<PeerSubtreeParts> peer_subtree_parts(std::size_t count, int tp) {
+  const std::size_t bytes = count * sizeof(float);
+  if (tp < 2 || bytes < peer_fused_from_bytes ||
+      cuda::peer_shape(bytes, tp) != cuda::PeerShape::two_shot)
+    return std::nullopt;
+  cuda::PeerSum* peer = peer_tree(tp, cuda::PeerShape::two_shot, bytes);
+  if (!peer) return std::nullopt;
+  return PeerSubtreeParts{peer->subtree_parts(count),
+                          static_cast<std::int64_t>(count / static_cast<std::size_t>(tp))};
+}
+
+void finish_peer_subtree(std::size_t count, cuda::DeviceDType dtype, int tp, void* out) {
+  cuda::PeerSum* peer = peer_tree(tp, cuda::PeerShape::two_shot, count * sizeof(float));
+  if (!peer) throw std::logic_error("finish_peer_subtree: no peer memory for this message");
+  record_path_member("chunk-tree", "peer-fused");
+  peer->finish_written_subtree(dtype, out, count, nullptr);
+  cuda::synchronize();
+}
+
 void sum_rank_shares(RankOrder order, const void* local, std::size_t count, cuda::DeviceDType dtype,
                      int tp, void* out) {
   const std::size_t bytes = count * element_bytes(dtype);
@@ -158,7 +178,9 @@ ImplInfo rank_order_info(const RankOrderKind& kind, std::string name, std::strin
     // How finish_chunk_tree moved the subtrees: a switch by message size that must change no bit.
     PathDecl tree("chunk-tree",
                   "the chunk tree's last levels: local (tp = 1), over peer memory in one "
-                  "kernel (peer-one-shot; peer-two-shot from 512 KiB of fp32 subtree), or where "
+                  "kernel (peer-one-shot; peer-two-shot from 512 KiB of fp32 subtree; "
+                  "peer-fused from 4 MiB in the TP matmuls: the rank's subtree summed and sent "
+                  "by its GEMM), or where "
                   "peer memory cannot be mapped by NCCL: gathered (whole subtrees all-gathered) "
                   "or scattered (parts all-to-all, from 512 KiB)");
     tree.as_family();

@@ -4,7 +4,10 @@
 // headers.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "common/device_dtype.h"
 #include "common/runtime.h"
@@ -61,6 +64,27 @@ constexpr int chunk_count = 8;
 // chunk_tree_nccl_path forces).
 const char* finish_chunk_tree(bool early_rounding, const float* leaves, std::size_t count,
                               cuda::DeviceDType dtype, int tp, void* out, bool over_nccl = false);
+
+// From this many bytes of fp32 subtree, where peer memory takes the message in two shots, a GEMM
+// that can sum a rank's chunks itself stores the rank's subtree straight into the ranks' staging
+// (peer_subtree_parts, then finish_peer_subtree): no fp32 leaves written and read back, and the
+// first shot's traffic overlaps the GEMM.
+constexpr std::size_t peer_fused_from_bytes = std::size_t(4) << 20;
+
+// Where this rank's fp32 subtree of `count` values goes for finish_peer_subtree: part p (count / tp
+// values) at parts[p], in rank p's memory. nullopt below peer_fused_from_bytes, at tp = 1, or
+// where peer memory does not take the message. Every rank of the group calls it at the same call.
+struct PeerSubtreeParts {
+  std::vector<float*> parts;
+  std::int64_t part_elements = 0;
+};
+std::optional<PeerSubtreeParts> peer_subtree_parts(std::size_t count, int tp);
+
+// After a launch earlier on the default stream stored this rank's fp32 subtree at
+// peer_subtree_parts(count, tp): the ranks' tree finished over peer memory, rounded once into
+// `out` (`count` values of `dtype`), the bits of finish_chunk_tree. Records the "chunk-tree" member
+// "peer-fused"; synchronizes.
+void finish_peer_subtree(std::size_t count, cuda::DeviceDType dtype, int tp, void* out);
 
 // The forced path of the fixed-order TP matmuls whose chunk tree moves over NCCL (gathered below
 // 512 KiB of fp32 subtree, scattered from there) on a host whose ranks map each other's memory.

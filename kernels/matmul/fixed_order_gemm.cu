@@ -62,7 +62,7 @@ namespace {
 // ------------------------------------------------------------------------------------------------
 constexpr int kTileK = 64;  // 64 bf16 = 128 bytes: one 128B swizzle row
 
-template <int Consumers, int Extent, bool WAsA>
+template <int Consumers, int Extent, bool WAsA, int StackLevels = 0>
 struct WgmmaConfig {
   static constexpr int kTileM = WAsA ? Extent : 64 * Consumers;  // rows of Y per tile
   static constexpr int kTileN = WAsA ? 64 * Consumers : Extent;  // columns of Y per tile
@@ -73,7 +73,9 @@ struct WgmmaConfig {
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
   // Each consumer's 64 x Extent accumulator block, staged for the TMA store 128B-swizzled like the
   // operands: X as A, Extent/64 boxes of 64 rows x 64 columns; W as A, one box of Extent rows x 64.
-  static constexpr int kEpilogueBytes = 64 * Extent * 2;
+  // The subtree kernel (fp32 output, no staging) keeps StackLevels fp32 copies of it there instead.
+  static constexpr int kEpilogueBytes =
+      StackLevels > 0 ? StackLevels * 64 * Extent * 4 : 64 * Extent * 2;
   static constexpr int kFixedBytes = Consumers * kEpilogueBytes + 1024 /*alignment slack*/ + 256;
   // As many stages as fit beside the output blocks, at most 5 (one consumer) or 4 (more).
   static constexpr int kMaxStages = Consumers == 1 ? 5 : 4;
@@ -84,6 +86,13 @@ struct WgmmaConfig {
   static_assert(WAsA || Extent % 64 == 0, "X as A stores 64-column boxes");
   static_assert(kStages >= 3, "at least three pipeline stages");
   static_assert(kSharedBytes <= 227 * 1024, "shared memory per block");
+};
+
+// Where the subtree kernel stores its sum: element e in part[e / part_elements] at
+// e % part_elements, parts of another rank's memory (or one local part).
+struct SubtreeParts {
+  float* part[8];
+  long long part_elements;
 };
 
 #ifdef BITCHECK_GEMM_SM90A
@@ -150,21 +159,80 @@ using async_copy::named_barrier_sync;
 using async_copy::tma_store_2d;
 #endif  // BITCHECK_GEMM_SM90A
 
+#ifdef BITCHECK_GEMM_SM90A
+// A consumer's passes over `blocks` K blocks of the pipeline without wgmmas (its rows or columns
+// lie past the edge): the handshake only.
+template <int kStages>
+__device__ __forceinline__ void skip_k_blocks(uint64_t* full, uint64_t* empty, int lane, int blocks,
+                                              int& stage, uint32_t& phase) {
+  for (int kb = 0; kb < blocks; ++kb) {
+    mbar_wait(&full[stage], phase);
+    if (lane == 0) mbar_arrive(&empty[stage]);
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+}
+
+// One product's K blocks from the pipeline into acc, zeroed first: every element's chain of k16
+// steps, K blocks in ascending order.
+template <typename T, int Extent, int kStages, int kStageBytesA, int kStageBytesB>
+__device__ __forceinline__ void consume_k_blocks(float (&acc)[Extent / 2],
+                                                 const unsigned char* tiles_a,
+                                                 const unsigned char* tiles_b, uint64_t* full,
+                                                 uint64_t* empty, int consumer, int lane,
+                                                 int k_blocks, int& stage, uint32_t& phase) {
+#pragma unroll
+  for (int i = 0; i < Extent / 2; ++i) acc[i] = 0.0f;
+  int previous_stage = -1;
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    mbar_wait(&full[stage], phase);
+    const unsigned char* a = tiles_a + stage * kStageBytesA + consumer * (64 * kTileK * 2);
+    const unsigned char* b = tiles_b + stage * kStageBytesB;
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      wgmma::ss_m64k16<T, Extent>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+    }
+    wgmma::commit();
+    // Keep this block's wgmmas in flight; the previous block's are done, release its stage.
+    wgmma::wait<1>();
+    if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
+    previous_stage = stage;
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  wgmma::wait<0>();
+  if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
+}
+#endif  // BITCHECK_GEMM_SM90A
+
 // FloatOut (X as A only): the fp32 accumulators are stored unrounded to y_float ([M, N], row-major)
 // straight from the registers, without the shared block and TMA store; the arithmetic is the same,
 // so rounding y_float to T gives the bits the T kernel stores. It also runs `chunks` GEMMs in one
 // launch: product c reads columns [c * K, c * K + K) of X and W (K a multiple of 64, so no K block
 // crosses into the next product) and goes to y_float + c * M * N; each is the chain of one launch
 // on those columns alone. The T kernel runs one (chunks = 1).
-template <typename T, int Consumers, int Extent, bool WAsA, bool FloatOut = false>
+// Leaves > 0 (FloatOut only; 1, 2 or 4): the subtree kernel. Each tile runs the Leaves products
+// one after another, each the chain of its own launch, and adds them in the fixed binary tree of
+// common/rank_tree.cuh, ((p0 + p1) + (p2 + p3)) in fp32: p0 held in registers, p0 + p1 of four in
+// the thread's own slots of the shared block. Element e of the [M, N] sum is stored unrounded to
+// parts.part[e / part_elements] + e % part_elements: another rank's staging over peer memory
+// (common/peer_sum.h), written from the accumulators with no pass over fp32 leaves.
+template <typename T, int Consumers, int Extent, bool WAsA, bool FloatOut = false, int Leaves = 0>
 __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap x_map,
                       const __grid_constant__ CUtensorMap w_map,
                       const __grid_constant__ CUtensorMap y_map, float* y_float, int M, int N,
-                      int K, int chunks) {
+                      int K, int chunks, const __grid_constant__ SubtreeParts parts) {
   static_assert(!(FloatOut && WAsA), "the fp32 output is stored from X-as-A accumulators");
+  static_assert(Leaves == 0 || (FloatOut && (Leaves == 1 || Leaves == 2 || Leaves == 4)),
+                "the subtree kernel adds 1, 2 or 4 fp32 products");
 #ifdef BITCHECK_GEMM_SM90A
-  using Config = WgmmaConfig<Consumers, Extent, WAsA>;
+  using Config = WgmmaConfig<Consumers, Extent, WAsA, Leaves == 4 ? 1 : 0>;
   constexpr int kTileM = Config::kTileM;
   constexpr int kTileN = Config::kTileN;
   constexpr int kStages = Config::kStages;
@@ -185,12 +253,15 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
   unsigned char* tiles_w = WAsA ? tiles_a : tiles_b;
   constexpr int kStageBytesX = WAsA ? kStageBytesB : kStageBytesA;
   constexpr int kStageBytesW = WAsA ? kStageBytesA : kStageBytesB;
+  // Products run one after another per tile (the subtree kernel) or as tiles of their own.
+  constexpr bool kChunkTiles = FloatOut && Leaves == 0;
+  constexpr int kLeavesPerTile = Leaves > 0 ? Leaves : 1;
 
   const int warpgroup = threadIdx.x / 128;
   const int tiles_m = (M + kTileM - 1) / kTileM;
   const int tiles_n = (N + kTileN - 1) / kTileN;
   const int tiles_per_chunk = tiles_m * tiles_n;
-  const int tile_count = tiles_per_chunk * (FloatOut ? chunks : 1);
+  const int tile_count = tiles_per_chunk * (kChunkTiles ? chunks : 1);
   const int k_blocks = (K + kTileK - 1) / kTileK;
 
   if (threadIdx.x == 0) {
@@ -207,17 +278,21 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
     int stage = 0;
     uint32_t phase = 0;
     for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
-      const int chunk = FloatOut ? tile / tiles_per_chunk : 0;
+      const int chunk = kChunkTiles ? tile / tiles_per_chunk : 0;
       const TileCoord coord = tile_coord(tile - chunk * tiles_per_chunk, tiles_m, tiles_n);
-      for (int kb = 0; kb < k_blocks; ++kb) {
-        mbar_wait(&empty[stage], phase ^ 1);
-        mbar_expect_tx(&full[stage], kStageBytes);
-        const int column = chunk * K + kb * kTileK;
-        tma_load_2d(tiles_x + stage * kStageBytesX, &x_map, &full[stage], column, coord.m * kTileM);
-        tma_load_2d(tiles_w + stage * kStageBytesW, &w_map, &full[stage], column, coord.n * kTileN);
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
+      for (int leaf = 0; leaf < kLeavesPerTile; ++leaf) {
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          mbar_wait(&empty[stage], phase ^ 1);
+          mbar_expect_tx(&full[stage], kStageBytes);
+          const int column = (chunk + leaf) * K + kb * kTileK;
+          tma_load_2d(tiles_x + stage * kStageBytesX, &x_map, &full[stage], column,
+                      coord.m * kTileM);
+          tma_load_2d(tiles_w + stage * kStageBytesW, &w_map, &full[stage], column,
+                      coord.n * kTileN);
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
         }
       }
     }
@@ -232,118 +307,158 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
   int stage = 0;
   uint32_t phase = 0;
   float acc[Extent / 2];
-  for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
-    const int chunk = FloatOut ? tile / tiles_per_chunk : 0;
-    const TileCoord coord = tile_coord(tile - chunk * tiles_per_chunk, tiles_m, tiles_n);
-    // A consumer whose 64 rows (X as A) or columns (W as A) lie wholly past the edge has nothing to
-    // store; it skips the wgmmas but keeps the pipeline's handshake.
-    const int first_row = coord.m * kTileM + (WAsA ? 0 : consumer * 64);
-    const int first_col = coord.n * kTileN + (WAsA ? consumer * 64 : 0);
-    if (first_row >= M || first_col >= N) {
-      // Kept apart from the main loop: a branch around the wgmmas there makes ptxas serialize them.
-      for (int kb = 0; kb < k_blocks; ++kb) {
-        mbar_wait(&full[stage], phase);
-        if (lane == 0) mbar_arrive(&empty[stage]);
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
+  if constexpr (Leaves > 0) {
+    float held[Extent / 2];
+    // This thread's slots of the shared block: float4 q of its accumulators at q * 128.
+    float4* stack =
+        reinterpret_cast<float4*>(output + consumer * Config::kEpilogueBytes) + threadIdx.x % 128;
+    for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+      const TileCoord coord = tile_coord(tile, tiles_m, tiles_n);
+      const int first_row = coord.m * kTileM + consumer * 64;
+      const int first_col = coord.n * kTileN;
+      if (first_row >= M || first_col >= N) {
+        skip_k_blocks<kStages>(full, empty, lane, k_blocks * Leaves, stage, phase);
+        continue;
+      }
+#pragma unroll
+      for (int leaf = 0; leaf < Leaves; ++leaf) {
+        consume_k_blocks<T, Extent, kStages, kStageBytesA, kStageBytesB>(
+            acc, tiles_a, tiles_b, full, empty, consumer, lane, k_blocks, stage, phase);
+        if (leaf % 2 == 0) {
+          if (leaf + 1 < Leaves) {
+#pragma unroll
+            for (int i = 0; i < Extent / 2; ++i) held[i] = acc[i];
+          }
+          continue;
+        }
+#pragma unroll
+        for (int i = 0; i < Extent / 2; ++i) acc[i] = held[i] + acc[i];
+        if (leaf == 1 && Leaves == 4) {
+#pragma unroll
+          for (int q = 0; q < Extent / 8; ++q)
+            stack[q * 128] =
+                make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+        } else if (leaf == 3) {
+#pragma unroll
+          for (int q = 0; q < Extent / 8; ++q) {
+            const float4 low = stack[q * 128];
+            acc[4 * q] = low.x + acc[4 * q];
+            acc[4 * q + 1] = low.y + acc[4 * q + 1];
+            acc[4 * q + 2] = low.z + acc[4 * q + 2];
+            acc[4 * q + 3] = low.w + acc[4 * q + 3];
+          }
         }
       }
-      continue;
-    }
-#pragma unroll
-    for (int i = 0; i < Extent / 2; ++i) acc[i] = 0.0f;
-    int previous_stage = -1;
-    for (int kb = 0; kb < k_blocks; ++kb) {
-      mbar_wait(&full[stage], phase);
-      const unsigned char* a = tiles_a + stage * kStageBytesA + consumer * (64 * kTileK * 2);
-      const unsigned char* b = tiles_b + stage * kStageBytesB;
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        wgmma::ss_m64k16<T, Extent>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
-      }
-      wgmma::commit();
-      // Keep this block's wgmmas in flight; the previous block's are done, release its stage.
-      wgmma::wait<1>();
-      if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
-      previous_stage = stage;
-      if (++stage == kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
-    }
-    wgmma::wait<0>();
-    if (previous_stage >= 0 && lane == 0) mbar_arrive(&empty[previous_stage]);
-
-    if constexpr (FloatOut) {
-      // Accumulator register 4c+2i+j: row 16*warp + lane/4 + 8i, column 8c + 2*(lane%4) + j; a
-      // pair of columns is both in or both out (N is a multiple of 8).
+      // Accumulator register 4c+2i+j: row 16*warp + lane/4 + 8i, column 8c + 2*(lane%4) + j. The
+      // columns of a row go up by 8, so they cross at most one part's end (part_elements >= 256).
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int row = first_row + warp_in_group * 16 + lane / 4 + 8 * i;
         if (row >= M) continue;
-        float* y_row = y_float + (static_cast<int64_t>(chunk) * M + row) * N;
+        const long long start = static_cast<long long>(row) * N + first_col + 2 * (lane % 4);
+        int part = static_cast<int>(start / parts.part_elements);
+        long long part_first = part * parts.part_elements;
 #pragma unroll
         for (int c = 0; c < Extent / 8; ++c) {
-          const int col = first_col + 8 * c + 2 * (lane % 4);
-          if (col < N)
-            *reinterpret_cast<float2*>(y_row + col) =
-                make_float2(acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
-        }
-      }
-      continue;
-    }
-    // Epilogue: the consumer's block goes through its shared output block to TMA stores, which
-    // clip rows past M and columns past N; the next tile's wgmmas start while the store drains.
-    // Accumulator layout of m64nEk16: register 4c+2i+j holds A-row 16*warp + lane/4 + 8i, B-row
-    // 8c + 2*(lane%4) + j. In a 128B-swizzled box the 16-byte chunk of 8 columns c%8 of row r sits
-    // at chunk (c%8) ^ (r%8), so a warp's 8 rows hit 8 different bank groups.
-    unsigned char* block = output + consumer * Config::kEpilogueBytes;
-    const bool leader = threadIdx.x % 128 == 0;
-    if (leader) bulk_wait_group_read<0>();  // the previous tile's store has read the block
-    named_barrier_sync(1 + consumer, 128);
-    if constexpr (WAsA) {
-      // Yᵀ in registers: the 8x8 fragment (c, i) is columns 16*warp + 8i + 0..7 of Y by rows
-      // 8c + 0..7. Stored transposed, its row j is Y's row 8c + j, columns 16*warp + 8i + 0..7:
-      // chunk 2*warp + i of box row 8c + j. Lane 8q + j addresses row j of fragment q, with
-      // q = 0..3 the fragments (c, 0), (c, 1), (c+1, 0), (c+1, 1).
-      const int q = lane / 8, j = lane % 8;
-#pragma unroll
-      for (int c = 0; c < Extent / 8; c += 2) {
-        const int row = 8 * (c + q / 2) + j;
-        const uint32_t address =
-            smem_addr(block + row * 128 + (((2 * warp_in_group + q % 2) ^ j) * 16));
-        stmatrix_x4_trans(address, packed_pair<T>(acc[4 * c], acc[4 * c + 1]),
-                          packed_pair<T>(acc[4 * c + 2], acc[4 * c + 3]),
-                          packed_pair<T>(acc[4 * c + 4], acc[4 * c + 5]),
-                          packed_pair<T>(acc[4 * c + 6], acc[4 * c + 7]));
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int row = warp_in_group * 16 + lane / 4 + 8 * i;
-#pragma unroll
-        for (int c = 0; c < Extent / 8; ++c) {
-          unsigned char* chunk = block + (c / 8) * kOutputBoxBytes + row * 128 +
-                                 (((c % 8) ^ (row % 8)) * 16) + (lane % 4) * 4;
-          store_pair(reinterpret_cast<T*>(chunk), acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
+          if (first_col + 8 * c + 2 * (lane % 4) >= N) break;
+          const long long e = start + 8 * c;
+          if (e >= part_first + parts.part_elements) {
+            ++part;
+            part_first += parts.part_elements;
+          }
+          *reinterpret_cast<float2*>(parts.part[part] + (e - part_first)) =
+              make_float2(acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
         }
       }
     }
-    async_copy::fence_proxy_async_shared();  // the writes above, before the copy engine reads
-    named_barrier_sync(1 + consumer, 128);
-    if (leader) {
+    __threadfence_system();  // the stores into other ranks' memory, performed before the kernel
+                             // ends
+  } else {
+    for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+      const int chunk = kChunkTiles ? tile / tiles_per_chunk : 0;
+      const TileCoord coord = tile_coord(tile - chunk * tiles_per_chunk, tiles_m, tiles_n);
+      // A consumer whose 64 rows (X as A) or columns (W as A) lie wholly past the edge has nothing
+      // to store; it skips the wgmmas but keeps the pipeline's handshake.
+      const int first_row = coord.m * kTileM + (WAsA ? 0 : consumer * 64);
+      const int first_col = coord.n * kTileN + (WAsA ? consumer * 64 : 0);
+      if (first_row >= M || first_col >= N) {
+        // Kept apart from the main loop: a branch around the wgmmas there makes ptxas serialize
+        // them.
+        skip_k_blocks<kStages>(full, empty, lane, k_blocks, stage, phase);
+        continue;
+      }
+      consume_k_blocks<T, Extent, kStages, kStageBytesA, kStageBytesB>(
+          acc, tiles_a, tiles_b, full, empty, consumer, lane, k_blocks, stage, phase);
+
+      if constexpr (FloatOut) {
+        // Accumulator register 4c+2i+j: row 16*warp + lane/4 + 8i, column 8c + 2*(lane%4) + j; a
+        // pair of columns is both in or both out (N is a multiple of 8).
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int row = first_row + warp_in_group * 16 + lane / 4 + 8 * i;
+          if (row >= M) continue;
+          float* y_row = y_float + (static_cast<int64_t>(chunk) * M + row) * N;
+#pragma unroll
+          for (int c = 0; c < Extent / 8; ++c) {
+            const int col = first_col + 8 * c + 2 * (lane % 4);
+            if (col < N)
+              *reinterpret_cast<float2*>(y_row + col) =
+                  make_float2(acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
+          }
+        }
+        continue;
+      }
+      // Epilogue: the consumer's block goes through its shared output block to TMA stores, which
+      // clip rows past M and columns past N; the next tile's wgmmas start while the store drains.
+      // Accumulator layout of m64nEk16: register 4c+2i+j holds A-row 16*warp + lane/4 + 8i, B-row
+      // 8c + 2*(lane%4) + j. In a 128B-swizzled box the 16-byte chunk of 8 columns c%8 of row r
+      // sits at chunk (c%8) ^ (r%8), so a warp's 8 rows hit 8 different bank groups.
+      unsigned char* block = output + consumer * Config::kEpilogueBytes;
+      const bool leader = threadIdx.x % 128 == 0;
+      if (leader) bulk_wait_group_read<0>();  // the previous tile's store has read the block
+      named_barrier_sync(1 + consumer, 128);
       if constexpr (WAsA) {
-        tma_store_2d(&y_map, block, first_col, first_row);  // Extent rows x 64 columns
+        // Yᵀ in registers: the 8x8 fragment (c, i) is columns 16*warp + 8i + 0..7 of Y by rows
+        // 8c + 0..7. Stored transposed, its row j is Y's row 8c + j, columns 16*warp + 8i + 0..7:
+        // chunk 2*warp + i of box row 8c + j. Lane 8q + j addresses row j of fragment q, with
+        // q = 0..3 the fragments (c, 0), (c, 1), (c+1, 0), (c+1, 1).
+        const int q = lane / 8, j = lane % 8;
+#pragma unroll
+        for (int c = 0; c < Extent / 8; c += 2) {
+          const int row = 8 * (c + q / 2) + j;
+          const uint32_t address =
+              smem_addr(block + row * 128 + (((2 * warp_in_group + q % 2) ^ j) * 16));
+          stmatrix_x4_trans(address, packed_pair<T>(acc[4 * c], acc[4 * c + 1]),
+                            packed_pair<T>(acc[4 * c + 2], acc[4 * c + 3]),
+                            packed_pair<T>(acc[4 * c + 4], acc[4 * c + 5]),
+                            packed_pair<T>(acc[4 * c + 6], acc[4 * c + 7]));
+        }
       } else {
 #pragma unroll
-        for (int box = 0; box < Extent / 64; ++box) {
-          if (first_col + box * 64 < N)
-            tma_store_2d(&y_map, block + box * kOutputBoxBytes, first_col + box * 64, first_row);
+        for (int i = 0; i < 2; ++i) {
+          const int row = warp_in_group * 16 + lane / 4 + 8 * i;
+#pragma unroll
+          for (int c = 0; c < Extent / 8; ++c) {
+            unsigned char* chunk = block + (c / 8) * kOutputBoxBytes + row * 128 +
+                                   (((c % 8) ^ (row % 8)) * 16) + (lane % 4) * 4;
+            store_pair(reinterpret_cast<T*>(chunk), acc[4 * c + 2 * i], acc[4 * c + 2 * i + 1]);
+          }
         }
       }
-      bulk_commit_group();
+      async_copy::fence_proxy_async_shared();  // the writes above, before the copy engine reads
+      named_barrier_sync(1 + consumer, 128);
+      if (leader) {
+        if constexpr (WAsA) {
+          tma_store_2d(&y_map, block, first_col, first_row);  // Extent rows x 64 columns
+        } else {
+#pragma unroll
+          for (int box = 0; box < Extent / 64; ++box) {
+            if (first_col + box * 64 < N)
+              tma_store_2d(&y_map, block + box * kOutputBoxBytes, first_col + box * 64, first_row);
+          }
+        }
+        bulk_commit_group();
+      }
     }
   }
   if (threadIdx.x % 128 == 0) bulk_wait_group<0>();  // stores complete before the CTA exits
@@ -558,7 +673,7 @@ void launch_wgmma(const void* x, const void* w, void* y, int64_t M, int64_t N, i
   wgmma_gemm_kernel<T, Consumers, Extent, WAsA>
       <<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
           x_map, w_map, y_map, nullptr, static_cast<int>(M), static_cast<int>(N),
-          static_cast<int>(K), 1);
+          static_cast<int>(K), 1, SubtreeParts{});
   BITCHECK_CUDA_LAUNCH_CHECK();
   if (!sentinel) return;
   const std::uint64_t unwritten = count_sentinel(y, M * N, stream);
@@ -595,12 +710,57 @@ void launch_wgmma_float(const void* x, int64_t ldx, const void* w, int64_t ldw, 
   wgmma_gemm_kernel<T, Consumers, Extent, false, true>
       <<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
           x_map, w_map, x_map, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
-          chunks);
+          chunks, SubtreeParts{});
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
 using WgmmaFloatLauncher = void (*)(const void*, int64_t, const void*, int64_t, float*, int64_t,
                                     int64_t, int64_t, int, cudaStream_t, int);
+
+// The subtree kernel of an X-as-A shape: `Leaves` products of K columns each (K a multiple of 64),
+// their fixed tree stored into `parts`.
+template <typename T, int Consumers, int Extent, int Leaves>
+void launch_wgmma_subtree_of(const void* x, int64_t ldx, const void* w, int64_t ldw, int64_t M,
+                             int64_t N, int64_t K, const SubtreeParts& parts, cudaStream_t stream,
+                             int sm_count) {
+  using Config = WgmmaConfig<Consumers, Extent, false, Leaves == 4 ? 1 : 0>;
+  const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
+                                       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMap x_map = make_tensor_map(type, x, M, K * Leaves, Config::kTileM, ldx);
+  const CUtensorMap w_map = make_tensor_map(type, w, N, K * Leaves, Config::kTileN, ldw);
+  BITCHECK_CUDA_CALL(
+      cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, Extent, false, true, Leaves>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSharedBytes));
+  const int64_t tiles =
+      ((M + Config::kTileM - 1) / Config::kTileM) * ((N + Config::kTileN - 1) / Config::kTileN);
+  const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
+  wgmma_gemm_kernel<T, Consumers, Extent, false, true, Leaves>
+      <<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
+          x_map, w_map, x_map, nullptr, static_cast<int>(M), static_cast<int>(N),
+          static_cast<int>(K), Leaves, parts);
+  BITCHECK_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T, int Consumers, int Extent>
+void launch_wgmma_subtree(const void* x, int64_t ldx, const void* w, int64_t ldw, int64_t M,
+                          int64_t N, int64_t K, int leaves, const SubtreeParts& parts,
+                          cudaStream_t stream, int sm_count) {
+  switch (leaves) {
+    case 1:
+      return launch_wgmma_subtree_of<T, Consumers, Extent, 1>(x, ldx, w, ldw, M, N, K, parts,
+                                                              stream, sm_count);
+    case 2:
+      return launch_wgmma_subtree_of<T, Consumers, Extent, 2>(x, ldx, w, ldw, M, N, K, parts,
+                                                              stream, sm_count);
+    default:
+      return launch_wgmma_subtree_of<T, Consumers, Extent, 4>(x, ldx, w, ldw, M, N, K, parts,
+                                                              stream, sm_count);
+  }
+}
+
+using WgmmaSubtreeLauncher = void (*)(const void*, int64_t, const void*, int64_t, int64_t, int64_t,
+                                      int64_t, int, const SubtreeParts&, cudaStream_t, int);
 
 // Every kernel shape of the wgmma path, and the relative time of one wave of it (one tile per SM)
 // against a wave of 128x256 tiles; the costs are used only to pick the shape, which changes no
@@ -612,12 +772,15 @@ using WgmmaFloatLauncher = void (*)(const void*, int64_t, const void*, int64_t, 
 // these costs the pick is on that table within 1.2 % of the fastest shape on geometric mean and
 // at worst 8.5 % (M = 64, where 64x64 is faster than the 64x128 picked). The 3-consumer W-as-A
 // tiles pay for their width: 176x192 costs 1.06 for 1.03 of the work.
-// X-as-A shapes also have an fp32-output kernel (bf16_float, fp16_float; null for W as A).
+// X-as-A shapes also have an fp32-output kernel (bf16_float, fp16_float; null for W as A), and the
+// 128-column ones a subtree kernel (two accumulator blocks in registers; a 64-column tile is never
+// fewer waves than a 128-column one of the same cost).
 struct KernelShape {
   detail::GemmTile tile;
   double wave_cost;
   WgmmaLauncher bf16, fp16;
   WgmmaFloatLauncher bf16_float = nullptr, fp16_float = nullptr;
+  WgmmaSubtreeLauncher bf16_subtree = nullptr, fp16_subtree = nullptr;
 };
 
 template <int Consumers, int Extent, bool WAsA>
@@ -633,13 +796,21 @@ constexpr KernelShape kernel_shape(double wave_cost) {
   return shape;
 }
 
+template <int Consumers, int Extent>
+constexpr KernelShape with_subtree(KernelShape shape) {
+  static_assert(Extent <= 128, "the subtree kernel holds two accumulator blocks in registers");
+  shape.bf16_subtree = &launch_wgmma_subtree<__nv_bfloat16, Consumers, Extent>;
+  shape.fp16_subtree = &launch_wgmma_subtree<__half, Consumers, Extent>;
+  return shape;
+}
+
 const KernelShape kKernelShapes[] = {
     // X as A: 64 * Consumers rows x Extent columns.
     kernel_shape<2, 256, false>(1.0),
     kernel_shape<2, 192, false>(0.770),
     kernel_shape<1, 256, false>(0.549),
-    kernel_shape<2, 128, false>(0.558),
-    kernel_shape<1, 128, false>(0.35),
+    with_subtree<2, 128>(kernel_shape<2, 128, false>(0.558)),
+    with_subtree<1, 128>(kernel_shape<1, 128, false>(0.35)),
     kernel_shape<1, 64, false>(0.35),
     kernel_shape<1, 192, false>(0.427),
     kernel_shape<2, 64, false>(0.476),
@@ -660,12 +831,15 @@ const KernelShape kKernelShapes[] = {
 };
 
 // The shape with the fewest estimated wave-times for this launch (the earlier one on a tie, so
-// X as A and larger tiles win ties); float_out: among the shapes with an fp32-output kernel.
-const KernelShape& choose_shape(int64_t M, int64_t N, int sm_count, bool float_out = false) {
-  const KernelShape* best = &kKernelShapes[0];
+// X as A and larger tiles win ties); float_out: among the shapes with an fp32-output kernel;
+// subtree: among those with a subtree kernel.
+const KernelShape& choose_shape(int64_t M, int64_t N, int sm_count, bool float_out = false,
+                                bool subtree = false) {
+  const KernelShape* best = nullptr;
   double best_cost = -1;
   for (const KernelShape& shape : kKernelShapes) {
     if (float_out && shape.bf16_float == nullptr) continue;
+    if (subtree && shape.bf16_subtree == nullptr) continue;
     const int64_t tiles =
         (M + shape.tile.rows - 1) / shape.tile.rows * ((N + shape.tile.cols - 1) / shape.tile.cols);
     const double cost = double((tiles + sm_count - 1) / sm_count) * shape.wave_cost;
@@ -800,6 +974,40 @@ void fixed_order_gemm_fp32_out(GemmDType dtype, const void* x, int64_t ldx, cons
         break;
     }
   }
+}
+
+bool fixed_order_gemm_fp32_subtree(GemmDType dtype, const void* x, int64_t ldx, const void* w,
+                                   int64_t ldw, int64_t M, int64_t N, int64_t K, int chunks,
+                                   const std::vector<float*>& parts, int64_t part_elements,
+                                   CUstream_st* stream) {
+  const std::string name = "fixed_order_gemm_fp32_subtree";
+  if (parts.empty() || parts.size() > 8)
+    throw std::invalid_argument(name + ": 1 to 8 parts, not " + std::to_string(parts.size()));
+  check_shape(name.c_str(), x, w, parts[0], M, N, K);
+  if (chunks != 1 && chunks != 2 && chunks != 4)
+    throw std::invalid_argument(name + ": chunks must be 1, 2 or 4");
+  if (ldx < K * chunks || ldw < K * chunks || ldx % 8 != 0 || ldw % 8 != 0)
+    throw std::invalid_argument(name +
+                                ": row strides must be multiples of 8 and at least K * chunks");
+  if (part_elements < 256 || part_elements % 4 != 0 ||
+      M * N > static_cast<int64_t>(parts.size()) * part_elements)
+    throw std::invalid_argument(name +
+                                ": parts of a multiple of 4 elements, at least 256, "
+                                "that hold the M x N sum");
+  for (float* part : parts) {
+    if (part == nullptr || reinterpret_cast<uintptr_t>(part) % 16 != 0)
+      throw std::invalid_argument(name + ": parts must be 16-byte aligned");
+  }
+  if (!uses_wgmma(dtype) || K % kTileK != 0) return false;
+  const int sm_count = current_device_traits().sm_count;
+  const KernelShape& shape = choose_shape(M, N, sm_count, true, true);
+  record_path(tile_path(shape.tile));
+  SubtreeParts where{};
+  for (std::size_t p = 0; p < parts.size(); ++p) where.part[p] = parts[p];
+  where.part_elements = part_elements;
+  (dtype == GemmDType::bf16 ? shape.bf16_subtree : shape.fp16_subtree)(
+      x, ldx, w, ldw, M, N, K, chunks, where, as_stream(stream), sm_count);
+  return true;
 }
 
 std::vector<PathDecl> fixed_order_gemm_paths() {

@@ -37,6 +37,20 @@ void fixed_order_gemm_fp32_out(GemmDType dtype, const void* x, int64_t ldx, cons
                                int64_t ldw, float* y, int64_t M, int64_t N, int64_t K,
                                CUstream_st* stream, int chunks = 1);
 
+// The sum of `chunks` (1, 2 or 4) such products (K columns each, consecutive blocks of X's and W's
+// rows as for fixed_order_gemm_fp32_out) in the fixed binary tree over the chunks,
+// ((p0 + p1) + (p2 + p3)), in fp32, unrounded: per element the bits of fixed_order_gemm_fp32_out's
+// chunks summed in that tree (common/rank_tree.cuh), computed in one launch without storing the
+// products. Element e of the [M, N] sum goes to parts[e / part_elements] + e % part_elements (1 to
+// 8 parts of a multiple of 4 elements, at least 256, 16-byte aligned; another rank's memory over
+// peer memory, which the kernel's stores reach before it ends). Returns false and launches nothing
+// where the wgmma path does not take it (not bf16/fp16 on sm_90, or K not a multiple of 64).
+// Records its tile path. For the TP matmuls' chunk tree (a rank's subtree).
+bool fixed_order_gemm_fp32_subtree(GemmDType dtype, const void* x, int64_t ldx, const void* w,
+                                   int64_t ldw, int64_t M, int64_t N, int64_t K, int chunks,
+                                   const std::vector<float*>& parts, int64_t part_elements,
+                                   CUstream_st* stream);
+
 // dW[N,K] (fp32, in/out) += Σ_t dY[t,n] · X[t,k], t = 0..T-1 in order, one fp32 FMA per token into
 // the running value of dW[n,k]. dy is [T,N], x is [T,K], both in `dtype`. Splitting the tokens into
 // consecutive micro-batches and calling this once per micro-batch gives identical bits.

@@ -7,7 +7,9 @@
 //                   dtype's operands with its fp32 accumulators kept (read in place from the
 //                   rank's share), the chunks of a rank added in the fixed binary tree, the ranks'
 //                   subtrees all-gathered (an exact copy) and the tree finished on every rank,
-//                   rounded once: the same bits at every tp.
+//                   rounded once: the same bits at every tp. From 4 MiB of fp32 subtree over
+//                   peer memory one GEMM launch sums the rank's chunks in the tree and stores
+//                   the subtree into the ranks' staging (peer-fused): the same bits again.
 //   nccl-default    each rank's product by cuBLASLt's heuristic in the dtype, ncclAllReduce as it
 //                   comes (the library default: observed).
 //   nccl-tree-simple each rank's product by the fixed-order GEMM in the dtype, ncclAllReduce on
@@ -17,6 +19,7 @@
 //                   rotating-chain (the ranks' products summed from a rank that moves with the
 //                   message size).
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -102,6 +105,35 @@ void chunk_products(GemmDType dtype, const void* a, const void* b, float* leaves
   const std::int64_t stride = width * chunks;
   cuda::fixed_order_gemm_fp32_out(dtype, a, stride, b, stride, leaves, m, j, width, nullptr,
                                   chunks);
+}
+
+// This rank's per_rank chunk products (as chunk_products) and the chunk tree finished across the
+// ranks into `result` (m x j of `out_dtype`); returns the transport. From peer_fused_from_bytes of
+// fp32 subtree over peer memory the GEMM adds the rank's chunks itself and stores the subtree
+// straight into the ranks' staging, and the tree is finished from there (peer-fused); otherwise
+// the products go to `leaves` (allocated here when empty) and cuda_tp::finish_chunk_tree finishes
+// them. Every route gives the same bits.
+std::string chunk_tree_product(bool early_rounding, GemmDType dtype, const void* a, const void* b,
+                               std::int64_t m, std::int64_t j, std::int64_t width, int per_rank,
+                               int tp, cuda::DeviceDType out_dtype, void* result, bool over_nccl,
+                               DeviceBuffer& leaves) {
+  const std::size_t count = static_cast<std::size_t>(m * j);
+  if (!early_rounding && !over_nccl) {
+    if (const std::optional<cuda_tp::PeerSubtreeParts> parts =
+            cuda_tp::peer_subtree_parts(count, tp)) {
+      const std::int64_t stride = width * per_rank;
+      if (cuda::fixed_order_gemm_fp32_subtree(dtype, a, stride, b, stride, m, j, width, per_rank,
+                                              parts->parts, parts->part_elements, nullptr)) {
+        cuda_tp::finish_peer_subtree(count, out_dtype, tp, result);
+        return "peer-fused";
+      }
+    }
+  }
+  const std::size_t leaf_bytes = count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16;
+  if (leaves.bytes() < leaf_bytes) leaves = DeviceBuffer(leaf_bytes);
+  chunk_products(dtype, a, b, leaves.as<float>(), m, j, width, per_rank);
+  return cuda_tp::finish_chunk_tree(early_rounding, leaves.as<float>(), count, out_dtype, tp,
+                                    result, over_nccl);
 }
 
 // out[M, J] = a[M, I] · b[J, I]ᵀ by the fixed-order GEMM, on the device, in `dtype`.
@@ -218,19 +250,20 @@ class MatmulTpCuda : public Impl {
     if (kind_.order == Order::fixed_chunks || kind_.order == Order::early_rounding) {
       const int per_rank = chunk_count / tp;
       const std::int64_t chunk = width / chunk_count;
-      DeviceBuffer leaves(count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16);
+      DeviceBuffer leaves;
       const bool over_nccl = spec.forced_path == cuda_tp::chunk_tree_nccl_path;
       std::string transport;
       measurement = cuda_bench::time_rotated(settings, 1, [&](std::size_t) {
-        chunk_products(gemm_dtype(dtype), a_share.get(), b_share.get(), leaves.as<float>(), m, j,
-                       chunk, per_rank);
-        transport =
-            cuda_tp::finish_chunk_tree(kind_.order == Order::early_rounding, leaves.as<float>(),
-                                       count, device_dtype, tp, result.get(), over_nccl);
+        transport = chunk_tree_product(kind_.order == Order::early_rounding, gemm_dtype(dtype),
+                                       a_share.get(), b_share.get(), m, j, chunk, per_rank, tp,
+                                       device_dtype, result.get(), over_nccl, leaves);
       });
+      const std::string gemms = std::to_string(per_rank) + " chunk GEMMs";
       measurement.config = {
-          {"path", std::to_string(per_rank) + " chunk GEMMs with fp32 output + chunk tree " +
-                       (transport.rfind("peer", 0) == 0 ? "over peer memory" : "over NCCL")}};
+          {"path", transport == "peer-fused"
+                       ? gemms + " summed in one kernel, stored over peer memory + the ranks' tree"
+                       : gemms + " with fp32 output + chunk tree " +
+                             (transport.rfind("peer", 0) == 0 ? "over peer memory" : "over NCCL")}};
     } else {
       DeviceBuffer local(count * element + 16);
       const GemmDType gemm_type = gemm_dtype(dtype);
@@ -281,12 +314,10 @@ class MatmulTpCuda : public Impl {
       const std::int64_t chunk = width / chunk_count, first = rank * per_rank * chunk;
       DeviceBuffer a_share = cs::upload(columns_of(a, first, first + per_rank * chunk));
       DeviceBuffer b_share = cs::upload(columns_of(b, first, first + per_rank * chunk));
-      DeviceBuffer leaves(count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16);
-      chunk_products(gemm_dtype(dtype), a_share.get(), b_share.get(), leaves.as<float>(), m, j,
-                     chunk, per_rank);
-      cuda_tp::finish_chunk_tree(kind_.order == Order::early_rounding, leaves.as<float>(), count,
-                                 device_dtype, tp, result.get(),
-                                 batch.spec->forced_path == cuda_tp::chunk_tree_nccl_path);
+      DeviceBuffer leaves;
+      chunk_tree_product(kind_.order == Order::early_rounding, gemm_dtype(dtype), a_share.get(),
+                         b_share.get(), m, j, chunk, per_rank, tp, device_dtype, result.get(),
+                         batch.spec->forced_path == cuda_tp::chunk_tree_nccl_path, leaves);
       result.download(out.data(), out.bytes());
       return out;
     }

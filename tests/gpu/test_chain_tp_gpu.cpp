@@ -172,9 +172,10 @@ TEST_CASE(
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("bitcheck-matmul-tp-" + std::to_string(getpid()));
   // 3 rows: 12 KiB of fp32 subtree (one shot; NCCL: gathered); 256 rows: 1 MiB (two shots;
-  // NCCL: scattered).
+  // NCCL: scattered); 1024 rows: 4 MiB (the GEMM sums the rank's subtree and stores it over peer
+  // memory; NCCL: scattered).
   const auto [status, log] = sweep_at_tps(dir, R"({"schema_version": 1,
-    "defaults": {"dtypes": ["bf16"], "batches": [3, 256], "passes": ["forward", "backward"],
+    "defaults": {"dtypes": ["bf16"], "batches": [3, 256, 1024], "passes": ["forward", "backward"],
                  "impls": ["tp-row-fixed-order", "tp-column-fixed-order"]},
     "ops": {"matmul": {"shapes": [{"N": 1024, "K": 1024}]},
             "matmul-nccl": {"op": "matmul", "shapes": [{"N": 1024, "K": 1024}],
@@ -200,7 +201,7 @@ TEST_CASE(
   };
   for (const std::string impl : {"tp-row-fixed-order", "tp-column-fixed-order"}) {
     const std::string pass = impl == "tp-row-fixed-order" ? "forward" : "backward";
-    for (const std::int64_t rows : {3, 256}) {
+    for (const std::int64_t rows : {3, 256, 1024}) {
       const json& alone = cases.at({impl, pass, rows, 1, false});
       CHECK(alone["verdict"] == "pass");
       for (int tp = 2; tp <= largest_tp; tp *= 2) {
@@ -216,10 +217,12 @@ TEST_CASE(
         CHECK(peer_paths.count("chunk-tree:peer-one-shot") == 1);
         CHECK(nccl_paths.count("chunk-tree.nccl") == 1);
         CHECK(nccl_paths.count("chunk-tree:gathered") == 1);
-        if (rows == 256) {
-          CHECK(peer_paths.count("chunk-tree:peer-two-shot") == 1);
-          CHECK(nccl_paths.count("chunk-tree:scattered") == 1);
-        }
+        if (rows == 256) CHECK(peer_paths.count("chunk-tree:peer-two-shot") == 1);
+        if (rows >= 256) CHECK(nccl_paths.count("chunk-tree:scattered") == 1);
+        // From 4 MiB of subtree (the batch layout's 1024 rows) the GEMM stores the rank's subtree
+        // over peer memory: the same bits as tp = 1 and as NCCL's transport (above).
+        CHECK(peer_paths.count("chunk-tree:peer-fused") == (rows == 1024 ? 1u : 0u));
+        CHECK(nccl_paths.count("chunk-tree:peer-fused") == 0);
       }
     }
   }

@@ -3,6 +3,7 @@
 // transposed), forced on the same inputs, gives outputs bitwise identical to the automatic choice,
 // at several M including ones that are not a multiple of any tile's rows. Its fp32-output form (the
 // TP impls' chunk products) keeps the same accumulators.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -154,6 +155,80 @@ TEST_CASE(
                             alone.size() * 4) == 0);
         }
       }
+    }
+  }
+}
+
+TEST_CASE(
+    "fixed-order GEMM's subtree kernel: its chunks' fp32 products summed in the fixed tree, "
+    "stored across parts, with the bits of the products stored and summed apart",
+    "[gpu][matmul]") {
+  REQUIRE(cuda::query_device().available);
+  using cuda::GemmDType;
+  if (std::string(cuda::fixed_order_gemm_path(GemmDType::bf16)) == "portable-fma") {
+    WARN("no wgmma path on this GPU (not sm_90): the subtree kernel is not taken");
+    return;
+  }
+  constexpr std::int64_t k = 128, max_leaves = 4, wide = k * max_leaves;
+  struct Shape {
+    std::int64_t m, n;
+  };
+  // 1 to 300 rows take the 64 x 128 tile on 132 SMs, 2048 x 1024 the 128 x 128 one.
+  const std::vector<Shape> shapes = {{1, 264}, {65, 264}, {300, 264}, {2048, 1024}};
+  for (GemmDType dtype : {GemmDType::bf16, GemmDType::fp16}) {
+    for (const Shape& shape : shapes) {
+      const std::int64_t m = shape.m, n = shape.n, count = m * n;
+      cuda::DeviceBuffer x(static_cast<std::size_t>(m * wide) * 2);
+      cuda::DeviceBuffer w(static_cast<std::size_t>(n * wide) * 2);
+      x.fill_uniform(dtype, 21 + static_cast<std::uint64_t>(m));
+      w.fill_uniform(dtype, 23 + static_cast<std::uint64_t>(n));
+      for (int leaves : {1, 2, 4}) {
+        INFO((dtype == GemmDType::bf16 ? "bf16" : "fp16")
+             << " M=" << m << " N=" << n << " leaves " << leaves);
+        // The products stored apart (one launch) and summed here in the fixed tree.
+        cuda::DeviceBuffer products(static_cast<std::size_t>(count * leaves) * 4);
+        cuda::fixed_order_gemm_fp32_out(dtype, x.get(), wide, w.get(), wide, products.as<float>(),
+                                        m, n, k, nullptr, leaves);
+        cuda::synchronize();
+        std::vector<float> leaf(static_cast<std::size_t>(count * leaves));
+        products.download(leaf.data(), leaf.size() * 4);
+        std::vector<float> expected(static_cast<std::size_t>(count));
+        for (std::size_t e = 0; e < expected.size(); ++e) {
+          const auto p = [&](int c) { return leaf[static_cast<std::size_t>(c * count) + e]; };
+          expected[e] = leaves == 1   ? p(0)
+                        : leaves == 2 ? p(0) + p(1)
+                                      : (p(0) + p(1)) + (p(2) + p(3));
+        }
+        // The subtree kernel into one part, and into three where the sum is large enough (parts
+        // of at least 256 elements, ending mid-row).
+        for (int part_count : {1, 3}) {
+          std::int64_t part_elements = (count + part_count - 1) / part_count;
+          part_elements = std::max<std::int64_t>(256, (part_elements + 3) / 4 * 4);
+          if (part_count > 1 && part_elements * (part_count - 1) >= count) continue;
+          std::vector<cuda::DeviceBuffer> buffers;
+          std::vector<float*> parts;
+          for (int p = 0; p < part_count; ++p) {
+            buffers.emplace_back(static_cast<std::size_t>(part_elements) * 4);
+            buffers.back().fill_bytes(0xFF);
+            parts.push_back(buffers.back().as<float>());
+          }
+          REQUIRE(cuda::fixed_order_gemm_fp32_subtree(dtype, x.get(), wide, w.get(), wide, m, n, k,
+                                                      leaves, parts, part_elements, nullptr));
+          cuda::synchronize();
+          std::vector<float> got(static_cast<std::size_t>(part_elements * part_count));
+          for (int p = 0; p < part_count; ++p)
+            buffers[static_cast<std::size_t>(p)].download(
+                got.data() + static_cast<std::size_t>(p * part_elements),
+                static_cast<std::size_t>(part_elements) * 4);
+          INFO(part_count << " parts of " << part_elements);
+          CHECK(std::memcmp(got.data(), expected.data(), expected.size() * 4) == 0);
+        }
+      }
+      // K blocks that would reach into the next product: not taken (the caller sums the leaves).
+      const std::int64_t whole = (std::max<std::int64_t>(count, 256) + 3) / 4 * 4;
+      cuda::DeviceBuffer sink(static_cast<std::size_t>(whole) * 4);
+      CHECK_FALSE(cuda::fixed_order_gemm_fp32_subtree(dtype, x.get(), wide, w.get(), wide, m, n, 72,
+                                                      4, {sink.as<float>()}, whole, nullptr));
     }
   }
 }
