@@ -241,15 +241,49 @@ __global__ void __launch_bounds__(threads)
       }
     }
   }
+  // Each thread's packs j, j + stride, ... (the same ones in every phase) `unroll` at a time, their
+  // loads issued together: at prefill sizes 256-thread blocks leave HBM latency-bound otherwise.
+  constexpr int unroll = TP == 2 ? 4 : TP == 4 ? 2 : 1;
   meet(peers, rank, tp, epoch, 0);
-  for (std::size_t j = first; j < part; j += stride) {
-    const Quad<T> sum = finish_slots<T, TP>(peers.staging[rank], part, j, tp);
-    for (int r = 0; r < tp; ++r) reinterpret_cast<Quad<T>*>(peers.result[r])[rank * part + j] = sum;
+  for (std::size_t j0 = first; j0 < part; j0 += unroll * stride) {
+    Quad<T> sums[unroll];
+#pragma unroll
+    for (int u = 0; u < unroll; ++u) {
+      const std::size_t j = j0 + u * stride;
+      if (j < part) sums[u] = finish_slots<T, TP>(peers.staging[rank], part, j, tp);
+    }
+#pragma unroll
+    for (int u = 0; u < unroll; ++u) {
+      const std::size_t j = j0 + u * stride;
+      if (j >= part) continue;
+      for (int r = 0; r < tp; ++r)
+        reinterpret_cast<Quad<T>*>(peers.result[r])[rank * part + j] = sums[u];
+    }
   }
   meet(peers, rank, tp, epoch, 1);
   const Quad<T>* result = reinterpret_cast<const Quad<T>*>(peers.result[rank]);
-  for (std::size_t j = first; j < part; j += stride) {
-    for (int r = 0; r < tp; ++r) out[r * part + j] = load_quad(result + r * part + j);
+  if constexpr (TP > 0) {
+    for (std::size_t j0 = first; j0 < part; j0 += unroll * stride) {
+      Quad<T> copied[unroll][TP];
+#pragma unroll
+      for (int u = 0; u < unroll; ++u) {
+        const std::size_t j = j0 + u * stride;
+#pragma unroll
+        for (int r = 0; r < TP; ++r)
+          if (j < part) copied[u][r] = load_quad(result + r * part + j);
+      }
+#pragma unroll
+      for (int u = 0; u < unroll; ++u) {
+        const std::size_t j = j0 + u * stride;
+#pragma unroll
+        for (int r = 0; r < TP; ++r)
+          if (j < part) out[r * part + j] = copied[u][r];
+      }
+    }
+  } else {
+    for (std::size_t j = first; j < part; j += stride) {
+      for (int r = 0; r < tp; ++r) out[r * part + j] = load_quad(result + r * part + j);
+    }
   }
 }
 
