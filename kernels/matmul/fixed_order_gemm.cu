@@ -93,6 +93,7 @@ struct WgmmaConfig {
 struct SubtreeParts {
   float* part[8];
   long long part_elements;
+  int count;  // the parts the M x N sum reaches
 };
 
 #ifdef BITCHECK_GEMM_SM90A
@@ -112,6 +113,19 @@ __device__ __forceinline__ TileCoord tile_coord(int tile, int tiles_m, int tiles
   const int group_rows = min(tiles_m - first_m, kGroupM);
   const int in_group = tile % tiles_per_group;
   return {first_m + in_group % group_rows, in_group / group_rows};
+}
+
+// The subtree kernel's tiles: the row tiles of its parts interleaved, virtual row tile v being row
+// tile (v % parts) * per_part + v / parts (per_part = ceil(tiles_m / parts)), so that each wave
+// stores into every part at once and the links to the other ranks carry the stores through the
+// whole kernel, not one rank's after another's. Virtual row tiles past the last are skipped
+// (m = -1). The order of tiles changes no bit.
+__device__ __forceinline__ TileCoord subtree_tile(int tile, int tiles_m, int tiles_n, int parts) {
+  const int per_part = (tiles_m + parts - 1) / parts;
+  TileCoord coord = tile_coord(tile, per_part * parts, tiles_n);
+  const int m = (coord.m % parts) * per_part + coord.m / parts;
+  coord.m = m < tiles_m ? m : -1;
+  return coord;
 }
 
 using async_copy::mbar_arrive;
@@ -261,7 +275,9 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
   const int tiles_m = (M + kTileM - 1) / kTileM;
   const int tiles_n = (N + kTileN - 1) / kTileN;
   const int tiles_per_chunk = tiles_m * tiles_n;
-  const int tile_count = tiles_per_chunk * (kChunkTiles ? chunks : 1);
+  const int tile_count = Leaves > 0
+                             ? (tiles_m + parts.count - 1) / parts.count * parts.count * tiles_n
+                             : tiles_per_chunk * (kChunkTiles ? chunks : 1);
   const int k_blocks = (K + kTileK - 1) / kTileK;
 
   if (threadIdx.x == 0) {
@@ -279,7 +295,10 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
     uint32_t phase = 0;
     for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
       const int chunk = kChunkTiles ? tile / tiles_per_chunk : 0;
-      const TileCoord coord = tile_coord(tile - chunk * tiles_per_chunk, tiles_m, tiles_n);
+      const TileCoord coord = Leaves > 0
+                                  ? subtree_tile(tile, tiles_m, tiles_n, parts.count)
+                                  : tile_coord(tile - chunk * tiles_per_chunk, tiles_m, tiles_n);
+      if (coord.m < 0) continue;
       for (int leaf = 0; leaf < kLeavesPerTile; ++leaf) {
         for (int kb = 0; kb < k_blocks; ++kb) {
           mbar_wait(&empty[stage], phase ^ 1);
@@ -313,7 +332,8 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
     float4* stack =
         reinterpret_cast<float4*>(output + consumer * Config::kEpilogueBytes) + threadIdx.x % 128;
     for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
-      const TileCoord coord = tile_coord(tile, tiles_m, tiles_n);
+      const TileCoord coord = subtree_tile(tile, tiles_m, tiles_n, parts.count);
+      if (coord.m < 0) continue;
       const int first_row = coord.m * kTileM + consumer * 64;
       const int first_col = coord.n * kTileN;
       if (first_row >= M || first_col >= N) {
@@ -732,8 +752,9 @@ void launch_wgmma_subtree_of(const void* x, int64_t ldx, const void* w, int64_t 
   BITCHECK_CUDA_CALL(
       cudaFuncSetAttribute(wgmma_gemm_kernel<T, Consumers, Extent, false, true, Leaves>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSharedBytes));
-  const int64_t tiles =
-      ((M + Config::kTileM - 1) / Config::kTileM) * ((N + Config::kTileN - 1) / Config::kTileN);
+  const int64_t tiles_m = (M + Config::kTileM - 1) / Config::kTileM;
+  const int64_t tiles = (tiles_m + parts.count - 1) / parts.count * parts.count *
+                        ((N + Config::kTileN - 1) / Config::kTileN);
   const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
   wgmma_gemm_kernel<T, Consumers, Extent, false, true, Leaves>
       <<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(
@@ -1005,6 +1026,7 @@ bool fixed_order_gemm_fp32_subtree(GemmDType dtype, const void* x, int64_t ldx, 
   SubtreeParts where{};
   for (std::size_t p = 0; p < parts.size(); ++p) where.part[p] = parts[p];
   where.part_elements = part_elements;
+  where.count = static_cast<int>((M * N + part_elements - 1) / part_elements);
   (dtype == GemmDType::bf16 ? shape.bf16_subtree : shape.fp16_subtree)(
       x, ldx, w, ldw, M, N, K, chunks, where, as_stream(stream), sm_count);
   return true;
