@@ -17,6 +17,8 @@
 #include <cuda_runtime.h>
 
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/convert.cuh"
@@ -326,6 +328,22 @@ void launch_tree_written(const PeerPointers& peers, Quad<T>* out, std::size_t pa
           peers, nullptr, 1, out, packs, rank, tp, epoch);
 }
 
+// f(std::integral_constant<int, TP>{}) with TP the rank count the kernels unroll (2, 4, 8), else
+// 0 (the count read at run time).
+template <typename F>
+void by_rank_count(int tp, F&& f) {
+  switch (tp) {
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 8:
+      return f(std::integral_constant<int, 8>{});
+    default:
+      return f(std::integral_constant<int, 0>{});
+  }
+}
+
 constexpr std::size_t handle_bytes = sizeof(cudaIpcMemHandle_t);
 constexpr int buffers = 3;  // staging, result, signals
 
@@ -439,16 +457,10 @@ void PeerSum::all_reduce(DeviceDType dtype, const void* send, void* out, std::si
   auto queue = static_cast<cudaStream_t>(stream);
   by_dtype(dtype, [&](auto type) {
     using T = decltype(type);
-    switch (s.tp) {
-      case 2:
-        return launch<T, 2>(s.shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
-      case 4:
-        return launch<T, 4>(s.shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
-      case 8:
-        return launch<T, 8>(s.shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
-      default:
-        return launch<T, 0>(s.shape, s.peers, in, sum, packs, s.rank, s.tp, epoch, queue);
-    }
+    by_rank_count(s.tp, [&](auto ranks) {
+      launch<T, decltype(ranks)::value>(s.shape, s.peers, in, sum, packs, s.rank, s.tp, epoch,
+                                        queue);
+    });
   });
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
@@ -473,30 +485,29 @@ void PeerSum::finish_chunk_tree(DeviceDType out_dtype, const float* leaves, int 
   by_dtype(out_dtype, [&](auto type) {
     using T = decltype(type);
     auto* sum = static_cast<Quad<T>*>(out);
-    switch (s.tp) {
-      case 2:
-        return launch_tree<T, 2>(s.shape, s.peers, in, leaves_per_rank, sum, packs, half_packs,
-                                 s.rank, s.tp, epoch, queue);
-      case 4:
-        return launch_tree<T, 4>(s.shape, s.peers, in, leaves_per_rank, sum, packs, half_packs,
-                                 s.rank, s.tp, epoch, queue);
-      case 8:
-        return launch_tree<T, 8>(s.shape, s.peers, in, leaves_per_rank, sum, packs, half_packs,
-                                 s.rank, s.tp, epoch, queue);
-      default:
-        return launch_tree<T, 0>(s.shape, s.peers, in, leaves_per_rank, sum, packs, half_packs,
-                                 s.rank, s.tp, epoch, queue);
-    }
+    by_rank_count(s.tp, [&](auto ranks) {
+      launch_tree<T, decltype(ranks)::value>(s.shape, s.peers, in, leaves_per_rank, sum, packs,
+                                             half_packs, s.rank, s.tp, epoch, queue);
+    });
   });
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
+// The bytes of `count` fp32 subtree values, which a GEMM stores into the two-shot staging (throws
+// naming `what` where this sum does not take them).
+std::size_t written_subtree_bytes(const char* what, bool usable, PeerShape shape,
+                                  std::size_t capacity, int tp, std::size_t count) {
+  const std::size_t bytes = count * sizeof(float);
+  if (!usable || shape != PeerShape::two_shot || bytes > capacity ||
+      peer_shape(bytes, tp, shape) != shape)
+    throw std::logic_error(std::string(what) + ": a message peer memory does not take");
+  return bytes;
+}
+
 std::vector<float*> PeerSum::subtree_parts(std::size_t count) const {
   const State& s = *state_;
-  const std::size_t bytes = count * sizeof(float);
-  if (!s.usable || s.shape != PeerShape::two_shot || bytes > s.bytes ||
-      peer_shape(bytes, s.tp, s.shape) != s.shape)
-    throw std::logic_error("PeerSum::subtree_parts: a message peer memory does not take");
+  const std::size_t bytes =
+      written_subtree_bytes("PeerSum::subtree_parts", s.usable, s.shape, s.bytes, s.tp, count);
   const std::size_t part = bytes / pack_bytes / static_cast<std::size_t>(s.tp);
   std::vector<float*> parts(static_cast<std::size_t>(s.tp));
   for (int p = 0; p < s.tp; ++p)
@@ -508,26 +519,18 @@ std::vector<float*> PeerSum::subtree_parts(std::size_t count) const {
 void PeerSum::finish_written_subtree(DeviceDType out_dtype, void* out, std::size_t count,
                                      void* stream) {
   State& s = *state_;
-  const std::size_t bytes = count * sizeof(float);
-  if (!s.usable || s.shape != PeerShape::two_shot || bytes > s.bytes ||
-      peer_shape(bytes, s.tp, s.shape) != s.shape)
-    throw std::logic_error("PeerSum::finish_written_subtree: a message peer memory does not take");
+  const std::size_t bytes = written_subtree_bytes("PeerSum::finish_written_subtree", s.usable,
+                                                  s.shape, s.bytes, s.tp, count);
   const std::size_t packs = bytes / pack_bytes;
   const unsigned epoch = ++s.epoch;
   auto queue = static_cast<cudaStream_t>(stream);
   by_dtype(out_dtype, [&](auto type) {
     using T = decltype(type);
     auto* sum = static_cast<Quad<T>*>(out);
-    switch (s.tp) {
-      case 2:
-        return launch_tree_written<T, 2>(s.peers, sum, packs, s.rank, s.tp, epoch, queue);
-      case 4:
-        return launch_tree_written<T, 4>(s.peers, sum, packs, s.rank, s.tp, epoch, queue);
-      case 8:
-        return launch_tree_written<T, 8>(s.peers, sum, packs, s.rank, s.tp, epoch, queue);
-      default:
-        return launch_tree_written<T, 0>(s.peers, sum, packs, s.rank, s.tp, epoch, queue);
-    }
+    by_rank_count(s.tp, [&](auto ranks) {
+      launch_tree_written<T, decltype(ranks)::value>(s.peers, sum, packs, s.rank, s.tp, epoch,
+                                                     queue);
+    });
   });
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
