@@ -64,6 +64,9 @@ class Asynchronous {
   Asynchronous(const Asynchronous&) = delete;
   Asynchronous& operator=(const Asynchronous&) = delete;
 };
+// Whether the collectives above, and the TP impls' sums that use them (common/rank_sum_cuda.h),
+// wait for the device before they return: false while an Asynchronous lives.
+bool waits();
 // Whether every rank of [0, tp) passes true.
 bool all_true(bool mine, int tp);
 

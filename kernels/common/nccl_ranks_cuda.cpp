@@ -358,6 +358,10 @@ void all_to_all(const void* send, void* receive, std::size_t count_per_rank,
   finish(stream, "after the all-to-all");
 }
 
+bool waits() {
+  return !asynchronous();
+}
+
 Asynchronous::Asynchronous() {
   asynchronous() = true;
 }

@@ -31,7 +31,9 @@ constexpr std::size_t scattered_from_bytes = std::size_t(512) << 10;
 // Scratch for the chunk tree's subtree and gathered subtrees, kept across calls and grown as
 // needed: at prefill sizes they are larger than the device block cache holds, and a fresh
 // cudaMalloc and cudaFree (which synchronizes the device) each call cost more than the sum. One
-// rank process calls it from one thread; every call ends synchronized, so the next may reuse it.
+// rank process calls it from one thread; every call ends synchronized, or (under an
+// nccl::Asynchronous) queued on the default stream ahead of the next call's use, so the next may
+// reuse it.
 void* scratch(int slot, std::size_t bytes) {
   static cuda::DeviceBuffer* buffers[3] = {nullptr, nullptr, nullptr};  // never freed at all
   cuda::DeviceBuffer*& buffer = buffers[slot];
@@ -79,7 +81,7 @@ const char* finish_chunk_tree(bool early_rounding, const float* leaves, std::siz
             *shape == cuda::PeerShape::one_shot ? "peer-one-shot" : "peer-two-shot";
         record_path_member("chunk-tree", member);
         peer->finish_chunk_tree(dtype, leaves, per_rank, out, count, nullptr);
-        cuda::synchronize();
+        if (nccl::waits()) cuda::synchronize();
         return member;
       }
     }
@@ -111,7 +113,7 @@ const char* finish_chunk_tree(bool early_rounding, const float* leaves, std::siz
     cuda::sum_gathered_fp32_tree(dtype, static_cast<const float*>(gathered), part_sum, part, tp,
                                  nullptr);
     nccl::all_gather(part_sum, out, part, dtype, tp, nccl::library_default());
-    cuda::synchronize();
+    if (nccl::waits()) cuda::synchronize();
     return member;
   }
   if (tp > 1)
@@ -122,7 +124,7 @@ const char* finish_chunk_tree(bool early_rounding, const float* leaves, std::siz
     cuda::sum_gathered_fp32_tree(dtype, static_cast<const float*>(gathered), out, count, tp,
                                  nullptr);
   }
-  cuda::synchronize();
+  if (nccl::waits()) cuda::synchronize();
   return member;
 }
 
@@ -142,7 +144,7 @@ void finish_peer_subtree(std::size_t count, cuda::DeviceDType dtype, int tp, voi
   if (!peer) throw std::logic_error("finish_peer_subtree: no peer memory for this message");
   record_path_member("chunk-tree", "peer-fused");
   peer->finish_written_subtree(dtype, out, count, nullptr);
-  cuda::synchronize();
+  if (nccl::waits()) cuda::synchronize();
 }
 
 void sum_rank_shares(RankOrder order, const void* local, std::size_t count, cuda::DeviceDType dtype,

@@ -58,7 +58,8 @@ constexpr int chunk_count = 8;
 // subtrees' parts, and the rounded parts are all-gathered: the same bits, less traffic. Where the
 // ranks can map each other's memory (one host), fixed_chunks moves the subtrees over peer memory
 // instead, the rank's subtree summed in the same kernel (common/peer_sum.h): the same bits again.
-// Synchronizes, and returns the transport it took (the member of the "chunk-tree" path family it
+// Synchronizes (not while an nccl::Asynchronous lives: a benchmark times the queued work, as it
+// does NCCL's), and returns the transport it took (the member of the "chunk-tree" path family it
 // records: local, peer-one-shot, peer-two-shot, gathered or scattered).
 // `over_nccl` keeps the subtrees on NCCL's transports where peer memory could take them (the path
 // chunk_tree_nccl_path forces).
@@ -83,7 +84,7 @@ std::optional<PeerSubtreeParts> peer_subtree_parts(std::size_t count, int tp);
 // After a launch earlier on the default stream stored this rank's fp32 subtree at
 // peer_subtree_parts(count, tp): the ranks' tree finished over peer memory, rounded once into
 // `out` (`count` values of `dtype`), the bits of finish_chunk_tree. Records the "chunk-tree" member
-// "peer-fused"; synchronizes.
+// "peer-fused"; synchronizes as finish_chunk_tree does.
 void finish_peer_subtree(std::size_t count, cuda::DeviceDType dtype, int tp, void* out);
 
 // The forced path of the fixed-order TP matmuls whose chunk tree moves over NCCL (gathered below
