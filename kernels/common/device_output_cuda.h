@@ -1,6 +1,7 @@
-// A CUDA buffer as a DeviceOutput (core/device_output.h): a reduction accumulator an impl hands
-// to the runner at the layout's last invocation instead of downloading it (hand_over), compared
-// on the device (common/row_compare.h) and read back only where a check needs its values.
+// A CUDA buffer as a DeviceOutput (core/device_output.h): an impl's row outputs (at each
+// invocation) or reduction accumulator (at the layout's last) handed to the runner instead of
+// downloaded (hand_over_rows, hand_over_reduction), gathered and compared on the device
+// (common/row_compare.h) and read back only where a check needs its values.
 // Plain C++ (CUDA build only).
 #pragma once
 #include <cstddef>

@@ -1,5 +1,8 @@
-// matmul/fixed-order kernels: batch-invariant Y = X·Wᵀ (a Hopper wgmma + TMA path and a portable
-// fp32-FMA path) and the token-sequential dW accumulation, each beside its launcher.
+// matmul/fixed-order, the Hopper half: batch-invariant Y = X·Wᵀ on the wgmma + TMA path (its
+// bf16/fp16 output, its unrounded fp32 output of one or several K-column blocks, and its subtree
+// form, which adds a TP rank's chunk products in the fixed tree and stores the sum into other
+// ranks' memory), the tile shape choice, and every public launcher of the forward. The portable
+// fp32-FMA path and the token-sequential dW accumulation live in fixed_order_gemm_portable.cu.
 //
 // Why the reduction order is independent of batch size, row position and padding:
 // - Path choice depends on (dtype, device) only. bf16/fp16 on sm_90 always take the wgmma path;
@@ -42,12 +45,35 @@
 #include "common/tensor_map.cuh"
 #include "common/wgmma.cuh"
 #include "fixed_order_gemm.h"
+#include "fixed_order_gemm_internal.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define BITCHECK_GEMM_SM90A 1
 #endif
 
 namespace bitcheck::cuda {
+
+namespace fixed_order_internal {
+void check_shape(const char* what, const void* a, const void* b, const void* c, int64_t M,
+                 int64_t N, int64_t K) {
+  const std::string name = what;
+  if (M < 1 || N < 1 || K < 1) throw std::invalid_argument(name + ": M, N and K must be >= 1");
+  if (N % 8 != 0 || K % 8 != 0)
+    throw std::invalid_argument(name + ": N and K must be multiples of 8");
+  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+    throw std::invalid_argument(name + ": dimensions must fit in int32");
+  for (const void* p : {a, b, c}) {
+    if (p == nullptr) throw std::invalid_argument(name + ": null pointer");
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      throw std::invalid_argument(name + ": pointers must be 16-byte aligned");
+  }
+}
+}  // namespace fixed_order_internal
+
+using fixed_order_internal::as_stream;
+using fixed_order_internal::check_shape;
+using fixed_order_internal::launch_portable;
+
 namespace {
 
 // ------------------------------------------------------------------------------------------------
@@ -488,123 +514,8 @@ __global__ void __launch_bounds__(WgmmaConfig<Consumers, Extent, WAsA>::kThreads
 }
 
 // ------------------------------------------------------------------------------------------------
-// Portable path: 64x64 tile per 256-thread block, 4x4 outputs per thread, 16-wide K slices staged
-// through shared memory as fp32. Each output is one fmaf chain over k = 0..K-1.
-// ------------------------------------------------------------------------------------------------
-constexpr int kPortableTile = 64;
-constexpr int kPortableK = 16;
-
-// X and W rows lie ldx and ldw elements apart; Out is T, or float for the unrounded accumulators.
-template <typename T, typename Out>
-__global__ void __launch_bounds__(256)
-    portable_gemm_kernel(const T* x, int64_t ldx, const T* w, int64_t ldw, Out* y, int64_t M,
-                         int64_t N, int64_t K) {
-  __shared__ float x_tile[kPortableK][kPortableTile + 4];
-  __shared__ float w_tile[kPortableK][kPortableTile + 4];
-  const int tx = threadIdx.x % 16;  // column group
-  const int ty = threadIdx.x / 16;  // row group
-  const int64_t row_base = static_cast<int64_t>(blockIdx.y) * kPortableTile;
-  const int64_t col_base = static_cast<int64_t>(blockIdx.x) * kPortableTile;
-  float acc[4][4] = {};
-  for (int64_t k0 = 0; k0 < K; k0 += kPortableK) {
-    for (int i = threadIdx.x; i < kPortableTile * kPortableK; i += blockDim.x) {
-      const int r = i / kPortableK;
-      const int kk = i % kPortableK;
-      const int64_t k = k0 + kk;
-      const int64_t xr = row_base + r;
-      const int64_t wr = col_base + r;
-      x_tile[kk][r] = (xr < M && k < K) ? to_float(x[xr * ldx + k]) : 0.0f;
-      w_tile[kk][r] = (wr < N && k < K) ? to_float(w[wr * ldw + k]) : 0.0f;
-    }
-    __syncthreads();
-    const int k_count = static_cast<int>(K - k0 < kPortableK ? K - k0 : kPortableK);
-    for (int kk = 0; kk < k_count; ++kk) {
-      float xv[4];
-      float wv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) xv[i] = x_tile[kk][ty + 16 * i];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) wv[j] = w_tile[kk][tx + 16 * j];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t row = row_base + ty + 16 * i;
-    if (row >= M) continue;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t col = col_base + tx + 16 * j;
-      if (col < N) y[row * N + col] = from_float<Out>(acc[i][j]);
-    }
-  }
-}
-
-// dW[n,k] += Σ_t dy[t,n]·x[t,k], t ascending, one fmaf per token. 64x64 dW tile per block, 4x4
-// per thread, 16 tokens at a time staged in shared memory (staging does not reorder the chain).
-template <typename T>
-__global__ void __launch_bounds__(256) dw_accumulate_kernel(const T* dy, const T* x, float* dw,
-                                                            int64_t T_count, int64_t N, int64_t K) {
-  __shared__ float dy_tile[kPortableK][kPortableTile];
-  __shared__ float x_tile[kPortableK][kPortableTile];
-  const int tx = threadIdx.x % 16;  // k group
-  const int ty = threadIdx.x / 16;  // n group
-  const int64_t n_base = static_cast<int64_t>(blockIdx.y) * kPortableTile;
-  const int64_t k_base = static_cast<int64_t>(blockIdx.x) * kPortableTile;
-  float acc[4][4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t n = n_base + ty + 16 * i;
-      const int64_t k = k_base + tx + 16 * j;
-      acc[i][j] = (n < N && k < K) ? dw[n * K + k] : 0.0f;
-    }
-  for (int64_t t0 = 0; t0 < T_count; t0 += kPortableK) {
-    for (int i = threadIdx.x; i < kPortableTile * kPortableK; i += blockDim.x) {
-      const int tt = i / kPortableTile;
-      const int c = i % kPortableTile;
-      const int64_t t = t0 + tt;
-      dy_tile[tt][c] = (t < T_count && n_base + c < N) ? to_float(dy[t * N + n_base + c]) : 0.0f;
-      x_tile[tt][c] = (t < T_count && k_base + c < K) ? to_float(x[t * K + k_base + c]) : 0.0f;
-    }
-    __syncthreads();
-    const int t_count = static_cast<int>(T_count - t0 < kPortableK ? T_count - t0 : kPortableK);
-    for (int tt = 0; tt < t_count; ++tt) {
-      float dyv[4];
-      float xv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) dyv[i] = dy_tile[tt][ty + 16 * i];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) xv[j] = x_tile[tt][tx + 16 * j];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(dyv[i], xv[j], acc[i][j]);
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t n = n_base + ty + 16 * i;
-      const int64_t k = k_base + tx + 16 * j;
-      if (n < N && k < K) dw[n * K + k] = acc[i][j];
-    }
-}
-
-// ------------------------------------------------------------------------------------------------
 // Host side.
 // ------------------------------------------------------------------------------------------------
-cudaStream_t as_stream(CUstream_st* stream) {
-  return reinterpret_cast<cudaStream_t>(stream);
-}
-
 struct DeviceTraits {
   bool hopper = false;
   int sm_count = 0;
@@ -885,31 +796,6 @@ void launch_shape(const KernelShape& shape, GemmDType dtype, const void* x, cons
   (dtype == GemmDType::bf16 ? shape.bf16 : shape.fp16)(x, w, y, M, N, K, stream, sm_count);
 }
 
-template <typename T, typename Out = T>
-void launch_portable(const void* x, int64_t ldx, const void* w, int64_t ldw, void* y, int64_t M,
-                     int64_t N, int64_t K, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((N + kPortableTile - 1) / kPortableTile),
-                  static_cast<unsigned>((M + kPortableTile - 1) / kPortableTile));
-  portable_gemm_kernel<T, Out><<<grid, 256, 0, stream>>>(
-      static_cast<const T*>(x), ldx, static_cast<const T*>(w), ldw, static_cast<Out*>(y), M, N, K);
-  BITCHECK_CUDA_LAUNCH_CHECK();
-}
-
-void check_shape(const char* what, const void* a, const void* b, const void* c, int64_t M,
-                 int64_t N, int64_t K) {
-  const std::string name = what;
-  if (M < 1 || N < 1 || K < 1) throw std::invalid_argument(name + ": M, N and K must be >= 1");
-  if (N % 8 != 0 || K % 8 != 0)
-    throw std::invalid_argument(name + ": N and K must be multiples of 8");
-  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
-    throw std::invalid_argument(name + ": dimensions must fit in int32");
-  for (const void* p : {a, b, c}) {
-    if (p == nullptr) throw std::invalid_argument(name + ": null pointer");
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
-      throw std::invalid_argument(name + ": pointers must be 16-byte aligned");
-  }
-}
-
 bool uses_wgmma(GemmDType dtype) {
   return dtype != GemmDType::fp32 && current_device_traits().hopper;
 }
@@ -980,21 +866,9 @@ void fixed_order_gemm_fp32_out(GemmDType dtype, const void* x, int64_t ldx, cons
     return;
   }
   record_path("portable-fma");
-  for (int c = 0; c < chunks; ++c) {
-    float* yc = y + static_cast<std::size_t>(c * M * N);
-    switch (dtype) {
-      case GemmDType::bf16:
-        launch_portable<__nv_bfloat16, float>(shifted(x, c), ldx, shifted(w, c), ldw, yc, M, N, K,
-                                              s);
-        break;
-      case GemmDType::fp16:
-        launch_portable<__half, float>(shifted(x, c), ldx, shifted(w, c), ldw, yc, M, N, K, s);
-        break;
-      case GemmDType::fp32:
-        launch_portable<float, float>(shifted(x, c), ldx, shifted(w, c), ldw, yc, M, N, K, s);
-        break;
-    }
-  }
+  for (int c = 0; c < chunks; ++c)
+    launch_portable(dtype, shifted(x, c), ldx, shifted(w, c), ldw,
+                    y + static_cast<std::size_t>(c * M * N), true, M, N, K, s);
 }
 
 bool fixed_order_gemm_fp32_subtree(GemmDType dtype, const void* x, int64_t ldx, const void* w,
@@ -1078,20 +952,6 @@ std::string GemmTile::name() const {
   return std::to_string(rows) + "x" + std::to_string(cols) + (w_as_a ? " W-as-A" : "");
 }
 
-void fixed_order_gemm_portable(GemmDType dtype, const void* x, const void* w, void* y, int64_t M,
-                               int64_t N, int64_t K, CUstream_st* stream) {
-  check_shape("fixed_order_gemm_portable", x, w, y, M, N, K);
-  const cudaStream_t s = as_stream(stream);
-  switch (dtype) {
-    case GemmDType::bf16:
-      return launch_portable<__nv_bfloat16>(x, K, w, K, y, M, N, K, s);
-    case GemmDType::fp16:
-      return launch_portable<__half>(x, K, w, K, y, M, N, K, s);
-    case GemmDType::fp32:
-      return launch_portable<float>(x, K, w, K, y, M, N, K, s);
-  }
-}
-
 std::vector<GemmTile> fixed_order_gemm_tiles() {
   std::vector<GemmTile> tiles;
   for (const KernelShape& shape : kKernelShapes) tiles.push_back(shape.tile);
@@ -1124,29 +984,5 @@ std::uint64_t count_sentinel_elements(const void* y, int64_t elements, CUstream_
   return count_sentinel(y, elements, as_stream(stream));
 }
 }  // namespace detail
-
-void fixed_order_gemm_dw_accumulate(GemmDType dtype, const void* dy, const void* x, float* dw,
-                                    int64_t T, int64_t N, int64_t K, CUstream_st* stream) {
-  check_shape("fixed_order_gemm_dw_accumulate", dy, x, dw, T, N, K);
-  record_path("dw.token-sequential");
-  const dim3 grid(static_cast<unsigned>((K + kPortableTile - 1) / kPortableTile),
-                  static_cast<unsigned>((N + kPortableTile - 1) / kPortableTile));
-  const cudaStream_t s = as_stream(stream);
-  switch (dtype) {
-    case GemmDType::bf16:
-      dw_accumulate_kernel<<<grid, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(dy),
-                                                static_cast<const __nv_bfloat16*>(x), dw, T, N, K);
-      break;
-    case GemmDType::fp16:
-      dw_accumulate_kernel<<<grid, 256, 0, s>>>(static_cast<const __half*>(dy),
-                                                static_cast<const __half*>(x), dw, T, N, K);
-      break;
-    case GemmDType::fp32:
-      dw_accumulate_kernel<<<grid, 256, 0, s>>>(static_cast<const float*>(dy),
-                                                static_cast<const float*>(x), dw, T, N, K);
-      break;
-  }
-  BITCHECK_CUDA_LAUNCH_CHECK();
-}
 
 }  // namespace bitcheck::cuda
