@@ -80,6 +80,30 @@ void hand_over_reduction(Batch& batch, const std::string& name, cuda::DeviceBuff
   hand_over(batch, name, buffer, batch.reductions_stay_on_device);
 }
 
+cuda::DeviceBuffer rows_at_slots(const cuda::DeviceBuffer& packed,
+                                 const std::vector<std::int32_t>& slots, std::int64_t slot_count,
+                                 std::size_t row_bytes) {
+  if (slots.size() * row_bytes > packed.bytes())
+    throw std::invalid_argument("rows_at_slots: more rows than the packed buffer holds");
+  const std::size_t bytes = static_cast<std::size_t>(slot_count) * row_bytes;
+  cuda::DeviceBuffer out(std::max<std::size_t>(bytes, 16));
+  out.fill_bytes(0xFF);
+  const auto* from = static_cast<const unsigned char*>(packed.get());
+  auto* to = static_cast<unsigned char*>(out.get());
+  for (std::size_t first = 0; first < slots.size();) {
+    if (slots[first] < 0 || slots[first] >= slot_count)
+      throw std::out_of_range("rows_at_slots: a slot outside the batch");
+    std::size_t end = first + 1;
+    while (end < slots.size() && slots[end] == slots[end - 1] + 1) ++end;
+    if (slots[end - 1] >= slot_count)
+      throw std::out_of_range("rows_at_slots: a slot outside the batch");
+    cuda::copy_device_to_device(to + static_cast<std::size_t>(slots[first]) * row_bytes,
+                                from + first * row_bytes, (end - first) * row_bytes);
+    first = end;
+  }
+  return out;
+}
+
 void hand_over_rows_all(
     Batch& batch, std::initializer_list<std::pair<const char*, cuda::DeviceBuffer*>> outputs) {
   if (batch.rows_stay_on_device) {

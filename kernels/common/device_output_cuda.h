@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/runtime.h"
 #include "core/device_output.h"
@@ -39,6 +40,13 @@ class CudaDeviceOutput : public DeviceOutput {
 // downloaded into batch.out(name), the buffer kept.
 void hand_over_rows(Batch& batch, const std::string& name, cuda::DeviceBuffer& buffer);
 void hand_over_reduction(Batch& batch, const std::string& name, cuda::DeviceBuffer& buffer);
+// The rows of `packed` (one row of `row_bytes` per real slot, in slot order: `slots`) at their
+// slots of a new buffer of `slot_count` rows, pad slots' rows 0xFF bytes (the dtype's NaN, as the
+// runner poisons them): device copies on the default stream, consecutive slots in one. An impl
+// that computes on its real rows packed hands its row outputs over in the batch's layout with it.
+cuda::DeviceBuffer rows_at_slots(const cuda::DeviceBuffer& packed,
+                                 const std::vector<std::int32_t>& slots, std::int64_t slot_count,
+                                 std::size_t row_bytes);
 // Several row outputs: left on the device, or brought back behind one wait for the GPU.
 void hand_over_rows_all(Batch& batch,
                         std::initializer_list<std::pair<const char*, cuda::DeviceBuffer*>> outputs);

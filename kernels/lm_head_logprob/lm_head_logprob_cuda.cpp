@@ -5,6 +5,7 @@
 #include <memory>
 #include <numeric>
 
+#include "common/device_output_cuda.h"
 #include "common/runtime.h"
 #include "common/vocab_device.h"
 #include "core/op.h"
@@ -66,7 +67,7 @@ class CudaLmHeadLogprob : public Impl {
                             slot_list.as<std::int32_t>(), slot_list.as<std::int32_t>(), rows, v,
                             out.as<float>(), split, workspace.get(), error.get(), nullptr);
       error.check("lm_head_logprob", v);
-      vd::download(out, logprob);
+      cuda_support::hand_over_rows(batch, "logprob", out);
       return;
     }
     // dlogits of the real rows, packed (row r = slot slots[r]), feed dh and dtable.
@@ -79,13 +80,13 @@ class CudaLmHeadLogprob : public Impl {
                            slot_list.as<std::int32_t>(), packed_list.as<std::int32_t>(), rows, v,
                            dlogits.get(), split, workspace.get(), error.get(), nullptr);
     error.check("lm_head_logprob", v);
-    Tensor& dh = batch.out("dh");
-    Tensor dh_packed(spec.dtype, {rows, hidden});
-    DeviceBuffer dh_device(std::max<std::size_t>(16, dh_packed.bytes()));
-    if (rows > 0) gemms_->input_grad(batch, dlogits.get(), dh_device.get(), rows);
-    vd::download(dh_device, dh_packed);
-    for (std::int64_t r = 0; r < rows; ++r)
-      dh.copy_row_from(dh_packed, r, slots[static_cast<std::size_t>(r)]);
+    // dh of the real rows packed, then at their slots (left on the device or downloaded).
+    const std::size_t dh_row_bytes = static_cast<std::size_t>(hidden) * dtype_size(spec.dtype);
+    DeviceBuffer dh_packed(
+        std::max<std::size_t>(16, static_cast<std::size_t>(rows) * dh_row_bytes));
+    if (rows > 0) gemms_->input_grad(batch, dlogits.get(), dh_packed.get(), rows);
+    DeviceBuffer dh = cuda_support::rows_at_slots(dh_packed, slots, m, dh_row_bytes);
+    cuda_support::hand_over_rows(batch, "dh", dh);
     if (!batch.reductions_wanted) return;  // no check reads this layout's dtable
     DeviceBuffer& dtable = vd::carried_accumulator(batch, "dtable");
     if (rows > 0) {

@@ -168,16 +168,22 @@ struct WeightGradState {
   DeviceBuffer drouter, dw_gate_up, dw_down;
 };
 
-// Rows of a compact [tokens, width] tensor to their slots in `out`.
-void scatter_rows(const Tensor& compact, const std::vector<std::int32_t>& slots, Tensor& out) {
-  for (std::size_t t = 0; t < slots.size(); ++t)
-    out.copy_row_from(compact, static_cast<std::int64_t>(t), slots[t]);
-}
-
-Tensor downloaded(const DeviceBuffer& buffer, DType dtype, std::int64_t rows, std::int64_t width) {
-  Tensor tensor(dtype, {rows, width});
-  cuda_support::download(buffer, tensor);
-  return tensor;
+// An invocation of pads only, its row outputs left on the device: every row a pad (0xFF bytes).
+void hand_over_pads(Batch& batch, const CaseSpec& spec, const Shape& s) {
+  const std::vector<std::int32_t> none;
+  const DeviceBuffer nothing(16);
+  const auto hidden_bytes = static_cast<std::size_t>(s.hidden) * element_bytes(spec.dtype),
+             topk_bytes = static_cast<std::size_t>(s.topk) * sizeof(std::int32_t);
+  if (spec.pass == Pass::forward) {
+    DeviceBuffer y = cuda_support::rows_at_slots(nothing, none, batch.slots(), hidden_bytes),
+                 ids = cuda_support::rows_at_slots(nothing, none, batch.slots(), topk_bytes),
+                 weights = cuda_support::rows_at_slots(nothing, none, batch.slots(), topk_bytes);
+    cuda_support::hand_over_rows_all(batch,
+                                     {{"y", &y}, {"topk_ids", &ids}, {"topk_weights", &weights}});
+    return;
+  }
+  DeviceBuffer dx = cuda_support::rows_at_slots(nothing, none, batch.slots(), hidden_bytes);
+  cuda_support::hand_over_rows(batch, "dx", dx);
 }
 
 class CudaMoe : public Impl {
@@ -225,7 +231,10 @@ class CudaMoe : public Impl {
     const Shape s = moe::shape_of(spec);
     const std::vector<std::int32_t> slots = cuda_support::real_slot_list(batch);
     const auto tokens = static_cast<std::int64_t>(slots.size());
-    if (tokens == 0) return;
+    if (tokens == 0) {  // pads only: nothing to compute, the row outputs pads (and handed over)
+      if (batch.rows_stay_on_device) hand_over_pads(batch, spec, s);
+      return;
+    }
     expert_gemms_->set_case(spec.dtype, &batch);
     router_gemms_->set_case(spec.dtype, &batch);
     record_config(batch);
@@ -235,16 +244,22 @@ class CudaMoe : public Impl {
     forward_experts(s, spec.dtype, w, x.get(), tokens, layer);
     if (spec.pass == Pass::forward) {
       combine(s, spec.dtype, tokens, layer);
-      Tensor y(spec.dtype, {tokens, s.hidden}), ids(DType::i32, {tokens, s.topk}),
-          weights(DType::fp32, {tokens, s.topk});
-      cuda_support::download_all({{&layer.y, &y}, {&layer.ids, &ids}, {&layer.weights, &weights}});
-      scatter_rows(y, slots, batch.out("y"));
-      scatter_rows(ids, slots, batch.out("topk_ids"));
-      scatter_rows(weights, slots, batch.out("topk_weights"));
+      // The tokens' rows at their slots, left on the device or brought back behind one wait.
+      const auto m = batch.slots();
+      const auto hidden_bytes = static_cast<std::size_t>(s.hidden) * element_bytes(spec.dtype),
+                 topk_bytes = static_cast<std::size_t>(s.topk) * sizeof(std::int32_t);
+      DeviceBuffer y = cuda_support::rows_at_slots(layer.y, slots, m, hidden_bytes),
+                   ids = cuda_support::rows_at_slots(layer.ids, slots, m, topk_bytes),
+                   weights = cuda_support::rows_at_slots(layer.weights, slots, m, topk_bytes);
+      cuda_support::hand_over_rows_all(batch,
+                                       {{"y", &y}, {"topk_ids", &ids}, {"topk_weights", &weights}});
     } else {
       layer.dy = upload(cuda_support::compact_rows(batch.in("dy"), slots));
       backward(s, spec.dtype, w, tokens, layer);
-      scatter_rows(downloaded(layer.dx, spec.dtype, tokens, s.hidden), slots, batch.out("dx"));
+      DeviceBuffer dx = cuda_support::rows_at_slots(
+          layer.dx, slots, batch.slots(),
+          static_cast<std::size_t>(s.hidden) * element_bytes(spec.dtype));
+      cuda_support::hand_over_rows(batch, "dx", dx);
       if (batch.reductions_wanted) accumulate_weight_grads(batch, s, x.get(), tokens, layer);
     }
     cuda::synchronize();

@@ -167,6 +167,31 @@ TEST_CASE("a CUDA output left on the device: its differing parts are the host's,
   CHECK_THROWS(held_actual.read(middle.data(), bytes - 10, middle.size()));
 }
 
+TEST_CASE("packed rows placed at their slots on the device: each row at its slot, pads 0xFF",
+          "[gpu][device-checks]") {
+  // 5 packed rows of 12 bytes into 9 slots: runs {0, 1}, {3, 4}, {7}; slots 2, 5, 6, 8 pads.
+  constexpr std::size_t row_bytes = 12;
+  const std::vector<std::int32_t> slots = {0, 1, 3, 4, 7};
+  std::vector<unsigned char> packed(slots.size() * row_bytes);
+  for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<unsigned char>(i + 1);
+  cuda::DeviceBuffer device(packed.size());
+  cuda::copy_to_device(device.get(), packed.data(), packed.size());
+  cuda::DeviceBuffer placed = cuda_support::rows_at_slots(device, slots, 9, row_bytes);
+  std::vector<unsigned char> back(9 * row_bytes);
+  cuda::copy_to_host(back.data(), placed.get(), back.size());
+  std::vector<unsigned char> expected(9 * row_bytes, 0xFF);
+  for (std::size_t r = 0; r < slots.size(); ++r)
+    std::memcpy(expected.data() + static_cast<std::size_t>(slots[r]) * row_bytes,
+                packed.data() + r * row_bytes, row_bytes);
+  CHECK(back == expected);
+  // No real row: every slot a pad.
+  cuda::DeviceBuffer pads = cuda_support::rows_at_slots(device, {}, 3, row_bytes);
+  std::vector<unsigned char> pad_bytes(3 * row_bytes);
+  cuda::copy_to_host(pad_bytes.data(), pads.get(), pad_bytes.size());
+  CHECK(pad_bytes == std::vector<unsigned char>(3 * row_bytes, 0xFF));
+  CHECK_THROWS(cuda_support::rows_at_slots(device, {0, 9}, 9, row_bytes));
+}
+
 TEST_CASE("the runner's device comparisons give the host's results on CUDA impls",
           "[gpu][device-checks]") {
   Registry registry;
