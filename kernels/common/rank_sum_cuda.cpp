@@ -181,8 +181,8 @@ ImplInfo rank_order_info(const RankOrderKind& kind, std::string name, std::strin
     PathDecl tree("chunk-tree",
                   "the chunk tree's last levels: local (tp = 1), over peer memory in one "
                   "kernel (peer-one-shot; peer-two-shot from 512 KiB of fp32 subtree; "
-                  "peer-fused from 4 MiB in the TP matmuls: the rank's subtree summed and sent "
-                  "by its GEMM), or where "
+                  "peer-fused from 4 MiB in the TP matmuls and lm_head's dh: the rank's subtree "
+                  "summed and sent by its GEMM), or where "
                   "peer memory cannot be mapped by NCCL: gathered (whole subtrees all-gathered) "
                   "or scattered (parts all-to-all, from 512 KiB)");
     tree.as_family();

@@ -33,10 +33,6 @@ class RankHead {
                              std::int64_t rows, Tensor& dtable);
 
  private:
-  // This rank's chunk_count / tp leaves of dh, [chunk][rows * H] fp32: chunk g of V (its V / 8
-  // entries) by the fixed-order GEMM with fp32 output on its dlogits columns (read in place) and
-  // table rows (transposed), in the dtype.
-  cuda::DeviceBuffer chunk_products(const cuda::DeviceBuffer& dlogits, std::int64_t rows);
   void* workspace();
 
   cuda_tp::RankOrder order_;

@@ -9,6 +9,7 @@
 #include "lm_head/lm_head_tp.h"
 #include "matmul/cublaslt_gemm.h"
 #include "matmul/fixed_order_gemm.h"
+#include "matmul/tp_chunk_tree.h"
 
 namespace bitcheck {
 namespace lm_head_tp {
@@ -61,9 +62,18 @@ DeviceBuffer RankHead::input_grad(const DeviceBuffer& dlogits, std::int64_t rows
   const auto count = static_cast<std::size_t>(rows * hidden_);
   const cuda::DeviceDType dtype = cs::device_dtype(dtype_);
   if (order_ == RankOrder::fixed_chunks || order_ == RankOrder::early_rounding) {
-    DeviceBuffer leaves = chunk_products(dlogits, rows);
-    cuda_tp::finish_chunk_tree(order_ == RankOrder::early_rounding, leaves.as<float>(), count,
-                               dtype, share_.tp, dh.get());
+    // This rank's chunk_count / tp chunks of V (V / 8 entries each): the fixed-order GEMM on its
+    // dlogits columns (read in place) and table rows (transposed to [H, width]), the chunk tree
+    // finished across the ranks by the TP matmuls' routes (peer-fused from 4 MiB of subtree).
+    const int per_rank = cuda_tp::chunk_count / share_.tp;
+    const std::int64_t chunk = share_.vocab / cuda_tp::chunk_count;
+    DeviceBuffer table_t = buffer(hidden_ * share_.width, dtype_);
+    cuda::transpose_rows(dtype, false, table_->get(), hidden_, 0, share_.width, table_t.get(),
+                         nullptr);
+    DeviceBuffer leaves;
+    cuda_tp::chunk_tree_product(order_ == RankOrder::early_rounding, dtype, dlogits.get(),
+                                table_t.get(), rows, hidden_, chunk, per_rank, share_.tp, dtype,
+                                dh.get(), false, leaves);
     return dh;
   }
   DeviceBuffer local = buffer(rows * hidden_, dtype_);
@@ -89,21 +99,6 @@ void RankHead::accumulate_table_grad(const DeviceBuffer& dlogits, const DeviceBu
   cuda::fixed_order_gemm_dw_accumulate(cs::device_dtype(dtype_), dlogits.get(), h.get(),
                                        mine.as<float>(), rows, share_.width, hidden_, nullptr);
   vocab_tp::gather_table_grad(mine, share_, dtable);
-}
-
-DeviceBuffer RankHead::chunk_products(const DeviceBuffer& dlogits, std::int64_t rows) {
-  const int per_rank = cuda_tp::chunk_count / share_.tp;
-  const std::int64_t chunk = share_.vocab / cuda_tp::chunk_count;
-  const cuda::DeviceDType dtype = cs::device_dtype(dtype_);
-  DeviceBuffer leaves = buffer(rows * hidden_ * per_rank, DType::fp32);
-  // The rank's table rows transposed to [H, width]: chunk c's W is its columns c * chunk onward;
-  // dlogits' chunks are read in place.
-  DeviceBuffer table_t = buffer(hidden_ * share_.width, dtype_);
-  cuda::transpose_rows(dtype, false, table_->get(), hidden_, 0, share_.width, table_t.get(),
-                       nullptr);
-  cuda::fixed_order_gemm_fp32_out(dtype, dlogits.get(), share_.width, table_t.get(), share_.width,
-                                  leaves.as<float>(), rows, hidden_, chunk, nullptr, per_rank);
-  return leaves;
 }
 
 void* RankHead::workspace() {

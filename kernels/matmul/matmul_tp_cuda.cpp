@@ -32,6 +32,7 @@
 #include "cublaslt_gemm.h"
 #include "fixed_order_gemm.h"
 #include "matmul/matmul.h"
+#include "matmul/tp_chunk_tree.h"
 
 namespace bitcheck {
 namespace {
@@ -40,6 +41,7 @@ namespace cs = cuda_support;
 using cuda::DeviceBuffer;
 using cuda::GemmDType;
 using cuda_tp::chunk_count;
+using cuda_tp::chunk_tree_product;
 using Order = cuda_tp::RankOrder;
 
 constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
@@ -94,46 +96,6 @@ Tensor rows_of(const Tensor& matrix, std::int64_t first, std::int64_t last) {
   Tensor part(matrix.dtype(), {last - first, matrix.shape()[1]});
   for (std::int64_t r = first; r < last; ++r) part.copy_row_from(matrix, r, r - first);
   return part;
-}
-
-// The fp32 products of `chunks` consecutive column blocks of `width` columns each: leaf c =
-// a[:, c-th block] · b[:, c-th block]ᵀ, [m, j] fp32 at leaves + c * m * j (one launch on the wgmma
-// path when width is a multiple of 64). a [m, chunks * width] and b [j, chunks * width] on the
-// device in `dtype`.
-void chunk_products(GemmDType dtype, const void* a, const void* b, float* leaves, std::int64_t m,
-                    std::int64_t j, std::int64_t width, int chunks) {
-  const std::int64_t stride = width * chunks;
-  cuda::fixed_order_gemm_fp32_out(dtype, a, stride, b, stride, leaves, m, j, width, nullptr,
-                                  chunks);
-}
-
-// This rank's per_rank chunk products (as chunk_products) and the chunk tree finished across the
-// ranks into `result` (m x j of `out_dtype`); returns the transport. From peer_fused_from_bytes of
-// fp32 subtree over peer memory the GEMM adds the rank's chunks itself and stores the subtree
-// straight into the ranks' staging, and the tree is finished from there (peer-fused); otherwise
-// the products go to `leaves` (allocated here when empty) and cuda_tp::finish_chunk_tree finishes
-// them. Every route gives the same bits.
-std::string chunk_tree_product(bool early_rounding, GemmDType dtype, const void* a, const void* b,
-                               std::int64_t m, std::int64_t j, std::int64_t width, int per_rank,
-                               int tp, cuda::DeviceDType out_dtype, void* result, bool over_nccl,
-                               DeviceBuffer& leaves) {
-  const std::size_t count = static_cast<std::size_t>(m * j);
-  if (!early_rounding && !over_nccl) {
-    if (const std::optional<cuda_tp::PeerSubtreeParts> parts =
-            cuda_tp::peer_subtree_parts(count, tp)) {
-      const std::int64_t stride = width * per_rank;
-      if (cuda::fixed_order_gemm_fp32_subtree(dtype, a, stride, b, stride, m, j, width, per_rank,
-                                              parts->parts, parts->part_elements, nullptr)) {
-        cuda_tp::finish_peer_subtree(count, out_dtype, tp, result);
-        return "peer-fused";
-      }
-    }
-  }
-  const std::size_t leaf_bytes = count * sizeof(float) * static_cast<std::size_t>(per_rank) + 16;
-  if (leaves.bytes() < leaf_bytes) leaves = DeviceBuffer(leaf_bytes);
-  chunk_products(dtype, a, b, leaves.as<float>(), m, j, width, per_rank);
-  return cuda_tp::finish_chunk_tree(early_rounding, leaves.as<float>(), count, out_dtype, tp,
-                                    result, over_nccl);
 }
 
 // out[M, J] = a[M, I] · b[J, I]ᵀ by the fixed-order GEMM, on the device, in `dtype`.
