@@ -75,18 +75,37 @@ pid_t spawn_child(const std::vector<std::string>& args,
   std::vector<char*> argv;
   for (auto& arg : owned) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  // The child's environment, built here: between fork and exec the child calls only what is safe
+  // in a process that other threads of the parent may have left mid-allocation (groups of ranks
+  // are started from several threads at once).
+  std::vector<std::string> entries;
+  for (char** variable = environ; *variable; ++variable) {
+    const std::string entry = *variable;
+    const std::string name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& [override_name, value] : environment) replaced |= override_name == name;
+    if (!replaced) entries.push_back(entry);
+  }
+  for (std::size_t i = 0; i < environment.size(); ++i) {  // a name given twice: the last value
+    bool later = false;
+    for (std::size_t j = i + 1; j < environment.size(); ++j)
+      later |= environment[j].first == environment[i].first;
+    if (!later) entries.push_back(environment[i].first + "=" + environment[i].second);
+  }
+  std::vector<char*> envp;
+  for (auto& entry : entries) envp.push_back(entry.data());
+  envp.push_back(nullptr);
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed for " + log_path);
   if (pid == 0) {
     setpgid(0, 0);
-    for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
     int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (log >= 0) {
       dup2(log, STDOUT_FILENO);
       dup2(log, STDERR_FILENO);
       close(log);
     }
-    execvp(argv[0], argv.data());  // a launcher (srun) is found on PATH
+    execvpe(argv[0], argv.data(), envp.data());  // a launcher (srun) is found on PATH
     _exit(127);
   }
   return pid;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -106,7 +107,7 @@ void kill_group(std::vector<Rank>& ranks) {
 std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& cases,
                       const std::vector<std::string>& devices, const std::string& directory,
                       const std::string& results_path, const std::function<bool()>& stop_requested,
-                      bool& stopped) {
+                      const std::string& label, bool& stopped) {
   std::filesystem::create_directories(directory);
   const std::string cases_path = directory + "/cases.txt";
   {
@@ -182,7 +183,7 @@ std::string run_group(const SweepOptions& options, const std::vector<CaseSpec>& 
     }
     if (Clock::now() - last_note > std::chrono::seconds(15)) {
       last_note = Clock::now();
-      printer.note("rank group: " + std::to_string(finished) + " cases done, " +
+      printer.note(label + ": " + std::to_string(finished) + " cases done, " +
                    std::to_string(running) + " ranks running");
     }
     const double waited = std::chrono::duration<double>(Clock::now() - last_progress).count();
@@ -223,6 +224,118 @@ int run_rank_bench(const SweepOptions& options, const Registry& registry,
   return exit_pass;
 }
 
+// A Printer that several groups' threads share: one message at a time.
+class LockedPrinter : public Printer {
+ public:
+  explicit LockedPrinter(Printer& inner) : inner_(inner) {}
+  void result(const std::string& text) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    inner_.result(text);
+  }
+  void note(const std::string& line) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    inner_.note(line);
+  }
+  void progress(const std::string& line) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    inner_.progress(line);
+  }
+  void end_progress() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    inner_.end_progress();
+  }
+  bool live() const override { return inner_.live(); }
+
+ private:
+  Printer& inner_;
+  std::mutex mutex_;
+};
+
+// What one team (a list of cases on one set of devices) came to.
+struct TeamRun {
+  std::map<std::string, nlohmann::json> results;
+  int groups_started = 0;
+  nlohmann::json faults = nlohmann::json::array();
+  bool interrupted = false;
+};
+
+// A team's cases on `devices`, a group at a time: after a fault, a new group starts at the next
+// case, until every case has an entry or a stop.
+TeamRun run_team(const SweepOptions& options, const Registry& registry,
+                 const std::vector<CaseSpec>& cases, const std::vector<std::string>& devices,
+                 const std::string& work_dir, const std::string& label,
+                 const std::function<bool()>& stop_requested) {
+  TeamRun team;
+  const std::string results_path = work_dir + "/results.jsonl";
+  std::vector<CaseSpec> remaining = cases;
+  for (int attempt = 0; !remaining.empty(); ++attempt) {
+    team.groups_started = attempt + 1;
+    bool stopped = false;
+    const std::string fault =
+        run_group(options, remaining, devices, work_dir + "/group-" + std::to_string(attempt),
+                  results_path, stop_requested, label, stopped);
+    for (auto& [id, entry] : read_results(results_path)) team.results[id] = std::move(entry);
+    if (stopped) {  // the finished cases only: the others neither ran nor failed
+      team.interrupted = true;
+      break;
+    }
+    std::vector<CaseSpec> left;
+    bool failed = fault.empty();
+    for (const auto& c : remaining) {
+      if (team.results.count(c.id())) continue;
+      if (!failed) {  // the case the group was on when it failed
+        team.results[c.id()] = error_entry(c, registry, fault);
+        team.faults.push_back({{"case", c.id()}, {"reason", fault}});
+        failed = true;
+        continue;
+      }
+      left.push_back(c);
+    }
+    if (fault.empty() && !left.empty()) {  // every rank exited 0 and some cases are missing
+      for (const auto& c : left)
+        team.results[c.id()] = error_entry(c, registry, "the group ended without running the case");
+      left.clear();
+    }
+    remaining = std::move(left);
+  }
+  return team;
+}
+
+// The teams, largest tp first: the cases of each group size (a case's tp, or every device there is
+// when it has fewer: the rank runner then skips the case with its reason) dealt in turn to as many
+// groups of that size as the devices hold, which run at once; one team of `size` devices for
+// everything under srun (one Slurm step at a time) or when timing (groups side by side would share
+// the host and its links).
+struct Team {
+  int group_size = 0;
+  std::vector<std::string> devices;
+  std::vector<CaseSpec> cases;
+};
+std::vector<std::vector<Team>> plan_teams(const SweepOptions& options,
+                                          const std::vector<CaseSpec>& cases,
+                                          const std::vector<std::string>& devices, int size) {
+  if (options.rank_launcher == "srun" || options.rank_bench) {
+    return {{Team{size, {devices.begin(), devices.begin() + size}, cases}}};
+  }
+  std::map<int, std::vector<CaseSpec>, std::greater<int>> by_size;
+  for (const auto& c : cases) by_size[std::min(c.tp, size)].push_back(c);
+  std::vector<std::vector<Team>> phases;
+  for (auto& [group_size, sized] : by_size) {
+    const int groups = std::max(1, static_cast<int>(devices.size()) / group_size);
+    std::vector<Team> phase(static_cast<std::size_t>(groups));
+    for (int g = 0; g < groups; ++g) {
+      Team& team = phase[static_cast<std::size_t>(g)];
+      team.group_size = group_size;
+      team.devices.assign(devices.begin() + g * group_size, devices.begin() + (g + 1) * group_size);
+    }
+    for (std::size_t i = 0; i < sized.size(); ++i)
+      phase[i % phase.size()].cases.push_back(sized[i]);
+    while (!phase.empty() && phase.back().cases.empty()) phase.pop_back();
+    phases.push_back(std::move(phase));
+  }
+  return phases;
+}
+
 }  // namespace
 
 bool needs_rank_group(const CaseSpec& c, const Registry& registry) {
@@ -259,38 +372,56 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
   }
   std::map<std::string, nlohmann::json> results;
   if (!unavailable) {
-    const std::string results_path = work_dir + "/results.jsonl";
-    std::vector<CaseSpec> remaining = cases;
-    for (int attempt = 0; !remaining.empty(); ++attempt) {
-      run.meta["groups_started"] = attempt + 1;
-      bool stopped = false;
-      const std::string fault = run_group(
-          options, remaining, {devices.begin(), devices.begin() + size},
-          work_dir + "/group-" + std::to_string(attempt), results_path, stop_requested, stopped);
-      for (auto& [id, entry] : read_results(results_path)) results[id] = std::move(entry);
-      if (stopped) {  // the finished cases only: the others neither ran nor failed
-        run.meta["interrupted"] = true;
-        break;
-      }
-      std::vector<CaseSpec> left;
-      bool failed = fault.empty();
-      for (const auto& c : remaining) {
-        if (results.count(c.id())) continue;
-        if (!failed) {  // the case the group was on when it failed
-          results[c.id()] = error_entry(c, registry, fault);
-          run.meta["faults"].push_back({{"case", c.id()}, {"reason", fault}});
-          failed = true;
-          continue;
+    LockedPrinter printer(*options.printer);
+    SweepOptions shared = options;
+    shared.printer = &printer;
+    int groups_started = 0;
+    nlohmann::json teams_meta = nlohmann::json::array();
+    const std::vector<std::vector<Team>> phases = plan_teams(options, cases, devices, size);
+    for (std::size_t p = 0; p < phases.size() && !run.meta.contains("interrupted"); ++p) {
+      const std::vector<Team>& phase = phases[p];
+      std::vector<TeamRun> runs(phase.size());
+      std::vector<std::thread> threads;
+      for (std::size_t t = 0; t < phase.size(); ++t) {
+        const Team& team = phase[t];
+        std::string label = "rank group";
+        if (phases.size() > 1 || phase.size() > 1) {
+          label += " on";
+          for (const auto& device : team.devices) label += " " + device;
         }
-        left.push_back(c);
+        // One team alone runs in its own directory as before; teams side by side in theirs.
+        const std::string directory =
+            phases.size() == 1 && phase.size() == 1
+                ? work_dir
+                : work_dir + "/team-" + std::to_string(p) + "-" + std::to_string(t);
+        teams_meta.push_back({{"group_size", team.group_size},
+                              {"devices", team.devices},
+                              {"cases", team.cases.size()}});
+        threads.emplace_back([&, t, label, directory] {
+          runs[t] = run_team(shared, registry, phase[t].cases, phase[t].devices, directory, label,
+                             stop_requested);
+        });
       }
-      if (fault.empty() && !left.empty()) {  // every rank exited 0 and some cases are missing
-        for (const auto& c : left)
-          results[c.id()] = error_entry(c, registry, "the group ended without running the case");
-        left.clear();
+      for (auto& thread : threads) thread.join();
+      for (TeamRun& team : runs) {
+        for (auto& [id, entry] : team.results) results[id] = std::move(entry);
+        groups_started += team.groups_started;
+        for (auto& fault : team.faults) run.meta["faults"].push_back(std::move(fault));
+        if (team.interrupted) run.meta["interrupted"] = true;
       }
-      remaining = std::move(left);
     }
+    run.meta["groups_started"] = groups_started;
+    run.meta["teams"] = teams_meta;
+    std::vector<std::string> used;  // the devices some team ran on, in --devices order
+    for (const auto& device : devices) {
+      for (const auto& team : teams_meta)
+        if (std::find(team["devices"].begin(), team["devices"].end(), device) !=
+            team["devices"].end()) {
+          used.push_back(device);
+          break;
+        }
+    }
+    run.meta["devices"] = used;
   }
   for (const auto& c : cases) {
     auto found = results.find(c.id());

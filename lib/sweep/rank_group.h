@@ -23,13 +23,16 @@ bool needs_rank_group(const CaseSpec& c, const Registry& registry);
 struct RankGroupRun {
   // Case entries, in the order of the cases given; when interrupted, only the finished ones.
   std::vector<nlohmann::json> results;
-  nlohmann::json meta;  // size, devices, groups started, faults, interrupted (when stopped)
+  nlohmann::json meta;  // size, devices, groups started, teams, faults, interrupted (when stopped)
 };
 
-// The parent: runs `cases` (all needing a rank group) on a group of the largest tp among them,
-// or as many distinct devices as `options.devices` lists, whichever is smaller; each rank's log
-// and the results file live in `work_dir`. When `stop_requested` returns true (polled every
-// 100 ms: a signal to the sweep), the ranks are killed and the run ends, interrupted.
+// The parent: runs `cases` (all needing a rank group) on groups of rank processes, largest tp
+// first: the cases of each tp on as many groups of that many devices as `options.devices` holds,
+// side by side (on 4 GPUs the tp = 2 cases on two groups of 2 at once), a case whose tp exceeds
+// the devices on a group of all of them (its ranks skip it with the reason). Under srun, and when
+// timing (`options.rank_bench`), one group of the largest tp (or of every device, when fewer).
+// Ranks' logs and results files live in `work_dir`. When `stop_requested` returns true (polled
+// every 100 ms: a signal to the sweep), the ranks are killed and the run ends, interrupted.
 RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registry,
                             const std::vector<CaseSpec>& cases, const std::string& work_dir,
                             const std::function<bool()>& stop_requested = {});

@@ -155,6 +155,37 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "on 4 devices the tp = 2 cases run on two groups of 2 side by side, after the tp = 4 ones",
+    "[cli][tp][isolation]") {
+  TempDir dir;
+  Environment enabled({"BITCHECK_TEST_IMPLS", "BITCHECK_TEST_RANKS"});
+  write_spec(dir, "spec.json", R"({"schema_version": 1,
+    "defaults": {"dtypes": ["bf16"], "passes": ["forward"], "tp": [1, 2, 4], "batches": [2, 3, 5]},
+    "ops": {"all_reduce": {"shapes": [{"H": 64}], "impls": ["test-ranks-fixed-order"]}}})");
+  Run run = run_bitcheck(dir, "sweep --spec " + quote(dir / "spec.json") +
+                                  " --devices a,b,c,d --rank-case-timeout 10 --no-progress --out " +
+                                  quote(dir / "out"));
+  INFO(run.out << run.err);
+  CHECK(run.exit_code == 0);
+  const json report = json::parse(read_file(dir / "out/report.json"));
+  const auto cases = by_id(report);
+  CHECK(cases.size() == 3 * 3);
+  for (const auto& [id, entry] : cases) CHECK(entry["verdict"] == "pass");
+  const json& teams = report["meta"]["rank_group"]["teams"];
+  REQUIRE(teams.size() == 3);
+  CHECK(teams[0]["group_size"] == 4);
+  CHECK(teams[0]["devices"] == json::array({"a", "b", "c", "d"}));
+  CHECK(teams[0]["cases"] == 3);
+  CHECK(teams[1]["group_size"] == 2);
+  CHECK(teams[1]["devices"] == json::array({"a", "b"}));
+  CHECK(teams[2]["devices"] == json::array({"c", "d"}));
+  CHECK(teams[1]["cases"].get<int>() + teams[2]["cases"].get<int>() == 3);
+  CHECK(teams[2]["cases"].get<int>() >= 1);
+  CHECK(report["meta"]["rank_group"]["groups_started"] == 3);
+  CHECK(report["meta"]["rank_group"]["devices"] == json::array({"a", "b", "c", "d"}));
+}
+
 TEST_CASE("a rank group: a crashed or hung rank makes its case error, and the sweep goes on",
           "[cli][tp][isolation]") {
   TempDir dir;
