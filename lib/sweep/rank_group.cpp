@@ -301,30 +301,23 @@ TeamRun run_team(const SweepOptions& options, const Registry& registry,
   return team;
 }
 
-// The teams, largest tp first: the cases of each group size (a case's tp, or every device there is
-// when it has fewer: the rank runner then skips the case with its reason) dealt in turn to as many
-// groups of that size as the devices hold, which run at once; one team of `size` devices for
-// everything under srun (one Slurm step at a time) or when timing (groups side by side would share
-// the host and its links).
-struct Team {
-  int group_size = 0;
-  std::vector<std::string> devices;
-  std::vector<CaseSpec> cases;
-};
-std::vector<std::vector<Team>> plan_teams(const SweepOptions& options,
-                                          const std::vector<CaseSpec>& cases,
-                                          const std::vector<std::string>& devices, int size) {
+}  // namespace
+
+std::vector<std::vector<RankTeam>> plan_rank_teams(const SweepOptions& options,
+                                                   const std::vector<CaseSpec>& cases,
+                                                   const std::vector<std::string>& devices,
+                                                   int size) {
   if (options.rank_launcher == "srun" || options.rank_bench) {
-    return {{Team{size, {devices.begin(), devices.begin() + size}, cases}}};
+    return {{RankTeam{size, {devices.begin(), devices.begin() + size}, cases}}};
   }
   std::map<int, std::vector<CaseSpec>, std::greater<int>> by_size;
   for (const auto& c : cases) by_size[std::min(c.tp, size)].push_back(c);
-  std::vector<std::vector<Team>> phases;
+  std::vector<std::vector<RankTeam>> phases;
   for (auto& [group_size, sized] : by_size) {
     const int groups = std::max(1, static_cast<int>(devices.size()) / group_size);
-    std::vector<Team> phase(static_cast<std::size_t>(groups));
+    std::vector<RankTeam> phase(static_cast<std::size_t>(groups));
     for (int g = 0; g < groups; ++g) {
-      Team& team = phase[static_cast<std::size_t>(g)];
+      RankTeam& team = phase[static_cast<std::size_t>(g)];
       team.group_size = group_size;
       team.devices.assign(devices.begin() + g * group_size, devices.begin() + (g + 1) * group_size);
     }
@@ -335,8 +328,6 @@ std::vector<std::vector<Team>> plan_teams(const SweepOptions& options,
   }
   return phases;
 }
-
-}  // namespace
 
 bool needs_rank_group(const CaseSpec& c, const Registry& registry) {
   if (c.tp <= 1) return false;
@@ -377,13 +368,14 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
     shared.printer = &printer;
     int groups_started = 0;
     nlohmann::json teams_meta = nlohmann::json::array();
-    const std::vector<std::vector<Team>> phases = plan_teams(options, cases, devices, size);
+    const std::vector<std::vector<RankTeam>> phases =
+        plan_rank_teams(options, cases, devices, size);
     for (std::size_t p = 0; p < phases.size() && !run.meta.contains("interrupted"); ++p) {
-      const std::vector<Team>& phase = phases[p];
+      const std::vector<RankTeam>& phase = phases[p];
       std::vector<TeamRun> runs(phase.size());
       std::vector<std::thread> threads;
       for (std::size_t t = 0; t < phase.size(); ++t) {
-        const Team& team = phase[t];
+        const RankTeam& team = phase[t];
         std::string label = "rank group";
         if (phases.size() > 1 || phase.size() > 1) {
           label += " on";

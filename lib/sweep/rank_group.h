@@ -26,6 +26,22 @@ struct RankGroupRun {
   nlohmann::json meta;  // size, devices, groups started, teams, faults, interrupted (when stopped)
 };
 
+// A list of cases for groups of `group_size` ranks on `devices`, one group after another.
+struct RankTeam {
+  int group_size = 0;
+  std::vector<std::string> devices;
+  std::vector<CaseSpec> cases;
+};
+// The teams of run_rank_group, in phases run one after another, the teams of a phase side by side:
+// largest group size first; the cases of each size (a case's tp, or `size` when the tp is larger:
+// the rank runner then skips the case with its reason) dealt in turn to as many groups of that
+// size as `devices` holds. One phase of one team of `size` devices under srun (one Slurm step at a
+// time) or when timing (groups side by side would share the host and its links).
+std::vector<std::vector<RankTeam>> plan_rank_teams(const SweepOptions& options,
+                                                   const std::vector<CaseSpec>& cases,
+                                                   const std::vector<std::string>& devices,
+                                                   int size);
+
 // The parent: runs `cases` (all needing a rank group) on groups of rank processes, largest tp
 // first: the cases of each tp on as many groups of that many devices as `options.devices` holds,
 // side by side (on 4 GPUs the tp = 2 cases on two groups of 2 at once), a case whose tp exceeds
