@@ -48,7 +48,7 @@ TEST_CASE("rank teams: on 4 devices tp 4 first on one group, then tp 2 dealt to 
   CHECK(rows_of(phases[1][1]) == std::vector<std::int64_t>{3, 6});
 }
 
-TEST_CASE("rank teams: a tp above the devices goes to a group of all of them; no idle team",
+TEST_CASE("rank teams: a tp above the devices goes to a group of all of them, and no team idles",
           "[unit][tp]") {
   SweepOptions options;
   // 3 devices, largest tp 4: size 3. The tp 4 and tp 8 cases on the group of 3 (its ranks skip
