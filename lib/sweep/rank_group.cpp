@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -373,6 +374,7 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
     for (std::size_t p = 0; p < phases.size() && !run.meta.contains("interrupted"); ++p) {
       const std::vector<RankTeam>& phase = phases[p];
       std::vector<TeamRun> runs(phase.size());
+      std::vector<std::exception_ptr> failures(phase.size());
       std::vector<std::thread> threads;
       for (std::size_t t = 0; t < phase.size(); ++t) {
         const RankTeam& team = phase[t];
@@ -390,11 +392,17 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
                               {"devices", team.devices},
                               {"cases", team.cases.size()}});
         threads.emplace_back([&, t, label, directory] {
-          runs[t] = run_team(shared, registry, phase[t].cases, phase[t].devices, directory, label,
-                             stop_requested);
+          try {
+            runs[t] = run_team(shared, registry, phase[t].cases, phase[t].devices, directory, label,
+                               stop_requested);
+          } catch (...) {  // rethrown here once every team of the phase has ended
+            failures[t] = std::current_exception();
+          }
         });
       }
       for (auto& thread : threads) thread.join();
+      for (const auto& failure : failures)
+        if (failure) std::rethrow_exception(failure);
       for (TeamRun& team : runs) {
         for (auto& [id, entry] : team.results) results[id] = std::move(entry);
         groups_started += team.groups_started;
