@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # On a host of several GPUs: the tensor-parallel sweep, one process per GPU and rank (NCCL), and
 # its tables: the status matrix per tp, where NCCL's default first drifts, NCCL's algorithm,
-# protocol and channels per case, and the cross-TP comparison.
+# protocol and channels per case, the cross-TP comparison, and the path coverage (coverage.txt).
 #   scripts/gpu-tp-report.sh BUNDLE OUT [--devices 0,1,2,3] [--spec SPEC] [--deadline S] [-- SWEEP_ARGS...]
 # BUNDLE is scripts/gpu-bundle.sh's output. --deadline S: the sweep alone gets SIGTERM after S
-# seconds; it finishes the cases in flight (a rank group's take tens of seconds) and writes its
-# partial report, from which the tables are still made. Stopping this script itself instead loses
-# them. NCCL comes from BITCHECK_NCCL_LIBRARY, else the one
+# seconds; it stops a rank group at once (its ranks killed) or lets the shards finish the cases in
+# flight, and writes its partial report, from which the tables are still made. Stopping this script
+# itself instead loses them. NCCL comes from BITCHECK_NCCL_LIBRARY, else the one
 # PyTorch ships. NVLink multicast (NVLS) and SHARP stay off in every process.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 BUNDLE OUT [--devices LIST] [--spec SPEC] [--deadline S] [-- SWEEP_ARGS...]" >&2; exit 2; }
@@ -44,6 +44,7 @@ echo "sweep exit $status" >> "$out/sweep.log"
 "$bundle/bin/bitcheck" matrix "$out/run/report.json" --format md --out "$out/matrix.md"
 python3 "$bundle/scripts/tp-summary.py" "$out/run/report.json" > "$out/tp-summary.md"
 python3 "$bundle/scripts/compact-report.py" "$out/run/report.json" "$out/summary.json"
+"$bundle/bin/bitcheck" coverage "$out/run/report.json" > "$out/coverage.txt" 2>&1
 gzip -kf "$out/run/report.json"
 tail -5 "$out/sweep.log"
 exit $status

@@ -111,8 +111,13 @@ def render(report):
                nccl.get("library", "?"), nccl.get("paths_recorded", False)),
            "- rank groups started: %s, faults: %d" % (
                meta.get("rank_group", {}).get("groups_started", 0),
-               len(meta.get("rank_group", {}).get("faults", []))),
-           "", "## Verdicts", ""]
+               len(meta.get("rank_group", {}).get("faults", [])))]
+    teams = meta.get("rank_group", {}).get("teams", [])
+    if teams:  # groups of one size side by side, sizes one after another
+        out.append("- teams: " + "; ".join(
+            "%d cases on %s" % (team.get("cases", 0), ",".join(team.get("devices", [])))
+            for team in teams))
+    out += ["", "## Verdicts", ""]
     results = report["results"]
     out += verdict_table(results)
     out += ["", "## Where each impl first drifts", ""] + first_drift_table(results)
@@ -130,7 +135,13 @@ def selftest():
         return entry
     report = {"meta": {"command_line": "bitcheck sweep", "cuda": {"gpu_name": "GPU",
                                                                    "nccl": {"version": "2.28.9"}},
-                       "rank_group": {"size": 4, "groups_started": 1, "faults": []}},
+                       "rank_group": {"size": 4, "groups_started": 3, "faults": [],
+                                      "teams": [{"group_size": 4, "devices": ["0", "1", "2", "3"],
+                                                 "cases": 3},
+                                                {"group_size": 2, "devices": ["0", "1"],
+                                                 "cases": 1},
+                                                {"group_size": 2, "devices": ["2", "3"],
+                                                 "cases": 1}]}},
               "results": [case("nccl-default", 4, 1, "pass", ["nccl:allreduce.ring.ll.ch4"]),
                           case("nccl-default", 4, 2, "drift", ["nccl:allreduce.ring.ll.ch4"]),
                           case("nccl-default", 4, 4096, "drift", ["nccl:allreduce.ring.simple.ch16"]),
@@ -139,7 +150,8 @@ def selftest():
     text = render(report)
     checks = ["| all_reduce | nccl-default | bf16 | 4 | 3 | 2 | 2, 4096 |",
               "M=1: allreduce.ring.ll.ch4 (pass); M=4096: allreduce.ring.simple.ch16 (drift)",
-              "| all_reduce | fixed-order | 4 | 1 | 1 |", "NCCL 2.28.9"]
+              "| all_reduce | fixed-order | 4 | 1 | 1 |", "NCCL 2.28.9",
+              "- teams: 3 cases on 0,1,2,3; 1 cases on 0,1; 1 cases on 2,3"]
     failed = [check for check in checks if check not in text]
     if failed:
         print(text)
