@@ -369,6 +369,7 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
     shared.printer = &printer;
     int groups_started = 0;
     nlohmann::json teams_meta = nlohmann::json::array();
+    std::size_t used = 0;
     const std::vector<std::vector<RankTeam>> phases =
         plan_rank_teams(options, cases, devices, size);
     for (std::size_t p = 0; p < phases.size() && !run.meta.contains("interrupted"); ++p) {
@@ -388,6 +389,7 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
             phases.size() == 1 && phase.size() == 1
                 ? work_dir
                 : work_dir + "/team-" + std::to_string(p) + "-" + std::to_string(t);
+        used = std::max(used, (t + 1) * team.devices.size());
         teams_meta.push_back({{"group_size", team.group_size},
                               {"devices", team.devices},
                               {"cases", team.cases.size()}});
@@ -412,16 +414,8 @@ RankGroupRun run_rank_group(const SweepOptions& options, const Registry& registr
     }
     run.meta["groups_started"] = groups_started;
     run.meta["teams"] = teams_meta;
-    std::vector<std::string> used;  // the devices some team ran on, in --devices order
-    for (const auto& device : devices) {
-      for (const auto& team : teams_meta)
-        if (std::find(team["devices"].begin(), team["devices"].end(), device) !=
-            team["devices"].end()) {
-          used.push_back(device);
-          break;
-        }
-    }
-    run.meta["devices"] = used;
+    // The devices some team ran on: teams take consecutive slices of `devices` from its start.
+    run.meta["devices"] = std::vector<std::string>(devices.begin(), devices.begin() + used);
   }
   for (const auto& c : cases) {
     auto found = results.find(c.id());
