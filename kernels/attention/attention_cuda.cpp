@@ -175,7 +175,8 @@ const char* backward_path(const CaseSpec& spec, int dim) {
 class CudaAttention : public Impl {
  public:
   enum class Kind { fixed_order, split_kv_by_batch, kv_block_by_length, atomic_dq };
-  CudaAttention(ImplInfo info, Kind kind) : Impl(std::move(info)), kind_(kind) {}
+  CudaAttention(ImplInfo info, Kind kind)
+      : Impl(std::move(info.reading_row_inputs_on_device())), kind_(kind) {}
 
   // The fixed-order forward packs a KV group's heads from this many sequences on in a decode step
   // (sequences within one 2048-key chunk; longer ones, split at the chunks, pack sooner).
@@ -241,8 +242,11 @@ class CudaAttention : public Impl {
       lengths.push_back(static_cast<int>(segment.length));
     }
 
-    DeviceBuffer q = upload(batch.in("q")), k = upload(batch.in("k")), v = upload(batch.in("v"));
-    const std::size_t q_bytes = batch.in("q").bytes();
+    DeviceBuffer q = cuda_support::input_rows(batch, "q");
+    DeviceBuffer k = cuda_support::input_rows(batch, "k");
+    DeviceBuffer v = cuda_support::input_rows(batch, "v");
+    const std::size_t q_bytes = cuda_support::input_bytes(batch, "q");
+    const std::size_t kv_bytes = cuda_support::input_bytes(batch, "k");
     DeviceBuffer o = output_buffer(q_bytes),
                  lse = output_buffer(static_cast<std::size_t>(batch.slots() * shape.heads) *
                                      sizeof(float));
@@ -258,10 +262,10 @@ class CudaAttention : public Impl {
     }
     // Backward takes whole sequences: keys at their own slots, the forward recomputed from them.
     forward(batch, dtype, shape, q, k, v, tokens, first_tokens, lengths, o, lse);
-    DeviceBuffer dout = upload(batch.in("do"));
+    DeviceBuffer dout = cuda_support::input_rows(batch, "do");
     DeviceBuffer delta(static_cast<std::size_t>(batch.slots() * shape.heads) * sizeof(float));
-    DeviceBuffer dq = output_buffer(q_bytes), dk = output_buffer(batch.in("k").bytes()),
-                 dv = output_buffer(batch.in("k").bytes());
+    DeviceBuffer dq = output_buffer(q_bytes), dk = output_buffer(kv_bytes),
+                 dv = output_buffer(kv_bytes);
     DeviceBuffer token_buffer = upload(tokens), atomic_scratch;
     if (kind_ == Kind::atomic_dq) {
       atomic_scratch = DeviceBuffer(

@@ -96,8 +96,9 @@ class ReferenceExecutor : public chain::Executor {
       : ops_(ops), rows_(rows), trajectory_(trajectory) {}
   std::int64_t rows() const override { return rows_; }
 
-  TensorMap run(const chain::Call& call, const CaseSpec& spec, const TensorMap& inputs) override {
-    TensorMap result;
+  chain::ValueMap run(const chain::Call& call, const CaseSpec& spec,
+                      const chain::ValueMap& inputs) override {
+    chain::ValueMap result;
     for (const TensorDecl& decl : ops_.at(call.op).tensors(spec)) {
       if (decl.role != TensorRole::row_output) continue;
       const std::string name = call.name + "." + decl.name;
@@ -105,9 +106,12 @@ class ReferenceExecutor : public chain::Executor {
       if (impl_output == trajectory_.end())
         throw std::logic_error("chain reference: the impl's outputs have no " + name);
       // Aliased, not copied: the trajectory outlives the composition.
-      result[decl.name] = SharedTensor(&impl_output->second, [](const Tensor*) {});
+      result[decl.name] =
+          chain::host_value(SharedTensor(&impl_output->second, [](const Tensor*) {}));
     }
-    pending.push_back({call, spec, inputs});
+    TensorMap host_inputs;
+    for (const auto& [name, value] : inputs) host_inputs[name] = value->host();
+    pending.push_back({call, spec, std::move(host_inputs)});
     return result;
   }
 
@@ -239,15 +243,15 @@ void chain_reference(const OpDefs& ops, const CaseSpec& spec,
                      const ReferenceRequest& request, std::map<std::string, Tensor>& outputs) {
   const std::vector<std::int64_t> offsets = attention::sequence_offsets(spec);
   const std::int64_t rows = offsets.back();
-  TensorMap shared;
+  chain::ValueMap shared;
   for (const auto& [name, tensor] : inputs)
-    shared[name] = SharedTensor(&tensor, [](const Tensor*) {});
+    shared[name] = chain::host_value(SharedTensor(&tensor, [](const Tensor*) {}));
   Tensor positions(DType::i32, {rows, 1});
   for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
     for (std::int64_t r = offsets[s]; r < offsets[s + 1]; ++r)
       positions.set_int(r, static_cast<std::int32_t>(r - offsets[s]));
   }
-  shared["positions"] = std::make_shared<const Tensor>(std::move(positions));
+  shared["positions"] = chain::host_value(std::make_shared<const Tensor>(std::move(positions)));
   ReferenceExecutor executor(ops, rows, trajectory);
   chain::compose(spec, shared, executor);
   compute_references(ops, executor.pending, rows, request, outputs);

@@ -13,12 +13,37 @@
 #include <vector>
 
 #include "common/registration.h"
+#include "core/device_output.h"
 #include "core/op.h"
 
 namespace bitcheck::chain {
 
 using SharedTensor = std::shared_ptr<const Tensor>;
 using TensorMap = std::map<std::string, SharedTensor>;
+
+// A chain tensor between calls: a host tensor, or the device output the call that made it left
+// where it was made (Batch::device_outputs: the invocation's slots, pads included), read to the
+// host once, the first time something asks for it there.
+class Value {
+ public:
+  explicit Value(SharedTensor host);
+  Value(DType dtype, std::vector<std::int64_t> shape, std::shared_ptr<DeviceOutput> device);
+  DType dtype() const { return dtype_; }
+  const std::vector<std::int64_t>& shape() const { return shape_; }
+  std::int64_t rows() const { return shape_.empty() ? 1 : shape_[0]; }
+  const std::shared_ptr<DeviceOutput>& device() const { return device_; }
+  // The host tensor (read from the device the first time).
+  const SharedTensor& host() const;
+
+ private:
+  DType dtype_;
+  std::vector<std::int64_t> shape_;
+  std::shared_ptr<DeviceOutput> device_;
+  mutable SharedTensor host_;
+};
+using SharedValue = std::shared_ptr<const Value>;
+using ValueMap = std::map<std::string, SharedValue>;
+SharedValue host_value(SharedTensor tensor);
 
 // experts > 0 makes each layer's MLP one moe call (E experts of I, topk per token) in place of
 // gate/up matmul, swiglu and down matmul.
@@ -51,13 +76,16 @@ class Executor {
  public:
   virtual ~Executor() = default;
   virtual std::int64_t rows() const = 0;
-  virtual TensorMap run(const Call& call, const CaseSpec& spec, const TensorMap& inputs) = 0;
+  virtual ValueMap run(const Call& call, const CaseSpec& spec, const ValueMap& inputs) = 0;
+  // Whether the glue between calls (column slices, concatenations, the stream's conversions) runs
+  // where its values are, on their device, instead of on the host.
+  virtual bool glue_on_device() const { return false; }
 };
 
 // The composition, once for both executors. `inputs` holds the chain's row inputs (ids, target,
 // dlogprob), its parameters, and "positions" (i32, one per row: the token's position in its
 // sequence). Calls are made in exactly the order of calls(spec).
-void compose(const CaseSpec& spec, const TensorMap& inputs, Executor& executor);
+void compose(const CaseSpec& spec, const ValueMap& inputs, Executor& executor);
 
 // Per-op status of a chain case in execution order, from the case's report JSON (its accuracy list
 // holds every output in declaration order, its drift and nondeterminism lists what differed), and

@@ -14,12 +14,12 @@
 #include "chain/chain.h"
 #include "common/elementwise_math.h"
 #include "core/phase_profile.h"
+#include "run/host_held_output.h"
 
 namespace bitcheck {
 namespace {
 
 using chain::SharedTensor;
-using chain::TensorMap;
 
 const char* const chain_ops[] = {"embedding",    "rmsnorm", "matmul",  "rope",    "attention",
                                  "residual_add", "swiglu",  "lm_head", "logprob", "moe"};
@@ -55,16 +55,25 @@ class ImplExecutor : public chain::Executor {
       ids_[tensor.get()] = {tensor, batch.input_ids.at(name)};
   }
   std::int64_t rows() const override { return batch_.slots(); }
-  TensorMap run(const chain::Call& call, const CaseSpec& spec, const TensorMap& inputs) override;
+  chain::ValueMap run(const chain::Call& call, const CaseSpec& spec,
+                      const chain::ValueMap& inputs) override;
+  // Where the runner lets the calls' rows stay on the device, the glue between calls runs there
+  // too, except in the layout every other one's rows are compared against: that one moves them
+  // through the host, so a difference between the two ways shows as drift.
+  bool glue_on_device() const override {
+    return batch_.rows_stay_on_device && !batch_.rows_reference;
+  }
   // The seconds spent in the component impls' calls: the rest of a chain call's time is its own
   // bookkeeping (it copies no outputs: they are moved into the chain's, accumulators in and out).
   double component_seconds() const { return component_seconds_; }
 
  private:
-  // The runner's id for its inputs; a fresh one for each tensor the chain made (kept alive here so
-  // no later tensor can reuse its address within the invocation).
-  std::uint64_t id_of(const SharedTensor& tensor) {
-    auto [it, inserted] = ids_.try_emplace(tensor.get(), tensor, 0);
+  // The runner's id for its inputs; a fresh one for each value the chain made (kept alive here so
+  // no later value can reuse its address within the invocation).
+  std::uint64_t id_of(const chain::SharedValue& value) {
+    const void* key = value->device() ? static_cast<const void*>(value->device().get())
+                                      : static_cast<const void*>(value->host().get());
+    auto [it, inserted] = ids_.try_emplace(key, value, 0);
     if (inserted) it->second.second = new_input_id();
     return it->second.second;
   }
@@ -73,7 +82,7 @@ class ImplExecutor : public chain::Executor {
   const Registry& registry_;
   Batch& batch_;
   ChainState& state_;
-  std::map<const Tensor*, std::pair<SharedTensor, std::uint64_t>> ids_;
+  std::map<const void*, std::pair<std::shared_ptr<const void>, std::uint64_t>> ids_;
   double component_seconds_ = 0;
 };
 
@@ -231,8 +240,9 @@ class ChainImpl : public Impl {
                           static_cast<std::int32_t>(segment.start_position + i));
       }
     }
-    TensorMap inputs(batch.inputs.begin(), batch.inputs.end());
-    inputs["positions"] = std::make_shared<const Tensor>(std::move(positions));
+    chain::ValueMap inputs;
+    for (const auto& [name, tensor] : batch.inputs) inputs[name] = chain::host_value(tensor);
+    inputs["positions"] = chain::host_value(std::make_shared<const Tensor>(std::move(positions)));
     ImplExecutor executor(*this, registry_, batch, state);
     const auto start = std::chrono::steady_clock::now();
     chain::compose(*batch.spec, inputs, executor);
@@ -256,8 +266,8 @@ class ChainImpl : public Impl {
   Impl* swapped_;
 };
 
-TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
-                            const TensorMap& inputs) {
+chain::ValueMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
+                                  const chain::ValueMap& inputs) {
   Impl& impl = chain_.impl_for(call);
   CaseSpec spec = component_spec(call_case, call, impl, batch_.tp);
   Batch batch;
@@ -267,10 +277,14 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
   batch.invocation_index = batch_.invocation_index;
   batch.invocation_count = batch_.invocation_count;
   batch.reductions_wanted = batch_.reductions_wanted;
-  // The calls' rows feed the next calls on the host; their token reductions may stay.
+  // The calls' rows and token reductions stay where they are made when the runner lets the
+  // chain's (its rows are the calls'); the calls' row inputs are read there by the impls that can.
+  batch.rows_stay_on_device = batch_.rows_stay_on_device;
   batch.reductions_stay_on_device = batch_.reductions_stay_on_device;
+  batch.rows_reference = batch_.rows_reference;
   batch.parameters_in_use = batch_.inputs.size();  // the chain's inputs: every layer's parameters
   batch.layout_state = state_.calls[call.name];
+  const bool device_inputs = glue_on_device() && impl.info().row_inputs_on_device;
   const std::vector<TensorDecl> decls = registry_.find_op(call.op)->tensors(spec);
   for (const TensorDecl& decl : decls) {
     const std::string chain_name = call.name + "." + decl.name;
@@ -283,8 +297,13 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
         throw std::logic_error("chain: " + call.name + " needs " + decl.name + " as " +
                                to_string(decl.dtype) + shape_string(expected));
       }
-      batch.inputs[decl.name] = input->second;
-      batch.input_ids[decl.name] = id_of(input->second);
+      const chain::SharedValue& value = input->second;
+      if (decl.role == TensorRole::row_input && device_inputs && value->device()) {
+        batch.device_inputs[decl.name] = value->device();
+      } else {
+        batch.inputs[decl.name] = value->host();
+      }
+      batch.input_ids[decl.name] = id_of(value);
     } else if (decl.role == TensorRole::row_output) {
       batch.outputs.emplace(decl.name, Tensor::poisoned(decl.dtype, full_shape(decl, rows())));
     } else {
@@ -317,27 +336,40 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
   }
   state_.calls[call.name] = batch.layout_state;
   if (!batch.impl_config.is_null()) batch_.impl_config["calls"][call.name] = batch.impl_config;
-  TensorMap result;
+  // A host impl under BITCHECK_SIMULATE_DEVICE_OUTPUTS: its rows as if left on a device, so the
+  // chain's device glue runs on the CPU backend too (in host-held outputs).
+  const bool simulated = batch.rows_stay_on_device && simulate_device_outputs() &&
+                         registry_.device_backend(impl.backend()) == nullptr;
+  chain::ValueMap result;
   for (const TensorDecl& decl : decls) {
     if (decl.role != TensorRole::row_output && decl.role != TensorRole::reduction_output) continue;
     const std::string chain_name = call.name + "." + decl.name;
+    const bool row = decl.role == TensorRole::row_output;
+    if (row && simulated && !batch.device_outputs.count(decl.name)) {
+      batch.device_outputs[decl.name] =
+          std::make_shared<HostHeldOutput>(std::move(batch.out(decl.name)));
+    }
     auto on_device = batch.device_outputs.find(decl.name);
     if (on_device != batch.device_outputs.end()) {
-      // Left on the device after the layout's last invocation: handed on under the chain's name
-      // (the same bytes; the chain's flattened shape is only the host's view of them).
+      // Left on the device: handed on under the chain's name (the same bytes; a reduction's
+      // flattened shape is only the host's view of them), a row output read by the next calls
+      // there too.
+      if (row) {
+        result[decl.name] = std::make_shared<const chain::Value>(
+            decl.dtype, full_shape(decl, rows()), on_device->second);
+      }
       batch_.device_outputs[chain_name] = std::move(on_device->second);
       continue;
     }
     Tensor& output = batch.out(decl.name);
-    const auto expected =
-        decl.role == TensorRole::row_output ? full_shape(decl, rows()) : decl.shape;
+    const auto expected = row ? full_shape(decl, rows()) : decl.shape;
     if (output.shape() != expected || output.dtype() != decl.dtype) {
       throw std::runtime_error("chain: " + call.name + " (" + call.op + "/" + impl.name() +
                                ") returned " + decl.name + " as " + to_string(output.dtype()) +
                                shape_string(output.shape()));
     }
     Tensor& chain_output = batch_.out(chain_name);
-    if (decl.role == TensorRole::reduction_output) {
+    if (!row) {
       chain_output = std::move(output);
       chain_output.reshape({1, chain_output.numel()});
       continue;
@@ -345,7 +377,7 @@ TensorMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
     // Moved into the chain's outputs, not copied; later calls read it there (aliased: the
     // invocation's outputs outlive the composition).
     chain_output = std::move(output);
-    result[decl.name] = SharedTensor(&chain_output, [](const Tensor*) {});
+    result[decl.name] = chain::host_value(SharedTensor(&chain_output, [](const Tensor*) {}));
   }
   return result;
 }

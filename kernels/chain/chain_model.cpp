@@ -89,8 +89,8 @@ std::string layer_prefix(std::int64_t layer) {
 }
 
 // Columns [first, first + count) of every row of `source`, as a tensor of rows x `row_shape`.
-SharedTensor columns(const Tensor& source, std::int64_t first, std::int64_t count,
-                     std::vector<std::int64_t> row_shape) {
+SharedTensor host_columns(const Tensor& source, std::int64_t first, std::int64_t count,
+                          std::vector<std::int64_t> row_shape) {
   std::vector<std::int64_t> shape = {source.rows()};
   shape.insert(shape.end(), row_shape.begin(), row_shape.end());
   Tensor result(source.dtype(), shape, Tensor::uninitialized);  // every row copied below
@@ -112,7 +112,7 @@ SharedTensor columns(const Tensor& source, std::int64_t first, std::int64_t coun
 }
 
 // The rows of `a` followed by the rows of `b`, column-wise, as rows of `width` elements.
-SharedTensor concatenated(const Tensor& a, const Tensor& b) {
+SharedTensor host_concatenated(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.rows() != b.rows())
     throw std::logic_error("chain: concatenating unlike tensors");
   const std::int64_t width = a.row_size() + b.row_size();
@@ -135,7 +135,7 @@ SharedTensor concatenated(const Tensor& a, const Tensor& b) {
 
 // `source` converted element by element to `dtype` (round to nearest even; NaN pads stay NaN): the
 // bits of Tensor::get and Tensor::set, on the raw arrays, large tensors on several threads.
-SharedTensor converted(const Tensor& source, DType dtype) {
+SharedTensor host_converted(const Tensor& source, DType dtype) {
   Tensor result(dtype, source.shape(), Tensor::uninitialized);  // every element written below
   const std::int64_t count = source.numel();
   const DType from = source.dtype();
@@ -171,13 +171,77 @@ SharedTensor converted(const Tensor& source, DType dtype) {
   return std::make_shared<const Tensor>(std::move(result));
 }
 
+std::vector<std::int64_t> with_rows(std::int64_t rows, const std::vector<std::int64_t>& row_shape) {
+  std::vector<std::int64_t> shape = {rows};
+  shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+  return shape;
+}
+
+std::int64_t row_elements(const Value& value) {
+  std::int64_t elements = 1;
+  for (std::size_t i = 1; i < value.shape().size(); ++i) elements *= value.shape()[i];
+  return elements;
+}
+
+// The glue on the device (Executor::glue_on_device) where every value it reads is there: the same
+// bytes as the host's glue (DeviceOutput::copy_columns and converted give the host's bits).
+SharedValue columns(const SharedValue& source, std::int64_t first, std::int64_t count,
+                    const std::vector<std::int64_t>& row_shape, bool on_device) {
+  if (!on_device || !source->device())
+    return host_value(host_columns(*source->host(), first, count, row_shape));
+  const std::size_t element = dtype_size(source->dtype());
+  const auto rows = static_cast<std::size_t>(source->rows());
+  const auto width = static_cast<std::size_t>(row_elements(*source));
+  if (first + count > static_cast<std::int64_t>(width))
+    throw std::logic_error("chain: a column slice past a row's end");
+  auto result =
+      source->device()->make_output(rows * static_cast<std::size_t>(count) * element, 0, 1);
+  ColumnCopy copy;
+  copy.rows = rows;
+  copy.source_pitch = width * element;
+  copy.source_offset = static_cast<std::size_t>(first) * element;
+  copy.pitch = copy.width = static_cast<std::size_t>(count) * element;
+  result->copy_columns(*source->device(), copy);
+  return std::make_shared<const Value>(source->dtype(), with_rows(source->rows(), row_shape),
+                                       std::move(result));
+}
+
+SharedValue concatenated(const SharedValue& a, const SharedValue& b, bool on_device) {
+  if (!on_device || !a->device() || !b->device())
+    return host_value(host_concatenated(*a->host(), *b->host()));
+  if (a->dtype() != b->dtype() || a->rows() != b->rows())
+    throw std::logic_error("chain: concatenating unlike tensors");
+  const std::size_t element = dtype_size(a->dtype());
+  const auto rows = static_cast<std::size_t>(a->rows());
+  const auto a_width = static_cast<std::size_t>(row_elements(*a)) * element;
+  const auto b_width = static_cast<std::size_t>(row_elements(*b)) * element;
+  auto result = a->device()->make_output(rows * (a_width + b_width), 0, 1);
+  ColumnCopy copy;
+  copy.rows = rows;
+  copy.pitch = a_width + b_width;
+  copy.source_pitch = copy.width = a_width;
+  result->copy_columns(*a->device(), copy);
+  copy.source_pitch = copy.width = b_width;
+  copy.offset = a_width;
+  result->copy_columns(*b->device(), copy);
+  return std::make_shared<const Value>(
+      a->dtype(), std::vector<std::int64_t>{a->rows(), row_elements(*a) + row_elements(*b)},
+      std::move(result));
+}
+
+SharedValue converted(const SharedValue& source, DType dtype, bool on_device) {
+  if (!on_device || !source->device()) return host_value(host_converted(*source->host(), dtype));
+  return std::make_shared<const Value>(dtype, source->shape(),
+                                       source->device()->converted(source->dtype(), dtype));
+}
+
 // Calls the executor in the order of calls(spec), checking that order as it goes.
 class Sequencer {
  public:
   Sequencer(const CaseSpec& spec, Executor& executor)
       : spec_(spec), executor_(executor), calls_(calls(spec)) {}
 
-  TensorMap operator()(const std::string& name, const TensorMap& inputs) {
+  ValueMap operator()(const std::string& name, const ValueMap& inputs) {
     if (next_ >= calls_.size() || calls_[next_].name != name) {
       throw std::logic_error("chain: call " + name + " out of the declared order");
     }
@@ -194,23 +258,49 @@ class Sequencer {
 
 // What the backward of one layer reads from its forward (gate, up and activation: the dense MLP's).
 struct LayerActivations {
-  SharedTensor attn_input, attn_norm, q, k, v, attn_out, mlp_input, mlp_norm, gate, up, activation;
+  SharedValue attn_input, attn_norm, q, k, v, attn_out, mlp_input, mlp_norm, gate, up, activation;
 };
 
 // The dense MLP's backward: down, swiglu and gate/up; returns the gradient of mlp_norm's output.
-SharedTensor dense_mlp_backward(Sequencer& call, const std::string& b, const LayerActivations& a,
-                                const SharedTensor& gate_up_w, const SharedTensor& down_w,
-                                const SharedTensor& dmlp_out) {
-  SharedTensor dactivation =
+SharedValue dense_mlp_backward(Sequencer& call, const std::string& b, const LayerActivations& a,
+                               const SharedValue& gate_up_w, const SharedValue& down_w,
+                               const SharedValue& dmlp_out, bool on_device) {
+  SharedValue dactivation =
       call(b + "down", {{"x", a.activation}, {"w", down_w}, {"dy", dmlp_out}}).at("dx");
-  TensorMap swiglu = call(b + "swiglu", {{"a", a.gate}, {"b", a.up}, {"dy", dactivation}});
+  ValueMap swiglu = call(b + "swiglu", {{"a", a.gate}, {"b", a.up}, {"dy", dactivation}});
   return call(b + "gate_up", {{"x", a.mlp_norm},
                               {"w", gate_up_w},
-                              {"dy", concatenated(*swiglu.at("da"), *swiglu.at("db"))}})
+                              {"dy", concatenated(swiglu.at("da"), swiglu.at("db"), on_device)}})
       .at("dx");
 }
 
 }  // namespace
+
+Value::Value(SharedTensor host)
+    : dtype_(host->dtype()), shape_(host->shape()), host_(std::move(host)) {}
+
+Value::Value(DType dtype, std::vector<std::int64_t> shape, std::shared_ptr<DeviceOutput> device)
+    : dtype_(dtype), shape_(std::move(shape)), device_(std::move(device)) {
+  std::size_t elements = 1;
+  for (std::int64_t extent : shape_) elements *= static_cast<std::size_t>(extent);
+  if (!device_ || device_->bytes() != elements * dtype_size(dtype_))
+    throw std::logic_error("chain: a device value of " + to_string(dtype_) + shape_string(shape_) +
+                           " holds " + std::to_string(device_ ? device_->bytes() : 0) + " bytes");
+}
+
+const SharedTensor& Value::host() const {
+  if (!host_) {
+    // Zeroed first: a device copy into pages never touched runs at a third of the speed.
+    Tensor tensor(dtype_, shape_);
+    device_->read(tensor.data(), 0, tensor.bytes());
+    host_ = std::make_shared<const Tensor>(std::move(tensor));
+  }
+  return host_;
+}
+
+SharedValue host_value(SharedTensor tensor) {
+  return std::make_shared<const Value>(std::move(tensor));
+}
 
 Shape shape_of(const CaseSpec& spec) {
   return {spec.dim("layers"),   spec.dim("H"),          spec.dim("heads"),
@@ -275,116 +365,118 @@ CaseSpec call_spec(const CaseSpec& chain_spec, const Call& call, const std::stri
   return spec;
 }
 
-void compose(const CaseSpec& spec, const TensorMap& inputs, Executor& executor) {
+void compose(const CaseSpec& spec, const ValueMap& inputs, Executor& executor) {
   const Shape s = shape_of(spec);
   const std::int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
   Sequencer call(spec, executor);
+  const bool device = executor.glue_on_device();
   auto in = [&](const std::string& name) {
     auto it = inputs.find(name);
     if (it == inputs.end()) throw std::logic_error("chain: no input " + name);
     return it->second;
   };
-  const SharedTensor positions = in("positions"), table = in("table");
+  const SharedValue positions = in("positions"), table = in("table");
   // The moe call of layer prefix `p` on `x` (and `dy`, backward): its weights are the call's.
-  auto moe_inputs = [&](const std::string& p, const SharedTensor& x,
-                        const SharedTensor& dy = nullptr) {
-    TensorMap moe = {{"x", x}};
+  auto moe_inputs = [&](const std::string& p, const SharedValue& x,
+                        const SharedValue& dy = nullptr) {
+    ValueMap moe = {{"x", x}};
     for (const char* weight : {"router", "w_gate", "w_up", "w_down"})
       moe[weight] = in(p + "moe." + weight);
     if (dy) moe["dy"] = dy;
     return moe;
   };
 
-  SharedTensor stream =
-      converted(*call("embed", {{"ids", in("ids")}, {"table", table}}).at("out"), DType::fp32);
+  SharedValue stream = converted(call("embed", {{"ids", in("ids")}, {"table", table}}).at("out"),
+                                 DType::fp32, device);
   std::vector<LayerActivations> saved(static_cast<std::size_t>(s.layers));
   for (std::int64_t l = 0; l < s.layers; ++l) {
     const std::string p = layer_prefix(l);
     LayerActivations& a = saved[static_cast<std::size_t>(l)];
-    a.attn_input = converted(*stream, spec.dtype);
+    a.attn_input = converted(stream, spec.dtype, device);
     a.attn_norm =
         call(p + "attn_norm", {{"x", a.attn_input}, {"weight", in(p + "attn_norm.weight")}})
             .at("y");
-    SharedTensor qkv = call(p + "qkv", {{"x", a.attn_norm}, {"w", in(p + "qkv.w")}}).at("y");
-    SharedTensor rotated =
-        call(p + "rope", {{"x", columns(*qkv, 0, q_width + kv_width, {q_width + kv_width})},
+    SharedValue qkv = call(p + "qkv", {{"x", a.attn_norm}, {"w", in(p + "qkv.w")}}).at("y");
+    SharedValue rotated =
+        call(p + "rope", {{"x", columns(qkv, 0, q_width + kv_width, {q_width + kv_width}, device)},
                           {"positions", positions}})
             .at("y");
-    a.q = columns(*rotated, 0, q_width, {s.heads, s.head_dim});
-    a.k = columns(*rotated, q_width, kv_width, {s.kv_heads, s.head_dim});
-    a.v = columns(*qkv, q_width + kv_width, kv_width, {s.kv_heads, s.head_dim});
-    SharedTensor o = call(p + "attn", {{"q", a.q}, {"k", a.k}, {"v", a.v}}).at("o");
-    a.attn_out = columns(*o, 0, q_width, {q_width});
-    SharedTensor projected =
+    a.q = columns(rotated, 0, q_width, {s.heads, s.head_dim}, device);
+    a.k = columns(rotated, q_width, kv_width, {s.kv_heads, s.head_dim}, device);
+    a.v = columns(qkv, q_width + kv_width, kv_width, {s.kv_heads, s.head_dim}, device);
+    SharedValue o = call(p + "attn", {{"q", a.q}, {"k", a.k}, {"v", a.v}}).at("o");
+    a.attn_out = columns(o, 0, q_width, {q_width}, device);
+    SharedValue projected =
         call(p + "o_proj", {{"x", a.attn_out}, {"w", in(p + "o_proj.w")}}).at("y");
-    SharedTensor residual =
-        call(p + "attn_resid", {{"x", projected}, {"residual", stream}}).at("y");
-    a.mlp_input = converted(*residual, spec.dtype);
+    SharedValue residual = call(p + "attn_resid", {{"x", projected}, {"residual", stream}}).at("y");
+    a.mlp_input = converted(residual, spec.dtype, device);
     a.mlp_norm =
         call(p + "mlp_norm", {{"x", a.mlp_input}, {"weight", in(p + "mlp_norm.weight")}}).at("y");
-    SharedTensor mlp_out;
+    SharedValue mlp_out;
     if (s.experts > 0) {
       mlp_out = call(p + "moe", moe_inputs(p, a.mlp_norm)).at("y");
     } else {
-      SharedTensor gate_up =
+      SharedValue gate_up =
           call(p + "gate_up", {{"x", a.mlp_norm}, {"w", in(p + "gate_up.w")}}).at("y");
-      a.gate = columns(*gate_up, 0, s.intermediate, {s.intermediate});
-      a.up = columns(*gate_up, s.intermediate, s.intermediate, {s.intermediate});
+      a.gate = columns(gate_up, 0, s.intermediate, {s.intermediate}, device);
+      a.up = columns(gate_up, s.intermediate, s.intermediate, {s.intermediate}, device);
       a.activation = call(p + "swiglu", {{"a", a.gate}, {"b", a.up}}).at("y");
       mlp_out = call(p + "down", {{"x", a.activation}, {"w", in(p + "down.w")}}).at("y");
     }
     stream = call(p + "mlp_resid", {{"x", mlp_out}, {"residual", residual}}).at("y");
   }
-  SharedTensor final_input = converted(*stream, spec.dtype);
-  SharedTensor final_norm =
+  SharedValue final_input = converted(stream, spec.dtype, device);
+  SharedValue final_norm =
       call("final_norm", {{"x", final_input}, {"weight", in("final_norm.weight")}}).at("y");
-  SharedTensor logits = call("lm_head", {{"h", final_norm}, {"table", table}}).at("logits");
+  SharedValue logits = call("lm_head", {{"h", final_norm}, {"table", table}}).at("logits");
   call("logprob", {{"logits", logits}, {"target", in("target")}});
   if (spec.pass == Pass::forward) return;
 
-  SharedTensor dlogits =
+  SharedValue dlogits =
       call("bwd.logprob",
            {{"logits", logits}, {"target", in("target")}, {"dlogprob", in("dlogprob")}})
           .at("dlogits");
-  SharedTensor dh =
+  SharedValue dh =
       call("bwd.lm_head", {{"h", final_norm}, {"table", table}, {"dlogits", dlogits}}).at("dh");
-  SharedTensor gradient = converted(
-      *call("bwd.final_norm", {{"x", final_input}, {"weight", in("final_norm.weight")}, {"dy", dh}})
-           .at("dx"),
-      DType::fp32);
+  SharedValue gradient = converted(
+      call("bwd.final_norm", {{"x", final_input}, {"weight", in("final_norm.weight")}, {"dy", dh}})
+          .at("dx"),
+      DType::fp32, device);
   for (std::int64_t l = s.layers - 1; l >= 0; --l) {
     const std::string p = layer_prefix(l), b = "bwd." + p;
     const LayerActivations& a = saved[static_cast<std::size_t>(l)];
-    TensorMap mlp_resid = call(b + "mlp_resid", {{"dy", gradient}});
-    SharedTensor dmlp_norm =
+    ValueMap mlp_resid = call(b + "mlp_resid", {{"dy", gradient}});
+    SharedValue dmlp_norm =
         s.experts > 0 ? call(b + "moe", moe_inputs(p, a.mlp_norm, mlp_resid.at("dx"))).at("dx")
                       : dense_mlp_backward(call, b, a, in(p + "gate_up.w"), in(p + "down.w"),
-                                           mlp_resid.at("dx"));
-    SharedTensor dmlp_input =
+                                           mlp_resid.at("dx"), device);
+    SharedValue dmlp_input =
         call(b + "mlp_norm",
              {{"x", a.mlp_input}, {"weight", in(p + "mlp_norm.weight")}, {"dy", dmlp_norm}})
             .at("dx");
-    SharedTensor dresidual =
+    SharedValue dresidual =
         call(b + "mlp_branch", {{"x", dmlp_input}, {"residual", mlp_resid.at("dresidual")}})
             .at("y");
-    TensorMap attn_resid = call(b + "attn_resid", {{"dy", dresidual}});
-    SharedTensor dattn_out =
+    ValueMap attn_resid = call(b + "attn_resid", {{"dy", dresidual}});
+    SharedValue dattn_out =
         call(b + "o_proj",
              {{"x", a.attn_out}, {"w", in(p + "o_proj.w")}, {"dy", attn_resid.at("dx")}})
             .at("dx");
-    TensorMap attn =
+    ValueMap attn =
         call(b + "attn", {{"q", a.q},
                           {"k", a.k},
                           {"v", a.v},
-                          {"do", columns(*dattn_out, 0, q_width, {s.heads, s.head_dim})}});
-    SharedTensor drotated = call(b + "rope", {{"dy", concatenated(*attn.at("dq"), *attn.at("dk"))},
-                                              {"positions", positions}})
-                                .at("dx");
-    SharedTensor dattn_norm = call(b + "qkv", {{"x", a.attn_norm},
-                                               {"w", in(p + "qkv.w")},
-                                               {"dy", concatenated(*drotated, *attn.at("dv"))}})
-                                  .at("dx");
-    SharedTensor dattn_input =
+                          {"do", columns(dattn_out, 0, q_width, {s.heads, s.head_dim}, device)}});
+    SharedValue drotated =
+        call(b + "rope",
+             {{"dy", concatenated(attn.at("dq"), attn.at("dk"), device)}, {"positions", positions}})
+            .at("dx");
+    SharedValue dattn_norm =
+        call(b + "qkv", {{"x", a.attn_norm},
+                         {"w", in(p + "qkv.w")},
+                         {"dy", concatenated(drotated, attn.at("dv"), device)}})
+            .at("dx");
+    SharedValue dattn_input =
         call(b + "attn_norm",
              {{"x", a.attn_input}, {"weight", in(p + "attn_norm.weight")}, {"dy", dattn_norm}})
             .at("dx");
@@ -393,7 +485,7 @@ void compose(const CaseSpec& spec, const TensorMap& inputs, Executor& executor) 
             .at("y");
   }
   call("bwd.embed",
-       {{"ids", in("ids")}, {"table", table}, {"dout", converted(*gradient, spec.dtype)}});
+       {{"ids", in("ids")}, {"table", table}, {"dout", converted(gradient, spec.dtype, device)}});
 }
 
 }  // namespace bitcheck::chain

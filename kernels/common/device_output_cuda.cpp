@@ -2,9 +2,11 @@
 #include "common/device_output_cuda.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 
+#include "common/device_glue.h"
 #include "common/row_compare.h"
 
 namespace bitcheck::cuda_support {
@@ -57,6 +59,111 @@ void CudaDeviceOutput::copy_runs(const DeviceOutput& source, const std::vector<C
         static_cast<unsigned char*>(buffer_.get()) + run.offset,
         static_cast<const unsigned char*>(device->buffer_.get()) + run.source_offset, run.bytes);
   }
+}
+
+void CudaDeviceOutput::copy_columns(const DeviceOutput& source, const ColumnCopy& copy) {
+  const auto* device = dynamic_cast<const CudaDeviceOutput*>(&source);
+  if (!device) throw std::invalid_argument("copy_columns: the source is not on a CUDA device");
+  check_column_copy(copy, device->bytes_, bytes_);
+  cuda::copy_columns_on_device(
+      static_cast<unsigned char*>(buffer_.get()) + copy.offset, copy.pitch,
+      static_cast<const unsigned char*>(device->buffer_.get()) + copy.source_offset,
+      copy.source_pitch, copy.width, copy.rows);
+  cuda::synchronize();
+}
+
+namespace {
+cuda::DeviceDType device_dtype_of(DType dtype) {
+  switch (dtype) {
+    case DType::bf16:
+      return cuda::DeviceDType::bf16;
+    case DType::fp16:
+      return cuda::DeviceDType::fp16;
+    case DType::fp32:
+      return cuda::DeviceDType::fp32;
+    default:
+      throw std::invalid_argument("converted: no device dtype for " + to_string(dtype));
+  }
+}
+}  // namespace
+
+std::shared_ptr<DeviceOutput> CudaDeviceOutput::converted(DType from, DType to) const {
+  const std::size_t count = conversion_elements(bytes_, from, to);
+  const std::size_t bytes = count * dtype_size(to);
+  cuda::DeviceBuffer out(std::max<std::size_t>(bytes, 16));
+  cuda::convert_on_device(buffer_.get(), device_dtype_of(from), out.get(), device_dtype_of(to),
+                          count);
+  cuda::synchronize();
+  return std::make_shared<CudaDeviceOutput>(std::move(out), bytes);
+}
+
+namespace {
+const CudaDeviceOutput* device_input(const Batch& batch, const std::string& name) {
+  auto found = batch.device_inputs.find(name);
+  if (found == batch.device_inputs.end()) return nullptr;
+  const auto* device = dynamic_cast<const CudaDeviceOutput*>(found->second.get());
+  if (!device)
+    throw std::invalid_argument("input " + name + " is on a device that is not this CUDA device");
+  return device;
+}
+
+cuda::DeviceBuffer uploaded(const Tensor& tensor) {
+  cuda::DeviceBuffer buffer(std::max<std::size_t>(tensor.bytes(), 16));
+  if (tensor.bytes()) buffer.upload(tensor.data(), tensor.bytes());
+  return buffer;
+}
+}  // namespace
+
+cuda::DeviceBuffer input_rows(const Batch& batch, const std::string& name) {
+  const CudaDeviceOutput* device = device_input(batch, name);
+  if (!device) return uploaded(batch.in(name));
+  cuda::DeviceBuffer copy(std::max<std::size_t>(device->bytes(), 16));
+  cuda::copy_device_to_device(copy.get(), device->data(), device->bytes());
+  return copy;
+}
+
+cuda::DeviceBuffer packed_input_rows(const Batch& batch, const std::string& name,
+                                     const std::vector<std::int32_t>& slots) {
+  const CudaDeviceOutput* device = device_input(batch, name);
+  if (!device) {
+    const Tensor& host = batch.in(name);
+    const std::size_t row_bytes = host.bytes() / static_cast<std::size_t>(batch.slots());
+    Tensor packed(
+        host.dtype(),
+        [&] {
+          std::vector<std::int64_t> shape = host.shape();
+          shape[0] = static_cast<std::int64_t>(slots.size());
+          return shape;
+        }(),
+        Tensor::uninitialized);
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      std::memcpy(static_cast<unsigned char*>(packed.data()) + i * row_bytes,
+                  static_cast<const unsigned char*>(host.data()) +
+                      static_cast<std::size_t>(slots[i]) * row_bytes,
+                  row_bytes);
+    return uploaded(packed);
+  }
+  const std::size_t row_bytes = device->bytes() / static_cast<std::size_t>(batch.slots());
+  cuda::DeviceBuffer packed(std::max<std::size_t>(slots.size() * row_bytes, 16));
+  const auto* from = static_cast<const unsigned char*>(device->data());
+  auto* to = static_cast<unsigned char*>(packed.get());
+  for (std::size_t first = 0; first < slots.size();) {
+    if (slots[first] < 0 || slots[first] >= batch.slots())
+      throw std::out_of_range("packed_input_rows: a slot outside the batch");
+    std::size_t end = first + 1;
+    while (end < slots.size() && slots[end] == slots[end - 1] + 1 && slots[end] < batch.slots())
+      ++end;
+    cuda::copy_device_to_device(to + first * row_bytes,
+                                from + static_cast<std::size_t>(slots[first]) * row_bytes,
+                                (end - first) * row_bytes);
+    first = end;
+  }
+  return packed;
+}
+
+std::size_t input_bytes(const Batch& batch, const std::string& name) {
+  if (const CudaDeviceOutput* device = device_input(batch, name)) return device->bytes();
+  return batch.in(name).bytes();
 }
 
 namespace {

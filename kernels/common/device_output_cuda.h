@@ -28,6 +28,10 @@ class CudaDeviceOutput : public DeviceOutput {
   std::shared_ptr<DeviceOutput> make_output(std::size_t bytes, std::uint32_t pattern,
                                             std::size_t element_bytes) const override;
   void copy_runs(const DeviceOutput& source, const std::vector<CopyRun>& runs) override;
+  void copy_columns(const DeviceOutput& source, const ColumnCopy& copy) override;
+  std::shared_ptr<DeviceOutput> converted(DType from, DType to) const override;
+  // The bytes where they are, for an impl that reads the output as an input (Batch::device_inputs).
+  const void* data() const { return buffer_.get(); }
 
  private:
   cuda::DeviceBuffer buffer_;
@@ -47,6 +51,17 @@ void hand_over_reduction(Batch& batch, const std::string& name, cuda::DeviceBuff
 cuda::DeviceBuffer rows_at_slots(const cuda::DeviceBuffer& packed,
                                  const std::vector<std::int32_t>& slots, std::int64_t slot_count,
                                  std::size_t row_bytes);
+// Row input `name` of the batch on the device, in its slots, pads included (as many bytes as the
+// host tensor would hold): a copy of the batch's device input when a composed impl handed one
+// over (Batch::device_inputs), else uploaded from the host.
+cuda::DeviceBuffer input_rows(const Batch& batch, const std::string& name);
+// The rows of input `name` at `slots`, packed in that order (compact_rows on the device when the
+// input is there).
+cuda::DeviceBuffer packed_input_rows(const Batch& batch, const std::string& name,
+                                     const std::vector<std::int32_t>& slots);
+// The size of row input `name`: its device input's or its host tensor's.
+std::size_t input_bytes(const Batch& batch, const std::string& name);
+
 // Several row outputs: left on the device, or brought back behind one wait for the GPU.
 void hand_over_rows_all(Batch& batch,
                         std::initializer_list<std::pair<const char*, cuda::DeviceBuffer*>> outputs);

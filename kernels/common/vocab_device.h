@@ -23,6 +23,8 @@ using cuda_support::compact_rows;
 using cuda_support::device_dtype;
 using cuda_support::download;
 using cuda_support::download_after_last;
+using cuda_support::input_rows;
+using cuda_support::packed_input_rows;
 using cuda_support::real_slot_list;
 using cuda_support::transposed;
 using cuda_support::upload;

@@ -22,7 +22,8 @@ namespace support = cuda_support;
 
 class CudaElementwise : public ElementwiseImpl {
  public:
-  using ElementwiseImpl::ElementwiseImpl;
+  CudaElementwise(ImplInfo info, ElementwiseOpInfo op, elementwise::Variant tail)
+      : ElementwiseImpl(std::move(info.reading_row_inputs_on_device()), std::move(op), tail) {}
 
   void run(Batch& batch) override {
     const std::int64_t h = batch.spec->dim("H");
@@ -33,7 +34,7 @@ class CudaElementwise : public ElementwiseImpl {
     std::string reduction;
     for (const auto& decl : elementwise_tensors(op_.op, *batch.spec)) {
       if (decl.role == TensorRole::row_input) {
-        inputs.push_back(support::upload(batch.in(decl.name)));
+        inputs.push_back(support::input_rows(batch, decl.name));
         launch.in[inputs.size() - 1] = inputs.back().get();
       } else if (decl.role == TensorRole::parameter) {
         launch.parameter = parameters_.get(batch, decl.name).as<float>();

@@ -19,7 +19,7 @@ namespace vd = vocab_device;
 class CudaEmbedding : public Impl {
  public:
   CudaEmbedding(ImplInfo info, bool atomic_scatter)
-      : Impl(std::move(info)), atomic_scatter_(atomic_scatter) {}
+      : Impl(std::move(info.reading_row_inputs_on_device())), atomic_scatter_(atomic_scatter) {}
 
   void run(Batch& batch) override {
     const CaseSpec& spec = *batch.spec;
@@ -27,7 +27,7 @@ class CudaEmbedding : public Impl {
     const cuda::DeviceDType dtype = vd::device_dtype(spec.dtype);
     std::vector<std::int32_t> slots = vd::real_slot_list(batch);
     const std::int64_t rows = static_cast<std::int64_t>(slots.size());
-    cuda::DeviceBuffer ids = vd::upload(batch.in("ids"));
+    cuda::DeviceBuffer ids = vd::input_rows(batch, "ids");
     cuda::DeviceBuffer slot_list = vd::upload(slots);
     vd::ErrorRecord error;
     if (spec.pass == Pass::forward) {
@@ -43,7 +43,7 @@ class CudaEmbedding : public Impl {
     }
     if (!batch.reductions_wanted) return;  // no check reads this layout's dtable
     cuda::DeviceBuffer& dtable_device = vd::carried_accumulator(batch, "dtable");
-    cuda::DeviceBuffer dout = vd::upload(batch.in("dout"));
+    cuda::DeviceBuffer dout = vd::input_rows(batch, "dout");
     if (atomic_scatter_) {
       cuda::embedding_backward_atomic(dtype, dout.get(), hidden, ids.as<std::int32_t>(),
                                       slot_list.as<std::int32_t>(), rows, vocab,

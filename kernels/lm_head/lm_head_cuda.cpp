@@ -192,15 +192,7 @@ class LmHeadGemms : public Gemms {
                      lt_workspace_bytes, nullptr);
   }
 
-  // dtable[V,H] += dlogits[T,V]ᵀ · h[T,H] over T real tokens (packed, token order).
-  void table_grad(Batch& batch, const Tensor& dlogits, const Tensor& h, DeviceBuffer& dtable) {
-    const std::int64_t tokens = dlogits.rows();
-    if (tokens == 0) return;
-    DeviceBuffer dlogits_device = vd::upload(dlogits), h_device = vd::upload(h);
-    table_grad_device(batch, dlogits_device.get(), h_device.get(), tokens, dtable);
-  }
-
-  // The same on device-resident packed rows (fixed-order and heuristic paths only).
+  // dtable[V,H] += dlogits[T,V]ᵀ · h[T,H] over T real tokens, packed in token order on the device.
   void table_grad_device(Batch& batch, const void* dlogits, const void* h, std::int64_t tokens,
                          DeviceBuffer& dtable) override {
     const std::int64_t v = batch.spec->dim("V"), hidden = batch.spec->dim("H");
@@ -348,7 +340,8 @@ using cuda::DeviceBuffer;
 
 class CudaLmHead : public Impl {
  public:
-  explicit CudaLmHead(GemmPath path) : Impl(lm_head::gemm_info(path)), gemms_(path) {}
+  explicit CudaLmHead(GemmPath path)
+      : Impl(lm_head::gemm_info(path).reading_row_inputs_on_device()), gemms_(path) {}
 
   std::vector<SwitchPoint> switch_points(const CaseSpec& spec,
                                          std::int64_t max_rows) const override {
@@ -362,14 +355,14 @@ class CudaLmHead : public Impl {
     const std::int64_t m = batch.slots();
     auto table = vd::shared_parameter(batch, "table");
     if (batch.spec->pass == Pass::forward) {
-      DeviceBuffer h = vd::upload(batch.in("h"));
+      DeviceBuffer h = vd::input_rows(batch, "h");
       Tensor& logits = batch.out("logits");
       DeviceBuffer logits_device(logits.bytes());
       gemms_.logits(batch, h.get(), table->get(), logits_device.get(), m);
       cuda_support::hand_over_rows(batch, "logits", logits_device);
       return;
     }
-    DeviceBuffer dlogits = vd::upload(batch.in("dlogits"));
+    DeviceBuffer dlogits = vd::input_rows(batch, "dlogits");
     Tensor& dh = batch.out("dh");
     DeviceBuffer dh_device(dh.bytes());
     gemms_.input_grad(batch, dlogits.get(), dh_device.get(), m);
@@ -377,8 +370,15 @@ class CudaLmHead : public Impl {
     if (!batch.reductions_wanted) return;  // no check reads this layout's dtable
     std::vector<std::int32_t> slots = vd::real_slot_list(batch);
     DeviceBuffer& dtable = vd::carried_accumulator(batch, "dtable");
-    gemms_.table_grad(batch, vd::compact_rows(batch.in("dlogits"), slots),
-                      vd::compact_rows(batch.in("h"), slots), dtable);
+    if (slots.empty()) {
+      vd::download_after_last(batch, "dtable", dtable);
+      return;
+    }
+    // The real rows packed on the device (from the chain's device inputs or uploaded).
+    DeviceBuffer dlogits_packed = vd::packed_input_rows(batch, "dlogits", slots);
+    DeviceBuffer h_packed = vd::packed_input_rows(batch, "h", slots);
+    gemms_.table_grad_device(batch, dlogits_packed.get(), h_packed.get(),
+                             static_cast<std::int64_t>(slots.size()), dtable);
     vd::download_after_last(batch, "dtable", dtable);
   }
 

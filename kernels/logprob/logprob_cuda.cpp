@@ -18,7 +18,7 @@ namespace vd = vocab_device;
 class CudaLogprob : public Impl {
  public:
   CudaLogprob(ImplInfo info, bool split_by_rows)
-      : Impl(std::move(info)), split_by_rows_(split_by_rows) {}
+      : Impl(std::move(info.reading_row_inputs_on_device())), split_by_rows_(split_by_rows) {}
 
   void run(Batch& batch) override {
     const CaseSpec& spec = *batch.spec;
@@ -27,8 +27,8 @@ class CudaLogprob : public Impl {
     std::vector<std::int32_t> slots = vd::real_slot_list(batch);
     const auto rows = static_cast<std::int64_t>(slots.size());
     const cuda::LogprobSplit split = split_for(rows, vocab, spec.forced_path);
-    cuda::DeviceBuffer logits = vd::upload(batch.in("logits")),
-                       targets = vd::upload(batch.in("target"));
+    cuda::DeviceBuffer logits = vd::input_rows(batch, "logits"),
+                       targets = vd::input_rows(batch, "target");
     cuda::DeviceBuffer slot_list = vd::upload(slots);
     cuda::DeviceBuffer workspace(
         std::max<std::size_t>(16, cuda::logprob_workspace_bytes(rows, vocab, split)));
@@ -46,7 +46,7 @@ class CudaLogprob : public Impl {
       return;
     }
     Tensor& dlogits = batch.out("dlogits");
-    cuda::DeviceBuffer dlogprob = vd::upload(batch.in("dlogprob"));
+    cuda::DeviceBuffer dlogprob = vd::input_rows(batch, "dlogprob");
     cuda::DeviceBuffer out(dlogits.bytes());
     out.fill_bytes(0xFF);
     cuda::logprob_backward(dtype, logits.get(), targets.as<std::int32_t>(), dlogprob.as<float>(),

@@ -23,7 +23,6 @@ namespace {
 using cuda::DeviceBuffer;
 using cuda::GemmDType;
 using cuda::LtConfig;
-using cuda_support::compact_rows;
 using cuda_support::download;
 using cuda_support::real_slot_list;
 using cuda_support::upload;
@@ -88,14 +87,14 @@ class CudaMatmul : public Impl {
     }
     const DeviceBuffer& w = device_parameter(batch, "w", false);
     if (spec.pass == Pass::forward) {
-      DeviceBuffer x = upload(batch.in("x"));
+      DeviceBuffer x = cuda_support::input_rows(batch, "x");
       Tensor& y = batch.out("y");
       DeviceBuffer y_device(y.bytes());
       forward(dtype, x.get(), w.get(), y_device.get(), m, n, k, batch);
       cuda_support::hand_over_rows(batch, "y", y_device);
       return;
     }
-    DeviceBuffer dy = upload(batch.in("dy"));
+    DeviceBuffer dy = cuda_support::input_rows(batch, "dy");
     Tensor& dx = batch.out("dx");
     DeviceBuffer dx_device(dx.bytes());
     input_grad(dtype, dy.get(), batch, dx_device.get(), m, n, k);
@@ -225,39 +224,40 @@ class CudaMatmul : public Impl {
 
   void accumulate_weight_grad(GemmDType dtype, Batch& batch, DeviceBuffer& dw_device,
                               std::int64_t n, std::int64_t k) {
-    Tensor dy = compact_rows(batch.in("dy"), real_slot_list(batch));
-    Tensor x = compact_rows(batch.in("x"), real_slot_list(batch));
-    const std::int64_t tokens = dy.rows();
-    if (tokens > 0 && (kind_ == Kind::fixed_order || kind_ == Kind::split_k_by_rows)) {
-      DeviceBuffer dy_device = upload(dy), x_device = upload(x);
+    const std::vector<std::int32_t> slots = real_slot_list(batch);
+    const auto tokens = static_cast<std::int64_t>(slots.size());
+    if (tokens == 0) return;
+    // The real rows packed, on the device (from the chain's device inputs or uploaded).
+    DeviceBuffer dy_device = cuda_support::packed_input_rows(batch, "dy", slots);
+    DeviceBuffer x_device = cuda_support::packed_input_rows(batch, "x", slots);
+    if (kind_ == Kind::fixed_order || kind_ == Kind::split_k_by_rows) {
       cuda::fixed_order_gemm_dw_accumulate(dtype, dy_device.get(), x_device.get(),
                                            dw_device.as<float>(), tokens, n, k, nullptr);
-    } else if (tokens > 0 && kind_ == Kind::cublaslt_heuristic) {
-      DeviceBuffer dy_device = upload(dy), x_device = upload(x);
+    } else if (kind_ == Kind::cublaslt_heuristic) {
       LtConfig config = cuda::lt_heuristic_config_dw(dtype, n, k, tokens);
       record(batch, "weight_grad", config, "heuristic at T=" + std::to_string(tokens));
       cuda::lt_gemm_dw_chunk(config, dtype, dy_device.get(), x_device.get(), dw_device.as<float>(),
                              tokens, n, k, true, workspace().get(), lt_workspace_bytes, nullptr);
-    } else if (tokens > 0) {
+    } else {
       LtConfig config =
           pinned("weight_grad", dtype, batch.spec->dtype, n, k, lt_dw_chunk_tokens, &batch);
       // Chunks of exactly lt_dw_chunk_tokens tokens, the last one zero-padded, added in order.
       const std::int64_t chunks = (tokens + lt_dw_chunk_tokens - 1) / lt_dw_chunk_tokens;
-      Tensor dy_chunked(dy.dtype(), {chunks * lt_dw_chunk_tokens, n});
-      Tensor x_chunked(x.dtype(), {chunks * lt_dw_chunk_tokens, k});
-      for (std::int64_t t = 0; t < tokens; ++t) {
-        dy_chunked.copy_row_from(dy, t, t);
-        x_chunked.copy_row_from(x, t, t);
-      }
-      DeviceBuffer dy_device = upload(dy_chunked), x_device = upload(x_chunked);
-      const std::size_t dy_chunk_bytes =
-          static_cast<std::size_t>(lt_dw_chunk_tokens * n) * dtype_size(dy.dtype());
-      const std::size_t x_chunk_bytes =
-          static_cast<std::size_t>(lt_dw_chunk_tokens * k) * dtype_size(x.dtype());
+      const std::size_t element = dtype_size(batch.spec->dtype);
+      const std::size_t dy_chunk_bytes = static_cast<std::size_t>(lt_dw_chunk_tokens * n) * element;
+      const std::size_t x_chunk_bytes = static_cast<std::size_t>(lt_dw_chunk_tokens * k) * element;
+      DeviceBuffer dy_chunked(static_cast<std::size_t>(chunks) * dy_chunk_bytes);
+      DeviceBuffer x_chunked(static_cast<std::size_t>(chunks) * x_chunk_bytes);
+      dy_chunked.fill_bytes(0);
+      x_chunked.fill_bytes(0);
+      cuda::copy_device_to_device(dy_chunked.get(), dy_device.get(),
+                                  static_cast<std::size_t>(tokens * n) * element);
+      cuda::copy_device_to_device(x_chunked.get(), x_device.get(),
+                                  static_cast<std::size_t>(tokens * k) * element);
       for (std::int64_t c = 0; c < chunks; ++c) {
         cuda::lt_gemm_dw_chunk(
-            config, dtype, static_cast<const char*>(dy_device.get()) + c * dy_chunk_bytes,
-            static_cast<const char*>(x_device.get()) + c * x_chunk_bytes, dw_device.as<float>(),
+            config, dtype, static_cast<const char*>(dy_chunked.get()) + c * dy_chunk_bytes,
+            static_cast<const char*>(x_chunked.get()) + c * x_chunk_bytes, dw_device.as<float>(),
             lt_dw_chunk_tokens, n, k, true, workspace().get(), lt_workspace_bytes, nullptr);
       }
     }
@@ -336,7 +336,8 @@ void register_matmul_cuda(Registry& registry) {
             "our GEMM: wgmma m64nNk16 (N = 64/128/256 by shape) over K blocks of "
             "64 in order (portable fp32 FMA chain for fp32), no split-K; dW one FMA "
             "per token in token order")
-            .with_paths(cuda::fixed_order_gemm_paths()),
+            .with_paths(cuda::fixed_order_gemm_paths())
+            .reading_row_inputs_on_device(),
         Kind::fixed_order},
        {ImplInfo::invariant("cublaslt-pinned", "cuda",
                             "cuBLASLt with the pin table's configuration per (arch, cuBLASLt, "
@@ -347,14 +348,16 @@ void register_matmul_cuda(Registry& registry) {
                                   "a bucketed pin's configuration for the M bucket (member: rows)")
                              .as_family(),
                          PathDecl("pinned", "an unbucketed pin: one configuration for every M"),
-                         PathDecl("dw.chunks-256", "dW in fixed 256-token chunks added in order")}),
+                         PathDecl("dw.chunks-256", "dW in fixed 256-token chunks added in order")})
+            .reading_row_inputs_on_device(),
         Kind::cublaslt_pinned},
        // The library default: whether it drifts depends on the GPU, the shape and the cuBLASLt
        // version, so its cases are observations (the split-K-by-rows control drifts always).
        {ImplInfo::library_default("cublaslt-heuristic", "cuda",
                                   "library default (observed): heuristic configuration per shape "
                                   "(split-K chosen per M), dW over the invocation's tokens at once")
-            .with_paths({PathDecl("heuristic", "cuBLASLt's heuristic configuration per shape")}),
+            .with_paths({PathDecl("heuristic", "cuBLASLt's heuristic configuration per shape")})
+            .reading_row_inputs_on_device(),
         Kind::cublaslt_heuristic},
        {ImplInfo::control("split-k-by-rows", "cuda",
                           "control: with fewer than 4 rows, the fixed-order GEMM's K sum (dX: N "

@@ -193,7 +193,7 @@ class CudaMoe : public Impl {
     std::shared_ptr<WeightCache> weights;
   };
   CudaMoe(ImplInfo info, Variant variant)
-      : Impl(std::move(info)),
+      : Impl(std::move(info.reading_row_inputs_on_device())),
         kind_(variant.kind),
         weights_(std::move(variant.weights)),
         expert_gemms_(moe::make_gemms(expert_gemm_path(kind_))),
@@ -239,7 +239,7 @@ class CudaMoe : public Impl {
     router_gemms_->set_case(spec.dtype, &batch);
     record_config(batch);
     const DeviceWeights& w = weights_->get(batch, s, expert_gemms_->needs_transposed());
-    const DeviceBuffer x = upload(cuda_support::compact_rows(batch.in("x"), slots));
+    const DeviceBuffer x = cuda_support::packed_input_rows(batch, "x", slots);
     LayerBuffers layer;
     forward_experts(s, spec.dtype, w, x.get(), tokens, layer);
     if (spec.pass == Pass::forward) {
@@ -254,7 +254,7 @@ class CudaMoe : public Impl {
       cuda_support::hand_over_rows_all(batch,
                                        {{"y", &y}, {"topk_ids", &ids}, {"topk_weights", &weights}});
     } else {
-      layer.dy = upload(cuda_support::compact_rows(batch.in("dy"), slots));
+      layer.dy = cuda_support::packed_input_rows(batch, "dy", slots);
       backward(s, spec.dtype, w, tokens, layer);
       DeviceBuffer dx = cuda_support::rows_at_slots(
           layer.dx, slots, batch.slots(),

@@ -39,7 +39,7 @@ enum class RowSplits {
 class CudaRmsnorm : public Impl {
  public:
   CudaRmsnorm(ImplInfo info, RmsnormInput input, RowSplits splits)
-      : Impl(std::move(info)),
+      : Impl(std::move(info.reading_row_inputs_on_device())),
         fused_add_(input == RmsnormInput::x_plus_residual),
         splits_(splits) {}
 
@@ -56,10 +56,10 @@ class CudaRmsnorm : public Impl {
     DeviceBuffer token_buffer = support::upload(tokens);
     cuda::RmsnormLaunch launch = base_launch(*batch.spec, static_cast<std::int64_t>(tokens.size()));
     launch.tokens = token_buffer.as<std::int32_t>();
-    DeviceBuffer x = support::upload(batch.in("x")), residual;
+    DeviceBuffer x = support::input_rows(batch, "x"), residual;
     launch.x = x.get();
     if (fused_add_) {
-      residual = support::upload(batch.in("residual"));
+      residual = support::input_rows(batch, "residual");
       launch.residual = residual.get();
     }
     launch.weight = parameters_.get(batch, "weight").get();
@@ -91,14 +91,14 @@ class CudaRmsnorm : public Impl {
         support::hand_over_rows(batch, "y", y);
       return;
     }
-    DeviceBuffer dy = support::upload(batch.in("dy")), dh, dx = output("dx"), dresidual;
+    DeviceBuffer dy = support::input_rows(batch, "dy"), dh, dx = output("dx"), dresidual;
     DeviceBuffer inverse_rms(static_cast<std::size_t>(std::max<std::int64_t>(batch.slots(), 1)) *
                              sizeof(float));
     launch.dy = dy.get();
     launch.dx = dx.get();
     launch.inverse_rms = inverse_rms.as<float>();
     if (fused_add_) {
-      dh = support::upload(batch.in("dh"));
+      dh = support::input_rows(batch, "dh");
       dresidual = output("dresidual");
       launch.dh = dh.get();
       launch.dresidual = dresidual.get();

@@ -19,12 +19,12 @@ namespace support = cuda_support;
 class CudaRope : public Impl {
  public:
   CudaRope(ImplInfo info, bool chunk_relative)
-      : Impl(std::move(info)), chunk_relative_(chunk_relative) {}
+      : Impl(std::move(info.reading_row_inputs_on_device())), chunk_relative_(chunk_relative) {}
 
   void run(Batch& batch) override {
     const bool backward = batch.spec->pass == Pass::backward;
     cuda::RopeLaunch launch = base_launch(*batch.spec, batch.slots());
-    DeviceBuffer in = support::upload(batch.in(backward ? "dy" : "x"));
+    DeviceBuffer in = support::input_rows(batch, backward ? "dy" : "x");
     const Tensor& positions = batch.in("positions");
     // Pad slots carry INT32_MIN positions; the kernel skips negative ones.
     DeviceBuffer position_buffer = support::upload(positions);

@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace bitcheck {
 
 // `bytes` bytes from `source_offset` of one output to `offset` of another.
@@ -16,6 +18,16 @@ struct CopyRun {
   std::size_t source_offset = 0;
   std::size_t offset = 0;
   std::size_t bytes = 0;
+};
+
+// Part of every row of one output copied into every row of another: for r < rows, the `width`
+// bytes at source_offset + r * source_pitch to offset + r * pitch (a column slice of row tensors,
+// or one side of a concatenation).
+struct ColumnCopy {
+  std::size_t rows = 0;
+  std::size_t source_pitch = 0, source_offset = 0;
+  std::size_t pitch = 0, offset = 0;
+  std::size_t width = 0;
 };
 
 class DeviceOutput {
@@ -36,6 +48,18 @@ class DeviceOutput {
                                                     std::size_t element_bytes) const = 0;
   // The runs of `source` (an output of the same backend) copied into this one.
   virtual void copy_runs(const DeviceOutput& source, const std::vector<CopyRun>& runs) = 0;
+  // The columns of `source` (an output of the same backend) copied into this one.
+  virtual void copy_columns(const DeviceOutput& source, const ColumnCopy& copy) = 0;
+  // A new output on the same device: every element of this one, read as `from`, converted to
+  // `to` with the bits of core/dtype.h's conversions (fp32 to bf16 or fp16 rounds to nearest even
+  // and keeps a NaN's sign and top payload bits; 16-bit to fp32 is exact; a dtype to itself is a
+  // copy). Throws std::invalid_argument for any other pair or a size not a whole number of `from`.
+  virtual std::shared_ptr<DeviceOutput> converted(DType from, DType to) const = 0;
 };
+
+// The checks of converted() and copy_columns() shared by every backend: the element count, or
+// std::invalid_argument / std::out_of_range naming what is wrong.
+std::size_t conversion_elements(std::size_t bytes, DType from, DType to);
+void check_column_copy(const ColumnCopy& copy, std::size_t source_bytes, std::size_t bytes);
 
 }  // namespace bitcheck

@@ -166,6 +166,11 @@ ImplInfo& ImplInfo::timed_against(std::string impl) {
   return *this;
 }
 
+ImplInfo& ImplInfo::reading_row_inputs_on_device() {
+  row_inputs_on_device = true;
+  return *this;
+}
+
 Impl::Impl(ImplInfo info) : info_(std::move(info)) {
   if (info_.paths.empty())
     info_.paths = {PathDecl(single_path_name, "the impl's only launch path")};

@@ -164,6 +164,14 @@ struct Batch {
   bool rows_stay_on_device = false;
   bool reductions_stay_on_device = false;
   std::map<std::string, std::shared_ptr<DeviceOutput>> device_outputs;
+  // Row inputs a composed impl (the chain) holds on the impl's device, in the invocation's slots,
+  // pads included: given only to an impl that reads its row inputs there
+  // (ImplInfo::row_inputs_on_device), in place of their host tensors in `inputs`.
+  std::map<std::string, std::shared_ptr<const DeviceOutput>> device_inputs;
+  // Set by the runner for the layout whose rows every other layout's are compared against (the
+  // canonical alone layout): a composed impl moves its values between its calls through the host
+  // there and on the device elsewhere, so a difference between the two ways is drift.
+  bool rows_reference = false;
   nlohmann::json impl_config;  // an impl records the configuration it used (e.g. a cuBLASLt pin)
   // State an impl keeps across the invocations of one layout execution (e.g. a KV cache): empty
   // before the first invocation, dropped after the last.
@@ -240,6 +248,9 @@ struct ImplInfo {
   // op's bench_baseline (a TP matmul against NCCL's default TP matmul of its split, not the
   // one-GPU cuBLASLt heuristic).
   std::string bench_baseline;
+  // run() reads its row inputs from Batch::device_inputs where they are given there (a CUDA impl
+  // through cuda_support::input_rows), never from their host tensors.
+  bool row_inputs_on_device = false;
 
   static ImplInfo invariant(std::string name, std::string backend, std::string description);
   static ImplInfo control(std::string name, std::string backend, std::string description);
@@ -252,6 +263,7 @@ struct ImplInfo {
   ImplInfo& capturable_in_graphs();
   ImplInfo& drifting_only_in_layout(std::string layout);
   ImplInfo& timed_against(std::string impl);
+  ImplInfo& reading_row_inputs_on_device();
 };
 
 class Impl {

@@ -60,6 +60,31 @@ void HostHeldOutput::copy_runs(const DeviceOutput& source, const std::vector<Cop
   }
 }
 
+void HostHeldOutput::copy_columns(const DeviceOutput& source, const ColumnCopy& copy) {
+  const auto* held = dynamic_cast<const HostHeldOutput*>(&source);
+  if (!held) throw std::invalid_argument("copy_columns: the source is not host-held");
+  check_column_copy(copy, held->bytes(), bytes());
+  for (std::size_t r = 0; r < copy.rows && copy.width; ++r) {
+    std::memcpy(bytes_.data() + copy.offset + r * copy.pitch,
+                held->bytes_.data() + copy.source_offset + r * copy.source_pitch, copy.width);
+  }
+}
+
+std::shared_ptr<DeviceOutput> HostHeldOutput::converted(DType from, DType to) const {
+  const std::size_t count = conversion_elements(bytes(), from, to);
+  auto result = std::make_shared<HostHeldOutput>(count * dtype_size(to), 0u, 1);
+  unsigned char* out = result->bytes_.data();
+  const unsigned char* in = bytes_.data();
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, in + i * dtype_size(from), dtype_size(from));
+    // decode_bits and encode_bits: the host's conversions, bit for bit (a float copied as bits).
+    const std::uint32_t converted = from == to ? bits : encode_bits(to, decode_bits(from, bits));
+    std::memcpy(out + i * dtype_size(to), &converted, dtype_size(to));
+  }
+  return result;
+}
+
 bool simulate_device_outputs() {
   const char* value = std::getenv("BITCHECK_SIMULATE_DEVICE_OUTPUTS");
   return value && std::string(value) == "1";

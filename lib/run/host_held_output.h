@@ -24,6 +24,8 @@ class HostHeldOutput : public DeviceOutput {
   std::shared_ptr<DeviceOutput> make_output(std::size_t bytes, std::uint32_t pattern,
                                             std::size_t element_bytes) const override;
   void copy_runs(const DeviceOutput& source, const std::vector<CopyRun>& runs) override;
+  void copy_columns(const DeviceOutput& source, const ColumnCopy& copy) override;
+  std::shared_ptr<DeviceOutput> converted(DType from, DType to) const override;
 
  private:
   std::vector<unsigned char, DefaultInitAllocator<unsigned char>> bytes_;

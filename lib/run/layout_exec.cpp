@@ -315,8 +315,8 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
                              const CasePlan& plan, const Inputs& inputs,
                              nlohmann::json& impl_config, CaseTimings& timings,
                              bool reductions_wanted, bool outputs_stay_on_device,
-                             bool simulate_device, KernelRecorder* recorder, LayoutRecords& records,
-                             int tp) {
+                             bool simulate_device, bool rows_reference, KernelRecorder* recorder,
+                             LayoutRecords& records, int tp) {
   LayoutOutputs result;
   result.present.assign(static_cast<std::size_t>(plan.rows), false);
   std::shared_ptr<void> layout_state;  // the impl's state across this layout's invocations
@@ -335,6 +335,7 @@ LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& s
     auto staging_start = Clock::now();
     Batch batch = make_batch(spec, layout, i, plan.decls, inputs, plan.rows, result,
                              reductions_wanted, outputs_stay_on_device, tp);
+    batch.rows_reference = rows_reference;
     batch.layout_state = layout_state;
     double staging_seconds = seconds_since(staging_start);
     run_recorded(impl, batch, recorder, timings, records);

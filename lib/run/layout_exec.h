@@ -59,13 +59,14 @@ std::uint64_t tensor_bytes(const std::map<std::string, std::shared_ptr<const Ten
 // carried across the invocations; `reductions_wanted` false lets the impl leave them unwritten,
 // `outputs_stay_on_device` lets it leave its outputs on its device (LayoutOutputs::on_device: row
 // outputs gathered there by logical row); `simulate_device` leaves a host impl's outputs in
-// host-held outputs as if it had (run/host_held_output.h).
+// host-held outputs as if it had (run/host_held_output.h); `rows_reference` marks the layout every
+// other layout's rows are compared against (Batch::rows_reference).
 LayoutOutputs execute_layout(const Layout& layout, Impl& impl, const CaseSpec& spec,
                              const CasePlan& plan, const Inputs& inputs,
                              nlohmann::json& impl_config, CaseTimings& timings,
                              bool reductions_wanted, bool outputs_stay_on_device,
-                             bool simulate_device, KernelRecorder* recorder, LayoutRecords& records,
-                             int tp);
+                             bool simulate_device, bool rows_reference, KernelRecorder* recorder,
+                             LayoutRecords& records, int tp);
 
 // Row inputs are owned by this case alone once every layout has run: moved, not copied
 // (gigabytes for vocab-sized backward cases). Cached parameters are shared, so copied.

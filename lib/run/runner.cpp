@@ -193,10 +193,10 @@ class CasePipeline {
       const bool all_on_host = at_tp1 || artifacts_ != nullptr;
       const bool first_canonical = repeat == 0 && plan_.rank(name) != 2;
       LayoutRecords& records = records_[name];
-      LayoutOutputs outputs =
-          execute_layout(layout, impl_, spec_, plan_, inputs_, impl_config_, timings_,
-                         reductions_wanted, outputs_stay_on_device_,
-                         outputs_stay_on_device_ && simulate_device_, recorder_, records, tp);
+      LayoutOutputs outputs = execute_layout(layout, impl_, spec_, plan_, inputs_, impl_config_,
+                                             timings_, reductions_wanted, outputs_stay_on_device_,
+                                             outputs_stay_on_device_ && simulate_device_,
+                                             plan_.rank(name) == 0, recorder_, records, tp);
       bring_all_to_host(outputs, plan_.decls, device_fetches_, all_on_host || first_canonical,
                         all_on_host || (repeat == 0 && name == canonical_reduction_layout));
       // A layout with nothing for the checks to read (an op whose pass outputs only token

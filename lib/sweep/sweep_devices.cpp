@@ -186,10 +186,14 @@ int run_sweep_on_devices(const SweepOptions& options, const Registry& registry) 
     }
     // A signal here stops the group (its ranks are killed) and the shards never start: the
     // report holds the cases the group finished and is marked interrupted.
+    const auto group_start = std::chrono::steady_clock::now();
     RankGroupRun group = run_rank_group(for_children, registry, group_cases, work_dir + "/ranks",
                                         [] { return signals_received > 0; });
     rank_group_meta = group.meta;
     reports.push_back(report_of_entries(group.results, options, registry));
+    // The group's own wall time (its cases' teams side by side), as each shard's.
+    reports.back()["meta"]["wall_seconds"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - group_start).count();
     sources.push_back("rank group of " + std::to_string(group.meta["size"].get<int>()));
     skip_ids_path = work_dir + "/rank-group-cases.txt";
     std::ofstream ids(skip_ids_path);

@@ -17,6 +17,7 @@
 #include "manifest.h"
 #include "report/case_json.h"
 #include "run/compare.h"
+#include "run/host_held_output.h"
 #include "run/input_generator.h"
 #include "run/runner.h"
 #include "spec/contract.h"
@@ -192,6 +193,67 @@ TEST_CASE("packed rows placed at their slots on the device: each row at its slot
   CHECK_THROWS(cuda_support::rows_at_slots(device, {0, 9}, 9, row_bytes));
 }
 
+TEST_CASE("CUDA conversions and column copies have the host-held outputs' bits",
+          "[gpu][device-checks]") {
+  // Every 16-bit pattern widened, a spread of 32-bit patterns narrowed (the host-held output is
+  // checked against core/dtype.h by the unit tests; here the CUDA one against it).
+  Tensor halves(DType::bf16, {65536}, Tensor::uninitialized);
+  for (std::uint32_t bits = 0; bits < 65536; ++bits) halves.set_bits(bits, bits);
+  std::vector<std::uint32_t> words;
+  for (std::uint32_t exponent = 0; exponent < 256; ++exponent) {
+    for (std::uint32_t low : {0x0u, 0x1u, 0xfffu, 0x1000u, 0x1001u, 0x2000u, 0x7fffu, 0x8000u,
+                              0x8001u, 0x18000u, 0x7fffffu, 0x400000u, 0x5a5a5au}) {
+      for (std::uint32_t sign : {0u, 0x80000000u}) words.push_back(sign | exponent << 23 | low);
+    }
+  }
+  for (std::uint32_t i = 0; i < 100000; ++i) words.push_back(i * 2654435761u);
+  Tensor floats(DType::fp32, {static_cast<std::int64_t>(words.size())}, Tensor::uninitialized);
+  std::memcpy(floats.data(), words.data(), words.size() * 4);
+  struct Conversion {
+    const Tensor* source;
+    DType from, to;
+  };
+  for (const Conversion& c : {Conversion{&halves, DType::bf16, DType::fp32},
+                              Conversion{&halves, DType::fp16, DType::fp32},
+                              Conversion{&floats, DType::fp32, DType::bf16},
+                              Conversion{&floats, DType::fp32, DType::fp16},
+                              Conversion{&floats, DType::fp32, DType::fp32}}) {
+    INFO(to_string(c.from) << " -> " << to_string(c.to));
+    const HostHeldOutput host(*c.source);
+    const cuda_support::CudaDeviceOutput device(uploaded(*c.source), c.source->bytes());
+    auto expected = host.converted(c.from, c.to);
+    auto actual = device.converted(c.from, c.to);
+    REQUIRE(actual->bytes() == expected->bytes());
+    std::vector<unsigned char> e(expected->bytes()), a(actual->bytes());
+    expected->read(e.data(), 0, e.size());
+    actual->read(a.data(), 0, a.size());
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < e.size(); ++i) differing += e[i] != a[i];
+    CHECK(differing == 0);
+  }
+  // Columns 2..4 of 5 rows of 7 fp32 into columns 1..3 of rows of 4.
+  Tensor source(DType::fp32, {5, 7}, Tensor::uninitialized);
+  for (std::int64_t i = 0; i < 35; ++i)
+    source.set_bits(i, 0x3f800000u + static_cast<std::uint32_t>(i));
+  const cuda_support::CudaDeviceOutput from(uploaded(source), source.bytes());
+  auto to = from.make_output(5 * 4 * 4, 0xAAAAAAAAu, 4);
+  ColumnCopy copy;
+  copy.rows = 5;
+  copy.source_pitch = 7 * 4;
+  copy.source_offset = 2 * 4;
+  copy.pitch = 4 * 4;
+  copy.offset = 1 * 4;
+  copy.width = 3 * 4;
+  to->copy_columns(from, copy);
+  std::vector<std::uint32_t> out(20);
+  to->read(out.data(), 0, 80);
+  for (std::int64_t r = 0; r < 5; ++r) {
+    CHECK(out[static_cast<std::size_t>(r * 4)] == 0xAAAAAAAAu);
+    for (std::int64_t col = 0; col < 3; ++col)
+      CHECK(out[static_cast<std::size_t>(r * 4 + 1 + col)] == source.bits(r * 7 + 2 + col));
+  }
+}
+
 TEST_CASE("the runner's device comparisons give the host's results on CUDA impls",
           "[gpu][device-checks]") {
   Registry registry;
@@ -254,4 +316,58 @@ TEST_CASE("the runner's device comparisons give the host's results on CUDA impls
   CHECK(compared >= 40);
   CHECK(on_device >= compared - 6);
   CHECK(drifted >= 10);
+}
+
+TEST_CASE("the chain's values stay on the device between calls: the host's reports, fewer uploads",
+          "[gpu][device-checks]") {
+  Registry registry;
+  register_all(registry);
+  const Contract contract = load_embedded_contract(registry);
+  const Dims dims = {{"layers", 1}, {"H", 256}, {"heads", 4}, {"kv_heads", 2},
+                     {"D", 64},     {"I", 512}, {"V", 4000},  {"L", 48}};
+  int compared = 0, fewer_uploads = 0;
+  for (Pass pass : {Pass::forward, Pass::backward}) {
+    for (Impl* impl : registry.impls("chain")) {
+      if (impl->backend() != "cuda" || !impl->supports(pass) ||
+          impl->tensor_parallelism().max_tp > 1 || impl->name().find("atomic") != std::string::npos)
+        continue;
+      CaseSpec spec;
+      spec.op = "chain";
+      spec.impl = impl->name();
+      spec.dtype = DType::bf16;
+      spec.dtype_name = "bf16";
+      spec.pass = pass;
+      spec.dims = dims;
+      spec.rows = 4;
+      spec.alone_rows = 8;
+      spec.layouts =
+          pass == Pass::forward
+              ? std::vector<std::string>{"seq_alone",       "batch",      "varlen_packed", "padded",
+                                         "padded_in_order", "chunked_16", "decode"}
+              : std::vector<std::string>{"seq_alone", "batch", "varlen_packed", "padded",
+                                         "padded_in_order"};
+      CAPTURE(spec.id());
+      Runner runner(registry, contract);
+      setenv("BITCHECK_OUTPUTS_ON_HOST", "1", 1);
+      const CaseResult host = runner.run_case(spec);
+      unsetenv("BITCHECK_OUTPUTS_ON_HOST");
+      const CaseResult device = runner.run_case(spec);
+      if (host.verdict == Verdict::skipped) continue;
+      REQUIRE(host.verdict != Verdict::error);
+      REQUIRE(device.verdict != Verdict::error);
+      nlohmann::json a = case_to_json(host), b = case_to_json(device);
+      a.erase("timings");
+      b.erase("timings");
+      // The glue between calls on the device in every layout but the alone one (through the
+      // host there): the same bits, the same verdicts, findings and paths.
+      CHECK(a == b);
+      ++compared;
+      if (device.timings.profile[Phase::uploads].bytes < host.timings.profile[Phase::uploads].bytes)
+        ++fewer_uploads;
+    }
+  }
+  CHECK(compared >= 8);
+  // The calls read their row inputs where the last call left them (a control that reads them on
+  // the host gets them downloaded, so uploads as before).
+  CHECK(fewer_uploads >= compared / 2);
 }
