@@ -95,8 +95,7 @@ void convert_on_device(const void* in, DeviceDType from, void* out, DeviceDType 
   constexpr int threads = 256;
   const std::size_t wanted = (count + threads - 1) / threads;
   const unsigned blocks = static_cast<unsigned>(wanted < 65535 * 8 ? wanted : 65535 * 8);
-  convert_kernel<<<blocks, threads>>>(in, static_cast<int>(from), out, static_cast<int>(to),
-                                      count);
+  convert_kernel<<<blocks, threads>>>(in, static_cast<int>(from), out, static_cast<int>(to), count);
   BITCHECK_CUDA_LAUNCH_CHECK();
 }
 
