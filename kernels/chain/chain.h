@@ -72,6 +72,10 @@ CaseSpec call_spec(const CaseSpec& chain_spec, const Call& call, const std::stri
 // slots, or the logical rows for the reference). `run` gets the op's inputs by the op's tensor
 // names and returns its row outputs likewise; it also records every output under the chain's
 // name for it ("<call>.<tensor>").
+// The fewest rows of an invocation whose glue runs on the device (ImplExecutor::glue_on_device):
+// below it the host's copies of a few kilobytes beat a device operation's wait for the GPU.
+inline constexpr std::int64_t device_glue_min_rows = 128;
+
 class Executor {
  public:
   virtual ~Executor() = default;

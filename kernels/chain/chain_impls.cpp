@@ -57,12 +57,7 @@ class ImplExecutor : public chain::Executor {
   std::int64_t rows() const override { return batch_.slots(); }
   chain::ValueMap run(const chain::Call& call, const CaseSpec& spec,
                       const chain::ValueMap& inputs) override;
-  // Where the runner lets the calls' rows stay on the device, the glue between calls runs there
-  // too, except in the layout every other one's rows are compared against: that one moves them
-  // through the host, so a difference between the two ways shows as drift.
-  bool glue_on_device() const override {
-    return batch_.rows_stay_on_device && !batch_.rows_reference;
-  }
+  bool glue_on_device() const override;
   // The seconds spent in the component impls' calls: the rest of a chain call's time is its own
   // bookkeeping (it copies no outputs: they are moved into the chain's, accumulators in and out).
   double component_seconds() const { return component_seconds_; }
@@ -265,6 +260,19 @@ class ChainImpl : public Impl {
   std::string swapped_op_;
   Impl* swapped_;
 };
+
+// Where the runner lets the calls' rows stay on the device, the glue between calls runs there
+// too, except in the layout every other one's rows are compared against: that one moves them
+// through the host, so a difference between the two ways shows as drift. An invocation of a few
+// rows (a decode step, a short chunk) moves them through the host as well: its glue is a few
+// kilobytes, and each device operation waits for the GPU, which shards sharing it make slow.
+// (Held outputs of a backend without a device, BITCHECK_SIMULATE_DEVICE_OUTPUTS, wait for no GPU:
+// every invocation's glue runs "there".)
+bool ImplExecutor::glue_on_device() const {
+  const bool waits_for_gpu = registry_.device_backend(chain_.backend()) != nullptr;
+  return batch_.rows_stay_on_device && !batch_.rows_reference &&
+         (!waits_for_gpu || batch_.slots() >= chain::device_glue_min_rows);
+}
 
 chain::ValueMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
                                   const chain::ValueMap& inputs) {

@@ -2,21 +2,28 @@
 // memory, context faults, the copy yardstick, the device memory of plugin and Python impls). Each
 // op registers its own CUDA impls (kernels/<op>/<op>_cuda.cpp), even without a device, so their
 // cases are skipped with the reason.
+#include <algorithm>
 #include <memory>
 
+#include "common/adapter_support.h"
 #include "common/bench_support.h"
 #include "common/cuda_backend.h"
+#include "common/device_inputs.h"
+#include "common/device_output_cuda.h"
 #include "common/external_device.h"
 #include "common/kernel_recorder.h"
 #include "common/nccl_ranks.h"
 #include "common/runtime.h"
 #include "core/backend.h"
+#include "core/device_input_source.h"
 #include "core/op.h"
+#include "core/rng.h"
+#include "run/input_generator.h"
 
 namespace bitcheck {
 namespace {
 
-class CudaBackend : public DeviceBackend {
+class CudaBackend : public DeviceBackend, public DeviceInputSource {
  public:
   explicit CudaBackend(const KernelRecorder& recorder) : recorder_(recorder) {}
 
@@ -46,6 +53,25 @@ class CudaBackend : public DeviceBackend {
   void join_ranks(const RankGroup& group) override { nccl::join(group); }
   RankGroup rank_group() const override { return nccl::group(); }
   bool all_ranks_agree(int tp, bool mine) override { return nccl::all_true(mine, tp); }
+
+  // Uniform float row inputs generated where the impls read them (common/device_inputs.h): the
+  // host generator's bits, proven by the device-check GPU tests.
+  std::shared_ptr<DeviceOutput> generated_rows(const TensorDecl& decl, std::int64_t rows,
+                                               std::uint64_t seed,
+                                               double special_value_rate) const override {
+    if (decl.generator != Generator::uniform || decl.dtype == DType::i32 || rows <= 0)
+      return nullptr;
+    std::int64_t width = 1;
+    for (std::int64_t extent : decl.shape) width *= extent;
+    const cuda::UniformInputKey key{cuda_support::device_dtype(decl.dtype), seed,
+                                    hash_name(decl.name), column_scales(decl, width),
+                                    special_value_rate};
+    const std::size_t bytes = static_cast<std::size_t>(rows * width) * dtype_size(decl.dtype);
+    cuda::DeviceBuffer buffer(std::max<std::size_t>(bytes, 16));
+    cuda::generate_uniform_on_device(key, 0, rows, buffer.get(), nullptr);
+    cuda::synchronize();
+    return std::make_shared<cuda_support::CudaDeviceOutput>(std::move(buffer), bytes);
+  }
 
   std::optional<std::size_t> free_memory_bytes() const override {
     static const bool available = cuda::query_device().available;

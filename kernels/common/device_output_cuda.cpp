@@ -59,6 +59,8 @@ void CudaDeviceOutput::copy_runs(const DeviceOutput& source, const std::vector<C
         static_cast<unsigned char*>(buffer_.get()) + run.offset,
         static_cast<const unsigned char*>(device->buffer_.get()) + run.source_offset, run.bytes);
   }
+  // No wait here: a reader of the output (the runner's comparison, an impl's input_rows) orders
+  // itself after these copies on the same stream or synchronizes first.
 }
 
 void CudaDeviceOutput::copy_columns(const DeviceOutput& source, const ColumnCopy& copy) {
@@ -119,6 +121,7 @@ cuda::DeviceBuffer input_rows(const Batch& batch, const std::string& name) {
   if (!device) return uploaded(batch.in(name));
   cuda::DeviceBuffer copy(std::max<std::size_t>(device->bytes(), 16));
   cuda::copy_device_to_device(copy.get(), device->data(), device->bytes());
+  cuda::synchronize();  // the copy (default stream) done before the impl's streams read it
   return copy;
 }
 
@@ -158,6 +161,7 @@ cuda::DeviceBuffer packed_input_rows(const Batch& batch, const std::string& name
                                 (end - first) * row_bytes);
     first = end;
   }
+  cuda::synchronize();
   return packed;
 }
 

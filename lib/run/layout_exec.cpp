@@ -40,6 +40,34 @@ bool is_identity(const Invocation& invocation, std::int64_t rows) {
   return identity;
 }
 
+// An invocation's rows of a row input held on the device as logical rows: each real slot's row
+// copied there (consecutive slots holding consecutive rows in one run), pad slots poisoned as the
+// host's are.
+std::shared_ptr<const DeviceOutput> rows_in_slots(const DeviceOutput& logical,
+                                                  const TensorDecl& decl,
+                                                  const Invocation& invocation) {
+  const std::size_t row_bytes =
+      static_cast<std::size_t>(shape_elements(decl)) * dtype_size(decl.dtype);
+  std::shared_ptr<DeviceOutput> slots =
+      logical.make_output(row_bytes * static_cast<std::size_t>(invocation.slots()),
+                          Tensor::poisoned(decl.dtype, {1}).bits(0), dtype_size(decl.dtype));
+  std::vector<CopyRun> runs;
+  for (std::int64_t s = 0; s < invocation.slots(); ++s) {
+    const std::int64_t row = invocation.slot_rows[static_cast<std::size_t>(s)];
+    if (row < 0) continue;
+    const std::size_t from = static_cast<std::size_t>(row) * row_bytes;
+    const std::size_t to = static_cast<std::size_t>(s) * row_bytes;
+    if (!runs.empty() && runs.back().source_offset + runs.back().bytes == from &&
+        runs.back().offset + runs.back().bytes == to) {
+      runs.back().bytes += row_bytes;
+    } else {
+      runs.push_back({from, to, row_bytes});
+    }
+  }
+  slots->copy_runs(logical, runs);
+  return slots;
+}
+
 // One invocation's batch: parameters and in-order row inputs shared, other row inputs placed in
 // their slots (pad slots NaN), row outputs poisoned, reduction outputs carried across invocations.
 Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
@@ -59,6 +87,13 @@ Batch make_batch(const CaseSpec& spec, const Layout& layout, std::size_t index,
   batch.captured = layout.captured;
   const bool identity = is_identity(invocation, rows);
   for (const auto& decl : decls) {
+    auto on_device = inputs.device.find(decl.name);
+    if (decl.role == TensorRole::row_input && on_device != inputs.device.end()) {
+      batch.device_inputs[decl.name] =
+          identity ? on_device->second : rows_in_slots(*on_device->second, decl, invocation);
+      batch.input_ids[decl.name] = identity ? inputs.ids.at(decl.name) : new_input_id();
+      continue;
+    }
     if (decl.role == TensorRole::parameter || (decl.role == TensorRole::row_input && identity)) {
       batch.inputs[decl.name] = inputs.tensors.at(decl.name);
       batch.input_ids[decl.name] = inputs.ids.at(decl.name);
@@ -216,7 +251,8 @@ std::uint64_t staged_bytes(const Batch& batch, const std::vector<TensorDecl>& de
                            bool identity) {
   std::uint64_t bytes = 0;
   for (const auto& decl : decls) {
-    if (decl.role == TensorRole::row_input && !identity) bytes += batch.in(decl.name).bytes();
+    if (decl.role == TensorRole::row_input && !identity && batch.inputs.count(decl.name))
+      bytes += batch.in(decl.name).bytes();
     if (decl.role == TensorRole::row_output && !identity &&
         !batch.device_outputs.count(decl.name)) {
       const auto found = batch.outputs.find(decl.name);
@@ -288,7 +324,8 @@ std::pair<std::shared_ptr<const Tensor>, std::uint64_t> ParameterCache::get(
   return entries_.back().second;
 }
 
-Inputs generate_inputs(const CasePlan& plan, const CaseSpec& spec, ParameterCache& parameters) {
+Inputs generate_inputs(const CasePlan& plan, const CaseSpec& spec, ParameterCache& parameters,
+                       const DeviceInputSource* device) {
   Inputs inputs;
   for (const auto& decl : plan.decls) {
     if (decl.role == TensorRole::parameter) {
@@ -300,6 +337,10 @@ Inputs generate_inputs(const CasePlan& plan, const CaseSpec& spec, ParameterCach
       inputs.tensors[decl.name] = std::make_shared<const Tensor>(generate_input(
           decl, full_shape(decl, plan.rows), spec.seed, spec.special_values, spec.ids));
       inputs.ids[decl.name] = new_input_id();
+      if (device) {
+        if (auto held = device->generated_rows(decl, plan.rows, spec.seed, spec.special_values))
+          inputs.device[decl.name] = std::move(held);
+      }
     }
   }
   return inputs;

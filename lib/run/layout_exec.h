@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_input_source.h"
 #include "core/op.h"
 #include "core/provenance.h"
 #include "run/case_checks.h"
@@ -41,9 +42,15 @@ class ParameterCache {
 struct Inputs {
   std::map<std::string, std::shared_ptr<const Tensor>> tensors;  // logical rows for row inputs
   std::map<std::string, std::uint64_t> ids;
+  // Row inputs also generated on the impl's device (DeviceInputSource::generated_rows), their
+  // logical rows: each invocation gets them there (Batch::device_inputs) in place of the host
+  // tensors.
+  std::map<std::string, std::shared_ptr<const DeviceOutput>> device;
 };
 
-Inputs generate_inputs(const CasePlan& plan, const CaseSpec& spec, ParameterCache& parameters);
+// The case's inputs on the host; with `device`, its uniform row inputs on that device too.
+Inputs generate_inputs(const CasePlan& plan, const CaseSpec& spec, ParameterCache& parameters,
+                       const DeviceInputSource* device = nullptr);
 
 // What a layout's calls recorded: their launch paths and, with provenance, their kernels.
 struct LayoutRecords {

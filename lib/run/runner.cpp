@@ -87,10 +87,11 @@ class CasePipeline {
                ParameterCache& parameters, ReferenceCache& reference, CaseArtifacts* artifacts,
                bool follower, KernelRecorder* recorder,
                std::optional<std::string> capture_skip_reason, bool outputs_stay_on_device,
-               bool simulate_device)
+               bool simulate_device, const DeviceInputSource* input_device)
       : follower_(follower),
         outputs_stay_on_device_(outputs_stay_on_device),
         simulate_device_(simulate_device),
+        input_device_(input_device),
         recorder_(recorder),
         capture_skip_reason_(std::move(capture_skip_reason)),
         spec_(spec),
@@ -105,7 +106,7 @@ class CasePipeline {
     plan_ = plan_case(op_, spec_);
     canonical_.rows_layout = plan_.canonical_rows_layout;
     auto inputs_start = Clock::now();
-    inputs_ = generate_inputs(plan_, spec_, parameters_);
+    inputs_ = generate_inputs(plan_, spec_, parameters_, input_device_);
     timings_.inputs_seconds = seconds_since(inputs_start);
     timings_.profile.add(Phase::inputs, timings_.inputs_seconds, tensor_bytes(inputs_.tensors));
     run_layouts();
@@ -375,6 +376,8 @@ class CasePipeline {
   bool outputs_stay_on_device_;
   // An impl without a device whose outputs are held as if on one (run/host_held_output.h).
   bool simulate_device_ = false;
+  // Where the impl's row inputs are generated on its device too (Inputs::device), or nullptr.
+  const DeviceInputSource* input_device_;
   KernelRecorder* recorder_;  // the impl's backend's, while it records; else nullptr
   // Why the impl cannot run a captured layout (the graph layout); nullopt when it can.
   std::optional<std::string> capture_skip_reason_;
@@ -460,11 +463,17 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
   KernelRecorder* recorder = state_->registry.kernel_recorder(impl->backend());
   if (recorder && !recorder->recording()) recorder = nullptr;
   const bool host_peak_reset = reset_peak_host_memory();
-  CasePipeline pipeline(
-      spec, *op, *impl, state_->contract, state_->parameters, state_->reference, artifacts,
-      with_ranks && group.rank > 0, recorder, capture_skip_reason(state_->registry, *impl),
-      !outputs_on_host() && outputs_may_stay_on_device(state_->registry, *op, *impl, spec),
-      device == nullptr && simulate_device_outputs());
+  const bool stay_on_device =
+      !outputs_on_host() && outputs_may_stay_on_device(state_->registry, *op, *impl, spec);
+  // An impl that reads its row inputs on the device gets them generated there (and placed in each
+  // invocation's slots there), not uploaded: the host still generates them for the reference.
+  const DeviceInputSource* input_device = stay_on_device && impl->info().row_inputs_on_device
+                                              ? dynamic_cast<const DeviceInputSource*>(device)
+                                              : nullptr;
+  CasePipeline pipeline(spec, *op, *impl, state_->contract, state_->parameters, state_->reference,
+                        artifacts, with_ranks && group.rank > 0, recorder,
+                        capture_skip_reason(state_->registry, *impl), stay_on_device,
+                        device == nullptr && simulate_device_outputs(), input_device);
   std::optional<std::string> error;
   try {
     pipeline.run();

@@ -1,8 +1,8 @@
 // The device input generator and the device row comparison against their host versions, bit for
 // bit: uniform inputs in every dtype with special values (NaN payloads, infinities, subnormals,
 // -0), the per-row mask over rows that differ in one bit, a NaN payload or the sign of a zero, the
-// output fingerprint of device rows, and the runner's comparisons of outputs left on the device
-// against the same runs with every output brought to the host.
+// output fingerprint of device rows, the chain's glue on the device, and the runner's cases with
+// inputs generated and outputs compared on the device against the same cases all on the host.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -263,7 +263,7 @@ TEST_CASE("the runner's device comparisons give the host's results on CUDA impls
                       {"KVH", 2}, {"D", 64},  {"L", 100}, {"I", 256}};
   const std::vector<std::string> generic = {"alone",    "batch",  "shuffled",  "pad_right",
                                             "pad_left", "ragged", "microbatch"};
-  int compared = 0, drifted = 0, on_device = 0;
+  int compared = 0, drifted = 0, on_device = 0, fewer_uploads = 0;
   for (const char* op_name :
        {"matmul", "lm_head", "lm_head_logprob", "embedding", "rmsnorm", "add_rmsnorm", "silu",
         "swiglu", "residual_add", "logprob", "attention"}) {
@@ -307,6 +307,11 @@ TEST_CASE("the runner's device comparisons give the host's results on CUDA impls
         // (the impls that still download their rows, lm_head_logprob's forward and the split-K
         // controls of matmul, compare on the host both ways)
         if (device.timings.profile[Phase::device_comparisons].bytes > 0) ++on_device;
+        // Row inputs generated on the device for the impls that read them there: fewer bytes
+        // uploaded, the same results (above).
+        if (device.timings.profile[Phase::uploads].bytes <
+            host.timings.profile[Phase::uploads].bytes)
+          ++fewer_uploads;
         ++compared;
         if (!device.drift.empty() || !device.nondeterminism.empty()) ++drifted;
       }
@@ -316,6 +321,7 @@ TEST_CASE("the runner's device comparisons give the host's results on CUDA impls
   CHECK(compared >= 40);
   CHECK(on_device >= compared - 6);
   CHECK(drifted >= 10);
+  CHECK(fewer_uploads >= compared / 2);
 }
 
 TEST_CASE("the chain's values stay on the device between calls: the host's reports, fewer uploads",
