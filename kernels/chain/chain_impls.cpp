@@ -14,6 +14,7 @@
 #include "chain/chain.h"
 #include "common/elementwise_math.h"
 #include "core/phase_profile.h"
+#include "run/device_memory.h"
 #include "run/host_held_output.h"
 
 namespace bitcheck {
@@ -58,6 +59,12 @@ class ImplExecutor : public chain::Executor {
   chain::ValueMap run(const chain::Call& call, const CaseSpec& spec,
                       const chain::ValueMap& inputs) override;
   bool glue_on_device() const override;
+  // Whether the calls leave their rows on the device: where the runner lets the chain's, unless
+  // shards of a sweep share the GPU (device_shared_by_shards). There every wait for the GPU lasts
+  // while the others' work runs, and handing each of a decode step's rows over and reading it
+  // back took the nightly's chain bookkeeping from 23 s to 307 s: the calls bring their rows to
+  // the host as before.
+  bool rows_on_device() const;
   // The seconds spent in the component impls' calls: the rest of a chain call's time is its own
   // bookkeeping (it copies no outputs: they are moved into the chain's, accumulators in and out).
   double component_seconds() const { return component_seconds_; }
@@ -265,13 +272,18 @@ class ChainImpl : public Impl {
 // too, except in the layout every other one's rows are compared against: that one moves them
 // through the host, so a difference between the two ways shows as drift. An invocation of a few
 // rows (a decode step, a short chunk) moves them through the host as well: its glue is a few
-// kilobytes, and each device operation waits for the GPU, which shards sharing it make slow.
+// kilobytes, and each device operation waits for the GPU.
 // (Held outputs of a backend without a device, BITCHECK_SIMULATE_DEVICE_OUTPUTS, wait for no GPU:
 // every invocation's glue runs "there".)
 bool ImplExecutor::glue_on_device() const {
   const bool waits_for_gpu = registry_.device_backend(chain_.backend()) != nullptr;
-  return batch_.rows_stay_on_device && !batch_.rows_reference &&
+  return rows_on_device() && !batch_.rows_reference &&
          (!waits_for_gpu || batch_.slots() >= chain::device_glue_min_rows);
+}
+
+bool ImplExecutor::rows_on_device() const {
+  return batch_.rows_stay_on_device &&
+         (registry_.device_backend(chain_.backend()) == nullptr || !device_shared_by_shards());
 }
 
 chain::ValueMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_case,
@@ -287,7 +299,7 @@ chain::ValueMap ImplExecutor::run(const chain::Call& call, const CaseSpec& call_
   batch.reductions_wanted = batch_.reductions_wanted;
   // The calls' rows and token reductions stay where they are made when the runner lets the
   // chain's (its rows are the calls'); the calls' row inputs are read there by the impls that can.
-  batch.rows_stay_on_device = batch_.rows_stay_on_device;
+  batch.rows_stay_on_device = rows_on_device();
   batch.reductions_stay_on_device = batch_.reductions_stay_on_device;
   batch.rows_reference = batch_.rows_reference;
   batch.parameters_in_use = batch_.inputs.size();  // the chain's inputs: every layer's parameters

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "core/dtype.h"
+#include "core/host_threads.h"
 
 namespace bitcheck {
 namespace {
@@ -107,6 +109,14 @@ bool outputs_may_stay_on_device(const Registry& registry, const OpDef& op, const
   const std::size_t needed = footprint > SIZE_MAX - kept ? SIZE_MAX : footprint + kept;
   std::optional<std::size_t> free_bytes = device->free_memory_bytes();
   return free_bytes && !device_memory_shortfall(needed, *free_bytes);
+}
+
+bool device_shared_by_shards() {
+  const char* text = std::getenv(shards_on_device_variable);
+  if (!text) return false;
+  char* end = nullptr;
+  const unsigned long shards = std::strtoul(text, &end, 10);
+  return end != text && *end == '\0' && shards > 1;
 }
 
 }  // namespace bitcheck

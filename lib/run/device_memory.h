@@ -52,4 +52,10 @@ std::optional<std::string> device_memory_skip_reason(const Registry& registry, c
 bool outputs_may_stay_on_device(const Registry& registry, const OpDef& op, const Impl& impl,
                                 const CaseSpec& spec);
 
+// Whether this process shares its GPU with other shards of a sweep (BITCHECK_SHARDS_ON_DEVICE
+// above 1, set by `sweep --devices`). Then each wait for the GPU lasts while the others' work runs,
+// so the device paths made of many small operations (row inputs placed in every invocation's
+// slots, the chain's glue between calls) give way to the host's copies.
+bool device_shared_by_shards();
+
 }  // namespace bitcheck

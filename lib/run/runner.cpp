@@ -467,9 +467,11 @@ CaseResult Runner::run_case(const CaseSpec& spec, CaseArtifacts* artifacts) {
       !outputs_on_host() && outputs_may_stay_on_device(state_->registry, *op, *impl, spec);
   // An impl that reads its row inputs on the device gets them generated there (and placed in each
   // invocation's slots there), not uploaded: the host still generates them for the reference.
-  const DeviceInputSource* input_device = stay_on_device && impl->info().row_inputs_on_device
-                                              ? dynamic_cast<const DeviceInputSource*>(device)
-                                              : nullptr;
+  // Not where shards share the GPU: a placement in every invocation's slots waits for it each time.
+  const DeviceInputSource* input_device =
+      stay_on_device && impl->info().row_inputs_on_device && !device_shared_by_shards()
+          ? dynamic_cast<const DeviceInputSource*>(device)
+          : nullptr;
   CasePipeline pipeline(spec, *op, *impl, state_->contract, state_->parameters, state_->reference,
                         artifacts, with_ranks && group.rank > 0, recorder,
                         capture_skip_reason(state_->registry, *impl), stay_on_device,
