@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "common/adapter_support.h"
 #include "common/device_glue.h"
 #include "common/row_compare.h"
 
@@ -74,27 +75,11 @@ void CudaDeviceOutput::copy_columns(const DeviceOutput& source, const ColumnCopy
   cuda::synchronize();
 }
 
-namespace {
-cuda::DeviceDType device_dtype_of(DType dtype) {
-  switch (dtype) {
-    case DType::bf16:
-      return cuda::DeviceDType::bf16;
-    case DType::fp16:
-      return cuda::DeviceDType::fp16;
-    case DType::fp32:
-      return cuda::DeviceDType::fp32;
-    default:
-      throw std::invalid_argument("converted: no device dtype for " + to_string(dtype));
-  }
-}
-}  // namespace
-
 std::shared_ptr<DeviceOutput> CudaDeviceOutput::converted(DType from, DType to) const {
   const std::size_t count = conversion_elements(bytes_, from, to);
   const std::size_t bytes = count * dtype_size(to);
   cuda::DeviceBuffer out(std::max<std::size_t>(bytes, 16));
-  cuda::convert_on_device(buffer_.get(), device_dtype_of(from), out.get(), device_dtype_of(to),
-                          count);
+  cuda::convert_on_device(buffer_.get(), device_dtype(from), out.get(), device_dtype(to), count);
   cuda::synchronize();
   return std::make_shared<CudaDeviceOutput>(std::move(out), bytes);
 }

@@ -40,6 +40,18 @@ bool is_identity(const Invocation& invocation, std::int64_t rows) {
   return identity;
 }
 
+// One row's copy appended to `runs`: the last run grown when the row follows it on both sides
+// (consecutive source rows to consecutive places), else a run of its own.
+void append_row(std::vector<CopyRun>& runs, std::size_t from, std::size_t to,
+                std::size_t row_bytes) {
+  if (!runs.empty() && runs.back().source_offset + runs.back().bytes == from &&
+      runs.back().offset + runs.back().bytes == to) {
+    runs.back().bytes += row_bytes;
+  } else {
+    runs.push_back({from, to, row_bytes});
+  }
+}
+
 // An invocation's rows of a row input held on the device as logical rows: each real slot's row
 // copied there (consecutive slots holding consecutive rows in one run), pad slots poisoned as the
 // host's are.
@@ -55,14 +67,8 @@ std::shared_ptr<const DeviceOutput> rows_in_slots(const DeviceOutput& logical,
   for (std::int64_t s = 0; s < invocation.slots(); ++s) {
     const std::int64_t row = invocation.slot_rows[static_cast<std::size_t>(s)];
     if (row < 0) continue;
-    const std::size_t from = static_cast<std::size_t>(row) * row_bytes;
-    const std::size_t to = static_cast<std::size_t>(s) * row_bytes;
-    if (!runs.empty() && runs.back().source_offset + runs.back().bytes == from &&
-        runs.back().offset + runs.back().bytes == to) {
-      runs.back().bytes += row_bytes;
-    } else {
-      runs.push_back({from, to, row_bytes});
-    }
+    append_row(runs, static_cast<std::size_t>(row) * row_bytes,
+               static_cast<std::size_t>(s) * row_bytes, row_bytes);
   }
   slots->copy_runs(logical, runs);
   return slots;
@@ -164,14 +170,8 @@ void take_device_output(const Impl& impl, const TensorDecl& decl, const Invocati
   for (std::int64_t s = 0; s < invocation.slots(); ++s) {
     const std::int64_t logical = invocation.slot_rows[static_cast<std::size_t>(s)];
     if (logical < 0) continue;
-    const std::size_t from = static_cast<std::size_t>(s) * row_bytes;
-    const std::size_t to = static_cast<std::size_t>(logical) * row_bytes;
-    if (!runs.empty() && runs.back().source_offset + runs.back().bytes == from &&
-        runs.back().offset + runs.back().bytes == to) {
-      runs.back().bytes += row_bytes;
-    } else {
-      runs.push_back({from, to, row_bytes});
-    }
+    append_row(runs, static_cast<std::size_t>(s) * row_bytes,
+               static_cast<std::size_t>(logical) * row_bytes, row_bytes);
     result.present[static_cast<std::size_t>(logical)] = true;
   }
   result.on_device.at(decl.name)->copy_runs(*held->second, runs);
