@@ -184,6 +184,12 @@ TEST_CASE(
   CHECK(teams[2]["cases"].get<int>() >= 1);
   CHECK(report["meta"]["rank_group"]["groups_started"] == 3);
   CHECK(report["meta"]["rank_group"]["devices"] == json::array({"a", "b", "c", "d"}));
+  // The merged report's sources: the rank group with its own wall time, then the shards.
+  const json& sources = report["meta"]["shards"];
+  REQUIRE(!sources.empty());
+  CHECK(sources[0]["source"] == "rank group of 4");
+  CHECK(sources[0]["wall_seconds"].get<double>() > 0);
+  CHECK(sources[0]["wall_seconds"].get<double>() <= report["meta"]["wall_seconds"].get<double>());
 }
 
 TEST_CASE("a rank group: a crashed or hung rank makes its case error, and the sweep goes on",

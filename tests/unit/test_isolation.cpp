@@ -1,8 +1,10 @@
 // Fault isolation and the device-memory limit, host side: the footprint estimate and the skip
 // decision (a case that fits runs, one that does not is skipped with the sizes), the case
-// description that travels to the worker, the result of a case that could not report, signal names.
+// description that travels to the worker, the result of a case that could not report, signal names,
+// whether shards share the GPU.
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <cstdlib>
 
 #include "core/json_input.h"
 #include "report/report.h"
@@ -124,4 +126,21 @@ TEST_CASE("signal names", "[unit][isolation]") {
   CHECK(signal_name(SIGABRT) == "SIGABRT");
   CHECK(signal_name(SIGKILL) == "SIGKILL");
   CHECK(signal_name(63) == "signal 63");
+}
+
+TEST_CASE("a GPU is shared by shards only when BITCHECK_SHARDS_ON_DEVICE counts more than one",
+          "[isolation]") {
+  unsetenv("BITCHECK_SHARDS_ON_DEVICE");
+  CHECK_FALSE(device_shared_by_shards());
+  for (const char* value : {"1", "0", "two", "16x", ""}) {
+    INFO(value);
+    setenv("BITCHECK_SHARDS_ON_DEVICE", value, 1);
+    CHECK_FALSE(device_shared_by_shards());
+  }
+  for (const char* value : {"2", "16"}) {
+    INFO(value);
+    setenv("BITCHECK_SHARDS_ON_DEVICE", value, 1);
+    CHECK(device_shared_by_shards());
+  }
+  unsetenv("BITCHECK_SHARDS_ON_DEVICE");
 }
