@@ -112,10 +112,11 @@ struct InputWorld {
         true);
     on_device = held.get();
     registry.add_impl("matmul", std::move(held));
-    registry.add_impl("matmul", std::make_unique<InputMatmul>(
-                                    ImplInfo::invariant("host-inputs", device_backend, "index order")
-                                        .only_passes({Pass::forward}),
-                                    false));
+    registry.add_impl("matmul",
+                      std::make_unique<InputMatmul>(
+                          ImplInfo::invariant("host-inputs", device_backend, "index order")
+                              .only_passes({Pass::forward}),
+                          false));
     contract = world().contract;
   }
 };
@@ -148,7 +149,8 @@ TEST_CASE("row inputs generated on a device reach every invocation's slots as th
   CHECK(device_world.on_device->pads_seen > 0);
   CHECK(device_world.on_device->pads_wrong == 0);
   // Staged on the host: only the host-input twin's rows.
-  CHECK(on_device.timings.profile[Phase::staging].bytes < on_host.timings.profile[Phase::staging].bytes);
+  CHECK(on_device.timings.profile[Phase::staging].bytes <
+        on_host.timings.profile[Phase::staging].bytes);
 }
 
 TEST_CASE("row inputs generated on a device with other bits than the host's fail the case",
