@@ -8,7 +8,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 command -v clang-format >/dev/null || { echo "check-format: clang-format not found (scripts/setup.sh installs it)"; exit 1; }
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  mapfile -t files < <(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh' '*.c')
+  # Tracked files and new ones not yet added (ignored ones left out): a new source is checked, and
+  # fixed, before its first commit.
+  mapfile -t files < <(git ls-files --cached --others --exclude-standard \
+    '*.cpp' '*.h' '*.cu' '*.cuh' '*.c')
 else
   mapfile -t files < <(find apps lib kernels tests include examples -type f \
     \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.c' \) 2>/dev/null | sort)
