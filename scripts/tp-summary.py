@@ -117,6 +117,16 @@ def render(report):
         out.append("- teams: " + "; ".join(
             "%d cases on %s" % (team.get("cases", 0), ",".join(team.get("devices", [])))
             for team in teams))
+    # Wall time: the rank groups' (the merged report's first source), then the shards' after them.
+    sources = meta.get("shards", [])
+    groups = [s for s in sources if str(s.get("source", "")).startswith("rank group")]
+    shards = [s for s in sources if not str(s.get("source", "")).startswith("rank group")]
+    if groups and groups[0].get("wall_seconds", 0) > 0:
+        line = "- wall: rank groups %.0f s" % groups[0]["wall_seconds"]
+        if shards:
+            line += ", then %d shards %.0f s" % (
+                len(shards), max(s.get("wall_seconds", 0) for s in shards))
+        out.append(line + "; the sweep %.0f s" % meta.get("wall_seconds", 0))
     out += ["", "## Verdicts", ""]
     results = report["results"]
     out += verdict_table(results)
@@ -141,7 +151,11 @@ def selftest():
                                                 {"group_size": 2, "devices": ["0", "1"],
                                                  "cases": 1},
                                                 {"group_size": 2, "devices": ["2", "3"],
-                                                 "cases": 1}]}},
+                                                 "cases": 1}]},
+                       "shards": [{"source": "rank group of 4", "wall_seconds": 445.2},
+                                  {"source": "shard 0/2 on device 0", "wall_seconds": 49.4},
+                                  {"source": "shard 1/2 on device 1", "wall_seconds": 47.8}],
+                       "wall_seconds": 495.1},
               "results": [case("nccl-default", 4, 1, "pass", ["nccl:allreduce.ring.ll.ch4"]),
                           case("nccl-default", 4, 2, "drift", ["nccl:allreduce.ring.ll.ch4"]),
                           case("nccl-default", 4, 4096, "drift", ["nccl:allreduce.ring.simple.ch16"]),
@@ -151,7 +165,8 @@ def selftest():
     checks = ["| all_reduce | nccl-default | bf16 | 4 | 3 | 2 | 2, 4096 |",
               "M=1: allreduce.ring.ll.ch4 (pass); M=4096: allreduce.ring.simple.ch16 (drift)",
               "| all_reduce | fixed-order | 4 | 1 | 1 |", "NCCL 2.28.9",
-              "- teams: 3 cases on 0,1,2,3; 1 cases on 0,1; 1 cases on 2,3"]
+              "- teams: 3 cases on 0,1,2,3; 1 cases on 0,1; 1 cases on 2,3",
+              "- wall: rank groups 445 s, then 2 shards 49 s; the sweep 495 s"]
     failed = [check for check in checks if check not in text]
     if failed:
         print(text)
