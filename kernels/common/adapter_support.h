@@ -174,12 +174,7 @@ inline Tensor transposed(const Tensor& matrix) {
 // 4 GiB. Sixteen nightly shards on an 80 GB H100: about 1.24 GiB each.
 inline std::size_t parameter_budget_bytes() {
   static const std::size_t budget = [] {
-    std::size_t sharing = 1;
-    if (const char* text = std::getenv(shards_on_device_variable)) {
-      char* end = nullptr;
-      const unsigned long value = std::strtoul(text, &end, 10);
-      if (end != text && *end == '\0' && value >= 1) sharing = value;
-    }
+    const std::size_t sharing = shards_on_device();
     const std::size_t most = std::size_t(4) << 30;
     const cuda::DeviceInfo info = cuda::query_device();
     if (!info.available || info.total_memory_bytes == 0) return most;

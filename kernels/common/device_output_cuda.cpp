@@ -2,7 +2,6 @@
 #include "common/device_output_cuda.h"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -94,16 +93,25 @@ const CudaDeviceOutput* device_input(const Batch& batch, const std::string& name
   return device;
 }
 
-cuda::DeviceBuffer uploaded(const Tensor& tensor) {
-  cuda::DeviceBuffer buffer(std::max<std::size_t>(tensor.bytes(), 16));
-  if (tensor.bytes()) buffer.upload(tensor.data(), tensor.bytes());
-  return buffer;
+// Calls copy(i, slot, count) for each run of `slots` from index i on whose `count` slots follow
+// one another from `slot` (each slot in [0, slot_count), else std::out_of_range naming `what`).
+template <typename Copy>
+void for_each_slot_run(const std::vector<std::int32_t>& slots, std::int64_t slot_count,
+                       const char* what, Copy copy) {
+  for (std::size_t first = 0; first < slots.size();) {
+    std::size_t end = first + 1;
+    while (end < slots.size() && slots[end] == slots[end - 1] + 1) ++end;
+    if (slots[first] < 0 || slots[end - 1] >= slot_count)
+      throw std::out_of_range(std::string(what) + ": a slot outside the batch");
+    copy(first, static_cast<std::size_t>(slots[first]), end - first);
+    first = end;
+  }
 }
 }  // namespace
 
 cuda::DeviceBuffer input_rows(const Batch& batch, const std::string& name) {
   const CudaDeviceOutput* device = device_input(batch, name);
-  if (!device) return uploaded(batch.in(name));
+  if (!device) return upload(batch.in(name));
   cuda::DeviceBuffer copy(std::max<std::size_t>(device->bytes(), 16));
   cuda::copy_device_to_device(copy.get(), device->data(), device->bytes());
   cuda::synchronize();  // the copy (default stream) done before the impl's streams read it
@@ -113,39 +121,16 @@ cuda::DeviceBuffer input_rows(const Batch& batch, const std::string& name) {
 cuda::DeviceBuffer packed_input_rows(const Batch& batch, const std::string& name,
                                      const std::vector<std::int32_t>& slots) {
   const CudaDeviceOutput* device = device_input(batch, name);
-  if (!device) {
-    const Tensor& host = batch.in(name);
-    const std::size_t row_bytes = host.bytes() / static_cast<std::size_t>(batch.slots());
-    Tensor packed(
-        host.dtype(),
-        [&] {
-          std::vector<std::int64_t> shape = host.shape();
-          shape[0] = static_cast<std::int64_t>(slots.size());
-          return shape;
-        }(),
-        Tensor::uninitialized);
-    for (std::size_t i = 0; i < slots.size(); ++i)
-      std::memcpy(static_cast<unsigned char*>(packed.data()) + i * row_bytes,
-                  static_cast<const unsigned char*>(host.data()) +
-                      static_cast<std::size_t>(slots[i]) * row_bytes,
-                  row_bytes);
-    return uploaded(packed);
-  }
+  if (!device) return upload(compact_rows(batch.in(name), slots));
   const std::size_t row_bytes = device->bytes() / static_cast<std::size_t>(batch.slots());
   cuda::DeviceBuffer packed(std::max<std::size_t>(slots.size() * row_bytes, 16));
   const auto* from = static_cast<const unsigned char*>(device->data());
   auto* to = static_cast<unsigned char*>(packed.get());
-  for (std::size_t first = 0; first < slots.size();) {
-    if (slots[first] < 0 || slots[first] >= batch.slots())
-      throw std::out_of_range("packed_input_rows: a slot outside the batch");
-    std::size_t end = first + 1;
-    while (end < slots.size() && slots[end] == slots[end - 1] + 1 && slots[end] < batch.slots())
-      ++end;
-    cuda::copy_device_to_device(to + first * row_bytes,
-                                from + static_cast<std::size_t>(slots[first]) * row_bytes,
-                                (end - first) * row_bytes);
-    first = end;
-  }
+  for_each_slot_run(slots, batch.slots(), "packed_input_rows",
+                    [&](std::size_t index, std::size_t slot, std::size_t count) {
+                      cuda::copy_device_to_device(to + index * row_bytes, from + slot * row_bytes,
+                                                  count * row_bytes);
+                    });
   cuda::synchronize();
   return packed;
 }
@@ -186,17 +171,11 @@ cuda::DeviceBuffer rows_at_slots(const cuda::DeviceBuffer& packed,
   out.fill_bytes(0xFF);
   const auto* from = static_cast<const unsigned char*>(packed.get());
   auto* to = static_cast<unsigned char*>(out.get());
-  for (std::size_t first = 0; first < slots.size();) {
-    if (slots[first] < 0 || slots[first] >= slot_count)
-      throw std::out_of_range("rows_at_slots: a slot outside the batch");
-    std::size_t end = first + 1;
-    while (end < slots.size() && slots[end] == slots[end - 1] + 1) ++end;
-    if (slots[end - 1] >= slot_count)
-      throw std::out_of_range("rows_at_slots: a slot outside the batch");
-    cuda::copy_device_to_device(to + static_cast<std::size_t>(slots[first]) * row_bytes,
-                                from + first * row_bytes, (end - first) * row_bytes);
-    first = end;
-  }
+  for_each_slot_run(slots, slot_count, "rows_at_slots",
+                    [&](std::size_t index, std::size_t slot, std::size_t count) {
+                      cuda::copy_device_to_device(to + slot * row_bytes, from + index * row_bytes,
+                                                  count * row_bytes);
+                    });
   return out;
 }
 

@@ -13,6 +13,14 @@
 
 namespace bitcheck {
 
+std::size_t shards_on_device() {
+  const char* text = std::getenv(shards_on_device_variable);
+  if (!text) return 1;
+  char* end = nullptr;
+  const unsigned long count = std::strtoul(text, &end, 10);
+  return end != text && *end == '\0' && count >= 1 ? count : 1;
+}
+
 std::size_t host_threads() {
   if (const char* value = std::getenv(host_threads_variable)) {
     char* end = nullptr;

@@ -12,6 +12,8 @@ inline constexpr const char* host_threads_variable = "BITCHECK_HOST_THREADS";
 // How many processes share this process's GPU: `sweep --devices` sets it for shards that share
 // one, and device caches keep to their share of the GPU's memory (cuda_support::ParameterCache).
 inline constexpr const char* shards_on_device_variable = "BITCHECK_SHARDS_ON_DEVICE";
+// Its value when it is a count >= 1, else 1 (this process alone on its GPU).
+std::size_t shards_on_device();
 
 // BITCHECK_HOST_THREADS when set (a count >= 1; anything else is BadInput naming the variable),
 // else std::thread::hardware_concurrency() (at least 1).

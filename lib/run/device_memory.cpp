@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -112,11 +111,7 @@ bool outputs_may_stay_on_device(const Registry& registry, const OpDef& op, const
 }
 
 bool device_shared_by_shards() {
-  const char* text = std::getenv(shards_on_device_variable);
-  if (!text) return false;
-  char* end = nullptr;
-  const unsigned long shards = std::strtoul(text, &end, 10);
-  return end != text && *end == '\0' && shards > 1;
+  return shards_on_device() > 1;
 }
 
 }  // namespace bitcheck
